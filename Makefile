@@ -1,0 +1,32 @@
+# One entry point for set-up, synth, tests and the local demo. Every target installs what it
+# needs first (Python venv from requirements-dev.txt, Node 22 + the pinned CDK CLI from npm).
+
+VENV ?= .venv
+PYTHON ?= python3
+export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+export CDK_DISABLE_CLI_TELEMETRY := true
+
+.PHONY: setup synth test lint clean
+
+setup: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+## synth: synthesize every stack of the default tenants.yaml with the pinned CDK CLI (no credentials needed)
+synth: setup
+	cdk synth --quiet
+
+## test: the whole test suite (template assertions, snapshots, cdk-nag, cfn-lint, handlers)
+test: setup
+	pytest
+
+clean:
+	rm -rf cdk.out .pytest_cache

@@ -1,0 +1,262 @@
+"""Split: stream one exact object version into JSON Lines chunk files plus a manifest.
+
+Memory stays flat whatever the file size: the body is read in bounded pieces, parsed line by
+line, and only the chunk being filled is held. The output carries S3 references and counts,
+never records (it enters the execution history).
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ingest_common import (
+    MAX_LINE_BYTES,
+    ConfigError,
+    KeyOutsidePrefixError,
+    LineTooLongError,
+    aws_client,
+    chunk_key,
+    configure_logging,
+    env,
+    env_int,
+    get_logger,
+    iter_lines,
+)
+
+logger = get_logger("split")
+
+FORMATS = ("csv", "jsonl")
+
+
+class MalformedFileError(Exception):
+    """The file cannot be parsed; the message names the line, never its content."""
+
+    def __init__(self, line_number: int, problem: str) -> None:
+        super().__init__(f"line {line_number}: {problem}")
+        self.line_number = line_number
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """The split function's environment."""
+
+    tenant_id: str
+    format: str
+    chunk_size: int
+    work_bucket: str
+    landing_prefix: str
+
+    @classmethod
+    def from_env(cls) -> SplitConfig:
+        fmt = env("FORMAT").lower()
+        if fmt not in FORMATS:
+            raise ConfigError(f"environment variable FORMAT={fmt!r} must be one of {', '.join(FORMATS)}")
+        return cls(
+            tenant_id=env("TENANT_ID"),
+            format=fmt,
+            chunk_size=env_int("CHUNK_SIZE"),
+            work_bucket=env("WORK_BUCKET"),
+            landing_prefix=env("LANDING_PREFIX"),
+        )
+
+
+def _text_lines(body: Any) -> Iterator[tuple[int, str]]:
+    """Decode the body line by line as UTF-8 (BOM dropped), naming the line of a bad byte."""
+    try:
+        for line_number, raw in iter_lines(body):
+            if line_number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            try:
+                yield line_number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise MalformedFileError(line_number, f"invalid UTF-8 at byte {error.start + 1}") from None
+    except LineTooLongError as error:
+        raise MalformedFileError(error.line_number, f"longer than {MAX_LINE_BYTES} bytes") from None
+
+
+def _check_header(row: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for position, name in enumerate(row, start=1):
+        if not name:
+            raise MalformedFileError(1, f"empty column name at position {position}")
+        if name in seen:
+            raise MalformedFileError(1, f"duplicate column name at position {position}")
+        seen.add(name)
+    return row
+
+
+def csv_records(lines: Iterator[tuple[int, str]]) -> Iterator[dict[str, str]]:
+    """Records of a CSV file whose first row is the header."""
+    reader = csv.reader((text for _, text in lines), strict=True)
+    header: list[str] | None = None
+    first_blank: int | None = None  # blank lines are fine only at the end of the file
+    while True:
+        start = reader.line_num + 1  # physical line where the next record starts
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            raise MalformedFileError(start, f"invalid CSV ({error})") from None
+        if not row:
+            first_blank = first_blank or start
+            continue
+        if header is None:
+            if first_blank is not None:
+                raise MalformedFileError(1, "empty header")
+            header = _check_header(row)
+            continue
+        if first_blank is not None:
+            raise MalformedFileError(first_blank, f"expected {len(header)} fields, found 0")
+        if len(row) != len(header):
+            raise MalformedFileError(start, f"expected {len(header)} fields, found {len(row)}")
+        yield dict(zip(header, row))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def jsonl_lines(lines: Iterator[tuple[int, str]]) -> Iterator[str]:
+    """Each non-blank line, validated as one JSON object and passed on verbatim.
+
+    Verbatim keeps numbers exact (no float round trip); NaN/Infinity are refused because
+    they are not JSON and the core system could not parse them.
+    """
+    for line_number, text in lines:
+        text = text.strip()
+        if not text:
+            continue
+        try:
+            value = json.loads(text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as error:
+            raise MalformedFileError(line_number, f"invalid JSON ({error.msg} at column {error.colno})") from None
+        except (ValueError, RecursionError) as error:
+            problem = str(error) if isinstance(error, ValueError) else "nested too deeply"
+            raise MalformedFileError(line_number, f"invalid JSON ({problem})") from None
+        if not isinstance(value, dict):
+            raise MalformedFileError(line_number, "not a JSON object")
+        yield text
+
+
+def _serialized_records(fmt: str, body: Any) -> Iterator[str]:
+    lines = _text_lines(body)
+    if fmt == "jsonl":
+        return jsonl_lines(lines)
+    return (json.dumps(record, separators=(",", ":")) for record in csv_records(lines))
+
+
+class _ChunkWriter:
+    """Fills one chunk at a time and writes it as soon as it is full."""
+
+    def __init__(self, s3: Any, bucket: str, prefix: str, size: int) -> None:
+        self._s3, self._bucket, self._prefix, self._size = s3, bucket, prefix, size
+        self._lines: list[str] = []
+        self.chunk_count = 0
+        self.record_count = 0
+
+    def add(self, line: str) -> None:
+        self._lines.append(line)
+        self.record_count += 1
+        if len(self._lines) == self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._lines:
+            return
+        self._s3.put_object(
+            Bucket=self._bucket,
+            Key=chunk_key(self._prefix, self.chunk_count),
+            Body="".join(f"{line}\n" for line in self._lines).encode("utf-8"),
+            ContentType="application/x-ndjson",
+        )
+        self._lines = []
+        self.chunk_count += 1
+
+
+def split_file(file_ref: dict[str, Any], *, config: SplitConfig, s3: Any) -> dict[str, Any]:
+    """Split the object version `file_ref` names into chunks; return the manifest reference.
+
+    `file_ref` is the execution's `FileRef` plus `execution_name`; `s3` a boto3 S3 client.
+    """
+    bucket, key, version_id = file_ref["bucket"], file_ref["key"], file_ref["version_id"]
+    execution_name = file_ref["execution_name"]
+    if file_ref.get("tenant", config.tenant_id) != config.tenant_id:
+        raise ValueError(f"input is for tenant {file_ref['tenant']!r}, this function serves {config.tenant_id!r}")
+    if not key.startswith(config.landing_prefix):
+        raise KeyOutsidePrefixError(f"key {key!r} is outside the landing prefix {config.landing_prefix!r}")
+    if not execution_name or "/" in execution_name:
+        raise ValueError(f"execution_name {execution_name!r} is not a single path segment")
+
+    chunk_prefix = f"{config.tenant_id}/{execution_name}/"
+    body = s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"]
+    writer = _ChunkWriter(s3, config.work_bucket, chunk_prefix, config.chunk_size)
+    try:
+        for line in _serialized_records(config.format, body):
+            writer.add(line)
+    finally:
+        body.close()
+    writer.flush()
+
+    manifest_key = f"{chunk_prefix}manifest.json"
+    manifest = {
+        "source": {
+            "bucket": bucket,
+            "key": key,
+            "version_id": version_id,
+            "etag": file_ref.get("etag"),
+            "size": file_ref.get("size"),
+        },
+        "tenant": config.tenant_id,
+        "execution_name": execution_name,
+        "format": config.format,
+        "chunk_prefix": chunk_prefix,
+        "chunk_size": config.chunk_size,
+        "chunk_count": writer.chunk_count,
+        "record_count": writer.record_count,
+    }
+    s3.put_object(
+        Bucket=config.work_bucket,
+        Key=manifest_key,
+        Body=json.dumps(manifest, indent=2).encode("utf-8"),
+        ContentType="application/json",
+    )
+    return {
+        "manifest_key": manifest_key,
+        "chunk_prefix": chunk_prefix,
+        "chunk_size": config.chunk_size,
+        "chunk_count": writer.chunk_count,
+        "record_count": writer.record_count,
+        "chunks": list(range(writer.chunk_count)),
+    }
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Step Functions task entry point: input `FileRef` plus `execution_name`."""
+    configure_logging()
+    config = SplitConfig.from_env()
+    log = {
+        "tenant": config.tenant_id,
+        "execution_name": event.get("execution_name"),
+        "key": event.get("key"),
+        "version_id": event.get("version_id"),
+    }
+    logger.info("split started", extra=log)
+    try:
+        result = split_file(event, config=config, s3=aws_client("s3"))
+    except MalformedFileError as error:
+        logger.error("file is malformed: %s", error, extra={**log, "line_number": error.line_number})
+        raise
+    except Exception:
+        logger.exception("split failed", extra=log)
+        raise
+    logger.info(
+        "split finished",
+        extra={**log, "chunk_count": result["chunk_count"], "record_count": result["record_count"]},
+    )
+    return result

@@ -1,0 +1,1 @@
+"""Infrastructure of the ordered per-tenant file ingestion pipeline."""

@@ -1,0 +1,42 @@
+"""Build the whole CDK app from a tenants file; used by app.py, the tests and the local runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import App, Validations
+from cdk_nag import AwsSolutionsChecks
+
+from pipeline_constructs.config import AppConfig, load_config
+from pipeline_constructs.stacks import SharedStack, TenantStack
+
+
+#: Feature flags the app relies on, set in code so that tests and the CLI synthesize the same.
+FEATURE_FLAGS = {
+    # Access logs are delivered under a bucket policy, not the legacy ACL.
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+    "@aws-cdk/core:enablePartitionLiterals": True,
+    "@aws-cdk/aws-iam:minimizePolicies": True,
+}
+
+
+@dataclass(frozen=True)
+class IngestApp:
+    app: App
+    config: AppConfig
+    shared: SharedStack
+    tenants: dict[str, TenantStack]
+
+
+def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True) -> IngestApp:
+    """One shared stack and one stack per tenant; cdk-nag AwsSolutions runs on every synth."""
+    config = load_config(tenants_file)
+    app = app or App()
+    for flag, value in FEATURE_FLAGS.items():
+        app.node.set_context(flag, value)
+    shared = SharedStack(app, config)
+    stacks = {t.id: TenantStack(app, t, shared) for t in config.tenants}
+    if nag:
+        Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return IngestApp(app=app, config=config, shared=shared, tenants=stacks)

@@ -1,0 +1,67 @@
+"""Every resource name derived from a tenant id, with the limit AWS puts on it.
+
+One place, so that config validation can tell a user *which* derived name an id breaks, and
+so that the CDK code and the local runtime agree on the names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+APP_NAME = "OrderedIngest"
+METRIC_NAMESPACE = "OrderedIngest"
+
+
+@dataclass(frozen=True)
+class DerivedName:
+    """A name built from a tenant id by a template, and the longest name AWS accepts."""
+
+    kind: str
+    template: str
+    limit: int
+
+    def render(self, tenant_id: str) -> str:
+        return self.template.format(id=tenant_id)
+
+    @property
+    def max_id_length(self) -> int:
+        return self.limit - (len(self.template) - len("{id}"))
+
+
+QUEUE = DerivedName("FIFO queue name", "{id}-event-queue.fifo", 80)
+STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-workflow", 80)
+CONTROLLER_FUNCTION = DerivedName("Lambda function name", "{id}-controller", 64)
+SPLIT_FUNCTION = DerivedName("Lambda function name", "{id}-split", 64)
+REGISTER_FUNCTION = DerivedName("Lambda function name", "{id}-register-chunk", 64)
+TENANT_STACK = DerivedName("stack name", APP_NAME + "-Tenant-{id}", 128)
+RULE = DerivedName("EventBridge rule name", "{id}-object-created", 64)
+
+ALL: tuple[DerivedName, ...] = (
+    QUEUE,
+    STATE_MACHINE,
+    CONTROLLER_FUNCTION,
+    SPLIT_FUNCTION,
+    REGISTER_FUNCTION,
+    TENANT_STACK,
+    RULE,
+)
+
+#: The longest tenant id every derived name accepts.
+MAX_TENANT_ID_LENGTH = min(name.max_id_length for name in ALL)
+
+SHARED_STACK_NAME = APP_NAME + "-Shared"
+
+
+def tightest_broken(tenant_id: str) -> DerivedName | None:
+    """The derived name with the smallest limit that ``tenant_id`` overflows, if any."""
+    broken = [name for name in ALL if len(name.render(tenant_id)) > name.limit]
+    return min(broken, key=lambda name: name.max_id_length) if broken else None
+
+
+def landing_bucket_name(account: str, region: str) -> str:
+    """Fixed per account and region so that tenant policies can name their prefix literally."""
+    return f"ordered-ingest-landing-{account}-{region}"
+
+
+def work_bucket_name(account: str, region: str) -> str:
+    return f"ordered-ingest-work-{account}-{region}"

@@ -1,0 +1,141 @@
+"""Resources every tenant pipeline uses: buckets, the gate table and the alarm topic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from pipeline_constructs import names
+
+
+@dataclass(frozen=True)
+class SharedResourcesProps:
+    """Settings of the shared resources.
+
+    ``alarm_emails``: addresses subscribed to the alarm topic (default: none).
+    ``noncurrent_version_retention``: how long superseded landing-file versions are kept
+    (default 90 days); the landing bucket is the source of truth for replays.
+    ``work_object_expiry``: how long chunk manifests stay in the work bucket (default 14 days,
+    the longest a message can wait in a queue).
+    """
+
+    alarm_emails: tuple[str, ...] = ()
+    noncurrent_version_retention: Duration = field(default_factory=lambda: Duration.days(90))
+    work_object_expiry: Duration = field(default_factory=lambda: Duration.days(14))
+
+
+class SharedResources(Construct):
+    """Landing bucket, work bucket, access-log bucket, gate table and alarm topic."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: SharedResourcesProps) -> None:
+        super().__init__(scope, construct_id)
+
+        self.access_logs_bucket = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        Validations.of(self.access_logs_bucket).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-S1",
+                reason="This is the access-log target of the landing and work buckets; logging "
+                "its own access would recurse.",
+            )
+        )
+
+        self.landing_bucket = self._bucket(
+            "Landing",
+            bucket_name=names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION),
+            log_prefix="landing/",
+            lifecycle=s3.LifecycleRule(
+                noncurrent_version_expiration=props.noncurrent_version_retention,
+                abort_incomplete_multipart_upload_after=Duration.days(7),
+            ),
+        )
+        # EventBridge notifications through the CloudFormation property itself: the L2
+        # `event_bridge_enabled` would add a custom-resource Lambda to do the same.
+        landing = self.landing_bucket.node.default_child
+        landing.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
+            event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
+        )
+
+        self.work_bucket = self._bucket(
+            "Work",
+            bucket_name=names.work_bucket_name(Aws.ACCOUNT_ID, Aws.REGION),
+            log_prefix="work/",
+            lifecycle=s3.LifecycleRule(
+                expiration=props.work_object_expiry,
+                noncurrent_version_expiration=Duration.days(1),
+                abort_incomplete_multipart_upload_after=Duration.days(1),
+            ),
+        )
+
+        self.gate_table = dynamodb.Table(
+            self,
+            "GateTable",
+            partition_key=dynamodb.Attribute(name="tenant", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+
+        # CloudWatch alarms cannot publish to a topic encrypted with the AWS managed key,
+        # so the topic has its own key that allows them.
+        self.alarm_key = kms.Key(
+            self,
+            "AlarmTopicKey",
+            description="Encrypts the ordered-ingest alarm topic",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.alarm_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarmsToPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+            )
+        )
+        self.alarm_topic = sns.Topic(
+            self,
+            "AlarmTopic",
+            display_name="Ordered ingest alarms",
+            master_key=self.alarm_key,
+            enforce_ssl=True,
+        )
+        for email in props.alarm_emails:
+            self.alarm_topic.add_subscription(subscriptions.EmailSubscription(email))
+
+    def _bucket(
+        self, construct_id: str, *, bucket_name: str, log_prefix: str, lifecycle: s3.LifecycleRule
+    ) -> s3.Bucket:
+        return s3.Bucket(
+            self,
+            construct_id,
+            bucket_name=bucket_name,
+            versioned=True,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=self.access_logs_bucket,
+            server_access_logs_prefix=log_prefix,
+            lifecycle_rules=[lifecycle],
+            removal_policy=RemovalPolicy.RETAIN,
+        )

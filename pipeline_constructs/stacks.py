@@ -1,0 +1,63 @@
+"""The stacks: one shared stack and one stack per tenant.
+
+A stack per tenant keeps every template far below CloudFormation's 500-resource and 1 MB
+limits whatever the number of tenants, lets one tenant deploy or roll back alone, and makes
+`cdk diff` name the tenant a change touches (the stack is `OrderedIngest-Tenant-<id>`).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, Stack, Tags
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from pipeline_constructs import names
+from pipeline_constructs.config import AppConfig, TenantConfig
+from pipeline_constructs.shared import SharedResources, SharedResourcesProps
+from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+
+
+class SharedStack(Stack):
+    """Buckets, gate table and alarm topic used by every tenant."""
+
+    def __init__(self, scope: Construct, config: AppConfig) -> None:
+        super().__init__(
+            scope,
+            names.SHARED_STACK_NAME,
+            description="Ordered per-tenant file ingestion: shared buckets, gate table, alarm topic",
+        )
+        self.resources = SharedResources(
+            self, "Shared", SharedResourcesProps(alarm_emails=tuple(config.notifications.emails))
+        )
+
+
+class TenantStack(Stack):
+    """One tenant's pipeline."""
+
+    def __init__(self, scope: Construct, tenant: TenantConfig, shared_stack: SharedStack) -> None:
+        super().__init__(
+            scope,
+            names.TENANT_STACK.render(tenant.id),
+            description=f"Ordered per-tenant file ingestion: tenant {tenant.id}",
+        )
+        Tags.of(self).add("ordered-ingest:tenant", tenant.id)
+        # The buckets are imported by their fixed names rather than by cross-stack reference,
+        # so that this stack's policies name the tenant's prefix literally.
+        self.add_stack_dependency(shared_stack)
+        shared = shared_stack.resources
+        self.pipeline = TenantPipeline(
+            self,
+            "Pipeline",
+            TenantPipelineProps(
+                tenant=tenant,
+                landing_bucket=s3.Bucket.from_bucket_name(
+                    self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
+                ),
+                work_bucket=s3.Bucket.from_bucket_name(
+                    self, "WorkBucket", names.work_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
+                ),
+                gate_table=shared.gate_table,
+                alarm_topic=shared.alarm_topic,
+                alarm_topic_key=shared.alarm_key,
+            ),
+        )

@@ -1,0 +1,70 @@
+"""Shared fixtures: the default app is synthesized once per test session."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aws_cdk.assertions import Template
+
+from pipeline_constructs.application import build_app
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TENANTS = ROOT / "tenants.yaml"
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    """Templates of one synthesized app, by stack name, plus the validation report."""
+
+    templates: dict[str, dict]
+    outdir: Path
+
+    def template(self, stack_name: str) -> Template:
+        return Template.from_json(self.templates[stack_name])
+
+    @property
+    def validation_report(self) -> dict:
+        return json.loads((self.outdir / "validation-report.json").read_text())
+
+
+def synthesize(tenants_file: Path, outdir: Path) -> Synthesized:
+    from aws_cdk import App
+
+    built = build_app(tenants_file, app=App(outdir=str(outdir)))
+    assembly = built.app.synth()
+    templates = {stack.stack_name: stack.template for stack in assembly.stacks}
+    return Synthesized(templates=templates, outdir=outdir)
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory) -> Synthesized:
+    return synthesize(DEFAULT_TENANTS, tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture(scope="session")
+def shared_template(synthesized) -> Template:
+    return synthesized.template("OrderedIngest-Shared")
+
+
+@pytest.fixture(scope="session")
+def acme(synthesized) -> Template:
+    """The CSV tenant with default options."""
+    return synthesized.template("OrderedIngest-Tenant-acme")
+
+
+@pytest.fixture(scope="session")
+def initech(synthesized) -> Template:
+    """The tenant with non-default options."""
+    return synthesized.template("OrderedIngest-Tenant-initech")
+
+
+ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def normalise_asset_hashes(template: dict) -> dict:
+    """Replace asset hashes so that a change of handler code does not churn every snapshot."""
+    return json.loads(ASSET_HASH.sub("<asset-hash>", json.dumps(template)))

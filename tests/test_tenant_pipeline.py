@@ -1,0 +1,313 @@
+"""Fine-grained assertions on a tenant stack: every mechanism of DESIGN.md section 3."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+LAMBDA_TRANSIENTS = [
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+]
+
+
+def definition(template: Template) -> dict:
+    """The state machine definition with intrinsics replaced by placeholders."""
+    (machine,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    return json.loads("".join(p if isinstance(p, str) else "<ref>" for p in parts))
+
+
+def only(template: Template, resource_type: str, **properties) -> dict:
+    found = template.find_resources(resource_type, {"Properties": properties} if properties else None)
+    assert len(found) == 1, f"expected one {resource_type} matching {properties}, found {len(found)}"
+    return next(iter(found.values()))
+
+
+def function_named(template: Template, name: str) -> dict:
+    return only(template, "AWS::Lambda::Function", FunctionName=name)
+
+
+def policy_statements_of_role(template: Template, role_prefix: str) -> list[dict]:
+    policies = template.find_resources("AWS::IAM::Policy")
+    statements = []
+    for policy in policies.values():
+        roles = policy["Properties"]["Roles"]
+        if any(r["Ref"].startswith(role_prefix) for r in roles):
+            statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statements, f"no policy for role {role_prefix}"
+    return statements
+
+
+def actions_of(statements: list[dict]) -> set[str]:
+    out: set[str] = set()
+    for s in statements:
+        out |= set([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    return out
+
+
+# --- event order: EventBridge rule -> SQS FIFO with a fixed message group ----------------------
+
+
+def test_rule_sends_object_created_under_the_tenant_prefix_to_the_fifo_queue_with_the_tenant_as_group(acme):
+    rule = only(acme, "AWS::Events::Rule")
+    pattern = rule["Properties"]["EventPattern"]
+    assert pattern["source"] == ["aws.s3"]
+    assert pattern["detail-type"] == ["Object Created"]
+    assert pattern["detail"]["object"]["key"] == [{"prefix": "acme/"}]
+    (target,) = rule["Properties"]["Targets"]
+    assert target["SqsParameters"] == {"MessageGroupId": "acme"}
+    assert target["Arn"] == {"Fn::GetAtt": [_queue_id(acme), "Arn"]}
+
+
+def _queue_id(template: Template) -> str:
+    (queue_id,) = template.find_resources("AWS::SQS::Queue").keys()
+    return queue_id
+
+
+def test_queue_has_the_seed_settings_and_no_dlq(acme):
+    queue = only(
+        acme,
+        "AWS::SQS::Queue",
+        QueueName="acme-event-queue.fifo",
+        FifoQueue=True,
+        ContentBasedDeduplication=True,
+        VisibilityTimeout=30,
+        MessageRetentionPeriod=14 * 24 * 3600,
+        ReceiveMessageWaitTimeSeconds=20,
+        SqsManagedSseEnabled=True,
+    )
+    assert "RedrivePolicy" not in queue["Properties"], "a DLQ would let later files overtake a failing one"
+
+
+def test_queue_policy_denies_requests_without_tls(acme):
+    acme.has_resource_properties(
+        "AWS::SQS::QueuePolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+                        )
+                    ]
+                )
+            }
+        },
+    )
+
+
+# --- consumption: reserved concurrency 1, batch size 1, timeout below the visibility timeout --
+
+
+def test_controller_runs_one_message_at_a_time_and_finishes_before_the_visibility_timeout(acme):
+    controller = function_named(acme, "acme-controller")["Properties"]
+    assert controller["ReservedConcurrentExecutions"] == 1
+    assert controller["Timeout"] == 20 < 30
+    mapping = only(acme, "AWS::Lambda::EventSourceMapping")["Properties"]
+    assert mapping["BatchSize"] == 1
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": [_queue_id(acme), "Arn"]}
+
+
+def test_controller_environment_names_its_own_workflow_and_the_gate_table(acme):
+    env = function_named(acme, "acme-controller")["Properties"]["Environment"]["Variables"]
+    assert env["TENANT_ID"] == "acme"
+    assert env["STATE_MACHINE_ARN"] == {"Ref": _machine_id(acme)}
+    assert "GateTable" in env["GATE_TABLE_NAME"]["Fn::ImportValue"]
+    assert env["METRIC_NAMESPACE"] == "OrderedIngest"
+
+
+def _machine_id(template: Template) -> str:
+    (machine_id,) = template.find_resources("AWS::StepFunctions::StateMachine").keys()
+    return machine_id
+
+
+def test_every_function_logs_json_to_its_own_log_group_on_a_current_runtime(acme):
+    for name in ("acme-controller", "acme-split", "acme-register-chunk"):
+        props = function_named(acme, name)["Properties"]
+        assert props["LoggingConfig"]["LogFormat"] == "JSON"
+        assert props["LoggingConfig"]["ApplicationLogLevel"] == "INFO"
+        assert props["Runtime"] == "python3.14"
+        log_group_id = props["LoggingConfig"]["LogGroup"]["Ref"]
+        group = acme.find_resources("AWS::Logs::LogGroup")[log_group_id]
+        assert group["Properties"]["LogGroupName"] == f"/aws/lambda/{name}"
+
+
+def test_tenant_options_reach_the_functions(initech):
+    split = function_named(initech, "initech-split")["Properties"]["Environment"]["Variables"]
+    assert split["CHUNK_SIZE"] == "250"
+    assert split["FORMAT"] == "csv"
+    assert split["LANDING_PREFIX"] == "initech/incoming/"
+    register = function_named(initech, "initech-register-chunk")["Properties"]["Environment"]["Variables"]
+    assert register["SINK_URL"] == "https://initech-core.example.com/v2/records"
+    assert register["SINK_TIMEOUT_SECONDS"] == "20"
+
+
+# --- the workflow ------------------------------------------------------------------------------
+
+
+def test_state_machine_is_standard_named_after_the_tenant_and_logs_errors_without_data(acme):
+    props = only(acme, "AWS::StepFunctions::StateMachine")["Properties"]
+    assert props["StateMachineName"] == "acme-file-ingest-workflow"
+    assert props["StateMachineType"] == "STANDARD"
+    assert props["LoggingConfiguration"]["Level"] == "ERROR"
+    assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
+    assert props["TracingConfiguration"] == {"Enabled": True}
+
+
+def test_chunks_run_one_at_a_time_in_order(acme):
+    states = definition(acme)["States"]
+    assert definition(acme)["StartAt"] == "Split"
+    assert states["Split"]["Next"] == "ChunksInOrder"
+    chunks = states["ChunksInOrder"]
+    assert chunks["Type"] == "Map"
+    assert chunks["MaxConcurrency"] == 1
+    assert chunks["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
+    assert chunks["ItemProcessor"]["StartAt"] == "RegisterChunk"
+    assert chunks["ItemsPath"] == "$.split.chunks"
+
+
+def test_lambda_tasks_retry_only_transient_lambda_errors_with_the_seed_settings(acme):
+    states = definition(acme)["States"]
+    register = states["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
+    for task in (states["Split"], register):
+        transient = [r for r in task["Retry"] if "Lambda.ServiceException" in r["ErrorEquals"]]
+        assert transient == [
+            {
+                "ErrorEquals": LAMBDA_TRANSIENTS,
+                "IntervalSeconds": 1,
+                "MaxAttempts": 3,
+                "BackoffRate": 2,
+                "JitterStrategy": "FULL",
+            }
+        ]
+        # CDK's default retrier (6 attempts, 2 s) must be off: no other retrier on these errors.
+        others = [r for r in task["Retry"] if r is not transient[0]]
+        assert not any(set(r["ErrorEquals"]) & set(LAMBDA_TRANSIENTS) for r in others)
+    assert [r["ErrorEquals"] for r in register["Retry"]][1] == ["SinkRetryableError"]
+
+
+def test_failures_are_caught_notified_and_fail_the_execution(acme):
+    states = definition(acme)["States"]
+    for name in ("Split", "ChunksInOrder"):
+        assert states[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "NotifyFailure"}]
+    notify = states["NotifyFailure"]
+    assert notify["Resource"].endswith(":states:::sns:publish")
+    assert notify["Next"] == "IngestFailed"
+    assert states["IngestFailed"] == {"Type": "Fail", "ErrorPath": "$.error.Error", "CausePath": "$.error.Cause"}
+
+
+def test_records_never_travel_between_states_only_references(acme):
+    states = definition(acme)["States"]
+    split_output = states["Split"]["ResultSelector"]
+    assert set(split_output) == {
+        "manifest_key.$", "chunk_prefix.$", "chunk_size.$", "chunk_count.$", "record_count.$", "chunks.$",
+    }
+    assert states["ChunksInOrder"]["ResultPath"] is None, "chunk results must not pile up in the state"
+    register = states["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
+    assert register["ResultPath"] is None
+    assert set(states["ChunksInOrder"]["ItemSelector"]) == {
+        "tenant.$", "bucket.$", "key.$", "version_id.$", "chunk_prefix.$", "chunk_size.$", "chunk_index.$",
+    }
+
+
+# --- least privilege -----------------------------------------------------------------------------
+
+
+def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_own_gate_item(acme):
+    statements = policy_statements_of_role(acme, "PipelineControllerRole")
+    by_sid = {s.get("Sid"): s for s in statements}
+    start = next(s for s in statements if s["Action"] == "states:StartExecution")
+    assert start["Resource"] == {"Ref": _machine_id(acme)}
+    describe = by_sid["DescribeOwnExecutions"]
+    assert describe["Action"] == "states:DescribeExecution"
+    assert describe["Resource"]["Fn::Join"][1][-1] == ":execution:acme-file-ingest-workflow:*"
+    gate = by_sid["OwnGateItemOnly"]
+    assert sorted(gate["Action"]) == ["dynamodb:GetItem", "dynamodb:UpdateItem"]
+    assert gate["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["acme"]}}
+    assert "states:ListExecutions" not in actions_of(statements), "the gate replaces ListExecutions"
+
+
+def test_split_reads_only_its_tenant_prefix_and_writes_only_its_tenant_chunks(initech):
+    by_sid = {s.get("Sid"): s for s in policy_statements_of_role(initech, "PipelineSplitRole")}
+    read = by_sid["ReadOwnLandingPrefix"]
+    assert sorted(read["Action"]) == ["s3:GetObject", "s3:GetObjectVersion"]
+    assert read["Resource"]["Fn::Join"][1][-1] == "/initech/incoming/*"
+    assert ":s3:::ordered-ingest-landing-" in read["Resource"]["Fn::Join"][1]
+    write = by_sid["WriteOwnChunks"]
+    assert write["Action"] == "s3:PutObject"
+    assert write["Resource"]["Fn::Join"][1][-1] == "/initech/*"
+
+
+def test_no_function_role_has_a_managed_policy_or_an_s3_wildcard_action(synthesized):
+    for name, template in synthesized.templates.items():
+        for role in Template.from_json(template).find_resources("AWS::IAM::Role").values():
+            assert "ManagedPolicyArns" not in role["Properties"], name
+        for policy in Template.from_json(template).find_resources("AWS::IAM::Policy").values():
+            actions = actions_of(policy["Properties"]["PolicyDocument"]["Statement"])
+            assert not any(a.startswith("s3:") and "*" in a for a in actions), (name, actions)
+
+
+# --- alarms ------------------------------------------------------------------------------------
+
+
+def alarms_by_name(template: Template) -> dict[str, dict]:
+    return {a["Properties"]["AlarmName"]: a["Properties"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()}
+
+
+def test_every_alarm_notifies_the_topic_and_tells_what_to_do_first(acme):
+    alarms = alarms_by_name(acme)
+    assert set(alarms) == {
+        "acme-controller-error-logs", "acme-split-error-logs", "acme-register-error-logs",
+        "acme-queue-age", "acme-stall",
+        "acme-workflow-failed", "acme-workflow-timed-out", "acme-workflow-aborted", "acme-workflow-throttled",
+    }
+    for name, alarm in alarms.items():
+        (action,) = alarm["AlarmActions"]
+        assert "AlarmTopic" in action["Fn::ImportValue"], name
+        assert "First:" in alarm["AlarmDescription"], name
+        assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_no_alarm_watches_the_controller_errors_metric(acme):
+    for alarm in alarms_by_name(acme).values():
+        assert alarm.get("MetricName") != "Errors", "busy-gate waits fail the controller on purpose"
+
+
+def test_workflow_alarms_watch_failed_timed_out_aborted_and_throttled(acme):
+    alarms = alarms_by_name(acme)
+    assert {alarms[f"acme-workflow-{k}"]["MetricName"] for k in ("failed", "timed-out", "aborted", "throttled")} == {
+        "ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted", "ExecutionThrottled",
+    }
+
+
+def test_error_log_filters_match_json_level_error_for_every_function(acme):
+    filters = acme.find_resources("AWS::Logs::MetricFilter")
+    assert len(filters) == 3
+    for f in filters.values():
+        assert f["Properties"]["FilterPattern"] == '{ $.level = "ERROR" }'
+    alarm = alarms_by_name(acme)["acme-split-error-logs"]
+    assert alarm["MetricName"] == "ErrorLogLines-acme-split"
+    assert alarm["Namespace"] == "OrderedIngest"
+
+
+@pytest.mark.parametrize(
+    ("alarm", "threshold", "metric"),
+    [("initech-queue-age", 300, "ApproximateAgeOfOldestMessage"), ("initech-stall", 600, "HeadMessageWaitSeconds")],
+)
+def test_thresholds_come_from_tenants_yaml(initech, alarm, threshold, metric):
+    props = alarms_by_name(initech)[alarm]
+    assert props["Threshold"] == threshold
+    assert props["MetricName"] == metric
+
+
+def test_stall_alarm_reads_the_controllers_head_wait_metric_for_this_tenant(acme):
+    stall = alarms_by_name(acme)["acme-stall"]
+    assert stall["Namespace"] == "OrderedIngest"
+    assert stall["Dimensions"] == [{"Name": "Tenant", "Value": "acme"}]
+    assert stall["Statistic"] == "Maximum"
+    assert stall["Threshold"] == 1800
