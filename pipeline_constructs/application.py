@@ -12,15 +12,6 @@ from pipeline_constructs.config import AppConfig, load_config
 from pipeline_constructs.stacks import SharedStack, TenantStack
 
 
-#: Feature flags the app relies on, set in code so that tests and the CLI synthesize the same.
-FEATURE_FLAGS = {
-    # Access logs are delivered under a bucket policy, not the legacy ACL.
-    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
-    "@aws-cdk/core:enablePartitionLiterals": True,
-    "@aws-cdk/aws-iam:minimizePolicies": True,
-}
-
-
 @dataclass(frozen=True)
 class IngestApp:
     app: App
@@ -33,8 +24,6 @@ def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = T
     """One shared stack and one stack per tenant; cdk-nag AwsSolutions runs on every synth."""
     config = load_config(tenants_file)
     app = app or App()
-    for flag, value in FEATURE_FLAGS.items():
-        app.node.set_context(flag, value)
     shared = SharedStack(app, config)
     stacks = {t.id: TenantStack(app, t, shared) for t in config.tenants}
     if nag:

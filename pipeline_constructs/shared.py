@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
+from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -47,13 +47,6 @@ class SharedResources(Construct):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
             removal_policy=RemovalPolicy.RETAIN,
-        )
-        Validations.of(self.access_logs_bucket).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-S1",
-                reason="This is the access-log target of the landing and work buckets; logging "
-                "its own access would recurse.",
-            )
         )
 
         self.landing_bucket = self._bucket(

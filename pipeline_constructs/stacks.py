@@ -17,7 +17,24 @@ from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
 
 
-class SharedStack(Stack):
+#: Feature flags the stacks rely on. Set on each stack (context is looked up the tree), so the
+#: CLI, the tests and the local runtime synthesize the same templates without cdk.json.
+FEATURE_FLAGS = {
+    # Access logs are delivered under a bucket policy, not the legacy ACL.
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+    "@aws-cdk/core:enablePartitionLiterals": True,
+    "@aws-cdk/aws-iam:minimizePolicies": True,
+}
+
+
+class _IngestStack(Stack):
+    def __init__(self, scope: Construct, stack_id: str, *, description: str) -> None:
+        super().__init__(scope, stack_id, description=description)
+        for flag, value in FEATURE_FLAGS.items():
+            self.node.set_context(flag, value)
+
+
+class SharedStack(_IngestStack):
     """Buckets, gate table and alarm topic used by every tenant."""
 
     def __init__(self, scope: Construct, config: AppConfig) -> None:
@@ -31,7 +48,7 @@ class SharedStack(Stack):
         )
 
 
-class TenantStack(Stack):
+class TenantStack(_IngestStack):
     """One tenant's pipeline."""
 
     def __init__(self, scope: Construct, tenant: TenantConfig, shared_stack: SharedStack) -> None:

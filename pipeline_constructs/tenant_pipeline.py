@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -22,6 +22,7 @@ from constructs import Construct
 from pipeline_constructs import names
 from pipeline_constructs.alarms import AlarmTargets, build_alarms
 from pipeline_constructs.config import TenantConfig
+from pipeline_constructs.nag import acknowledge
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.workflow import build_definition
 
@@ -69,13 +70,12 @@ class TenantPipeline(Construct):
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
         )
-        Validations.of(self.queue).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-SQS3",
-                reason="No DLQ by design: moving a failing head message aside would let later "
-                "files of the tenant overtake it (breaks ordering). The message stays at the "
-                "head and the stall alarm pages instead.",
-            )
+        acknowledge(
+            self.queue,
+            "AwsSolutions-SQS3",
+            "No DLQ by design: moving a failing head message aside would let later files of the "
+            "tenant overtake it (breaks ordering). The message stays at the head and the stall "
+            "alarm pages instead.",
         )
 
         self.rule = events.Rule(
@@ -292,8 +292,7 @@ class TenantPipeline(Construct):
 
 def _acknowledge(scope: Construct, *findings: tuple[str, str | None, str]) -> None:
     for rule, finding, reason in findings:
-        rule_id = f"{rule}[{finding}]" if finding else rule
-        Validations.of(scope).acknowledge(Acknowledgment(id=rule_id, reason=reason))
+        acknowledge(scope, rule, reason, finding)
 
 
 def _logical_id(function: lambda_.Function) -> str:

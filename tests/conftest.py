@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,11 @@ from aws_cdk.assertions import Template
 from pipeline_constructs.application import build_app
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# jsii and the CDK CLI run on the Node 22 that `make setup` installs into node_modules (the
+# machine's Node may be end-of-life); put it first however pytest was started.
+os.environ["PATH"] = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
 DEFAULT_TENANTS = ROOT / "tenants.yaml"
 
 

@@ -1,0 +1,247 @@
+"""tenants.yaml validation: every problem at once, each naming tenant, field, value and fix."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from pipeline_constructs import names
+from pipeline_constructs.config import ConfigError, load_config, parse_config
+
+SINK = "  sink: {url: https://core.example.com/records}\n"
+
+
+def problems_of(yaml_text: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(textwrap.dedent(yaml_text))
+    return caught.value.problems
+
+
+def one_problem(yaml_text: str) -> str:
+    problems = problems_of(yaml_text)
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def test_the_default_tenants_file_is_valid_and_applies_defaults():
+    config = load_config("tenants.yaml")
+    by_id = {t.id: t for t in config.tenants}
+    assert list(by_id) == ["acme", "globex", "initech"]
+    assert by_id["acme"].format == "csv" and by_id["acme"].chunk_size == 100
+    assert by_id["globex"].format == "jsonl"
+    assert by_id["initech"].chunk_size == 250
+    assert by_id["initech"].alarms.queue_age_seconds == 300
+    # nested blocks merge key by key: initech overrides the alarm thresholds it names only
+    assert by_id["initech"].alarms.error_logs_threshold == 1
+    assert by_id["acme"].sink.url == "https://core.example.com/api/records"
+
+
+def test_fails_when_an_id_is_declared_twice():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/}}
+          - {{id: acme, prefix: b/}}
+        """
+    ) == (
+        "tenant 'acme': field 'id' = 'acme': is declared more than once; give every tenant a unique id "
+        "(it names the tenant's queue, workflow and stack)"
+    )
+
+
+def test_fails_when_an_id_has_bad_characters():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: Acme_Corp, prefix: a/}}
+        """
+    ) == (
+        "tenant 'Acme_Corp': field 'id' = 'Acme_Corp': has characters other than lowercase letters, digits "
+        "and single hyphens, or does not start with a letter; use lowercase letters, digits and single "
+        f"hyphens, starting with a letter (at most {names.MAX_TENANT_ID_LENGTH} characters)"
+    )
+
+
+def test_fails_when_an_id_is_too_long_for_a_derived_resource_name():
+    tenant_id = "a" * (names.MAX_TENANT_ID_LENGTH + 1)
+    assert names.MAX_TENANT_ID_LENGTH == 49  # "<id>-register-chunk" must fit Lambda's 64 characters
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: {tenant_id}, prefix: a/}}
+        """
+    ) == (
+        f"tenant '{tenant_id}': field 'id' = '{tenant_id}': is 50 characters, so the derived Lambda "
+        f"function name '{tenant_id}-register-chunk' is 65 characters (limit 64); use lowercase letters, "
+        "digits and single hyphens, starting with a letter (at most 49 characters)"
+    )
+
+
+def test_every_derived_name_fits_its_limit_at_the_maximum_id_length():
+    longest = "a" * names.MAX_TENANT_ID_LENGTH
+    for derived in names.ALL:
+        assert len(derived.render(longest)) <= derived.limit, derived
+    assert names.QUEUE.render(longest).endswith(".fifo") and names.QUEUE.limit == 80
+    assert names.STATE_MACHINE.limit == 80
+
+
+def test_fails_when_prefixes_overlap():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: in/}}
+          - {{id: beta, prefix: in/beta/}}
+        """
+    ) == (
+        "tenant 'beta': field 'prefix' = 'in/beta/': overlaps tenant 'acme' prefix 'in/'; "
+        "give each tenant a prefix that is not inside another's"
+    )
+
+
+def test_fails_when_the_format_is_unknown():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, format: xml}}
+        """
+    ) == "tenant 'acme': field 'format' = 'xml': Input should be 'csv' or 'jsonl'; use 'csv' (with a header row) or 'jsonl'"
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    (0, "Input should be greater than or equal to 1"),
+    (1001, "Input should be less than or equal to 1000"),
+])
+def test_fails_when_chunk_size_is_out_of_range(value, problem):
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, chunk_size: {value}}}
+        """
+    ) == f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 1000"
+
+
+def test_fails_when_a_threshold_is_negative():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - id: acme
+            prefix: a/
+            alarms: {{stall_after_seconds: -1}}
+        """
+    ) == (
+        "tenant 'acme': field 'alarms.stall_after_seconds' = -1: Input should be greater than or equal to 60; "
+        "use a whole number of seconds, at least 60"
+    )
+
+
+def test_fails_when_a_key_is_misspelt_and_suggests_the_right_one():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, chunk_sise: 10}}
+        """
+    ) == "tenant 'acme': field 'chunk_sise' = 10: unknown key; remove it or fix its spelling (did you mean 'chunk_size'?)"
+
+
+def test_fails_when_a_defaults_key_is_misspelt():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+          fromat: csv
+        tenants:
+          - {{id: acme, prefix: a/}}
+        """
+    ) == "defaults: field 'fromat' = 'csv': unknown key; remove it or fix its spelling (did you mean 'format'?)"
+
+
+def test_fails_when_the_tenant_list_is_empty():
+    assert one_problem("tenants: []\n") == (
+        "file: field 'tenants' = []: must be a non-empty list; "
+        "declare at least one tenant with '- id: ...' and 'prefix: ...'"
+    )
+
+
+def test_fails_when_the_yaml_does_not_parse_and_names_the_line():
+    assert one_problem("tenants:\n  - id: acme\n   prefix: a/\n") == (
+        "YAML syntax error at line 3, column 4: expected <block end>, but found '<block mapping start>'; "
+        "fix the indentation, a missing ':' or an unclosed quote there"
+    )
+
+
+def test_fails_when_the_sink_is_plain_http_to_a_remote_host():
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, sink: {url: "http://core.example.com/records"}}
+        """
+    ) == (
+        "tenant 'acme': field 'sink.url' = 'http://core.example.com/records': must be an https:// URL "
+        "(plain http:// only for localhost); use the core system's https:// endpoint"
+    )
+
+
+def test_fails_when_the_sink_is_missing():
+    assert one_problem("tenants:\n  - {id: acme, prefix: a/}\n") == (
+        "tenant 'acme': field 'sink' = (missing): is required; set sink.url in the tenant or in defaults"
+    )
+
+
+def test_a_bad_default_is_reported_once_not_once_per_tenant():
+    assert one_problem(
+        """
+        defaults:
+          sink: {url: "ftp://core"}
+        tenants:
+          - {id: acme, prefix: a/}
+          - {id: beta, prefix: b/}
+        """
+    ) == (
+        "defaults: field 'sink.url' = 'ftp://core': must be an https:// URL (plain http:// only for localhost); "
+        "use the core system's https:// endpoint"
+    )
+
+
+def test_reports_every_problem_at_once():
+    problems = problems_of(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, format: xml, chunk_size: 0}}
+          - {{id: Beta, prefix: a/b/}}
+          - {{id: gamma, prefix: c/, colour: red}}
+        """
+    )
+    assert [p.split(":")[0] + ":" + p.split("'")[3] for p in problems] == [
+        "tenant 'acme':format",
+        "tenant 'acme':chunk_size",
+        "tenant 'Beta':id",
+        "tenant 'gamma':colour",
+        "tenant 'Beta':prefix",
+    ]
+
+
+def test_the_error_message_lists_the_problems_under_the_file_name(tmp_path):
+    path = tmp_path / "my-tenants.yaml"
+    path.write_text("tenants: []\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith("my-tenants.yaml is invalid (1 problem):\n  - file: field 'tenants'")
