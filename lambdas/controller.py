@@ -68,7 +68,9 @@ class ObjectCreated:
         try:
             event = json.loads(body)
         except (TypeError, ValueError):
-            raise ValueError("SQS message body is not JSON; expected an S3 'Object Created' EventBridge event") from None
+            raise ValueError(
+                "SQS message body is not JSON; expected an S3 'Object Created' EventBridge event"
+            ) from None
 
         def fail(what: str) -> ValueError:
             return ValueError(f"SQS message body is not an S3 'Object Created' EventBridge event: {what}")
@@ -150,7 +152,7 @@ def emf_line(*, namespace: str, tenant_id: str, now: float, sent_timestamp_ms: i
                 ],
             },
             "Tenant": tenant_id,
-            "HeadMessageWaitSeconds": max(0.0, now - sent_timestamp_ms / 1000),
+            "HeadMessageWaitSeconds": round(max(0.0, now - sent_timestamp_ms / 1000), 3),
         }
     )
 
@@ -160,14 +162,20 @@ def _error_code(error: ClientError) -> str:
 
 
 def _check_gate(
-    item: dict[str, Any] | None, event: ObjectCreated, *, config: ControllerConfig, sfn: Any, now: float, log: dict[str, Any]
+    item: dict[str, Any] | None,
+    event: ObjectCreated,
+    *,
+    config: ControllerConfig,
+    sfn: Any,
+    now: float,
+    log: dict[str, Any],
 ) -> str | None:
     """Return the execution name the gate holds if it may be replaced; raise `GateBusyError` if not."""
     observed = item.get("execution_name", {}).get("S") if item else None
     if observed is None:
         return None
     if observed == event.event_id:
-        logger.info("gate already holds this event's execution (redelivery); starting it idempotently", extra=log)
+        logger.info("gate already holds this event's execution (redelivery); start is idempotent", extra=log)
         return observed
     arn = item.get("execution_arn", {}).get("S") or execution_arn(config.state_machine_arn, observed)
     try:
@@ -220,12 +228,31 @@ def _claim_gate(
         raise
 
 
-def process_message(record: dict[str, Any], *, config: ControllerConfig, sfn: Any, ddb: Any, now: float) -> dict[str, Any]:
+def process_message(
+    record: dict[str, Any], *, config: ControllerConfig, sfn: Any, ddb: Any, now: float
+) -> dict[str, Any]:
     """Run the gate for one SQS record; return what happened, raise `GateBusyError` to wait.
 
     `sfn` and `ddb` are boto3 Step Functions and DynamoDB clients; `now` is epoch seconds.
+    A busy gate is logged at INFO (intended control flow), anything else at ERROR.
     """
     log: dict[str, Any] = {"tenant": config.tenant_id, "message_id": record.get("messageId")}
+    try:
+        return _start_if_free(record, log, config=config, sfn=sfn, ddb=ddb, now=now)
+    except GateBusyError as busy:
+        logger.info(
+            "gate busy; the message stays in the queue and is redelivered", extra={**log, "reason": str(busy)}
+        )
+        raise
+    except Exception:
+        logger.exception("controller failed", extra=log)
+        raise
+
+
+def _start_if_free(
+    record: dict[str, Any], log: dict[str, Any], *, config: ControllerConfig, sfn: Any, ddb: Any, now: float
+) -> dict[str, Any]:
+    """Steps 1-5 of the contract; adds the event's fields to `log` once they are known."""
     print(
         emf_line(
             namespace=config.metric_namespace,
@@ -266,16 +293,15 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     configure_logging()
     config = ControllerConfig.from_env()
     records = event.get("Records") or []
-    log = {"tenant": config.tenant_id, "message_id": records[0].get("messageId") if records else None}
-    try:
-        if len(records) != 1:
-            raise ValueError(f"expected exactly one SQS record (batch size 1), got {len(records)}")
-        return process_message(
-            records[0], config=config, sfn=aws_client("stepfunctions"), ddb=aws_client("dynamodb"), now=time.time()
+    if len(records) != 1:
+        logger.error(
+            "controller needs batch size 1", extra={"tenant": config.tenant_id, "records": len(records)}
         )
-    except GateBusyError as busy:
-        logger.info("gate busy; the message stays in the queue and is redelivered", extra={**log, "reason": str(busy)})
-        raise
-    except Exception:
-        logger.exception("controller failed", extra=log)
-        raise
+        raise ValueError(f"expected exactly one SQS record (batch size 1), got {len(records)}")
+    return process_message(
+        records[0],
+        config=config,
+        sfn=aws_client("stepfunctions"),
+        ddb=aws_client("dynamodb"),
+        now=time.time(),
+    )

@@ -58,7 +58,9 @@ class RegisterConfig:
         sink_url = env("SINK_URL")
         # urllib also opens file:// and ftp:// URLs; a sink is only ever HTTP(S).
         if urllib.parse.urlsplit(sink_url).scheme not in ("http", "https"):
-            raise ConfigError(f"environment variable SINK_URL={sink_url!r} must be an http:// or https:// URL")
+            raise ConfigError(
+                f"environment variable SINK_URL={sink_url!r} must be an http:// or https:// URL"
+            )
         return cls(
             tenant_id=env("TENANT_ID"),
             work_bucket=env("WORK_BUCKET"),
@@ -74,7 +76,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _post(opener: urllib.request.OpenerDirector, url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
+def _post(
+    opener: urllib.request.OpenerDirector, url: str, body: bytes, headers: dict[str, str], timeout: float
+) -> int:
     """POST and return the HTTP status; transport failures raise (OSError, HTTPException)."""
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
@@ -104,7 +108,9 @@ def register_chunk(task: dict[str, Any], *, config: RegisterConfig, s3: Any) -> 
     if chunk_index < 0 or chunk_size < 1:
         raise ValueError(f"chunk_index {chunk_index} must be >= 0 and chunk_size {chunk_size} >= 1")
     if not chunk_prefix.startswith(f"{config.tenant_id}/"):
-        raise KeyOutsidePrefixError(f"chunk_prefix {chunk_prefix!r} is outside tenant {config.tenant_id!r}'s work prefix")
+        raise KeyOutsidePrefixError(
+            f"chunk_prefix {chunk_prefix!r} is outside tenant {config.tenant_id!r}'s work prefix"
+        )
 
     opener = urllib.request.build_opener(_NoRedirect)
     body = s3.get_object(Bucket=config.work_bucket, Key=chunk_key(chunk_prefix, chunk_index))["Body"]
@@ -126,11 +132,14 @@ def register_chunk(task: dict[str, Any], *, config: RegisterConfig, s3: Any) -> 
         try:
             status = _post(opener, config.sink_url, record, headers, config.sink_timeout_seconds)
         except (OSError, http.client.HTTPException) as error:
-            raise SinkRetryableError(f"{where}: {_transport_problem(error, config.sink_timeout_seconds)}") from None
+            problem = _transport_problem(error, config.sink_timeout_seconds)
+            raise SinkRetryableError(f"{where}: {problem}") from None
         if status == 429 or status >= 500:
             raise SinkRetryableError(f"{where}: HTTP {status}")
         if not 200 <= status < 300:
-            raise SinkRejectedError(f"{where}: HTTP {status}", status=status, chunk_index=chunk_index, record_index=file_index)
+            raise SinkRejectedError(
+                f"{where}: HTTP {status}", status=status, chunk_index=chunk_index, record_index=file_index
+            )
         sent += 1
     return {"chunk_index": chunk_index, "records_sent": sent}
 

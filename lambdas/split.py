@@ -135,7 +135,8 @@ def jsonl_lines(lines: Iterator[tuple[int, str]]) -> Iterator[str]:
         try:
             value = json.loads(text, parse_constant=_reject_constant)
         except json.JSONDecodeError as error:
-            raise MalformedFileError(line_number, f"invalid JSON ({error.msg} at column {error.colno})") from None
+            problem = f"invalid JSON ({error.msg} at column {error.colno})"
+            raise MalformedFileError(line_number, problem) from None
         except (ValueError, RecursionError) as error:
             problem = str(error) if isinstance(error, ValueError) else "nested too deeply"
             raise MalformedFileError(line_number, f"invalid JSON ({problem})") from None
@@ -187,7 +188,9 @@ def split_file(file_ref: dict[str, Any], *, config: SplitConfig, s3: Any) -> dic
     bucket, key, version_id = file_ref["bucket"], file_ref["key"], file_ref["version_id"]
     execution_name = file_ref["execution_name"]
     if file_ref.get("tenant", config.tenant_id) != config.tenant_id:
-        raise ValueError(f"input is for tenant {file_ref['tenant']!r}, this function serves {config.tenant_id!r}")
+        raise ValueError(
+            f"input is for tenant {file_ref['tenant']!r}, this function serves {config.tenant_id!r}"
+        )
     if not key.startswith(config.landing_prefix):
         raise KeyOutsidePrefixError(f"key {key!r} is outside the landing prefix {config.landing_prefix!r}")
     if not execution_name or "/" in execution_name:

@@ -1,0 +1,354 @@
+"""Split on moto: exact object version in, JSON Lines chunks + manifest out, streamed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import ingest_common
+import split
+from ingest_common import KeyOutsidePrefixError
+from split import MalformedFileError, SplitConfig, split_file
+
+TENANT = "acme"
+LANDING = "landing"
+WORK = "work"
+
+
+@pytest.fixture
+def buckets(s3: Any) -> Any:
+    s3.create_bucket(Bucket=LANDING)
+    s3.put_bucket_versioning(Bucket=LANDING, VersioningConfiguration={"Status": "Enabled"})
+    s3.create_bucket(Bucket=WORK)
+    return s3
+
+
+def config(fmt: str = "csv", chunk_size: int = 3) -> SplitConfig:
+    return SplitConfig(
+        tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK, landing_prefix="acme/"
+    )
+
+
+def upload(s3: Any, content: bytes, key: str = "acme/f.csv") -> dict[str, Any]:
+    """Put one object version; return the FileRef + execution_name the workflow would pass."""
+    version_id = s3.put_object(Bucket=LANDING, Key=key, Body=content)["VersionId"]
+    return {
+        "tenant": TENANT,
+        "event_id": "evt-1",
+        "bucket": LANDING,
+        "key": key,
+        "version_id": version_id,
+        "size": len(content),
+        "etag": "e",
+        "event_time": "2024-01-01T00:00:00Z",
+        "execution_name": "evt-1",
+    }
+
+
+def work_keys(s3: Any) -> list[str]:
+    return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=WORK).get("Contents", []))
+
+
+def chunk_lines(s3: Any, result: dict[str, Any]) -> list[list[str]]:
+    """Raw lines of every chunk the output lists, in order."""
+    return [
+        s3.get_object(Bucket=WORK, Key=ingest_common.chunk_key(result["chunk_prefix"], i))["Body"]
+        .read()
+        .decode()
+        .splitlines()
+        for i in result["chunks"]
+    ]
+
+
+def chunk_records(s3: Any, result: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    return [[json.loads(line) for line in lines] for lines in chunk_lines(s3, result)]
+
+
+def csv_file(n: int) -> bytes:
+    return ("id,name\n" + "".join(f"{i},name-{i}\n" for i in range(n))).encode()
+
+
+@pytest.mark.parametrize(
+    ("records", "expected_chunks"),
+    [(0, []), (1, [[0]]), (3, [[0, 1, 2]]), (4, [[0, 1, 2], [3]])],
+    ids=["zero", "one", "exactly-chunk-size", "chunk-size-plus-one"],
+)
+def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected_chunks):
+    """GIVEN a CSV file of N records and chunk_size 3 WHEN split
+    THEN ceil(N/3) chunks, in order, and a manifest."""
+    ref = upload(buckets, csv_file(records))
+
+    result = split_file(ref, config=config(chunk_size=3), s3=buckets)
+
+    assert result == {
+        "manifest_key": "acme/evt-1/manifest.json",
+        "chunk_prefix": "acme/evt-1/",
+        "chunk_size": 3,
+        "chunk_count": len(expected_chunks),
+        "record_count": records,
+        "chunks": list(range(len(expected_chunks))),
+    }
+    assert chunk_records(buckets, result) == [
+        [{"id": str(i), "name": f"name-{i}"} for i in chunk] for chunk in expected_chunks
+    ]
+    assert work_keys(buckets) == sorted(
+        ["acme/evt-1/manifest.json"]
+        + [f"acme/evt-1/chunk-{i:06d}.jsonl" for i in range(len(expected_chunks))]
+    )
+    manifest = json.loads(buckets.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
+    assert manifest["source"] == {
+        "bucket": LANDING,
+        "key": "acme/f.csv",
+        "version_id": ref["version_id"],
+        "etag": "e",
+        "size": ref["size"],
+    }
+    assert (manifest["chunk_size"], manifest["chunk_count"], manifest["record_count"]) == (
+        3,
+        len(expected_chunks),
+        records,
+    )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"id,name\n", b"id,name", b"id,name\n\n\r\n"],
+    ids=["empty", "header-only", "header-no-newline", "header-blank-lines"],
+)
+def test_empty_or_header_only_file_succeeds_with_zero_chunks(buckets, content):
+    """GIVEN a file with no records WHEN split THEN success, zero chunks, only the manifest written."""
+    result = split_file(upload(buckets, content), config=config(), s3=buckets)
+
+    assert (result["chunk_count"], result["record_count"], result["chunks"]) == (0, 0, [])
+    assert work_keys(buckets) == ["acme/evt-1/manifest.json"]
+
+
+def test_csv_quoted_commas_newlines_and_quotes_survive(buckets):
+    """GIVEN quoted fields with commas, an embedded newline and doubled quotes WHEN split
+    THEN values are exact."""
+    content = b'id,text\n1,"hello, world"\n2,"line one\nline two"\n3,"say ""hi"""\n'
+
+    result = split_file(upload(buckets, content), config=config(chunk_size=10), s3=buckets)
+
+    assert chunk_records(buckets, result) == [
+        [
+            {"id": "1", "text": "hello, world"},
+            {"id": "2", "text": "line one\nline two"},
+            {"id": "3", "text": 'say "hi"'},
+        ]
+    ]
+
+
+def test_bom_and_crlf_are_not_part_of_names_or_values(buckets):
+    """GIVEN a UTF-8 BOM and CRLF line endings WHEN split
+    THEN the first column is 'id' and no value ends in CR."""
+    content = "\ufeffid,name\r\n1,Zoë\r\n2,b\r\n\r\n".encode()
+
+    result = split_file(upload(buckets, content), config=config(chunk_size=10), s3=buckets)
+
+    assert chunk_records(buckets, result) == [[{"id": "1", "name": "Zoë"}, {"id": "2", "name": "b"}]]
+
+
+def test_trailing_blank_lines_are_ignored(buckets):
+    """GIVEN empty lines after the last record WHEN split THEN they are not records."""
+    result = split_file(upload(buckets, b"id,name\n1,a\n\n\n"), config=config(), s3=buckets)
+    assert result["record_count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"id,name\n1,a\n2\n3,c\n", "line 3: expected 2 fields, found 1"),
+        # the record on line 3 spans lines 3-4, so the bad one starts on line 5
+        (b'id,name\n1,a\n2,"x\ny"\n4,d,extra\n', "line 5: expected 2 fields, found 3"),
+        (b"id,name\r\n1,a\r\n\r\n3,c\r\n", "line 3: expected 2 fields, found 0"),
+        (b'id,name\n1,"open\n', "line 2: invalid CSV (unexpected end of data)"),
+        (b'id,name\n1,"a"b\n', "line 2: invalid CSV (',' expected after '\"')"),
+        (b"id,id\n1,2\n", "line 1: duplicate column name at position 2"),
+        (b"id,,x\n1,2,3\n", "line 1: empty column name at position 2"),
+        (b"\nid,name\n1,2\n", "line 1: empty header"),
+        (b"id,name\n1,a\n2,\xff\xfe\n", "line 3: invalid UTF-8 at byte 3"),
+    ],
+    ids=[
+        "too-few-fields",
+        "after-multiline-record",
+        "blank-line-inside",
+        "unterminated-quote",
+        "junk-after-quote",
+        "duplicate-header",
+        "empty-header-name",
+        "blank-header",
+        "invalid-utf8",
+    ],
+)
+def test_fails_when_csv_is_malformed(buckets, content, message):
+    """GIVEN a malformed CSV WHEN split
+    THEN MalformedFileError names the physical line, and no manifest is written."""
+    with pytest.raises(MalformedFileError) as raised:
+        split_file(upload(buckets, content), config=config(chunk_size=1), s3=buckets)
+
+    assert str(raised.value) == message
+    assert "acme/evt-1/manifest.json" not in work_keys(buckets)
+
+
+def test_jsonl_objects_pass_through_verbatim_and_blank_lines_are_skipped(buckets):
+    """GIVEN JSON Lines with blank lines, unicode and high-precision numbers WHEN split
+    THEN each object is one chunk line, unchanged (no float round trip)."""
+    lines = [
+        '{"id":1,"amount":0.10000000000000000555}',
+        '{"id":2,"name":"Zoë","nested":{"a":[1,2]}}',
+        '{"id":3}',
+    ]
+    content = f"{lines[0]}\n\n{lines[1]}\r\n   \n{lines[2]}".encode()
+
+    ref = upload(buckets, content, key="acme/f.jsonl")
+    result = split_file(ref, config=config("jsonl", chunk_size=2), s3=buckets)
+
+    assert result["record_count"] == 3
+    assert chunk_lines(buckets, result) == [lines[:2], lines[2:]]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"id":1}\n[1,2]\n', "line 2: not a JSON object"),
+        (b'{"id":1}\n\n{"id":\n', "line 3: invalid JSON (Expecting value at column 7)"),
+        (b'{"id":NaN}\n', "line 1: invalid JSON (NaN is not valid JSON)"),
+        (b'{"id":1}\n"text"\n', "line 2: not a JSON object"),
+    ],
+    ids=["array", "truncated", "nan", "string"],
+)
+def test_fails_when_jsonl_line_is_not_a_json_object(buckets, content, message):
+    """GIVEN a JSONL file with a bad line WHEN split THEN MalformedFileError names that line."""
+    with pytest.raises(MalformedFileError) as raised:
+        split_file(upload(buckets, content, key="acme/f.jsonl"), config=config("jsonl"), s3=buckets)
+    assert str(raised.value) == message
+
+
+def test_fails_when_key_is_outside_the_landing_prefix(buckets):
+    """GIVEN a FileRef for another tenant's key WHEN split
+    THEN it is refused before reading and nothing is written."""
+    ref = upload(buckets, csv_file(2), key="beta/f.csv")
+
+    class NoRead:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(buckets, name)
+
+        def get_object(self, **kwargs: Any) -> None:
+            raise AssertionError("read an object outside the tenant prefix")
+
+    with pytest.raises(KeyOutsidePrefixError, match="'beta/f.csv' is outside the landing prefix 'acme/'"):
+        split_file(ref, config=config(), s3=NoRead())
+    assert work_keys(buckets) == []
+
+
+def test_reads_exactly_the_announced_object_version(buckets):
+    """GIVEN two versions of the same key WHEN the first version is split
+    THEN its records, not the newer ones."""
+    first = upload(buckets, b"id,name\n1,first\n")
+    upload(buckets, b"id,name\n2,second\n3,second\n")
+
+    result = split_file(first, config=config(), s3=buckets)
+
+    assert chunk_records(buckets, result) == [[{"id": "1", "name": "first"}]]
+
+
+class SpyBody:
+    """StreamingBody stand-in that fails on an unbounded read and tracks how much was read."""
+
+    def __init__(self, body: Any, limit: int) -> None:
+        self._body, self._limit = body, limit
+        self.consumed = 0
+        self.sizes: list[int | None] = []
+
+    def read(self, amt: int | None = None) -> bytes:
+        self.sizes.append(amt)
+        if amt is None or amt < 0 or amt > self._limit:
+            raise AssertionError(f"unbounded read: read({amt})")
+        data = self._body.read(amt)
+        self.consumed += len(data)
+        return data
+
+    def close(self) -> None:
+        self._body.close()
+
+
+def test_streams_the_body_and_writes_chunks_while_reading(buckets):
+    """GIVEN a ~1 MB file WHEN split THEN every read is bounded (<= 64 KiB) and the first chunk is
+    written before the body is half read (only one chunk is held at a time)."""
+    content = ("id,payload\n" + "".join(f"{i},{'x' * 90}\n" for i in range(10_000))).encode()
+    ref = upload(buckets, content)
+    spy: dict[str, SpyBody] = {}
+    consumed_at_put: list[int] = []
+
+    class SpyS3:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(buckets, name)
+
+        def get_object(self, **kwargs: Any) -> dict[str, Any]:
+            response = buckets.get_object(**kwargs)
+            spy["body"] = response["Body"] = SpyBody(response["Body"], limit=64 * 1024)
+            return response
+
+        def put_object(self, **kwargs: Any) -> Any:
+            consumed_at_put.append(spy["body"].consumed)
+            return buckets.put_object(**kwargs)
+
+    result = split_file(ref, config=config(chunk_size=1000), s3=SpyS3())
+
+    assert result["chunk_count"] == 10
+    assert spy["body"].consumed == len(content)
+    assert max(spy["body"].sizes) <= 64 * 1024
+    assert consumed_at_put[0] < len(content) / 2
+    assert consumed_at_put == sorted(consumed_at_put)
+
+
+@pytest.fixture
+def handler_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "TENANT_ID": TENANT,
+        "FORMAT": "csv",
+        "CHUNK_SIZE": "2",
+        "WORK_BUCKET": WORK,
+        "LANDING_PREFIX": "acme/",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_handler_returns_only_references_and_counts(buckets, handler_env, logs):
+    """GIVEN the deployed environment WHEN the handler splits 3 records
+    THEN its output has no record content."""
+    result = split.handler(upload(buckets, b"id,secret\n1,TOPSECRET\n2,b\n3,c\n"), None)
+
+    assert result == {
+        "manifest_key": "acme/evt-1/manifest.json",
+        "chunk_prefix": "acme/evt-1/",
+        "chunk_size": 2,
+        "chunk_count": 2,
+        "record_count": 3,
+        "chunks": [0, 1],
+    }
+    assert "TOPSECRET" not in json.dumps(result) + logs.text()
+    assert logs.errors() == []
+
+
+def test_handler_logs_malformed_file_at_error_with_line_and_no_content(buckets, handler_env, logs):
+    """GIVEN a malformed file WHEN the handler runs THEN MalformedFileError is raised and logged at ERROR
+    with the line number, never the record."""
+    with pytest.raises(MalformedFileError, match="^line 3: expected 2 fields, found 3$"):
+        split.handler(upload(buckets, b"id,secret\n1,a\n2,TOPSECRET,extra\n"), None)
+
+    (error,) = logs.errors()
+    assert error.line_number == 3
+    assert error.key == "acme/f.csv"
+    assert "TOPSECRET" not in logs.text()
+
+
+def test_fails_when_format_is_unknown(monkeypatch, handler_env):
+    """GIVEN FORMAT=xml WHEN the handler starts
+    THEN a ConfigError names the variable and the allowed values."""
+    monkeypatch.setenv("FORMAT", "xml")
+    with pytest.raises(ingest_common.ConfigError, match="FORMAT='xml' must be one of csv, jsonl"):
+        split.handler({}, None)
