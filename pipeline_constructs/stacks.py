@@ -24,6 +24,9 @@ FEATURE_FLAGS = {
     "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
     "@aws-cdk/core:enablePartitionLiterals": True,
     "@aws-cdk/aws-iam:minimizePolicies": True,
+    # Tenant stacks import the table, topic and key from the shared stack; a strong reference
+    # keeps the shared stack from dropping an export a tenant still uses.
+    "@aws-cdk/core:defaultCrossStackReferences": "strong",
 }
 
 
