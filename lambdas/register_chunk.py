@@ -8,9 +8,7 @@ twice. The first failure stops the chunk: later records are never sent before it
 from __future__ import annotations
 
 import http.client
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,31 +67,38 @@ class RegisterConfig:
         )
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Surface 3xx as an error: urllib would turn a redirected POST into a GET without a body."""
+class _SinkConnection:
+    """One keep-alive connection to the sink for a whole chunk.
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    A TLS handshake per record would dominate the cost of a chunk. `http.client` does not
+    follow redirects, which is what we want: a redirected POST would lose its body.
+    """
 
+    def __init__(self, url: str, timeout: float) -> None:
+        parts = urllib.parse.urlsplit(url)
+        factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        self._connection = factory(parts.hostname, parts.port, timeout=timeout)
+        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
-def _post(
-    opener: urllib.request.OpenerDirector, url: str, body: bytes, headers: dict[str, str], timeout: float
-) -> int:
-    """POST and return the HTTP status; transport failures raise (OSError, HTTPException)."""
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with opener.open(request, timeout=timeout) as response:
+    def post(self, body: bytes, headers: dict[str, str]) -> int:
+        """POST and return the HTTP status; transport failures raise (OSError, HTTPException)."""
+        try:
+            self._connection.request("POST", self._path, body=body, headers=headers)
+            response = self._connection.getresponse()
+            response.read()  # drain (never logged) so the connection can be reused
             return response.status
-    except urllib.error.HTTPError as error:
-        error.close()
-        return error.code
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._connection.close()
 
 
 def _transport_problem(error: BaseException, timeout: float) -> str:
-    reason = error.reason if isinstance(error, urllib.error.URLError) else error
-    if isinstance(reason, TimeoutError):
+    if isinstance(error, TimeoutError):
         return f"timed out after {timeout:g}s"
-    return f"connection failed ({type(reason).__name__})"
+    return f"connection failed ({type(error).__name__})"
 
 
 def register_chunk(task: dict[str, Any], *, config: RegisterConfig, s3: Any) -> dict[str, Any]:
@@ -112,10 +117,19 @@ def register_chunk(task: dict[str, Any], *, config: RegisterConfig, s3: Any) -> 
             f"chunk_prefix {chunk_prefix!r} is outside tenant {config.tenant_id!r}'s work prefix"
         )
 
-    opener = urllib.request.build_opener(_NoRedirect)
     body = s3.get_object(Bucket=config.work_bucket, Key=chunk_key(chunk_prefix, chunk_index))["Body"]
+    sink = _SinkConnection(config.sink_url, config.sink_timeout_seconds)
+    try:
+        return _send_records(iter_lines(body), sink, task, config)
+    finally:
+        sink.close()
+
+
+def _send_records(lines: Any, sink: _SinkConnection, task: dict[str, Any], config: RegisterConfig) -> dict[str, Any]:
+    chunk_index, chunk_size = int(task["chunk_index"]), int(task["chunk_size"])
+    bucket, key, version_id = task["bucket"], task["key"], task["version_id"]
     sent = 0
-    for _, line in iter_lines(body):
+    for _, line in lines:
         record = line.rstrip(b"\r\n")
         if not record:
             continue
@@ -130,7 +144,7 @@ def register_chunk(task: dict[str, Any], *, config: RegisterConfig, s3: Any) -> 
             "X-Tenant-Id": config.tenant_id,
         }
         try:
-            status = _post(opener, config.sink_url, record, headers, config.sink_timeout_seconds)
+            status = sink.post(record, headers)
         except (OSError, http.client.HTTPException) as error:
             problem = _transport_problem(error, config.sink_timeout_seconds)
             raise SinkRetryableError(f"{where}: {problem}") from None

@@ -44,9 +44,13 @@ def sink() -> Iterator[Sink]:
     state = Sink(url="")
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, like a real core system
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            state.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            state.requests.append(
+                {"path": self.path, "headers": dict(self.headers), "body": body, "client": self.client_address}
+            )
             status = state.respond(len(state.requests) - 1)
             if status == 0:  # hang until the test ends: a timeout without sleeping
                 state.release.wait(5)
@@ -264,3 +268,13 @@ def test_fails_when_sink_url_is_not_http(handler_env, monkeypatch):
     monkeypatch.setenv("SINK_URL", "file:///etc/passwd")
     with pytest.raises(ingest_common.ConfigError, match="SINK_URL='file:///etc/passwd' must be an http"):
         register_chunk.handler(task(0), None)
+
+
+def test_a_chunk_reuses_one_connection_to_the_core_system(work, sink):
+    """GIVEN a chunk of 3 records and a keep-alive core system
+    WHEN the chunk is registered
+    THEN all records travel over one connection (no handshake per record)."""
+    put_chunk(work, 0, [{"n": 1}, {"n": 2}, {"n": 3}])
+    register_chunk.register_chunk(task(0), config=config(sink), s3=work)
+    assert len(sink.requests) == 3
+    assert len({r["client"] for r in sink.requests}) == 1
