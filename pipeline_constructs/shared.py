@@ -37,6 +37,9 @@ class SharedResources(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: SharedResourcesProps) -> None:
         super().__init__(scope, construct_id)
+        # Access logs are delivered under a bucket policy, not the legacy ACL (which
+        # BUCKET_OWNER_ENFORCED forbids), whatever the enclosing app's feature flags.
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
 
         self.access_logs_bucket = s3.Bucket(
             self,

@@ -20,8 +20,6 @@ from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelinePr
 #: Feature flags the stacks rely on. Set on each stack (context is looked up the tree), so the
 #: CLI, the tests and the local runtime synthesize the same templates without cdk.json.
 FEATURE_FLAGS = {
-    # Access logs are delivered under a bucket policy, not the legacy ACL.
-    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
     "@aws-cdk/core:enablePartitionLiterals": True,
     "@aws-cdk/aws-iam:minimizePolicies": True,
     # Tenant stacks import the table, topic and key from the shared stack; a strong reference

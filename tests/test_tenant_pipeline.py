@@ -311,3 +311,30 @@ def test_stall_alarm_reads_the_controllers_head_wait_metric_for_this_tenant(acme
     assert stall["Dimensions"] == [{"Name": "Tenant", "Value": "acme"}]
     assert stall["Statistic"] == "Maximum"
     assert stall["Threshold"] == 1800
+
+
+def test_the_construct_is_reusable_in_any_stack_with_its_documented_attributes(tmp_path):
+    """GIVEN shared resources and a TenantPipeline in one user-defined stack
+    WHEN it is synthesized
+    THEN it produces the tenant's queue, workflow and alarms and exposes them as attributes."""
+    from aws_cdk import App, Stack
+
+    from pipeline_constructs.config import parse_config
+    from pipeline_constructs.shared import SharedResources, SharedResourcesProps
+    from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+
+    (tenant,) = parse_config("tenants: [{id: solo, prefix: s/, sink: {url: 'https://core.example.com'}}]").tenants
+    stack = Stack(App(outdir=str(tmp_path)), "MyStack")
+    shared = SharedResources(stack, "Shared", SharedResourcesProps())
+    pipeline = TenantPipeline(
+        stack, "Solo",
+        TenantPipelineProps(
+            tenant=tenant, landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
+            gate_table=shared.gate_table, alarm_topic=shared.alarm_topic, alarm_topic_key=shared.alarm_key,
+        ),
+    )
+    template = Template.from_stack(stack)
+    template.has_resource_properties("AWS::SQS::Queue", {"QueueName": "solo-event-queue.fifo"})
+    template.resource_count_is("AWS::CloudWatch::Alarm", len(pipeline.alarms))
+    assert set(pipeline.functions) == {"controller", "split", "register"}
+    assert pipeline.state_machine.state_machine_name is not None and pipeline.queue.fifo
