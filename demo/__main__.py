@@ -1,0 +1,232 @@
+"""Run the pipeline of a tenants file locally, end to end, and verify the guarantees.
+
+    python -m demo                       # default tenants.yaml, sample files, live progress
+    python -m demo --scenario malformed  # inject a fault (see --help)
+    python -m demo --serve               # keep the local pipeline up for your own files
+
+Exit status 0 when every guarantee held, 1 when one was violated, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from demo.samples import SampleFile, malformed, sample_files
+from demo.verify import TenantVerdict, Upload, verify_tenant
+from pipeline_constructs.config import ConfigError, load_config
+
+SCENARIOS = {
+    "none": "no fault",
+    "core-errors": "the core system answers 503 and 429 to some records (retried, never registered twice)",
+    "malformed": "the first tenant's second file has a broken line (that file fails and alarms; later files go on)",
+    "crash": "the first tenant's controller dies right after StartExecution once (the redelivery starts nothing new)",
+    "duplicate-event": "the first tenant's first event is delivered twice (one execution only)",
+    "slow-tenant": "the first tenant's core system is slow (other tenants are not delayed)",
+}
+
+
+@dataclass
+class Plan:
+    files: dict[str, list[SampleFile]]
+    expect_failure: set[tuple[str, str]]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tenants", default="tenants.yaml", type=Path, help="tenants file (default: tenants.yaml)")
+    parser.add_argument("--files", type=int, default=5, help="files per tenant (default: 5)")
+    parser.add_argument("--records", type=int, default=300, help="typical records per file (default: 300)")
+    parser.add_argument(
+        "--big-records", type=int, default=100_000,
+        help="records of the one big file, given to the tenant with the largest chunk_size (default: 100000; 0: none)",
+    )
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="none",
+                        help="fault to inject: " + "; ".join(f"{k}: {v}" for k, v in SCENARIOS.items()))
+    parser.add_argument("--time-scale", type=float, default=0.1,
+                        help="factor applied to visibility timeouts and retry waits (default: 0.1)")
+    parser.add_argument("--timeout", type=float, default=600, help="give up after this many seconds (default: 600)")
+    parser.add_argument("--serve", action="store_true",
+                        help="after the demo files (use --files 0 to skip them), keep the pipeline running "
+                        "and print its endpoint so you can upload your own files with the AWS CLI")
+    args = parser.parse_args(argv)
+    if args.files < 0 or args.records < 1 or args.big_records < 0:
+        parser.error("--files must be >= 0, --records >= 1, --big-records >= 0")
+    return args
+
+
+def make_plan(config, args: argparse.Namespace) -> Plan:
+    tenants = list(config.tenants)
+    big_tenant = max(tenants, key=lambda t: t.chunk_size).id if args.big_records and args.files else None
+    files = {
+        t.id: sample_files(
+            t.id, t.format, files=args.files, records=args.records,
+            big_records=args.big_records if t.id == big_tenant else 0,
+        )
+        for t in tenants
+    }
+    expect_failure: set[tuple[str, str]] = set()
+    first = tenants[0]
+    if args.scenario == "malformed" and args.files:
+        bad = malformed(first.id, first.format, file_no=900, records=50, bad_line=7)
+        files[first.id].insert(min(1, len(files[first.id])), bad)
+        expect_failure.add((first.id, bad.name))
+    return Plan(files=files, expect_failure=expect_failure)
+
+
+def inject(pipe, scenario: str, first_tenant: str) -> None:
+    if scenario == "core-errors":
+        for tenant in pipe.tenant_ids:
+            pipe.sink(tenant).fail_with(status=503, times=3, on_record=7)
+            pipe.sink(tenant).fail_with(status=429, times=2, on_record=42)
+    elif scenario == "crash":
+        pipe.faults.crash_controller_after_start(first_tenant, times=1)
+    elif scenario == "duplicate-event":
+        pipe.faults.duplicate_next_event(first_tenant)
+    elif scenario == "slow-tenant":
+        pipe.sink(first_tenant).latency(0.05)
+
+
+def upload_all(pipe, plan: Plan, uploads: dict[str, list[Upload]]) -> None:
+    """Each tenant's files in a burst, tenants in parallel (as independent external systems)."""
+
+    def burst(tenant: str, files: list[SampleFile]) -> None:
+        for sample in files:
+            key, version_id = pipe.put_file(tenant, sample.name, sample.body)
+            uploads[tenant].append(
+                Upload(key=key, version_id=version_id, file_no=sample.file_no, records=sample.records,
+                       expect_failure=(tenant, sample.name) in plan.expect_failure)
+            )
+
+    threads = [threading.Thread(target=burst, args=(t, f)) for t, f in plan.files.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def progress_table(pipe, plan: Plan, uploads: dict[str, list[Upload]], started: float) -> Table:
+    table = Table(title=f"ordered ingest, local run ({time.monotonic() - started:.0f} s)", expand=False)
+    for column in ("tenant", "uploaded", "queued", "in progress", "done", "failed", "records delivered"):
+        table.add_column(column, justify="left" if column in ("tenant", "in progress") else "right")
+    for tenant, files in plan.files.items():
+        executions = pipe.executions(tenant)
+        running = [e for e in executions if e["status"] == "RUNNING"]
+        done = sum(e["status"] == "SUCCEEDED" for e in executions)
+        failed = sum(e["status"] in ("FAILED", "TIMED_OUT", "ABORTED") for e in executions)
+        expected = sum(f.records for f in files)
+        delivered = len(pipe.sink(tenant).accepted)
+        current = running[0]["input"]["key"].rsplit("/", 1)[-1] if running else "-"
+        table.add_row(
+            tenant, f"{len(uploads[tenant])}/{len(files)}",
+            str(max(0, len(uploads[tenant]) - len(executions))), current, str(done), str(failed),
+            f"{delivered:,}/{expected:,}",
+        )
+    return table
+
+
+def verdict_table(verdicts: list[TenantVerdict]) -> Table:
+    table = Table(title="verification")
+    for column in ("tenant", "files ok/failed/all", "order", "records", "dup", "missing", "handoff gap", "result"):
+        table.add_column(column)
+    for v in verdicts:
+        order = "ok" if v.files_in_order and not v.executions_overlap and not v.out_of_order else "[red]BROKEN[/red]"
+        table.add_row(
+            v.tenant,
+            f"{v.files_succeeded}/{v.files_failed}/{v.files_uploaded}",
+            order,
+            f"{v.records_delivered:,}/{v.records_expected:,}",
+            str(v.duplicates), str(v.missing), v.gap_summary,
+            "[green]ok[/green]" if v.ok else "[red]" + "; ".join(v.problems) + "[/red]",
+        )
+    return table
+
+
+def serve(pipe, console: Console) -> None:
+    console.print(
+        f"\nThe local pipeline is running. Endpoint: [bold]{pipe.endpoint_url}[/bold] "
+        f"(any access key; region us-east-1)\n"
+        f"Upload a file:\n"
+        f"  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test aws --endpoint-url {pipe.endpoint_url} "
+        f"--region us-east-1 s3 cp my.csv s3://{pipe.landing_bucket}/<tenant prefix>my.csv\n"
+        "Watch executions, and what the core system received, below. Ctrl-C stops."
+    )
+    seen: dict[str, int] = {}
+    try:
+        while True:
+            for tenant in pipe.tenant_ids:
+                for execution in pipe.executions(tenant):
+                    key = execution["name"]
+                    if execution["status"] != "RUNNING" and seen.get(key) != 1:
+                        seen[key] = 1
+                        console.print(
+                            f"{tenant}: {execution['input']['key']} {execution['status']}, "
+                            f"{len(pipe.sink(tenant).accepted):,} records registered so far"
+                        )
+            time.sleep(1)
+    except KeyboardInterrupt:
+        console.print("stopping")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    try:
+        config = load_config(args.tenants)
+    except ConfigError as error:
+        console.print(str(error), markup=False)
+        return 2
+    plan = make_plan(config, args)
+
+    from local_runtime import LocalPipeline  # heavy import (moto, jsii): after argument checks
+
+    started = time.monotonic()
+    console.print(f"Synthesizing {args.tenants} and provisioning it on a local moto server...")
+    with LocalPipeline(args.tenants, time_scale=args.time_scale) as pipe:
+        console.print(f"Local pipeline up in {time.monotonic() - started:.1f} s: {pipe.endpoint_url}")
+        console.print(f"Scenario: {args.scenario} ({SCENARIOS[args.scenario]})")
+        inject(pipe, args.scenario, config.tenants[0].id)
+        uploads: dict[str, list[Upload]] = {t.id: [] for t in config.tenants}
+        run_started = time.monotonic()
+        uploader = threading.Thread(target=upload_all, args=(pipe, plan, uploads))
+        uploader.start()
+        with Live(progress_table(pipe, plan, uploads, run_started), console=console, refresh_per_second=2) as live:
+            while True:
+                live.update(progress_table(pipe, plan, uploads, run_started))
+                if not uploader.is_alive() and pipe.is_idle():
+                    break
+                if time.monotonic() - run_started > args.timeout:
+                    console.print(f"[red]timed out after {args.timeout:.0f} s[/red]")
+                    break
+                time.sleep(0.5)
+            live.update(progress_table(pipe, plan, uploads, run_started))
+        uploader.join()
+        elapsed = time.monotonic() - run_started
+
+        verdicts = [
+            verify_tenant(t, uploads[t], pipe.executions(t), pipe.sink(t).accepted) for t in plan.files
+        ]
+        console.print(verdict_table(verdicts))
+        if plan.expect_failure:
+            console.print(f"alarm topic received {len(pipe.notifications)} notification(s):")
+            for message in pipe.notifications:
+                console.print(f"  {message}", markup=False)
+        total = sum(v.records_delivered for v in verdicts)
+        console.print(f"{total:,} records delivered in {elapsed:.1f} s; total run {time.monotonic() - started:.1f} s")
+        ok = all(v.ok for v in verdicts)
+        console.print("[green]every guarantee held[/green]" if ok else "[red]a guarantee was violated[/red]")
+        if args.serve:
+            serve(pipe, console)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""moto in server mode on 127.0.0.1, plus the few patches the local run relies on.
+
+Server mode (not `mock_aws`) because the Lambda workers are separate processes that reach
+moto over HTTP (`AWS_ENDPOINT_URL`), and because moto's Step Functions interpreter calls
+Lambda and SNS through `http://localhost:$MOTO_PORT`.
+
+Every patch is applied on entry and undone on exit; each one says which moto 5.2.5
+behaviour it changes and why (see DESIGN.md section 6).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from local_runtime.workers import InvocationResult
+
+#: Signature of the function that runs one Lambda invocation: (function name, its
+#: environment variables in moto, event) -> result.
+LambdaInvoker = Callable[[str, dict[str, str], Any], InvocationResult]
+
+#: SQS long polls re-check for deliverable messages this often (instead of spinning).
+SQS_WAIT_POLL_SECONDS = 0.05
+
+_active_lock = threading.Lock()
+
+
+class MotoServer:
+    """A `ThreadedMotoServer` on a free loopback port, configured for the local run.
+
+    Only one can run per process: moto's backends and the patches are process-wide.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port  # 0: any free port, known once started
+        self._server: Any = None
+        self._owns_lock = False
+        self._saved_env: dict[str, str | None] = {}
+        self._saved_config: dict[str, Any] | None = None
+        self._saved_log_levels: dict[str, int] = {}
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        if not _active_lock.acquire(blocking=False):
+            raise RuntimeError("a local pipeline is already running in this process (moto state is process-wide)")
+        self._owns_lock = True
+        try:
+            from moto.server import ThreadedMotoServer
+
+            self._quiet_logs()
+            self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+            self._server.start()
+            self.port = self._server.get_host_and_port()[1]
+            # moto's Step Functions interpreter reaches Lambda and SNS at localhost:$MOTO_PORT.
+            self._set_env("MOTO_PORT", str(self.port))
+            # Loopback traffic (moto, sinks) must never go through a proxy from the environment.
+            for key in ("NO_PROXY", "no_proxy"):
+                present = [h for h in os.environ.get(key, "").split(",") if h]
+                self._set_env(key, ",".join([*present, *(h for h in ("127.0.0.1", "localhost") if h not in present)]))
+            self.reset()
+            from moto.core.config import default_user_config
+
+            # The config API does not report this key back, so remember it from the module.
+            self._saved_config = {"stepfunctions": dict(default_user_config.get("stepfunctions", {}))}
+            # Run state machines for real (the "mock_aws(config=...)" setting, server-mode API).
+            self._api("POST", "/moto-api/config", {"stepfunctions": {"execute_state_machine": True}})
+        except BaseException:
+            self.stop()
+            raise
+
+    def reset(self) -> None:
+        """Drop every resource of every service (a fresh account)."""
+        self._api("POST", "/moto-api/reset")
+
+    def stop(self) -> None:
+        try:
+            if self._server is not None:
+                try:
+                    self.reset()
+                    if self._saved_config is not None:
+                        self._api("POST", "/moto-api/config", self._saved_config)
+                finally:
+                    self._server.stop()
+                    self._server = None
+        finally:
+            for key, value in self._saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            self._saved_env.clear()
+            for name, level in self._saved_log_levels.items():
+                logging.getLogger(name).setLevel(level)
+            self._saved_log_levels.clear()
+            if self._owns_lock:
+                self._owns_lock = False
+                _active_lock.release()
+
+    def _set_env(self, key: str, value: str) -> None:
+        self._saved_env.setdefault(key, os.environ.get(key))
+        os.environ[key] = value
+
+    def _quiet_logs(self) -> None:
+        # werkzeug logs every request; moto's SFN parser logs each failed task at WARNING/ERROR.
+        for name in ("werkzeug", "moto.stepfunctions.parser"):
+            logger = logging.getLogger(name)
+            self._saved_log_levels[name] = logger.level
+            logger.setLevel(logging.CRITICAL)
+
+    def _api(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.endpoint_url + path, data=data, method=method)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read()
+        try:
+            return json.loads(text) if text else None
+        except ValueError:
+            return None
+
+
+# --- patches -------------------------------------------------------------------------------
+
+
+@contextmanager
+def moto_patches(*, invoker: LambdaInvoker, time_scale: float) -> Iterator[None]:
+    """Apply every patch of the local run for the duration of the block."""
+    with ExitStack() as stack:
+        stack.enter_context(_lambda_runs_local_workers(invoker))
+        stack.enter_context(_s3_events_get_fresh_ids())
+        stack.enter_context(_scaled_retry_sleeps(time_scale))
+        stack.enter_context(_sqs_long_poll_sleeps())
+        yield
+
+
+@contextmanager
+def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, original)
+
+
+def _lambda_runs_local_workers(invoker: LambdaInvoker) -> Any:
+    """`LambdaFunction._invoke_lambda` would start a Docker container: run a worker instead.
+
+    Returns what moto expects, `(payload, errored, logs)`. An errored payload is the Lambda
+    runtime's `{"errorType": <exception class>, "errorMessage": ...}`; moto's Step Functions
+    interpreter takes `errorType` as the error name, so Retry/Catch match `SinkRetryableError`
+    or `MalformedFileError` as on AWS.
+    """
+    from moto.awslambda.models import LambdaFunction
+
+    def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
+        if isinstance(event, (str, bytes)):
+            event = json.loads(event or "{}")
+        result = invoker(self.function_name, dict(self.environment_vars or {}), event if event is not None else {})
+        return result.payload, result.errored, ""
+
+    return _patched(LambdaFunction, "_invoke_lambda", _invoke_lambda)
+
+
+class _FreshIdEvent(dict):  # type: ignore[type-arg]
+    """moto's EventBridge base message; each copy gets a new id and an ISO time, as on AWS.
+
+    moto 5.2.5 deep-copies one constant dict for every S3 event, so all of them carry the
+    same id; the controller names executions after it and would take every later file for a
+    duplicate of the first.
+    """
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        event = {key: copy.deepcopy(value, memo) for key, value in self.items()}
+        event["id"] = str(uuid.uuid4())
+        return event
+
+
+@contextmanager
+def _s3_events_get_fresh_ids() -> Iterator[None]:
+    import moto.events.utils as events_utils
+
+    # moto.s3.notifications imports the constant from moto.events.utils on every event;
+    # moto.events.models bound it at import, so only S3-originated events are affected.
+    with _patched(events_utils, "_BASE_EVENT_MESSAGE", _FreshIdEvent(events_utils._BASE_EVENT_MESSAGE)):
+        yield
+
+
+class _ScaledTime:
+    """Stands in for the `time` module inside moto's retrier: same clock, shorter sleeps."""
+
+    def __init__(self, scale: float) -> None:
+        self._scale = scale
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds) * self._scale)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def _scaled_retry_sleeps(time_scale: float) -> Any:
+    """moto's Step Functions `Retry` really sleeps IntervalSeconds x BackoffRate^n: scale it."""
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
+    return _patched(retrier_decl, "time", _ScaledTime(time_scale))
+
+
+def _sqs_long_poll_sleeps() -> Any:
+    """moto's long poll spins a core while a FIFO group is blocked: sleep between checks.
+
+    `Queue.wait_for_messages` returns at once when the queue holds *any* visible message,
+    even one that cannot be delivered (its group has a message in flight), so
+    `receive_message` loops hot for the whole WaitTimeSeconds and starves the server.
+    """
+    from moto.sqs.models import Queue
+
+    def wait_for_messages(self: Any, timeout: int) -> None:
+        time.sleep(min(float(timeout), SQS_WAIT_POLL_SECONDS))
+
+    return _patched(Queue, "wait_for_messages", wait_for_messages)

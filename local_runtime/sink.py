@@ -1,0 +1,214 @@
+"""A local HTTP server per tenant that stands in for the core system.
+
+It behaves like the contract in docs/architecture.md expects of the real one: one POST per
+record, the ``Idempotency-Key`` header deduplicates (a repeated key is answered 200 and not
+registered twice). Every request is kept in arrival order so tests can check ordering and
+duplicates, and faults can be injected: 5xx/429 for a number of requests, a fixed latency,
+a fatal 4xx on chosen records.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+#: Selects records: a predicate on the record body, a dict the body must contain, or an int:
+#: the record that would be registered at that position (0-based) of `accepted`.
+RecordMatcher = Callable[[dict[str, Any]], bool] | dict[str, Any] | int | None
+
+
+@dataclass(frozen=True)
+class SinkRequest:
+    """One request the core system received."""
+
+    idempotency_key: str | None
+    body: Any  # the decoded JSON record (or the raw text if it was not JSON)
+    status: int
+    time: float  # epoch seconds, when the request arrived
+    registered: bool  # True only the first time a record (key) was accepted
+    tenant_header: str | None = None
+
+
+@dataclass
+class _Failure:
+    status: int
+    remaining: int | None  # None: for ever
+    matcher: RecordMatcher
+
+
+def _matches(matcher: RecordMatcher, body: Any, position: int) -> bool:
+    if matcher is None:
+        return True
+    if isinstance(matcher, int) and not isinstance(matcher, bool):
+        return matcher == position
+    if callable(matcher):
+        return bool(matcher(body))
+    return isinstance(body, dict) and all(body.get(k) == v for k, v in matcher.items())
+
+
+@dataclass
+class SinkServer:
+    """The core-system stand-in of one tenant (start with `start()`, stop with `stop()`)."""
+
+    tenant: str
+    host: str = "127.0.0.1"
+    _requests: list[SinkRequest] = field(default_factory=list)
+    _accepted: list[Any] = field(default_factory=list)
+    _seen_keys: set[str] = field(default_factory=set)
+    _failures: list[_Failure] = field(default_factory=list)
+    _latency: float = 0.0
+    _in_flight: int = 0
+    _max_in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+    _listeners: list[Callable[[str, SinkRequest], None]] = field(default_factory=list)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # Headers and body go out as two small writes: with Nagle's algorithm on, the body
+            # waits for the client's delayed ACK (~40 ms per record).
+            disable_nagle_algorithm = True
+            # Keep-alive with Nagle on: the response's headers and body leave in two segments
+            # and the client's delayed ACK stalls each record by ~40 ms.
+            disable_nagle_algorithm = True
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                status = sink._handle(raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id"))
+                body = json.dumps({"status": status}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+                return
+
+        self._server = ThreadingHTTPServer((self.host, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "start() first"
+        return f"http://{self.host}:{self._server.server_address[1]}/records"
+
+    # -- what it received -------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[SinkRequest]:
+        """Every request, in arrival order (retries and duplicates included)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def accepted(self) -> list[Any]:
+        """Records registered, in order; a record appears once whatever its retries."""
+        with self._lock:
+            return list(self._accepted)
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests that were ever being handled at the same time."""
+        return self._max_in_flight
+
+    def add_listener(self, listener: Callable[[str, SinkRequest], None]) -> None:
+        self._listeners.append(listener)
+
+    # -- fault injection --------------------------------------------------------------------
+
+    def fail_with(self, status: int = 503, *, times: int | None = 1, on_record: RecordMatcher = None) -> SinkServer:
+        """Answer ``status`` (e.g. 503, 429) to the next ``times`` matching requests (None: always)."""
+        with self._lock:
+            self._failures.append(_Failure(status, times, on_record))
+        return self
+
+    def reject(self, *, on_record: RecordMatcher, status: int = 400) -> SinkServer:
+        """Refuse the matching records for good with a 4xx (the chunk fails, no retry helps)."""
+        return self.fail_with(status, times=None, on_record=on_record)
+
+    def latency(self, seconds: float) -> SinkServer:
+        """Delay every response by ``seconds`` (a slow core system)."""
+        self._latency = float(seconds)
+        return self
+
+    def clear_faults(self) -> SinkServer:
+        with self._lock:
+            self._failures.clear()
+        self._latency = 0.0
+        return self
+
+    def reset(self) -> SinkServer:
+        """Forget requests, registered records and faults (between tests sharing one pipeline)."""
+        with self._lock:
+            self._requests.clear()
+            self._accepted.clear()
+            self._seen_keys.clear()
+            self._failures.clear()
+            self._max_in_flight = 0
+        self._latency = 0.0
+        return self
+
+    # -- request handling -------------------------------------------------------------------
+
+    def _handle(self, raw: bytes, key: str | None, tenant_header: str | None) -> int:
+        arrived = time.time()
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        with self._lock:
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+        try:
+            if self._latency:
+                time.sleep(self._latency)
+            with self._lock:
+                status, registered = self._decide(key, body)
+                request = SinkRequest(key, body, status, arrived, registered, tenant_header)
+                self._requests.append(request)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        for listener in self._listeners:
+            try:
+                listener(self.tenant, request)
+            except Exception:  # noqa: BLE001 - observers must not break the sink
+                pass
+        return status
+
+    def _decide(self, key: str | None, body: Any) -> tuple[int, bool]:
+        if key is not None and key in self._seen_keys:
+            return 200, False  # idempotent replay: acknowledged, not registered again
+        for failure in self._failures:
+            if failure.remaining != 0 and _matches(failure.matcher, body, len(self._accepted)):
+                if failure.remaining is not None:
+                    failure.remaining -= 1
+                return failure.status, False
+        if key is not None:
+            self._seen_keys.add(key)
+        self._accepted.append(body)
+        return 201, True
