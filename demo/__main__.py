@@ -10,9 +10,11 @@ Exit status 0 when every guarantee held, 1 when one was violated, 2 on a usage e
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,9 +115,27 @@ def upload_all(pipe, plan: Plan, uploads: dict[str, list[Upload]]) -> None:
         thread.join()
 
 
-def progress_table(pipe, plan: Plan, uploads: dict[str, list[Upload]], started: float) -> Table:
+class ChunkProgress:
+    """The latest chunk each tenant started, from the runtime's progress events."""
+
+    def __init__(self, pipe) -> None:
+        self.latest: dict[str, tuple[int, int | None]] = {}
+        pipe.events.subscribe(self._on_event)
+
+    def _on_event(self, event) -> None:
+        if event.kind == "chunk_started":
+            self.latest[event.tenant] = (event.data["chunk_index"], event.data.get("chunk_count"))
+        elif event.kind == "file_split":
+            self.latest[event.tenant] = (-1, event.data.get("chunk_count"))
+
+    def of(self, tenant: str) -> str:
+        index, count = self.latest.get(tenant, (-1, None))
+        return f"{index + 1}/{count}" if count else "-"
+
+
+def progress_table(pipe, plan: Plan, uploads: dict[str, list[Upload]], started: float, chunks: ChunkProgress) -> Table:
     table = Table(title=f"ordered ingest, local run ({time.monotonic() - started:.0f} s)", expand=False)
-    for column in ("tenant", "uploaded", "queued", "in progress", "done", "failed", "records delivered"):
+    for column in ("tenant", "uploaded", "queued", "in progress", "chunk", "done", "failed", "records delivered"):
         table.add_column(column, justify="left" if column in ("tenant", "in progress") else "right")
     for tenant, files in plan.files.items():
         executions = pipe.executions(tenant)
@@ -127,7 +147,8 @@ def progress_table(pipe, plan: Plan, uploads: dict[str, list[Upload]], started: 
         current = running[0]["input"]["key"].rsplit("/", 1)[-1] if running else "-"
         table.add_row(
             tenant, f"{len(uploads[tenant])}/{len(files)}",
-            str(max(0, len(uploads[tenant]) - len(executions))), current, str(done), str(failed),
+            str(max(0, len(uploads[tenant]) - len(executions))), current,
+            chunks.of(tenant) if running else "-", str(done), str(failed),
             f"{delivered:,}/{expected:,}",
         )
     return table
@@ -148,6 +169,32 @@ def verdict_table(verdicts: list[TenantVerdict]) -> Table:
             "[green]ok[/green]" if v.ok else "[red]" + "; ".join(v.problems) + "[/red]",
         )
     return table
+
+
+def report_faults(pipe, console: Console) -> None:
+    """What the injected faults did, as the pipeline saw them."""
+    for tenant in pipe.tenant_ids:
+        refused = Counter(r.status for r in pipe.sink(tenant).requests if r.status >= 300)
+        resent = sum(1 for r in pipe.sink(tenant).requests if r.status < 300 and not r.registered)
+        if refused or resent:
+            statuses = ", ".join(f"{n} x HTTP {status}" for status, n in sorted(refused.items()))
+            console.print(f"{tenant}: core system answered {statuses or 'no error'}; "
+                          f"{resent} resent record(s) recognised by their idempotency key, not registered again")
+    for function, _ in pipe.faults.crashes:
+        console.print(f"{function}: crashed after StartExecution; the redelivered message started nothing new")
+    for tenant, original, copy in pipe.faults.duplicates_sent:
+        console.print(f"{tenant}: event delivered twice (message {original} and copy {copy}); one execution")
+    for notification in pipe.notifications:
+        data = notification.data if isinstance(notification.data, dict) else {}
+        try:
+            cause = json.loads(data.get("cause") or "{}")
+        except ValueError:
+            cause = {}
+        console.print(
+            f"alarm topic: {data.get('tenant')}: {data.get('key')} failed with {data.get('error')}: "
+            f"{cause.get('errorMessage', data.get('cause'))}",
+            markup=False,
+        )
 
 
 def serve(pipe, console: Console) -> None:
@@ -195,19 +242,20 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"Scenario: {args.scenario} ({SCENARIOS[args.scenario]})")
         inject(pipe, args.scenario, config.tenants[0].id)
         uploads: dict[str, list[Upload]] = {t.id: [] for t in config.tenants}
+        chunks = ChunkProgress(pipe)
         run_started = time.monotonic()
         uploader = threading.Thread(target=upload_all, args=(pipe, plan, uploads))
         uploader.start()
-        with Live(progress_table(pipe, plan, uploads, run_started), console=console, refresh_per_second=2) as live:
+        with Live(progress_table(pipe, plan, uploads, run_started, chunks), console=console, refresh_per_second=2) as live:
             while True:
-                live.update(progress_table(pipe, plan, uploads, run_started))
+                live.update(progress_table(pipe, plan, uploads, run_started, chunks))
                 if not uploader.is_alive() and pipe.is_idle():
                     break
                 if time.monotonic() - run_started > args.timeout:
                     console.print(f"[red]timed out after {args.timeout:.0f} s[/red]")
                     break
                 time.sleep(0.5)
-            live.update(progress_table(pipe, plan, uploads, run_started))
+            live.update(progress_table(pipe, plan, uploads, run_started, chunks))
         uploader.join()
         elapsed = time.monotonic() - run_started
 
@@ -215,10 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             verify_tenant(t, uploads[t], pipe.executions(t), pipe.sink(t).accepted) for t in plan.files
         ]
         console.print(verdict_table(verdicts))
-        if plan.expect_failure:
-            console.print(f"alarm topic received {len(pipe.notifications)} notification(s):")
-            for message in pipe.notifications:
-                console.print(f"  {message}", markup=False)
+        report_faults(pipe, console)
         total = sum(v.records_delivered for v in verdicts)
         console.print(f"{total:,} records delivered in {elapsed:.1f} s; total run {time.monotonic() - started:.1f} s")
         ok = all(v.ok for v in verdicts)

@@ -1,0 +1,62 @@
+"""A malformed file fails its workflow, names the line, pages, and does not stop later files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from local_runtime import LocalPipeline
+from pipeline_checks import assert_files_in_order, assert_no_overlap, assert_records_in_file_order, csv_file
+
+
+@pytest.fixture(scope="module")
+def pipe(start_pipeline) -> LocalPipeline:
+    return start_pipeline([{"id": "acme"}, {"id": "globex", "format": "jsonl"}], chunk_size=3)
+
+
+def test_malformed_csv_fails_with_line_number_notifies_and_later_files_go_on(pipe: LocalPipeline) -> None:
+    """GIVEN a good file, a CSV file whose line 4 has a missing field, then two good files
+    WHEN they are processed
+    THEN the bad file's execution fails with MalformedFileError naming line 4, a notification
+    reaches the alarm topic naming the file and the line, none of its records is registered,
+    and the files after it are processed, in order."""
+    good0 = pipe.put_file("acme", "g0.csv", csv_file("g0", 4))
+    bad = pipe.put_file("acme", "bad.csv", b"file,seq\nbad,0\nbad,1\nbad\nbad,3\n")
+    good1 = pipe.put_file("acme", "g1.csv", csv_file("g1", 5))
+    good2 = pipe.put_file("acme", "g2.csv", csv_file("g2", 2))
+
+    pipe.wait_until_idle(timeout=60, tenants=["acme"])
+
+    executions = pipe.executions("acme")
+    assert [(e["key"], e["status"]) for e in executions] == [
+        (good0[0], "SUCCEEDED"),
+        (bad[0], "FAILED"),
+        (good1[0], "SUCCEEDED"),
+        (good2[0], "SUCCEEDED"),
+    ]
+    failed = executions[1]
+    assert failed["error"] == "MalformedFileError"
+    assert json.loads(failed["cause"])["errorMessage"] == "line 4: expected 2 fields, found 1"
+    assert_no_overlap(executions)
+    assert_files_in_order(executions, [good0[0], bad[0], good1[0], good2[0]])
+    assert_records_in_file_order(pipe.sink("acme").accepted, [("g0", 4), ("g1", 5), ("g2", 2)])
+
+    notices = [n.data for n in pipe.notifications if isinstance(n.data, dict) and n.data.get("tenant") == "acme"]
+    assert len(notices) == 1
+    assert notices[0]["key"] == bad[0] and notices[0]["version_id"] == bad[1]
+    assert notices[0]["error"] == "MalformedFileError" and "line 4" in notices[0]["cause"]
+
+
+def test_malformed_jsonl_names_the_line(pipe: LocalPipeline) -> None:
+    """GIVEN a JSON Lines tenant and a file whose third line is not JSON
+    WHEN it is processed
+    THEN the execution fails with MalformedFileError naming line 3, and nothing is registered."""
+    key, _ = pipe.put_file("globex", "bad.jsonl", b'{"n": 1}\n{"n": 2}\n{"n": \n')
+
+    pipe.wait_until_idle(timeout=60, tenants=["globex"])
+
+    (execution,) = pipe.executions("globex")
+    assert (execution["key"], execution["status"], execution["error"]) == (key, "FAILED", "MalformedFileError")
+    assert json.loads(execution["cause"])["errorMessage"].startswith("line 3: invalid JSON")
+    assert pipe.sink("globex").requests == []

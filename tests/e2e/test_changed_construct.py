@@ -1,0 +1,65 @@
+"""The local run follows the constructs: change the workflow, and the guarantee checks fail.
+
+The runtime deploys the state machine definition from the synthesized template, so building
+the app with the chunk Map's MaxConcurrency raised to 2 must show up as chunks overlapping at
+the core system, caught by the same checks that pass on the real construct (G1 tests).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from aws_cdk import aws_stepfunctions as sfn
+
+from local_runtime import LocalPipeline
+from pipeline_checks import (
+    assert_no_overlap,
+    assert_records_in_file_order,
+    assert_requests_in_order,
+    csv_file,
+    wait_for,
+)
+
+
+@pytest.fixture(scope="module")
+def pipe(start_pipeline) -> Iterator[LocalPipeline]:
+    """The app built with every `sfn.Map` created at MaxConcurrency 2 (synthesis happens here)."""
+    original = sfn.Map
+
+    def map_with_concurrency_two(*args, **kwargs):  # noqa: ANN002, ANN003 - sfn.Map's signature
+        kwargs["max_concurrency"] = 2
+        return original(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sfn, "Map", map_with_concurrency_two)
+        pipe = start_pipeline([{"id": "acme"}], chunk_size=3)
+    yield pipe
+
+
+def test_the_deployed_definition_is_the_changed_one(pipe: LocalPipeline) -> None:
+    """GIVEN the app synthesized with the changed Map
+    THEN the state machine running on moto has MaxConcurrency 2 (taken from the template)."""
+    definition = json.loads(
+        pipe.client("stepfunctions").describe_state_machine(stateMachineArn=pipe.tenants["acme"].state_machine_arn)[
+            "definition"
+        ]
+    )
+    assert definition["States"]["ChunksInOrder"]["MaxConcurrency"] == 2
+
+
+def test_map_concurrency_two_breaks_record_order_and_the_checks_catch_it(pipe: LocalPipeline) -> None:
+    """GIVEN the changed workflow and a slightly slow core system
+    WHEN a file of 4 chunks is processed
+    THEN two chunks were sent at the same time and the G1 record-order checks fail."""
+    sink = pipe.sink("acme").latency(0.03)
+    pipe.put_file("acme", "f.csv", csv_file("f", 12))
+
+    pipe.wait_until_idle(timeout=60, tenants=["acme"])
+
+    assert sink.max_in_flight == 2
+    with pytest.raises(AssertionError, match="out of order"):
+        assert_records_in_file_order(sink.accepted, [("f", 12)])
+    with pytest.raises(AssertionError, match="was sent before"):
+        assert_requests_in_order(sink.requests)

@@ -1,0 +1,52 @@
+"""The local run follows the deployed code: a controller whose gate no longer holds lets two
+files of a tenant run at once, and the G1 overlap check catches it.
+
+The gate is "removed" by the smallest possible mutation of the real handler: the copy of
+`lambdas/` that the app packages treats RUNNING as a closed status. Everything else (queue,
+poller, definition, other handlers) is the real thing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from local_runtime import LocalPipeline
+from pipeline_checks import assert_no_overlap, csv_file
+from pipeline_constructs import functions
+
+CLOSED = 'CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})'
+
+
+@pytest.fixture(scope="module")
+def pipe(start_pipeline, tmp_path_factory) -> Iterator[LocalPipeline]:
+    code = tmp_path_factory.mktemp("gateless") / "lambdas"
+    shutil.copytree(functions.LAMBDA_SOURCE_DIR, code, ignore=shutil.ignore_patterns("__pycache__"))
+    controller = code / "controller.py"
+    source = controller.read_text()
+    assert CLOSED in source, "the mutation no longer applies: update this test with the controller"
+    controller.write_text(source.replace(CLOSED, CLOSED.replace('"ABORTED"', '"ABORTED", "RUNNING"')))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(functions, "LAMBDA_SOURCE_DIR", Path(code))
+        pipe = start_pipeline([{"id": "nogate"}], chunk_size=3)
+    yield pipe
+
+
+def test_without_the_gate_executions_overlap_and_the_check_catches_it(pipe: LocalPipeline) -> None:
+    """GIVEN the app packaged with a controller whose gate treats RUNNING as closed
+    WHEN three files arrive together and the core system is a little slow
+    THEN their executions run at the same time and the G1 overlap check fails."""
+    pipe.sink("nogate").latency(0.05)
+    for name in ("a", "b", "c"):
+        pipe.put_file("nogate", f"{name}.csv", csv_file(name, 9))
+
+    pipe.wait_until_idle(timeout=90, tenants=["nogate"])
+
+    executions = pipe.executions("nogate")
+    assert [e["status"] for e in executions] == ["SUCCEEDED"] * 3
+    with pytest.raises(AssertionError, match="executions overlap"):
+        assert_no_overlap(executions)

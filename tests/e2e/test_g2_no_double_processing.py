@@ -1,0 +1,87 @@
+"""G2 (no double processing): duplicate events, a controller crash after StartExecution and
+core-system 5xx/429 never register a record twice, and every record is registered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from local_runtime import LocalPipeline
+from pipeline_checks import (
+    assert_files_in_order,
+    assert_no_duplicates,
+    assert_no_overlap,
+    assert_records_in_file_order,
+    csv_file,
+)
+
+FILES = [("d0", 7), ("d1", 7), ("d2", 5), ("d3", 4), ("d4", 6)]
+
+
+@dataclass(frozen=True)
+class Run:
+    pipe: LocalPipeline
+    uploads: list[tuple[str, str]]  # (key, version_id) in upload order
+
+
+@pytest.fixture(scope="module")
+def run(start_pipeline) -> Run:
+    """One run with every fault of G2 at once; the tests below check its outcome."""
+    pipe = start_pipeline([{"id": "acme"}], chunk_size=3)
+    sink = pipe.sink("acme")
+    sink.fail_with(503, times=2, on_record={"file": "d1", "seq": "4"})  # chunk 1 of d1, twice
+    sink.fail_with(500, times=1, on_record={"file": "d3", "seq": "2"})
+    sink.fail_with(429, times=1, on_record={"file": "d2", "seq": "0"})
+    pipe.faults.crash_controller_after_start("acme", times=1)  # d0's first delivery
+    # EventBridge delivers at least once: d0's event reaches the queue a second time.
+    pipe.faults.duplicate_next_event("acme")
+
+    uploads = [pipe.put_file("acme", f"{name}.csv", csv_file(name, count)) for name, count in FILES]
+    pipe.wait_until_idle(timeout=120)
+    # ... and once more, long after it was processed.
+    d0_event = next(d.body for d in pipe.deliveries("acme") if '"acme/d0.csv"' in d.body)
+    pipe.send_to_queue("acme", d0_event)
+    pipe.wait_until_idle(timeout=60)
+    return Run(pipe, uploads)
+
+
+def test_every_record_is_registered_once_in_order(run: Run) -> None:
+    """GIVEN 5 files, a duplicated event, a controller crash after start, 503/500/429 answers
+    WHEN the tenant has processed everything
+    THEN the core system registered every record exactly once, in file order."""
+    accepted = run.pipe.sink("acme").accepted
+    assert_no_duplicates(accepted)
+    assert_records_in_file_order(accepted, FILES)
+
+
+def test_one_execution_per_file_despite_crash_and_duplicates(run: Run) -> None:
+    """GIVEN the same run
+    THEN each file was started exactly once (the redelivered messages found their execution
+    already started), all succeeded, one after the other in upload order."""
+    executions = run.pipe.executions("acme")
+    assert [e["status"] for e in executions] == ["SUCCEEDED"] * len(FILES)
+    assert sorted(e["key"] for e in executions) == sorted(key for key, _ in run.uploads)
+    assert_no_overlap(executions)
+    assert_files_in_order(executions, [key for key, _ in run.uploads])
+
+
+def test_the_faults_really_happened(run: Run) -> None:
+    """GIVEN the same run
+    THEN the controller crashed once after starting d0's execution and that message came back
+    (receive count 2) and was then consumed; the duplicate event copies were consumed without a
+    new execution; the sink answered the injected errors and acknowledged resent records
+    without registering them again."""
+    pipe = run.pipe
+    assert [name for name, _ in pipe.faults.crashes] == ["acme-controller"]
+    d0 = [d for d in pipe.deliveries("acme") if '"acme/d0.csv"' in d.body]
+    assert d0[0].error_type == "Runtime.ExitError" and d0[0].outcome == "failed"
+    assert any(d.receive_count >= 2 and d.outcome == "deleted" for d in d0), "the crashed message never came back"
+    assert sum(d.outcome == "deleted" for d in d0) == 3, "original + two duplicate copies are all consumed"
+    assert [(tenant, original) for tenant, original, _ in pipe.faults.duplicates_sent] == [("acme", d0[0].message_id)]
+
+    requests = pipe.sink("acme").requests
+    assert sorted(r.status for r in requests if r.status >= 400) == [429, 500, 503, 503]
+    replays = [r for r in requests if r.status == 200 and not r.registered]
+    assert replays, "a retried chunk resends its registered records; they must be acknowledged, not registered"
+    assert all(r.idempotency_key for r in requests)

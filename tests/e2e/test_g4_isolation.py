@@ -1,0 +1,113 @@
+"""G4 (isolation): a slow tenant never delays another; a tenant's functions cannot read
+another tenant's files."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+
+import pytest
+
+from local_runtime import LocalPipeline
+from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
+
+SLOW_LATENCY_SECONDS = 0.2
+SLOW_RECORDS = 50  # >= 10 s at the core system
+FAST_FILES = [("q0", 4), ("q1", 4)]
+#: The fast tenant's files must be done this soon after upload (the slow file needs >= 10 s).
+FAST_BOUND_SECONDS = 7.0
+
+
+@pytest.fixture(scope="module")
+def pipe(start_pipeline) -> LocalPipeline:
+    return start_pipeline([{"id": "slow", "chunk_size": 10}, {"id": "fast"}], chunk_size=3)
+
+
+def test_a_slow_tenant_does_not_delay_another(pipe: LocalPipeline) -> None:
+    """GIVEN tenant 'slow' whose core system takes 0.2 s per record, processing a 50-record file
+    WHEN tenant 'fast' uploads two files while that file is in progress
+    THEN both of fast's files complete within 7 s of upload, while slow's file is still running."""
+    pipe.sink("slow").latency(SLOW_LATENCY_SECONDS)
+    slow_key, _ = pipe.put_file("slow", "big.csv", csv_file("big", SLOW_RECORDS))
+    wait_for(lambda: pipe.sink("slow").requests, timeout=30, what="the slow file to reach the core system")
+
+    uploaded = time.monotonic()
+    fast_keys = [pipe.put_file("fast", f"{name}.csv", csv_file(name, n))[0] for name, n in FAST_FILES]
+    pipe.wait_until_idle(timeout=30, tenants=["fast"])
+    fast_elapsed = time.monotonic() - uploaded
+
+    (slow_execution,) = pipe.executions("slow")
+    assert slow_execution["status"] == "RUNNING", "the slow file should still be in progress"
+    assert fast_elapsed < FAST_BOUND_SECONDS, f"fast tenant took {fast_elapsed:.1f}s"
+    fast_executions = pipe.executions("fast")
+    assert [e["status"] for e in fast_executions] == ["SUCCEEDED"] * len(FAST_FILES)
+    assert_files_in_order(fast_executions, fast_keys)
+    assert_records_in_file_order(pipe.sink("fast").accepted, FAST_FILES)
+
+    pipe.wait_until_idle(timeout=60, tenants=["slow"])
+    (slow_execution,) = pipe.executions("slow")
+    assert (slow_execution["key"], slow_execution["status"]) == (slow_key, "SUCCEEDED")
+    assert all(e["stopDate"] < slow_execution["stopDate"] for e in fast_executions)
+
+
+def _role_policy_resources(pipe: LocalPipeline, tenant: str, handler: str, action: str) -> list[str]:
+    """Resolved resources of every statement allowing ``action`` to the tenant's function."""
+    stack = pipe.tenants[tenant].stack
+    resources = pipe.deployment.resources[stack]
+    function = next(
+        r for r in resources.values() if r.type == "AWS::Lambda::Function" and r.properties["Handler"] == handler
+    )
+    role_name = next(r.ref for r in resources.values() if r.type == "AWS::IAM::Role" and r.attributes["Arn"] == function.properties["Role"])
+    found = []
+    for policy in resources.values():
+        if policy.type != "AWS::IAM::Policy" or role_name not in policy.properties["Roles"]:
+            continue
+        for statement in policy.properties["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if statement["Effect"] == "Allow" and action in actions:
+                listed = statement["Resource"]
+                found.extend(listed if isinstance(listed, list) else [listed])
+    return found
+
+
+@pytest.mark.parametrize(("tenant", "other"), [("slow", "fast"), ("fast", "slow")])
+def test_split_policy_reads_only_its_own_prefix(pipe: LocalPipeline, tenant: str, other: str) -> None:
+    """GIVEN the synthesized policies, resolved as deployed
+    WHEN we look at what the tenant's split function may s3:GetObject / s3:GetObjectVersion
+    THEN it is the tenant's own landing prefix only: an object under the other tenant's
+    prefix matches none of the resources."""
+    landing = f"arn:aws:s3:::{pipe.landing_bucket}"
+    for action in ("s3:GetObject", "s3:GetObjectVersion"):
+        resources = _role_policy_resources(pipe, tenant, "split.handler", action)
+        assert resources == [f"{landing}/{pipe.tenants[tenant].prefix}*"], action
+        assert any(fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[tenant].prefix}x.csv", r) for r in resources)
+        assert not any(fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[other].prefix}x.csv", r) for r in resources)
+
+    # The same policy is what was provisioned (moto's IAM holds the resolved document).
+    iam = pipe.client("iam")
+    function = pipe.client("lambda").get_function(FunctionName=f"{tenant}-split")["Configuration"]
+    role_name = function["Role"].rsplit("/", 1)[-1]
+    documents = [
+        iam.get_role_policy(RoleName=role_name, PolicyName=name)["PolicyDocument"]
+        for name in iam.list_role_policies(RoleName=role_name)["PolicyNames"]
+    ]
+    assert f"{landing}/{pipe.tenants[other].prefix}" not in json.dumps(documents)
+
+
+def test_split_refuses_another_tenants_key(pipe: LocalPipeline) -> None:
+    """GIVEN tenant 'fast''s split function (its own worker process and environment)
+    WHEN it is invoked with a key under tenant 'slow''s prefix
+    THEN it refuses without reading it (KeyOutsidePrefixError)."""
+    _, version = pipe.put_file("slow", "secret.csv", csv_file("secret", 1))
+    pipe.wait_until_idle(timeout=60, tenants=["slow"])
+    event = {
+        "tenant": "fast",
+        "bucket": pipe.landing_bucket,
+        "key": "slow/secret.csv",
+        "version_id": version,
+        "execution_name": "probe",
+    }
+    response = pipe.client("lambda").invoke(FunctionName="fast-split", Payload=json.dumps(event).encode())
+    assert response.get("FunctionError")
+    assert json.loads(response["Payload"].read())["errorType"] == "KeyOutsidePrefixError"
