@@ -6,7 +6,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint clean
+.PHONY: setup demo synth test clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -19,6 +19,12 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
+
+## demo: the main job: the default tenants.yaml running end to end on a local moto server,
+## with sample files, live progress and a verification table (exit 1 if a guarantee broke).
+## Pass options with ARGS, e.g. make demo ARGS="--scenario malformed" (python -m demo --help).
+demo: setup
+	python -m demo $(ARGS)
 
 ## synth: synthesize every stack of the default tenants.yaml with the pinned CDK CLI (no credentials needed)
 synth: setup

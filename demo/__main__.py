@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -198,13 +199,16 @@ def report_faults(pipe, console: Console) -> None:
 
 
 def serve(pipe, console: Console) -> None:
+    prefixes = ", ".join(f"{t}: {pipe.tenants[t].prefix}" for t in pipe.tenant_ids)
+    first = pipe.tenants[pipe.tenant_ids[0]].prefix
     console.print(
         f"\nThe local pipeline is running. Endpoint: [bold]{pipe.endpoint_url}[/bold] "
-        f"(any access key; region us-east-1)\n"
+        f"(any access key; region us-east-1). Tenant prefixes: {prefixes}\n"
         f"Upload a file:\n"
         f"  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test aws --endpoint-url {pipe.endpoint_url} "
-        f"--region us-east-1 s3 cp my.csv s3://{pipe.landing_bucket}/<tenant prefix>my.csv\n"
-        "Watch executions, and what the core system received, below. Ctrl-C stops."
+        f"--region us-east-1 s3 cp my.csv s3://{pipe.landing_bucket}/{first}my.csv\n"
+        "Executions and the records the core system registered are printed below. Ctrl-C stops.",
+        soft_wrap=True,
     )
     seen: dict[str, int] = {}
     try:
@@ -223,8 +227,13 @@ def serve(pipe, console: Console) -> None:
         console.print("stopping")
 
 
+def _stop_on_sigterm(*_: object) -> None:
+    raise KeyboardInterrupt  # unwinds through LocalPipeline.close(): no process or temp dir left
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     console = Console(width=None if sys.stdout.isatty() else 120)
     try:
         config = load_config(args.tenants)

@@ -1,0 +1,66 @@
+"""The demo's verdicts: each guarantee violation is reported, a clean run is not."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from demo.samples import malformed, sample_files
+from demo.verify import Upload, verify_tenant
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+UPLOADS = [Upload("t/a.csv", "v1", 0, 2), Upload("t/b.csv", "v2", 1, 1)]
+
+
+def execution(key, version, start, stop, status="SUCCEEDED"):
+    return {
+        "input": {"key": key, "version_id": version}, "status": status,
+        "startDate": T0 + timedelta(seconds=start), "stopDate": T0 + timedelta(seconds=stop),
+    }
+
+
+def records(*pairs):
+    return [{"file": f, "seq": s} for f, s in pairs]
+
+
+GOOD_EXECUTIONS = [execution("t/a.csv", "v1", 0, 1), execution("t/b.csv", "v2", 3, 4)]
+
+
+def test_a_clean_run_has_no_problem_and_measures_the_handoff_gap():
+    verdict = verify_tenant("t", UPLOADS, GOOD_EXECUTIONS, records((0, 0), (0, 1), (1, 0)))
+    assert verdict.ok, verdict.problems
+    assert verdict.handoff_gaps == [2.0]
+    assert verdict.records_delivered == verdict.records_expected == 3
+
+
+def test_duplicates_missing_and_out_of_order_records_are_reported():
+    verdict = verify_tenant("t", UPLOADS, GOOD_EXECUTIONS, records((0, 1), (0, 0), (0, 0)))
+    assert verdict.problems == ["1 records registered twice", "1 records missing", "1 records out of order"]
+
+
+def test_overlapping_and_reordered_executions_are_reported():
+    overlapping = [execution("t/b.csv", "v2", 0, 5), execution("t/a.csv", "v1", 1, 2)]
+    verdict = verify_tenant("t", UPLOADS, overlapping, records((0, 0), (0, 1), (1, 0)))
+    assert "files started out of upload order: [1, 0]" in verdict.problems
+    assert "two executions of the tenant overlapped" in verdict.problems
+
+
+def test_a_file_without_execution_or_with_two_is_reported():
+    verdict = verify_tenant("t", UPLOADS, GOOD_EXECUTIONS[:1] * 2, records((0, 0), (0, 1)))
+    assert "t/a.csv: 2 executions instead of 1" in verdict.problems
+    assert "t/b.csv: 0 executions instead of 1" in verdict.problems
+
+
+def test_sample_files_carry_their_position_and_the_big_file_has_the_asked_size():
+    files = sample_files("acme", "csv", files=3, records=10, big_records=1000)
+    assert [f.records for f in files] == [5, 10, 1000]
+    assert files[0].body.startswith(b"file,seq,customer,amount,note\r\n0,0,")
+    assert b'"line one\nline two"' in files[1].body  # a quoted newline inside a field
+    jsonl = sample_files("globex", "jsonl", files=1, records=4)[0]
+    assert jsonl.body.count(b"\n") == jsonl.records == 2
+
+
+def test_the_malformed_sample_breaks_exactly_the_line_asked_for():
+    bad = malformed("acme", "csv", file_no=9, records=10, bad_line=7)
+    lines = bad.body.decode().splitlines()
+    assert lines[6] == "this,line,is,broken"
+    assert all(line.count(",") >= 4 for i, line in enumerate(lines) if i != 6)
