@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 time.sleep(0.5)
             live.update(progress_table(pipe, plan, uploads, run_started, chunks))
+        console.print()
         uploader.join()
         elapsed = time.monotonic() - run_started
 
