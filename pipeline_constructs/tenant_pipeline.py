@@ -285,8 +285,9 @@ class TenantPipeline(Construct):
         _acknowledge(
             self.state_machine,
             ("AwsSolutions-SF1", None,
-             "Logging at ERROR without execution data on purpose: ALL would write every state's "
-             "input and output, and the history already records each transition."),
+             "ERROR level on purpose: failures are what on-call needs in the logs; ALL would log "
+             "every transition of every chunk (cost) that the execution history already keeps. "
+             "Execution data is excluded so no record content reaches the logs."),
         )
 
 
