@@ -76,7 +76,7 @@ def sample_files(
 def malformed(tenant: str, fmt: str, file_no: int, records: int, bad_line: int) -> SampleFile:
     """A file whose line ``bad_line`` (1-based, the header is line 1 for CSV) is broken."""
     rng = random.Random(file_no)
-    lines = BODIES[fmt](file_no, records, rng).decode().replace('line one\nline two', "line one") .splitlines()
+    lines = BODIES[fmt](file_no, records, rng).decode().replace("line one\nline two", "line one").splitlines()
     lines[bad_line - 1] = "this,line,is,broken" if fmt == "csv" else "{not json"
     body = ("\n".join(lines) + "\n").encode()
     return SampleFile(tenant, f"file-{file_no:03d}-malformed.{fmt}", body, 0, file_no)

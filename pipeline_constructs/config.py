@@ -229,21 +229,18 @@ def _validate(model: type[BaseModel], data: Any, where: str, problems: _Problems
     except ValidationError as exc:
         for error in exc.errors():
             inherited = own is not None and error["type"] != "missing" and _lookup(own, error["loc"]) is _MISSING
-            _report(error, data, "defaults" if inherited else where, problems)
+            _report(error, model, data, "defaults" if inherited else where, problems)
         return None
 
 
-def _report(error: dict, data: Any, where: str, problems: _Problems) -> None:
+def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems: _Problems) -> None:
     loc = [str(part) for part in error["loc"]]
     field = ".".join(loc)
     leaf = loc[-1] if loc else "(entry)"
     value = _lookup(data, error["loc"])
     kind = error["type"]
     if kind == "extra_forbidden":
-        valid = _valid_keys_at(error["loc"][:-1])
-        close = difflib.get_close_matches(leaf, valid, n=1, cutoff=0.5)
-        hint = f"did you mean '{close[0]}'?" if close else f"valid keys here: {', '.join(valid)}"
-        problems.add(where, field, value, "unknown key", f"remove it or fix its spelling ({hint})")
+        problems.add(where, field, value, "unknown key", _unknown_key_fix(leaf, _valid_keys_at(model, error["loc"][:-1])))
         return
     if kind == "missing":
         problems.add(where, field, _MISSING, "is required", FIXES.get(leaf, f"add '{leaf}'"))
@@ -252,22 +249,23 @@ def _report(error: dict, data: Any, where: str, problems: _Problems) -> None:
     problems.add(where, field, value, message, FIXES.get(leaf, "see the tenants.yaml reference in the README"))
 
 
-def _valid_keys_at(loc: tuple) -> list[str]:
-    if not loc:
-        return list(TENANT_KEYS)
-    if loc[-1] == "sink":
-        return list(SinkConfig.model_fields)
-    if loc[-1] == "alarms":
-        return list(AlarmConfig.model_fields)
-    return []
+def _valid_keys_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:
+    """The keys the (nested) model at ``loc`` accepts."""
+    for part in loc:
+        model = model.model_fields[part].annotation
+    return tuple(model.model_fields)
+
+
+def _unknown_key_fix(key: str, valid: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'?" if close else f"valid keys here: {', '.join(valid)}"
+    return f"remove it or fix its spelling ({hint})"
 
 
 def _check_unknown(data: dict, valid: tuple[str, ...], where: str, problems: _Problems) -> None:
     for key in data:
         if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
-            hint = f"did you mean '{close[0]}'?" if close else f"valid keys here: {', '.join(valid)}"
-            problems.add(where, str(key), data[key], "unknown key", f"remove it or fix its spelling ({hint})")
+            problems.add(where, str(key), data[key], "unknown key", _unknown_key_fix(str(key), valid))
 
 
 def _check_unique_ids(declared: list[tuple[str, str]], problems: _Problems) -> None:

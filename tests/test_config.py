@@ -160,6 +160,33 @@ def test_fails_when_a_key_is_misspelt_and_suggests_the_right_one():
     ) == "tenant 'acme': field 'chunk_sise' = 10: unknown key; remove it or fix its spelling (did you mean 'chunk_size'?)"
 
 
+def test_fails_when_a_notifications_key_is_misspelt_and_suggests_the_right_one():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        notifications: {{email: [oncall@example.com]}}
+        tenants:
+          - {{id: acme, prefix: a/}}
+        """
+    ) == (
+        "notifications: field 'email' = ['oncall@example.com']: unknown key; "
+        "remove it or fix its spelling (did you mean 'emails'?)"
+    )
+
+
+def test_fails_when_a_nested_sink_key_is_misspelt():
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, sink: {url: "https://core.example.com", timout: 3}}
+        """
+    ) == (
+        "tenant 'acme': field 'sink.timout' = 3: unknown key; "
+        "remove it or fix its spelling (did you mean 'timeout_seconds'?)"
+    )
+
+
 def test_fails_when_a_defaults_key_is_misspelt():
     assert one_problem(
         f"""
