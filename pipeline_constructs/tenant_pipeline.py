@@ -57,6 +57,7 @@ class TenantPipeline(Construct):
         super().__init__(scope, construct_id)
         tenant = props.tenant
         self.tenant_id = tenant.id
+        self.landing_prefix = tenant.prefix
 
         self.queue = sqs.Queue(
             self,
@@ -183,7 +184,7 @@ class TenantPipeline(Construct):
                 tenant_id=tenant.id,
                 queue=self.queue,
                 state_machine=self.state_machine,
-                functions=self.functions,
+                functions=self._made_functions,
                 topic=props.alarm_topic,
             ),
             tenant.alarms,
@@ -191,7 +192,12 @@ class TenantPipeline(Construct):
         self._acknowledge_findings(props)
 
     @property
-    def functions(self) -> dict[str, PipelineFunction]:
+    def functions(self) -> dict[str, lambda_.Function]:
+        """The pipeline's functions by role: ``controller``, ``split``, ``register``."""
+        return {role: made.function for role, made in self._made_functions.items()}
+
+    @property
+    def _made_functions(self) -> dict[str, PipelineFunction]:
         return {"controller": self.controller, "split": self.split, "register": self.register}
 
     def _grant_tenant_objects(self, props: TenantPipelineProps) -> None:

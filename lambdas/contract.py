@@ -1,0 +1,317 @@
+"""The one contract between the infrastructure (`pipeline_constructs/`) and the handlers.
+
+Everything that both sides must spell the same way is defined here, once: the functions'
+environment, the payloads that travel between states (`FileRef`, `SplitRequest`,
+`SplitResult`, `ChunkTask`), the error names the workflow retries or catches, the metric
+names and dimensions, the closed execution statuses and the work-bucket key formats.
+
+Standard library only: the constructs import this module at synth time (`from lambdas import
+contract`), the handlers import it at run time (`import contract`, it is deployed with them),
+the local runtime and the tests use it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import typing
+import urllib.parse
+from typing import Any, TypedDict, TypeVar
+
+# --- the functions' environment ------------------------------------------------------------
+#
+# One frozen dataclass per function. The environment variable of a field is its name in
+# upper case; `environment()` renders an instance for the construct, `from_env()` reads it
+# back in the handler, typed and checked. A field's metadata may hold `minimum` (numbers),
+# `choices` (strings) or `schemes` (URLs).
+
+
+class ConfigError(RuntimeError):
+    """The function's environment is incomplete or invalid (a deployment fault)."""
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable that holds a config field: `tenant_id` -> `TENANT_ID`."""
+    return field_name.upper()
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerEnv:
+    """The controller's environment."""
+
+    tenant_id: str
+    state_machine_arn: str
+    gate_table_name: str
+    metric_namespace: str
+
+
+FORMATS = ("csv", "jsonl")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitEnv:
+    """The split function's environment."""
+
+    tenant_id: str
+    format: str = dataclasses.field(metadata={"choices": FORMATS})
+    chunk_size: int = dataclasses.field(metadata={"minimum": 1})
+    work_bucket: str
+    landing_prefix: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RegisterEnv:
+    """The register-chunk function's environment."""
+
+    tenant_id: str
+    work_bucket: str
+    # urllib would also open file:// and ftp:// URLs; a sink is only ever HTTP(S).
+    sink_url: str = dataclasses.field(metadata={"schemes": ("http", "https")})
+    sink_timeout_seconds: float = dataclasses.field(metadata={"minimum": 0.0, "exclusive": True})
+
+
+EnvT = TypeVar("EnvT")
+
+
+def environment(config: Any) -> dict[str, str]:
+    """The environment variables of a config instance, for the function's `environment=`."""
+    return {env_name(f.name): str(getattr(config, f.name)) for f in dataclasses.fields(config)}
+
+
+def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = None) -> EnvT:
+    """Read and check `config_type` from the environment; `ConfigError` names the variable."""
+    source = os.environ if source is None else source
+    hints = typing.get_type_hints(config_type)
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(config_type):  # type: ignore[arg-type]
+        name = env_name(field.name)
+        raw = source.get(name, "").strip()
+        if not raw:
+            raise ConfigError(f"environment variable {name} is not set; the function's deployment must set it")
+        values[field.name] = _convert(name, raw, hints[field.name], field.metadata)
+    return config_type(**values)
+
+
+def _convert(name: str, raw: str, kind: type, rules: typing.Mapping[str, Any]) -> Any:
+    value: Any = raw
+    if kind is int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"environment variable {name}={raw!r} is not an integer") from None
+    elif kind is float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"environment variable {name}={raw!r} is not a number") from None
+    if "minimum" in rules:
+        minimum = rules["minimum"]
+        if rules.get("exclusive") and not value > minimum:
+            raise ConfigError(f"environment variable {name}={value} must be greater than {minimum}")
+        if value < minimum:
+            raise ConfigError(f"environment variable {name}={value} must be at least {minimum}")
+    if "choices" in rules:
+        value = value.lower()
+        if value not in rules["choices"]:
+            raise ConfigError(f"environment variable {name}={value!r} must be one of {', '.join(rules['choices'])}")
+    if "schemes" in rules and urllib.parse.urlsplit(value).scheme not in rules["schemes"]:
+        schemes = " or ".join(f"{s}://" for s in rules["schemes"])
+        raise ConfigError(f"environment variable {name}={value!r} must be an {schemes} URL")
+    return value
+
+
+# --- payloads ------------------------------------------------------------------------------
+#
+# What travels between the controller, the states of the workflow and the functions. Only S3
+# references and counts: the execution history never holds a record. The workflow builds its
+# JSONPath selectors from these key sets (see `pipeline_constructs/workflow.py`).
+
+
+class FileRef(TypedDict):
+    """The execution input: the exact object version one "Object Created" event announced."""
+
+    tenant: str
+    event_id: str
+    bucket: str
+    key: str
+    version_id: str
+    size: int
+    etag: str | None
+    event_time: str
+
+
+class SplitRequest(TypedDict):
+    """What the Split state passes to the split function."""
+
+    tenant: str
+    bucket: str
+    key: str
+    version_id: str
+    execution_name: str
+
+
+class SplitResult(TypedDict):
+    """What the split function returns (kept in the execution under `$.split`)."""
+
+    manifest_key: str
+    chunk_prefix: str
+    chunk_size: int
+    chunk_count: int
+    record_count: int
+    chunks: list[int]
+
+
+class ChunkTask(TypedDict):
+    """One item of the chunk Map: which chunk of which file version to register."""
+
+    tenant: str
+    bucket: str
+    key: str
+    version_id: str
+    chunk_prefix: str
+    chunk_size: int
+    chunk_index: int
+
+
+class ChunkResult(TypedDict):
+    """What the register-chunk function returns."""
+
+    chunk_index: int
+    records_sent: int
+
+
+class ControllerResult(TypedDict):
+    """What the controller returns for one message."""
+
+    execution_name: str
+    execution_arn: str
+    started: bool
+
+
+def keys_of(payload_type: type) -> tuple[str, ...]:
+    """The keys of a payload `TypedDict`, in declaration order."""
+    return tuple(payload_type.__annotations__)
+
+
+#: Where the workflow keeps Split's result in the execution's state.
+SPLIT_RESULT_PATH = "$.split"
+#: Where the workflow keeps a caught error (`Error`, `Cause`).
+ERROR_RESULT_PATH = "$.error"
+
+
+# --- errors the workflow and the queue react to ----------------------------------------------
+#
+# The Lambda runtime reports an unhandled exception with `errorType` = its class name, and the
+# workflow's Retry/Catch match that name. Each class says at which level the handler wrapper
+# logs it: intended control flow at INFO, transient faults at WARNING, the rest at ERROR (the
+# level a metric filter pages on).
+
+
+class PipelineError(Exception):
+    """An expected failure with a known meaning; logged without a stack trace."""
+
+    log_level = logging.ERROR
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        """Structured fields added to the log line (never record content)."""
+        return {}
+
+
+class GateBusyError(PipelineError):
+    """Another execution of this tenant holds the gate; the message waits in the queue."""
+
+    log_level = logging.INFO
+
+
+class SinkRetryableError(PipelineError):
+    """The sink is temporarily unavailable (429, 5xx, timeout, connection); retry the chunk."""
+
+    log_level = logging.WARNING
+
+
+class SinkRejectedError(PipelineError):
+    """The sink refused a record (other 4xx, 3xx); retrying the same record cannot help."""
+
+    def __init__(self, message: str, *, status: int, chunk_index: int, record_index: int) -> None:
+        super().__init__(message)
+        self.status = status
+        self.chunk_index = chunk_index
+        self.record_index = record_index
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        return {"status": self.status, "chunk_index": self.chunk_index, "record_index": self.record_index}
+
+
+class MalformedFileError(PipelineError):
+    """The file cannot be parsed; the message names the line, never its content."""
+
+    def __init__(self, line_number: int, problem: str) -> None:
+        super().__init__(f"line {line_number}: {problem}")
+        self.line_number = line_number
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        return {"line_number": self.line_number}
+
+
+class KeyOutsidePrefixError(PipelineError, ValueError):
+    """An input names an S3 key outside the tenant's own prefix; refused, never read."""
+
+
+# --- metrics -------------------------------------------------------------------------------
+
+METRIC_NAMESPACE = "OrderedIngest"
+#: Published by the controller (EMF) for every message it handles: now - SentTimestamp.
+HEAD_WAIT_METRIC = "HeadMessageWaitSeconds"
+TENANT_DIMENSION = "Tenant"
+#: Metric filters cannot set constant dimensions, so tenant and function go in the name.
+ERROR_LOG_METRIC = "ErrorLogLines"
+
+
+def error_log_metric_name(tenant_id: str, role: str) -> str:
+    """`ErrorLogLines-<tenant>-<role>`: ERROR lines a function of a tenant logged."""
+    return f"{ERROR_LOG_METRIC}-{tenant_id}-{role}"
+
+
+#: The JSON log field a metric filter matches ERROR lines on (Lambda's JSON log format).
+LOG_LEVEL_FIELD = "level"
+
+
+# --- Step Functions ------------------------------------------------------------------------
+
+CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+FAILED_STATUSES = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
+
+
+def execution_arn(state_machine_arn: str, execution_name: str) -> str:
+    """`arn:P:states:R:A:stateMachine:NAME` -> `arn:P:states:R:A:execution:NAME:EXEC`."""
+    parts = state_machine_arn.split(":")
+    if len(parts) != 7 or parts[5] != "stateMachine":
+        raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
+    return ":".join([*parts[:5], "execution", parts[6], execution_name])
+
+
+# --- work bucket layout --------------------------------------------------------------------
+
+
+def work_prefix(tenant_id: str) -> str:
+    """Everything of a tenant in the work bucket lives under this prefix (IAM scopes to it)."""
+    return f"{tenant_id}/"
+
+
+def chunk_prefix(tenant_id: str, execution_name: str) -> str:
+    """The folder of one execution's chunks and manifest."""
+    return f"{work_prefix(tenant_id)}{execution_name}/"
+
+
+def chunk_key(prefix: str, index: int) -> str:
+    """Work-bucket key of one chunk file (JSON Lines, one record per line)."""
+    return f"{prefix}chunk-{index:06d}.jsonl"
+
+
+def manifest_key(prefix: str) -> str:
+    """Work-bucket key of one execution's manifest."""
+    return f"{prefix}manifest.json"
