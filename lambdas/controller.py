@@ -1,4 +1,4 @@
-"""Controller: per-tenant gate in front of the file-ingest workflow (DESIGN.md 4.1).
+"""Controller: per-tenant gate in front of the file-ingest workflow (docs/design.md §4.1).
 
 One SQS FIFO message (an S3 "Object Created" EventBridge event) per invocation. The gate
 item in DynamoDB names the last started execution; a new one starts only when that one is
@@ -16,39 +16,21 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ingest_common import aws_client, configure_logging, env, get_logger
-
-logger = get_logger("controller")
+from contract import (
+    CLOSED_STATUSES,
+    HEAD_WAIT_METRIC,
+    TENANT_DIMENSION,
+    ControllerEnv,
+    ControllerResult,
+    FileRef,
+    GateBusyError,
+    execution_arn,
+)
+from runtime import BoundLogger, aws_client, lambda_handler
 
 # Right after StartExecution, DescribeExecution may not see the execution yet; past this
 # age a missing execution means something else is wrong (its message was deleted?).
 GATE_GRACE_SECONDS = 300
-
-CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
-
-
-class GateBusyError(Exception):
-    """Another execution of this tenant holds the gate; the message waits in the queue."""
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    """The controller's environment."""
-
-    tenant_id: str
-    state_machine_arn: str
-    gate_table_name: str
-    metric_namespace: str
-
-    @classmethod
-    def from_env(cls) -> ControllerConfig:
-        return cls(
-            tenant_id=env("TENANT_ID"),
-            state_machine_arn=env("STATE_MACHINE_ARN"),
-            gate_table_name=env("GATE_TABLE_NAME"),
-            metric_namespace=env("METRIC_NAMESPACE"),
-        )
-
 
 @dataclass(frozen=True)
 class ObjectCreated:
@@ -108,18 +90,18 @@ class ObjectCreated:
             event_time=_event_time(event.get("time")),
         )
 
-    def file_ref(self, tenant_id: str) -> dict[str, Any]:
-        """Execution input (`FileRef`); deterministic, so a restart with it is idempotent."""
-        return {
-            "tenant": tenant_id,
-            "event_id": self.event_id,
-            "bucket": self.bucket,
-            "key": self.key,
-            "version_id": self.version_id,
-            "size": self.size,
-            "etag": self.etag,
-            "event_time": self.event_time,
-        }
+    def file_ref(self, tenant_id: str) -> FileRef:
+        """Execution input; deterministic, so a restart with it is idempotent."""
+        return FileRef(
+            tenant=tenant_id,
+            event_id=self.event_id,
+            bucket=self.bucket,
+            key=self.key,
+            version_id=self.version_id,
+            size=self.size,
+            etag=self.etag,
+            event_time=self.event_time,
+        )
 
 
 def _event_time(value: Any) -> str:
@@ -129,16 +111,8 @@ def _event_time(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def execution_arn(state_machine_arn: str, execution_name: str) -> str:
-    """`arn:P:states:R:A:stateMachine:NAME` -> `arn:P:states:R:A:execution:NAME:EXEC`."""
-    parts = state_machine_arn.split(":")
-    if len(parts) != 7 or parts[5] != "stateMachine":
-        raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
-    return ":".join([*parts[:5], "execution", parts[6], execution_name])
-
-
 def emf_line(*, namespace: str, tenant_id: str, now: float, sent_timestamp_ms: int) -> str:
-    """CloudWatch EMF record of `HeadMessageWaitSeconds` (how long the head message waited)."""
+    """CloudWatch EMF record of the head-wait metric (how long the head message waited)."""
     return json.dumps(
         {
             "_aws": {
@@ -146,13 +120,13 @@ def emf_line(*, namespace: str, tenant_id: str, now: float, sent_timestamp_ms: i
                 "CloudWatchMetrics": [
                     {
                         "Namespace": namespace,
-                        "Dimensions": [["Tenant"]],
-                        "Metrics": [{"Name": "HeadMessageWaitSeconds", "Unit": "Seconds"}],
+                        "Dimensions": [[TENANT_DIMENSION]],
+                        "Metrics": [{"Name": HEAD_WAIT_METRIC, "Unit": "Seconds"}],
                     }
                 ],
             },
-            "Tenant": tenant_id,
-            "HeadMessageWaitSeconds": round(max(0.0, now - sent_timestamp_ms / 1000), 3),
+            TENANT_DIMENSION: tenant_id,
+            HEAD_WAIT_METRIC: round(max(0.0, now - sent_timestamp_ms / 1000), 3),
         }
     )
 
@@ -165,17 +139,17 @@ def _check_gate(
     item: dict[str, Any] | None,
     event: ObjectCreated,
     *,
-    config: ControllerConfig,
+    config: ControllerEnv,
     sfn: Any,
     now: float,
-    log: dict[str, Any],
+    log: BoundLogger,
 ) -> str | None:
     """Return the execution name the gate holds if it may be replaced; raise `GateBusyError` if not."""
     observed = item.get("execution_name", {}).get("S") if item else None
     if observed is None:
         return None
     if observed == event.event_id:
-        logger.info("gate already holds this event's execution (redelivery); start is idempotent", extra=log)
+        log.info("gate already holds this event's execution (redelivery); start is idempotent")
         return observed
     arn = item.get("execution_arn", {}).get("S") or execution_arn(config.state_machine_arn, observed)
     try:
@@ -184,11 +158,11 @@ def _check_gate(
         if _error_code(error) != "ExecutionDoesNotExist":
             raise
         age = now - float(item.get("updated_at", {}).get("N", "0"))
-        fields = {**log, "gate_execution": observed, "gate_age_seconds": round(age, 3)}
+        fields = {"gate_execution": observed, "gate_age_seconds": round(age, 3)}
         if age < GATE_GRACE_SECONDS:
-            logger.info("gate execution not visible yet (just started); treating gate as busy", extra=fields)
+            log.info("gate execution not visible yet (just started); treating gate as busy", extra=fields)
         else:
-            logger.error(
+            log.error(
                 "gate execution does not exist and the gate entry is old; gate stays closed, "
                 "check whether its queue message was deleted",
                 extra=fields,
@@ -200,7 +174,7 @@ def _check_gate(
 
 
 def _claim_gate(
-    observed: str | None, event: ObjectCreated, arn: str, *, config: ControllerConfig, ddb: Any, now: float
+    observed: str | None, event: ObjectCreated, arn: str, *, config: ControllerEnv, ddb: Any, now: float
 ) -> None:
     """Write this event's execution into the gate, only if it still holds what was observed."""
     values: dict[str, Any] = {
@@ -229,30 +203,13 @@ def _claim_gate(
 
 
 def process_message(
-    record: dict[str, Any], *, config: ControllerConfig, sfn: Any, ddb: Any, now: float
-) -> dict[str, Any]:
+    record: dict[str, Any], *, config: ControllerEnv, sfn: Any, ddb: Any, now: float, log: BoundLogger
+) -> ControllerResult:
     """Run the gate for one SQS record; return what happened, raise `GateBusyError` to wait.
 
-    `sfn` and `ddb` are boto3 Step Functions and DynamoDB clients; `now` is epoch seconds.
-    A busy gate is logged at INFO (intended control flow), anything else at ERROR.
+    `sfn` and `ddb` are boto3 Step Functions and DynamoDB clients; `now` is epoch seconds;
+    `log` gets the event's fields bound once they are known.
     """
-    log: dict[str, Any] = {"tenant": config.tenant_id, "message_id": record.get("messageId")}
-    try:
-        return _start_if_free(record, log, config=config, sfn=sfn, ddb=ddb, now=now)
-    except GateBusyError as busy:
-        logger.info(
-            "gate busy; the message stays in the queue and is redelivered", extra={**log, "reason": str(busy)}
-        )
-        raise
-    except Exception:
-        logger.exception("controller failed", extra=log)
-        raise
-
-
-def _start_if_free(
-    record: dict[str, Any], log: dict[str, Any], *, config: ControllerConfig, sfn: Any, ddb: Any, now: float
-) -> dict[str, Any]:
-    """Steps 1-5 of the contract; adds the event's fields to `log` once they are known."""
     print(
         emf_line(
             namespace=config.metric_namespace,
@@ -263,7 +220,7 @@ def _start_if_free(
         flush=True,
     )
     event = ObjectCreated.from_sqs_body(record.get("body"))
-    log.update(event_id=event.event_id, key=event.key, version_id=event.version_id)
+    log.bind(event_id=event.event_id, key=event.key, version_id=event.version_id)
 
     gate = ddb.get_item(
         TableName=config.gate_table_name, Key={"tenant": {"S": config.tenant_id}}, ConsistentRead=True
@@ -279,29 +236,22 @@ def _start_if_free(
             input=json.dumps(event.file_ref(config.tenant_id), sort_keys=True),
         )
         started = True
-        logger.info("execution started", extra={**log, "execution_arn": arn})
+        log.info("execution started", extra={"execution_arn": arn})
     except ClientError as error:
         if _error_code(error) != "ExecutionAlreadyExists":
             raise
         started = False
-        logger.info("execution already exists (redelivered message); nothing to start", extra=log)
-    return {"execution_name": event.event_id, "execution_arn": arn, "started": started}
+        log.info("execution already exists (redelivered message); nothing to start")
+    return ControllerResult(execution_name=event.event_id, execution_arn=arn, started=started)
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])})
+def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger) -> ControllerResult:
     """SQS event source entry point (batch size 1)."""
-    configure_logging()
-    config = ControllerConfig.from_env()
     records = event.get("Records") or []
     if len(records) != 1:
-        logger.error(
-            "controller needs batch size 1", extra={"tenant": config.tenant_id, "records": len(records)}
-        )
         raise ValueError(f"expected exactly one SQS record (batch size 1), got {len(records)}")
+    log.bind(message_id=records[0].get("messageId"))
     return process_message(
-        records[0],
-        config=config,
-        sfn=aws_client("stepfunctions"),
-        ddb=aws_client("dynamodb"),
-        now=time.time(),
+        records[0], config=config, sfn=aws_client("stepfunctions"), ddb=aws_client("dynamodb"), now=time.time(), log=log
     )
