@@ -70,7 +70,7 @@ class ObjectCreated:
             "id": event.get("id"),
             "detail.bucket.name": bucket.get("name"),
             "detail.object.key": obj.get("key"),
-            # Required: each event processes exactly the version it announced (DESIGN.md 4.5).
+            # Required: each event processes exactly the version it announced (docs/design.md §4.5).
             "detail.object.version-id": obj.get("version-id"),
         }
         missing = [name for name, value in fields.items() if not isinstance(value, str) or not value]

@@ -1,4 +1,4 @@
-"""Fine-grained assertions on a tenant stack: every mechanism of DESIGN.md section 3."""
+"""Fine-grained assertions on a tenant stack: every mechanism of docs/design.md §3."""
 
 from __future__ import annotations
 
