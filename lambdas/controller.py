@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -32,76 +31,54 @@ from runtime import BoundLogger, aws_client, lambda_handler
 # age a missing execution means something else is wrong (its message was deleted?).
 GATE_GRACE_SECONDS = 300
 
-@dataclass(frozen=True)
-class ObjectCreated:
-    """The fields of an S3 "Object Created" EventBridge event the pipeline uses."""
 
-    event_id: str
-    bucket: str
-    key: str
-    version_id: str
-    size: int
-    etag: str | None
-    event_time: str
+def file_ref_from_sqs_body(body: str | None, tenant_id: str) -> FileRef:
+    """The execution input announced by an SQS body holding an S3 "Object Created" event.
 
-    @classmethod
-    def from_sqs_body(cls, body: str) -> ObjectCreated:
-        """Parse an SQS message body; `ValueError` (never quoting the body) if it is not one."""
-        try:
-            event = json.loads(body)
-        except (TypeError, ValueError):
-            raise ValueError(
-                "SQS message body is not JSON; expected an S3 'Object Created' EventBridge event"
-            ) from None
+    Deterministic, so a restart with it is idempotent. `ValueError` (never quoting the body)
+    if the body is not such an event.
+    """
+    try:
+        event = json.loads(body or "")
+    except (TypeError, ValueError):
+        raise ValueError("SQS message body is not JSON; expected an S3 'Object Created' EventBridge event") from None
 
-        def fail(what: str) -> ValueError:
-            return ValueError(f"SQS message body is not an S3 'Object Created' EventBridge event: {what}")
+    def fail(what: str) -> ValueError:
+        return ValueError(f"SQS message body is not an S3 'Object Created' EventBridge event: {what}")
 
-        if not isinstance(event, dict):
-            raise fail("not a JSON object")
-        if event.get("source") != "aws.s3" or event.get("detail-type") != "Object Created":
-            raise fail("source must be 'aws.s3' and detail-type 'Object Created'")
-        detail = event.get("detail")
-        obj = detail.get("object") if isinstance(detail, dict) else None
-        bucket = detail.get("bucket") if isinstance(detail, dict) else None
-        if not isinstance(obj, dict) or not isinstance(bucket, dict):
-            raise fail("missing detail.bucket or detail.object")
-        fields = {
-            "id": event.get("id"),
-            "detail.bucket.name": bucket.get("name"),
-            "detail.object.key": obj.get("key"),
-            # Required: each event processes exactly the version it announced (docs/design.md §4.5).
-            "detail.object.version-id": obj.get("version-id"),
-        }
-        missing = [name for name, value in fields.items() if not isinstance(value, str) or not value]
-        if missing:
-            raise fail(f"missing or empty {', '.join(missing)}")
-        size = obj.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise fail("detail.object.size is not a non-negative integer")
-        return cls(
-            event_id=fields["id"],
-            bucket=fields["detail.bucket.name"],
-            key=fields["detail.object.key"],
-            version_id=fields["detail.object.version-id"],
-            size=size,
-            # S3 writes "etag"; moto writes "eTag".
-            etag=obj.get("etag", obj.get("eTag")),
-            event_time=_event_time(event.get("time")),
-        )
-
-    def file_ref(self, tenant_id: str) -> FileRef:
-        """Execution input; deterministic, so a restart with it is idempotent."""
-        return FileRef(
-            tenant=tenant_id,
-            event_id=self.event_id,
-            bucket=self.bucket,
-            key=self.key,
-            version_id=self.version_id,
-            size=self.size,
-            etag=self.etag,
-            event_time=self.event_time,
-        )
+    if not isinstance(event, dict):
+        raise fail("not a JSON object")
+    if event.get("source") != "aws.s3" or event.get("detail-type") != "Object Created":
+        raise fail("source must be 'aws.s3' and detail-type 'Object Created'")
+    detail = event.get("detail")
+    obj = detail.get("object") if isinstance(detail, dict) else None
+    bucket = detail.get("bucket") if isinstance(detail, dict) else None
+    if not isinstance(obj, dict) or not isinstance(bucket, dict):
+        raise fail("missing detail.bucket or detail.object")
+    fields = {
+        "id": event.get("id"),
+        "detail.bucket.name": bucket.get("name"),
+        "detail.object.key": obj.get("key"),
+        # Required: each event processes exactly the version it announced (docs/design.md §4.5).
+        "detail.object.version-id": obj.get("version-id"),
+    }
+    missing = [name for name, value in fields.items() if not isinstance(value, str) or not value]
+    if missing:
+        raise fail(f"missing or empty {', '.join(missing)}")
+    size = obj.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise fail("detail.object.size is not a non-negative integer")
+    return FileRef(
+        tenant=tenant_id,
+        event_id=fields["id"],
+        bucket=fields["detail.bucket.name"],
+        key=fields["detail.object.key"],
+        version_id=fields["detail.object.version-id"],
+        size=size,
+        # S3 writes "etag"; moto writes "eTag".
+        etag=obj.get("etag", obj.get("eTag")),
+        event_time=_event_time(event.get("time")),
+    )
 
 
 def _event_time(value: Any) -> str:
@@ -137,7 +114,7 @@ def _error_code(error: ClientError) -> str:
 
 def _check_gate(
     item: dict[str, Any] | None,
-    event: ObjectCreated,
+    event: FileRef,
     *,
     config: ControllerEnv,
     sfn: Any,
@@ -148,7 +125,7 @@ def _check_gate(
     observed = item.get("execution_name", {}).get("S") if item else None
     if observed is None:
         return None
-    if observed == event.event_id:
+    if observed == event["event_id"]:
         log.info("gate already holds this event's execution (redelivery); start is idempotent")
         return observed
     arn = item.get("execution_arn", {}).get("S") or execution_arn(config.state_machine_arn, observed)
@@ -174,11 +151,11 @@ def _check_gate(
 
 
 def _claim_gate(
-    observed: str | None, event: ObjectCreated, arn: str, *, config: ControllerEnv, ddb: Any, now: float
+    observed: str | None, event: FileRef, arn: str, *, config: ControllerEnv, ddb: Any, now: float
 ) -> None:
     """Write this event's execution into the gate, only if it still holds what was observed."""
     values: dict[str, Any] = {
-        ":mine": {"S": event.event_id},
+        ":mine": {"S": event["event_id"]},
         ":arn": {"S": arn},
         ":now": {"N": str(int(now))},
     }
@@ -219,21 +196,21 @@ def process_message(
         ),
         flush=True,
     )
-    event = ObjectCreated.from_sqs_body(record.get("body"))
-    log.bind(event_id=event.event_id, key=event.key, version_id=event.version_id)
+    event = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
+    log.bind(event_id=event["event_id"], key=event["key"], version_id=event["version_id"])
 
     gate = ddb.get_item(
         TableName=config.gate_table_name, Key={"tenant": {"S": config.tenant_id}}, ConsistentRead=True
     ).get("Item")
     observed = _check_gate(gate, event, config=config, sfn=sfn, now=now, log=log)
-    arn = execution_arn(config.state_machine_arn, event.event_id)
+    arn = execution_arn(config.state_machine_arn, event["event_id"])
     _claim_gate(observed, event, arn, config=config, ddb=ddb, now=now)
 
     try:
         sfn.start_execution(
             stateMachineArn=config.state_machine_arn,
-            name=event.event_id,
-            input=json.dumps(event.file_ref(config.tenant_id), sort_keys=True),
+            name=event["event_id"],
+            input=json.dumps(event, sort_keys=True),
         )
         started = True
         log.info("execution started", extra={"execution_arn": arn})
@@ -242,7 +219,7 @@ def process_message(
             raise
         started = False
         log.info("execution already exists (redelivered message); nothing to start")
-    return ControllerResult(execution_name=event.event_id, execution_arn=arn, started=started)
+    return ControllerResult(execution_name=event["event_id"], execution_arn=arn, started=started)
 
 
 @lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])})
