@@ -17,7 +17,7 @@ import logging
 import os
 import typing
 import urllib.parse
-from typing import Any, TypedDict, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 # --- the functions' environment ------------------------------------------------------------
 #
@@ -36,14 +36,36 @@ def env_name(field_name: str) -> str:
     return field_name.upper()
 
 
+ON_FAILURE = ("halt", "continue")
+
+
 @dataclasses.dataclass(frozen=True)
 class ControllerEnv:
-    """The controller's environment."""
+    """The controller's environment.
+
+    `waiting_visibility_seconds`: how long a message that must wait stays invisible; the
+    close of the file ahead makes it visible at once (fast hand-off), this is the fallback.
+    """
 
     tenant_id: str
     state_machine_arn: str
-    gate_table_name: str
+    ledger_table_name: str
+    queue_url: str
     metric_namespace: str
+    on_failure: str = dataclasses.field(metadata={"choices": ON_FAILURE})
+    waiting_visibility_seconds: int = dataclasses.field(metadata={"minimum": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class CloserEnv:
+    """The environment of the function that records a closed execution (workflow end)."""
+
+    tenant_id: str
+    state_machine_arn: str
+    ledger_table_name: str
+    queue_url: str
+    alarm_topic_arn: str
+    on_failure: str = dataclasses.field(metadata={"choices": ON_FAILURE})
 
 
 FORMATS = ("csv", "jsonl")
@@ -66,9 +88,12 @@ class RegisterEnv:
 
     tenant_id: str
     work_bucket: str
+    ledger_table_name: str
     # urllib would also open file:// and ftp:// URLs; a sink is only ever HTTP(S).
     sink_url: str = dataclasses.field(metadata={"schemes": ("http", "https")})
     sink_timeout_seconds: float = dataclasses.field(metadata={"minimum": 0.0, "exclusive": True})
+    #: How long the core system may stay unavailable (one fault episode) before the file fails.
+    sink_outage_budget_seconds: float = dataclasses.field(metadata={"minimum": 0.0, "exclusive": True})
 
 
 EnvT = TypeVar("EnvT")
@@ -141,18 +166,29 @@ class FileRef(TypedDict):
     event_time: str
 
 
+class ExecutionInput(FileRef):
+    """The input of one execution: the file, and the first record to send (0, or where a
+    resumed file continues)."""
+
+    start_record: int
+
+
 class SplitRequest(TypedDict):
-    """What the Split state passes to the split function."""
+    """What the Split state passes to the split function. Chunks are kept per file (`file_id`
+    is the event id), so a resumed execution reuses them."""
 
     tenant: str
     bucket: str
     key: str
     version_id: str
-    execution_name: str
+    event_id: str
+    start_record: int
 
 
 class SplitResult(TypedDict):
-    """What the split function returns (kept in the execution under `$.split`)."""
+    """What the split function returns (kept in the execution under `$.split`).
+
+    `chunks`: the indexes still to register, from the chunk that holds `start_record`."""
 
     manifest_key: str
     chunk_prefix: str
@@ -163,30 +199,52 @@ class SplitResult(TypedDict):
 
 
 class ChunkTask(TypedDict):
-    """One item of the chunk Map: which chunk of which file version to register."""
+    """One invocation of the register function: a chunk of a file version, from a record on.
+
+    `start_record` is a position in the file (records before it are not sent again);
+    `fault_since` is when the core system's current outage began (None: no outage), so the
+    retry budget is spent per fault episode, not per chunk or per invocation.
+    """
 
     tenant: str
     bucket: str
     key: str
     version_id: str
+    execution_name: str
     chunk_prefix: str
     chunk_size: int
+    chunk_count: int
+    record_count: int
     chunk_index: int
+    start_record: int
+    fault_since: NotRequired[float | None]
 
 
-class ChunkResult(TypedDict):
-    """What the register-chunk function returns."""
+class ChunkProgress(ChunkTask):
+    """What the register function returns: the task to run next (same chunk, later record),
+    whether the chunk is done, and how long to wait first (the core system is unavailable)."""
 
-    chunk_index: int
+    done: bool
+    retry_after_seconds: int
     records_sent: int
 
 
-class ControllerResult(TypedDict):
-    """What the controller returns for one message."""
+class CloseEvent(TypedDict):
+    """An execution closed: what the workflow's last state (or the status-change rule) says."""
 
     execution_name: str
-    execution_arn: str
-    started: bool
+    status: str
+    error: NotRequired[str | None]
+    cause: NotRequired[str | None]
+
+
+class ControllerResult(TypedDict):
+    """What the controller returns for one message (the event source reads `batchItemFailures`:
+    a message listed there stays in the queue)."""
+
+    batchItemFailures: list[dict[str, str]]
+    outcome: str  # started | running | done | waiting
+    execution_name: str | None
 
 
 def keys_of(payload_type: type) -> tuple[str, ...]:
@@ -219,13 +277,6 @@ class PipelineError(Exception):
     def log_fields(self) -> dict[str, Any]:
         """Structured fields added to the log line (never record content)."""
         return {}
-
-
-class GateBusyError(PipelineError):
-    """Another execution of this tenant holds the gate; the message waits in the queue."""
-
-    log_level = logging.INFO
-    log_message = "gate busy; the message stays in the queue and is redelivered"
 
 
 class SinkRetryableError(PipelineError):
@@ -267,6 +318,28 @@ class MalformedFileError(PipelineError):
 
 class KeyOutsidePrefixError(PipelineError, ValueError):
     """An input names an S3 key outside the tenant's own prefix; refused, never read."""
+
+
+class SinkUnavailableError(PipelineError):
+    """The core system stayed unavailable for the whole outage budget; the file fails (and
+    halts the tenant) at the first record not acknowledged."""
+
+    log_message = "core system unavailable for longer than the outage budget"
+
+    def __init__(self, message: str, *, next_record: int) -> None:
+        super().__init__(message)
+        self.next_record = next_record
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        return {"next_record": self.next_record}
+
+
+class StaleExecutionError(PipelineError):
+    """This execution is not the tenant's current one (a hand-made redrive or start, or a
+    superseded attempt): it is refused before it sends anything."""
+
+    log_message = "execution refused: not the tenant's current execution"
 
 
 # --- metrics -------------------------------------------------------------------------------

@@ -1,9 +1,20 @@
-"""Controller: per-tenant gate in front of the file-ingest workflow (docs/design.md §4.1).
+"""Controller: the per-tenant gate in front of the file-ingest workflow (docs/architecture.md, "Gate").
 
 One SQS FIFO message (an S3 "Object Created" EventBridge event) per invocation. The gate
-item in DynamoDB names the last started execution; a new one starts only when that one is
-closed or is this message's own. A busy gate raises `GateBusyError`: the invocation fails
-on purpose, the message stays at the head of the FIFO group and is redelivered later.
+decides from the tenant's ledger position (`ledger.py`), never from how long Step Functions
+keeps its histories:
+
+* the message's own file is current: make sure its execution runs, then let the message go;
+* the current file is RUNNING: ask Step Functions about that one execution. Running: wait.
+  Closed but not recorded (its close was lost): record it, then decide again. Unknown to Step
+  Functions past a grace period (its stack was re-created, or it was lost): start it again
+  from the ledger, at its first unacknowledged record;
+* the tenant is halted (a failed file, `on_failure: halt`): wait for `ops resume` or `ops skip`;
+* otherwise: claim the position for this file (conditional write) and start its execution.
+
+Waiting is not an error: the message is reported as a batch item failure (Lambda does not
+back off its polling for those) and its visibility is set to `waiting_visibility_seconds`;
+the ledger notes the message, and the close of the file ahead makes it visible at once.
 """
 
 from __future__ import annotations
@@ -11,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -21,15 +33,26 @@ from contract import (
     TENANT_DIMENSION,
     ControllerEnv,
     ControllerResult,
+    ExecutionInput,
     FileRef,
-    GateBusyError,
     execution_arn,
 )
+from ledger import AlreadyClaimed, Ledger, LedgerConflict, Position
 from runtime import BoundLogger, aws_client, lambda_handler
 
-# Right after StartExecution, DescribeExecution may not see the execution yet; past this
-# age a missing execution means something else is wrong (its message was deleted?).
+#: Right after StartExecution, DescribeExecution may not see the execution yet; past this age
+#: an execution the ledger says is running but Step Functions does not know is started again.
 GATE_GRACE_SECONDS = 300
+#: A close is recorded by the workflow's last state, a moment before Step Functions closes the
+#: execution: the next file waits for that moment (polling this often, this many times).
+CLOSING_POLL_SECONDS = 0.2
+CLOSING_POLLS = 10
+#: A message that waits for a closing execution comes back this soon.
+CLOSING_VISIBILITY_SECONDS = 2
+#: Past this age a recorded close is not checked against Step Functions any more.
+RECENT_CLOSE_SECONDS = 3600
+#: Decisions retried when the ledger changes under the controller.
+MAX_DECISIONS = 5
 
 
 def file_ref_from_sqs_body(body: str | None, tenant_id: str) -> FileRef:
@@ -112,123 +135,195 @@ def _error_code(error: ClientError) -> str:
     return error.response.get("Error", {}).get("Code", "")
 
 
-def _check_gate(
-    item: dict[str, Any] | None,
-    event: FileRef,
-    *,
-    config: ControllerEnv,
-    sfn: Any,
-    now: float,
-    log: BoundLogger,
-) -> str | None:
-    """Return the execution name the gate holds if it may be replaced; raise `GateBusyError` if not."""
-    observed = item.get("execution_name", {}).get("S") if item else None
-    if observed is None:
-        return None
-    if observed == event["event_id"]:
-        log.info("gate already holds this event's execution (redelivery); start is idempotent")
-        return observed
-    arn = item.get("execution_arn", {}).get("S") or execution_arn(config.state_machine_arn, observed)
-    try:
-        status = sfn.describe_execution(executionArn=arn)["status"]
-    except ClientError as error:
-        if _error_code(error) != "ExecutionDoesNotExist":
-            raise
-        age = now - float(item.get("updated_at", {}).get("N", "0"))
-        fields = {"gate_execution": observed, "gate_age_seconds": round(age, 3)}
-        if age < GATE_GRACE_SECONDS:
-            log.info("gate execution not visible yet (just started); treating gate as busy", extra=fields)
-        else:
-            log.error(
-                "gate execution does not exist and the gate entry is old; gate stays closed, "
-                "check whether its queue message was deleted",
-                extra=fields,
+class Gate:
+    """One message's pass through the gate; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        *,
+        config: ControllerEnv,
+        ledger: Ledger,
+        sfn: Any,
+        sqs: Any,
+        now: Callable[[], float],
+        sleep: Callable[[float], None],
+        log: BoundLogger,
+    ) -> None:
+        self.config, self.ledger, self.sfn, self.sqs = config, ledger, sfn, sqs
+        self.now, self.sleep, self.log = now, sleep, log
+
+    def handle(self, file: FileRef, message_id: str, receipt: str) -> ControllerResult:
+        for _ in range(MAX_DECISIONS):
+            try:
+                return self._decide(self.ledger.read(), file, message_id, receipt)
+            except LedgerConflict:
+                self.log.info("ledger changed while deciding; deciding again")
+        return self._wait(None, message_id, receipt, "the ledger kept changing", CLOSING_VISIBILITY_SECONDS)
+
+    def _decide(self, position: Position, file: FileRef, message_id: str, receipt: str) -> ControllerResult:
+        if position.file_id == file["event_id"]:
+            if position.running:
+                self._start(position)
+                return _result("running", position.execution)
+            self.log.info("file already processed (redelivered message); letting the message go",
+                          extra={"status": position.status})
+            return _result("done", position.execution)
+        if position.running:
+            return self._decide_running(position, message_id, receipt)
+        if position.halted:
+            return self._wait(position, message_id, receipt,
+                              f"tenant halted after file {position.file_id} failed; run ops resume or ops skip")
+        if position.execution and self._closing(position):
+            return self._wait(position, message_id, receipt, f"execution {position.execution} is closing",
+                              CLOSING_VISIBILITY_SECONDS)
+        execution = file["event_id"]
+        try:
+            claimed = self.ledger.claim(position, file, execution, self.now())
+        except AlreadyClaimed:
+            self.log.info("file was processed before (duplicate event); letting the message go")
+            return _result("done", None)
+        self._start(claimed)
+        return _result("started", execution)
+
+    def _decide_running(self, position: Position, message_id: str, receipt: str) -> ControllerResult:
+        assert position.execution is not None
+        status = self._describe(position.execution)
+        if status in CLOSED_STATUSES:
+            # The close was not recorded (the workflow's last state and the status-change
+            # rule both missed it): record it here, then decide again.
+            self.log.warning("execution closed without its close being recorded; recording it",
+                             extra={"execution": position.execution, "status": status})
+            self.ledger.record_close(position.execution, status, halt_on_failure=self._halts(),
+                                     now=self.now(), error="ClosedUnrecorded",
+                                     cause=f"Step Functions reports {status}; found by the controller")
+            raise LedgerConflict("recorded a close; decide again")
+        if status is None:
+            age = self.now() - (position.started_at or 0)
+            if age < GATE_GRACE_SECONDS:
+                return self._wait(position, message_id, receipt,
+                                  f"execution {position.execution} not visible yet (started {age:.0f} s ago)",
+                                  CLOSING_VISIBILITY_SECONDS)
+            self.log.warning(
+                "the ledger's running execution is unknown to Step Functions; starting it again from the ledger",
+                extra={"execution": position.execution, "next_record": position.next_record},
             )
-        raise GateBusyError(f"tenant {config.tenant_id}: execution {observed} is not visible") from None
-    if status not in CLOSED_STATUSES:
-        raise GateBusyError(f"tenant {config.tenant_id}: execution {observed} is {status}")
-    return observed
+            self._start(position)
+        return self._wait(position, message_id, receipt, f"execution {position.execution} is running")
 
+    # -- Step Functions -------------------------------------------------------------------------
 
-def _claim_gate(
-    observed: str | None, event: FileRef, arn: str, *, config: ControllerEnv, ddb: Any, now: float
-) -> None:
-    """Write this event's execution into the gate, only if it still holds what was observed."""
-    values: dict[str, Any] = {
-        ":mine": {"S": event["event_id"]},
-        ":arn": {"S": arn},
-        ":now": {"N": str(int(now))},
-    }
-    if observed is None:
-        # Absent item, or an item without an execution (its attributes do not exist either).
-        condition = "attribute_not_exists(execution_name)"
-    else:
-        condition = "attribute_not_exists(tenant) OR execution_name = :observed"
-        values[":observed"] = {"S": observed}
-    try:
-        ddb.update_item(
-            TableName=config.gate_table_name,
-            Key={"tenant": {"S": config.tenant_id}},
-            UpdateExpression="SET execution_name = :mine, execution_arn = :arn, updated_at = :now",
-            ConditionExpression=condition,
-            ExpressionAttributeValues=values,
+    def _describe(self, execution: str) -> str | None:
+        """The execution's status, or None if Step Functions does not know it."""
+        try:
+            return self.sfn.describe_execution(
+                executionArn=execution_arn(self.config.state_machine_arn, execution)
+            )["status"]
+        except ClientError as error:
+            if _error_code(error) == "ExecutionDoesNotExist":
+                return None
+            raise
+
+    def _closing(self, position: Position) -> bool:
+        """True if the recorded close is recent and Step Functions still runs the execution
+        after a short wait (its last state recorded the close)."""
+        if position.closed_at is None or self.now() - position.closed_at > RECENT_CLOSE_SECONDS:
+            return False
+        assert position.execution is not None
+        for attempt in range(CLOSING_POLLS):
+            if self._describe(position.execution) not in ("RUNNING", "PENDING_REDRIVE"):
+                return False
+            if attempt + 1 < CLOSING_POLLS:
+                self.sleep(CLOSING_POLL_SECONDS)
+        return True
+
+    def _start(self, position: Position) -> None:
+        """Start the position's execution (idempotent: `ExecutionAlreadyExists` is success)."""
+        assert position.file is not None and position.execution is not None
+        execution_input = ExecutionInput(**position.file, start_record=position.next_record)
+        try:
+            self.sfn.start_execution(
+                stateMachineArn=self.config.state_machine_arn,
+                name=position.execution,
+                input=json.dumps(execution_input, sort_keys=True),
+            )
+            self.log.info("execution started", extra={"execution": position.execution,
+                                                      "start_record": position.next_record})
+        except ClientError as error:
+            if _error_code(error) != "ExecutionAlreadyExists":
+                raise
+            self.log.info("execution already exists (redelivered message); nothing to start",
+                          extra={"execution": position.execution})
+
+    # -- waiting --------------------------------------------------------------------------------
+
+    def _wait(self, position: Position | None, message_id: str, receipt: str, reason: str,
+              visibility: int | None = None) -> ControllerResult:
+        """Keep the message in the queue; note it in the ledger so the close of the file ahead
+        makes it visible at once. The visibility is set first: a close that comes after the
+        note then always finds the message (and a close before it changes `seq`)."""
+        seconds = visibility or self.config.waiting_visibility_seconds
+        self.sqs.change_message_visibility(
+            QueueUrl=self.config.queue_url, ReceiptHandle=receipt, VisibilityTimeout=seconds
         )
-    except ClientError as error:
-        if _error_code(error) == "ConditionalCheckFailedException":
-            raise GateBusyError(f"tenant {config.tenant_id}: gate changed since it was read") from None
-        raise
+        if position is not None:
+            self.ledger.record_waiting(position, message_id, receipt, self.now())
+        self.log.info("gate busy; the message waits in the queue", extra={"reason": reason, "visible_in": seconds})
+        return ControllerResult(batchItemFailures=[{"itemIdentifier": message_id}], outcome="waiting",
+                                execution_name=position.execution if position else None)
+
+    def _halts(self) -> bool:
+        return self.config.on_failure == "halt"
+
+
+def _result(outcome: str, execution: str | None) -> ControllerResult:
+    return ControllerResult(batchItemFailures=[], outcome=outcome, execution_name=execution)
 
 
 def process_message(
-    record: dict[str, Any], *, config: ControllerEnv, sfn: Any, ddb: Any, now: float, log: BoundLogger
+    record: dict[str, Any],
+    *,
+    config: ControllerEnv,
+    sfn: Any,
+    ddb: Any,
+    sqs: Any,
+    now: Callable[[], float],
+    log: BoundLogger,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> ControllerResult:
-    """Run the gate for one SQS record; return what happened, raise `GateBusyError` to wait.
+    """Run the gate for one SQS record: start its file, let it go, or keep it waiting.
 
-    `sfn` and `ddb` are boto3 Step Functions and DynamoDB clients; `now` is epoch seconds;
-    `log` gets the event's fields bound once they are known.
+    `sfn`, `ddb`, `sqs` are boto3 clients; `now` returns epoch seconds; `log` gets the
+    event's fields bound once they are known.
     """
     print(
         emf_line(
             namespace=config.metric_namespace,
             tenant_id=config.tenant_id,
-            now=now,
+            now=now(),
             sent_timestamp_ms=int(record["attributes"]["SentTimestamp"]),
         ),
         flush=True,
     )
-    event = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
-    log.bind(event_id=event["event_id"], key=event["key"], version_id=event["version_id"])
-
-    gate = ddb.get_item(
-        TableName=config.gate_table_name, Key={"tenant": {"S": config.tenant_id}}, ConsistentRead=True
-    ).get("Item")
-    observed = _check_gate(gate, event, config=config, sfn=sfn, now=now, log=log)
-    arn = execution_arn(config.state_machine_arn, event["event_id"])
-    _claim_gate(observed, event, arn, config=config, ddb=ddb, now=now)
-
-    try:
-        sfn.start_execution(
-            stateMachineArn=config.state_machine_arn,
-            name=event["event_id"],
-            input=json.dumps(event, sort_keys=True),
-        )
-        started = True
-        log.info("execution started", extra={"execution_arn": arn})
-    except ClientError as error:
-        if _error_code(error) != "ExecutionAlreadyExists":
-            raise
-        started = False
-        log.info("execution already exists (redelivered message); nothing to start")
-    return ControllerResult(execution_name=event["event_id"], execution_arn=arn, started=started)
+    file = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
+    log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
+    gate = Gate(config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn, sqs=sqs,
+                now=now, sleep=sleep, log=log)
+    return gate.handle(file, record["messageId"], record["receiptHandle"])
 
 
 @lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])})
-def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger) -> ControllerResult:
-    """SQS event source entry point (batch size 1)."""
+def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger, context: Any) -> ControllerResult:
+    """SQS event source entry point (batch size 1, partial batch responses on)."""
     records = event.get("Records") or []
     if len(records) != 1:
         raise ValueError(f"expected exactly one SQS record (batch size 1), got {len(records)}")
     log.bind(message_id=records[0].get("messageId"))
     return process_message(
-        records[0], config=config, sfn=aws_client("stepfunctions"), ddb=aws_client("dynamodb"), now=time.time(), log=log
+        records[0],
+        config=config,
+        sfn=aws_client("stepfunctions"),
+        ddb=aws_client("dynamodb"),
+        sqs=aws_client("sqs"),
+        now=time.time,
+        log=log,
     )

@@ -1,28 +1,57 @@
 """Register chunk: POST one chunk's records, in order, to the core system (the sink).
 
 Each record carries an `Idempotency-Key` derived from the object version and the record's
-position in the file, so resending a chunk after a retry or a redrive registers nothing
-twice. The first failure stops the chunk: later records are never sent before it.
+position in the file, so resending a record after a crash registers nothing twice. The first
+record that is not acknowledged stops the chunk: later records are never sent before it.
+
+The function works within its budget (docs/design.md §4.7):
+
+* it is fenced by the ledger: only the tenant's current, running execution may send (a
+  hand-made redrive is refused before it sends anything);
+* it starts at the first record not acknowledged yet (the ledger's `next_record`, the task's
+  `start_record`) and writes its progress to the ledger as it goes and whenever it stops;
+* it stops before the function's deadline and returns the task to continue with;
+* a record the core system cannot take now (429, 5xx, timeout, connection) is retried in
+  place with a short backoff; if the fault lasts, the function returns and the workflow waits
+  `retry_after_seconds` before the next try. The retry budget is spent per fault episode
+  (`fault_since`, carried from try to try, reset by the next acknowledged record): records
+  that each fail once cost nothing, and only an outage longer than
+  `sink_outage_budget_seconds` fails the file (`SinkUnavailableError`), which halts it;
+* any other answer (4xx, 3xx) is `SinkRejectedError`: the same record cannot succeed.
 """
 
 from __future__ import annotations
 
 import http.client
+import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from chunk_format import idempotency_key, iter_lines
 from contract import (
-    ChunkResult,
+    ChunkProgress,
     ChunkTask,
     KeyOutsidePrefixError,
     RegisterEnv,
     SinkRejectedError,
-    SinkRetryableError,
+    SinkUnavailableError,
+    StaleExecutionError,
     chunk_key,
+    keys_of,
     work_prefix,
 )
+from ledger import Ledger, LedgerConflict
 from runtime import BoundLogger, aws_client, lambda_handler, pick
+
+#: Time kept in hand at the deadline: the last progress write and the return.
+DEADLINE_MARGIN_SECONDS = 3.0
+#: In-place retries of one record: waits before each (then the function returns and waits in the workflow).
+RETRY_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
+#: Bounds of the workflow's wait between tries while the core system is unavailable.
+MIN_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS = 1, 60
+#: Progress is written to the ledger at least this often while records flow.
+PROGRESS_EVERY_SECONDS = 1.0
 
 
 class _SinkConnection:
@@ -38,8 +67,11 @@ class _SinkConnection:
         self._connection = factory(parts.hostname, parts.port, timeout=timeout)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
-    def post(self, body: bytes, headers: dict[str, str]) -> int:
+    def post(self, body: bytes, headers: dict[str, str], timeout: float) -> int:
         """POST and return the HTTP status; transport failures raise (OSError, HTTPException)."""
+        self._connection.timeout = timeout
+        if self._connection.sock is not None:
+            self._connection.sock.settimeout(timeout)
         try:
             self._connection.request("POST", self._path, body=body, headers=headers)
             response = self._connection.getresponse()
@@ -59,69 +91,192 @@ def _transport_problem(error: BaseException, timeout: float) -> str:
     return f"connection failed ({type(error).__name__})"
 
 
-def register_chunk(task: ChunkTask, *, config: RegisterEnv, s3: Any) -> ChunkResult:
-    """Send every record of chunk `task["chunk_index"]` in order; return the count sent.
+class Register:
+    """Sends one task's records; see the module docstring."""
 
-    `s3` is a boto3 S3 client for the work bucket.
-    """
-    chunk_index, chunk_size = int(task["chunk_index"]), int(task["chunk_size"])
-    bucket, key, version_id = task["bucket"], task["key"], task["version_id"]
-    chunk_prefix = task["chunk_prefix"]
-    if chunk_index < 0 or chunk_size < 1:
-        raise ValueError(f"chunk_index {chunk_index} must be >= 0 and chunk_size {chunk_size} >= 1")
-    if not chunk_prefix.startswith(work_prefix(config.tenant_id)):
-        raise KeyOutsidePrefixError(
-            f"chunk_prefix {chunk_prefix!r} is outside tenant {config.tenant_id!r}'s work prefix"
-        )
+    def __init__(
+        self,
+        task: ChunkTask,
+        *,
+        config: RegisterEnv,
+        ledger: Ledger,
+        clock: Callable[[], float],
+        remaining_seconds: Callable[[], float],
+        sleep: Callable[[float], None],
+        log: BoundLogger,
+    ) -> None:
+        self.task, self.config, self.ledger = task, config, ledger
+        self.clock, self.remaining, self.sleep, self.log = clock, remaining_seconds, sleep, log
+        self.chunk_index, self.chunk_size = int(task["chunk_index"]), int(task["chunk_size"])
+        self.chunk_start = self.chunk_index * self.chunk_size
+        self.fault_since: float | None = task.get("fault_since")
+        self.sent = 0
+        self.saved = -1
+        self.last_save = clock()
 
-    body = s3.get_object(Bucket=config.work_bucket, Key=chunk_key(chunk_prefix, chunk_index))["Body"]
-    sink = _SinkConnection(config.sink_url, config.sink_timeout_seconds)
-    try:
-        return _send_records(iter_lines(body), sink, task, config)
-    finally:
-        sink.close()
+    def check(self) -> None:
+        if self.chunk_index < 0 or self.chunk_size < 1:
+            raise ValueError(f"chunk_index {self.chunk_index} must be >= 0 and chunk_size {self.chunk_size} >= 1")
+        if not self.task["chunk_prefix"].startswith(work_prefix(self.config.tenant_id)):
+            raise KeyOutsidePrefixError(
+                f"chunk_prefix {self.task['chunk_prefix']!r} is outside tenant {self.config.tenant_id!r}'s work prefix"
+            )
 
+    def first_record(self) -> int:
+        """Where to start: past everything acknowledged; refuses a stale execution."""
+        position = self.ledger.read()
+        execution = self.task["execution_name"]
+        if position.execution != execution or not position.running:
+            raise StaleExecutionError(
+                f"execution {execution} is not the tenant's current running execution "
+                f"(current: {position.execution}, {position.status}); nothing was sent. "
+                "A failed file continues with `ops resume`, never with a redrive"
+            )
+        return max(int(self.task["start_record"]), self.chunk_start, position.next_record)
 
-def _send_records(lines: Any, sink: _SinkConnection, task: ChunkTask, config: RegisterEnv) -> ChunkResult:
-    chunk_index, chunk_size = int(task["chunk_index"]), int(task["chunk_size"])
-    bucket, key, version_id = task["bucket"], task["key"], task["version_id"]
-    sent = 0
-    for _, line in lines:
-        record = line.rstrip(b"\r\n")
-        if not record:
-            continue
-        if sent >= chunk_size:
-            # More records than chunk_size would reuse the next chunk's idempotency keys.
-            raise ValueError(f"chunk {chunk_index} holds more than chunk_size={chunk_size} records")
-        file_index = chunk_index * chunk_size + sent
-        where = f"chunk {chunk_index} record {sent} (file record {file_index})"
+    def run(self, lines: Any, sink: _SinkConnection) -> ChunkProgress:
+        next_record = self.first_record()
+        index = self.chunk_start  # file position of the line at hand
+        try:
+            for _, line in lines:
+                record = line.rstrip(b"\r\n")
+                if not record:
+                    continue
+                if index - self.chunk_start >= self.chunk_size:
+                    # More records than chunk_size would reuse the next chunk's idempotency keys.
+                    raise ValueError(f"chunk {self.chunk_index} holds more than chunk_size={self.chunk_size} records")
+                if index >= next_record:
+                    if self.sent and self.remaining() < self.config.sink_timeout_seconds + DEADLINE_MARGIN_SECONDS:
+                        # The next record might not finish before the deadline: continue in a new invocation.
+                        return self._progress(next_record, done=False, retry_after=0)
+                    retry_after = self._send(record, index, sink)
+                    if retry_after is not None:
+                        return self._progress(next_record, done=False, retry_after=retry_after)
+                    next_record = index + 1
+                    self._save(next_record)
+                index += 1
+            next_record = max(next_record, index)
+            return self._progress(next_record, done=True, retry_after=0)
+        finally:
+            self._save(next_record, force=True)
+
+    def _send(self, record: bytes, index: int, sink: _SinkConnection) -> int | None:
+        """Send one record until acknowledged; None when it was, else seconds to wait first."""
+        where = f"chunk {self.chunk_index} record {index - self.chunk_start} (file record {index})"
         headers = {
             "Content-Type": "application/json",
-            "Idempotency-Key": idempotency_key(bucket, key, version_id, file_index),
-            "X-Tenant-Id": config.tenant_id,
+            "Idempotency-Key": idempotency_key(self.task["bucket"], self.task["key"], self.task["version_id"], index),
+            "X-Tenant-Id": self.config.tenant_id,
         }
+        for backoff in (*RETRY_BACKOFF_SECONDS, None):
+            timeout = max(0.1, min(self.config.sink_timeout_seconds, self.remaining() - DEADLINE_MARGIN_SECONDS))
+            try:
+                status = sink.post(record, headers, timeout)
+                problem = None if 200 <= status < 300 else f"HTTP {status}"
+            except (OSError, http.client.HTTPException) as error:
+                status, problem = 0, _transport_problem(error, timeout)
+            if problem is None:
+                if self.fault_since is not None:
+                    self.log.info("core system answers again", extra={"outage_seconds": round(self.clock() - self.fault_since, 3)})
+                self.fault_since = None
+                self.sent += 1
+                return None
+            if status and status != 429 and status < 500:
+                self._save(index, force=True)
+                raise SinkRejectedError(
+                    f"{where}: {problem}", status=status, chunk_index=self.chunk_index, record_index=index
+                )
+            now = self.clock()
+            if self.fault_since is None:
+                self.fault_since = now
+            outage = now - self.fault_since
+            if outage >= self.config.sink_outage_budget_seconds:
+                self._save(index, force=True)
+                raise SinkUnavailableError(
+                    f"{where}: core system unavailable for {outage:.0f} s, longer than the outage budget "
+                    f"({self.config.sink_outage_budget_seconds:g} s); last answer: {problem}",
+                    next_record=index,
+                )
+            if backoff is None or self.remaining() < backoff + timeout + DEADLINE_MARGIN_SECONDS:
+                self.log.warning("core system unavailable; waiting before the next try",
+                                 extra={"problem": problem, "outage_seconds": round(outage, 3), "file_record": index})
+                return int(min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS, outage / 2)))
+            self.sleep(backoff)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _save(self, next_record: int, *, force: bool = False) -> None:
+        """Write progress to the ledger (at most every PROGRESS_EVERY_SECONDS unless forced)."""
+        if next_record <= self.saved or (not force and self.clock() - self.last_save < PROGRESS_EVERY_SECONDS):
+            return
         try:
-            status = sink.post(record, headers)
-        except (OSError, http.client.HTTPException) as error:
-            problem = _transport_problem(error, config.sink_timeout_seconds)
-            raise SinkRetryableError(f"{where}: {problem}") from None
-        if status == 429 or status >= 500:
-            raise SinkRetryableError(f"{where}: HTTP {status}")
-        if not 200 <= status < 300:
-            raise SinkRejectedError(
-                f"{where}: HTTP {status}", status=status, chunk_index=chunk_index, record_index=file_index
+            self.ledger.record_progress(
+                self.task["execution_name"],
+                next_record,
+                chunk_size=self.chunk_size,
+                chunk_count=int(self.task["chunk_count"]),
+                record_count=int(self.task["record_count"]),
             )
-        sent += 1
-    return ChunkResult(chunk_index=chunk_index, records_sent=sent)
+        except LedgerConflict:
+            position = self.ledger.read()
+            if position.execution != self.task["execution_name"] or not position.running:
+                raise StaleExecutionError(
+                    f"execution {self.task['execution_name']} lost its place (current: {position.execution}, "
+                    f"{position.status}); stopping"
+                ) from None
+        self.saved, self.last_save = next_record, self.clock()
+
+    def _progress(self, next_record: int, *, done: bool, retry_after: int) -> ChunkProgress:
+        task = {key: self.task[key] for key in keys_of(ChunkTask) if key in self.task}  # type: ignore[literal-required]
+        return ChunkProgress(  # type: ignore[typeddict-item]
+            **{**task, "start_record": next_record, "fault_since": self.fault_since},
+            done=done,
+            retry_after_seconds=retry_after,
+            records_sent=self.sent,
+        )
+
+
+def register_chunk(
+    task: ChunkTask,
+    *,
+    config: RegisterEnv,
+    s3: Any,
+    ledger: Ledger,
+    log: BoundLogger,
+    remaining_seconds: Callable[[], float],
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ChunkProgress:
+    """Send the task's records in order from its first unacknowledged one; see the module docstring.
+
+    `s3` is a boto3 S3 client for the work bucket; `ledger` the tenant's ledger;
+    `remaining_seconds` how long the invocation may still run.
+    """
+    register = Register(task, config=config, ledger=ledger, clock=clock, remaining_seconds=remaining_seconds,
+                        sleep=sleep, log=log)
+    register.check()
+    body = s3.get_object(Bucket=config.work_bucket, Key=chunk_key(task["chunk_prefix"], register.chunk_index))["Body"]
+    sink = _SinkConnection(config.sink_url, config.sink_timeout_seconds)
+    try:
+        return register.run(iter_lines(body), sink)
+    finally:
+        sink.close()
+        body.close()
 
 
 @lambda_handler(
     "register_chunk",
     RegisterEnv,
-    log_fields=lambda event: pick(event, "key", "version_id", "chunk_prefix", "chunk_index"),
+    log_fields=lambda event: pick(event, "execution_name", "key", "version_id", "chunk_index", "start_record"),
 )
-def handler(event: ChunkTask, config: RegisterEnv, log: BoundLogger) -> ChunkResult:
-    """Step Functions Map item entry point (`ChunkTask` in, `ChunkResult` out)."""
-    result = register_chunk(event, config=config, s3=aws_client("s3"))
-    log.info("chunk registered", extra={"records_sent": result["records_sent"]})
+def handler(event: ChunkTask, config: RegisterEnv, log: BoundLogger, context: Any) -> ChunkProgress:
+    """Step Functions task entry point (`ChunkTask` in, `ChunkProgress` out)."""
+    result = register_chunk(
+        event,
+        config=config,
+        s3=aws_client("s3"),
+        ledger=Ledger(aws_client("dynamodb"), config.ledger_table_name, config.tenant_id),
+        log=log,
+        remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
+    )
+    log.info("chunk progress", extra=pick(result, "records_sent", "start_record", "done", "retry_after_seconds"))
     return result

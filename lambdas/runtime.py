@@ -50,11 +50,11 @@ def get_logger(function: str) -> logging.Logger:
     return logging.getLogger(f"{LOGGER_NAME}.{function}")
 
 
-Logic = Callable[[Any, ConfigT, BoundLogger], Any]
+Logic = Callable[[Any, ConfigT, BoundLogger, Any], Any]
 
 
 class LambdaHandler(Generic[ConfigT]):
-    """`handler(event, context)` around `logic(event, config, log)`; see the module docstring."""
+    """`handler(event, context)` around `logic(event, config, log, context)`; see the module docstring."""
 
     def __init__(
         self,
@@ -78,7 +78,7 @@ class LambdaHandler(Generic[ConfigT]):
             fields.update(self.log_fields(event))
         log = BoundLogger(self.logger, fields)
         try:
-            return self.logic(event, config, log)
+            return self.logic(event, config, log, context)
         except PipelineError as error:
             log.log(
                 error.log_level,
@@ -96,7 +96,7 @@ class LambdaHandler(Generic[ConfigT]):
 def lambda_handler(
     function: str, config_type: type[ConfigT], *, log_fields: Callable[[Any], Mapping[str, Any]] = lambda event: {}
 ) -> Callable[[Logic[ConfigT]], LambdaHandler[ConfigT]]:
-    """Decorator: `@lambda_handler("split", SplitEnv, log_fields=...)` on `def handler(event, config, log)`."""
+    """Decorator: `@lambda_handler("split", SplitEnv, log_fields=...)` on `def handler(event, config, log, context)`."""
 
     def wrap(logic: Logic[ConfigT]) -> LambdaHandler[ConfigT]:
         return LambdaHandler(function, config_type, logic, log_fields=log_fields)

@@ -142,21 +142,74 @@ class _ChunkWriter:
         self.chunk_count += 1
 
 
-def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any) -> SplitResult:
+def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = None) -> SplitResult:
     """Split the object version `request` names into chunks; return the manifest reference.
 
-    `s3` is a boto3 S3 client.
+    Chunks are kept per file (the event id), so an execution that resumes the file reuses
+    them; if they expired from the work bucket (or were never complete), the pinned version is
+    split again, which writes the same chunks. `chunks` lists the indexes still to register,
+    from the one holding `start_record`. `s3` is a boto3 S3 client.
     """
     bucket, key, version_id = request["bucket"], request["key"], request["version_id"]
-    execution_name = request["execution_name"]
+    file_id = request["event_id"]
+    start_record = int(request.get("start_record") or 0)
     if request.get("tenant", config.tenant_id) != config.tenant_id:
         raise ValueError(f"input is for tenant {request['tenant']!r}, this function serves {config.tenant_id!r}")
     if not key.startswith(config.landing_prefix):
         raise KeyOutsidePrefixError(f"key {key!r} is outside the landing prefix {config.landing_prefix!r}")
-    if not execution_name or "/" in execution_name:
-        raise ValueError(f"execution_name {execution_name!r} is not a single path segment")
+    if not file_id or "/" in file_id:
+        raise ValueError(f"event_id {file_id!r} is not a single path segment")
+    if start_record < 0:
+        raise ValueError(f"start_record {start_record} must be >= 0")
 
-    prefix = chunk_prefix(config.tenant_id, execution_name)
+    prefix = chunk_prefix(config.tenant_id, file_id)
+    manifest = _existing_manifest(s3, config, prefix, version_id)
+    if manifest is None:
+        manifest = _split(s3, config, request, prefix)
+    elif log is not None:
+        log.info("chunks of this file exist; reusing them", extra={"chunk_count": manifest["chunk_count"]})
+    first_chunk = start_record // manifest["chunk_size"]
+    return SplitResult(
+        manifest_key=manifest_key(prefix),
+        chunk_prefix=prefix,
+        chunk_size=manifest["chunk_size"],
+        chunk_count=manifest["chunk_count"],
+        record_count=manifest["record_count"],
+        chunks=list(range(first_chunk, manifest["chunk_count"])),
+    )
+
+
+def _existing_manifest(s3: Any, config: SplitEnv, prefix: str, version_id: str) -> dict[str, Any] | None:
+    """The manifest of a complete earlier split of the same version, if the work bucket still has it."""
+    try:
+        body = s3.get_object(Bucket=config.work_bucket, Key=manifest_key(prefix))["Body"]
+    except Exception as error:  # botocore ClientError: NoSuchKey (expired, or never written)
+        code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise
+    manifest = json.loads(body.read())
+    if manifest.get("source", {}).get("version_id") != version_id:
+        return None
+    if manifest.get("chunk_count") and not _chunk_exists(s3, config, prefix, manifest["chunk_count"] - 1):
+        return None  # the chunks expired before the manifest: split again
+    return manifest
+
+
+def _chunk_exists(s3: Any, config: SplitEnv, prefix: str, index: int) -> bool:
+    try:
+        s3.head_object(Bucket=config.work_bucket, Key=chunk_key(prefix, index))
+    except Exception as error:  # botocore ClientError
+        code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return False
+        raise
+    return True
+
+
+def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dict[str, Any]:
+    """Stream the pinned version into chunk files, then write the manifest (last: it marks completion)."""
+    bucket, key, version_id = request["bucket"], request["key"], request["version_id"]
     body = s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"]
     writer = _ChunkWriter(s3, config.work_bucket, prefix, config.chunk_size)
     try:
@@ -175,7 +228,7 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any) -> SplitResu
             "size": request.get("size"),
         },
         "tenant": config.tenant_id,
-        "execution_name": execution_name,
+        "event_id": request["event_id"],
         "format": config.format,
         "chunk_prefix": prefix,
         "chunk_size": config.chunk_size,
@@ -188,20 +241,13 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any) -> SplitResu
         Body=json.dumps(manifest, indent=2).encode("utf-8"),
         ContentType="application/json",
     )
-    return SplitResult(
-        manifest_key=manifest_key(prefix),
-        chunk_prefix=prefix,
-        chunk_size=config.chunk_size,
-        chunk_count=writer.chunk_count,
-        record_count=writer.record_count,
-        chunks=list(range(writer.chunk_count)),
-    )
+    return manifest
 
 
-@lambda_handler("split", SplitEnv, log_fields=lambda event: pick(event, "execution_name", "key", "version_id"))
-def handler(event: SplitRequest, config: SplitEnv, log: BoundLogger) -> SplitResult:
+@lambda_handler("split", SplitEnv, log_fields=lambda event: pick(event, "event_id", "key", "version_id", "start_record"))
+def handler(event: SplitRequest, config: SplitEnv, log: BoundLogger, context: Any) -> SplitResult:
     """Step Functions task entry point (`SplitRequest` in, `SplitResult` out)."""
     log.info("split started")
-    result = split_file(event, config=config, s3=aws_client("s3"))
+    result = split_file(event, config=config, s3=aws_client("s3"), log=log)
     log.info("split finished", extra=pick(result, "chunk_count", "record_count"))
     return result

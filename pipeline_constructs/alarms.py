@@ -63,22 +63,35 @@ class AlarmThresholds:
     evaluation_periods: int
 
 
+#: Where each alarm's runbook entry lives; an alarm's description ends with its link.
+RUNBOOK = "docs/operations.md"
+
+
+def runbook_link(key: str) -> str:
+    """The runbook entry of an alarm kind (``stall``, ``workflow-failed``, ``error-logs``, ...)."""
+    return f"Runbook: {RUNBOOK}#{key}"
+
+
 def pipeline_alarms(
     pipeline: TenantPipeline, topic: sns.ITopic, thresholds: AlarmThresholds
 ) -> dict[str, cloudwatch.Alarm]:
-    """Every alarm of one tenant pipeline, from its ``metric_*`` methods; keyed by short name."""
+    """Every alarm of one tenant pipeline, from its ``metric_*`` methods; keyed by short name.
+
+    Each description says what the alarm means, what to run first (``python -m ops status``)
+    and links to its runbook entry, which names the command that fixes it."""
     tenant = pipeline.tenant_id
     factory = AlarmFactory(
         pipeline, name_prefix=tenant, topic=topic, evaluation_periods=thresholds.evaluation_periods
     )
+    status = f"python -m ops status {tenant}"
     for role, function in pipeline.pipeline_functions.items():
         factory.alarm(
             f"{role}-error-logs",
             function.metric_error_log_lines(),
             thresholds.error_logs_threshold,
             f"Tenant {tenant}: the {role} function logged at ERROR level, a real fault (intended "
-            f"waits log at INFO). First: open log group {function.log_group_name} and filter on "
-            "level = ERROR; the entry names the file key, version and execution.",
+            f"waits log at INFO). First: {status}, then open log group {function.log_group_name} "
+            f"and filter on level = ERROR; the entry names the file and execution. {runbook_link('error-logs')}",
         )
 
     queue_age = int(thresholds.queue_age_alarm_after.to_seconds())
@@ -86,19 +99,18 @@ def pipeline_alarms(
         "queue-age",
         pipeline.metric_queue_age(),
         queue_age,
-        f"Tenant {tenant}: a file event has waited more than {queue_age} s in "
-        "the queue. Files are arriving faster than they are ingested, or the tenant is blocked. "
-        f"First: check the {tenant}-stall alarm and the running execution of the workflow.",
+        f"Tenant {tenant}: a file event has waited more than {queue_age} s in the queue. Files arrive "
+        f"faster than they are ingested, or the tenant is halted or stuck. First: {status}. "
+        f"{runbook_link('queue-age')}",
     )
     stall = int(thresholds.stall_alarm_after.to_seconds())
     factory.alarm(
         "stall",
         pipeline.metric_head_message_wait(),
         stall,
-        f"Tenant {tenant}: the next file has waited more than {stall} s "
-        "for the previous one (measured by the controller, so it cannot go blind like the queue "
-        "age). First: look at the workflow's running execution; if it is stuck, stop it (the "
-        "next file then starts).",
+        f"Tenant {tenant}: the next file has waited more than {stall} s for the file ahead (measured by "
+        "the controller, so it cannot go blind like the queue age). The tenant is halted after a failed "
+        f"file, or a file runs long. First: {status}. {runbook_link('stall')}",
     )
     workflow_alarms: dict[str, tuple[Callable[[], cloudwatch.Metric], str]] = {
         "workflow-failed": (pipeline.metric_executions_failed, "failed"),
@@ -111,8 +123,9 @@ def pipeline_alarms(
             key,
             metric(),
             1,
-            f"Tenant {tenant}: a file ingest execution {what}. Its records after the failing "
-            "chunk were not sent. First: open the failed execution in the Step Functions console "
-            "(the error names the line or record), fix the cause, then redrive or re-upload the file.",
+            f"Tenant {tenant}: a file ingest execution {what}; with on_failure: halt the tenant's later "
+            f"files wait. First: {status} (names the file, the record where it stopped and the error). "
+            f"Never redrive or re-upload: fix the cause, then python -m ops resume {tenant} (or ops skip). "
+            f"{runbook_link('workflow-failed' if key != 'workflow-throttled' else 'workflow-throttled')}",
         )
     return factory.alarms

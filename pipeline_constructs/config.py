@@ -35,6 +35,8 @@ class SinkConfig(_Strict):
 
     url: str
     timeout_seconds: int = Field(default=10, ge=1, le=60)
+    #: How long the core system may stay unavailable before the file fails (and halts).
+    outage_budget_seconds: int = Field(default=3600, ge=1, le=86400)
 
     @field_validator("url")
     @classmethod
@@ -65,6 +67,7 @@ class TenantConfig(_Strict):
     chunk_size: int = Field(default=100, ge=1, le=MAX_CHUNK_SIZE)
     sink: SinkConfig
     alarms: AlarmConfig = AlarmConfig()
+    on_failure: Literal["halt", "continue"] = "halt"
 
     @field_validator("id")
     @classmethod
@@ -118,6 +121,8 @@ FIXES: dict[str, str] = {
     "chunk_size": f"use a whole number from 1 to {MAX_CHUNK_SIZE}",
     "url": "use the core system's https:// endpoint",
     "timeout_seconds": "use a whole number of seconds from 1 to 60",
+    "outage_budget_seconds": "use a whole number of seconds from 1 to 86400 (default 3600: one hour)",
+    "on_failure": "use 'halt' (a failed file stops the tenant until `ops resume` or `ops skip`) or 'continue'",
     "queue_age_seconds": "use a whole number of seconds, at least 60",
     "stall_after_seconds": "use a whole number of seconds, at least 60",
     "error_logs_threshold": "use a whole number, at least 1",

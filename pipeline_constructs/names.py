@@ -32,8 +32,10 @@ STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-workflow", 8
 CONTROLLER_FUNCTION = DerivedName("Lambda function name", "{id}-controller", 64)
 SPLIT_FUNCTION = DerivedName("Lambda function name", "{id}-split", 64)
 REGISTER_FUNCTION = DerivedName("Lambda function name", "{id}-register-chunk", 64)
+CLOSER_FUNCTION = DerivedName("Lambda function name", "{id}-close-file", 64)
 TENANT_STACK = DerivedName("stack name", APP_NAME + "-Tenant-{id}", 128)
 RULE = DerivedName("EventBridge rule name", "{id}-object-created", 64)
+STATUS_RULE = DerivedName("EventBridge rule name", "{id}-sfn-status", 64)
 
 ALL: tuple[DerivedName, ...] = (
     QUEUE,
@@ -41,8 +43,10 @@ ALL: tuple[DerivedName, ...] = (
     CONTROLLER_FUNCTION,
     SPLIT_FUNCTION,
     REGISTER_FUNCTION,
+    CLOSER_FUNCTION,
     TENANT_STACK,
     RULE,
+    STATUS_RULE,
 )
 
 #: The longest tenant id every derived name accepts.

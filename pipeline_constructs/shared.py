@@ -1,4 +1,4 @@
-"""Resources every tenant pipeline uses: buckets, the gate table and the alarm topic."""
+"""Resources every tenant pipeline uses: buckets, the ledger table and the alarm topic."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class SharedResourcesProps:
 
 
 class SharedResources(Construct):
-    """Landing bucket, work bucket, access-log bucket, gate table and alarm topic."""
+    """Landing bucket, work bucket, access-log bucket, ledger table and alarm topic."""
 
     def __init__(self, scope: Construct, construct_id: str, props: SharedResourcesProps) -> None:
         super().__init__(scope, construct_id)
@@ -79,10 +79,13 @@ class SharedResources(Construct):
             ),
         )
 
-        self.gate_table = dynamodb.Table(
+        # The ledger: each tenant's position and the record of its files (lambdas/ledger.py).
+        self.ledger_table = dynamodb.Table(
             self,
-            "GateTable",
+            "LedgerTable",
             partition_key=dynamodb.Attribute(name="tenant", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="entry", type=dynamodb.AttributeType.STRING),
+            time_to_live_attribute="expires_at",
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True

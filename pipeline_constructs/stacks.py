@@ -7,7 +7,7 @@ limits whatever the number of tenants, lets one tenant deploy or roll back alone
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Duration, Stack, Tags
+from aws_cdk import Aws, CfnOutput, Duration, Stack, Tags
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -36,17 +36,22 @@ class _IngestStack(Stack):
 
 
 class SharedStack(_IngestStack):
-    """Buckets, gate table and alarm topic used by every tenant."""
+    """Buckets, ledger table and alarm topic used by every tenant."""
 
     def __init__(self, scope: Construct, config: AppConfig) -> None:
         super().__init__(
             scope,
             names.SHARED_STACK_NAME,
-            description="Ordered per-tenant file ingestion: shared buckets, gate table, alarm topic",
+            description="Ordered per-tenant file ingestion: shared buckets, ledger table, alarm topic",
         )
         self.resources = SharedResources(
             self, "Shared", SharedResourcesProps(alarm_emails=tuple(config.notifications.emails))
         )
+        # What `ops` reads to find the shared resources.
+        CfnOutput(self, "LedgerTableName", value=self.resources.ledger_table.table_name,
+                  description="The ledger of every tenant (read by ops)")
+        CfnOutput(self, "LandingBucketName", value=self.resources.landing_bucket.bucket_name,
+                  description="Where tenants drop their files (read by ops)")
 
 
 class TenantStack(_IngestStack):
@@ -73,6 +78,8 @@ class TenantStack(_IngestStack):
                 format=tenant.format,
                 chunk_size=tenant.chunk_size,
                 sink_timeout_seconds=tenant.sink.timeout_seconds,
+                sink_outage_budget=Duration.seconds(tenant.sink.outage_budget_seconds),
+                on_failure=tenant.on_failure,
                 queue_age_alarm_after=Duration.seconds(tenant.alarms.queue_age_seconds),
                 stall_alarm_after=Duration.seconds(tenant.alarms.stall_after_seconds),
                 error_logs_threshold=tenant.alarms.error_logs_threshold,
@@ -83,7 +90,7 @@ class TenantStack(_IngestStack):
                 work_bucket=s3.Bucket.from_bucket_name(
                     self, "WorkBucket", names.work_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),
-                gate_table=shared.gate_table,
+                ledger_table=shared.ledger_table,
                 alarm_topic=shared.alarm_topic,
                 alarm_topic_key=shared.alarm_key,
             ),

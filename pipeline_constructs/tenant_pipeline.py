@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
@@ -33,6 +33,23 @@ QUEUE_VISIBILITY_TIMEOUT = Duration.seconds(30)
 QUEUE_RETENTION = Duration.days(14)
 QUEUE_RECEIVE_WAIT = Duration.seconds(20)
 CONTROLLER_TIMEOUT = Duration.seconds(20)
+#: A message that must wait is invisible this long unless the close of the file ahead makes it
+#: visible first (fast hand-off). Below the 5-minute metric period, so the head-wait metric
+#: has a point in every period while a tenant waits.
+WAITING_VISIBILITY = Duration.minutes(4)
+#: The register function returns this long before its deadline at the latest (see the handler).
+REGISTER_MIN_TIMEOUT = Duration.minutes(1)
+REGISTER_MAX_TIMEOUT = Duration.minutes(15)
+REGISTER_DEADLINE_MARGIN_SECONDS = 30
+
+
+def register_timeout(chunk_size: int, sink_timeout_seconds: int) -> Duration:
+    """Long enough for a whole chunk at the core system's slowest answer when that fits in
+    Lambda's 15 minutes; a longer chunk is sent over several invocations (the handler returns
+    its progress before the deadline)."""
+    worst_case = chunk_size * sink_timeout_seconds + REGISTER_DEADLINE_MARGIN_SECONDS
+    seconds = min(REGISTER_MAX_TIMEOUT.to_seconds(), max(REGISTER_MIN_TIMEOUT.to_seconds(), worst_case))
+    return Duration.seconds(seconds)
 #: The period of every metric the pipeline's alarms watch.
 METRIC_PERIOD = Duration.minutes(5)
 
@@ -44,11 +61,15 @@ class TenantPipelineProps:
     ``tenant_id``: names every resource of the pipeline (see ``names.py`` for the limits).
     ``landing_prefix``: key prefix of the tenant's files in the landing bucket (ends with '/').
     ``sink_url``: the core system's endpoint; one POST per record.
-    ``landing_bucket``, ``work_bucket``, ``gate_table``, ``alarm_topic``, ``alarm_topic_key``:
+    ``landing_bucket``, ``work_bucket``, ``ledger_table``, ``alarm_topic``, ``alarm_topic_key``:
     the shared resources the pipeline plugs into.
     ``format``: ``csv`` (first row is the header) or ``jsonl``. Default: ``csv``.
     ``chunk_size``: records per chunk; a failing chunk stops every later one. Default: 100.
     ``sink_timeout_seconds``: how long one POST may take. Default: 10.
+    ``sink_outage_budget``: how long the core system may stay unavailable (one fault episode)
+    before the file fails. Default: 1 hour.
+    ``on_failure``: ``halt`` (a failed file stops the tenant until ``ops resume`` or ``ops
+    skip``) or ``continue`` (the next file starts). Default: ``halt``.
     ``queue_age_alarm_after``: the queue-age alarm fires when the oldest message is older.
     Default: 15 minutes.
     ``stall_alarm_after``: the stall alarm fires when the head message has waited longer.
@@ -62,12 +83,14 @@ class TenantPipelineProps:
     sink_url: str
     landing_bucket: s3.IBucket
     work_bucket: s3.IBucket
-    gate_table: dynamodb.ITable
+    ledger_table: dynamodb.ITable
     alarm_topic: sns.ITopic
     alarm_topic_key: kms.IKey
     format: str = "csv"
     chunk_size: int = 100
     sink_timeout_seconds: int = 10
+    sink_outage_budget: Duration = field(default_factory=lambda: Duration.hours(1))
+    on_failure: str = "halt"
     queue_age_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(15))
     stall_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(30))
     error_logs_threshold: int = 1
@@ -157,39 +180,72 @@ class TenantPipeline(Construct):
                 role="register",
                 function_name=names.REGISTER_FUNCTION.render(tenant_id),
                 handler="register_chunk.handler",
-                timeout=Duration.minutes(5),
+                timeout=register_timeout(props.chunk_size, props.sink_timeout_seconds),
                 description=f"Sends tenant {tenant_id}'s records to the core system, in order",
             ),
             environment=contract.environment(
                 contract.RegisterEnv(
                     tenant_id=tenant_id,
                     work_bucket=props.work_bucket.bucket_name,
+                    ledger_table_name=props.ledger_table.table_name,
                     sink_url=props.sink_url,
                     sink_timeout_seconds=props.sink_timeout_seconds,
+                    sink_outage_budget_seconds=int(props.sink_outage_budget.to_seconds()),
                 )
             ),
         )
         self._grant_tenant_objects(props)
 
+        state_machine_name = names.STATE_MACHINE.render(tenant_id)
+        state_machine_arn = Stack.of(self).format_arn(
+            service="states",
+            resource="stateMachine",
+            resource_name=state_machine_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        self.closer = pipeline_function(
+            self,
+            "Closer",
+            FunctionSpec(
+                tenant_id=tenant_id,
+                role="closer",
+                function_name=names.CLOSER_FUNCTION.render(tenant_id),
+                handler="closer.handler",
+                timeout=Duration.seconds(30),
+                description=f"Records the close of tenant {tenant_id}'s executions and hands off to the next file",
+            ),
+            environment=contract.environment(
+                contract.CloserEnv(
+                    tenant_id=tenant_id,
+                    # The name is fixed, so the ARN is known without referring to the state
+                    # machine (which refers to this function): no dependency cycle.
+                    state_machine_arn=state_machine_arn,
+                    ledger_table_name=props.ledger_table.table_name,
+                    queue_url=self.queue.queue_url,
+                    alarm_topic_arn=props.alarm_topic.topic_arn,
+                    on_failure=props.on_failure,
+                )
+            ),
+        )
+
         self.workflow_log_group = logs.LogGroup(
             self,
             "WorkflowLogs",
-            log_group_name=f"/aws/vendedlogs/states/{names.STATE_MACHINE.render(tenant_id)}",
+            log_group_name=f"/aws/vendedlogs/states/{state_machine_name}",
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
         )
         self.state_machine = sfn.StateMachine(
             self,
             "Workflow",
-            state_machine_name=names.STATE_MACHINE.render(tenant_id),
+            state_machine_name=state_machine_name,
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_definition(
                     Construct(self, "Steps"),  # state names are construct ids: keep them apart
-                    tenant_id=tenant_id,
                     split_function=self.split.function,
                     register_function=self.register.function,
-                    alarm_topic=props.alarm_topic,
+                    closer_function=self.closer.function,
                 )
             ),
             logs=sfn.LogOptions(
@@ -197,8 +253,25 @@ class TenantPipeline(Construct):
             ),
             tracing_enabled=True,
         )
-        # The failure notification goes to the encrypted alarm topic.
-        props.alarm_topic_key.grant(self.state_machine.role, "kms:GenerateDataKey", "kms:Decrypt")
+
+        # Backstop of the workflow's last state (status-change events are best effort, and the
+        # workflow cannot record a timeout or an abort itself); RUNNING too, to stop an
+        # execution started outside the gate (a hand-made redrive).
+        self.status_rule = events.Rule(
+            self,
+            "ExecutionStatusRule",
+            rule_name=names.STATUS_RULE.render(tenant_id),
+            description=f"Status changes of tenant {tenant_id}'s executions go to its closer",
+            event_pattern=events.EventPattern(
+                source=["aws.states"],
+                detail_type=["Step Functions Execution Status Change"],
+                detail={
+                    "stateMachineArn": [self.state_machine.state_machine_arn],
+                    "status": ["RUNNING", *sorted(contract.CLOSED_STATUSES)],
+                },
+            ),
+            targets=[targets.LambdaFunction(self.closer.function, retry_attempts=8)],
+        )
 
         self.controller = pipeline_function(
             self,
@@ -216,13 +289,22 @@ class TenantPipeline(Construct):
                 contract.ControllerEnv(
                     tenant_id=tenant_id,
                     state_machine_arn=self.state_machine.state_machine_arn,
-                    gate_table_name=props.gate_table.table_name,
+                    ledger_table_name=props.ledger_table.table_name,
+                    queue_url=self.queue.queue_url,
                     metric_namespace=contract.METRIC_NAMESPACE,
+                    on_failure=props.on_failure,
+                    waiting_visibility_seconds=int(WAITING_VISIBILITY.to_seconds()),
                 )
             ),
         )
-        self.controller.function.add_event_source(event_sources.SqsEventSource(self.queue, batch_size=1))
+        # Partial batch responses: a waiting message is a reported item failure, not a function
+        # error, so Lambda does not back off its polling.
+        self.controller.function.add_event_source(
+            event_sources.SqsEventSource(self.queue, batch_size=1, report_batch_item_failures=True)
+        )
         self._grant_controller(props)
+        self._grant_closer(props)
+        self._outputs(props)
 
         self.alarms = pipeline_alarms(
             self,
@@ -241,7 +323,7 @@ class TenantPipeline(Construct):
     @property
     def pipeline_functions(self) -> dict[str, PipelineFunction]:
         """The pipeline's functions with their roles and log groups, by role."""
-        return {"controller": self.controller, "split": self.split, "register": self.register}
+        return {"controller": self.controller, "split": self.split, "register": self.register, "closer": self.closer}
 
     @property
     def functions(self) -> dict[str, lambda_.Function]:
@@ -303,8 +385,18 @@ class TenantPipeline(Construct):
         self.split.role.add_to_policy(
             iam.PolicyStatement(
                 sid="WriteOwnChunks",
-                actions=["s3:PutObject"],
+                # GetObject: a resumed file reuses its chunks and manifest.
+                actions=["s3:PutObject", "s3:GetObject"],
                 resources=[own_work],
+            )
+        )
+        self.split.role.add_to_policy(
+            iam.PolicyStatement(
+                # Without it a missing manifest answers 403 instead of 404.
+                sid="ListOwnChunks",
+                actions=["s3:ListBucket"],
+                resources=[props.work_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{contract.work_prefix(self.tenant_id)}*"]}},
             )
         )
         self.register.role.add_to_policy(
@@ -314,9 +406,21 @@ class TenantPipeline(Construct):
                 resources=[own_work],
             )
         )
+        self._grant_own_ledger(self.register.role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
+
+    def _grant_own_ledger(self, role: iam.IRole, props: TenantPipelineProps, *actions: str) -> None:
+        """Only this tenant's items of the ledger (its partition)."""
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="OwnLedgerItemsOnly",
+                actions=list(actions),
+                resources=[props.ledger_table.table_arn],
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.tenant_id]}},
+            )
+        )
 
     def _grant_controller(self, props: TenantPipelineProps) -> None:
-        """Start and describe only this tenant's workflow; touch only this tenant's gate item."""
+        """Start and describe only this tenant's workflow; touch only this tenant's ledger items."""
         role = self.controller.role
         self.state_machine.grant_start_execution(role)
         role.add_to_policy(
@@ -326,14 +430,43 @@ class TenantPipeline(Construct):
                 resources=[self._execution_arn_pattern()],
             )
         )
+        # UpdateItem + PutItem: the claim is one transaction (position and event marker).
+        self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem")
+
+    def _grant_closer(self, props: TenantPipelineProps) -> None:
+        """Record closes, hand off (the queue's visibility), notify, stop an execution started by hand."""
+        role = self.closer.role
+        self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem")
         role.add_to_policy(
             iam.PolicyStatement(
-                sid="OwnGateItemOnly",
-                actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
-                resources=[props.gate_table.table_arn],
-                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.tenant_id]}},
+                sid="HandOffOnOwnQueue",
+                actions=["sqs:ChangeMessageVisibility"],
+                resources=[self.queue.queue_arn],
             )
         )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="DescribeAndStopOwnExecutions",
+                actions=["states:DescribeExecution", "states:StopExecution"],
+                resources=[self._execution_arn_pattern()],
+            )
+        )
+        # Not `grant_publish`: with an encrypted topic it adds kms:GenerateDataKey* (a wildcard).
+        role.add_to_policy(
+            iam.PolicyStatement(sid="NotifyFailures", actions=["sns:Publish"], resources=[props.alarm_topic.topic_arn])
+        )
+        props.alarm_topic_key.grant(role, "kms:GenerateDataKey", "kms:Decrypt")
+
+    def _outputs(self, props: TenantPipelineProps) -> None:
+        """What `ops` reads to find a tenant's resources in a deployed stack."""
+        for output_id, value in {
+            "TenantId": self.tenant_id,
+            "QueueUrl": self.queue.queue_url,
+            "StateMachineArn": self.state_machine.state_machine_arn,
+            "LandingPrefix": self.landing_prefix,
+            "OnFailure": props.on_failure,
+        }.items():
+            CfnOutput(self, output_id, value=value, description=f"{output_id} of tenant {self.tenant_id} (read by ops)")
 
     def _execution_arn_pattern(self) -> str:
         # Not `state_machine.grant_execution`: it derives the name from the ARN token with
@@ -362,12 +495,12 @@ class TenantPipeline(Construct):
             ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason),
         )
         _acknowledge(self.register.role, ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason))
-        _acknowledge(
-            self.controller.role,
-            ("AwsSolutions-IAM5", f"Resource::{executions}",
-             "Execution names are the EventBridge event ids, unknown in advance; only this "
-             "tenant's state machine's executions can be described."),
+        executions_reason = (
+            "Execution names are the EventBridge event ids, unknown in advance; only this "
+            "tenant's state machine's executions are covered."
         )
+        _acknowledge(self.controller.role, ("AwsSolutions-IAM5", f"Resource::{executions}", executions_reason))
+        _acknowledge(self.closer.role, ("AwsSolutions-IAM5", f"Resource::{executions}", executions_reason))
         invoke_reason = (
             "CDK's LambdaInvoke grant covers the function's versions and aliases (ARN:*); "
             "it is still this tenant's function only."
@@ -376,6 +509,7 @@ class TenantPipeline(Construct):
             self.state_machine.role,
             ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.split.function)}.Arn>:*", invoke_reason),
             ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.closer.function)}.Arn>:*", invoke_reason),
             ("AwsSolutions-IAM5", "Resource::*",
              "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
              "resource-level permissions."),

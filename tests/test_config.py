@@ -272,3 +272,46 @@ def test_the_error_message_lists_the_problems_under_the_file_name(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert str(caught.value).startswith("my-tenants.yaml is invalid (1 problem):\n  - file: field 'tenants'")
+
+
+def test_on_failure_defaults_to_halt_and_may_be_set_per_tenant_or_in_defaults():
+    config = parse_config(textwrap.dedent(
+        f"""
+        defaults:
+        {SINK}
+          on_failure: continue
+        tenants:
+          - {{id: a, prefix: a/}}
+          - {{id: b, prefix: b/, on_failure: halt}}
+        """
+    ))
+    assert [t.on_failure for t in config.tenants] == ["continue", "halt"]
+    (solo,) = parse_config(f"defaults:\n{SINK}tenants: [{{id: s, prefix: s/}}]").tenants
+    assert solo.on_failure == "halt"
+    assert solo.sink.outage_budget_seconds == 3600
+
+
+def test_fails_when_on_failure_is_unknown():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, on_failure: retry}}
+        """
+    ) == (
+        "tenant 'acme': field 'on_failure' = 'retry': Input should be 'halt' or 'continue'; use 'halt' (a failed "
+        "file stops the tenant until `ops resume` or `ops skip`) or 'continue'"
+    )
+
+
+def test_fails_when_the_outage_budget_is_not_positive():
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', outage_budget_seconds: 0}}
+        """
+    ) == (
+        "tenant 'acme': field 'sink.outage_budget_seconds' = 0: Input should be greater than or equal to 1; "
+        "use a whole number of seconds from 1 to 86400 (default 3600: one hour)"
+    )

@@ -1,4 +1,4 @@
-"""The shared stack: buckets, gate table and alarm topic, with their protections."""
+"""The shared stack: buckets, ledger table and alarm topic, with their protections."""
 
 from __future__ import annotations
 
@@ -61,12 +61,16 @@ def test_every_bucket_policy_denies_requests_without_tls(shared_template):
         )
 
 
-def test_gate_table_is_on_demand_with_point_in_time_recovery(shared_template):
+def test_ledger_table_is_on_demand_with_point_in_time_recovery_and_expiring_history(shared_template):
     shared_template.has_resource(
         "AWS::DynamoDB::Table",
         {
             "Properties": {
-                "KeySchema": [{"AttributeName": "tenant", "KeyType": "HASH"}],
+                "KeySchema": [
+                    {"AttributeName": "tenant", "KeyType": "HASH"},
+                    {"AttributeName": "entry", "KeyType": "RANGE"},
+                ],
+                "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
                 "BillingMode": "PAY_PER_REQUEST",
                 "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
                 "SSESpecification": {"SSEEnabled": True},

@@ -54,7 +54,7 @@ def actions_of(statements: list[dict]) -> set[str]:
 
 
 def test_rule_sends_object_created_under_the_tenant_prefix_to_the_fifo_queue_with_the_tenant_as_group(acme):
-    rule = only(acme, "AWS::Events::Rule")
+    rule = only(acme, "AWS::Events::Rule", Name="acme-object-created")
     pattern = rule["Properties"]["EventPattern"]
     assert pattern["source"] == ["aws.s3"]
     assert pattern["detail-type"] == ["Object Created"]
@@ -111,14 +111,20 @@ def test_controller_runs_one_message_at_a_time_and_finishes_before_the_visibilit
     mapping = only(acme, "AWS::Lambda::EventSourceMapping")["Properties"]
     assert mapping["BatchSize"] == 1
     assert mapping["EventSourceArn"] == {"Fn::GetAtt": [_queue_id(acme), "Arn"]}
+    # A waiting message is a reported item failure, not a function error (no polling back-off).
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
 
-def test_controller_environment_names_its_own_workflow_and_the_gate_table(acme):
+def test_controller_environment_names_its_own_workflow_queue_and_the_ledger(acme):
     env = function_named(acme, "acme-controller")["Properties"]["Environment"]["Variables"]
     assert env["TENANT_ID"] == "acme"
     assert env["STATE_MACHINE_ARN"] == {"Ref": _machine_id(acme)}
-    assert "GateTable" in env["GATE_TABLE_NAME"]["Fn::ImportValue"]
+    assert "LedgerTable" in env["LEDGER_TABLE_NAME"]["Fn::ImportValue"]
+    assert env["QUEUE_URL"] == {"Ref": _queue_id(acme)}
     assert env["METRIC_NAMESPACE"] == "OrderedIngest"
+    assert env["ON_FAILURE"] == "halt"
+    # The fast hand-off's fallback: below the 5-minute metric period of the stall alarm.
+    assert env["WAITING_VISIBILITY_SECONDS"] == "240"
 
 
 def _machine_id(template: Template) -> str:
@@ -127,7 +133,7 @@ def _machine_id(template: Template) -> str:
 
 
 def test_every_function_logs_json_to_its_own_log_group_on_a_current_runtime(acme):
-    for name in ("acme-controller", "acme-split", "acme-register-chunk"):
+    for name in ("acme-controller", "acme-split", "acme-register-chunk", "acme-close-file"):
         props = function_named(acme, name)["Properties"]
         assert props["LoggingConfig"]["LogFormat"] == "JSON"
         assert props["LoggingConfig"]["ApplicationLogLevel"] == "INFO"
@@ -145,6 +151,7 @@ def test_tenant_options_reach_the_functions(initech):
     register = function_named(initech, "initech-register-chunk")["Properties"]["Environment"]["Variables"]
     assert register["SINK_URL"] == "https://initech-core.example.com/v2/records"
     assert register["SINK_TIMEOUT_SECONDS"] == "20"
+    assert register["SINK_OUTAGE_BUDGET_SECONDS"] == "3600"
 
 
 # --- the workflow ------------------------------------------------------------------------------
@@ -188,17 +195,61 @@ def test_lambda_tasks_retry_only_transient_lambda_errors_with_the_seed_settings(
         # CDK's default retrier (6 attempts, 2 s) must be off: no other retrier on these errors.
         others = [r for r in task["Retry"] if r is not transient[0]]
         assert not any(set(r["ErrorEquals"]) & set(LAMBDA_TRANSIENTS) for r in others)
-    assert [r["ErrorEquals"] for r in register["Retry"]][1] == ["SinkRetryableError"]
 
 
-def test_failures_are_caught_notified_and_fail_the_execution(acme):
+def test_register_timeouts_are_retried_and_the_core_system_is_retried_by_the_handler_not_the_workflow(acme):
+    """A timed-out invocation is retried (it continues at the first unacknowledged record); a
+    core-system fault is not a workflow retry (the handler spends its budget per fault episode)."""
+    register = definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
+    errors = [e for r in register["Retry"] for e in r["ErrorEquals"]]
+    assert {"Sandbox.Timedout", "Lambda.Unknown", "Lambda.ClientExecutionTimeoutException", "States.Timeout"} <= set(errors)
+    assert "SinkRetryableError" not in errors and "States.ALL" not in errors and "States.TaskFailed" not in errors
+
+
+def test_a_chunk_loops_until_done_and_waits_while_the_core_system_is_down(acme):
+    processor = definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]
+    assert processor["RegisterChunk"]["Next"] == "ChunkDone"
+    assert processor["RegisterChunk"]["ResultPath"] == "$"  # the progress is the next try's task
+    choice = processor["ChunkDone"]
+    assert choice["Choices"][0] == {"Variable": "$.done", "BooleanEquals": True, "Next": "ChunkRegistered"}
+    assert choice["Choices"][1] == {"Variable": "$.retry_after_seconds", "NumericGreaterThan": 0, "Next": "WaitForCoreSystem"}
+    assert choice["Default"] == "RegisterChunk"
+    assert processor["WaitForCoreSystem"] == {
+        "Type": "Wait", "Comment": processor["WaitForCoreSystem"]["Comment"],
+        "SecondsPath": "$.retry_after_seconds", "Next": "RegisterChunk",
+    }
+
+
+def test_every_close_is_recorded_then_failures_fail_the_execution(acme):
     states = definition(acme)["States"]
     for name in ("Split", "ChunksInOrder"):
-        assert states[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "NotifyFailure"}]
-    notify = states["NotifyFailure"]
-    assert notify["Resource"].endswith(":states:::sns:publish")
-    assert notify["Next"] == "IngestFailed"
+        assert states[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "RecordFailure"}]
+    assert states["ChunksInOrder"]["Next"] == "RecordSuccess"
+    assert states["RecordSuccess"]["Next"] == "FileIngested"
+    assert states["RecordSuccess"]["Parameters"]["Payload"] == {
+        "execution_name.$": "$$.Execution.Name", "status": "SUCCEEDED",
+    }
+    failure = states["RecordFailure"]
+    assert failure["Next"] == "IngestFailed"
+    assert failure["Parameters"]["Payload"] == {
+        "execution_name.$": "$$.Execution.Name", "status": "FAILED", "error.$": "$.error.Error", "cause.$": "$.error.Cause",
+    }
+    # A closer that cannot record does not change the file's outcome: the status rule records it.
+    assert states["RecordSuccess"]["Catch"][0]["Next"] == "FileIngested"
+    assert failure["Catch"][0]["Next"] == "IngestFailed"
     assert states["IngestFailed"] == {"Type": "Fail", "ErrorPath": "$.error.Error", "CausePath": "$.error.Cause"}
+
+
+def test_status_changes_of_the_tenants_executions_reach_its_closer(acme):
+    rule = only(acme, "AWS::Events::Rule", Name="acme-sfn-status")["Properties"]
+    assert rule["EventPattern"]["source"] == ["aws.states"]
+    assert rule["EventPattern"]["detail-type"] == ["Step Functions Execution Status Change"]
+    assert rule["EventPattern"]["detail"]["stateMachineArn"] == [{"Ref": _machine_id(acme)}]
+    assert set(rule["EventPattern"]["detail"]["status"]) == {"RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+    (target,) = rule["Targets"]
+    closer_id = next(k for k, v in acme.find_resources("AWS::Lambda::Function").items()
+                     if v["Properties"]["FunctionName"] == "acme-close-file")
+    assert target["Arn"] == {"Fn::GetAtt": [closer_id, "Arn"]}
 
 
 def test_records_never_travel_between_states_only_references(acme):
@@ -208,17 +259,31 @@ def test_records_never_travel_between_states_only_references(acme):
         "manifest_key.$", "chunk_prefix.$", "chunk_size.$", "chunk_count.$", "record_count.$", "chunks.$",
     }
     assert states["ChunksInOrder"]["ResultPath"] is None, "chunk results must not pile up in the state"
-    register = states["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
-    assert register["ResultPath"] is None
-    assert set(states["ChunksInOrder"]["ItemSelector"]) == {
-        "tenant.$", "bucket.$", "key.$", "version_id.$", "chunk_prefix.$", "chunk_size.$", "chunk_index.$",
+    assert {k.removesuffix(".$") for k in states["ChunksInOrder"]["ItemSelector"]} == {
+        "tenant", "bucket", "key", "version_id", "execution_name", "chunk_prefix", "chunk_size", "chunk_count",
+        "record_count", "chunk_index", "start_record",  # fault_since: absent, no fault yet
     }
+
+
+def test_register_timeout_fits_a_chunk_at_the_slowest_answer_within_lambdas_limit(acme, initech):
+    # acme: 100 records x 10 s + 30 s margin = 1030 s > 15 min: capped, the handler returns before it.
+    assert function_named(acme, "acme-register-chunk")["Properties"]["Timeout"] == 900
+    # initech: 250 x 20 s: capped too.
+    assert function_named(initech, "initech-register-chunk")["Properties"]["Timeout"] == 900
+
+
+def test_register_timeout_is_derived_from_chunk_size_and_sink_timeout():
+    from pipeline_constructs.tenant_pipeline import register_timeout
+
+    assert register_timeout(3, 1).to_seconds() == 60  # at least a minute
+    assert register_timeout(10, 10).to_seconds() == 130
+    assert register_timeout(1000, 60).to_seconds() == 900  # Lambda's limit
 
 
 # --- least privilege -----------------------------------------------------------------------------
 
 
-def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_own_gate_item(acme):
+def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_own_ledger_items(acme):
     statements = policy_statements_of_role(acme, "PipelineControllerRole")
     by_sid = {s.get("Sid"): s for s in statements}
     start = next(s for s in statements if s["Action"] == "states:StartExecution")
@@ -226,10 +291,30 @@ def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_o
     describe = by_sid["DescribeOwnExecutions"]
     assert describe["Action"] == "states:DescribeExecution"
     assert describe["Resource"]["Fn::Join"][1][-1] == ":execution:acme-file-ingest-workflow:*"
-    gate = by_sid["OwnGateItemOnly"]
-    assert sorted(gate["Action"]) == ["dynamodb:GetItem", "dynamodb:UpdateItem"]
-    assert gate["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["acme"]}}
+    ledger = by_sid["OwnLedgerItemsOnly"]
+    assert sorted(ledger["Action"]) == ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
+    assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["acme"]}}
     assert "states:ListExecutions" not in actions_of(statements), "the gate replaces ListExecutions"
+    assert "sqs:ChangeMessageVisibility" in actions_of(statements)  # a waiting message's visibility
+
+
+def test_register_and_closer_touch_only_their_tenants_ledger_items(acme):
+    for role, actions in (
+        ("PipelineRegisterChunkRole", ["dynamodb:GetItem", "dynamodb:UpdateItem"]),
+        ("PipelineCloserRole", ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]),
+    ):
+        ledger = {s.get("Sid"): s for s in policy_statements_of_role(acme, role)}["OwnLedgerItemsOnly"]
+        assert sorted(ledger["Action"]) == actions
+        assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["acme"]}}
+
+
+def test_closer_can_hand_off_on_its_own_queue_notify_and_stop_only_its_own_executions(acme):
+    by_sid = {s.get("Sid"): s for s in policy_statements_of_role(acme, "PipelineCloserRole")}
+    assert by_sid["HandOffOnOwnQueue"]["Action"] == "sqs:ChangeMessageVisibility"
+    assert by_sid["HandOffOnOwnQueue"]["Resource"] == {"Fn::GetAtt": [_queue_id(acme), "Arn"]}
+    assert sorted(by_sid["DescribeAndStopOwnExecutions"]["Action"]) == ["states:DescribeExecution", "states:StopExecution"]
+    assert by_sid["DescribeAndStopOwnExecutions"]["Resource"]["Fn::Join"][1][-1] == ":execution:acme-file-ingest-workflow:*"
+    assert by_sid["NotifyFailures"]["Action"] == "sns:Publish"
 
 
 def test_split_reads_only_its_tenant_prefix_and_writes_only_its_tenant_chunks(initech):
@@ -239,8 +324,18 @@ def test_split_reads_only_its_tenant_prefix_and_writes_only_its_tenant_chunks(in
     assert read["Resource"]["Fn::Join"][1][-1] == "/initech/incoming/*"
     assert ":s3:::ordered-ingest-landing-" in read["Resource"]["Fn::Join"][1]
     write = by_sid["WriteOwnChunks"]
-    assert write["Action"] == "s3:PutObject"
+    assert sorted(write["Action"]) == ["s3:GetObject", "s3:PutObject"]
     assert write["Resource"]["Fn::Join"][1][-1] == "/initech/*"
+    listing = by_sid["ListOwnChunks"]
+    assert listing["Action"] == "s3:ListBucket"
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["initech/*"]}}
+
+
+def test_stack_outputs_let_ops_find_the_tenants_resources(acme):
+    outputs = {k: v["Value"] for k, v in acme.to_json()["Outputs"].items() if not k.startswith("Export")}
+    values = list(outputs.values())
+    assert "acme" in values and "acme/" in values and "halt" in values
+    assert {"Ref": _queue_id(acme)} in values and {"Ref": _machine_id(acme)} in values
 
 
 def test_no_function_role_has_a_managed_policy_or_an_s3_wildcard_action(synthesized):
@@ -262,14 +357,15 @@ def alarms_by_name(template: Template) -> dict[str, dict]:
 def test_every_alarm_notifies_the_topic_and_tells_what_to_do_first(acme):
     alarms = alarms_by_name(acme)
     assert set(alarms) == {
-        "acme-controller-error-logs", "acme-split-error-logs", "acme-register-error-logs",
+        "acme-controller-error-logs", "acme-split-error-logs", "acme-register-error-logs", "acme-closer-error-logs",
         "acme-queue-age", "acme-stall",
         "acme-workflow-failed", "acme-workflow-timed-out", "acme-workflow-aborted", "acme-workflow-throttled",
     }
     for name, alarm in alarms.items():
         (action,) = alarm["AlarmActions"]
         assert "AlarmTopic" in action["Fn::ImportValue"], name
-        assert "First:" in alarm["AlarmDescription"], name
+        assert "First: python -m ops status acme" in alarm["AlarmDescription"], name
+        assert "Runbook: docs/operations.md#" in alarm["AlarmDescription"], name
         assert alarm["TreatMissingData"] == "notBreaching"
 
 
@@ -287,7 +383,7 @@ def test_workflow_alarms_watch_failed_timed_out_aborted_and_throttled(acme):
 
 def test_error_log_filters_match_json_level_error_for_every_function(acme):
     filters = acme.find_resources("AWS::Logs::MetricFilter")
-    assert len(filters) == 3
+    assert len(filters) == 4
     for f in filters.values():
         assert f["Properties"]["FilterPattern"] == '{ $.level = "ERROR" }'
     alarm = alarms_by_name(acme)["acme-split-error-logs"]
@@ -328,7 +424,7 @@ def solo(tmp_path):
         TenantPipelineProps(
             tenant_id="solo", landing_prefix="s/", sink_url="https://core.example.com",
             landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
-            gate_table=shared.gate_table, alarm_topic=shared.alarm_topic, alarm_topic_key=shared.alarm_key,
+            ledger_table=shared.ledger_table, alarm_topic=shared.alarm_topic, alarm_topic_key=shared.alarm_key,
         ),
     )
 
@@ -342,9 +438,9 @@ def test_the_construct_is_reusable_in_any_stack_with_its_documented_attributes(s
     template = Template.from_stack(Stack.of(solo))
     template.has_resource_properties("AWS::SQS::Queue", {"QueueName": "solo-event-queue.fifo"})
     template.resource_count_is("AWS::CloudWatch::Alarm", len(solo.alarms))
-    template.resource_count_is("AWS::Logs::MetricFilter", 3)
-    assert set(solo.functions) == {"controller", "split", "register"}
-    assert set(solo.log_groups) == {"controller", "split", "register", "workflow"}
+    template.resource_count_is("AWS::Logs::MetricFilter", 4)
+    assert set(solo.functions) == {"controller", "split", "register", "closer"}
+    assert set(solo.log_groups) == {"controller", "split", "register", "closer", "workflow"}
     assert solo.state_machine.state_machine_name is not None and solo.queue.fifo
     assert (solo.tenant_id, solo.landing_prefix) == ("solo", "s/")
 

@@ -113,3 +113,40 @@ class Logs:
 @pytest.fixture
 def logs(info_logs: pytest.LogCaptureFixture) -> Logs:
     return Logs(info_logs)
+
+
+LEDGER_TABLE = "ledger"
+TENANT = "acme"
+
+
+@pytest.fixture
+def ledger_table(ddb: Any) -> str:
+    """The ledger table as the shared stack declares it (tenant + entry)."""
+    ddb.create_table(
+        TableName=LEDGER_TABLE,
+        KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "tenant", "AttributeType": "S"},
+            {"AttributeName": "entry", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return LEDGER_TABLE
+
+
+@pytest.fixture
+def sqs(aws: None) -> Any:
+    return boto3.client("sqs", region_name=REGION)
+
+
+@pytest.fixture
+def queue_url(sqs: Any) -> str:
+    return sqs.create_queue(
+        QueueName=f"{TENANT}-event-queue.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "30"},
+    )["QueueUrl"]
+
+
+@pytest.fixture
+def sns(aws: None) -> Any:
+    return boto3.client("sns", region_name=REGION)

@@ -23,7 +23,8 @@ def test_environment_round_trips_through_from_env():
         "LANDING_PREFIX": "acme/",
     }
     assert from_env(SplitEnv, rendered) == config
-    register = RegisterEnv(tenant_id="a", work_bucket="w", sink_url="https://core", sink_timeout_seconds=2.5)
+    register = RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://core",
+                           sink_timeout_seconds=2.5, sink_outage_budget_seconds=3600)
     assert from_env(RegisterEnv, environment(register)) == register
 
 
@@ -59,7 +60,8 @@ def test_fails_when_a_split_variable_is_invalid(name, value, message):
     ],
 )
 def test_fails_when_a_register_variable_is_invalid(name, value, message):
-    env = environment(RegisterEnv(tenant_id="a", work_bucket="w", sink_url="https://c", sink_timeout_seconds=1))
+    env = environment(RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://c",
+                                  sink_timeout_seconds=1, sink_outage_budget_seconds=60))
     env[name] = value
     with pytest.raises(ConfigError, match=message):
         from_env(RegisterEnv, env)
@@ -67,15 +69,18 @@ def test_fails_when_a_register_variable_is_invalid(name, value, message):
 
 def test_every_function_knows_its_tenant():
     """The handler wrapper binds `tenant` to every log line from the config's tenant_id."""
-    for config_type in (ControllerEnv, SplitEnv, RegisterEnv):
+    for config_type in (ControllerEnv, SplitEnv, RegisterEnv, contract.CloserEnv):
         assert "tenant_id" in contract.keys_of(config_type)
 
 
 def test_payload_keys_are_the_typed_dicts_keys_in_order():
     assert contract.keys_of(contract.ChunkTask) == (
-        "tenant", "bucket", "key", "version_id", "chunk_prefix", "chunk_size", "chunk_index",
+        "tenant", "bucket", "key", "version_id", "execution_name", "chunk_prefix", "chunk_size", "chunk_count",
+        "record_count", "chunk_index", "start_record", "fault_since",
     )
-    assert set(contract.keys_of(contract.SplitRequest)) - set(contract.keys_of(contract.FileRef)) == {"execution_name"}
+    # The register function's output is its next input: the progress extends the task.
+    assert set(contract.keys_of(contract.ChunkTask)) < set(contract.keys_of(contract.ChunkProgress))
+    assert set(contract.keys_of(contract.SplitRequest)) <= set(contract.keys_of(contract.ExecutionInput))
 
 
 def test_error_classes_keep_the_names_the_workflow_matches():

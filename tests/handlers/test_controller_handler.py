@@ -1,21 +1,25 @@
-"""Controller gate (docs/design.md §4.1) on moto: one execution per tenant at a time, idempotent start."""
+"""The controller's gate on moto: one file at a time per tenant, decided from the ledger.
+
+docs/architecture.md ("Gate") has the rules; each test below is one of them.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 from typing import Any
 
 import pytest
+from conftest import TENANT
 from moto.stepfunctions.models import StepFunctionBackend
 
 import controller
-from contract import ControllerEnv, GateBusyError, environment, execution_arn
+from contract import ControllerEnv, FileRef, environment, execution_arn
 from controller import process_message
+from ledger import FAILED, RUNNING, SUCCEEDED, Ledger
 from runtime import BoundLogger, get_logger
 
-TENANT = "acme"
-TABLE = "gate"
 NOW = 1_700_000_100.5
 DEFINITION = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
 
@@ -34,39 +38,73 @@ def s3_event(event_id: str, *, key: str = "acme/f.csv", version_id: str = "v1") 
     }
 
 
-def sqs_record(
-    event_id: str, *, sent_ms: int = 1_700_000_000_000, body: str | None = None, **kw: Any
-) -> dict[str, Any]:
-    return {
-        "messageId": f"msg-{event_id}",
-        "body": body if body is not None else json.dumps(s3_event(event_id, **kw)),
-        "attributes": {"SentTimestamp": str(sent_ms), "MessageGroupId": TENANT},
-    }
+class Queue:
+    """The tenant's FIFO queue on moto: messages are really sent and received, so receipt
+    handles and visibility behave as the controller relies on."""
+
+    def __init__(self, sqs: Any, url: str) -> None:
+        self.sqs, self.url = sqs, url
+
+    def record(self, event_id: str, *, sent_ms: int = 1_700_000_000_000, body: str | None = None,
+               **kw: Any) -> dict[str, Any]:
+        """Send the event, receive it, and return the record Lambda would pass. Each message
+        has a group of its own, so a test can hold several in flight at once."""
+        self.sqs.send_message(
+            QueueUrl=self.url,
+            MessageBody=body if body is not None else json.dumps(s3_event(event_id, **kw)),
+            MessageGroupId=uuid.uuid4().hex,
+            MessageDeduplicationId=uuid.uuid4().hex,
+        )
+        (message,) = self.sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=1)["Messages"]
+        return {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": {"SentTimestamp": str(sent_ms), "MessageGroupId": TENANT},
+        }
+
+    def delete(self, record: dict[str, Any]) -> None:
+        self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=record["receiptHandle"])
+
+    def visible(self) -> int:
+        attributes = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["All"])["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"])
 
 
 @pytest.fixture
-def config(sfn: Any, ddb: Any) -> ControllerEnv:
-    ddb.create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+def queue(sqs: Any, queue_url: str) -> Queue:
+    return Queue(sqs, queue_url)
+
+
+@pytest.fixture
+def config(sfn: Any, ledger_table: str, queue_url: str) -> ControllerEnv:
     arn = sfn.create_state_machine(
         name=f"{TENANT}-file-ingest-workflow",
         definition=DEFINITION,
         roleArn="arn:aws:iam::123456789012:role/workflow",
     )["stateMachineArn"]
     return ControllerEnv(
-        tenant_id=TENANT, state_machine_arn=arn, gate_table_name=TABLE, metric_namespace="FileIngest"
+        tenant_id=TENANT,
+        state_machine_arn=arn,
+        ledger_table_name=ledger_table,
+        queue_url=queue_url,
+        metric_namespace="FileIngest",
+        on_failure="halt",
+        waiting_visibility_seconds=240,
     )
 
 
-def run(
-    record: dict[str, Any], config: ControllerEnv, sfn: Any, ddb: Any, now: float = NOW
-) -> dict[str, Any]:
+@pytest.fixture
+def ledger(ddb: Any, config: ControllerEnv) -> Ledger:
+    return Ledger(ddb, config.ledger_table_name, TENANT)
+
+
+def run(record: dict[str, Any], config: ControllerEnv, sfn: Any, ddb: Any, sqs: Any, now: float = NOW,
+        sleeps: list[float] | None = None) -> dict[str, Any]:
     log = BoundLogger(get_logger("controller"), {"tenant": config.tenant_id})
-    return process_message(record, config=config, sfn=sfn, ddb=ddb, now=now, log=log)
+    slept = sleeps if sleeps is not None else []
+    return process_message(record, config=config, sfn=sfn, ddb=ddb, sqs=sqs, now=lambda: now, log=log,
+                           sleep=slept.append)
 
 
 def executions(sfn: Any, config: ControllerEnv) -> dict[str, str]:
@@ -75,108 +113,113 @@ def executions(sfn: Any, config: ControllerEnv) -> dict[str, str]:
     return {e["name"]: e["status"] for e in found}
 
 
-def gate(ddb: Any) -> dict[str, Any] | None:
-    return ddb.get_item(TableName=TABLE, Key={"tenant": {"S": TENANT}}, ConsistentRead=True).get("Item")
+def set_status(sfn: Any, config: ControllerEnv, name: str, status: str) -> None:
+    """Close an execution in moto's backend (moto runs no definition here)."""
+    from moto.stepfunctions.models import stepfunctions_backends
+
+    backend = stepfunctions_backends["123456789012"]["us-east-1"]
+    backend.describe_execution(execution_arn(config.state_machine_arn, name)).status = status
 
 
-def put_gate(ddb: Any, config: ControllerEnv, name: str, updated_at: float) -> None:
-    ddb.put_item(
-        TableName=TABLE,
-        Item={
-            "tenant": {"S": TENANT},
-            "execution_name": {"S": name},
-            "execution_arn": {"S": execution_arn(config.state_machine_arn, name)},
-            "updated_at": {"N": str(int(updated_at))},
-        },
-    )
+def forget(sfn: Any, config: ControllerEnv, name: str) -> None:
+    """Step Functions forgets a closed execution (90 days after it closed, or its stack was re-created)."""
+    from moto.stepfunctions.models import stepfunctions_backends
+
+    backend = stepfunctions_backends["123456789012"]["us-east-1"]
+    machine = backend.describe_state_machine(config.state_machine_arn)
+    machine.executions = [e for e in machine.executions if e.name != name]
 
 
-def test_free_gate_starts_execution_named_by_event_id_with_file_ref(config, sfn, ddb):
-    """GIVEN an empty gate WHEN a message arrives
-    THEN the gate names its execution and it runs with FileRef."""
-    result = run(sqs_record("evt-a", version_id="ver-1"), config, sfn, ddb)
+def file_ref(event_id: str) -> FileRef:
+    return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key="acme/x.csv", version_id="v1",
+                   size=1, etag=None, event_time="")
 
-    arn = execution_arn(config.state_machine_arn, "evt-a")
-    assert result == {"execution_name": "evt-a", "execution_arn": arn, "started": True}
-    described = sfn.describe_execution(executionArn=arn)
+
+# --- starting ------------------------------------------------------------------------------------
+
+
+def test_free_gate_claims_the_ledger_and_starts_the_execution_named_by_event_id(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN an empty ledger WHEN a message arrives
+    THEN the ledger makes its file current and its execution runs with the file and start record 0."""
+    result = run(queue.record("evt-a", version_id="ver-1"), config, sfn, ddb, sqs)
+
+    assert result == {"batchItemFailures": [], "outcome": "started", "execution_name": "evt-a"}
+    described = sfn.describe_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
     assert described["status"] == "RUNNING"
     assert json.loads(described["input"]) == {
-        "tenant": TENANT,
-        "event_id": "evt-a",
-        "bucket": "landing",
-        "key": "acme/f.csv",
-        "version_id": "ver-1",
-        "size": 12,
-        "etag": "abc",
-        "event_time": "2024-01-01T00:00:00Z",
+        "tenant": TENANT, "event_id": "evt-a", "bucket": "landing", "key": "acme/f.csv", "version_id": "ver-1",
+        "size": 12, "etag": "abc", "event_time": "2024-01-01T00:00:00Z", "start_record": 0,
     }
-    assert gate(ddb) == {
-        "tenant": {"S": TENANT},
-        "execution_name": {"S": "evt-a"},
-        "execution_arn": {"S": arn},
-        "updated_at": {"N": str(int(NOW))},
-    }
+    position = ledger.read()
+    assert (position.execution, position.file_id, position.status, position.seq) == ("evt-a", "evt-a", RUNNING, 1)
 
 
-def test_gate_race_second_message_waits_while_first_runs_even_when_list_executions_sees_nothing(
-    config, sfn, ddb, monkeypatch
+def test_second_message_waits_while_the_first_runs_even_when_list_executions_sees_nothing(
+    config, sfn, ddb, sqs, queue, ledger, monkeypatch
 ):
-    """GIVEN message A's execution RUNNING and ListExecutions (eventually consistent) returning nothing
-    WHEN message B arrives THEN B raises GateBusyError and starts nothing;
-    WHEN A is then stopped THEN B starts."""
-    run(sqs_record("evt-a"), config, sfn, ddb)
+    """GIVEN A's execution RUNNING and ListExecutions (eventually consistent) returning nothing
+    WHEN B arrives THEN B is a reported item failure, invisible for the fallback time, noted in the
+    ledger for the hand-off, and nothing starts."""
+    first = queue.record("evt-a")
+    run(first, config, sfn, ddb, sqs)
+    queue.delete(first)
 
     with monkeypatch.context() as patch:
         patch.setattr(StepFunctionBackend, "list_executions", lambda self, *a, **k: ([], None))
-        assert sfn.list_executions(stateMachineArn=config.state_machine_arn)["executions"] == []
-        with pytest.raises(GateBusyError, match="execution evt-a is RUNNING"):
-            run(sqs_record("evt-b", key="acme/g.csv"), config, sfn, ddb)
+        second = queue.record("evt-b", key="acme/g.csv")
+        result = run(second, config, sfn, ddb, sqs)
 
+    assert result == {"batchItemFailures": [{"itemIdentifier": second["messageId"]}], "outcome": "waiting",
+                      "execution_name": "evt-a"}
     assert executions(sfn, config) == {"evt-a": "RUNNING"}
-    assert gate(ddb)["execution_name"] == {"S": "evt-a"}
-
-    sfn.stop_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
-    result = run(sqs_record("evt-b", key="acme/g.csv"), config, sfn, ddb, now=NOW + 5)
-
-    assert result["started"] is True
-    assert executions(sfn, config) == {"evt-a": "ABORTED", "evt-b": "RUNNING"}
-    assert gate(ddb)["execution_name"] == {"S": "evt-b"}
+    position = ledger.read()
+    assert (position.waiting_message_id, position.waiting_receipt) == (second["messageId"], second["receiptHandle"])
+    assert queue.visible() == 0  # its visibility was set to 240 s, not left at the queue's 30 s
+    sqs.change_message_visibility(QueueUrl=config.queue_url, ReceiptHandle=second["receiptHandle"], VisibilityTimeout=0)
+    assert queue.visible() == 1  # what the close's hand-off does
 
 
-@pytest.mark.parametrize("status", ["PENDING_REDRIVE", "RUNNING"])
-def test_open_statuses_keep_the_gate_closed(config, sfn, ddb, status):
-    """GIVEN the gate's execution reported as RUNNING or PENDING_REDRIVE WHEN another message arrives
-    THEN it is busy and the gate is unchanged."""
-    put_gate(ddb, config, "evt-old", NOW - 10)
+def test_the_next_file_starts_once_the_close_is_recorded_and_step_functions_closed_it(config, sfn, ddb, sqs, queue, ledger):
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    set_status(sfn, config, "evt-a", "SUCCEEDED")
 
-    class Described:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(sfn, name)
+    result = run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 2)
 
-        def describe_execution(self, executionArn: str) -> dict[str, Any]:
-            return {"executionArn": executionArn, "status": status}
-
-    with pytest.raises(GateBusyError, match=f"is {status}"):
-        run(sqs_record("evt-new"), config, Described(), ddb)
-    assert gate(ddb)["execution_name"] == {"S": "evt-old"}
-    assert executions(sfn, config) == {}
+    assert result["outcome"] == "started"
+    assert executions(sfn, config) == {"evt-a": "SUCCEEDED", "evt-b": "RUNNING"}
 
 
-def test_redelivery_after_crash_after_start_starts_nothing_new_and_succeeds(config, sfn, ddb):
-    """GIVEN message A wrote the gate and started its execution, then the controller crashed before the
-    message was deleted WHEN A is redelivered THEN the handler succeeds and there is still one execution."""
-    run(sqs_record("evt-a"), config, sfn, ddb)
+def test_a_recorded_close_waits_for_step_functions_to_close_the_execution(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN the workflow's last state recorded the close while the execution is still RUNNING
+    WHEN the next message arrives THEN it polls briefly, then waits a short time (never overlaps)."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    sleeps: list[float] = []
 
-    run(sqs_record("evt-a"), config, sfn, ddb, now=NOW + 30)
+    record = queue.record("evt-b", key="acme/g.csv")
+    result = run(record, config, sfn, ddb, sqs, now=NOW + 2, sleeps=sleeps)
 
+    assert result["outcome"] == "waiting"
+    assert sleeps == [controller.CLOSING_POLL_SECONDS] * (controller.CLOSING_POLLS - 1)
     assert executions(sfn, config) == {"evt-a": "RUNNING"}
-    assert gate(ddb)["execution_name"] == {"S": "evt-a"}
 
 
-def test_redelivery_after_crash_between_gate_write_and_start_starts_once(config, sfn, ddb):
-    """GIVEN message A wrote the gate but StartExecution failed WHEN A is redelivered
-    THEN its own gate entry lets it through and exactly one execution runs."""
+# --- redeliveries and crashes ---------------------------------------------------------------------
 
+
+def test_redelivery_after_a_crash_after_start_starts_nothing_new(config, sfn, ddb, sqs, queue, logs):
+    record = queue.record("evt-a")
+    run(record, config, sfn, ddb, sqs)
+
+    result = run(record, config, sfn, ddb, sqs, now=NOW + 30)
+
+    assert result == {"batchItemFailures": [], "outcome": "running", "execution_name": "evt-a"}
+    assert executions(sfn, config) == {"evt-a": "RUNNING"}  # StartExecution is idempotent
+    assert logs.errors() == []
+
+
+def test_redelivery_after_a_crash_between_claim_and_start_starts_once(config, sfn, ddb, sqs, queue, ledger):
     class FailingStart:
         def __getattr__(self, name: str) -> Any:
             return getattr(sfn, name)
@@ -184,84 +227,147 @@ def test_redelivery_after_crash_between_gate_write_and_start_starts_once(config,
         def start_execution(self, **kwargs: Any) -> None:
             raise RuntimeError("crash before StartExecution")
 
+    record = queue.record("evt-a")
     with pytest.raises(RuntimeError):
-        run(sqs_record("evt-a"), config, FailingStart(), ddb)
-    assert gate(ddb)["execution_name"] == {"S": "evt-a"}
-    assert executions(sfn, config) == {}
+        run(record, config, FailingStart(), ddb, sqs)
+    assert ledger.read().execution == "evt-a" and executions(sfn, config) == {}
 
-    assert run(sqs_record("evt-a"), config, sfn, ddb, now=NOW + 30)["started"] is True
+    assert run(record, config, sfn, ddb, sqs, now=NOW + 30)["outcome"] == "running"
     assert executions(sfn, config) == {"evt-a": "RUNNING"}
 
 
-def test_execution_already_exists_counts_as_success(config, sfn, ddb, logs):
-    """GIVEN A's execution already ran and closed (StartExecution now answers ExecutionAlreadyExists)
-    WHEN A is redelivered THEN the handler succeeds at INFO and starts nothing."""
-    run(sqs_record("evt-a"), config, sfn, ddb)
-    sfn.stop_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
+def test_a_duplicate_event_of_a_file_done_long_ago_is_let_go(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN file A done and file B done after it WHEN A's event arrives again (a late duplicate)
+    THEN nothing starts and the message goes (the ledger remembers A's event)."""
+    for name in ("evt-a", "evt-b"):
+        run(queue.record(name), config, sfn, ddb, sqs)
+        ledger.record_close(name, "SUCCEEDED", halt_on_failure=True, now=NOW - 7200)
+        set_status(sfn, config, name, "SUCCEEDED")
+    forget(sfn, config, "evt-a")
 
-    result = run(sqs_record("evt-a"), config, sfn, ddb, now=NOW + 30)
+    result = run(queue.record("evt-a", sent_ms=2), config, sfn, ddb, sqs)
 
-    assert result["started"] is False
-    assert executions(sfn, config) == {"evt-a": "ABORTED"}
-    assert any("already exists" in m for m in logs.at(logging.INFO))
-    assert logs.errors() == []
+    assert result["outcome"] == "done" and result["batchItemFailures"] == []
+    assert executions(sfn, config) == {"evt-b": "SUCCEEDED"}
+    assert ledger.read().execution == "evt-b"
 
 
-class RacingGate:
-    """DynamoDB client whose gate changes right after the controller has read it."""
+def test_a_redelivered_message_of_the_current_finished_file_is_let_go(config, sfn, ddb, sqs, queue, ledger):
+    record = queue.record("evt-a")
+    run(record, config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW)
+    assert run(record, config, sfn, ddb, sqs)["outcome"] == "done"
+
+
+class RacingLedger:
+    """DynamoDB client whose ledger is claimed by another writer right after the controller read it."""
 
     def __init__(self, ddb: Any, config: ControllerEnv) -> None:
-        self._ddb, self._config = ddb, config
+        self._ddb, self._config, self._raced = ddb, config, False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ddb, name)
 
     def get_item(self, **kwargs: Any) -> dict[str, Any]:
         observed = self._ddb.get_item(**kwargs)
-        put_gate(self._ddb, self._config, "evt-sneaky", NOW)
+        if not self._raced:
+            self._raced = True
+            ledger = Ledger(self._ddb, self._config.ledger_table_name, TENANT)
+            ledger.claim(ledger.read(), file_ref("evt-sneaky"), "evt-sneaky", NOW)
         return observed
 
 
-@pytest.mark.parametrize("gate_before", [None, "evt-done"], ids=["empty-gate", "closed-execution"])
-def test_gate_changed_between_read_and_write_is_busy(config, sfn, ddb, gate_before):
-    """GIVEN the gate read as free (empty, or holding a closed execution) WHEN another writer claims it
-    before the conditional update THEN GateBusyError, nothing started, the other writer's entry stays."""
-    if gate_before:
-        put_gate(ddb, config, gate_before, NOW - 100)
-        sfn.start_execution(stateMachineArn=config.state_machine_arn, name=gate_before, input="{}")
-        sfn.stop_execution(executionArn=execution_arn(config.state_machine_arn, gate_before))
+def test_a_ledger_changed_between_read_and_claim_is_decided_again(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN another writer claims the ledger between the controller's read and its claim
+    WHEN the claim's condition fails THEN it decides again on the new position: it waits."""
+    result = run(queue.record("evt-b"), config, sfn, RacingLedger(ddb, config), sqs)
 
-    with pytest.raises(GateBusyError, match="gate changed"):
-        run(sqs_record("evt-b"), config, sfn, RacingGate(ddb, config))
-
+    assert result["outcome"] == "waiting"
     assert "evt-b" not in executions(sfn, config)
-    assert gate(ddb)["execution_name"] == {"S": "evt-sneaky"}
+    assert ledger.read().execution == "evt-sneaky"
 
 
-@pytest.mark.parametrize(
-    ("age_seconds", "level"),
-    [(10, logging.INFO), (3600, logging.ERROR)],
-    ids=["fresh-gate-entry", "old-gate-entry"],
-)
-def test_gate_execution_that_does_not_exist_is_busy(config, sfn, ddb, logs, age_seconds, level):
-    """GIVEN the gate names an execution DescribeExecution cannot find WHEN a message arrives
-    THEN it is busy either way; logged INFO within the grace period, ERROR after it."""
-    put_gate(ddb, config, "evt-ghost", NOW - age_seconds)
-
-    with pytest.raises(GateBusyError):
-        run(sqs_record("evt-b"), config, sfn, ddb)
-
-    assert executions(sfn, config) == {}
-    assert gate(ddb)["execution_name"] == {"S": "evt-ghost"}
-    ghost_logs = [r for r in logs.records() if getattr(r, "gate_execution", None) == "evt-ghost"]
-    assert [r.levelno for r in ghost_logs] == [level]
-    assert len(logs.errors()) == (1 if level == logging.ERROR else 0)
+# --- failures, halt, and the exits that keep a tenant from wedging ----------------------------------
 
 
-def test_emits_head_message_wait_metric_as_emf(config, sfn, ddb, capsys):
-    """GIVEN a message sent 100.25 s before now WHEN processed
-    THEN one EMF line reports 100.25 s for the tenant."""
-    run(sqs_record("evt-a", sent_ms=1_700_000_000_250), config, sfn, ddb, now=NOW)
+def test_a_halted_tenant_keeps_its_next_file_waiting(config, sfn, ddb, sqs, queue, ledger, logs):
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "FAILED", halt_on_failure=True, now=NOW - 7200)
+
+    result = run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs)
+
+    assert result["outcome"] == "waiting"
+    assert "evt-b" not in executions(sfn, config)
+    assert any("halted" in getattr(r, "reason", "") and "ops resume" in r.reason for r in logs.records())
+    assert logs.errors() == []
+
+
+@pytest.mark.parametrize(("on_failure", "outcome"), [("halt", "waiting"), ("continue", "started")])
+def test_a_close_that_was_never_recorded_is_recorded_by_the_controller(config, sfn, ddb, sqs, queue, ledger,
+                                                                       on_failure, outcome):
+    """GIVEN the ledger says A runs, but Step Functions closed it (an abort whose event was lost)
+    WHEN B arrives THEN the controller records A's close (halting per on_failure) and decides on that."""
+    config = ControllerEnv(**{**config.__dict__, "on_failure": on_failure})
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    sfn.stop_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
+
+    result = run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 7200)
+
+    assert result["outcome"] == outcome
+    position = ledger.read()
+    history = ledger.history()
+    assert history[0]["execution"] == "evt-a" and history[0]["status"] == FAILED
+    assert history[0]["closed_as"] == "ABORTED"
+    assert position.halted is (on_failure == "halt")
+
+
+def test_an_execution_step_functions_forgot_does_not_wedge_the_tenant(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN the last file closed 100 days ago and Step Functions has forgotten its execution
+    WHEN the tenant's next file arrives THEN it starts: the gate decides from the ledger."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs, now=NOW - 100 * 86400)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW - 100 * 86400)
+    set_status(sfn, config, "evt-a", "SUCCEEDED")
+    forget(sfn, config, "evt-a")
+
+    assert run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs)["outcome"] == "started"
+
+
+def test_a_recently_closed_execution_already_forgotten_does_not_block(config, sfn, ddb, sqs, queue, ledger):
+    """The stack was re-created right after a close: the execution is gone, the ledger has the close."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW)
+    forget(sfn, config, "evt-a")
+
+    assert run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 1)["outcome"] == "started"
+
+
+@pytest.mark.parametrize(("age", "outcome", "restarted"), [(10, "waiting", False), (3600, "waiting", True)],
+                         ids=["just-started", "lost"])
+def test_a_running_file_unknown_to_step_functions_is_started_again_from_the_ledger_after_a_grace(
+    config, sfn, ddb, sqs, queue, ledger, age, outcome, restarted
+):
+    """GIVEN the ledger says A runs from record 7 on, but Step Functions does not know its execution
+    (the tenant's stack was re-created mid-file) WHEN B arrives
+    THEN within the grace period B just waits; after it, A's execution is started again at record 7."""
+    claimed = ledger.claim(ledger.read(), file_ref("evt-a"), "evt-a", NOW - age)
+    ledger.record_progress("evt-a", 7)
+
+    result = run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs)
+
+    assert result["outcome"] == outcome and claimed.seq == 1
+    if restarted:
+        described = sfn.describe_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
+        assert json.loads(described["input"])["start_record"] == 7
+    else:
+        assert executions(sfn, config) == {}
+
+
+# --- metrics and logs ----------------------------------------------------------------------------
+
+
+def test_emits_head_message_wait_metric_as_emf(config, sfn, ddb, sqs, queue, capsys):
+    """GIVEN a message sent 100.25 s before now WHEN processed THEN one EMF line reports 100.25 s."""
+    run(queue.record("evt-a", sent_ms=1_700_000_000_250), config, sfn, ddb, sqs, now=NOW)
 
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == [
@@ -282,14 +388,12 @@ def test_emits_head_message_wait_metric_as_emf(config, sfn, ddb, capsys):
     ]
 
 
-def test_metric_is_emitted_even_when_the_gate_is_busy(config, sfn, ddb, capsys):
-    """GIVEN a busy gate WHEN the waiting head message is retried THEN its wait is still measured
-    (the stall alarm depends on it)."""
-    run(sqs_record("evt-a"), config, sfn, ddb)
+def test_metric_is_emitted_even_when_the_message_waits(config, sfn, ddb, sqs, queue, capsys):
+    """The stall alarm depends on the waiting head message's wait being measured."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
     capsys.readouterr()
 
-    with pytest.raises(GateBusyError):
-        run(sqs_record("evt-b", sent_ms=1_700_000_090_000), config, sfn, ddb)
+    run(queue.record("evt-b", sent_ms=1_700_000_090_000), config, sfn, ddb, sqs)
 
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line)["HeadMessageWaitSeconds"] == 10.5
@@ -302,14 +406,15 @@ def handler_env(config: ControllerEnv, monkeypatch: pytest.MonkeyPatch) -> Contr
     return config
 
 
-def test_handler_logs_busy_gate_at_info_not_error_and_fails_the_invocation(handler_env, sfn, ddb, logs):
-    """GIVEN A running WHEN the handler gets B THEN the invocation fails with GateBusyError,
-    logged at INFO only (no ERROR record for the alarm's metric filter)."""
-    controller.handler({"Records": [sqs_record("evt-a")]}, None)
+def test_handler_reports_a_waiting_message_as_an_item_failure_logged_at_info(handler_env, sfn, queue, logs):
+    """GIVEN A running WHEN the handler gets B THEN the invocation succeeds with B as a batch item
+    failure (Lambda does not back off its polling for those), logged at INFO only."""
+    controller.handler({"Records": [queue.record("evt-a")]}, None)
 
-    with pytest.raises(GateBusyError):
-        controller.handler({"Records": [sqs_record("evt-b")]}, None)
+    b = queue.record("evt-b")
+    result = controller.handler({"Records": [b]}, None)
 
+    assert result["batchItemFailures"] == [{"itemIdentifier": b["messageId"]}]
     assert logs.errors() == []
     (busy,) = [r for r in logs.records() if "gate busy" in r.getMessage()]
     assert busy.levelno == logging.INFO
@@ -328,30 +433,21 @@ def test_handler_logs_busy_gate_at_info_not_error_and_fails_the_invocation(handl
     ],
     ids=["not-json", "wrong-detail-type", "no-version-id"],
 )
-def test_fails_when_body_is_not_an_object_created_event(handler_env, sfn, ddb, logs, body):
+def test_fails_when_body_is_not_an_object_created_event(handler_env, sfn, queue, ledger, logs, body):
     """GIVEN a body that is not an S3 Object Created event WHEN handled THEN ValueError, an ERROR log,
     nothing started, and the body never appears in the logs."""
     with pytest.raises(ValueError, match="not .*S3 'Object Created' EventBridge event"):
-        controller.handler({"Records": [sqs_record("evt-x", body=body)]}, None)
+        controller.handler({"Records": [queue.record("evt-x", body=body)]}, None)
 
     assert len(logs.errors()) == 1
     assert "TOPSECRET" not in logs.text()
     assert executions(sfn, handler_env) == {}
-    assert gate(ddb) is None
+    assert ledger.read().seq == 0
 
 
-def test_fails_when_event_carries_more_than_one_record(handler_env, sfn, ddb, logs):
-    """GIVEN a batch of two records (batch size misconfigured) WHEN handled
-    THEN ValueError and nothing starts."""
+def test_fails_when_event_carries_more_than_one_record(handler_env, sfn, queue, logs):
+    """GIVEN a batch of two records (batch size misconfigured) WHEN handled THEN ValueError, nothing starts."""
     with pytest.raises(ValueError, match="exactly one SQS record"):
-        controller.handler({"Records": [sqs_record("evt-a"), sqs_record("evt-b")]}, None)
+        controller.handler({"Records": [queue.record("evt-a"), queue.record("evt-b")]}, None)
     assert executions(sfn, handler_env) == {}
     assert len(logs.errors()) == 1
-
-
-def test_execution_arn_is_derived_from_the_state_machine_arn():
-    """GIVEN a state machine ARN WHEN deriving an execution ARN THEN only the resource part changes."""
-    assert (
-        execution_arn("arn:aws:states:eu-west-1:111122223333:stateMachine:acme-wf", "evt-1")
-        == "arn:aws:states:eu-west-1:111122223333:execution:acme-wf:evt-1"
-    )

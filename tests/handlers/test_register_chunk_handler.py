@@ -1,4 +1,5 @@
-"""Register chunk against a real local HTTP sink: order, idempotency keys, retryable vs rejected."""
+"""Register chunk against a real local HTTP sink and the ledger on moto: order, idempotency keys,
+progress, the fence, the deadline, and the retry budget spent per fault episode."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import pytest
 
 import contract
 import register_chunk
-from contract import RegisterEnv, SinkRejectedError, SinkRetryableError
+from contract import FileRef, RegisterEnv, SinkRejectedError, SinkUnavailableError, StaleExecutionError
+from ledger import Ledger
+from runtime import BoundLogger, get_logger
 
-TENANT = "acme"
+from conftest import TENANT  # noqa: E402
 WORK = "work"
 PREFIX = "acme/evt-1/"
 
@@ -75,10 +78,39 @@ def sink() -> Iterator[Sink]:
     server.server_close()
 
 
+class Clock:
+    """A fake clock: `sleep` advances it; the invocation's deadline is on it too."""
+
+    def __init__(self, deadline_in: float = 600.0) -> None:
+        self.now = 1_700_000_000.0
+        self.deadline = self.now + deadline_in
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def remaining(self) -> float:
+        return self.deadline - self.now
+
+
 @pytest.fixture
 def work(s3: Any) -> Any:
     s3.create_bucket(Bucket=WORK)
     return s3
+
+
+@pytest.fixture
+def ledger(ddb: Any, ledger_table: str) -> Ledger:
+    """The tenant's ledger with execution `evt-1` running the file."""
+    ledger = Ledger(ddb, ledger_table, TENANT)
+    file = FileRef(tenant=TENANT, event_id="evt-1", bucket="landing", key="acme/f.csv", version_id="v1", size=1,
+                   etag=None, event_time="")
+    ledger.claim(ledger.read(), file, "evt-1", 1_700_000_000.0)
+    return ledger
 
 
 def put_chunk(s3: Any, index: int, records: list[dict[str, Any]]) -> None:
@@ -86,140 +118,233 @@ def put_chunk(s3: Any, index: int, records: list[dict[str, Any]]) -> None:
     s3.put_object(Bucket=WORK, Key=contract.chunk_key(PREFIX, index), Body=body)
 
 
-def task(index: int, *, chunk_size: int = 3, version_id: str = "v1", prefix: str = PREFIX) -> dict[str, Any]:
+def task(index: int, *, chunk_size: int = 3, version_id: str = "v1", prefix: str = PREFIX, start_record: int = 0,
+         record_count: int = 100, execution_name: str = "evt-1", fault_since: float | None = None) -> dict[str, Any]:
     return {
         "tenant": TENANT,
         "bucket": "landing",
         "key": "acme/f.csv",
         "version_id": version_id,
+        "execution_name": execution_name,
         "chunk_prefix": prefix,
         "chunk_size": chunk_size,
+        "chunk_count": -(-record_count // chunk_size),
+        "record_count": record_count,
         "chunk_index": index,
+        "start_record": start_record,
+        "fault_since": fault_since,
     }
 
 
-def config(sink: Sink, timeout: float = 2.0) -> RegisterEnv:
-    return RegisterEnv(tenant_id=TENANT, work_bucket=WORK, sink_url=sink.url, sink_timeout_seconds=timeout)
+def config(sink: Sink, timeout: float = 2.0, budget: float = 3600) -> RegisterEnv:
+    return RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger", sink_url=sink.url,
+                       sink_timeout_seconds=timeout, sink_outage_budget_seconds=budget)
+
+
+def register(work: Any, ledger: Ledger, the_task: dict[str, Any], cfg: RegisterEnv, clock: Clock | None = None) -> dict[str, Any]:
+    clock = clock or Clock()
+    return register_chunk.register_chunk(
+        the_task, config=cfg, s3=work, ledger=ledger, log=BoundLogger(get_logger("register_chunk"), {}),
+        remaining_seconds=clock.remaining, clock=clock.time, sleep=clock.sleep,
+    )
 
 
 def expected_key(version_id: str, record_index: int) -> str:
     return hashlib.sha256(f"landing/acme/f.csv?versionId={version_id}#{record_index}".encode()).hexdigest()
 
 
-def test_records_arrive_in_order_with_their_headers(work, sink):
+def test_records_arrive_in_order_with_their_headers_and_progress_is_recorded(work, sink, ledger):
     """GIVEN chunk 1 (chunk_size 3) WHEN registered THEN its records arrive in file order as JSON, each with
-    the idempotency key of its position in the file (3, 4, 5) and the tenant header."""
+    the idempotency key of its position in the file (3, 4, 5); the chunk is done and the ledger says
+    every record before 6 is acknowledged."""
     records = [{"id": "3", "name": "c"}, {"id": "4", "name": "Zoë"}, {"id": "5", "name": "e"}]
     put_chunk(work, 1, records)
 
-    result = register_chunk.register_chunk(task(1), config=config(sink), s3=work)
+    result = register(work, ledger, task(1, start_record=3), config(sink))
 
-    assert result == {"chunk_index": 1, "records_sent": 3}
+    assert (result["done"], result["start_record"], result["records_sent"], result["retry_after_seconds"]) == (True, 6, 3, 0)
+    assert result["fault_since"] is None
     assert sink.bodies() == records
     assert sink.keys() == [expected_key("v1", i) for i in (3, 4, 5)]
     for request in sink.requests:
         assert request["path"] == "/records"
         assert request["headers"]["Content-Type"] == "application/json"
         assert request["headers"]["X-Tenant-Id"] == TENANT
+    position = ledger.read()
+    assert (position.next_record, position.chunk_size, position.record_count) == (6, 3, 100)
 
 
-def test_idempotency_keys_are_distinct_per_record_and_version_and_stable_across_retries(work, sink):
-    """GIVEN one chunk WHEN registered for version v1 twice and for v2 once THEN the retry repeats v1's keys
-    exactly while every record of every version has its own key."""
+def test_a_record_that_fails_once_is_retried_in_place_and_costs_no_budget(work, sink, ledger):
+    """GIVEN every record of a 10-record chunk gets one 503 (or 429) before it is accepted
+    WHEN the chunk is registered THEN it is done in one invocation, each record sent twice with the
+    same key, never out of order: the budget is spent per fault episode, not per chunk."""
+    put_chunk(work, 0, [{"id": i} for i in range(10)])
+    sink.respond = lambda n: (503 if n % 4 == 0 else 429) if n % 2 == 0 else 200
+    clock = Clock()
+
+    result = register(work, ledger, task(0, chunk_size=10), config(sink, budget=1), clock)
+
+    assert result["done"] is True and result["records_sent"] == 10 and result["fault_since"] is None
+    assert sink.keys() == [expected_key("v1", i) for i in range(10) for _ in (0, 1)]
+    assert clock.sleeps == [register_chunk.RETRY_BACKOFF_SECONDS[0]] * 10
+
+
+def test_an_outage_returns_progress_then_waits_and_fails_the_file_only_past_the_budget(work, sink, ledger):
+    """GIVEN the core system goes down at record 1 and stays down
+    WHEN the chunk is registered THEN the first try backs off in place, then returns (not done) at
+    record 1 with the outage's start and a wait; the tries after it carry the outage on, and once it
+    lasts longer than the budget the file fails at record 1, with the ledger at record 1."""
     put_chunk(work, 0, [{"id": i} for i in range(3)])
+    sink.respond = lambda n: 200 if n == 0 else 503
+    clock = Clock()
+    cfg = config(sink, budget=60)
 
-    for version_id in ("v1", "v1", "v2"):
-        register_chunk.register_chunk(task(0, version_id=version_id), config=config(sink), s3=work)
+    first = register(work, ledger, task(0), cfg, clock)
 
-    keys = sink.keys()
-    assert keys[0:3] == keys[3:6]
-    assert len(set(keys[0:3] + keys[6:9])) == 6
+    assert (first["done"], first["start_record"], first["records_sent"]) == (False, 1, 1)
+    started = first["fault_since"]
+    assert started is not None and first["retry_after_seconds"] >= register_chunk.MIN_RETRY_AFTER_SECONDS
+    assert ledger.read().next_record == 1
 
-
-@pytest.mark.parametrize("status", [503, 500, 429])
-def test_fails_retryably_when_sink_is_unavailable_and_a_retry_resends_with_the_same_keys(work, sink, status):
-    """GIVEN the sink answers HTTP <status> to the second record once WHEN the chunk is registered
-    THEN SinkRetryableError names chunk/record/status, the third record is not sent,
-    and the retried chunk resends every record with the same keys."""
-    put_chunk(work, 2, [{"id": i} for i in range(3)])
-    sink.respond = lambda n: status if n == 1 else 200
-
-    with pytest.raises(SinkRetryableError) as raised:
-        register_chunk.register_chunk(task(2), config=config(sink), s3=work)
-    assert str(raised.value) == f"chunk 2 record 1 (file record 7): HTTP {status}"
-    assert sink.bodies() == [{"id": 0}, {"id": 1}]
-
-    assert register_chunk.register_chunk(task(2), config=config(sink), s3=work)["records_sent"] == 3
-    assert sink.keys()[2:] == [expected_key("v1", i) for i in (6, 7, 8)]
-    assert sink.keys()[:2] == sink.keys()[2:4]
+    tries = 1
+    with pytest.raises(SinkUnavailableError) as failed:
+        progress = first
+        while True:
+            clock.now += progress["retry_after_seconds"]  # the workflow's Wait state
+            progress = register(work, ledger, progress, cfg, clock)
+            tries += 1
+            assert progress["fault_since"] == started and progress["start_record"] == 1
+    assert failed.value.next_record == 1 and "longer than the outage budget (60 s)" in str(failed.value)
+    assert clock.now - started >= 60 and tries > 2
+    assert ledger.read().next_record == 1
+    assert {json.loads(r["body"])["id"] for r in sink.requests} == {0, 1}  # never past record 1
 
 
 @pytest.mark.parametrize("status", [400, 422, 302])
-def test_fails_rejected_on_client_error_and_sends_nothing_after_it(work, sink, status):
+def test_fails_rejected_on_client_error_and_sends_nothing_after_it(work, sink, ledger, status):
     """GIVEN the sink rejects the second record (4xx, or a redirect that must not be followed)
-    WHEN the chunk is registered
-    THEN SinkRejectedError names chunk, record and status, and no later record is sent."""
+    WHEN the chunk is registered THEN SinkRejectedError names chunk, record and status, no later record
+    is sent, and the ledger keeps the rejected record as the first unacknowledged one."""
     put_chunk(work, 2, [{"id": i} for i in range(3)])
     sink.respond = lambda n: status if n == 1 else 200
 
     with pytest.raises(SinkRejectedError) as raised:
-        register_chunk.register_chunk(task(2), config=config(sink), s3=work)
+        register(work, ledger, task(2, start_record=6), config(sink))
 
     assert str(raised.value) == f"chunk 2 record 1 (file record 7): HTTP {status}"
     assert (raised.value.status, raised.value.chunk_index, raised.value.record_index) == (status, 2, 7)
     assert len(sink.requests) == 2
+    assert ledger.read().next_record == 7
 
 
-def test_fails_retryably_when_connection_is_refused(work):
-    """GIVEN nothing listens on the sink's port WHEN the chunk is registered THEN SinkRetryableError."""
+def test_a_refused_connection_is_a_fault_episode_not_a_failure(work, ledger):
+    """GIVEN nothing listens on the sink's port WHEN the chunk is registered
+    THEN the try returns with the outage noted (the workflow waits), nothing failed."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     put_chunk(work, 0, [{"id": 0}])
-    refused = RegisterEnv(
-        tenant_id=TENANT,
-        work_bucket=WORK,
-        sink_url=f"http://127.0.0.1:{port}/records",
-        sink_timeout_seconds=1,
-    )
+    refused = RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger",
+                          sink_url=f"http://127.0.0.1:{port}/records", sink_timeout_seconds=1,
+                          sink_outage_budget_seconds=3600)
 
-    expected = r"^chunk 0 record 0 \(file record 0\): connection failed \(ConnectionRefusedError\)$"
-    with pytest.raises(SinkRetryableError, match=expected):
-        register_chunk.register_chunk(task(0), config=refused, s3=work)
+    result = register(work, ledger, task(0), refused)
+
+    assert result["done"] is False and result["fault_since"] is not None and result["start_record"] == 0
 
 
-def test_fails_retryably_when_sink_times_out(work, sink):
-    """GIVEN the sink never answers WHEN the chunk is registered with a 0.2 s timeout
-    THEN SinkRetryableError."""
+def test_a_hanging_core_system_times_out_per_request(work, sink, ledger):
+    """GIVEN the sink never answers WHEN registered with a 0.2 s timeout THEN each try times out and the
+    function returns with the outage noted instead of hanging to its own deadline."""
     put_chunk(work, 0, [{"id": 0}, {"id": 1}])
     sink.respond = lambda n: 0
 
-    expected = r"^chunk 0 record 0 \(file record 0\): timed out after 0.2s$"
-    with pytest.raises(SinkRetryableError, match=expected):
-        register_chunk.register_chunk(task(0), config=config(sink, timeout=0.2), s3=work)
-    assert len(sink.requests) == 1
+    result = register(work, ledger, task(0), config(sink, timeout=0.2))
+
+    assert result["done"] is False and result["fault_since"] is not None
+    assert len(sink.requests) == len(register_chunk.RETRY_BACKOFF_SECONDS) + 1
 
 
-def test_fails_when_chunk_prefix_belongs_to_another_tenant(work, sink):
-    """GIVEN a chunk_prefix outside the tenant's folder WHEN registered THEN refused and nothing is sent."""
-    with pytest.raises(contract.KeyOutsidePrefixError, match="'beta/evt-1/' is outside tenant 'acme'"):
-        register_chunk.register_chunk(task(0, prefix="beta/evt-1/"), config=config(sink), s3=work)
+def test_returns_before_the_deadline_and_the_next_try_continues_at_the_next_record(work, sink, ledger):
+    """GIVEN an invocation with too little time left for the third record
+    WHEN the chunk is registered THEN it returns (not done) after two records, and the next try sends
+    the third only: no record is sent twice, none skipped."""
+    put_chunk(work, 0, [{"id": i} for i in range(3)])
+    clock = Clock(deadline_in=10)
+
+    class Slow:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __call__(self, n: int) -> int:
+            clock.now += 3  # each record takes 3 s of the invocation's 10
+            return 200
+
+    sink.respond = Slow()
+    cfg = config(sink, timeout=2)
+
+    first = register(work, ledger, task(0), cfg, clock)
+    assert (first["done"], first["start_record"], first["retry_after_seconds"]) == (False, 2, 0)
+
+    second = register(work, ledger, first, cfg, Clock())
+    assert (second["done"], second["start_record"]) == (True, 3)
+    assert [json.loads(r["body"])["id"] for r in sink.requests] == [0, 1, 2]
+
+
+def test_a_retried_invocation_continues_at_the_ledgers_first_unacknowledged_record(work, sink, ledger):
+    """GIVEN an invocation that acknowledged records 0-1 and then died (timeout: its output is lost)
+    WHEN the workflow retries the same task THEN it starts at record 2, from the ledger."""
+    put_chunk(work, 0, [{"id": i} for i in range(3)])
+    ledger.record_progress("evt-1", 2)
+
+    result = register(work, ledger, task(0), config(sink))
+
+    assert result["done"] is True
+    assert [json.loads(r["body"])["id"] for r in sink.requests] == [2]
+
+
+def test_an_execution_that_is_not_the_current_one_is_refused_before_it_sends(work, sink, ledger):
+    """GIVEN a hand-made redrive or start of an old execution WHEN its register runs THEN it is refused."""
+    put_chunk(work, 0, [{"id": 0}])
+
+    with pytest.raises(StaleExecutionError, match="not the tenant's current running execution"):
+        register(work, ledger, task(0, execution_name="evt-0"), config(sink))
+    assert sink.requests == []
+
+    ledger.record_close("evt-1", "FAILED", halt_on_failure=True, now=1_700_000_001.0)
+    with pytest.raises(StaleExecutionError):  # a redrive of the failed execution itself
+        register(work, ledger, task(0), config(sink))
     assert sink.requests == []
 
 
-def test_fails_when_chunk_holds_more_than_chunk_size_records(work, sink):
+def test_fails_when_chunk_prefix_belongs_to_another_tenant(work, sink, ledger):
+    """GIVEN a chunk_prefix outside the tenant's folder WHEN registered THEN refused and nothing is sent."""
+    with pytest.raises(contract.KeyOutsidePrefixError, match="'beta/evt-1/' is outside tenant 'acme'"):
+        register(work, ledger, task(0, prefix="beta/evt-1/"), config(sink))
+    assert sink.requests == []
+
+
+def test_fails_when_chunk_holds_more_than_chunk_size_records(work, sink, ledger):
     """GIVEN a chunk with more records than chunk_size WHEN registered THEN it stops before reusing the next
     chunk's idempotency keys."""
     put_chunk(work, 0, [{"id": i} for i in range(3)])
 
     with pytest.raises(ValueError, match="more than chunk_size=2"):
-        register_chunk.register_chunk(task(0, chunk_size=2), config=config(sink), s3=work)
+        register(work, ledger, task(0, chunk_size=2), config(sink))
     assert len(sink.requests) == 2
 
 
+class Context:
+    def __init__(self, seconds: float = 60) -> None:
+        self.seconds = seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.seconds * 1000)
+
+
 @pytest.fixture
-def handler_env(sink: Sink, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in contract.environment(config(sink, timeout=2)).items():
+def handler_env(sink: Sink, ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in contract.environment(config(sink, timeout=2, budget=1)).items():
         monkeypatch.setenv(name, value)
 
 
@@ -230,31 +355,32 @@ def test_handler_logs_rejection_at_error_without_record_or_response(work, sink, 
     sink.respond = lambda n: 400
 
     with pytest.raises(SinkRejectedError):
-        register_chunk.handler(task(0), None)
+        register_chunk.handler(task(0), Context())
 
     (error,) = logs.errors()
     assert (error.chunk_index, error.status) == (0, 400)
     assert "TOPSECRET" not in logs.text()
 
 
-def test_handler_logs_retryable_failure_below_error(work, sink, handler_env, logs):
-    """GIVEN a transient 503 WHEN the handler runs
-    THEN it raises SinkRetryableError and logs WARNING, not ERROR
-    (the workflow retries; only exhausted retries are a fault)."""
+def test_handler_logs_a_passing_outage_below_error(work, sink, handler_env, logs, monkeypatch):
+    """GIVEN a transient 503 WHEN the handler runs THEN it returns the progress to wait on and logs
+    WARNING, not ERROR (only an outage past the budget is a fault)."""
+    monkeypatch.setattr(register_chunk, "RETRY_BACKOFF_SECONDS", ())
     put_chunk(work, 0, [{"id": 0}])
     sink.respond = lambda n: 503
 
-    with pytest.raises(SinkRetryableError):
-        register_chunk.handler(task(0), None)
+    result = register_chunk.handler(task(0), Context())
 
+    assert result["done"] is False
     assert logs.errors() == []
     assert len(logs.at(logging.WARNING)) == 1
 
 
-def test_handler_returns_count(work, sink, handler_env, logs):
-    """GIVEN a chunk of two records WHEN the handler runs THEN both are sent and the count returned."""
+def test_handler_returns_progress(work, sink, handler_env, logs):
+    """GIVEN a chunk of two records WHEN the handler runs THEN both are sent and the progress returned."""
     put_chunk(work, 4, [{"id": 0}, {"id": 1}])
-    assert register_chunk.handler(task(4, chunk_size=2), None) == {"chunk_index": 4, "records_sent": 2}
+    result = register_chunk.handler(task(4, chunk_size=2, start_record=8), Context())
+    assert (result["done"], result["records_sent"], result["start_record"]) == (True, 2, 10)
     assert sink.keys() == [expected_key("v1", 8), expected_key("v1", 9)]
 
 
@@ -262,14 +388,14 @@ def test_fails_when_sink_url_is_not_http(handler_env, monkeypatch):
     """GIVEN SINK_URL=file:///etc/passwd WHEN the handler starts THEN ConfigError, nothing is read."""
     monkeypatch.setenv(contract.env_name("sink_url"), "file:///etc/passwd")
     with pytest.raises(contract.ConfigError, match="SINK_URL='file:///etc/passwd' must be an http"):
-        register_chunk.handler(task(0), None)
+        register_chunk.handler(task(0), Context())
 
 
-def test_a_chunk_reuses_one_connection_to_the_core_system(work, sink):
+def test_a_chunk_reuses_one_connection_to_the_core_system(work, sink, ledger):
     """GIVEN a chunk of 3 records and a keep-alive core system
     WHEN the chunk is registered
     THEN all records travel over one connection (no handshake per record)."""
     put_chunk(work, 0, [{"n": 1}, {"n": 2}, {"n": 3}])
-    register_chunk.register_chunk(task(0), config=config(sink), s3=work)
+    register(work, ledger, task(0), config(sink))
     assert len(sink.requests) == 3
     assert len({r["client"] for r in sink.requests}) == 1

@@ -7,10 +7,19 @@ from typing import Any
 
 import pytest
 
-from contract import ConfigError, ControllerEnv, GateBusyError, MalformedFileError, SinkRetryableError, environment
+from contract import ConfigError, ControllerEnv, MalformedFileError, PipelineError, SinkRetryableError, environment
 from runtime import BoundLogger, lambda_handler
 
-ENV = environment(ControllerEnv(tenant_id="acme", state_machine_arn="arn", gate_table_name="g", metric_namespace="N"))
+ENV = environment(
+    ControllerEnv(tenant_id="acme", state_machine_arn="arn", ledger_table_name="l", queue_url="q",
+                  metric_namespace="N", on_failure="halt", waiting_visibility_seconds=240)
+)
+
+
+class IntendedWait(PipelineError):
+    """Intended control flow, as the controller's waits are: INFO."""
+
+    log_level = logging.INFO
 
 
 @pytest.fixture
@@ -21,7 +30,7 @@ def controller_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def make_handler(raise_: BaseException | None = None) -> Any:
     @lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"key": event.get("key")})
-    def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger) -> dict[str, Any]:
+    def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger, context: Any) -> dict[str, Any]:
         log.bind(execution_name="evt-1")
         log.info("working", extra={"step": 1})
         if raise_ is not None:
@@ -43,7 +52,7 @@ def test_passes_the_typed_config_and_binds_tenant_and_event_fields(controller_en
 @pytest.mark.parametrize(
     ("error", "level", "fields"),
     [
-        (GateBusyError("busy"), logging.INFO, {}),
+        (IntendedWait("busy"), logging.INFO, {}),
         (SinkRetryableError("503"), logging.WARNING, {}),
         (MalformedFileError(4, "bad"), logging.ERROR, {"line_number": 4}),
     ],

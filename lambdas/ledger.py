@@ -1,0 +1,436 @@
+"""The ledger: each tenant's position and the record of each file (docs/architecture.md, "Ledger").
+
+One DynamoDB table, partition key `tenant`, sort key `entry`:
+
+* `entry = "position"`: the tenant's one position item. It names the current file (its
+  `FileRef`), the execution working on it, the file's state (RUNNING, SUCCEEDED, FAILED,
+  SKIPPED), whether the tenant is halted, how far the file got (`next_record`: every record
+  before it was acknowledged by the core system) and the message waiting at the head of the
+  queue (for the fast hand-off). Every write is conditional on what the writer read, so a
+  stale writer can never move a tenant backwards: transitions bump `seq`, progress only grows,
+  and a close or progress write names the execution it belongs to.
+* `entry = "file#<started at, ms>#<execution>"`: one item per closed or skipped attempt, for
+  `ops status` (files done, last failure). They expire after `HISTORY_DAYS`.
+* `entry = "event#<event id>"`: the event ids of files ever made current, so a duplicate event
+  that arrives after its file closed is recognised (written with the claim, in one transaction).
+
+The gate decides from the position alone; `DescribeExecution` is only asked about an
+execution the ledger says is RUNNING (or closed a moment ago), so Step Functions forgetting
+closed executions after 90 days cannot wedge a tenant.
+
+Standard library and a boto3 DynamoDB client passed in: the handlers, the `ops` CLI and the
+tests use the same code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from contract import FileRef
+
+POSITION = "position"
+HISTORY_PREFIX = "file#"
+HISTORY_DAYS = 400
+EVENT_PREFIX = "event#"
+#: How long a claimed event id is remembered (a duplicate event later than this is a new file).
+EVENT_DAYS = 400
+
+RUNNING = "RUNNING"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+SKIPPED = "SKIPPED"
+#: Longest error message and cause kept (DynamoDB items are small; a cause is a summary).
+MAX_TEXT = 2000
+
+
+class LedgerConflict(Exception):
+    """A conditional write found the position changed since it was read; read it again."""
+
+
+class AlreadyClaimed(Exception):
+    """The file (its event id) was made current before: a duplicate event; nothing to do."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """A tenant's position, as read from its item (`None` fields: never set)."""
+
+    tenant: str
+    seq: int
+    execution: str | None
+    file: FileRef | None
+    status: str | None
+    halted: bool
+    attempt: int
+    next_record: int
+    chunk_size: int | None
+    chunk_count: int | None
+    record_count: int | None
+    started_at: float | None
+    closed_at: float | None
+    closed_as: str | None  # the Step Functions status that closed it (FAILED, TIMED_OUT, ABORTED, ...)
+    error: str | None
+    cause: str | None
+    skip_reason: str | None
+    waiting_message_id: str | None
+    waiting_receipt: str | None
+    waiting_since: float | None
+
+    @property
+    def file_id(self) -> str | None:
+        return self.file["event_id"] if self.file else None
+
+    @property
+    def running(self) -> bool:
+        return self.status == RUNNING
+
+    @classmethod
+    def empty(cls, tenant: str) -> Position:
+        return cls.from_item(tenant, None)
+
+    @classmethod
+    def from_item(cls, tenant: str, item: dict[str, Any] | None) -> Position:
+        item = item or {}
+
+        def s(name: str) -> str | None:
+            value = item.get(name, {})
+            return value.get("S") if isinstance(value, dict) else None
+
+        def n(name: str) -> float | None:
+            raw = item.get(name, {}).get("N") if isinstance(item.get(name), dict) else None
+            return float(raw) if raw is not None else None
+
+        def i(name: str) -> int | None:
+            value = n(name)
+            return int(value) if value is not None else None
+
+        file_json = s("file_ref")
+        return cls(
+            tenant=tenant,
+            seq=i("seq") or 0,
+            execution=s("execution"),
+            file=json.loads(file_json) if file_json else None,
+            status=s("status"),
+            halted=bool(item.get("halted", {}).get("BOOL", False)),
+            attempt=i("attempt") or 0,
+            next_record=i("next_record") or 0,
+            chunk_size=i("chunk_size"),
+            chunk_count=i("chunk_count"),
+            record_count=i("record_count"),
+            started_at=n("started_at"),
+            closed_at=n("closed_at"),
+            closed_as=s("closed_as"),
+            error=s("error"),
+            cause=s("cause"),
+            skip_reason=s("skip_reason"),
+            waiting_message_id=s("waiting_message_id"),
+            waiting_receipt=s("waiting_receipt"),
+            waiting_since=n("waiting_since"),
+        )
+
+
+def _n(value: float | int) -> dict[str, str]:
+    return {"N": repr(value) if isinstance(value, float) else str(value)}
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def _error_code(error: Exception) -> str:
+    response = getattr(error, "response", None) or {}
+    return response.get("Error", {}).get("Code", "")
+
+
+class Ledger:
+    """The ledger of one tenant in one table; `ddb` is a boto3 DynamoDB client."""
+
+    def __init__(self, ddb: Any, table: str, tenant: str) -> None:
+        self.ddb, self.table, self.tenant = ddb, table, tenant
+
+    def _key(self, entry: str = POSITION) -> dict[str, Any]:
+        return {"tenant": _s(self.tenant), "entry": _s(entry)}
+
+    def read(self) -> Position:
+        """The position, strongly consistent."""
+        item = self.ddb.get_item(TableName=self.table, Key=self._key(), ConsistentRead=True).get("Item")
+        return Position.from_item(self.tenant, item)
+
+    def _update(self, expression: str, condition: str, values: dict[str, Any], *, names: dict[str, str] | None = None,
+                entry: str = POSITION) -> Position:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": self._key(entry),
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+            "ReturnValues": "ALL_NEW",
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
+        try:
+            item = self.ddb.update_item(**kwargs)["Attributes"]
+        except Exception as error:  # botocore ClientError; not imported to keep this stdlib-only
+            if _error_code(error) == "ConditionalCheckFailedException":
+                raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
+            raise
+        return Position.from_item(self.tenant, item)
+
+    # -- the controller ---------------------------------------------------------------------
+
+    def claim(self, observed: Position, file: FileRef, execution: str, now: float) -> Position:
+        """Make `file` the current file, run by `execution`, if the position is still `observed`
+        and the file was never claimed before (its event id is remembered for `EVENT_DAYS`).
+
+        `LedgerConflict` if the position changed; `AlreadyClaimed` if the file was claimed before.
+        """
+        values = {
+            ":seq": _n(observed.seq + 1),
+            ":execution": _s(execution),
+            ":file": _s(json.dumps(file, sort_keys=True)),
+            ":running": _s(RUNNING),
+            ":zero": _n(0),
+            ":false": {"BOOL": False},
+            ":now": _n(now),
+        }
+        if observed.seq:
+            condition = "seq = :observed"
+            values[":observed"] = _n(observed.seq)
+        else:
+            condition = "attribute_not_exists(seq)"
+        position = {
+            "TableName": self.table,
+            "Key": self._key(),
+            "UpdateExpression": (
+                "SET seq = :seq, execution = :execution, file_ref = :file, #status = :running, halted = :false, "
+                "attempt = :zero, next_record = :zero, started_at = :now "
+                "REMOVE chunk_size, chunk_count, record_count, closed_at, closed_as, #error, cause, skip_reason, "
+                "waiting_message_id, waiting_receipt, waiting_since"
+            ),
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+            "ExpressionAttributeNames": {"#status": "status", "#error": "error"},
+        }
+        marker = {
+            "TableName": self.table,
+            "Item": {
+                **self._key(f"{EVENT_PREFIX}{file['event_id']}"),
+                "execution": _s(execution),
+                "claimed_at": _n(now),
+                "expires_at": _n(int(now + EVENT_DAYS * 86400)),
+            },
+            "ConditionExpression": "attribute_not_exists(tenant)",
+        }
+        try:
+            self.ddb.transact_write_items(TransactItems=[{"Update": position}, {"Put": marker}])
+        except Exception as error:  # botocore ClientError
+            if _error_code(error) != "TransactionCanceledException":
+                raise
+            reasons = [r.get("Code") for r in getattr(error, "response", {}).get("CancellationReasons", [])]
+            if len(reasons) == 2 and reasons[1] == "ConditionalCheckFailed" and reasons[0] in (None, "None"):
+                raise AlreadyClaimed(f"tenant {self.tenant}: file {file['event_id']} was claimed before") from None
+            raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
+        return self.read()
+
+    def record_waiting(self, observed: Position, message_id: str, receipt: str, now: float) -> Position:
+        """Note the message waiting at the head of the queue, for the close to make it visible."""
+        return self._update(
+            "SET waiting_message_id = :id, waiting_receipt = :receipt, waiting_since = :now",
+            "seq = :observed",
+            {":id": _s(message_id), ":receipt": _s(receipt), ":now": _n(now), ":observed": _n(observed.seq)},
+        )
+
+    def clear_waiting(self, receipt: str) -> None:
+        """Forget the waiting message once it was made visible (if it is still the one noted)."""
+        try:
+            self._update(
+                "REMOVE waiting_message_id, waiting_receipt, waiting_since",
+                "waiting_receipt = :receipt",
+                {":receipt": _s(receipt)},
+            )
+        except LedgerConflict:
+            pass  # noted again by a later controller: that note stands
+
+    # -- the workflow -------------------------------------------------------------------------
+
+    def record_progress(
+        self,
+        execution: str,
+        next_record: int,
+        *,
+        chunk_size: int | None = None,
+        chunk_count: int | None = None,
+        record_count: int | None = None,
+    ) -> Position:
+        """Every record before `next_record` is acknowledged; only ever moves forward.
+
+        `LedgerConflict` if `execution` is not the running execution of the current file, or
+        the position is already further.
+        """
+        values = {":execution": _s(execution), ":running": _s(RUNNING), ":next": _n(next_record)}
+        sets = ["next_record = :next"]
+        if chunk_size is not None:
+            sets.append("chunk_size = :size")
+            values[":size"] = _n(chunk_size)
+        if chunk_count is not None:
+            sets.append("chunk_count = :chunks")
+            values[":chunks"] = _n(chunk_count)
+        if record_count is not None:
+            sets.append("record_count = :records")
+            values[":records"] = _n(record_count)
+        return self._update(
+            "SET " + ", ".join(sets),
+            "execution = :execution AND #status = :running AND next_record <= :next",
+            values,
+            names={"#status": "status"},
+        )
+
+    def record_close(
+        self,
+        execution: str,
+        sfn_status: str,
+        *,
+        halt_on_failure: bool,
+        now: float,
+        error: str | None = None,
+        cause: str | None = None,
+    ) -> Position:
+        """`execution` closed with `sfn_status`: record it, halting the tenant on a failure if asked.
+
+        `LedgerConflict` if `execution` is not the running execution of the current file
+        (already recorded, or a stale or hand-made execution).
+        """
+        failed = sfn_status != SUCCEEDED
+        values: dict[str, Any] = {
+            ":execution": _s(execution),
+            ":running": _s(RUNNING),
+            ":status": _s(FAILED if failed else SUCCEEDED),
+            ":closed_as": _s(sfn_status),
+            ":halted": {"BOOL": failed and halt_on_failure},
+            ":now": _n(now),
+            ":one": _n(1),
+        }
+        sets = ["#status = :status", "closed_as = :closed_as", "halted = :halted", "closed_at = :now"]
+        names = {"#status": "status"}
+        if error:
+            sets.append("#error = :error")
+            names["#error"] = "error"
+            values[":error"] = _s(error[:MAX_TEXT])
+        if cause:
+            sets.append("cause = :cause")
+            values[":cause"] = _s(cause[:MAX_TEXT])
+        after = self._update(
+            "SET " + ", ".join(sets) + " ADD seq :one",
+            "execution = :execution AND #status = :running",
+            values,
+            names=names,
+        )
+        self._write_history(after)
+        return after
+
+    # -- the operator -------------------------------------------------------------------------
+
+    def resume(self, observed: Position, execution: str, now: float) -> Position:
+        """The halted, failed file runs again from `next_record`, as `execution`."""
+        return self._update(
+            "SET #status = :running, execution = :execution, halted = :false, started_at = :now, "
+            "attempt = attempt + :one, seq = :seq REMOVE closed_at, closed_as, #error, cause",
+            "seq = :observed AND #status = :failed AND halted = :true",
+            {
+                ":running": _s(RUNNING),
+                ":failed": _s(FAILED),
+                ":execution": _s(execution),
+                ":true": {"BOOL": True},
+                ":false": {"BOOL": False},
+                ":now": _n(now),
+                ":one": _n(1),
+                ":seq": _n(observed.seq + 1),
+                ":observed": _n(observed.seq),
+            },
+            names={"#status": "status", "#error": "error"},
+        )
+
+    def skip(self, observed: Position, reason: str, now: float) -> Position:
+        """The halted, failed file is given up, with the operator's reason; the next file may start."""
+        after = self._update(
+            "SET #status = :skipped, skip_reason = :reason, halted = :false, closed_at = :now, seq = :seq",
+            "seq = :observed AND #status = :failed AND halted = :true",
+            {
+                ":skipped": _s(SKIPPED),
+                ":failed": _s(FAILED),
+                ":reason": _s(reason[:MAX_TEXT]),
+                ":true": {"BOOL": True},
+                ":false": {"BOOL": False},
+                ":now": _n(now),
+                ":seq": _n(observed.seq + 1),
+                ":observed": _n(observed.seq),
+            },
+            names={"#status": "status"},
+        )
+        self._write_history(after)
+        return after
+
+    # -- history ------------------------------------------------------------------------------
+
+    def _write_history(self, position: Position) -> None:
+        """One item per closed or skipped attempt (idempotent: keyed by start time and execution)."""
+        if position.file is None or position.execution is None:
+            return
+        started_ms = int((position.started_at or 0) * 1000)
+        item: dict[str, Any] = {
+            **self._key(f"{HISTORY_PREFIX}{started_ms:013d}#{position.execution}"),
+            "execution": _s(position.execution),
+            "file_ref": _s(json.dumps(position.file, sort_keys=True)),
+            "status": _s(position.status or ""),
+            "attempt": _n(position.attempt),
+            "next_record": _n(position.next_record),
+            "started_at": _n(position.started_at or 0),
+            "closed_at": _n(position.closed_at or 0),
+            "expires_at": _n(int((position.closed_at or 0) + HISTORY_DAYS * 86400)),
+        }
+        for name in ("closed_as", "error", "cause", "skip_reason"):
+            value = getattr(position, name)
+            if value:
+                item[name] = _s(value)
+        for name in ("chunk_size", "chunk_count", "record_count"):
+            value = getattr(position, name)
+            if value is not None:
+                item[name] = _n(value)
+        self.ddb.put_item(TableName=self.table, Item=item)
+
+    def history(self, *, since: float = 0.0, limit: int = 100) -> list[dict[str, Any]]:
+        """Closed and skipped attempts, newest first, started at or after `since` (epoch s)."""
+        response = self.ddb.query(
+            TableName=self.table,
+            KeyConditionExpression="tenant = :tenant AND entry BETWEEN :low AND :high",
+            ExpressionAttributeValues={
+                ":tenant": _s(self.tenant),
+                ":low": _s(f"{HISTORY_PREFIX}{int(since * 1000):013d}"),
+                ":high": _s(f"{HISTORY_PREFIX}9999999999999~"),
+            },
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        entries = []
+        for item in response.get("Items", []):
+            position = Position.from_item(self.tenant, item)
+            entries.append(
+                {
+                    "execution": position.execution,
+                    "file": position.file,
+                    "status": position.status,
+                    "closed_as": position.closed_as,
+                    "attempt": position.attempt,
+                    "next_record": position.next_record,
+                    "record_count": position.record_count,
+                    "started_at": position.started_at,
+                    "closed_at": position.closed_at,
+                    "error": position.error,
+                    "cause": position.cause,
+                    "skip_reason": position.skip_reason,
+                }
+            )
+        return entries

@@ -1,0 +1,104 @@
+"""The ledger's conditional writes: a stale writer never moves a tenant backwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import TENANT
+
+from contract import FileRef
+from ledger import FAILED, RUNNING, SKIPPED, SUCCEEDED, AlreadyClaimed, Ledger, LedgerConflict
+
+NOW = 1_700_000_000.0
+
+
+def file(event_id: str) -> FileRef:
+    return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key=f"acme/{event_id}.csv",
+                   version_id="v1", size=1, etag=None, event_time="")
+
+
+@pytest.fixture
+def ledger(ddb: Any, ledger_table: str) -> Ledger:
+    return Ledger(ddb, ledger_table, TENANT)
+
+
+def test_an_empty_ledger_reads_as_an_empty_position(ledger):
+    position = ledger.read()
+    assert (position.seq, position.execution, position.status, position.halted) == (0, None, None, False)
+
+
+def test_claim_makes_the_file_current_and_remembers_its_event(ledger):
+    after = ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    assert (after.seq, after.execution, after.file_id, after.status, after.next_record) == (1, "e1", "e1", RUNNING, 0)
+    with pytest.raises(AlreadyClaimed):
+        ledger.claim(after, file("e1"), "e1", NOW)
+
+
+def test_a_claim_from_a_stale_read_is_refused(ledger):
+    stale = ledger.read()
+    ledger.claim(stale, file("e1"), "e1", NOW)
+    with pytest.raises(LedgerConflict):
+        ledger.claim(stale, file("e2"), "e2", NOW)
+    assert ledger.read().execution == "e1"
+
+
+def test_progress_only_moves_forward_and_only_for_the_running_execution(ledger):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_progress("e1", 5, chunk_size=3, chunk_count=4, record_count=10)
+    with pytest.raises(LedgerConflict):
+        ledger.record_progress("e1", 4)
+    with pytest.raises(LedgerConflict):
+        ledger.record_progress("someone-else", 9)
+    position = ledger.read()
+    assert (position.next_record, position.chunk_size, position.chunk_count, position.record_count) == (5, 3, 4, 10)
+
+
+@pytest.mark.parametrize(("status", "halt", "expected", "halted"), [
+    ("SUCCEEDED", True, SUCCEEDED, False),
+    ("FAILED", True, FAILED, True),
+    ("TIMED_OUT", True, FAILED, True),
+    ("ABORTED", True, FAILED, True),
+    ("FAILED", False, FAILED, False),
+])
+def test_a_close_is_recorded_once_and_halts_a_failure_when_asked(ledger, status, halt, expected, halted):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    after = ledger.record_close("e1", status, halt_on_failure=halt, now=NOW + 1, error="E", cause="C")
+    assert (after.status, after.closed_as, after.halted, after.seq) == (expected, status, halted, 2)
+    with pytest.raises(LedgerConflict):  # the second report of the same close
+        ledger.record_close("e1", status, halt_on_failure=halt, now=NOW + 2)
+    (entry,) = ledger.history()
+    assert (entry["execution"], entry["status"], entry["closed_as"]) == ("e1", expected, status)
+
+
+def test_resume_and_skip_need_a_halted_failed_file(ledger):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    with pytest.raises(LedgerConflict):
+        ledger.resume(ledger.read(), "e1-r1", NOW)
+    ledger.record_progress("e1", 7)
+    failed = ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW)
+    resumed = ledger.resume(failed, "e1-r1", NOW + 5)
+    assert (resumed.status, resumed.execution, resumed.attempt, resumed.next_record, resumed.halted) == (
+        RUNNING, "e1-r1", 1, 7, False)
+    with pytest.raises(LedgerConflict):  # a stale resume
+        ledger.resume(failed, "e1-r2", NOW + 6)
+    failed_again = ledger.record_close("e1-r1", "FAILED", halt_on_failure=True, now=NOW + 7)
+    skipped = ledger.skip(failed_again, "bad data, agreed with the tenant", NOW + 8)
+    assert (skipped.status, skipped.skip_reason, skipped.halted) == (SKIPPED, "bad data, agreed with the tenant", False)
+    # One entry per attempt, newest first; the skipped attempt keeps what made it fail.
+    history = ledger.history()
+    assert [(e["execution"], e["status"]) for e in history] == [("e1-r1", SKIPPED), ("e1", FAILED)]
+    assert history[0]["closed_as"] == "FAILED"
+
+
+def test_waiting_is_noted_on_the_position_it_was_decided_on(ledger):
+    first = ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_waiting(first, "m2", "r2", NOW)
+    assert ledger.read().waiting_receipt == "r2"
+    closed = ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW)
+    with pytest.raises(LedgerConflict):
+        ledger.record_waiting(first, "m3", "r3", NOW)  # decided on a position that has moved on
+    ledger.clear_waiting("other")
+    assert ledger.read().waiting_receipt == "r2"
+    ledger.clear_waiting("r2")
+    assert ledger.read().waiting_receipt is None and closed.seq == 2
