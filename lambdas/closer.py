@@ -102,8 +102,13 @@ class Closer:
     def _started(self, name: str) -> dict[str, Any]:
         """An execution (re)started: fine if it is the ledger's running one, else refuse it."""
         position = self.ledger.read()
+        unchanged = {"execution_name": name, "recorded": False, "halted": position.halted, "handed_off": False}
         if position.execution == name and position.running:
-            return {"execution_name": name, "recorded": False, "halted": position.halted, "handed_off": False}
+            return unchanged
+        if self._status(name) != "RUNNING":
+            # A late event of an execution that has closed since: nothing runs outside the gate.
+            self.log.info("late RUNNING event of a closed execution; ignored")
+            return unchanged
         self.log.error(
             "execution started outside the gate (a hand-made redrive or start); stopping it. "
             "Use `ops resume` to continue a failed file",
@@ -117,8 +122,17 @@ class Closer:
             )
         except ClientError as error:
             self.log.warning("could not stop the execution", extra={"error_code": _code(error)})
-        return {"execution_name": name, "recorded": False, "halted": position.halted, "handed_off": False,
-                "stopped": True}
+        return {**unchanged, "stopped": True}
+
+    def _status(self, name: str) -> str | None:
+        try:
+            return self.sfn.describe_execution(
+                executionArn=execution_arn(self.config.state_machine_arn, name)
+            )["status"]
+        except ClientError as error:
+            if _code(error) == "ExecutionDoesNotExist":
+                return None
+            raise
 
     def _hand_off(self, position: Position) -> bool:
         """Make the waiting message visible now; the visibility timeout stays the fallback."""

@@ -32,7 +32,7 @@ def config(fmt: str = "csv", chunk_size: int = 3) -> SplitEnv:
 
 
 def upload(s3: Any, content: bytes, key: str = "acme/f.csv") -> dict[str, Any]:
-    """Put one object version; return the FileRef + execution_name the workflow would pass."""
+    """Put one object version; return the execution input the workflow passes (file, start record 0)."""
     version_id = s3.put_object(Bucket=LANDING, Key=key, Body=content)["VersionId"]
     return {
         "tenant": TENANT,
@@ -43,7 +43,7 @@ def upload(s3: Any, content: bytes, key: str = "acme/f.csv") -> dict[str, Any]:
         "size": len(content),
         "etag": "e",
         "event_time": "2024-01-01T00:00:00Z",
-        "execution_name": "evt-1",
+        "start_record": 0,
     }
 
 
@@ -346,3 +346,41 @@ def test_fails_when_format_is_unknown(monkeypatch, handler_env):
     monkeypatch.setenv(contract.env_name("format"), "xml")
     with pytest.raises(contract.ConfigError, match="FORMAT='xml' must be one of csv, jsonl"):
         split.handler({}, None)
+
+
+# --- resume: chunks are kept per file ------------------------------------------------------------
+
+
+def test_a_resumed_file_reuses_its_chunks_and_lists_them_from_the_start_record(buckets):
+    """GIVEN a file split once (10 records, chunks of 3) WHEN it is split again from record 7
+    THEN nothing is read from the landing bucket, and the chunks listed start with chunk 2."""
+    request = upload(buckets, csv_file(10))
+    first = split_file(request, config=config(), s3=buckets)
+    buckets.delete_object(Bucket=LANDING, Key="acme/f.csv", VersionId=request["version_id"])  # could not be read again
+
+    resumed = split_file({**request, "start_record": 7}, config=config(), s3=buckets)
+
+    assert first["chunks"] == [0, 1, 2, 3]
+    assert resumed == {**first, "chunks": [2, 3]}
+
+
+def test_a_resume_after_the_chunks_expired_splits_the_pinned_version_again(buckets):
+    """GIVEN the work bucket's lifecycle deleted the chunks (14 days) WHEN the file is resumed
+    THEN the same version is split again into the same chunks."""
+    request = upload(buckets, csv_file(10))
+    first = split_file(request, config=config(), s3=buckets)
+    before = chunk_lines(buckets, first)
+    for key in work_keys(buckets):
+        if "chunk-" in key:
+            buckets.delete_object(Bucket=WORK, Key=key)
+
+    resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
+
+    assert resumed["chunks"] == [1, 2, 3]
+    assert chunk_lines(buckets, {**resumed, "chunks": [0, 1, 2, 3]}) == before
+
+
+def test_fails_when_start_record_is_negative(buckets):
+    request = upload(buckets, csv_file(1))
+    with pytest.raises(ValueError, match="start_record -1 must be >= 0"):
+        split_file({**request, "start_record": -1}, config=config(), s3=buckets)
