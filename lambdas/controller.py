@@ -151,8 +151,10 @@ class Gate:
     ) -> None:
         self.config, self.ledger, self.sfn, self.sqs = config, ledger, sfn, sqs
         self.now, self.sleep, self.log = now, sleep, log
+        self.sent_at: float | None = None  # when the message at hand was sent
 
-    def handle(self, file: FileRef, message_id: str, receipt: str) -> ControllerResult:
+    def handle(self, file: FileRef, message_id: str, receipt: str, sent_at: float | None = None) -> ControllerResult:
+        self.sent_at = sent_at
         for _ in range(MAX_DECISIONS):
             try:
                 return self._decide(self.ledger.read(), file, message_id, receipt)
@@ -266,7 +268,7 @@ class Gate:
             QueueUrl=self.config.queue_url, ReceiptHandle=receipt, VisibilityTimeout=seconds
         )
         if position is not None:
-            self.ledger.record_waiting(position, message_id, receipt, self.now())
+            self.ledger.record_waiting(position, message_id, receipt, self.now(), self.sent_at)
         self.log.info("gate busy; the message waits in the queue", extra={"reason": reason, "visible_in": seconds})
         return ControllerResult(batchItemFailures=[{"itemIdentifier": message_id}], outcome="waiting",
                                 execution_name=position.execution if position else None)
@@ -308,7 +310,8 @@ def process_message(
     log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
     gate = Gate(config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn, sqs=sqs,
                 now=now, sleep=sleep, log=log)
-    return gate.handle(file, record["messageId"], record["receiptHandle"])
+    sent_at = int(record["attributes"]["SentTimestamp"]) / 1000
+    return gate.handle(file, record["messageId"], record["receiptHandle"], sent_at)
 
 
 @lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])})

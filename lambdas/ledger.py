@@ -77,6 +77,7 @@ class Position:
     waiting_message_id: str | None
     waiting_receipt: str | None
     waiting_since: float | None
+    waiting_sent_at: float | None  # when the waiting message was sent: its wait is now minus this
 
     @property
     def file_id(self) -> str | None:
@@ -128,6 +129,7 @@ class Position:
             waiting_message_id=s("waiting_message_id"),
             waiting_receipt=s("waiting_receipt"),
             waiting_since=n("waiting_since"),
+            waiting_sent_at=n("waiting_sent_at"),
         )
 
 
@@ -208,7 +210,7 @@ class Ledger:
                 "SET seq = :seq, execution = :execution, file_ref = :file, #status = :running, halted = :false, "
                 "attempt = :zero, next_record = :zero, started_at = :now "
                 "REMOVE chunk_size, chunk_count, record_count, closed_at, closed_as, #error, cause, skip_reason, "
-                "waiting_message_id, waiting_receipt, waiting_since"
+                "waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at"
             ),
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
@@ -235,19 +237,22 @@ class Ledger:
             raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
         return self.read()
 
-    def record_waiting(self, observed: Position, message_id: str, receipt: str, now: float) -> Position:
+    def record_waiting(
+        self, observed: Position, message_id: str, receipt: str, now: float, sent_at: float | None = None
+    ) -> Position:
         """Note the message waiting at the head of the queue, for the close to make it visible."""
         return self._update(
-            "SET waiting_message_id = :id, waiting_receipt = :receipt, waiting_since = :now",
+            "SET waiting_message_id = :id, waiting_receipt = :receipt, waiting_since = :now, waiting_sent_at = :sent",
             "seq = :observed",
-            {":id": _s(message_id), ":receipt": _s(receipt), ":now": _n(now), ":observed": _n(observed.seq)},
+            {":id": _s(message_id), ":receipt": _s(receipt), ":now": _n(now), ":sent": _n(sent_at or now),
+             ":observed": _n(observed.seq)},
         )
 
     def clear_waiting(self, receipt: str) -> None:
         """Forget the waiting message once it was made visible (if it is still the one noted)."""
         try:
             self._update(
-                "REMOVE waiting_message_id, waiting_receipt, waiting_since",
+                "REMOVE waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at",
                 "waiting_receipt = :receipt",
                 {":receipt": _s(receipt)},
             )

@@ -1,0 +1,126 @@
+"""What an operator does to a tenant: resume or skip its failed file (`python -m ops`).
+
+Both act only through the ledger's conditional writes, so they can never race the gate into
+running two files: resume makes the failed file current again under a new execution name
+(`<event id>-r<attempt>`), continuing at the first record the core system did not acknowledge;
+skip gives the file up with a reason and hands off to the next file. Both refuse, with the
+reason, when there is nothing to resume or skip.
+
+Standard library and boto3 clients passed in; the same code runs against AWS and the local
+runtime.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from contract import ExecutionInput, execution_arn
+from ledger import FAILED, Ledger, LedgerConflict, Position
+
+
+class NothingToDo(Exception):
+    """The tenant is not in a state the action applies to; the message says which state it is in."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an action did, for the operator."""
+
+    message: str
+    execution: str | None = None
+    start_record: int | None = None
+
+
+def describe_state(position: Position) -> str:
+    """One phrase for a tenant's state: idle, running <file>, halted on <file>, ..."""
+    if position.status is None:
+        return "idle (no file processed yet)"
+    key = (position.file or {}).get("key", "?")
+    if position.running:
+        return f"running {key} (execution {position.execution})"
+    if position.halted:
+        return f"halted: {key} failed ({position.error or position.closed_as})"
+    return f"idle (last file {key}: {position.status})"
+
+
+def _not_found(sfn: Any, state_machine_arn: str, execution: str) -> bool:
+    try:
+        sfn.describe_execution(executionArn=execution_arn(state_machine_arn, execution))
+    except Exception as error:  # botocore ClientError
+        if getattr(error, "response", {}).get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+            return True
+        raise
+    return False
+
+
+def _start(sfn: Any, state_machine_arn: str, position: Position) -> None:
+    assert position.file is not None and position.execution is not None
+    try:
+        sfn.start_execution(
+            stateMachineArn=state_machine_arn,
+            name=position.execution,
+            input=json.dumps(ExecutionInput(**position.file, start_record=position.next_record), sort_keys=True),
+        )
+    except Exception as error:  # botocore ClientError
+        if getattr(error, "response", {}).get("Error", {}).get("Code") != "ExecutionAlreadyExists":
+            raise
+
+
+def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outcome:
+    """Run the tenant's halted, failed file again from its first unacknowledged record.
+
+    Also finishes a resume that was cut short (the ledger says the resumed execution runs,
+    Step Functions does not know it). `NothingToDo` otherwise; `LedgerConflict` if the
+    ledger changed meanwhile (run it again).
+    """
+    position = ledger.read()
+    if position.running and position.attempt > 0 and position.execution and _not_found(sfn, state_machine_arn, position.execution):
+        _start(sfn, state_machine_arn, position)
+        return Outcome(f"started the interrupted resume {position.execution} at record {position.next_record:,}",
+                       position.execution, position.next_record)
+    if not (position.status == FAILED and position.halted):
+        raise NothingToDo(f"nothing to resume: tenant {ledger.tenant} is {describe_state(position)}")
+    assert position.file is not None
+    execution = f"{position.file['event_id']}-r{position.attempt + 1}"
+    resumed = ledger.resume(position, execution, now)
+    _start(sfn, state_machine_arn, resumed)
+    return Outcome(
+        f"resumed s3://{position.file['bucket']}/{position.file['key']} at record {resumed.next_record:,} "
+        f"as execution {execution}",
+        execution,
+        resumed.next_record,
+    )
+
+
+def skip(ledger: Ledger, sqs: Any, queue_url: str, reason: str, now: float) -> Outcome:
+    """Give up the tenant's halted, failed file, with the operator's reason, and start the next one.
+
+    `NothingToDo` if there is no halted file; `ValueError` without a reason.
+    """
+    if not reason.strip():
+        raise ValueError("a reason is required: say why this file's remaining records may be given up")
+    position = ledger.read()
+    if not (position.status == FAILED and position.halted):
+        raise NothingToDo(f"nothing to skip: tenant {ledger.tenant} is {describe_state(position)}")
+    assert position.file is not None
+    skipped = ledger.skip(position, reason.strip(), now)
+    handed_off = False
+    if skipped.waiting_receipt:
+        try:
+            sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=skipped.waiting_receipt, VisibilityTimeout=0)
+            ledger.clear_waiting(skipped.waiting_receipt)
+            handed_off = True
+        except Exception:  # noqa: BLE001 - the message was received again meanwhile: it will be decided anyway
+            pass
+    return Outcome(
+        f"skipped s3://{position.file['bucket']}/{position.file['key']} at record {position.next_record:,} "
+        f"(reason: {reason.strip()}); "
+        + ("the next file starts now" if handed_off else "the next file starts when its message is next received"),
+        position.execution,
+        position.next_record,
+    )
+
+
+__all__ = ["LedgerConflict", "NothingToDo", "Outcome", "describe_state", "resume", "skip"]

@@ -1,0 +1,74 @@
+"""Find each tenant's resources from the deployed stacks' outputs (CloudFormation), never from
+names typed by hand: the same lookup works on AWS and on the local runtime (moto's CloudFormation)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline_constructs import names
+
+#: CDK appends an 8-hex-digit hash to an output's logical id (`PipelineTenantId05680F11`).
+_HASH = re.compile(r"[0-9A-F]{8}$")
+TENANT_OUTPUTS = ("TenantId", "QueueUrl", "StateMachineArn", "LandingPrefix", "OnFailure")
+
+
+class DiscoveryError(LookupError):
+    """Nothing deployed that `ops` can find (wrong account, region or endpoint?)."""
+
+
+@dataclass(frozen=True)
+class TenantResources:
+    """Where one tenant's pipeline lives."""
+
+    tenant_id: str
+    stack: str
+    queue_url: str
+    state_machine_arn: str
+    landing_prefix: str
+    on_failure: str
+    ledger_table: str
+
+
+def _outputs(stack: dict[str, Any]) -> dict[str, str]:
+    """Outputs by their construct id (the logical id less CDK's hash), e.g. `PipelineTenantId`."""
+    return {_HASH.sub("", o["OutputKey"]): o["OutputValue"] for o in stack.get("Outputs") or []}
+
+
+def discover(cfn: Any) -> dict[str, TenantResources]:
+    """Every tenant of every `OrderedIngest-Tenant-*` stack, with the shared ledger table."""
+    stacks: list[dict[str, Any]] = []
+    for page in cfn.get_paginator("describe_stacks").paginate():
+        stacks.extend(page.get("Stacks", []))
+    shared = next((s for s in stacks if s["StackName"] == names.SHARED_STACK_NAME), None)
+    if shared is None:
+        raise DiscoveryError(
+            f"no stack {names.SHARED_STACK_NAME} found: check the account, the region (--region) or the "
+            "endpoint (--endpoint-url)"
+        )
+    ledger_table = _outputs(shared).get("LedgerTableName")
+    if not ledger_table:
+        raise DiscoveryError(f"stack {names.SHARED_STACK_NAME} has no LedgerTableName output: deploy this version first")
+    prefix = names.TENANT_STACK.render("")
+    found: dict[str, TenantResources] = {}
+    for stack in stacks:
+        if not stack["StackName"].startswith(prefix):
+            continue
+        outputs = _outputs(stack)
+        # One pipeline per construct path: group the outputs by what precedes the output's name.
+        paths = {key[: -len("TenantId")] for key in outputs if key.endswith("TenantId")}
+        for path in paths:
+            values = {name: outputs.get(path + name) for name in TENANT_OUTPUTS}
+            if not all(values.values()):
+                continue
+            found[values["TenantId"]] = TenantResources(
+                tenant_id=values["TenantId"],
+                stack=stack["StackName"],
+                queue_url=values["QueueUrl"],
+                state_machine_arn=values["StateMachineArn"],
+                landing_prefix=values["LandingPrefix"],
+                on_failure=values["OnFailure"],
+                ledger_table=ledger_table,
+            )
+    return found

@@ -1,0 +1,102 @@
+"""`ops status`: where each tenant stands, from its ledger and its queue."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ledger import FAILED, SKIPPED, SUCCEEDED, Ledger
+from operations import describe_state
+from ops.discovery import TenantResources
+
+DAY_SECONDS = 86400
+
+
+def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float | None = None) -> dict[str, Any]:
+    """One tenant's status as plain data (the `--json` output)."""
+    now = time.time() if now is None else now
+    ledger = Ledger(ddb, resources.ledger_table, resources.tenant_id)
+    position = ledger.read()
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=resources.queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    history = ledger.history(since=now - DAY_SECONDS)
+    last_failure = next(
+        ({"execution": e["execution"], "key": (e["file"] or {}).get("key"), "error": e["error"],
+          "cause": e["cause"], "closed_at": e["closed_at"], "skip_reason": e["skip_reason"]}
+         for e in ledger.history(limit=50) if e["status"] in (FAILED, SKIPPED)),
+        None,
+    )
+    current = None
+    if position.file is not None:
+        chunk = None
+        if position.chunk_size and position.chunk_count:
+            chunk = {"index": min(position.next_record // position.chunk_size + 1, position.chunk_count),
+                     "count": position.chunk_count}
+        current = {
+            "key": position.file["key"],
+            "version_id": position.file["version_id"],
+            "execution": position.execution,
+            "status": position.status,
+            "attempt": position.attempt,
+            "next_record": position.next_record,
+            "record_count": position.record_count,
+            "chunk": chunk,
+            "started_at": position.started_at,
+        }
+    return {
+        "tenant": resources.tenant_id,
+        "state": "halted" if position.halted else ("running" if position.running else "idle"),
+        "summary": describe_state(position),
+        "on_failure": resources.on_failure,
+        "queue": {
+            "visible": int(attributes.get("ApproximateNumberOfMessages", 0)),
+            "in_flight": int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0)),
+        },
+        "head_wait_seconds": round(now - position.waiting_sent_at, 1) if position.waiting_sent_at else None,
+        "current_file": current,
+        "last_failure": last_failure,
+        "last_24h": {
+            "succeeded": sum(1 for e in history if e["status"] == SUCCEEDED),
+            "failed": sum(1 for e in history if e["status"] == FAILED),
+            "skipped": sum(1 for e in history if e["status"] == SKIPPED),
+        },
+    }
+
+
+def render(statuses: list[dict[str, Any]]) -> str:
+    """A table a person reads, then one detail line per halted tenant."""
+    headers = ["tenant", "state", "queue", "head wait", "current file", "progress", "done 24h", "last failure"]
+    rows = []
+    for s in statuses:
+        current = s["current_file"] or {}
+        progress = "-"
+        if current:
+            records = f"{current['next_record']:,}" + (f"/{current['record_count']:,}" if current["record_count"] is not None else "")
+            chunk = f"chunk {current['chunk']['index']} of {current['chunk']['count']}, " if current["chunk"] else ""
+            progress = f"{chunk}records {records}"
+        failure = s["last_failure"]
+        rows.append([
+            s["tenant"],
+            s["state"],
+            f"{s['queue']['visible']} (+{s['queue']['in_flight']} in flight)",
+            f"{s['head_wait_seconds']:.0f} s" if s["head_wait_seconds"] is not None else "-",
+            f"{current.get('key', '-')} [{current.get('status', '-')}]" if current else "-",
+            progress,
+            "{succeeded} ok, {failed} failed, {skipped} skipped".format(**s["last_24h"]),
+            f"{failure['key']}: {failure['error']}" if failure else "-",
+        ])
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for s in statuses:
+        if s["state"] == "halted" and s["last_failure"]:
+            failure = s["last_failure"]
+            lines += [
+                "",
+                f"{s['tenant']} is halted: {failure['key']} failed with {failure['error']}: {failure['cause'] or ''}".rstrip(": "),
+                f"  fix the cause, then: python -m ops resume {s['tenant']}",
+                f"  or give the file up:  python -m ops skip {s['tenant']} --reason \"...\"",
+            ]
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""`python -m ops` on moto: discovery from stack outputs, status, resume, skip and the exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
+
+from ops.cli import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USAGE, main  # noqa: E402
+
+from contract import FileRef, execution_arn  # noqa: E402
+from ledger import Ledger  # noqa: E402
+
+REGION = "us-east-1"
+NOW = 1_700_000_000.0
+HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
+
+
+def stack(outputs: dict[str, str]) -> str:
+    """A template with just outputs, keyed like CDK keys them (construct path + name + hash)."""
+    return json.dumps({
+        "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {f"Pipeline{name}0A1B2C3D": {"Value": value} for name, value in outputs.items()},
+    })
+
+
+class Deployment:
+    """What ops finds in an account: the shared stack, one tenant stack, its queue, machine and ledger."""
+
+    def __init__(self) -> None:
+        self.clients = lambda service: boto3.client(service, region_name=REGION)
+        ddb, sqs, sfn, cfn = (self.clients(s) for s in ("dynamodb", "sqs", "stepfunctions", "cloudformation"))
+        ddb.create_table(
+            TableName="ledger",
+            KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
+                                  {"AttributeName": "entry", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        self.queue_url = sqs.create_queue(QueueName="acme-event-queue.fifo",
+                                          Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+        self.machine = sfn.create_state_machine(name="acme-file-ingest-workflow", definition=HOLD,
+                                                roleArn="arn:aws:iam::123456789012:role/wf")["stateMachineArn"]
+        cfn.create_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
+            "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+            "Outputs": {"LedgerTableName": {"Value": "ledger"}},
+        }))
+        cfn.create_stack(StackName="OrderedIngest-Tenant-acme", TemplateBody=stack({
+            "TenantId": "acme", "QueueUrl": self.queue_url, "StateMachineArn": self.machine,
+            "LandingPrefix": "acme/", "OnFailure": "halt",
+        }))
+        self.ledger = Ledger(ddb, "ledger", "acme")
+        self.sfn, self.sqs = sfn, sqs
+
+    def ops(self, *argv: str) -> tuple[int, str]:
+        out = io.StringIO()
+        code = main(list(argv), clients=self.clients, out=out, now=NOW)
+        return code, out.getvalue()
+
+    def failed_file(self, next_record: int = 250) -> None:
+        """acme's file f.csv failed at record 250 of 1,000 and halted the tenant; a next file waits."""
+        file = FileRef(tenant="acme", event_id="evt-a", bucket="landing", key="acme/f.csv", version_id="v1", size=1,
+                       etag=None, event_time="")
+        self.ledger.claim(self.ledger.read(), file, "evt-a", NOW - 600)
+        self.ledger.record_progress("evt-a", next_record, chunk_size=100, chunk_count=10, record_count=1000)
+        self.ledger.record_close("evt-a", "FAILED", halt_on_failure=True, now=NOW - 60,
+                                 error="SinkRejectedError", cause="chunk 2 record 50 (file record 250): HTTP 400")
+        self.sqs.send_message(QueueUrl=self.queue_url, MessageBody="{}", MessageGroupId="acme", MessageDeduplicationId="n")
+        (message,) = self.sqs.receive_message(QueueUrl=self.queue_url, VisibilityTimeout=240)["Messages"]
+        self.ledger.record_waiting(self.ledger.read(), message["MessageId"], message["ReceiptHandle"], NOW - 50, NOW - 90)
+
+
+@pytest.fixture
+def deployment(monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield Deployment()
+
+
+def test_status_of_an_idle_tenant(deployment):
+    code, out = deployment.ops("status")
+    assert code == EXIT_OK
+    assert "acme" in out and "idle" in out
+
+
+def test_status_json_names_the_halted_file_where_it_stopped_and_why(deployment):
+    deployment.failed_file()
+    code, out = deployment.ops("status", "acme", "--json")
+    assert code == EXIT_OK
+    (status,) = json.loads(out)
+    assert status["state"] == "halted"
+    assert status["current_file"]["key"] == "acme/f.csv"
+    assert status["current_file"]["next_record"] == 250 and status["current_file"]["record_count"] == 1000
+    assert status["current_file"]["chunk"] == {"index": 3, "count": 10}
+    assert status["last_failure"]["error"] == "SinkRejectedError"
+    assert status["head_wait_seconds"] == 90.0
+    assert status["queue"] == {"visible": 0, "in_flight": 1}
+    assert status["last_24h"] == {"succeeded": 0, "failed": 1, "skipped": 0}
+
+
+def test_status_table_tells_the_halted_tenant_what_to_run(deployment):
+    deployment.failed_file()
+    code, out = deployment.ops("status")
+    assert code == EXIT_OK
+    assert "chunk 3 of 10, records 250/1,000" in out
+    assert "python -m ops resume acme" in out and "python -m ops skip acme" in out
+
+
+def test_resume_continues_the_failed_file_at_its_first_unacknowledged_record(deployment):
+    deployment.failed_file(next_record=250)
+    code, out = deployment.ops("resume", "acme")
+    assert code == EXIT_OK
+    assert "at record 250 as execution evt-a-r1" in out
+    described = deployment.sfn.describe_execution(executionArn=execution_arn(deployment.machine, "evt-a-r1"))
+    assert json.loads(described["input"])["start_record"] == 250
+    position = deployment.ledger.read()
+    assert (position.status, position.halted, position.execution) == ("RUNNING", False, "evt-a-r1")
+
+
+def test_resume_and_skip_refuse_when_there_is_nothing_to_do(deployment):
+    assert deployment.ops("resume", "acme")[0] == EXIT_NOTHING_TO_DO
+    assert deployment.ops("skip", "acme", "--reason", "x")[0] == EXIT_NOTHING_TO_DO
+    deployment.failed_file()
+    assert deployment.ops("resume", "acme")[0] == EXIT_OK
+    assert deployment.ops("resume", "acme")[0] == EXIT_NOTHING_TO_DO  # running now
+
+
+def test_skip_needs_a_reason_and_hands_off_to_the_next_file(deployment):
+    deployment.failed_file()
+    assert deployment.ops("skip", "acme")[0] == EXIT_USAGE
+    assert deployment.ops("skip", "acme", "--reason", "  ")[0] == EXIT_USAGE
+    code, out = deployment.ops("skip", "acme", "--reason", "tenant re-sends a corrected file")
+    assert code == EXIT_OK and "the next file starts now" in out
+    position = deployment.ledger.read()
+    assert (position.status, position.skip_reason, position.halted) == ("SKIPPED", "tenant re-sends a corrected file", False)
+    visible = deployment.sqs.get_queue_attributes(QueueUrl=deployment.queue_url, AttributeNames=["All"])["Attributes"]
+    assert visible["ApproximateNumberOfMessages"] == "1"
+
+
+def test_an_unknown_tenant_or_an_empty_account_is_not_found(deployment, monkeypatch):
+    assert deployment.ops("status", "nobody")[0] == EXIT_NOT_FOUND
+    boto3.client("cloudformation", region_name=REGION).delete_stack(StackName="OrderedIngest-Shared")
+    assert deployment.ops("status")[0] == EXIT_NOT_FOUND
+
+
+def test_a_resume_racing_another_writer_asks_to_run_again(deployment, monkeypatch):
+    deployment.failed_file()
+    import operations
+
+    real_read = Ledger.read
+    raced: list[bool] = []
+
+    def stale_read(self: Ledger):  # the operator read, then someone else skipped the file
+        position = real_read(self)
+        if position.halted and not raced:
+            raced.append(True)
+            operations.skip(Ledger(self.ddb, self.table, self.tenant), deployment.sqs, deployment.queue_url, "other", NOW)
+        return position
+
+    monkeypatch.setattr(Ledger, "read", stale_read)
+    assert deployment.ops("resume", "acme")[0] == EXIT_CONFLICT
