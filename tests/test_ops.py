@@ -27,7 +27,7 @@ HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Secon
 def stack(outputs: dict[str, str]) -> str:
     """A template with just outputs, keyed like CDK keys them (construct path + name + hash)."""
     return json.dumps({
-        "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
         "Outputs": {f"Pipeline{name}0A1B2C3D": {"Value": value} for name, value in outputs.items()},
     })
 
@@ -50,7 +50,7 @@ class Deployment:
         self.machine = sfn.create_state_machine(name="acme-file-ingest-workflow", definition=HOLD,
                                                 roleArn="arn:aws:iam::123456789012:role/wf")["stateMachineArn"]
         cfn.create_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
-            "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+            "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
             "Outputs": {"LedgerTableName": {"Value": "ledger"}},
         }))
         cfn.create_stack(StackName="OrderedIngest-Tenant-acme", TemplateBody=stack({
