@@ -1,0 +1,338 @@
+"""A stateful property test of the gate and ledger protocol (hypothesis `RuleBasedStateMachine`).
+
+It runs the real controller (`Gate`), the real closer and the real operator actions against
+moto's DynamoDB, SQS and Step Functions, and interleaves what can happen to a tenant: files
+arriving, deliveries and redeliveries, controller crashes between any two of its calls,
+executions closing (the close reported, or lost), Step Functions forgetting closed executions,
+time passing, a hand-made redrive, resume and skip.
+
+Invariants, after every step:
+* never two executions of the tenant running that the gate or an operator started (a hand-made
+  redrive is not one of them: it can never become the ledger's running execution, and the
+  register function refuses any other);
+* files start in queue order, each at most once, and none while the tenant is halted;
+* no message is let go without its file having been made current (nothing lost), and no file
+  is given up without an operator's reason.
+
+And at the end: once the faults stop, every queued file starts (nothing wedges).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+from conftest import REGION, TENANT
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from moto import mock_aws
+from moto.stepfunctions.models import stepfunctions_backends
+
+import operations
+from closer import Closer
+from contract import CLOSED_STATUSES, CloserEnv, ControllerEnv, execution_arn
+from controller import process_message
+from ledger import SKIPPED, Ledger, LedgerConflict
+from runtime import BoundLogger, get_logger
+
+HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
+
+
+class Crash(Exception):
+    """The controller's process died here."""
+
+
+class CrashingClient:
+    """A boto3 client that dies after `budget` more successful calls (shared across clients)."""
+
+    def __init__(self, client: Any, fuse: list[int]) -> None:
+        self._client, self._fuse = client, fuse
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute) or name.startswith("_") or name in ("exceptions", "meta"):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._fuse and self._fuse[0] <= 0:
+                raise Crash(name)
+            result = attribute(*args, **kwargs)
+            if self._fuse:
+                self._fuse[0] -= 1
+            return result
+
+        return call
+
+
+class Protocol(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mock = mock_aws()
+        self.mock.start()
+        self.ddb = boto3.client("dynamodb", region_name=REGION)
+        self.sqs = boto3.client("sqs", region_name=REGION)
+        self.sfn = boto3.client("stepfunctions", region_name=REGION)
+        self.sns = boto3.client("sns", region_name=REGION)
+        self.ddb.create_table(
+            TableName="ledger",
+            KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
+                                  {"AttributeName": "entry", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        self.queue = self.sqs.create_queue(
+            QueueName="acme-event-queue.fifo",
+            Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "30"},
+        )["QueueUrl"]
+        self.machine = self.sfn.create_state_machine(
+            name="acme-file-ingest-workflow", definition=HOLD, roleArn="arn:aws:iam::123456789012:role/wf"
+        )["stateMachineArn"]
+        topic = self.sns.create_topic(Name="alarms")["TopicArn"]
+        self.halt = True
+        self.controller_env = ControllerEnv(
+            tenant_id=TENANT, state_machine_arn=self.machine, ledger_table_name="ledger", queue_url=self.queue,
+            metric_namespace="N", on_failure="halt", waiting_visibility_seconds=240,
+        )
+        self.closer_env = CloserEnv(tenant_id=TENANT, state_machine_arn=self.machine, ledger_table_name="ledger",
+                                    queue_url=self.queue, alarm_topic_arn=topic, on_failure="halt")
+        self.ledger = Ledger(self.ddb, "ledger", TENANT)
+        self.now = 1_700_000_000.0
+        self.sent: list[str] = []  # event ids, in queue order
+        self.started: list[str] = []  # event ids, in the order their first execution started
+        self.ours: set[str] = set()  # executions started by the gate or an operator
+        self.hand_made: set[str] = set()
+        self.in_flight: dict[str, str] = {}  # message id -> latest receipt handle
+        self.let_go: dict[str, str] = {}  # event id -> why its message was deleted
+        self.skip_reasons: dict[str, str] = {}
+        self.forgotten: set[str] = set()
+
+    def teardown(self) -> None:
+        self.mock.stop()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def log(self) -> BoundLogger:
+        return BoundLogger(get_logger("protocol"), {"tenant": TENANT})
+
+    def executions(self) -> dict[str, str]:
+        machine = stepfunctions_backends["123456789012"][REGION].describe_state_machine(self.machine)
+        return {e.name: e.status for e in machine.executions}
+
+    def set_status(self, name: str, status: str) -> None:
+        backend = stepfunctions_backends["123456789012"][REGION]
+        backend.describe_execution(execution_arn(self.machine, name)).status = status
+
+    def note_starts(self) -> None:
+        for name, _ in sorted(self.executions().items()):
+            if name in self.hand_made:
+                continue
+            self.ours.add(name)
+            file_id = name.split("-r")[0]
+            if file_id not in self.started:
+                self.started.append(file_id)
+
+    def close(self, name: str, status: str, *, reported: bool) -> None:
+        if reported:
+            closer = Closer(config=self.closer_env, ledger=self.ledger, sqs=self.sqs, sns=self.sns, sfn=self.sfn,
+                            now=self.now, log=self.log())
+            closer.handle({"execution_name": name, "status": status, "error": "E", "cause": "c"})
+        self.set_status(name, status)
+
+    def running_ours(self) -> list[str]:
+        return [n for n, s in self.executions().items() if s == "RUNNING" and n in self.ours]
+
+    # -- rules -------------------------------------------------------------------------------------
+
+    @initialize()
+    def two_files_are_queued(self) -> None:
+        self.a_file_arrives()
+        self.a_file_arrives()
+
+    @rule()
+    def a_file_arrives(self) -> None:
+        event_id = f"evt{len(self.sent):03d}"
+        body = json.dumps({
+            "id": event_id, "source": "aws.s3", "detail-type": "Object Created", "time": "2024-01-01T00:00:00Z",
+            "detail": {"bucket": {"name": "landing"}, "object": {"key": f"acme/{event_id}.csv", "size": 1,
+                                                                 "version-id": "v1"}},
+        })
+        self.sqs.send_message(QueueUrl=self.queue, MessageBody=body, MessageGroupId=TENANT,
+                              MessageDeduplicationId=event_id)
+        self.sent.append(event_id)
+
+    @rule()
+    def the_head_message_is_delivered(self) -> None:
+        self.deliver(None)
+
+    @rule(after_calls=st.integers(min_value=0, max_value=6))
+    def the_controller_crashes_while_handling_the_head_message(self, after_calls: int) -> None:
+        """The process dies after `after_calls` successful AWS calls: between any two steps."""
+        self.deliver(after_calls)
+
+    def deliver(self, crash_after: int | None) -> None:
+        messages = self.sqs.receive_message(QueueUrl=self.queue, MaxNumberOfMessages=1,
+                                            AttributeNames=["All"]).get("Messages", [])
+        if not messages:
+            return
+        (message,) = messages
+        self.in_flight[message["MessageId"]] = message["ReceiptHandle"]
+        record = {"messageId": message["MessageId"], "receiptHandle": message["ReceiptHandle"],
+                  "body": message["Body"], "attributes": {"SentTimestamp": message["Attributes"]["SentTimestamp"]}}
+        fuse = [crash_after] if crash_after is not None else []
+        clients = {name: CrashingClient(c, fuse) for name, c in (("sfn", self.sfn), ("ddb", self.ddb), ("sqs", self.sqs))}
+        try:
+            result = process_message(record, config=self.controller_env, now=lambda: self.now, log=self.log(),
+                                     sleep=lambda s: None, **clients)
+        except Crash:
+            self.note_starts()
+            return  # the message stays in flight until its visibility ends
+        self.note_starts()
+        if not result["batchItemFailures"]:
+            event_id = json.loads(message["Body"])["id"]
+            assert self.ledger_knows(event_id), f"{event_id} let go without ever being made current"
+            self.let_go[event_id] = result["outcome"]
+            self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=message["ReceiptHandle"])
+            self.in_flight.pop(message["MessageId"], None)
+
+    def ledger_knows(self, event_id: str) -> bool:
+        item = self.ddb.get_item(TableName="ledger", Key={"tenant": {"S": TENANT}, "entry": {"S": f"event#{event_id}"}})
+        return "Item" in item
+
+    @rule(seconds=st.sampled_from([40, 1, 250, 400, 4000]))
+    def time_passes(self, seconds: int) -> None:
+        """Visibility timeouts end (a received message becomes visible again)."""
+        self.now += seconds
+        if seconds >= 30:
+            for message_id, receipt in list(self.in_flight.items()):
+                try:
+                    self.sqs.change_message_visibility(QueueUrl=self.queue, ReceiptHandle=receipt, VisibilityTimeout=0)
+                except Exception:  # noqa: BLE001 - deleted or received again meanwhile
+                    pass
+                self.in_flight.pop(message_id, None)
+
+    @rule(status=st.sampled_from(["SUCCEEDED", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]), reported=st.booleans())
+    def the_running_execution_closes(self, status: str, reported: bool) -> None:
+        for name in self.running_ours()[:1]:
+            self.close(name, status, reported=reported)
+
+    @rule()
+    def step_functions_forgets_closed_executions(self) -> None:
+        backend = stepfunctions_backends["123456789012"][REGION]
+        machine = backend.describe_state_machine(self.machine)
+        self.forgotten |= {e.name for e in machine.executions if e.status in CLOSED_STATUSES}
+        machine.executions = [e for e in machine.executions if e.status not in CLOSED_STATUSES]
+
+    @rule(event_reaches_closer=st.booleans())
+    def an_operator_redrives_a_failed_execution_by_hand(self, event_reaches_closer: bool) -> None:
+        failed = [n for n, s in self.executions().items() if s in CLOSED_STATUSES and s != "SUCCEEDED"]
+        if not failed:
+            return
+        name = failed[0]
+        before = self.ledger.read()
+        if before.execution == name and before.running:
+            # Its failure was never recorded: to the ledger it still runs, and the redrive just
+            # continues it (the one execution of the current file).
+            self.set_status(name, "RUNNING")
+            return
+        self.hand_made.add(name)
+        self.ours.discard(name)
+        self.set_status(name, "RUNNING")
+        if event_reaches_closer:
+            Closer(config=self.closer_env, ledger=self.ledger, sqs=self.sqs, sns=self.sns, sfn=self.sfn,
+                   now=self.now, log=self.log()).handle({"execution_name": name, "status": "RUNNING"})
+        position = self.ledger.read()
+        assert not (position.execution == name and position.running), "a redrive became the current execution"
+
+    @rule()
+    def an_operator_resumes(self) -> None:
+        try:
+            operations.resume(self.ledger, self.sfn, self.machine, self.now)
+        except (operations.NothingToDo, LedgerConflict):
+            return
+        self.note_starts()
+
+    @rule(reason=st.sampled_from(["bad file, the tenant re-sends it", "agreed with the core system team"]))
+    def an_operator_skips(self, reason: str) -> None:
+        position = self.ledger.read()
+        try:
+            operations.skip(self.ledger, self.sqs, self.queue, reason, self.now)
+        except (operations.NothingToDo, LedgerConflict):
+            return
+        self.skip_reasons[position.file_id] = reason
+
+    # -- invariants ----------------------------------------------------------------------------------
+
+    @invariant()
+    def never_two_of_our_executions_run_at_once(self) -> None:
+        running = self.running_ours()
+        assert len(running) <= 1, f"two executions of the tenant running: {running}"
+
+    @invariant()
+    def files_start_in_queue_order_each_once(self) -> None:
+        assert self.started == self.sent[: len(self.started)], (self.started, self.sent)
+
+    @invariant()
+    def nothing_starts_after_a_file_that_halted_the_tenant(self) -> None:
+        position = self.ledger.read()
+        if position.halted:
+            assert self.started and self.started[-1] == position.file_id, (
+                f"{self.started[-1]} started after {position.file_id} halted the tenant"
+            )
+
+    @invariant()
+    def nothing_given_up_without_an_operators_reason(self) -> None:
+        position = self.ledger.read()
+        if position.status == SKIPPED:
+            assert self.skip_reasons.get(position.file_id) == position.skip_reason
+
+    @invariant()
+    def a_redrive_is_never_the_running_execution(self) -> None:
+        position = self.ledger.read()
+        assert not (position.running and position.execution in self.hand_made)
+
+    # -- liveness ------------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """No more faults: deliver, finish, resume; every queued file must start."""
+        for _ in range(20 * (len(self.sent) + 2)):
+            if set(self.sent) <= set(self.started) and not self.running_ours():
+                break
+            for name in self.running_ours():
+                self.close(name, "SUCCEEDED", reported=True)
+            for name in [n for n, s in self.executions().items() if s == "RUNNING" and n in self.hand_made]:
+                self.set_status(name, "ABORTED")  # the closer stopped it (or will, when its event arrives)
+            position = self.ledger.read()
+            if position.halted:
+                operations.resume(self.ledger, self.sfn, self.machine, self.now)
+                self.note_starts()
+            self.time_passes(400)
+            self.deliver(None)
+        assert set(self.sent) <= set(self.started), f"never started: {sorted(set(self.sent) - set(self.started))}"
+
+
+def test_the_protocol_keeps_its_invariants_and_never_wedges(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The one place a file becomes current: it must never be on a halted tenant (the claim's
+    # condition on `seq` makes the position it was decided on the position it writes over).
+    claim = Ledger.claim
+
+    def claim_unless_halted(self: Ledger, observed: Any, *args: Any, **kwargs: Any) -> Any:
+        assert not observed.halted, f"file claimed while the tenant is halted on {observed.file_id}"
+        return claim(self, observed, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "claim", claim_unless_halted)
+
+    class Drained(Protocol):
+        def teardown(self) -> None:
+            try:
+                self.drain()
+            finally:
+                super().teardown()
+
+    Drained.TestCase.settings = settings(
+        max_examples=40, stateful_step_count=30, deadline=None, derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    Drained.TestCase().runTest()
