@@ -1,4 +1,5 @@
-"""A local HTTP server per tenant that stands in for the core system.
+"""A local HTTP server per tenant that stands in for the core system, and the default
+`function_environment` hook that points each tenant's register function at it.
 
 It behaves like the contract in docs/architecture.md expects of the real one: one POST per
 record, the ``Idempotency-Key`` header deduplicates (a repeated key is answered 200 and not
@@ -12,10 +13,15 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from lambdas import contract
+from local_runtime.synth import REGISTER_ROLE
+
+SINK_URL = contract.env_name("sink_url")
 
 #: Selects records: a predicate on the record body, a dict the body must contain, or an int:
 #: the record that would be registered at that position (0-based) of `accepted`.
@@ -76,9 +82,6 @@ class SinkServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            # Headers and body go out as two small writes: with Nagle's algorithm on, the body
-            # waits for the client's delayed ACK (~40 ms per record).
-            disable_nagle_algorithm = True
             # Keep-alive with Nagle on: the response's headers and body leave in two segments
             # and the client's delayed ACK stalls each record by ~40 ms.
             disable_nagle_algorithm = True
@@ -212,3 +215,15 @@ class SinkServer:
             self._seen_keys.add(key)
         self._accepted.append(body)
         return 201, True
+
+
+def point_register_at(sinks: Mapping[str, SinkServer]) -> Callable[[str, str, dict[str, Any]], dict[str, Any]]:
+    """The default `function_environment` hook: a tenant's register function sends its records
+    to the tenant's local sink instead of the core system named in the tenants file."""
+
+    def hook(tenant: str, role: str, environment: dict[str, Any]) -> dict[str, Any]:
+        if role == REGISTER_ROLE and tenant in sinks:
+            return {**environment, SINK_URL: sinks[tenant].url}
+        return environment
+
+    return hook

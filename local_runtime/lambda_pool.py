@@ -1,10 +1,10 @@
 """Lambda execution environments as local processes, one pool per function.
 
 moto would run a function in Docker; here every invocation moto receives is handed to a
-worker process of that function instead (see `patches.py`). A process per function keeps
+worker process of that function instead (see `moto_server`). A process per function keeps
 each function's environment variables and module state apart (two tenants' register
-functions read different ``SINK_URL`` values). A pool grows like Lambda's execution
-environments when one function is invoked concurrently, up to its reserved concurrency.
+functions read different sink URLs). A pool grows like Lambda's execution environments when
+one function is invoked concurrently, up to its reserved concurrency.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from local_runtime import _worker
-from local_runtime._worker import CRASH_EXIT_CODE
+from local_runtime import worker_process
+from local_runtime.worker_process import CRASH_EXIT_CODE
 
-WORKER_SCRIPT = Path(_worker.__file__).resolve()
+WORKER_SCRIPT = Path(worker_process.__file__).resolve()
 
 #: Upper bound on environments of a function without reserved concurrency (2-core machines).
 DEFAULT_MAX_ENVIRONMENTS = 4
@@ -35,16 +35,20 @@ STARTUP_TIMEOUT_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    """What a worker needs to run one function."""
+    """One deployed function, as a worker runs it."""
 
     name: str
     arn: str
     handler: str
     code_dir: Path
-    environment: dict[str, str]  # the function's own variables (template + documented overrides)
+    environment: dict[str, str]  # the function's variables in moto (template + hook)
     timeout_seconds: float  # already scaled
     memory_size: int = 128
     reserved_concurrency: int | None = None
+    log_format: str = "Text"  # LoggingConfig.LogFormat
+    log_level: str = "INFO"  # LoggingConfig.ApplicationLogLevel (JSON format only)
+    tenant: str | None = None  # for a function of a tenant's pipeline
+    role: str | None = None  # "controller", "split", "register"
 
 
 @dataclass(frozen=True)
@@ -323,13 +327,6 @@ class LambdaDispatcher:
         if prewarm:
             pool.prewarm()
 
-    def spec(self, function_name: str) -> FunctionSpec:
-        return self._pools[function_name].spec
-
-    @property
-    def function_names(self) -> list[str]:
-        return list(self._pools)
-
     def log_path(self, function_name: str) -> Path:
         return self._pools[function_name].log_path
 
@@ -355,7 +352,7 @@ class LambdaDispatcher:
             return _runtime_error(str(uuid.uuid4()), "Runtime.InvalidEntrypoint", f"no local worker for {function_name}", time.monotonic())
         if environment is not None and environment != pool.spec.environment:
             # The function was reconfigured in moto (update-function-configuration): new environments.
-            self.register(_with_environment(pool.spec, environment))
+            self.register(replace(pool.spec, environment=dict(environment)))
             pool = self._pools[function_name]
         faults: dict[str, Any] = {}
         for source in self._fault_sources:
@@ -384,11 +381,14 @@ class LambdaDispatcher:
                 "AWS_LAMBDA_FUNCTION_NAME": spec.name,
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_size),
                 "AWS_LAMBDA_FUNCTION_TIMEOUT": str(spec.timeout_seconds),
+                "AWS_LAMBDA_LOG_FORMAT": spec.log_format,
                 "LOCAL_RUNTIME_FUNCTION_ARN": spec.arn,
                 "PYTHONPATH": str(spec.code_dir),
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
         )
+        if spec.log_format.upper() == "JSON":
+            env["AWS_LAMBDA_LOG_LEVEL"] = spec.log_level  # what Lambda sets in JSON log format
         return env
 
     def close(self) -> None:
@@ -399,15 +399,3 @@ class LambdaDispatcher:
         for worker in stopping:
             worker.wait_stopped()
 
-
-def _with_environment(spec: FunctionSpec, environment: dict[str, str]) -> FunctionSpec:
-    return FunctionSpec(
-        name=spec.name,
-        arn=spec.arn,
-        handler=spec.handler,
-        code_dir=spec.code_dir,
-        environment=dict(environment),
-        timeout_seconds=spec.timeout_seconds,
-        memory_size=spec.memory_size,
-        reserved_concurrency=spec.reserved_concurrency,
-    )
