@@ -212,6 +212,8 @@ class PipelineError(Exception):
     """An expected failure with a known meaning; logged without a stack trace."""
 
     log_level = logging.ERROR
+    #: What the handler's log line says before the error's own message.
+    log_message = ""
 
     @property
     def log_fields(self) -> dict[str, Any]:
@@ -223,16 +225,20 @@ class GateBusyError(PipelineError):
     """Another execution of this tenant holds the gate; the message waits in the queue."""
 
     log_level = logging.INFO
+    log_message = "gate busy; the message stays in the queue and is redelivered"
 
 
 class SinkRetryableError(PipelineError):
     """The sink is temporarily unavailable (429, 5xx, timeout, connection); retry the chunk."""
 
     log_level = logging.WARNING
+    log_message = "sink unavailable, chunk will be retried"
 
 
 class SinkRejectedError(PipelineError):
     """The sink refused a record (other 4xx, 3xx); retrying the same record cannot help."""
+
+    log_message = "sink rejected a record"
 
     def __init__(self, message: str, *, status: int, chunk_index: int, record_index: int) -> None:
         super().__init__(message)
@@ -247,6 +253,8 @@ class SinkRejectedError(PipelineError):
 
 class MalformedFileError(PipelineError):
     """The file cannot be parsed; the message names the line, never its content."""
+
+    log_message = "file is malformed"
 
     def __init__(self, line_number: int, problem: str) -> None:
         super().__init__(f"line {line_number}: {problem}")

@@ -1,4 +1,4 @@
-"""Controller: per-tenant gate in front of the file-ingest workflow (DESIGN.md 4.1).
+"""Controller: per-tenant gate in front of the file-ingest workflow (docs/design.md §4.1).
 
 One SQS FIFO message (an S3 "Object Created" EventBridge event) per invocation. The gate
 item in DynamoDB names the last started execution; a new one starts only when that one is
@@ -11,115 +11,74 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ingest_common import aws_client, configure_logging, env, get_logger
-
-logger = get_logger("controller")
+from contract import (
+    CLOSED_STATUSES,
+    HEAD_WAIT_METRIC,
+    TENANT_DIMENSION,
+    ControllerEnv,
+    ControllerResult,
+    FileRef,
+    GateBusyError,
+    execution_arn,
+)
+from runtime import BoundLogger, aws_client, lambda_handler
 
 # Right after StartExecution, DescribeExecution may not see the execution yet; past this
 # age a missing execution means something else is wrong (its message was deleted?).
 GATE_GRACE_SECONDS = 300
 
-CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
+def file_ref_from_sqs_body(body: str | None, tenant_id: str) -> FileRef:
+    """The execution input announced by an SQS body holding an S3 "Object Created" event.
 
-class GateBusyError(Exception):
-    """Another execution of this tenant holds the gate; the message waits in the queue."""
+    Deterministic, so a restart with it is idempotent. `ValueError` (never quoting the body)
+    if the body is not such an event.
+    """
+    try:
+        event = json.loads(body or "")
+    except (TypeError, ValueError):
+        raise ValueError("SQS message body is not JSON; expected an S3 'Object Created' EventBridge event") from None
 
+    def fail(what: str) -> ValueError:
+        return ValueError(f"SQS message body is not an S3 'Object Created' EventBridge event: {what}")
 
-@dataclass(frozen=True)
-class ControllerConfig:
-    """The controller's environment."""
-
-    tenant_id: str
-    state_machine_arn: str
-    gate_table_name: str
-    metric_namespace: str
-
-    @classmethod
-    def from_env(cls) -> ControllerConfig:
-        return cls(
-            tenant_id=env("TENANT_ID"),
-            state_machine_arn=env("STATE_MACHINE_ARN"),
-            gate_table_name=env("GATE_TABLE_NAME"),
-            metric_namespace=env("METRIC_NAMESPACE"),
-        )
-
-
-@dataclass(frozen=True)
-class ObjectCreated:
-    """The fields of an S3 "Object Created" EventBridge event the pipeline uses."""
-
-    event_id: str
-    bucket: str
-    key: str
-    version_id: str
-    size: int
-    etag: str | None
-    event_time: str
-
-    @classmethod
-    def from_sqs_body(cls, body: str) -> ObjectCreated:
-        """Parse an SQS message body; `ValueError` (never quoting the body) if it is not one."""
-        try:
-            event = json.loads(body)
-        except (TypeError, ValueError):
-            raise ValueError(
-                "SQS message body is not JSON; expected an S3 'Object Created' EventBridge event"
-            ) from None
-
-        def fail(what: str) -> ValueError:
-            return ValueError(f"SQS message body is not an S3 'Object Created' EventBridge event: {what}")
-
-        if not isinstance(event, dict):
-            raise fail("not a JSON object")
-        if event.get("source") != "aws.s3" or event.get("detail-type") != "Object Created":
-            raise fail("source must be 'aws.s3' and detail-type 'Object Created'")
-        detail = event.get("detail")
-        obj = detail.get("object") if isinstance(detail, dict) else None
-        bucket = detail.get("bucket") if isinstance(detail, dict) else None
-        if not isinstance(obj, dict) or not isinstance(bucket, dict):
-            raise fail("missing detail.bucket or detail.object")
-        fields = {
-            "id": event.get("id"),
-            "detail.bucket.name": bucket.get("name"),
-            "detail.object.key": obj.get("key"),
-            # Required: each event processes exactly the version it announced (DESIGN.md 4.5).
-            "detail.object.version-id": obj.get("version-id"),
-        }
-        missing = [name for name, value in fields.items() if not isinstance(value, str) or not value]
-        if missing:
-            raise fail(f"missing or empty {', '.join(missing)}")
-        size = obj.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise fail("detail.object.size is not a non-negative integer")
-        return cls(
-            event_id=fields["id"],
-            bucket=fields["detail.bucket.name"],
-            key=fields["detail.object.key"],
-            version_id=fields["detail.object.version-id"],
-            size=size,
-            # S3 writes "etag"; moto writes "eTag".
-            etag=obj.get("etag", obj.get("eTag")),
-            event_time=_event_time(event.get("time")),
-        )
-
-    def file_ref(self, tenant_id: str) -> dict[str, Any]:
-        """Execution input (`FileRef`); deterministic, so a restart with it is idempotent."""
-        return {
-            "tenant": tenant_id,
-            "event_id": self.event_id,
-            "bucket": self.bucket,
-            "key": self.key,
-            "version_id": self.version_id,
-            "size": self.size,
-            "etag": self.etag,
-            "event_time": self.event_time,
-        }
+    if not isinstance(event, dict):
+        raise fail("not a JSON object")
+    if event.get("source") != "aws.s3" or event.get("detail-type") != "Object Created":
+        raise fail("source must be 'aws.s3' and detail-type 'Object Created'")
+    detail = event.get("detail")
+    obj = detail.get("object") if isinstance(detail, dict) else None
+    bucket = detail.get("bucket") if isinstance(detail, dict) else None
+    if not isinstance(obj, dict) or not isinstance(bucket, dict):
+        raise fail("missing detail.bucket or detail.object")
+    fields = {
+        "id": event.get("id"),
+        "detail.bucket.name": bucket.get("name"),
+        "detail.object.key": obj.get("key"),
+        # Required: each event processes exactly the version it announced (docs/design.md §4.5).
+        "detail.object.version-id": obj.get("version-id"),
+    }
+    missing = [name for name, value in fields.items() if not isinstance(value, str) or not value]
+    if missing:
+        raise fail(f"missing or empty {', '.join(missing)}")
+    size = obj.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise fail("detail.object.size is not a non-negative integer")
+    return FileRef(
+        tenant=tenant_id,
+        event_id=fields["id"],
+        bucket=fields["detail.bucket.name"],
+        key=fields["detail.object.key"],
+        version_id=fields["detail.object.version-id"],
+        size=size,
+        # S3 writes "etag"; moto writes "eTag".
+        etag=obj.get("etag", obj.get("eTag")),
+        event_time=_event_time(event.get("time")),
+    )
 
 
 def _event_time(value: Any) -> str:
@@ -129,16 +88,8 @@ def _event_time(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def execution_arn(state_machine_arn: str, execution_name: str) -> str:
-    """`arn:P:states:R:A:stateMachine:NAME` -> `arn:P:states:R:A:execution:NAME:EXEC`."""
-    parts = state_machine_arn.split(":")
-    if len(parts) != 7 or parts[5] != "stateMachine":
-        raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
-    return ":".join([*parts[:5], "execution", parts[6], execution_name])
-
-
 def emf_line(*, namespace: str, tenant_id: str, now: float, sent_timestamp_ms: int) -> str:
-    """CloudWatch EMF record of `HeadMessageWaitSeconds` (how long the head message waited)."""
+    """CloudWatch EMF record of the head-wait metric (how long the head message waited)."""
     return json.dumps(
         {
             "_aws": {
@@ -146,13 +97,13 @@ def emf_line(*, namespace: str, tenant_id: str, now: float, sent_timestamp_ms: i
                 "CloudWatchMetrics": [
                     {
                         "Namespace": namespace,
-                        "Dimensions": [["Tenant"]],
-                        "Metrics": [{"Name": "HeadMessageWaitSeconds", "Unit": "Seconds"}],
+                        "Dimensions": [[TENANT_DIMENSION]],
+                        "Metrics": [{"Name": HEAD_WAIT_METRIC, "Unit": "Seconds"}],
                     }
                 ],
             },
-            "Tenant": tenant_id,
-            "HeadMessageWaitSeconds": round(max(0.0, now - sent_timestamp_ms / 1000), 3),
+            TENANT_DIMENSION: tenant_id,
+            HEAD_WAIT_METRIC: round(max(0.0, now - sent_timestamp_ms / 1000), 3),
         }
     )
 
@@ -163,19 +114,19 @@ def _error_code(error: ClientError) -> str:
 
 def _check_gate(
     item: dict[str, Any] | None,
-    event: ObjectCreated,
+    event: FileRef,
     *,
-    config: ControllerConfig,
+    config: ControllerEnv,
     sfn: Any,
     now: float,
-    log: dict[str, Any],
+    log: BoundLogger,
 ) -> str | None:
     """Return the execution name the gate holds if it may be replaced; raise `GateBusyError` if not."""
     observed = item.get("execution_name", {}).get("S") if item else None
     if observed is None:
         return None
-    if observed == event.event_id:
-        logger.info("gate already holds this event's execution (redelivery); start is idempotent", extra=log)
+    if observed == event["event_id"]:
+        log.info("gate already holds this event's execution (redelivery); start is idempotent")
         return observed
     arn = item.get("execution_arn", {}).get("S") or execution_arn(config.state_machine_arn, observed)
     try:
@@ -184,11 +135,11 @@ def _check_gate(
         if _error_code(error) != "ExecutionDoesNotExist":
             raise
         age = now - float(item.get("updated_at", {}).get("N", "0"))
-        fields = {**log, "gate_execution": observed, "gate_age_seconds": round(age, 3)}
+        fields = {"gate_execution": observed, "gate_age_seconds": round(age, 3)}
         if age < GATE_GRACE_SECONDS:
-            logger.info("gate execution not visible yet (just started); treating gate as busy", extra=fields)
+            log.info("gate execution not visible yet (just started); treating gate as busy", extra=fields)
         else:
-            logger.error(
+            log.error(
                 "gate execution does not exist and the gate entry is old; gate stays closed, "
                 "check whether its queue message was deleted",
                 extra=fields,
@@ -200,11 +151,11 @@ def _check_gate(
 
 
 def _claim_gate(
-    observed: str | None, event: ObjectCreated, arn: str, *, config: ControllerConfig, ddb: Any, now: float
+    observed: str | None, event: FileRef, arn: str, *, config: ControllerEnv, ddb: Any, now: float
 ) -> None:
     """Write this event's execution into the gate, only if it still holds what was observed."""
     values: dict[str, Any] = {
-        ":mine": {"S": event.event_id},
+        ":mine": {"S": event["event_id"]},
         ":arn": {"S": arn},
         ":now": {"N": str(int(now))},
     }
@@ -229,30 +180,13 @@ def _claim_gate(
 
 
 def process_message(
-    record: dict[str, Any], *, config: ControllerConfig, sfn: Any, ddb: Any, now: float
-) -> dict[str, Any]:
+    record: dict[str, Any], *, config: ControllerEnv, sfn: Any, ddb: Any, now: float, log: BoundLogger
+) -> ControllerResult:
     """Run the gate for one SQS record; return what happened, raise `GateBusyError` to wait.
 
-    `sfn` and `ddb` are boto3 Step Functions and DynamoDB clients; `now` is epoch seconds.
-    A busy gate is logged at INFO (intended control flow), anything else at ERROR.
+    `sfn` and `ddb` are boto3 Step Functions and DynamoDB clients; `now` is epoch seconds;
+    `log` gets the event's fields bound once they are known.
     """
-    log: dict[str, Any] = {"tenant": config.tenant_id, "message_id": record.get("messageId")}
-    try:
-        return _start_if_free(record, log, config=config, sfn=sfn, ddb=ddb, now=now)
-    except GateBusyError as busy:
-        logger.info(
-            "gate busy; the message stays in the queue and is redelivered", extra={**log, "reason": str(busy)}
-        )
-        raise
-    except Exception:
-        logger.exception("controller failed", extra=log)
-        raise
-
-
-def _start_if_free(
-    record: dict[str, Any], log: dict[str, Any], *, config: ControllerConfig, sfn: Any, ddb: Any, now: float
-) -> dict[str, Any]:
-    """Steps 1-5 of the contract; adds the event's fields to `log` once they are known."""
     print(
         emf_line(
             namespace=config.metric_namespace,
@@ -262,46 +196,39 @@ def _start_if_free(
         ),
         flush=True,
     )
-    event = ObjectCreated.from_sqs_body(record.get("body"))
-    log.update(event_id=event.event_id, key=event.key, version_id=event.version_id)
+    event = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
+    log.bind(event_id=event["event_id"], key=event["key"], version_id=event["version_id"])
 
     gate = ddb.get_item(
         TableName=config.gate_table_name, Key={"tenant": {"S": config.tenant_id}}, ConsistentRead=True
     ).get("Item")
     observed = _check_gate(gate, event, config=config, sfn=sfn, now=now, log=log)
-    arn = execution_arn(config.state_machine_arn, event.event_id)
+    arn = execution_arn(config.state_machine_arn, event["event_id"])
     _claim_gate(observed, event, arn, config=config, ddb=ddb, now=now)
 
     try:
         sfn.start_execution(
             stateMachineArn=config.state_machine_arn,
-            name=event.event_id,
-            input=json.dumps(event.file_ref(config.tenant_id), sort_keys=True),
+            name=event["event_id"],
+            input=json.dumps(event, sort_keys=True),
         )
         started = True
-        logger.info("execution started", extra={**log, "execution_arn": arn})
+        log.info("execution started", extra={"execution_arn": arn})
     except ClientError as error:
         if _error_code(error) != "ExecutionAlreadyExists":
             raise
         started = False
-        logger.info("execution already exists (redelivered message); nothing to start", extra=log)
-    return {"execution_name": event.event_id, "execution_arn": arn, "started": started}
+        log.info("execution already exists (redelivered message); nothing to start")
+    return ControllerResult(execution_name=event["event_id"], execution_arn=arn, started=started)
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])})
+def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger) -> ControllerResult:
     """SQS event source entry point (batch size 1)."""
-    configure_logging()
-    config = ControllerConfig.from_env()
     records = event.get("Records") or []
     if len(records) != 1:
-        logger.error(
-            "controller needs batch size 1", extra={"tenant": config.tenant_id, "records": len(records)}
-        )
         raise ValueError(f"expected exactly one SQS record (batch size 1), got {len(records)}")
+    log.bind(message_id=records[0].get("messageId"))
     return process_message(
-        records[0],
-        config=config,
-        sfn=aws_client("stepfunctions"),
-        ddb=aws_client("dynamodb"),
-        now=time.time(),
+        records[0], config=config, sfn=aws_client("stepfunctions"), ddb=aws_client("dynamodb"), now=time.time(), log=log
     )

@@ -9,62 +9,20 @@ from __future__ import annotations
 
 import http.client
 import urllib.parse
-from dataclasses import dataclass
 from typing import Any
 
-from ingest_common import (
-    ConfigError,
+from chunk_format import idempotency_key, iter_lines
+from contract import (
+    ChunkResult,
+    ChunkTask,
     KeyOutsidePrefixError,
-    aws_client,
+    RegisterEnv,
+    SinkRejectedError,
+    SinkRetryableError,
     chunk_key,
-    configure_logging,
-    env,
-    env_float,
-    get_logger,
-    idempotency_key,
-    iter_lines,
+    work_prefix,
 )
-
-logger = get_logger("register_chunk")
-
-
-class SinkRetryableError(Exception):
-    """The sink is temporarily unavailable (429, 5xx, timeout, connection); retry the chunk."""
-
-
-class SinkRejectedError(Exception):
-    """The sink refused a record (other 4xx, 3xx); retrying the same record cannot help."""
-
-    def __init__(self, message: str, *, status: int, chunk_index: int, record_index: int) -> None:
-        super().__init__(message)
-        self.status = status
-        self.chunk_index = chunk_index
-        self.record_index = record_index
-
-
-@dataclass(frozen=True)
-class RegisterConfig:
-    """The register function's environment."""
-
-    tenant_id: str
-    work_bucket: str
-    sink_url: str
-    sink_timeout_seconds: float
-
-    @classmethod
-    def from_env(cls) -> RegisterConfig:
-        sink_url = env("SINK_URL")
-        # urllib also opens file:// and ftp:// URLs; a sink is only ever HTTP(S).
-        if urllib.parse.urlsplit(sink_url).scheme not in ("http", "https"):
-            raise ConfigError(
-                f"environment variable SINK_URL={sink_url!r} must be an http:// or https:// URL"
-            )
-        return cls(
-            tenant_id=env("TENANT_ID"),
-            work_bucket=env("WORK_BUCKET"),
-            sink_url=sink_url,
-            sink_timeout_seconds=env_float("SINK_TIMEOUT_SECONDS"),
-        )
+from runtime import BoundLogger, aws_client, lambda_handler, pick
 
 
 class _SinkConnection:
@@ -101,18 +59,17 @@ def _transport_problem(error: BaseException, timeout: float) -> str:
     return f"connection failed ({type(error).__name__})"
 
 
-def register_chunk(task: dict[str, Any], *, config: RegisterConfig, s3: Any) -> dict[str, Any]:
+def register_chunk(task: ChunkTask, *, config: RegisterEnv, s3: Any) -> ChunkResult:
     """Send every record of chunk `task["chunk_index"]` in order; return the count sent.
 
-    `task` is the Map item: `tenant, bucket, key, version_id, chunk_prefix, chunk_size,
-    chunk_index`; `s3` a boto3 S3 client for the work bucket.
+    `s3` is a boto3 S3 client for the work bucket.
     """
     chunk_index, chunk_size = int(task["chunk_index"]), int(task["chunk_size"])
     bucket, key, version_id = task["bucket"], task["key"], task["version_id"]
     chunk_prefix = task["chunk_prefix"]
     if chunk_index < 0 or chunk_size < 1:
         raise ValueError(f"chunk_index {chunk_index} must be >= 0 and chunk_size {chunk_size} >= 1")
-    if not chunk_prefix.startswith(f"{config.tenant_id}/"):
+    if not chunk_prefix.startswith(work_prefix(config.tenant_id)):
         raise KeyOutsidePrefixError(
             f"chunk_prefix {chunk_prefix!r} is outside tenant {config.tenant_id!r}'s work prefix"
         )
@@ -125,7 +82,7 @@ def register_chunk(task: dict[str, Any], *, config: RegisterConfig, s3: Any) -> 
         sink.close()
 
 
-def _send_records(lines: Any, sink: _SinkConnection, task: dict[str, Any], config: RegisterConfig) -> dict[str, Any]:
+def _send_records(lines: Any, sink: _SinkConnection, task: ChunkTask, config: RegisterEnv) -> ChunkResult:
     chunk_index, chunk_size = int(task["chunk_index"]), int(task["chunk_size"])
     bucket, key, version_id = task["bucket"], task["key"], task["version_id"]
     sent = 0
@@ -155,31 +112,16 @@ def _send_records(lines: Any, sink: _SinkConnection, task: dict[str, Any], confi
                 f"{where}: HTTP {status}", status=status, chunk_index=chunk_index, record_index=file_index
             )
         sent += 1
-    return {"chunk_index": chunk_index, "records_sent": sent}
+    return ChunkResult(chunk_index=chunk_index, records_sent=sent)
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Step Functions Map item entry point."""
-    configure_logging()
-    config = RegisterConfig.from_env()
-    log = {
-        "tenant": config.tenant_id,
-        "key": event.get("key"),
-        "version_id": event.get("version_id"),
-        "chunk_prefix": event.get("chunk_prefix"),
-        "chunk_index": event.get("chunk_index"),
-    }
-    try:
-        result = register_chunk(event, config=config, s3=aws_client("s3"))
-    except SinkRetryableError as error:
-        # Transient: the workflow retries the chunk; its retries running out fails the execution.
-        logger.warning("sink unavailable, chunk will be retried: %s", error, extra=log)
-        raise
-    except SinkRejectedError as error:
-        logger.error("sink rejected a record: %s", error, extra={**log, "status": error.status})
-        raise
-    except Exception:
-        logger.exception("register chunk failed", extra=log)
-        raise
-    logger.info("chunk registered", extra={**log, "records_sent": result["records_sent"]})
+@lambda_handler(
+    "register_chunk",
+    RegisterEnv,
+    log_fields=lambda event: pick(event, "key", "version_id", "chunk_prefix", "chunk_index"),
+)
+def handler(event: ChunkTask, config: RegisterEnv, log: BoundLogger) -> ChunkResult:
+    """Step Functions Map item entry point (`ChunkTask` in, `ChunkResult` out)."""
+    result = register_chunk(event, config=config, s3=aws_client("s3"))
+    log.info("chunk registered", extra={"records_sent": result["records_sent"]})
     return result

@@ -11,58 +11,20 @@ import codecs
 import csv
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from ingest_common import (
-    MAX_LINE_BYTES,
-    ConfigError,
+from chunk_format import CONTENT_TYPE, MAX_LINE_BYTES, LineTooLongError, encode_chunk, iter_lines
+from contract import (
     KeyOutsidePrefixError,
-    LineTooLongError,
-    aws_client,
+    MalformedFileError,
+    SplitEnv,
+    SplitRequest,
+    SplitResult,
     chunk_key,
-    configure_logging,
-    env,
-    env_int,
-    get_logger,
-    iter_lines,
+    chunk_prefix,
+    manifest_key,
 )
-
-logger = get_logger("split")
-
-FORMATS = ("csv", "jsonl")
-
-
-class MalformedFileError(Exception):
-    """The file cannot be parsed; the message names the line, never its content."""
-
-    def __init__(self, line_number: int, problem: str) -> None:
-        super().__init__(f"line {line_number}: {problem}")
-        self.line_number = line_number
-
-
-@dataclass(frozen=True)
-class SplitConfig:
-    """The split function's environment."""
-
-    tenant_id: str
-    format: str
-    chunk_size: int
-    work_bucket: str
-    landing_prefix: str
-
-    @classmethod
-    def from_env(cls) -> SplitConfig:
-        fmt = env("FORMAT").lower()
-        if fmt not in FORMATS:
-            raise ConfigError(f"environment variable FORMAT={fmt!r} must be one of {', '.join(FORMATS)}")
-        return cls(
-            tenant_id=env("TENANT_ID"),
-            format=fmt,
-            chunk_size=env_int("CHUNK_SIZE"),
-            work_bucket=env("WORK_BUCKET"),
-            landing_prefix=env("LANDING_PREFIX"),
-        )
+from runtime import BoundLogger, aws_client, lambda_handler, pick
 
 
 def _text_lines(body: Any) -> Iterator[tuple[int, str]]:
@@ -173,32 +135,30 @@ class _ChunkWriter:
         self._s3.put_object(
             Bucket=self._bucket,
             Key=chunk_key(self._prefix, self.chunk_count),
-            Body="".join(f"{line}\n" for line in self._lines).encode("utf-8"),
-            ContentType="application/x-ndjson",
+            Body=encode_chunk(self._lines),
+            ContentType=CONTENT_TYPE,
         )
         self._lines = []
         self.chunk_count += 1
 
 
-def split_file(file_ref: dict[str, Any], *, config: SplitConfig, s3: Any) -> dict[str, Any]:
-    """Split the object version `file_ref` names into chunks; return the manifest reference.
+def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any) -> SplitResult:
+    """Split the object version `request` names into chunks; return the manifest reference.
 
-    `file_ref` is the execution's `FileRef` plus `execution_name`; `s3` a boto3 S3 client.
+    `s3` is a boto3 S3 client.
     """
-    bucket, key, version_id = file_ref["bucket"], file_ref["key"], file_ref["version_id"]
-    execution_name = file_ref["execution_name"]
-    if file_ref.get("tenant", config.tenant_id) != config.tenant_id:
-        raise ValueError(
-            f"input is for tenant {file_ref['tenant']!r}, this function serves {config.tenant_id!r}"
-        )
+    bucket, key, version_id = request["bucket"], request["key"], request["version_id"]
+    execution_name = request["execution_name"]
+    if request.get("tenant", config.tenant_id) != config.tenant_id:
+        raise ValueError(f"input is for tenant {request['tenant']!r}, this function serves {config.tenant_id!r}")
     if not key.startswith(config.landing_prefix):
         raise KeyOutsidePrefixError(f"key {key!r} is outside the landing prefix {config.landing_prefix!r}")
     if not execution_name or "/" in execution_name:
         raise ValueError(f"execution_name {execution_name!r} is not a single path segment")
 
-    chunk_prefix = f"{config.tenant_id}/{execution_name}/"
+    prefix = chunk_prefix(config.tenant_id, execution_name)
     body = s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"]
-    writer = _ChunkWriter(s3, config.work_bucket, chunk_prefix, config.chunk_size)
+    writer = _ChunkWriter(s3, config.work_bucket, prefix, config.chunk_size)
     try:
         for line in _serialized_records(config.format, body):
             writer.add(line)
@@ -206,60 +166,42 @@ def split_file(file_ref: dict[str, Any], *, config: SplitConfig, s3: Any) -> dic
         body.close()
     writer.flush()
 
-    manifest_key = f"{chunk_prefix}manifest.json"
     manifest = {
         "source": {
             "bucket": bucket,
             "key": key,
             "version_id": version_id,
-            "etag": file_ref.get("etag"),
-            "size": file_ref.get("size"),
+            "etag": request.get("etag"),
+            "size": request.get("size"),
         },
         "tenant": config.tenant_id,
         "execution_name": execution_name,
         "format": config.format,
-        "chunk_prefix": chunk_prefix,
+        "chunk_prefix": prefix,
         "chunk_size": config.chunk_size,
         "chunk_count": writer.chunk_count,
         "record_count": writer.record_count,
     }
     s3.put_object(
         Bucket=config.work_bucket,
-        Key=manifest_key,
+        Key=manifest_key(prefix),
         Body=json.dumps(manifest, indent=2).encode("utf-8"),
         ContentType="application/json",
     )
-    return {
-        "manifest_key": manifest_key,
-        "chunk_prefix": chunk_prefix,
-        "chunk_size": config.chunk_size,
-        "chunk_count": writer.chunk_count,
-        "record_count": writer.record_count,
-        "chunks": list(range(writer.chunk_count)),
-    }
-
-
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Step Functions task entry point: input `FileRef` plus `execution_name`."""
-    configure_logging()
-    config = SplitConfig.from_env()
-    log = {
-        "tenant": config.tenant_id,
-        "execution_name": event.get("execution_name"),
-        "key": event.get("key"),
-        "version_id": event.get("version_id"),
-    }
-    logger.info("split started", extra=log)
-    try:
-        result = split_file(event, config=config, s3=aws_client("s3"))
-    except MalformedFileError as error:
-        logger.error("file is malformed: %s", error, extra={**log, "line_number": error.line_number})
-        raise
-    except Exception:
-        logger.exception("split failed", extra=log)
-        raise
-    logger.info(
-        "split finished",
-        extra={**log, "chunk_count": result["chunk_count"], "record_count": result["record_count"]},
+    return SplitResult(
+        manifest_key=manifest_key(prefix),
+        chunk_prefix=prefix,
+        chunk_size=config.chunk_size,
+        chunk_count=writer.chunk_count,
+        record_count=writer.record_count,
+        chunks=list(range(writer.chunk_count)),
     )
+
+
+@lambda_handler("split", SplitEnv, log_fields=lambda event: pick(event, "execution_name", "key", "version_id"))
+def handler(event: SplitRequest, config: SplitEnv, log: BoundLogger) -> SplitResult:
+    """Step Functions task entry point (`SplitRequest` in, `SplitResult` out)."""
+    log.info("split started")
+    result = split_file(event, config=config, s3=aws_client("s3"))
+    log.info("split finished", extra=pick(result, "chunk_count", "record_count"))
     return result

@@ -1,4 +1,8 @@
-"""One way to build the pipeline's Lambda functions: own role, own log group, JSON logs."""
+"""One way to build the pipeline's Lambda functions: own role, own log group, JSON logs.
+
+The log group is made here, and so is its metric filter of ERROR lines: whoever alarms on a
+function's errors reads `PipelineFunction.metric_error_log_lines()`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
+
+from lambdas import contract
 
 LAMBDA_SOURCE_DIR = Path(__file__).resolve().parent.parent / "lambdas"
 RUNTIME = lambda_.Runtime.PYTHON_3_14
@@ -17,8 +24,11 @@ RUNTIME = lambda_.Runtime.PYTHON_3_14
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    """What differs between the pipeline's functions."""
+    """What differs between the pipeline's functions. ``role`` is the function's part in the
+    tenant's pipeline (``controller``, ``split``, ``register``); it names its error metric."""
 
+    tenant_id: str
+    role: str
     function_name: str
     handler: str
     timeout: Duration
@@ -29,12 +39,22 @@ class FunctionSpec:
 
 @dataclass(frozen=True)
 class PipelineFunction:
-    """A function with the role and the log group it owns (alarms read the log group)."""
+    """A function with the role and the log group it owns."""
 
     function: lambda_.Function
     role: iam.Role
     log_group: logs.LogGroup
     log_group_name: str  # the literal name, for alarm descriptions (log_group's is a token)
+    error_metric_name: str
+
+    def metric_error_log_lines(self, *, period: Duration = Duration.minutes(5)) -> cloudwatch.Metric:
+        """Lines the function logged at ERROR level (real faults; intended waits log INFO)."""
+        return cloudwatch.Metric(
+            namespace=contract.METRIC_NAMESPACE,
+            metric_name=self.error_metric_name,
+            statistic="Sum",
+            period=period,
+        )
 
 
 def lambda_code() -> lambda_.Code:
@@ -57,6 +77,17 @@ def pipeline_function(
         log_group_name=log_group_name,
         retention=log_retention,
         removal_policy=RemovalPolicy.RETAIN,
+    )
+    error_metric_name = contract.error_log_metric_name(spec.tenant_id, spec.role)
+    logs.MetricFilter(
+        scope,
+        f"{spec.role.title()}ErrorLogFilter",
+        log_group=log_group,
+        filter_pattern=logs.FilterPattern.string_value(f"$.{contract.LOG_LEVEL_FIELD}", "=", "ERROR"),
+        metric_namespace=contract.METRIC_NAMESPACE,
+        metric_name=error_metric_name,
+        metric_value="1",
+        filter_name=f"{spec.tenant_id}-{spec.role}-error-logs",
     )
     role = iam.Role(
         scope,
@@ -84,4 +115,10 @@ def pipeline_function(
         system_log_level_v2=lambda_.SystemLogLevel.WARN,
     )
     log_group.grant_write(role)
-    return PipelineFunction(function=function, role=role, log_group=log_group, log_group_name=log_group_name)
+    return PipelineFunction(
+        function=function,
+        role=role,
+        log_group=log_group,
+        log_group_name=log_group_name,
+        error_metric_name=error_metric_name,
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 APP_NAME = "OrderedIngest"
-METRIC_NAMESPACE = "OrderedIngest"
 
 
 @dataclass(frozen=True)

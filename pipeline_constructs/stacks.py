@@ -7,7 +7,7 @@ limits whatever the number of tenants, lets one tenant deploy or roll back alone
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Stack, Tags
+from aws_cdk import Aws, Duration, Stack, Tags
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -67,7 +67,16 @@ class TenantStack(_IngestStack):
             self,
             "Pipeline",
             TenantPipelineProps(
-                tenant=tenant,
+                tenant_id=tenant.id,
+                landing_prefix=tenant.prefix,
+                sink_url=tenant.sink.url,
+                format=tenant.format,
+                chunk_size=tenant.chunk_size,
+                sink_timeout_seconds=tenant.sink.timeout_seconds,
+                queue_age_alarm_after=Duration.seconds(tenant.alarms.queue_age_seconds),
+                stall_alarm_after=Duration.seconds(tenant.alarms.stall_after_seconds),
+                error_logs_threshold=tenant.alarms.error_logs_threshold,
+                alarm_evaluation_periods=tenant.alarms.evaluation_periods,
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),

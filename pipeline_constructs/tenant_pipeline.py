@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -19,11 +20,11 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from lambdas import contract
 from pipeline_constructs import names
-from pipeline_constructs.alarms import AlarmTargets, build_alarms
-from pipeline_constructs.config import TenantConfig
-from pipeline_constructs.nag import acknowledge
+from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
+from pipeline_constructs.nag import acknowledge
 from pipeline_constructs.workflow import build_definition
 
 # The seed's queue and controller timings. The controller's timeout must stay below the
@@ -32,37 +33,68 @@ QUEUE_VISIBILITY_TIMEOUT = Duration.seconds(30)
 QUEUE_RETENTION = Duration.days(14)
 QUEUE_RECEIVE_WAIT = Duration.seconds(20)
 CONTROLLER_TIMEOUT = Duration.seconds(20)
+#: The period of every metric the pipeline's alarms watch.
+METRIC_PERIOD = Duration.minutes(5)
 
 
 @dataclass(frozen=True)
 class TenantPipelineProps:
-    """A tenant's validated configuration and the shared resources it plugs into."""
+    """Everything one tenant's pipeline needs; the app maps ``tenants.yaml`` onto it.
 
-    tenant: TenantConfig
+    ``tenant_id``: names every resource of the pipeline (see ``names.py`` for the limits).
+    ``landing_prefix``: key prefix of the tenant's files in the landing bucket (ends with '/').
+    ``sink_url``: the core system's endpoint; one POST per record.
+    ``landing_bucket``, ``work_bucket``, ``gate_table``, ``alarm_topic``, ``alarm_topic_key``:
+    the shared resources the pipeline plugs into.
+    ``format``: ``csv`` (first row is the header) or ``jsonl``. Default: ``csv``.
+    ``chunk_size``: records per chunk; a failing chunk stops every later one. Default: 100.
+    ``sink_timeout_seconds``: how long one POST may take. Default: 10.
+    ``queue_age_alarm_after``: the queue-age alarm fires when the oldest message is older.
+    Default: 15 minutes.
+    ``stall_alarm_after``: the stall alarm fires when the head message has waited longer.
+    Default: 30 minutes.
+    ``error_logs_threshold``: ERROR log lines per 5 minutes that page. Default: 1.
+    ``alarm_evaluation_periods``: 5-minute periods an alarm must breach. Default: 1.
+    """
+
+    tenant_id: str
+    landing_prefix: str
+    sink_url: str
     landing_bucket: s3.IBucket
     work_bucket: s3.IBucket
     gate_table: dynamodb.ITable
     alarm_topic: sns.ITopic
     alarm_topic_key: kms.IKey
+    format: str = "csv"
+    chunk_size: int = 100
+    sink_timeout_seconds: int = 10
+    queue_age_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(15))
+    stall_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(30))
+    error_logs_threshold: int = 1
+    alarm_evaluation_periods: int = 1
 
 
 class TenantPipeline(Construct):
     """Rule -> FIFO queue -> controller (concurrency 1) -> ordered workflow, with alarms.
 
-    Attributes: ``rule``, ``queue``, ``controller``, ``split``, ``register``,
-    ``state_machine``, ``alarms`` (name -> alarm).
+    Attributes: ``tenant_id``, ``landing_prefix``, ``rule``, ``queue``, ``controller``,
+    ``split``, ``register`` (each a `PipelineFunction`: function, role, log group),
+    ``functions`` (role -> Lambda function), ``log_groups`` (role -> log group, the
+    workflow's included), ``state_machine``, ``alarms`` (name -> alarm). Metrics:
+    ``metric_head_message_wait``, ``metric_queue_age``, ``metric_error_log_lines(role)``,
+    ``metric_executions_failed|timed_out|aborted|throttled``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: TenantPipelineProps) -> None:
         super().__init__(scope, construct_id)
-        tenant = props.tenant
-        self.tenant_id = tenant.id
-        self.landing_prefix = tenant.prefix
+        tenant_id = props.tenant_id
+        self.tenant_id = tenant_id
+        self.landing_prefix = props.landing_prefix
 
         self.queue = sqs.Queue(
             self,
             "Queue",
-            queue_name=names.QUEUE.render(tenant.id),
+            queue_name=names.QUEUE.render(tenant_id),
             fifo=True,
             content_based_deduplication=True,
             visibility_timeout=QUEUE_VISIBILITY_TIMEOUT,
@@ -82,77 +114,87 @@ class TenantPipeline(Construct):
         self.rule = events.Rule(
             self,
             "ObjectCreatedRule",
-            rule_name=names.RULE.render(tenant.id),
-            description=f"Files created under s3://<landing>/{tenant.prefix} go to tenant {tenant.id}'s queue",
+            rule_name=names.RULE.render(tenant_id),
+            description=f"Files created under s3://<landing>/{props.landing_prefix} go to tenant {tenant_id}'s queue",
             event_pattern=events.EventPattern(
                 source=["aws.s3"],
                 detail_type=["Object Created"],
                 detail={
                     "bucket": {"name": [props.landing_bucket.bucket_name]},
-                    "object": {"key": [{"prefix": tenant.prefix}]},
+                    "object": {"key": [{"prefix": props.landing_prefix}]},
                 },
             ),
-            targets=[targets.SqsQueue(self.queue, message_group_id=tenant.id)],
+            targets=[targets.SqsQueue(self.queue, message_group_id=tenant_id)],
         )
 
         self.split = pipeline_function(
             self,
             "Split",
             FunctionSpec(
-                function_name=names.SPLIT_FUNCTION.render(tenant.id),
+                tenant_id=tenant_id,
+                role="split",
+                function_name=names.SPLIT_FUNCTION.render(tenant_id),
                 handler="split.handler",
                 timeout=Duration.minutes(15),
                 memory_size=512,
-                description=f"Splits tenant {tenant.id}'s files into chunks",
+                description=f"Splits tenant {tenant_id}'s files into chunks",
             ),
-            environment={
-                "TENANT_ID": tenant.id,
-                "FORMAT": tenant.format,
-                "CHUNK_SIZE": str(tenant.chunk_size),
-                "WORK_BUCKET": props.work_bucket.bucket_name,
-                "LANDING_PREFIX": tenant.prefix,
-            },
+            environment=contract.environment(
+                contract.SplitEnv(
+                    tenant_id=tenant_id,
+                    format=props.format,
+                    chunk_size=props.chunk_size,
+                    work_bucket=props.work_bucket.bucket_name,
+                    landing_prefix=props.landing_prefix,
+                )
+            ),
         )
         self.register = pipeline_function(
             self,
             "RegisterChunk",
             FunctionSpec(
-                function_name=names.REGISTER_FUNCTION.render(tenant.id),
+                tenant_id=tenant_id,
+                role="register",
+                function_name=names.REGISTER_FUNCTION.render(tenant_id),
                 handler="register_chunk.handler",
                 timeout=Duration.minutes(5),
-                description=f"Sends tenant {tenant.id}'s records to the core system, in order",
+                description=f"Sends tenant {tenant_id}'s records to the core system, in order",
             ),
-            environment={
-                "TENANT_ID": tenant.id,
-                "WORK_BUCKET": props.work_bucket.bucket_name,
-                "SINK_URL": tenant.sink.url,
-                "SINK_TIMEOUT_SECONDS": str(tenant.sink.timeout_seconds),
-            },
+            environment=contract.environment(
+                contract.RegisterEnv(
+                    tenant_id=tenant_id,
+                    work_bucket=props.work_bucket.bucket_name,
+                    sink_url=props.sink_url,
+                    sink_timeout_seconds=props.sink_timeout_seconds,
+                )
+            ),
         )
         self._grant_tenant_objects(props)
 
-        workflow_logs = logs.LogGroup(
+        self.workflow_log_group = logs.LogGroup(
             self,
             "WorkflowLogs",
-            log_group_name=f"/aws/vendedlogs/states/{names.STATE_MACHINE.render(tenant.id)}",
+            log_group_name=f"/aws/vendedlogs/states/{names.STATE_MACHINE.render(tenant_id)}",
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
         )
         self.state_machine = sfn.StateMachine(
             self,
             "Workflow",
-            state_machine_name=names.STATE_MACHINE.render(tenant.id),
+            state_machine_name=names.STATE_MACHINE.render(tenant_id),
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_definition(
                     Construct(self, "Steps"),  # state names are construct ids: keep them apart
-                    tenant_id=tenant.id,
+                    tenant_id=tenant_id,
                     split_function=self.split.function,
                     register_function=self.register.function,
                     alarm_topic=props.alarm_topic,
                 )
             ),
-            logs=sfn.LogOptions(destination=workflow_logs, level=sfn.LogLevel.ERROR, include_execution_data=False),
+            logs=sfn.LogOptions(
+                destination=self.workflow_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
+            ),
             tracing_enabled=True,
         )
         # The failure notification goes to the encrypted alarm topic.
@@ -162,66 +204,114 @@ class TenantPipeline(Construct):
             self,
             "Controller",
             FunctionSpec(
-                function_name=names.CONTROLLER_FUNCTION.render(tenant.id),
+                tenant_id=tenant_id,
+                role="controller",
+                function_name=names.CONTROLLER_FUNCTION.render(tenant_id),
                 handler="controller.handler",
                 timeout=CONTROLLER_TIMEOUT,
                 reserved_concurrency=1,
-                description=f"Starts tenant {tenant.id}'s workflow, one file at a time",
+                description=f"Starts tenant {tenant_id}'s workflow, one file at a time",
             ),
-            environment={
-                "TENANT_ID": tenant.id,
-                "STATE_MACHINE_ARN": self.state_machine.state_machine_arn,
-                "GATE_TABLE_NAME": props.gate_table.table_name,
-                "METRIC_NAMESPACE": names.METRIC_NAMESPACE,
-            },
+            environment=contract.environment(
+                contract.ControllerEnv(
+                    tenant_id=tenant_id,
+                    state_machine_arn=self.state_machine.state_machine_arn,
+                    gate_table_name=props.gate_table.table_name,
+                    metric_namespace=contract.METRIC_NAMESPACE,
+                )
+            ),
         )
         self.controller.function.add_event_source(event_sources.SqsEventSource(self.queue, batch_size=1))
         self._grant_controller(props)
 
-        self.alarms = build_alarms(
+        self.alarms = pipeline_alarms(
             self,
-            AlarmTargets(
-                tenant_id=tenant.id,
-                queue=self.queue,
-                state_machine=self.state_machine,
-                functions=self._made_functions,
-                topic=props.alarm_topic,
+            props.alarm_topic,
+            AlarmThresholds(
+                queue_age_alarm_after=props.queue_age_alarm_after,
+                stall_alarm_after=props.stall_alarm_after,
+                error_logs_threshold=props.error_logs_threshold,
+                evaluation_periods=props.alarm_evaluation_periods,
             ),
-            tenant.alarms,
         )
         self._acknowledge_findings(props)
+
+    # -- what the pipeline exposes ------------------------------------------------------------
+
+    @property
+    def pipeline_functions(self) -> dict[str, PipelineFunction]:
+        """The pipeline's functions with their roles and log groups, by role."""
+        return {"controller": self.controller, "split": self.split, "register": self.register}
 
     @property
     def functions(self) -> dict[str, lambda_.Function]:
         """The pipeline's functions by role: ``controller``, ``split``, ``register``."""
-        return {role: made.function for role, made in self._made_functions.items()}
+        return {role: made.function for role, made in self.pipeline_functions.items()}
 
     @property
-    def _made_functions(self) -> dict[str, PipelineFunction]:
-        return {"controller": self.controller, "split": self.split, "register": self.register}
+    def log_groups(self) -> dict[str, logs.ILogGroup]:
+        """Every log group of the pipeline by role (the functions', and ``workflow``)."""
+        groups: dict[str, logs.ILogGroup] = {role: made.log_group for role, made in self.pipeline_functions.items()}
+        groups["workflow"] = self.workflow_log_group
+        return groups
+
+    def metric_head_message_wait(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """How long the message at the head of the queue has waited (controller, EMF; Maximum).
+
+        Unlike the queue's age, it cannot go blind to a head message that is received again
+        and again without being deleted (a blocked tenant)."""
+        return cloudwatch.Metric(
+            namespace=contract.METRIC_NAMESPACE,
+            metric_name=contract.HEAD_WAIT_METRIC,
+            dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
+            statistic="Maximum",
+            period=period,
+        )
+
+    def metric_queue_age(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """Age of the oldest message in the queue (Maximum)."""
+        return self.queue.metric_approximate_age_of_oldest_message(period=period, statistic="Maximum")
+
+    def metric_error_log_lines(self, role: str, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """ERROR log lines of the function with ``role`` (``controller``, ``split``, ``register``)."""
+        return self.pipeline_functions[role].metric_error_log_lines(period=period)
+
+    def metric_executions_failed(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        return self.state_machine.metric_failed(period=period, statistic="Sum")
+
+    def metric_executions_timed_out(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        return self.state_machine.metric_timed_out(period=period, statistic="Sum")
+
+    def metric_executions_aborted(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        return self.state_machine.metric_aborted(period=period, statistic="Sum")
+
+    def metric_executions_throttled(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        return self.state_machine.metric_throttled(period=period, statistic="Sum")
+
+    # -- permissions ----------------------------------------------------------------------------
 
     def _grant_tenant_objects(self, props: TenantPipelineProps) -> None:
         """Split reads only this tenant's prefix; chunks live under the tenant's own folder."""
-        tenant = props.tenant
+        own_work = props.work_bucket.arn_for_objects(f"{contract.work_prefix(self.tenant_id)}*")
         self.split.role.add_to_policy(
             iam.PolicyStatement(
                 sid="ReadOwnLandingPrefix",
                 actions=["s3:GetObject", "s3:GetObjectVersion"],
-                resources=[props.landing_bucket.arn_for_objects(f"{tenant.prefix}*")],
+                resources=[props.landing_bucket.arn_for_objects(f"{self.landing_prefix}*")],
             )
         )
         self.split.role.add_to_policy(
             iam.PolicyStatement(
                 sid="WriteOwnChunks",
                 actions=["s3:PutObject"],
-                resources=[props.work_bucket.arn_for_objects(f"{tenant.id}/*")],
+                resources=[own_work],
             )
         )
         self.register.role.add_to_policy(
             iam.PolicyStatement(
                 sid="ReadOwnChunks",
                 actions=["s3:GetObject"],
-                resources=[props.work_bucket.arn_for_objects(f"{tenant.id}/*")],
+                resources=[own_work],
             )
         )
 
@@ -241,11 +331,13 @@ class TenantPipeline(Construct):
                 sid="OwnGateItemOnly",
                 actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
                 resources=[props.gate_table.table_arn],
-                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [props.tenant.id]}},
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.tenant_id]}},
             )
         )
 
     def _execution_arn_pattern(self) -> str:
+        # Not `state_machine.grant_execution`: it derives the name from the ARN token with
+        # Fn::Select/Fn::Split; the literal name is as narrow and reads plainly in `cdk diff`.
         return Stack.of(self).format_arn(
             service="states",
             resource="execution",
@@ -255,21 +347,21 @@ class TenantPipeline(Construct):
 
     def _acknowledge_findings(self, props: TenantPipelineProps) -> None:
         """Every wildcard left in this pipeline's policies is scoped to the tenant; each says why."""
-        tenant = props.tenant
+        tenant_id, own_work = self.tenant_id, contract.work_prefix(self.tenant_id)
         landing = f"arn:<AWS::Partition>:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
         work = f"arn:<AWS::Partition>:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
         executions = (
             "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
-            f"{names.STATE_MACHINE.render(tenant.id)}:*"
+            f"{names.STATE_MACHINE.render(tenant_id)}:*"
         )
         chunks_reason = "Chunk files are named per execution; the wildcard stays inside this tenant's own work folder."
         _acknowledge(
             self.split.role,
-            ("AwsSolutions-IAM5", f"Resource::{landing}/{tenant.prefix}*",
+            ("AwsSolutions-IAM5", f"Resource::{landing}/{self.landing_prefix}*",
              "Split reads whichever file the tenant drops, and only under this tenant's landing prefix."),
-            ("AwsSolutions-IAM5", f"Resource::{work}/{tenant.id}/*", chunks_reason),
+            ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason),
         )
-        _acknowledge(self.register.role, ("AwsSolutions-IAM5", f"Resource::{work}/{tenant.id}/*", chunks_reason))
+        _acknowledge(self.register.role, ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason))
         _acknowledge(
             self.controller.role,
             ("AwsSolutions-IAM5", f"Resource::{executions}",

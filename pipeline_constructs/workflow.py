@@ -1,7 +1,8 @@
 """The file-ingest workflow: Split -> chunks in order -> Register chunk; Catch -> notify -> Fail.
 
 Only S3 references and counts travel between states: the execution history never holds a
-record (DESIGN.md 4.4).
+record (docs/design.md §4.4). Each payload's keys come from its `TypedDict` in
+`lambdas/contract.py`; `_select` refuses a selector that does not cover exactly those keys.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from lambdas import contract
+
 #: Transient errors of the Lambda service itself. The seed's retrier, plus SDK client errors.
 LAMBDA_TRANSIENT_ERRORS = (
     "Lambda.ServiceException",
@@ -21,7 +24,25 @@ LAMBDA_TRANSIENT_ERRORS = (
     "Lambda.TooManyRequestsException",
 )
 #: Raised by Register chunk on 429, 5xx, timeouts and connection errors of the core system.
-SINK_RETRYABLE_ERROR = "SinkRetryableError"
+SINK_RETRYABLE_ERROR = contract.SinkRetryableError.__name__
+
+
+def _select(payload_type: type, paths: dict[str, str]) -> dict[str, str]:
+    """A Parameters/ItemSelector block building `payload_type`: every key gets a JSONPath."""
+    keys = contract.keys_of(payload_type)
+    if set(paths) != set(keys):
+        raise ValueError(
+            f"selector for {payload_type.__name__} has keys {sorted(paths)}, the contract has {sorted(keys)}"
+        )
+    return {f"{key}.$": paths[key] for key in keys}
+
+
+def _from_input(*keys: str) -> dict[str, str]:
+    """`{"key": "$.key"}` for keys copied unchanged from the execution input (`FileRef`)."""
+    unknown = set(keys) - set(contract.keys_of(contract.FileRef))
+    if unknown:
+        raise ValueError(f"the execution input (FileRef) has no {sorted(unknown)}")
+    return {key: f"$.{key}" for key in keys}
 
 
 def _retry_lambda_transients(task: tasks.LambdaInvoke) -> None:
@@ -49,23 +70,15 @@ def build_definition(
         comment="Stream the pinned object version, validate it, write chunks and a manifest to S3",
         lambda_function=split_function,
         payload=sfn.TaskInput.from_object(
-            {
-                "tenant.$": "$.tenant",
-                "bucket.$": "$.bucket",
-                "key.$": "$.key",
-                "version_id.$": "$.version_id",
-                "execution_name.$": "$$.Execution.Name",
-            }
+            _select(
+                contract.SplitRequest,
+                {**_from_input("tenant", "bucket", "key", "version_id"), "execution_name": "$$.Execution.Name"},
+            )
         ),
-        result_selector={
-            "manifest_key.$": "$.Payload.manifest_key",
-            "chunk_prefix.$": "$.Payload.chunk_prefix",
-            "chunk_size.$": "$.Payload.chunk_size",
-            "chunk_count.$": "$.Payload.chunk_count",
-            "record_count.$": "$.Payload.record_count",
-            "chunks.$": "$.Payload.chunks",
-        },
-        result_path="$.split",
+        result_selector=_select(
+            contract.SplitResult, {key: f"$.Payload.{key}" for key in contract.keys_of(contract.SplitResult)}
+        ),
+        result_path=contract.SPLIT_RESULT_PATH,
         retry_on_service_exceptions=False,
     )
     _retry_lambda_transients(split)
@@ -93,17 +106,17 @@ def build_definition(
         scope,
         "ChunksInOrder",
         comment="One chunk at a time: a failing chunk stops every later chunk",
-        items_path="$.split.chunks",
+        items_path=f"{contract.SPLIT_RESULT_PATH}.chunks",
         max_concurrency=1,
-        item_selector={
-            "tenant.$": "$.tenant",
-            "bucket.$": "$.bucket",
-            "key.$": "$.key",
-            "version_id.$": "$.version_id",
-            "chunk_prefix.$": "$.split.chunk_prefix",
-            "chunk_size.$": "$.split.chunk_size",
-            "chunk_index.$": "$$.Map.Item.Value",
-        },
+        item_selector=_select(
+            contract.ChunkTask,
+            {
+                **_from_input("tenant", "bucket", "key", "version_id"),
+                "chunk_prefix": f"{contract.SPLIT_RESULT_PATH}.chunk_prefix",
+                "chunk_size": f"{contract.SPLIT_RESULT_PATH}.chunk_size",
+                "chunk_index": "$$.Map.Item.Value",
+            },
+        ),
         result_path=sfn.JsonPath.DISCARD,
     )
     chunks.item_processor(register)
@@ -121,8 +134,8 @@ def build_definition(
                 "bucket.$": "$.bucket",
                 "key.$": "$.key",
                 "version_id.$": "$.version_id",
-                "error.$": "$.error.Error",
-                "cause.$": "$.error.Cause",
+                "error.$": f"{contract.ERROR_RESULT_PATH}.Error",
+                "cause.$": f"{contract.ERROR_RESULT_PATH}.Cause",
             }
         ),
         result_path=sfn.JsonPath.DISCARD,
@@ -134,11 +147,16 @@ def build_definition(
         backoff_rate=2,
         jitter_strategy=sfn.JitterType.FULL,
     )
-    failed = sfn.Fail(scope, "IngestFailed", error_path="$.error.Error", cause_path="$.error.Cause")
+    failed = sfn.Fail(
+        scope,
+        "IngestFailed",
+        error_path=f"{contract.ERROR_RESULT_PATH}.Error",
+        cause_path=f"{contract.ERROR_RESULT_PATH}.Cause",
+    )
     on_error = notify.next(failed)
 
-    split.add_catch(on_error, errors=["States.ALL"], result_path="$.error")
-    chunks.add_catch(on_error, errors=["States.ALL"], result_path="$.error")
+    split.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
+    chunks.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
 
     done = sfn.Succeed(scope, "FileIngested")
     return split.next(chunks).next(done)

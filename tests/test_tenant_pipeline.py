@@ -1,4 +1,4 @@
-"""Fine-grained assertions on a tenant stack: every mechanism of DESIGN.md section 3."""
+"""Fine-grained assertions on a tenant stack: every mechanism of docs/design.md §3."""
 
 from __future__ import annotations
 
@@ -313,28 +313,55 @@ def test_stall_alarm_reads_the_controllers_head_wait_metric_for_this_tenant(acme
     assert stall["Threshold"] == 1800
 
 
-def test_the_construct_is_reusable_in_any_stack_with_its_documented_attributes(tmp_path):
-    """GIVEN shared resources and a TenantPipeline in one user-defined stack
-    WHEN it is synthesized
-    THEN it produces the tenant's queue, workflow and alarms and exposes them as attributes."""
+@pytest.fixture
+def solo(tmp_path):
+    """A TenantPipeline with flat props in a user-defined stack, next to the shared resources."""
     from aws_cdk import App, Stack
 
-    from pipeline_constructs.config import parse_config
     from pipeline_constructs.shared import SharedResources, SharedResourcesProps
     from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
 
-    (tenant,) = parse_config("tenants: [{id: solo, prefix: s/, sink: {url: 'https://core.example.com'}}]").tenants
     stack = Stack(App(outdir=str(tmp_path)), "MyStack")
     shared = SharedResources(stack, "Shared", SharedResourcesProps())
-    pipeline = TenantPipeline(
+    return TenantPipeline(
         stack, "Solo",
         TenantPipelineProps(
-            tenant=tenant, landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
+            tenant_id="solo", landing_prefix="s/", sink_url="https://core.example.com",
+            landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
             gate_table=shared.gate_table, alarm_topic=shared.alarm_topic, alarm_topic_key=shared.alarm_key,
         ),
     )
-    template = Template.from_stack(stack)
+
+
+def test_the_construct_is_reusable_in_any_stack_with_its_documented_attributes(solo):
+    """GIVEN shared resources and a TenantPipeline in one user-defined stack, with flat props
+    WHEN it is synthesized
+    THEN it produces the tenant's queue, workflow and alarms and exposes them as attributes."""
+    from aws_cdk import Stack
+
+    template = Template.from_stack(Stack.of(solo))
     template.has_resource_properties("AWS::SQS::Queue", {"QueueName": "solo-event-queue.fifo"})
-    template.resource_count_is("AWS::CloudWatch::Alarm", len(pipeline.alarms))
-    assert set(pipeline.functions) == {"controller", "split", "register"}
-    assert pipeline.state_machine.state_machine_name is not None and pipeline.queue.fifo
+    template.resource_count_is("AWS::CloudWatch::Alarm", len(solo.alarms))
+    template.resource_count_is("AWS::Logs::MetricFilter", 3)
+    assert set(solo.functions) == {"controller", "split", "register"}
+    assert set(solo.log_groups) == {"controller", "split", "register", "workflow"}
+    assert solo.state_machine.state_machine_name is not None and solo.queue.fifo
+    assert (solo.tenant_id, solo.landing_prefix) == ("solo", "s/")
+
+
+def test_metric_methods_name_the_tenants_metrics(solo):
+    """GIVEN a TenantPipeline
+    WHEN its metric_* methods are read
+    THEN each names the metric the handlers and metric filters publish for this tenant."""
+    from lambdas import contract
+
+    head = solo.metric_head_message_wait()
+    assert (head.namespace, head.metric_name, head.statistic) == ("OrderedIngest", "HeadMessageWaitSeconds", "Maximum")
+    assert head.dimensions == {"Tenant": "solo"}
+    errors = solo.metric_error_log_lines("register")
+    assert errors.metric_name == contract.error_log_metric_name("solo", "register") == "ErrorLogLines-solo-register"
+    assert solo.metric_executions_failed().metric_name == "ExecutionsFailed"
+    assert solo.metric_executions_timed_out().metric_name == "ExecutionsTimedOut"
+    assert solo.metric_executions_aborted().metric_name == "ExecutionsAborted"
+    assert solo.metric_executions_throttled().metric_name == "ExecutionThrottled"
+    assert solo.metric_queue_age().metric_name == "ApproximateAgeOfOldestMessage"

@@ -25,10 +25,10 @@ CLOSED = 'CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABOR
 def pipe(start_pipeline, tmp_path_factory) -> Iterator[LocalPipeline]:
     code = tmp_path_factory.mktemp("gateless") / "lambdas"
     shutil.copytree(functions.LAMBDA_SOURCE_DIR, code, ignore=shutil.ignore_patterns("__pycache__"))
-    controller = code / "controller.py"
-    source = controller.read_text()
-    assert CLOSED in source, "the mutation no longer applies: update this test with the controller"
-    controller.write_text(source.replace(CLOSED, CLOSED.replace('"ABORTED"', '"ABORTED", "RUNNING"')))
+    contract = code / "contract.py"  # the controller's gate reads the closed statuses from here
+    source = contract.read_text()
+    assert CLOSED in source, "the mutation no longer applies: update this test with the contract"
+    contract.write_text(source.replace(CLOSED, CLOSED.replace('"ABORTED"', '"ABORTED", "RUNNING"')))
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(functions, "LAMBDA_SOURCE_DIR", Path(code))

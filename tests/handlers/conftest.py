@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ if str(LAMBDAS_DIR) not in sys.path:
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-import ingest_common  # noqa: E402
+import runtime  # noqa: E402
 
 REGION = "us-east-1"
 
@@ -45,15 +46,15 @@ def fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "HTTPS_PROXY",
     ):
         monkeypatch.delenv(name, raising=False)
-    ingest_common.aws_client.cache_clear()
+    runtime.aws_client.cache_clear()
     yield
-    ingest_common.aws_client.cache_clear()
+    runtime.aws_client.cache_clear()
 
 
 @pytest.fixture(autouse=True)
 def info_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """Capture the handlers' INFO records too (the busy gate is INFO by design)."""
-    caplog.set_level(logging.INFO, logger=ingest_common.LOGGER_NAME)
+    caplog.set_level(logging.INFO, logger=runtime.LOGGER_NAME)
     return caplog
 
 
@@ -97,9 +98,16 @@ class Logs:
         return [r.getMessage() for r in self._caplog.records if r.levelno == level]
 
     def text(self) -> str:
-        """Every captured record as the JSON line it would be, `extra` fields included."""
-        formatter = ingest_common.JsonFormatter()
-        return "\n".join(formatter.format(r) for r in self._caplog.records)
+        """Everything a log formatter could print of the captured records: message, arguments,
+        every `extra` field and the formatted exception with its stack trace."""
+        formatter = logging.Formatter()
+        lines = []
+        for record in self._caplog.records:
+            fields = {k: v for k, v in vars(record).items() if k not in ("exc_info", "exc_text")}
+            lines.append(json.dumps({**fields, "message": record.getMessage()}, default=str))
+            if record.exc_info:
+                lines.append(formatter.formatException(record.exc_info))
+        return "\n".join(lines)
 
 
 @pytest.fixture

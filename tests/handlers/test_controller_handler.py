@@ -1,4 +1,4 @@
-"""Controller gate (DESIGN.md 4.1) on moto: one execution per tenant at a time, idempotent start."""
+"""Controller gate (docs/design.md §4.1) on moto: one execution per tenant at a time, idempotent start."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from moto.stepfunctions.models import StepFunctionBackend
 
 import controller
-from controller import ControllerConfig, GateBusyError, process_message
+from contract import ControllerEnv, GateBusyError, environment, execution_arn
+from controller import process_message
+from runtime import BoundLogger, get_logger
 
 TENANT = "acme"
 TABLE = "gate"
@@ -43,7 +45,7 @@ def sqs_record(
 
 
 @pytest.fixture
-def config(sfn: Any, ddb: Any) -> ControllerConfig:
+def config(sfn: Any, ddb: Any) -> ControllerEnv:
     ddb.create_table(
         TableName=TABLE,
         KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}],
@@ -55,18 +57,19 @@ def config(sfn: Any, ddb: Any) -> ControllerConfig:
         definition=DEFINITION,
         roleArn="arn:aws:iam::123456789012:role/workflow",
     )["stateMachineArn"]
-    return ControllerConfig(
+    return ControllerEnv(
         tenant_id=TENANT, state_machine_arn=arn, gate_table_name=TABLE, metric_namespace="FileIngest"
     )
 
 
 def run(
-    record: dict[str, Any], config: ControllerConfig, sfn: Any, ddb: Any, now: float = NOW
+    record: dict[str, Any], config: ControllerEnv, sfn: Any, ddb: Any, now: float = NOW
 ) -> dict[str, Any]:
-    return process_message(record, config=config, sfn=sfn, ddb=ddb, now=now)
+    log = BoundLogger(get_logger("controller"), {"tenant": config.tenant_id})
+    return process_message(record, config=config, sfn=sfn, ddb=ddb, now=now, log=log)
 
 
-def executions(sfn: Any, config: ControllerConfig) -> dict[str, str]:
+def executions(sfn: Any, config: ControllerEnv) -> dict[str, str]:
     """Execution name -> status."""
     found = sfn.list_executions(stateMachineArn=config.state_machine_arn)["executions"]
     return {e["name"]: e["status"] for e in found}
@@ -76,13 +79,13 @@ def gate(ddb: Any) -> dict[str, Any] | None:
     return ddb.get_item(TableName=TABLE, Key={"tenant": {"S": TENANT}}, ConsistentRead=True).get("Item")
 
 
-def put_gate(ddb: Any, config: ControllerConfig, name: str, updated_at: float) -> None:
+def put_gate(ddb: Any, config: ControllerEnv, name: str, updated_at: float) -> None:
     ddb.put_item(
         TableName=TABLE,
         Item={
             "tenant": {"S": TENANT},
             "execution_name": {"S": name},
-            "execution_arn": {"S": controller.execution_arn(config.state_machine_arn, name)},
+            "execution_arn": {"S": execution_arn(config.state_machine_arn, name)},
             "updated_at": {"N": str(int(updated_at))},
         },
     )
@@ -93,7 +96,7 @@ def test_free_gate_starts_execution_named_by_event_id_with_file_ref(config, sfn,
     THEN the gate names its execution and it runs with FileRef."""
     result = run(sqs_record("evt-a", version_id="ver-1"), config, sfn, ddb)
 
-    arn = controller.execution_arn(config.state_machine_arn, "evt-a")
+    arn = execution_arn(config.state_machine_arn, "evt-a")
     assert result == {"execution_name": "evt-a", "execution_arn": arn, "started": True}
     described = sfn.describe_execution(executionArn=arn)
     assert described["status"] == "RUNNING"
@@ -132,7 +135,7 @@ def test_gate_race_second_message_waits_while_first_runs_even_when_list_executio
     assert executions(sfn, config) == {"evt-a": "RUNNING"}
     assert gate(ddb)["execution_name"] == {"S": "evt-a"}
 
-    sfn.stop_execution(executionArn=controller.execution_arn(config.state_machine_arn, "evt-a"))
+    sfn.stop_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
     result = run(sqs_record("evt-b", key="acme/g.csv"), config, sfn, ddb, now=NOW + 5)
 
     assert result["started"] is True
@@ -194,7 +197,7 @@ def test_execution_already_exists_counts_as_success(config, sfn, ddb, logs):
     """GIVEN A's execution already ran and closed (StartExecution now answers ExecutionAlreadyExists)
     WHEN A is redelivered THEN the handler succeeds at INFO and starts nothing."""
     run(sqs_record("evt-a"), config, sfn, ddb)
-    sfn.stop_execution(executionArn=controller.execution_arn(config.state_machine_arn, "evt-a"))
+    sfn.stop_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
 
     result = run(sqs_record("evt-a"), config, sfn, ddb, now=NOW + 30)
 
@@ -207,7 +210,7 @@ def test_execution_already_exists_counts_as_success(config, sfn, ddb, logs):
 class RacingGate:
     """DynamoDB client whose gate changes right after the controller has read it."""
 
-    def __init__(self, ddb: Any, config: ControllerConfig) -> None:
+    def __init__(self, ddb: Any, config: ControllerEnv) -> None:
         self._ddb, self._config = ddb, config
 
     def __getattr__(self, name: str) -> Any:
@@ -226,7 +229,7 @@ def test_gate_changed_between_read_and_write_is_busy(config, sfn, ddb, gate_befo
     if gate_before:
         put_gate(ddb, config, gate_before, NOW - 100)
         sfn.start_execution(stateMachineArn=config.state_machine_arn, name=gate_before, input="{}")
-        sfn.stop_execution(executionArn=controller.execution_arn(config.state_machine_arn, gate_before))
+        sfn.stop_execution(executionArn=execution_arn(config.state_machine_arn, gate_before))
 
     with pytest.raises(GateBusyError, match="gate changed"):
         run(sqs_record("evt-b"), config, sfn, RacingGate(ddb, config))
@@ -293,11 +296,9 @@ def test_metric_is_emitted_even_when_the_gate_is_busy(config, sfn, ddb, capsys):
 
 
 @pytest.fixture
-def handler_env(config: ControllerConfig, monkeypatch: pytest.MonkeyPatch) -> ControllerConfig:
-    monkeypatch.setenv("TENANT_ID", config.tenant_id)
-    monkeypatch.setenv("STATE_MACHINE_ARN", config.state_machine_arn)
-    monkeypatch.setenv("GATE_TABLE_NAME", config.gate_table_name)
-    monkeypatch.setenv("METRIC_NAMESPACE", config.metric_namespace)
+def handler_env(config: ControllerEnv, monkeypatch: pytest.MonkeyPatch) -> ControllerEnv:
+    for name, value in environment(config).items():
+        monkeypatch.setenv(name, value)
     return config
 
 
@@ -351,6 +352,6 @@ def test_fails_when_event_carries_more_than_one_record(handler_env, sfn, ddb, lo
 def test_execution_arn_is_derived_from_the_state_machine_arn():
     """GIVEN a state machine ARN WHEN deriving an execution ARN THEN only the resource part changes."""
     assert (
-        controller.execution_arn("arn:aws:states:eu-west-1:111122223333:stateMachine:acme-wf", "evt-1")
+        execution_arn("arn:aws:states:eu-west-1:111122223333:stateMachine:acme-wf", "evt-1")
         == "arn:aws:states:eu-west-1:111122223333:execution:acme-wf:evt-1"
     )

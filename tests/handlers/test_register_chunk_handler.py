@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-import ingest_common
+import contract
 import register_chunk
-from register_chunk import RegisterConfig, SinkRejectedError, SinkRetryableError
+from contract import RegisterEnv, SinkRejectedError, SinkRetryableError
 
 TENANT = "acme"
 WORK = "work"
@@ -83,7 +83,7 @@ def work(s3: Any) -> Any:
 
 def put_chunk(s3: Any, index: int, records: list[dict[str, Any]]) -> None:
     body = "".join(json.dumps(r) + "\n" for r in records).encode()
-    s3.put_object(Bucket=WORK, Key=ingest_common.chunk_key(PREFIX, index), Body=body)
+    s3.put_object(Bucket=WORK, Key=contract.chunk_key(PREFIX, index), Body=body)
 
 
 def task(index: int, *, chunk_size: int = 3, version_id: str = "v1", prefix: str = PREFIX) -> dict[str, Any]:
@@ -98,8 +98,8 @@ def task(index: int, *, chunk_size: int = 3, version_id: str = "v1", prefix: str
     }
 
 
-def config(sink: Sink, timeout: float = 2.0) -> RegisterConfig:
-    return RegisterConfig(tenant_id=TENANT, work_bucket=WORK, sink_url=sink.url, sink_timeout_seconds=timeout)
+def config(sink: Sink, timeout: float = 2.0) -> RegisterEnv:
+    return RegisterEnv(tenant_id=TENANT, work_bucket=WORK, sink_url=sink.url, sink_timeout_seconds=timeout)
 
 
 def expected_key(version_id: str, record_index: int) -> str:
@@ -176,7 +176,7 @@ def test_fails_retryably_when_connection_is_refused(work):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     put_chunk(work, 0, [{"id": 0}])
-    refused = RegisterConfig(
+    refused = RegisterEnv(
         tenant_id=TENANT,
         work_bucket=WORK,
         sink_url=f"http://127.0.0.1:{port}/records",
@@ -202,7 +202,7 @@ def test_fails_retryably_when_sink_times_out(work, sink):
 
 def test_fails_when_chunk_prefix_belongs_to_another_tenant(work, sink):
     """GIVEN a chunk_prefix outside the tenant's folder WHEN registered THEN refused and nothing is sent."""
-    with pytest.raises(ingest_common.KeyOutsidePrefixError, match="'beta/evt-1/' is outside tenant 'acme'"):
+    with pytest.raises(contract.KeyOutsidePrefixError, match="'beta/evt-1/' is outside tenant 'acme'"):
         register_chunk.register_chunk(task(0, prefix="beta/evt-1/"), config=config(sink), s3=work)
     assert sink.requests == []
 
@@ -219,12 +219,7 @@ def test_fails_when_chunk_holds_more_than_chunk_size_records(work, sink):
 
 @pytest.fixture
 def handler_env(sink: Sink, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {
-        "TENANT_ID": TENANT,
-        "WORK_BUCKET": WORK,
-        "SINK_URL": sink.url,
-        "SINK_TIMEOUT_SECONDS": "2",
-    }.items():
+    for name, value in contract.environment(config(sink, timeout=2)).items():
         monkeypatch.setenv(name, value)
 
 
@@ -265,8 +260,8 @@ def test_handler_returns_count(work, sink, handler_env, logs):
 
 def test_fails_when_sink_url_is_not_http(handler_env, monkeypatch):
     """GIVEN SINK_URL=file:///etc/passwd WHEN the handler starts THEN ConfigError, nothing is read."""
-    monkeypatch.setenv("SINK_URL", "file:///etc/passwd")
-    with pytest.raises(ingest_common.ConfigError, match="SINK_URL='file:///etc/passwd' must be an http"):
+    monkeypatch.setenv(contract.env_name("sink_url"), "file:///etc/passwd")
+    with pytest.raises(contract.ConfigError, match="SINK_URL='file:///etc/passwd' must be an http"):
         register_chunk.handler(task(0), None)
 
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-import ingest_common
+import contract
 import split
-from ingest_common import KeyOutsidePrefixError
-from split import MalformedFileError, SplitConfig, split_file
+from contract import KeyOutsidePrefixError, MalformedFileError, SplitEnv
+from split import split_file
 
 TENANT = "acme"
 LANDING = "landing"
@@ -25,8 +25,8 @@ def buckets(s3: Any) -> Any:
     return s3
 
 
-def config(fmt: str = "csv", chunk_size: int = 3) -> SplitConfig:
-    return SplitConfig(
+def config(fmt: str = "csv", chunk_size: int = 3) -> SplitEnv:
+    return SplitEnv(
         tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK, landing_prefix="acme/"
     )
 
@@ -54,7 +54,7 @@ def work_keys(s3: Any) -> list[str]:
 def chunk_lines(s3: Any, result: dict[str, Any]) -> list[list[str]]:
     """Raw lines of every chunk the output lists, in order."""
     return [
-        s3.get_object(Bucket=WORK, Key=ingest_common.chunk_key(result["chunk_prefix"], i))["Body"]
+        s3.get_object(Bucket=WORK, Key=contract.chunk_key(result["chunk_prefix"], i))["Body"]
         .read()
         .decode()
         .splitlines()
@@ -307,13 +307,7 @@ def test_streams_the_body_and_writes_chunks_while_reading(buckets):
 
 @pytest.fixture
 def handler_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {
-        "TENANT_ID": TENANT,
-        "FORMAT": "csv",
-        "CHUNK_SIZE": "2",
-        "WORK_BUCKET": WORK,
-        "LANDING_PREFIX": "acme/",
-    }.items():
+    for name, value in contract.environment(config("csv", chunk_size=2)).items():
         monkeypatch.setenv(name, value)
 
 
@@ -349,6 +343,6 @@ def test_handler_logs_malformed_file_at_error_with_line_and_no_content(buckets, 
 def test_fails_when_format_is_unknown(monkeypatch, handler_env):
     """GIVEN FORMAT=xml WHEN the handler starts
     THEN a ConfigError names the variable and the allowed values."""
-    monkeypatch.setenv("FORMAT", "xml")
-    with pytest.raises(ingest_common.ConfigError, match="FORMAT='xml' must be one of csv, jsonl"):
+    monkeypatch.setenv(contract.env_name("format"), "xml")
+    with pytest.raises(contract.ConfigError, match="FORMAT='xml' must be one of csv, jsonl"):
         split.handler({}, None)

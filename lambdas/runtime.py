@@ -1,0 +1,109 @@
+"""What every handler needs from its runtime: its configuration, AWS clients and logs.
+
+`lambda_handler` is the one wrapper around the functions' pure logic: it reads the function's
+config from the environment, binds the log keys once, logs a failure at the level its
+exception class declares (intended waits at INFO, transient faults at WARNING, the rest at
+ERROR with a stack trace only when the failure is unexpected) and raises it on, so that the
+workflow's Retry/Catch see the exception's class name as the error.
+
+Logs are plain stdlib `logging`: the functions use Lambda's JSON log format, so the Lambda
+runtime writes each record as one JSON object with `level`, `message` and every `extra=`
+field. Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any, Generic, TypeVar
+
+from contract import PipelineError, from_env
+
+LOGGER_NAME = "ingest"
+
+ConfigT = TypeVar("ConfigT")
+
+
+@functools.cache
+def aws_client(service: str) -> Any:
+    """boto3 client, created on first use and reused by warm invocations."""
+    import boto3  # deferred: importing this module must stay cheap and side-effect free
+
+    return boto3.client(service)
+
+
+class BoundLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger whose `extra` fields are bound once and merged with each call's own."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
+        return msg, kwargs
+
+    def bind(self, **fields: Any) -> None:
+        """Add fields to every later line (e.g. once the event has been parsed)."""
+        self.extra = {**(self.extra or {}), **fields}  # type: ignore[assignment]
+
+
+def get_logger(function: str) -> logging.Logger:
+    """The logger of one function, e.g. `ingest.controller`."""
+    return logging.getLogger(f"{LOGGER_NAME}.{function}")
+
+
+Logic = Callable[[Any, ConfigT, BoundLogger], Any]
+
+
+class LambdaHandler(Generic[ConfigT]):
+    """`handler(event, context)` around `logic(event, config, log)`; see the module docstring."""
+
+    def __init__(
+        self,
+        function: str,
+        config_type: type[ConfigT],
+        logic: Logic[ConfigT],
+        *,
+        log_fields: Callable[[Any], Mapping[str, Any]] = lambda event: {},
+    ) -> None:
+        self.function = function
+        self.config_type = config_type
+        self.logic = logic
+        self.log_fields = log_fields
+        self.logger = get_logger(function)
+        functools.update_wrapper(self, logic)
+
+    def __call__(self, event: Any, context: Any) -> Any:
+        config = from_env(self.config_type)
+        fields = {"tenant": getattr(config, "tenant_id", None)}
+        if isinstance(event, dict):
+            fields.update(self.log_fields(event))
+        log = BoundLogger(self.logger, fields)
+        try:
+            return self.logic(event, config, log)
+        except PipelineError as error:
+            log.log(
+                error.log_level,
+                "%s: %s",
+                error.log_message or type(error).__name__,
+                error,
+                extra={"error_type": type(error).__name__, **error.log_fields},
+            )
+            raise
+        except Exception:
+            log.exception("%s failed", self.function)
+            raise
+
+
+def lambda_handler(
+    function: str, config_type: type[ConfigT], *, log_fields: Callable[[Any], Mapping[str, Any]] = lambda event: {}
+) -> Callable[[Logic[ConfigT]], LambdaHandler[ConfigT]]:
+    """Decorator: `@lambda_handler("split", SplitEnv, log_fields=...)` on `def handler(event, config, log)`."""
+
+    def wrap(logic: Logic[ConfigT]) -> LambdaHandler[ConfigT]:
+        return LambdaHandler(function, config_type, logic, log_fields=log_fields)
+
+    return wrap
+
+
+def pick(event: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """The named fields of an event, for `log_fields` (missing ones as None)."""
+    return {key: event.get(key) for key in keys}

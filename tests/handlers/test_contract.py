@@ -1,0 +1,109 @@
+"""The handler/infrastructure contract: environment round trip, payload keys, key formats."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+import chunk_format
+import contract
+from contract import ConfigError, ControllerEnv, RegisterEnv, SplitEnv, environment, from_env
+
+
+def test_environment_round_trips_through_from_env():
+    """GIVEN a config as the construct renders it WHEN the handler reads it back THEN it is equal, typed."""
+    config = SplitEnv(tenant_id="acme", format="jsonl", chunk_size=250, work_bucket="work", landing_prefix="acme/")
+    rendered = environment(config)
+    assert rendered == {
+        "TENANT_ID": "acme",
+        "FORMAT": "jsonl",
+        "CHUNK_SIZE": "250",
+        "WORK_BUCKET": "work",
+        "LANDING_PREFIX": "acme/",
+    }
+    assert from_env(SplitEnv, rendered) == config
+    register = RegisterEnv(tenant_id="a", work_bucket="w", sink_url="https://core", sink_timeout_seconds=2.5)
+    assert from_env(RegisterEnv, environment(register)) == register
+
+
+def test_fails_when_required_variable_is_missing():
+    """GIVEN WORK_BUCKET unset WHEN read THEN the error names the variable."""
+    env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/"))
+    del env["WORK_BUCKET"]
+    with pytest.raises(ConfigError, match="^environment variable WORK_BUCKET is not set"):
+        from_env(SplitEnv, env)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("CHUNK_SIZE", "ten", "CHUNK_SIZE='ten' is not an integer"),
+        ("CHUNK_SIZE", "0", "CHUNK_SIZE=0 must be at least 1"),
+        ("FORMAT", "xml", "FORMAT='xml' must be one of csv, jsonl"),
+    ],
+)
+def test_fails_when_a_split_variable_is_invalid(name, value, message):
+    env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/"))
+    env[name] = value
+    with pytest.raises(ConfigError, match=message):
+        from_env(SplitEnv, env)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("SINK_URL", "file:///etc/passwd", "SINK_URL='file:///etc/passwd' must be an http:// or https:// URL"),
+        ("SINK_TIMEOUT_SECONDS", "0", "SINK_TIMEOUT_SECONDS=0.0 must be greater than 0.0"),
+        ("SINK_TIMEOUT_SECONDS", "soon", "SINK_TIMEOUT_SECONDS='soon' is not a number"),
+    ],
+)
+def test_fails_when_a_register_variable_is_invalid(name, value, message):
+    env = environment(RegisterEnv(tenant_id="a", work_bucket="w", sink_url="https://c", sink_timeout_seconds=1))
+    env[name] = value
+    with pytest.raises(ConfigError, match=message):
+        from_env(RegisterEnv, env)
+
+
+def test_every_function_knows_its_tenant():
+    """The handler wrapper binds `tenant` to every log line from the config's tenant_id."""
+    for config_type in (ControllerEnv, SplitEnv, RegisterEnv):
+        assert "tenant_id" in contract.keys_of(config_type)
+
+
+def test_payload_keys_are_the_typed_dicts_keys_in_order():
+    assert contract.keys_of(contract.ChunkTask) == (
+        "tenant", "bucket", "key", "version_id", "chunk_prefix", "chunk_size", "chunk_index",
+    )
+    assert set(contract.keys_of(contract.SplitRequest)) - set(contract.keys_of(contract.FileRef)) == {"execution_name"}
+
+
+def test_error_classes_keep_the_names_the_workflow_matches():
+    """The workflow's Retry/Catch match the Lambda errorType, i.e. the class name."""
+    assert contract.SinkRetryableError.__name__ == "SinkRetryableError"
+    assert contract.MalformedFileError(7, "bad").line_number == 7
+    assert str(contract.MalformedFileError(7, "bad")) == "line 7: bad"
+
+
+def test_work_bucket_layout():
+    prefix = contract.chunk_prefix("acme", "evt-1")
+    assert prefix == "acme/evt-1/" and prefix.startswith(contract.work_prefix("acme"))
+    assert contract.chunk_key(prefix, 12) == "acme/evt-1/chunk-000012.jsonl"
+    assert contract.manifest_key(prefix) == "acme/evt-1/manifest.json"
+
+
+def test_execution_arn_is_derived_from_the_state_machine_arn():
+    """GIVEN a state machine ARN WHEN deriving an execution ARN THEN only the resource part changes."""
+    assert (
+        contract.execution_arn("arn:aws:states:eu-west-1:111122223333:stateMachine:acme-wf", "evt-1")
+        == "arn:aws:states:eu-west-1:111122223333:execution:acme-wf:evt-1"
+    )
+    with pytest.raises(ValueError, match="not a state machine ARN"):
+        contract.execution_arn("arn:aws:states:eu-west-1:1:activity:x", "evt-1")
+
+
+def test_idempotency_key_is_sha256_of_version_and_record_index():
+    """GIVEN an object version and record index WHEN keyed THEN sha256 hex of bucket/key?versionId=V#I."""
+    assert chunk_format.idempotency_key("landing", "acme/f.csv", "v1", 7) == hashlib.sha256(
+        b"landing/acme/f.csv?versionId=v1#7"
+    ).hexdigest()

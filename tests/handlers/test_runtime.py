@@ -1,0 +1,74 @@
+"""The handler wrapper: config from the environment, bound log keys, level per failure kind."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from contract import ConfigError, ControllerEnv, GateBusyError, MalformedFileError, SinkRetryableError, environment
+from runtime import BoundLogger, lambda_handler
+
+ENV = environment(ControllerEnv(tenant_id="acme", state_machine_arn="arn", gate_table_name="g", metric_namespace="N"))
+
+
+@pytest.fixture
+def controller_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+def make_handler(raise_: BaseException | None = None) -> Any:
+    @lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"key": event.get("key")})
+    def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger) -> dict[str, Any]:
+        log.bind(execution_name="evt-1")
+        log.info("working", extra={"step": 1})
+        if raise_ is not None:
+            raise raise_
+        return {"tenant": config.tenant_id}
+
+    return handler
+
+
+def test_passes_the_typed_config_and_binds_tenant_and_event_fields(controller_env, logs):
+    """GIVEN the function's environment WHEN invoked THEN the logic gets the config and every line
+    carries the tenant, the event's fields, fields bound later and its own."""
+    assert make_handler()({"key": "acme/f.csv"}, None) == {"tenant": "acme"}
+    (record,) = logs.records()
+    assert (record.tenant, record.key, record.execution_name, record.step) == ("acme", "acme/f.csv", "evt-1", 1)
+    assert record.name == "ingest.controller"
+
+
+@pytest.mark.parametrize(
+    ("error", "level", "fields"),
+    [
+        (GateBusyError("busy"), logging.INFO, {}),
+        (SinkRetryableError("503"), logging.WARNING, {}),
+        (MalformedFileError(4, "bad"), logging.ERROR, {"line_number": 4}),
+    ],
+    ids=["intended-wait", "transient", "real-fault"],
+)
+def test_logs_a_known_failure_at_its_level_without_a_stack_trace_and_raises_it(controller_env, logs, error, level, fields):
+    with pytest.raises(type(error)):
+        make_handler(error)({"key": "k"}, None)
+    failure = logs.records()[-1]
+    assert failure.levelno == level and failure.exc_info is None
+    assert failure.error_type == type(error).__name__ and failure.tenant == "acme"
+    assert all(getattr(failure, k) == v for k, v in fields.items())
+    assert len(logs.errors()) == (1 if level == logging.ERROR else 0)
+
+
+def test_logs_an_unexpected_failure_at_error_with_its_stack_trace(controller_env, logs):
+    with pytest.raises(KeyError):
+        make_handler(KeyError("boom"))({"key": "k"}, None)
+    (failure,) = logs.errors()
+    assert failure.exc_info is not None and failure.tenant == "acme" and failure.key == "k"
+
+
+def test_fails_before_the_logic_runs_when_the_environment_is_incomplete(monkeypatch, logs):
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match="TENANT_ID is not set"):
+        make_handler()({"key": "k"}, None)
+    assert logs.records() == []
