@@ -1,9 +1,9 @@
 """The local run follows the deployed code: a controller whose gate no longer holds lets two
 files of a tenant run at once, and the G1 overlap check catches it.
 
-The gate is "removed" by the smallest possible mutation of the real handler: the copy of
-`lambdas/` that the app packages treats RUNNING as a closed status. Everything else (queue,
-poller, definition, other handlers) is the real thing.
+The gate is "removed" by the smallest possible mutation of the real code: in the copy of
+`lambdas/` that the app packages, the closed statuses the controller's gate checks include
+RUNNING. Everything else (queue, poller, definition, other handlers) is the real thing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lambdas import contract
 from local_runtime import LocalPipeline
 from pipeline_checks import assert_no_overlap, csv_file
 from pipeline_constructs import functions
