@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     from local_runtime import LocalPipeline  # heavy import (moto, jsii): after argument checks
 
     started = time.monotonic()
-    console.print(f"Synthesizing {args.tenants} and provisioning it on a local moto server...")
+    console.print(f"Synthesizing {args.tenants} and deploying it on a local moto server...")
     with LocalPipeline(args.tenants, time_scale=args.time_scale) as pipe:
         console.print(f"Local pipeline up in {time.monotonic() - started:.1f} s: {pipe.endpoint_url}")
         console.print(f"Scenario: {args.scenario} ({SCENARIOS[args.scenario]})")

@@ -1,5 +1,5 @@
 """Fixtures of the end-to-end tests: a `LocalPipeline` per test module (starting one costs
-seconds: synthesis, moto, provisioning, worker processes), closed when the module ends."""
+seconds: synthesis, moto, deployment, worker processes), closed when the module ends."""
 
 from __future__ import annotations
 
