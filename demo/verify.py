@@ -92,7 +92,9 @@ def request_order_problems(requests: Iterable[Any]) -> list[str]:
 def execution_count_problems(executions: Sequence[dict[str, Any]], uploads: Sequence[Upload]) -> list[str]:
     """Exactly one execution per uploaded version: none missing (G3), none doubled (G2)."""
     counts = Counter((e["key"], e["version_id"]) for e in executions)
-    return [f"{u.key}: {n} executions instead of 1" for u in uploads if (n := counts[(u.key, u.version_id)]) != 1]
+    return [
+        f"{u.key}: {n} executions instead of 1" for u in uploads if (n := counts[(u.key, u.version_id)]) != 1
+    ]
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,9 @@ class TenantVerdict:
         return f"median {statistics.median(self.handoff_gaps):.1f}s, max {max(self.handoff_gaps):.1f}s"
 
 
-def verify_tenant(tenant: str, uploads: list[Upload], executions: list[dict], accepted: list[dict]) -> TenantVerdict:
+def verify_tenant(
+    tenant: str, uploads: list[Upload], executions: list[dict], accepted: list[dict]
+) -> TenantVerdict:
     """``executions`` as `LocalPipeline.executions` describes them; ``accepted``: the record
     bodies the core system registered, in order."""
     status = {(e["key"], e["version_id"]): e["status"] for e in executions}
@@ -183,7 +187,9 @@ def verify_tenant(tenant: str, uploads: list[Upload], executions: list[dict], ac
         ended = status.get((upload.key, upload.version_id))
         wanted = "FAILED" if upload.expect_failure else "SUCCEEDED"
         if ended != wanted:
-            outcomes.append(f"{upload.key}: ended {ended}" + (", expected to fail" if upload.expect_failure else ""))
+            outcomes.append(
+                f"{upload.key}: ended {ended}" + (", expected to fail" if upload.expect_failure else "")
+            )
     overlap = overlap_problems(executions)
     order = file_order_problems(executions, [u.key for u in uploads])
     records = check_records(accepted, [(u.file_id, u.records) for u in uploads if not u.expect_failure])
@@ -203,5 +209,11 @@ def verify_tenant(tenant: str, uploads: list[Upload], executions: list[dict], ac
             for before, after in zip(ordered, ordered[1:])
             if before.get("stopDate")
         ],
-        problems=[*execution_count_problems(executions, uploads), *outcomes, *order, *overlap, *records.problems],
+        problems=[
+            *execution_count_problems(executions, uploads),
+            *outcomes,
+            *order,
+            *overlap,
+            *records.problems,
+        ],
     )

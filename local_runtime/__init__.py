@@ -19,7 +19,15 @@ _EXPORTS = {
     "SinkServer": "local_runtime.sink",
     "Tenant": "local_runtime.deploy",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "LocalPipeline",
+    "Notification",
+    "ProgressEvent",
+    "ProgressEvents",
+    "SinkRequest",
+    "SinkServer",
+    "Tenant",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from local_runtime.lambda_pool import FunctionSpec
-from local_runtime.synth import Synthesized, SynthesizedStack
-from local_runtime.transform import prepare
+from local_runtime.synth import Synthesized, SynthesizedTenant
+from local_runtime.transform import RemovedMapping, prepare
 
 #: (tenant id, function role, environment variables) -> environment variables. The values are
 #: the template's, possibly unresolved intrinsics (``{"Ref": ...}``).
@@ -98,64 +98,50 @@ def deploy(
     time_scale: float,
     function_environment: FunctionEnvironmentHook | None = None,
 ) -> Deployment:
+    """Create every stack of ``synthesized`` on moto (see the module docstring)."""
     from moto.cloudformation.parsing import get_model_map
 
-    creatable = get_model_map().__contains__
-    account = client("sts").get_caller_identity()["Account"]
-    region = client("sts").meta.region_name
-    _bootstrap(synthesized, client, account, region)
-
-    roles = {(t.stack, logical_id): (t.id, role) for t in synthesized.tenants for role, logical_id in t.functions.items()}
-    deployment = Deployment()
+    sts = client("sts")
+    _bootstrap(synthesized, client, sts.get_caller_identity()["Account"], sts.meta.region_name)
+    roles = {
+        (t.stack, logical_id): (t.id, role)
+        for t in synthesized.tenants
+        for role, logical_id in t.functions.items()
+    }
     by_name = {stack.name: stack for stack in synthesized.stacks}
-    order = graphlib.TopologicalSorter({s.name: [d for d in s.dependencies if d in by_name] for s in synthesized.stacks})
+    order = graphlib.TopologicalSorter(
+        {s.name: [d for d in s.dependencies if d in by_name] for s in synthesized.stacks}
+    )
+    deployment = Deployment()
     for name in order.static_order():
-        stack = by_name[name]
 
         def environment(logical_id: str, variables: dict[str, Any], stack: str = name) -> dict[str, Any]:
             if function_environment is None or (stack, logical_id) not in roles:
                 return variables
             return function_environment(*roles[(stack, logical_id)], variables)
 
-        prepared = prepare(stack.template, time_scale=time_scale, creatable=creatable, environment=environment)
-        deployed = _create_stack(client, stack, prepared.template, prepared.not_created)
-        deployment.stacks[name] = deployed
+        prepared = prepare(
+            by_name[name].template,
+            time_scale=time_scale,
+            creatable=get_model_map().__contains__,
+            environment=environment,
+        )
+        deployed = deployment.stacks[name] = _create_stack(
+            client, name, prepared.template, prepared.not_created
+        )
         deployment.overrides.extend(f"{name}/{override}" for override in prepared.overrides)
         _complete_buckets(client("s3"), deployed)
-        for logical_id, (kind, physical_id) in deployed.resources.items():
+        for logical_id, (kind, _) in deployed.resources.items():
             if kind == "AWS::Lambda::Function":
-                spec = _function(client("lambda"), synthesized, deployed, logical_id, roles.get((name, logical_id)))
-                deployment.functions[spec.name] = spec
-        for mapping in prepared.mappings:
-            function_name = deployed.outputs[mapping.function_output]
-            queue_arn = deployed.outputs[mapping.source_output]
-            if ":sqs:" not in queue_arn:
-                raise DeployError(f"{name}/{mapping.logical_id}: only SQS event sources run locally, not {queue_arn}")
-            deployment.event_source_mappings.append(
-                EventSourceMappingSpec(
-                    stack=name,
-                    logical_id=mapping.logical_id,
-                    function_name=function_name.rsplit(":", 1)[-1] if function_name.startswith("arn:") else function_name,
-                    queue_arn=queue_arn,
-                    queue_url=client("sqs").get_queue_url(QueueName=queue_arn.rsplit(":", 1)[-1])["QueueUrl"],
-                    batch_size=mapping.batch_size,
-                    enabled=mapping.enabled,
+                spec = _function(
+                    client("lambda"), synthesized, deployed, logical_id, roles.get((name, logical_id))
                 )
-            )
-    for tenant in synthesized.tenants:
-        resources = deployment.stacks[tenant.stack].resources
-        queue_url = resources[tenant.queue][1]
-        queue_arn = client("sqs").get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        deployment.tenants[tenant.id] = Tenant(
-            id=tenant.id,
-            prefix=tenant.prefix,
-            stack=tenant.stack,
-            bucket=_landing_bucket(client("events"), queue_arn),
-            queue_url=queue_url,
-            queue_arn=queue_arn,
-            state_machine_arn=resources[tenant.state_machine][1],
-            functions={role: resources[logical_id][1] for role, logical_id in tenant.functions.items()},
+                deployment.functions[spec.name] = spec
+        deployment.event_source_mappings.extend(
+            _mapping(client("sqs"), deployed, m) for m in prepared.mappings
         )
+    for tenant in synthesized.tenants:
+        deployment.tenants[tenant.id] = _tenant(client, tenant, deployment.stacks[tenant.stack].resources)
     return deployment
 
 
@@ -166,14 +152,18 @@ def _bootstrap(synthesized: Synthesized, client: Callable[[str], Any], account: 
         for name, value in (("AWS::AccountId", account), ("AWS::Region", region), ("AWS::Partition", "aws")):
             bucket = bucket.replace("${" + name + "}", value)
         if bucket not in created:
-            location = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+            location = (
+                {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+            )
             s3.create_bucket(Bucket=bucket, **location)
             created.add(bucket)
         s3.put_object(Bucket=bucket, Key=asset.key, Body=_zip(asset.directory))
     for stack in synthesized.stacks:
         for parameter in (stack.template.get("Parameters") or {}).values():
             name = str(parameter.get("Default", ""))
-            if parameter.get("Type", "").startswith("AWS::SSM::Parameter::Value") and name.startswith("/cdk-bootstrap/"):
+            if parameter.get("Type", "").startswith("AWS::SSM::Parameter::Value") and name.startswith(
+                "/cdk-bootstrap/"
+            ):
                 client("ssm").put_parameter(Name=name, Value=BOOTSTRAP_VERSION, Type="String", Overwrite=True)
 
 
@@ -187,23 +177,28 @@ def _zip(directory: Path) -> bytes:
 
 
 def _create_stack(
-    client: Callable[[str], Any], stack: SynthesizedStack, template: dict[str, Any], not_created: list[tuple[str, str]]
+    client: Callable[[str], Any],
+    name: str,
+    template: dict[str, Any],
+    not_created: list[tuple[str, str]],
 ) -> DeployedStack:
     cfn = client("cloudformation")
     try:
         cfn.create_stack(
-            StackName=stack.name,
+            StackName=name,
             TemplateBody=json.dumps(template),
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
         )
-        described = cfn.describe_stacks(StackName=stack.name)["Stacks"][0]
+        described = cfn.describe_stacks(StackName=name)["Stacks"][0]
     except Exception as error:
-        raise DeployError(f"stack {stack.name}: moto's CloudFormation failed: {error}") from error
+        raise DeployError(f"stack {name}: moto's CloudFormation failed: {error}") from error
     if described["StackStatus"] != "CREATE_COMPLETE":
-        raise DeployError(f"stack {stack.name}: {described['StackStatus']} {described.get('StackStatusReason', '')}")
-    listed = cfn.describe_stack_resources(StackName=stack.name)["StackResources"]
+        raise DeployError(
+            f"stack {name}: {described['StackStatus']} {described.get('StackStatusReason', '')}"
+        )
+    listed = cfn.describe_stack_resources(StackName=name)["StackResources"]
     return DeployedStack(
-        name=stack.name,
+        name=name,
         template=template,
         resources={r["LogicalResourceId"]: (r["ResourceType"], r["PhysicalResourceId"]) for r in listed},
         outputs={o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs") or []},
@@ -221,11 +216,17 @@ def _complete_buckets(s3: Any, stack: DeployedStack) -> None:
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
         eventbridge = (props.get("NotificationConfiguration") or {}).get("EventBridgeConfiguration") or {}
         if eventbridge.get("EventBridgeEnabled") in (True, "true"):
-            s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}})
+            s3.put_bucket_notification_configuration(
+                Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
+            )
 
 
 def _function(
-    lambda_: Any, synthesized: Synthesized, stack: DeployedStack, logical_id: str, tenant_role: tuple[str, str] | None
+    lambda_: Any,
+    synthesized: Synthesized,
+    stack: DeployedStack,
+    logical_id: str,
+    tenant_role: tuple[str, str] | None,
 ) -> FunctionSpec:
     """The function as moto holds it, plus what moto's CloudFormation drops (LoggingConfig)."""
     props = stack.template["Resources"][logical_id]["Properties"]
@@ -256,3 +257,42 @@ def _landing_bucket(events: Any, queue_arn: str) -> str:
         if names:
             return names[0]
     raise DeployError(f"no EventBridge rule sends a bucket's events to {queue_arn}")
+
+
+def _mapping(sqs: Any, stack: DeployedStack, mapping: RemovedMapping) -> EventSourceMappingSpec:
+    function = stack.outputs[
+        mapping.function_output
+    ]  # a name, or an ARN (`arn:...:function:NAME[:qualifier]`)
+    queue_arn = stack.outputs[mapping.source_output]
+    if ":sqs:" not in queue_arn:
+        raise DeployError(
+            f"{stack.name}/{mapping.logical_id}: only SQS event sources run locally, not {queue_arn}"
+        )
+    return EventSourceMappingSpec(
+        stack=stack.name,
+        logical_id=mapping.logical_id,
+        function_name=function.split(":")[6] if function.startswith("arn:") else function,
+        queue_arn=queue_arn,
+        queue_url=sqs.get_queue_url(QueueName=queue_arn.rsplit(":", 1)[-1])["QueueUrl"],
+        batch_size=mapping.batch_size,
+        enabled=mapping.enabled,
+    )
+
+
+def _tenant(
+    client: Callable[[str], Any], tenant: SynthesizedTenant, resources: dict[str, tuple[str, str]]
+) -> Tenant:
+    queue_url = resources[tenant.queue][1]
+    attributes = client("sqs").get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]
+    return Tenant(
+        id=tenant.id,
+        prefix=tenant.prefix,
+        stack=tenant.stack,
+        bucket=_landing_bucket(client("events"), attributes["QueueArn"]),
+        queue_url=queue_url,
+        queue_arn=attributes["QueueArn"],
+        state_machine_arn=resources[tenant.state_machine][1],
+        functions={role: resources[logical_id][1] for role, logical_id in tenant.functions.items()},
+    )

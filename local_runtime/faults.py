@@ -19,7 +19,9 @@ class Faults:
     ``send_copy(tenant, body)`` puts a message on the tenant's queue and returns its id.
     """
 
-    def __init__(self, tenants: Iterable[str] = (), send_copy: Callable[[str, str], str] | None = None) -> None:
+    def __init__(
+        self, tenants: Iterable[str] = (), send_copy: Callable[[str, str], str] | None = None
+    ) -> None:
         self._tenants = set(tenants)
         self._send_copy = send_copy
         self.crashes: list[tuple[str, float]] = []  # (function name, when)

@@ -251,7 +251,12 @@ class FunctionPool:
         except WorkerDied:
             return _runtime_error(request_id, "Runtime.ExitError", "runtime is shutting down", started)
         timeout = self.spec.timeout_seconds
-        request = {"request_id": request_id, "event": event, "faults": faults or {}, "deadline": time.time() + timeout}
+        request = {
+            "request_id": request_id,
+            "event": event,
+            "faults": faults or {},
+            "deadline": time.time() + timeout,
+        }
         try:
             response = worker.invoke(request, timeout)
         except WorkerTimeout:
@@ -264,9 +269,14 @@ class FunctionPool:
             worker.stop()
             self._discard(worker)
             result = _runtime_error(
-                request_id, "Runtime.ExitError", f"Runtime exited with error: exit status {died.returncode}", started
+                request_id,
+                "Runtime.ExitError",
+                f"Runtime exited with error: exit status {died.returncode}",
+                started,
             )
-            return InvocationResult(result.payload, True, result.duration, crashed=died.returncode == CRASH_EXIT_CODE)
+            return InvocationResult(
+                result.payload, True, result.duration, crashed=died.returncode == CRASH_EXIT_CODE
+            )
         self._release(worker)
         return InvocationResult(response["payload"], bool(response["errored"]), time.monotonic() - started)
 
@@ -349,7 +359,12 @@ class LambdaDispatcher:
         """Invoke by name; ``environment`` is the function's current configuration in moto."""
         pool = self._pools.get(function_name)
         if pool is None or self._closed:
-            return _runtime_error(str(uuid.uuid4()), "Runtime.InvalidEntrypoint", f"no local worker for {function_name}", time.monotonic())
+            return _runtime_error(
+                str(uuid.uuid4()),
+                "Runtime.InvalidEntrypoint",
+                f"no local worker for {function_name}",
+                time.monotonic(),
+            )
         if environment is not None and environment != pool.spec.environment:
             # The function was reconfigured in moto (update-function-configuration): new environments.
             self.register(replace(pool.spec, environment=dict(environment)))
@@ -373,7 +388,11 @@ class LambdaDispatcher:
                 pass
 
     def _process_env(self, spec: FunctionSpec) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")}
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+        }
         env.update(spec.environment)
         env.update(self._runtime_env)
         env.update(
@@ -398,4 +417,3 @@ class LambdaDispatcher:
         stopping = [worker for pool in pools for worker in pool.close()]
         for worker in stopping:
             worker.wait_stopped()
-

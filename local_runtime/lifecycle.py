@@ -113,7 +113,9 @@ class Runtime:
                 mapping,
                 sqs=self.server.client("sqs"),
                 # One attempt: an SDK retry would invoke the function twice for one receive.
-                lambda_client=self.server.client("lambda", read_timeout=max(60.0, spec.timeout_seconds + 30), max_attempts=1),
+                lambda_client=self.server.client(
+                    "lambda", read_timeout=max(60.0, spec.timeout_seconds + 30), max_attempts=1
+                ),
                 region=self._region,
                 concurrency=spec.reserved_concurrency or 1,
             )
@@ -127,7 +129,9 @@ class Runtime:
     def _invoke(self, function_name: str, environment: dict[str, str], event: Any) -> InvocationResult:
         """moto's Lambda invocations (patched `_invoke_lambda`) land here."""
         if self.dispatcher is None:
-            return InvocationResult(json.dumps({"errorType": "Runtime.Unavailable", "errorMessage": "no workers"}), True, 0.0)
+            return InvocationResult(
+                json.dumps({"errorType": "Runtime.Unavailable", "errorMessage": "no workers"}), True, 0.0
+            )
         return self.dispatcher.invoke(function_name, environment, event)
 
     def _stop_activity(self) -> None:
@@ -139,6 +143,8 @@ class Runtime:
         for tenant in self.deployment.tenants.values():
             try:
                 for execution in list_executions(sfn, tenant.state_machine_arn, "RUNNING"):
-                    sfn.stop_execution(executionArn=execution["executionArn"], cause="local pipeline shutting down")
+                    sfn.stop_execution(
+                        executionArn=execution["executionArn"], cause="local pipeline shutting down"
+                    )
             except Exception:  # noqa: BLE001 - best effort while shutting down
                 pass

@@ -73,13 +73,18 @@ class MotoServer:
                 self._clients[key] = self._session.client(
                     service,
                     endpoint_url=self.endpoint_url,
-                    config=Config(retries={"total_max_attempts": max_attempts, "mode": "standard"}, read_timeout=read_timeout),
+                    config=Config(
+                        retries={"total_max_attempts": max_attempts, "mode": "standard"},
+                        read_timeout=read_timeout,
+                    ),
                 )
             return self._clients[key]
 
     def start(self) -> None:
         if not _active_lock.acquire(blocking=False):
-            raise RuntimeError("a local pipeline is already running in this process (moto state is process-wide)")
+            raise RuntimeError(
+                "a local pipeline is already running in this process (moto state is process-wide)"
+            )
         self._owns_lock = True
         try:
             from moto.server import ThreadedMotoServer
@@ -93,7 +98,9 @@ class MotoServer:
             # Loopback traffic (moto, sinks) must never go through a proxy from the environment.
             for key in ("NO_PROXY", "no_proxy"):
                 present = [h for h in os.environ.get(key, "").split(",") if h]
-                self._set_env(key, ",".join([*present, *(h for h in ("127.0.0.1", "localhost") if h not in present)]))
+                self._set_env(
+                    key, ",".join([*present, *(h for h in ("127.0.0.1", "localhost") if h not in present)])
+                )
             self.reset()
             from moto.core.config import default_user_config
 
@@ -193,7 +200,9 @@ def _lambda_runs_local_workers(invoker: LambdaInvoker) -> Any:
     def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
         if isinstance(event, (str, bytes)):
             event = json.loads(event or "{}")
-        result = invoker(self.function_name, dict(self.environment_vars or {}), event if event is not None else {})
+        result = invoker(
+            self.function_name, dict(self.environment_vars or {}), event if event is not None else {}
+        )
         return result.payload, result.errored, ""
 
     return _patched(LambdaFunction, "_invoke_lambda", _invoke_lambda)
@@ -267,7 +276,9 @@ def _cfn_state_machines_in_the_executing_backend() -> Any:
     from moto.stepfunctions.responses import get_backend
     from moto.stepfunctions.utils import cfn_to_api_tags
 
-    def create(cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any) -> Any:
+    def create(
+        cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any
+    ) -> Any:
         props = cloudformation_json["Properties"]
         return get_backend(account_id, region_name).create_state_machine(
             props.get("StateMachineName", resource_name),

@@ -42,7 +42,9 @@ class NotificationCapture:
     def __init__(self, client: Callable[[str], Any], topic_arns: Iterable[str]) -> None:
         self._sqs = client("sqs")
         self._queue_url = self._sqs.create_queue(QueueName=NOTIFICATION_QUEUE)["QueueUrl"]
-        queue_arn = self._sqs.get_queue_attributes(QueueUrl=self._queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        queue_arn = self._sqs.get_queue_attributes(QueueUrl=self._queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
         for topic_arn in topic_arns:
             client("sns").subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
         self._received: list[Notification] = []
@@ -50,7 +52,9 @@ class NotificationCapture:
 
     def all(self) -> list[Notification]:
         with self._lock:
-            while messages := self._sqs.receive_message(QueueUrl=self._queue_url, MaxNumberOfMessages=10).get("Messages"):
+            while messages := self._sqs.receive_message(QueueUrl=self._queue_url, MaxNumberOfMessages=10).get(
+                "Messages"
+            ):
                 for message in messages:
                     envelope = json.loads(message["Body"])
                     self._received.append(
@@ -68,7 +72,11 @@ class NotificationCapture:
 def list_executions(sfn: Any, state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
     """ListExecutions, every page."""
     kwargs = {"stateMachineArn": state_machine_arn, **({"statusFilter": status} if status else {})}
-    return [item for page in sfn.get_paginator("list_executions").paginate(**kwargs) for item in page["executions"]]
+    return [
+        item
+        for page in sfn.get_paginator("list_executions").paginate(**kwargs)
+        for item in page["executions"]
+    ]
 
 
 class Observer:

@@ -88,9 +88,15 @@ class LocalPipeline:
         runtime.dispatcher.add_crash_observer(self.faults.observe_crash)
         for tenant, poller in runtime.pollers.items():
             poller.add_listener(functools.partial(self._on_delivery, tenant))
-        self._observer = Observer(runtime.server.client, deployment.tenants, runtime.pollers, runtime.dispatcher)
-        self._notifications = NotificationCapture(runtime.server.client, deployment.physical_ids("AWS::SNS::Topic"))
-        self._progress = ProgressReporter(self.events, self._observer.list_executions, list(deployment.tenants))
+        self._observer = Observer(
+            runtime.server.client, deployment.tenants, runtime.pollers, runtime.dispatcher
+        )
+        self._notifications = NotificationCapture(
+            runtime.server.client, deployment.physical_ids("AWS::SNS::Topic")
+        )
+        self._progress = ProgressReporter(
+            self.events, self._observer.list_executions, list(deployment.tenants)
+        )
         runtime.dispatcher.add_listener(self._progress.on_invocation)
         for sink in runtime.sinks.values():
             sink.add_listener(self._progress.on_sink_request)

@@ -67,7 +67,9 @@ class SqsPoller:
 
     def start(self) -> None:
         for index in range(self._concurrency):
-            thread = threading.Thread(target=self._run, name=f"poller-{self.mapping.function_name}-{index}", daemon=True)
+            thread = threading.Thread(
+                target=self._run, name=f"poller-{self.mapping.function_name}-{index}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -137,7 +139,9 @@ class SqsPoller:
         else:
             # Batch size 1 and no partial batch responses: success deletes the whole batch.
             for message in messages:
-                self._sqs.delete_message(QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"])
+                self._sqs.delete_message(
+                    QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
         finished = time.time()
         for message in messages:
             delivery = Delivery(

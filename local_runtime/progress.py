@@ -88,7 +88,12 @@ class ProgressReporter:
     """Emits the events above from what the runtime observes (listener of the dispatcher and
     the sinks; ``list_executions(tenant)`` feeds the ``file_finished`` watcher)."""
 
-    def __init__(self, events: ProgressEvents, list_executions: Callable[[str], list[dict[str, Any]]], tenants: list[str]) -> None:
+    def __init__(
+        self,
+        events: ProgressEvents,
+        list_executions: Callable[[str], list[dict[str, Any]]],
+        tenants: list[str],
+    ) -> None:
         self._events = events
         self._list_executions = list_executions
         self._tenants = tenants
@@ -100,7 +105,11 @@ class ProgressReporter:
 
     def on_invocation(self, spec: FunctionSpec, event: Any, result: InvocationResult | None) -> None:
         tenant = spec.tenant or spec.name
-        value = result.value if result is not None and not result.errored and isinstance(result.value, dict) else {}
+        value = (
+            result.value
+            if result is not None and not result.errored and isinstance(result.value, dict)
+            else {}
+        )
         if spec.role == CONTROLLER_ROLE and result is not None:
             if result.errored:
                 outcome = "waiting" if result.error_type == contract.GateBusyError.__name__ else "error"
@@ -108,7 +117,9 @@ class ProgressReporter:
             else:
                 started = cast(contract.ControllerResult, value)
                 outcome = "started" if started.get("started") else "already_started"
-                self._events.emit("controller", tenant, outcome=outcome, execution_name=started.get("execution_name"))
+                self._events.emit(
+                    "controller", tenant, outcome=outcome, execution_name=started.get("execution_name")
+                )
         elif spec.role == SPLIT_ROLE and result is not None:
             split = cast(contract.SplitResult, value)
             if split:
@@ -153,9 +164,17 @@ class ProgressReporter:
                 except Exception:  # noqa: BLE001 - moto is going away
                     continue
                 for execution in executions:
-                    if execution["status"] in contract.CLOSED_STATUSES and execution["executionArn"] not in reported:
+                    if (
+                        execution["status"] in contract.CLOSED_STATUSES
+                        and execution["executionArn"] not in reported
+                    ):
                         reported.add(execution["executionArn"])
-                        self._events.emit("file_finished", tenant, execution_name=execution["name"], status=execution["status"])
+                        self._events.emit(
+                            "file_finished",
+                            tenant,
+                            execution_name=execution["name"],
+                            status=execution["status"],
+                        )
 
     def stop(self) -> None:
         self._stopping.set()

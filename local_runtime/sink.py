@@ -89,7 +89,9 @@ class SinkServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                status = sink._handle(raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id"))
+                status = sink._handle(
+                    raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id")
+                )
                 body = json.dumps({"status": status}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -102,7 +104,9 @@ class SinkServer:
 
         self._server = ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -143,7 +147,9 @@ class SinkServer:
 
     # -- fault injection --------------------------------------------------------------------
 
-    def fail_with(self, status: int = 503, *, times: int | None = 1, on_record: RecordMatcher = None) -> SinkServer:
+    def fail_with(
+        self, status: int = 503, *, times: int | None = 1, on_record: RecordMatcher = None
+    ) -> SinkServer:
         """Answer ``status`` (e.g. 503, 429) to the next ``times`` matching requests (None: always)."""
         with self._lock:
             self._failures.append(_Failure(status, times, on_record))
@@ -217,7 +223,9 @@ class SinkServer:
         return 201, True
 
 
-def point_register_at(sinks: Mapping[str, SinkServer]) -> Callable[[str, str, dict[str, Any]], dict[str, Any]]:
+def point_register_at(
+    sinks: Mapping[str, SinkServer],
+) -> Callable[[str, str, dict[str, Any]], dict[str, Any]]:
     """The default `function_environment` hook: a tenant's register function sends its records
     to the tenant's local sink instead of the core system named in the tenants file."""
 

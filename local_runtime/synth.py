@@ -131,6 +131,10 @@ def _code_assets(outdir: Path) -> tuple[CodeAsset, ...]:
             if asset.get("source", {}).get("packaging") != "zip":
                 continue
             for destination in asset.get("destinations", {}).values():
-                code = CodeAsset((outdir / asset["source"]["path"]).resolve(), destination["bucketName"], destination["objectKey"])
+                code = CodeAsset(
+                    (outdir / asset["source"]["path"]).resolve(),
+                    destination["bucketName"],
+                    destination["objectKey"],
+                )
                 found[f"{code.bucket}/{code.key}"] = code
     return tuple(found.values())

@@ -91,7 +91,9 @@ def prepare(
             _override_environment(prepared, logical_id, props, environment)
         elif kind == "AWS::StepFunctions::StateMachine":
             _scale_state_machine(logical_id, props, time_scale)
-    removed = {logical_id for logical_id, _ in prepared.not_created}
+    removed = {logical_id for logical_id, _ in prepared.not_created} | {
+        m.logical_id for m in prepared.mappings
+    }
     for resource in resources.values():
         depends = resource.get("DependsOn")
         if depends:
@@ -139,7 +141,11 @@ def check_definition(definition: dict[str, Any], name: str) -> None:
         if not isinstance(node, dict):
             return
         resource = node.get("Resource")
-        if node.get("Type") == "Task" and isinstance(resource, str) and resource.endswith(".waitForTaskToken"):
+        if (
+            node.get("Type") == "Task"
+            and isinstance(resource, str)
+            and resource.endswith(".waitForTaskToken")
+        ):
             if "TimeoutSeconds" not in node and "TimeoutSecondsPath" not in node:
                 raise TemplateError(
                     f"state machine {name}: callback task {path} has no TimeoutSeconds; "
@@ -176,7 +182,9 @@ def _scale_state_machine(logical_id: str, props: dict[str, Any], time_scale: flo
     try:
         definition = json.loads(text)
     except ValueError as error:
-        raise TemplateError(f"{logical_id}: the definition is not JSON once its intrinsics are set aside: {error}") from None
+        raise TemplateError(
+            f"{logical_id}: the definition is not JSON once its intrinsics are set aside: {error}"
+        ) from None
     check_definition(definition, logical_id)
     text = json.dumps(scale_definition(definition, time_scale), separators=(",", ":"))
     # split() alternates text and captured marker indexes: text, 0, text, 1, ..., text
@@ -191,7 +199,9 @@ def _as_text(value: Any, logical_id: str) -> tuple[str, list[Any]]:
         return value, []
     join = value.get("Fn::Join") if isinstance(value, dict) and len(value) == 1 else None
     if not join or join[0] != "" or not isinstance(join[1], list):
-        raise TemplateError(f"{logical_id}: DefinitionString must be a string or an Fn::Join with an empty delimiter")
+        raise TemplateError(
+            f"{logical_id}: DefinitionString must be a string or an Fn::Join with an empty delimiter"
+        )
     intrinsics: list[Any] = []
     text = ""
     for part in join[1]:
@@ -201,4 +211,3 @@ def _as_text(value: Any, logical_id: str) -> tuple[str, list[Any]]:
             intrinsics.append(part)
             text += _MARK.format(len(intrinsics) - 1)
     return text, intrinsics
-

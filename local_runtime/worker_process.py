@@ -33,11 +33,10 @@ _DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # LogRecord attributes the runtime never copies into a line; every other attribute (each
 # `extra=` key) becomes a field. `tenant_id` is Lambda's own (tenant isolation mode): the
 # runtime overwrites it, so an `extra={"tenant_id": ...}` never reaches the log.
-_RESERVED_FIELDS = frozenset({
-    "name", "msg", "args", "levelname", "levelno", "pathname", "filename", "module", "exc_info",
-    "exc_text", "stack_info", "lineno", "funcName", "created", "msecs", "relativeCreated",
-    "thread", "threadName", "processName", "process", "aws_request_id", "tenant_id",
-})
+_RESERVED_FIELDS = frozenset(
+    "name msg args levelname levelno pathname filename module exc_info exc_text stack_info lineno funcName"
+    " created msecs relativeCreated thread threadName processName process aws_request_id tenant_id".split()
+)
 
 _faults: dict[str, Any] = {}
 _request_id = ""
@@ -103,10 +102,18 @@ def _log_unhandled(payload: dict[str, Any], log_format: str) -> None:
     """The runtime's own line for an unhandled exception. In JSON it says "log_level", not
     "level", so a `$.level = "ERROR"` metric filter does not count it."""
     if log_format.upper() == "JSON":
-        line = json.dumps({"timestamp": time.strftime(_DATETIME_FORMAT, time.gmtime()), "log_level": "ERROR", **payload})
+        line = json.dumps(
+            {"timestamp": time.strftime(_DATETIME_FORMAT, time.gmtime()), "log_level": "ERROR", **payload}
+        )
     else:
         trace = [line for frame in payload["stackTrace"] for line in frame.splitlines()]
-        line = "\r".join([f"[ERROR] {payload['errorType']}: {payload['errorMessage']}", "Traceback (most recent call last):", *trace])
+        line = "\r".join(
+            [
+                f"[ERROR] {payload['errorType']}: {payload['errorMessage']}",
+                "Traceback (most recent call last):",
+                *trace,
+            ]
+        )
     sys.stderr.write(line + "\n")
 
 

@@ -14,8 +14,11 @@ UPLOADS = [Upload("t/a.csv", "v1", 0, 2), Upload("t/b.csv", "v2", 1, 1)]
 def execution(key, version, start, stop, status="SUCCEEDED"):
     """An execution as `LocalPipeline.executions` describes it (the fields the checks read)."""
     return {
-        "key": key, "version_id": version, "status": status,
-        "startDate": T0 + timedelta(seconds=start), "stopDate": T0 + timedelta(seconds=stop),
+        "key": key,
+        "version_id": version,
+        "status": status,
+        "startDate": T0 + timedelta(seconds=start),
+        "stopDate": T0 + timedelta(seconds=stop),
     }
 
 
@@ -72,7 +75,9 @@ def test_the_malformed_sample_breaks_exactly_the_line_asked_for():
 
 
 def test_a_record_from_no_expected_file_and_a_record_sent_early_are_reported():
-    """GIVEN what the e2e tests pass to the same checks (file ids, core-system requests)"""
+    """GIVEN the inputs the end-to-end tests give the same checks (file ids, the core system's
+    requests) THEN a record of no expected file is reported, a resent chunk is not, and a
+    record sent before the one before it was registered is."""
     check = check_records(records(("a", 0), ("x", 0)), [("a", 1)])
     assert check.problems == ["1 records registered from no expected file (first x#0)"]
 

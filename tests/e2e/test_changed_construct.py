@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 from aws_cdk import aws_stepfunctions as sfn
+from pipeline_checks import assert_records_in_file_order, assert_requests_in_order, csv_file
 
 from local_runtime import LocalPipeline
-from pipeline_checks import assert_records_in_file_order, assert_requests_in_order, csv_file
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +36,9 @@ def test_the_deployed_definition_is_the_changed_one(pipe: LocalPipeline) -> None
     """GIVEN the app synthesized with the changed Map
     THEN the state machine running on moto has MaxConcurrency 2 (taken from the template)."""
     definition = json.loads(
-        pipe.client("stepfunctions").describe_state_machine(stateMachineArn=pipe.tenants["acme"].state_machine_arn)[
-            "definition"
-        ]
+        pipe.client("stepfunctions").describe_state_machine(
+            stateMachineArn=pipe.tenants["acme"].state_machine_arn
+        )["definition"]
     )
     assert definition["States"]["ChunksInOrder"]["MaxConcurrency"] == 2
 

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from lambdas import contract
-from local_runtime import LocalPipeline
 from pipeline_checks import assert_no_overlap, csv_file
+
+from local_runtime import LocalPipeline
 from pipeline_constructs import functions
 
 CLOSED = 'CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})'

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from pipeline_checks import E2E_TIME_SCALE, csv_file
 
 from lambdas import contract
 from local_runtime import LocalPipeline
-from pipeline_checks import E2E_TIME_SCALE, csv_file
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,9 @@ def test_queue_rule_and_bucket_are_as_declared(pipe: LocalPipeline) -> None:
     group, and the landing bucket is versioned (that it sends its events to EventBridge is
     shown by the last test: moto 5.2.5's GetBucketNotificationConfiguration omits it)."""
     acme = pipe.tenants["acme"]
-    attributes = pipe.client("sqs").get_queue_attributes(QueueUrl=acme.queue_url, AttributeNames=["All"])["Attributes"]
+    attributes = pipe.client("sqs").get_queue_attributes(QueueUrl=acme.queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
     assert (attributes["FifoQueue"], attributes["ContentBasedDeduplication"]) == ("true", "true")
     assert attributes["VisibilityTimeout"] == "1"  # 30 s x 0.03, rounded up
 
@@ -49,7 +51,9 @@ def test_functions_and_workflow_are_as_declared(pipe: LocalPipeline) -> None:
     assert controller["Concurrency"]["ReservedConcurrentExecutions"] == 1
     variables = controller["Configuration"]["Environment"]["Variables"]
     assert variables[contract.env_name("state_machine_arn")] == acme.state_machine_arn
-    assert variables[contract.env_name("gate_table_name")] in pipe.client("dynamodb").list_tables()["TableNames"]
+    assert (
+        variables[contract.env_name("gate_table_name")] in pipe.client("dynamodb").list_tables()["TableNames"]
+    )
     assert controller["Configuration"]["Timeout"] == 1  # 20 s x 0.03, rounded up
 
     register = lambda_.get_function_configuration(FunctionName=acme.functions["register"])
@@ -58,7 +62,9 @@ def test_functions_and_workflow_are_as_declared(pipe: LocalPipeline) -> None:
     assert contract.env_name("sink_url") in override and pipe.sink("acme").url in override
 
     definition = json.loads(
-        pipe.client("stepfunctions").describe_state_machine(stateMachineArn=acme.state_machine_arn)["definition"]
+        pipe.client("stepfunctions").describe_state_machine(stateMachineArn=acme.state_machine_arn)[
+            "definition"
+        ]
     )
     split_arn = lambda_.get_function_configuration(FunctionName=acme.functions["split"])["FunctionArn"]
     assert definition["States"]["Split"]["Parameters"]["FunctionName"] == split_arn
@@ -85,7 +91,9 @@ def test_functions_log_in_lambdas_json_format(pipe: LocalPipeline) -> None:
     pipe.wait_until_idle(timeout=60)
     assert [(e["key"], e["status"]) for e in pipe.executions("acme")] == [(key, "SUCCEEDED")]
 
-    lines = [json.loads(line) for line in pipe.logs(pipe.tenants["acme"].controller).splitlines() if line.strip()]
+    lines = [
+        json.loads(line) for line in pipe.logs(pipe.tenants["acme"].controller).splitlines() if line.strip()
+    ]
     handler_lines = [line for line in lines if str(line.get("logger", "")).startswith("ingest.")]
     assert handler_lines, "the controller logged nothing of its own"
     for line in handler_lines:

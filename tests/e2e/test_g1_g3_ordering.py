@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from lambdas import contract
-from local_runtime import LocalPipeline
 from pipeline_checks import (
     assert_files_in_order,
     assert_no_overlap,
@@ -15,6 +12,9 @@ from pipeline_checks import (
     records_of,
     wait_for,
 )
+
+from lambdas import contract
+from local_runtime import LocalPipeline
 
 BURST_FILES = 20
 RECORDS_PER_FILE = 7  # three chunks of 3, 3 and 1 records
@@ -58,7 +58,11 @@ def test_failing_chunk_stops_every_later_chunk(pipe: LocalPipeline) -> None:
     pipe.wait_until_idle(timeout=60, tenants=["halting"])
 
     failed, succeeded = pipe.executions("halting")
-    assert (failed["key"], failed["status"], failed["error"]) == (first, "FAILED", contract.SinkRejectedError.__name__)
+    assert (failed["key"], failed["status"], failed["error"]) == (
+        first,
+        "FAILED",
+        contract.SinkRejectedError.__name__,
+    )
     assert "record 4" in failed["cause"] and "HTTP 400" in failed["cause"]
     sent = [r.body for r in sink.requests if r.body["file"] == "bad"]
     assert sent == records_of("bad", 5), "records after the rejected one were sent"

@@ -8,10 +8,10 @@ import json
 import time
 
 import pytest
+from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
 
 from lambdas import contract
 from local_runtime import LocalPipeline
-from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
 
 SLOW_LATENCY_SECONDS = 0.2
 SLOW_RECORDS = 50  # >= 10 s at the core system
@@ -55,7 +55,11 @@ def test_a_slow_tenant_does_not_delay_another(pipe: LocalPipeline) -> None:
 def _role_policies(pipe: LocalPipeline, function_name: str) -> list[dict]:
     """The inline policy documents of the function's role, as deployed on moto."""
     iam = pipe.client("iam")
-    role = pipe.client("lambda").get_function(FunctionName=function_name)["Configuration"]["Role"].rsplit("/", 1)[-1]
+    role = (
+        pipe.client("lambda")
+        .get_function(FunctionName=function_name)["Configuration"]["Role"]
+        .rsplit("/", 1)[-1]
+    )
     names = iam.list_role_policies(RoleName=role)["PolicyNames"]
     return [iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"] for name in names]
 
@@ -83,7 +87,9 @@ def test_split_policy_reads_only_its_own_prefix(pipe: LocalPipeline, tenant: str
         resources = _allowed_resources(documents, action)
         assert resources == [f"{landing}/{pipe.tenants[tenant].prefix}*"], action
         assert any(fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[tenant].prefix}x.csv", r) for r in resources)
-        assert not any(fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[other].prefix}x.csv", r) for r in resources)
+        assert not any(
+            fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[other].prefix}x.csv", r) for r in resources
+        )
     assert f"{landing}/{pipe.tenants[other].prefix}" not in json.dumps(documents)
 
 
@@ -100,6 +106,8 @@ def test_split_refuses_another_tenants_key(pipe: LocalPipeline) -> None:
         "version_id": version,
         "execution_name": "probe",
     }
-    response = pipe.client("lambda").invoke(FunctionName=pipe.tenants["fast"].functions["split"], Payload=json.dumps(event).encode())
+    response = pipe.client("lambda").invoke(
+        FunctionName=pipe.tenants["fast"].functions["split"], Payload=json.dumps(event).encode()
+    )
     assert response.get("FunctionError")
     assert json.loads(response["Payload"].read())["errorType"] == contract.KeyOutsidePrefixError.__name__

@@ -33,17 +33,27 @@ TEMPLATE = {
         "Queue": {"Type": "AWS::SQS::Queue", "Properties": {"VisibilityTimeout": 30, "FifoQueue": True}},
         "Fn": {
             "Type": "AWS::Lambda::Function",
-            "Properties": {"Timeout": 300, "Environment": {"Variables": {"SINK_URL": "https://core", "KEEP": {"Ref": "Queue"}}}},
+            "Properties": {
+                "Timeout": 300,
+                "Environment": {"Variables": {"TARGET_URL": "https://core", "KEEP": {"Ref": "Queue"}}},
+            },
             "DependsOn": ["Queue", "QueuePolicy"],
         },
         "QueuePolicy": {"Type": "AWS::SQS::QueuePolicy", "Properties": {}},
         "Mapping": {
             "Type": "AWS::Lambda::EventSourceMapping",
-            "Properties": {"BatchSize": 1, "FunctionName": {"Ref": "Fn"}, "EventSourceArn": {"Fn::GetAtt": ["Queue", "Arn"]}},
+            "Properties": {
+                "BatchSize": 1,
+                "FunctionName": {"Ref": "Fn"},
+                "EventSourceArn": {"Fn::GetAtt": ["Queue", "Arn"]},
+            },
         },
         "Machine": {
             "Type": "AWS::StepFunctions::StateMachine",
-            "Properties": {"DefinitionString": DEFINITION, "DefinitionSubstitutions": {"Greeting": {"Ref": "AWS::Region"}}},
+            "Properties": {
+                "DefinitionString": DEFINITION,
+                "DefinitionSubstitutions": {"Greeting": {"Ref": "AWS::Region"}},
+            },
         },
     }
 }
@@ -58,11 +68,14 @@ def test_the_pre_transform_changes_only_what_the_local_run_needs() -> None:
     original template is unchanged."""
     original = json.dumps(TEMPLATE, sort_keys=True)
 
-    def point_at_local(logical_id: str, variables: dict) -> dict:
-        return {**variables, "SINK_URL": "http://127.0.0.1:1/records"}
+    def point_elsewhere(logical_id: str, variables: dict) -> dict:
+        return {**variables, "TARGET_URL": "http://127.0.0.1:1/records"}
 
     prepared = prepare(
-        TEMPLATE, time_scale=0.1, creatable=lambda kind: kind != "AWS::SQS::QueuePolicy", environment=point_at_local
+        TEMPLATE,
+        time_scale=0.1,
+        creatable=lambda kind: kind != "AWS::SQS::QueuePolicy",
+        environment=point_elsewhere,
     )
 
     resources = prepared.template["Resources"]
@@ -72,9 +85,10 @@ def test_the_pre_transform_changes_only_what_the_local_run_needs() -> None:
     assert resources["Fn"]["Properties"]["Timeout"] == 30
     assert resources["Fn"]["DependsOn"] == ["Queue"]
     assert resources["Fn"]["Properties"]["Environment"]["Variables"] == {
-        "SINK_URL": "http://127.0.0.1:1/records", "KEEP": {"Ref": "Queue"}
+        "TARGET_URL": "http://127.0.0.1:1/records",
+        "KEEP": {"Ref": "Queue"},
     }
-    assert prepared.overrides == ["Fn: SINK_URL 'https://core' -> 'http://127.0.0.1:1/records'"]
+    assert prepared.overrides == ["Fn: TARGET_URL 'https://core' -> 'http://127.0.0.1:1/records'"]
     assert prepared.not_created == [("QueuePolicy", "AWS::SQS::QueuePolicy")]
     (mapping,) = prepared.mappings
     assert (mapping.logical_id, mapping.batch_size, mapping.enabled) == ("Mapping", 1, True)
@@ -84,7 +98,9 @@ def test_the_pre_transform_changes_only_what_the_local_run_needs() -> None:
 
     parts = resources["Machine"]["Properties"]["DefinitionString"]["Fn::Join"][1]
     assert [p for p in parts if not isinstance(p, str)] == [
-        {"Ref": "AWS::Partition"}, {"Fn::GetAtt": ["Fn", "Arn"]}, {"Ref": "AWS::Region"}
+        {"Ref": "AWS::Partition"},
+        {"Fn::GetAtt": ["Fn", "Arn"]},
+        {"Ref": "AWS::Region"},
     ]
     text = "".join(p if isinstance(p, str) else "X" for p in parts)
     states = json.loads(text)["States"]
@@ -97,8 +113,14 @@ def test_the_pre_transform_changes_only_what_the_local_run_needs() -> None:
 def test_fails_when_a_definition_is_not_json_around_its_intrinsics() -> None:
     """GIVEN an intrinsic outside a JSON string THEN the pre-transform says it cannot scale it."""
     bad = {"Fn::Join": ["", ['{"StartAt":"T","TimeoutSeconds":', {"Ref": "Seconds"}, "}"]]}
-    template = {"Resources": {"M": {"Type": "AWS::StepFunctions::StateMachine", "Properties": {"DefinitionString": bad}}}}
-    with pytest.raises(TemplateError, match="M: the definition is not JSON once its intrinsics are set aside"):
+    template = {
+        "Resources": {
+            "M": {"Type": "AWS::StepFunctions::StateMachine", "Properties": {"DefinitionString": bad}}
+        }
+    }
+    with pytest.raises(
+        TemplateError, match="M: the definition is not JSON once its intrinsics are set aside"
+    ):
         prepare(template, time_scale=0.1, creatable=lambda kind: True)
 
 
@@ -107,7 +129,9 @@ def test_durations_scale_with_time_scale() -> None:
     assert scale_seconds(30, 0.03) == 1
     assert scale_seconds(300, 0.1) == 30
     assert scale_seconds(1209600, 0.03, minimum=60) == 36288
-    definition = {"States": {"Wait": {"Type": "Wait", "Seconds": 100}, "Task": {"Type": "Task", "TimeoutSeconds": 600}}}
+    definition = {
+        "States": {"Wait": {"Type": "Wait", "Seconds": 100}, "Task": {"Type": "Task", "TimeoutSeconds": 600}}
+    }
     scaled = scale_definition(definition, 0.1)
     assert scaled["States"]["Wait"]["Seconds"] == 10 and scaled["States"]["Task"]["TimeoutSeconds"] == 60
 
@@ -122,7 +146,9 @@ def test_callback_task_without_timeout_is_refused() -> None:
 
 def _post(url: str, body: dict, key: str) -> int:
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Idempotency-Key": key, "Content-Type": "application/json"}
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
     )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
@@ -153,7 +179,12 @@ def test_sink_deduplicates_and_injects_faults() -> None:
     assert statuses == [201, 503, 201, 200, 400, 400]
     assert sink.accepted == [{"n": 0}, {"n": 1}]
     assert [(r.idempotency_key, r.registered) for r in sink.requests] == [
-        ("k0", True), ("k1", False), ("k1", True), ("k0", False), ("k9", False), ("k9", False)
+        ("k0", True),
+        ("k1", False),
+        ("k1", True),
+        ("k0", False),
+        ("k9", False),
+        ("k9", False),
     ]
 
 
@@ -163,16 +194,25 @@ def test_log_lines_are_shaped_like_lambdas_json_log_format() -> None:
     THEN each is one JSON object with Lambda's keys, the extra fields at the top level, the
     exception as errorType/errorMessage/stackTrace, and nothing that is None."""
     logger = logging.getLogger("ingest.test")
-    record = logger.makeRecord("ingest.test", logging.INFO, __file__, 1, "chunk %d sent", (3,), None, extra={"tenant": "acme"})
+    record = logger.makeRecord(
+        "ingest.test", logging.INFO, __file__, 1, "chunk %d sent", (3,), None, extra={"tenant": "acme"}
+    )
     line = json.loads(LambdaJsonFormatter().format(record))
     assert set(line) == {"timestamp", "level", "message", "logger", "tenant"}
-    assert (line["level"], line["message"], line["logger"], line["tenant"]) == ("INFO", "chunk 3 sent", "ingest.test", "acme")
+    assert (line["level"], line["message"], line["logger"], line["tenant"]) == (
+        "INFO",
+        "chunk 3 sent",
+        "ingest.test",
+        "acme",
+    )
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", line["timestamp"])
 
     try:
         raise ValueError("boom")
     except ValueError:
-        failed = logger.makeRecord("ingest.test", logging.ERROR, __file__, 2, "failed", (), sys.exc_info(), extra={"tenant_id": "x"})
+        failed = logger.makeRecord(
+            "ingest.test", logging.ERROR, __file__, 2, "failed", (), sys.exc_info(), extra={"tenant_id": "x"}
+        )
     line = json.loads(LambdaJsonFormatter().format(failed))
     assert (line["errorType"], line["errorMessage"], line["level"]) == ("ValueError", "boom", "ERROR")
     assert "raise ValueError" in "".join(line["stackTrace"])
