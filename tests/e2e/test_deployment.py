@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import E2E_TIME_SCALE, csv_file
+from pipeline_checks import E2E_TIME_SCALE, csv_file, wait_for
 
 from lambdas import contract
 from local_runtime import LocalPipeline
@@ -81,13 +81,15 @@ def test_what_moto_cannot_create_is_listed_and_topics_are_captured(pipe: LocalPi
     assert pipe.time_scale == E2E_TIME_SCALE
 
 
-def test_functions_log_in_lambdas_json_format(pipe: LocalPipeline) -> None:
-    """GIVEN a file uploaded to the landing bucket and processed (through the bucket's
-    EventBridge notification, the rule and the queue)
-    WHEN we read the controller's log
-    THEN every line is one JSON object; the handler's own lines carry level, message, logger,
-    the request id and their extra fields, as the Lambda runtime writes them."""
-    key, _ = pipe.put_file("acme", "logged.csv", csv_file("logged", 2))
+def test_functions_log_in_lambdas_json_format_and_progress_is_reported(pipe: LocalPipeline) -> None:
+    """GIVEN a subscriber to the progress events and a file uploaded to the landing bucket
+    WHEN it is processed (through the bucket's EventBridge notification, the rule, the queue)
+    THEN every line of the controller's log is one JSON object, its own lines with level,
+    message, logger, the request id and their extra fields, as the Lambda runtime writes
+    them; and every kind of progress event was reported for the file."""
+    seen: list = []
+    pipe.events.subscribe(seen.append)
+    key, _ = pipe.put_file("acme", "logged.csv", csv_file("logged", 4))
     pipe.wait_until_idle(timeout=60)
     assert [(e["key"], e["status"]) for e in pipe.executions("acme")] == [(key, "SUCCEEDED")]
 
@@ -99,3 +101,16 @@ def test_functions_log_in_lambdas_json_format(pipe: LocalPipeline) -> None:
     for line in handler_lines:
         assert {"timestamp", "level", "message", "logger", "requestId", "tenant"} <= set(line)
         assert line["tenant"] == "acme" and line["requestId"]
+
+    wait_for(lambda: any(e.kind == "file_finished" for e in seen), timeout=10, what="file_finished")
+    kinds = {e.kind for e in seen if e.tenant == "acme"}
+    assert kinds >= {
+        "file_uploaded",
+        "controller",
+        "file_split",
+        "chunk_started",
+        "chunk_finished",
+        "record_delivered",
+    }
+    split = next(e for e in seen if e.kind == "file_split")
+    assert (split.data["key"], split.data["chunk_count"], split.data["record_count"]) == (key, 2, 4)
