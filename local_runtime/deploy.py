@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local_runtime.lambda_pool import FunctionSpec
 from local_runtime.synth import Synthesized, SynthesizedTenant
 from local_runtime.transform import RemovedMapping, prepare
 
@@ -35,6 +34,24 @@ BOOTSTRAP_VERSION = "33"
 
 class DeployError(RuntimeError):
     """A stack could not be created on moto."""
+
+
+@dataclass(frozen=True)
+class DeployedFunction:
+    """A function as moto holds it, and what a worker needs to run it."""
+
+    name: str
+    arn: str
+    handler: str
+    code_dir: Path
+    environment: dict[str, str]  # the function's variables in moto (template + hook)
+    timeout_seconds: float  # already scaled
+    memory_size: int = 128
+    reserved_concurrency: int | None = None
+    log_format: str = "Text"  # LoggingConfig.LogFormat
+    log_level: str = "INFO"  # LoggingConfig.ApplicationLogLevel (JSON format only)
+    tenant: str | None = None  # for a function of a tenant's pipeline
+    role: str | None = None  # "controller", "split", "register"
 
 
 @dataclass(frozen=True)
@@ -82,7 +99,7 @@ class Deployment:
     """What a tenants file became on moto."""
 
     stacks: dict[str, DeployedStack] = field(default_factory=dict)
-    functions: dict[str, FunctionSpec] = field(default_factory=dict)  # by function name
+    functions: dict[str, DeployedFunction] = field(default_factory=dict)  # by function name
     event_source_mappings: list[EventSourceMappingSpec] = field(default_factory=list)
     tenants: dict[str, Tenant] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)  # "stack/Logical: VAR old -> new"
@@ -133,10 +150,10 @@ def deploy(
         _complete_buckets(client("s3"), deployed)
         for logical_id, (kind, _) in deployed.resources.items():
             if kind == "AWS::Lambda::Function":
-                spec = _function(
+                function = _function(
                     client("lambda"), synthesized, deployed, logical_id, roles.get((name, logical_id))
                 )
-                deployment.functions[spec.name] = spec
+                deployment.functions[function.name] = function
         deployment.event_source_mappings.extend(
             _mapping(client("sqs"), deployed, m) for m in prepared.mappings
         )
@@ -227,13 +244,13 @@ def _function(
     stack: DeployedStack,
     logical_id: str,
     tenant_role: tuple[str, str] | None,
-) -> FunctionSpec:
+) -> DeployedFunction:
     """The function as moto holds it, plus what moto's CloudFormation drops (LoggingConfig)."""
     props = stack.template["Resources"][logical_id]["Properties"]
     found = lambda_.get_function(FunctionName=stack.resources[logical_id][1])
     config = found["Configuration"]
     logging_config = props.get("LoggingConfig") or {}
-    return FunctionSpec(
+    return DeployedFunction(
         name=config["FunctionName"],
         arn=config["FunctionArn"],
         handler=config["Handler"],

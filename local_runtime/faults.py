@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from local_runtime.lambda_pool import FunctionSpec, InvocationResult
+from local_runtime.deploy import DeployedFunction
+from local_runtime.lambda_pool import InvocationResult
 from local_runtime.poller import Delivery
 from local_runtime.synth import CONTROLLER_ROLE
 
@@ -61,18 +62,18 @@ class Faults:
 
     # -- called by the dispatcher and the pollers ---------------------------------------------
 
-    def directives(self, spec: FunctionSpec) -> dict[str, Any]:
+    def directives(self, function: DeployedFunction) -> dict[str, Any]:
         """What the worker of this invocation must do (a `LambdaDispatcher` fault source)."""
         with self._lock:
-            if spec.role == CONTROLLER_ROLE and self._crashes_armed.get(spec.tenant or "", 0) > 0:
+            if function.role == CONTROLLER_ROLE and self._crashes_armed.get(function.tenant or "", 0) > 0:
                 return {"crash_after": "sfn.StartExecution"}
         return {}
 
-    def observe_crash(self, spec: FunctionSpec, result: InvocationResult) -> None:
+    def observe_crash(self, function: DeployedFunction, result: InvocationResult) -> None:
         with self._lock:
-            if self._crashes_armed.get(spec.tenant or "", 0) > 0:
-                self._crashes_armed[spec.tenant or ""] -= 1
-            self.crashes.append((spec.name, time.time()))
+            if self._crashes_armed.get(function.tenant or "", 0) > 0:
+                self._crashes_armed[function.tenant or ""] -= 1
+            self.crashes.append((function.name, time.time()))
 
     def on_delivery(self, tenant: str, delivery: Delivery) -> str | None:
         """Send a copy of a first delivery if a duplicate is armed; returns the copy's id."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from local_runtime import worker_process
+from local_runtime.deploy import DeployedFunction
 from local_runtime.worker_process import CRASH_EXIT_CODE
 
 WORKER_SCRIPT = Path(worker_process.__file__).resolve()
@@ -31,24 +32,6 @@ WORKER_SCRIPT = Path(worker_process.__file__).resolve()
 DEFAULT_MAX_ENVIRONMENTS = 4
 #: How long a new worker may take to import its handler before the invocation fails.
 STARTUP_TIMEOUT_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class FunctionSpec:
-    """One deployed function, as a worker runs it."""
-
-    name: str
-    arn: str
-    handler: str
-    code_dir: Path
-    environment: dict[str, str]  # the function's variables in moto (template + hook)
-    timeout_seconds: float  # already scaled
-    memory_size: int = 128
-    reserved_concurrency: int | None = None
-    log_format: str = "Text"  # LoggingConfig.LogFormat
-    log_level: str = "INFO"  # LoggingConfig.ApplicationLogLevel (JSON format only)
-    tenant: str | None = None  # for a function of a tenant's pipeline
-    role: str | None = None  # "controller", "split", "register"
 
 
 @dataclass(frozen=True)
@@ -90,14 +73,14 @@ class WorkerDied(Exception):
 class Worker:
     """One process running one function's handler, one invocation at a time."""
 
-    def __init__(self, spec: FunctionSpec, env: dict[str, str], log: TextIO) -> None:
-        self.spec = spec
+    def __init__(self, function: DeployedFunction, env: dict[str, str], log: TextIO) -> None:
+        self.function = function
         self._buffer = b""
         self._ready = False
         self.process = subprocess.Popen(
-            [sys.executable, "-u", str(WORKER_SCRIPT), spec.handler],
+            [sys.executable, "-u", str(WORKER_SCRIPT), function.handler],
             env=env,
-            cwd=str(spec.code_dir),
+            cwd=str(function.code_dir),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -169,14 +152,14 @@ class Worker:
 
 
 #: Called around every invocation (progress events, tests); must not raise.
-InvocationListener = Callable[[FunctionSpec, Any, "InvocationResult | None"], None]
+InvocationListener = Callable[[DeployedFunction, Any, "InvocationResult | None"], None]
 
 
 @dataclass
 class FunctionPool:
     """The execution environments of one function."""
 
-    spec: FunctionSpec
+    function: DeployedFunction
     process_env: dict[str, str]
     log_path: Path
     max_environments: int
@@ -198,7 +181,7 @@ class FunctionPool:
 
     def _new_worker(self) -> Worker:
         assert self._log is not None
-        worker = Worker(self.spec, self.process_env, self._log)
+        worker = Worker(self.function, self.process_env, self._log)
         self._all.add(worker)
         return worker
 
@@ -250,7 +233,7 @@ class FunctionPool:
             worker = self._acquire()
         except WorkerDied:
             return _runtime_error(request_id, "Runtime.ExitError", "runtime is shutting down", started)
-        timeout = self.spec.timeout_seconds
+        timeout = self.function.timeout_seconds
         request = {
             "request_id": request_id,
             "event": event,
@@ -317,20 +300,20 @@ class LambdaDispatcher:
         self._pools: dict[str, FunctionPool] = {}
         self._lock = threading.Lock()
         self._listeners: list[InvocationListener] = []
-        self._fault_sources: list[Callable[[FunctionSpec], dict[str, Any]]] = []
-        self._crash_observers: list[Callable[[FunctionSpec, InvocationResult], None]] = []
+        self._fault_sources: list[Callable[[DeployedFunction], dict[str, Any]]] = []
+        self._crash_observers: list[Callable[[DeployedFunction, InvocationResult], None]] = []
         self._closed = False
 
-    def register(self, spec: FunctionSpec, *, prewarm: bool = True) -> None:
+    def register(self, function: DeployedFunction, *, prewarm: bool = True) -> None:
         with self._lock:
-            old = self._pools.get(spec.name)
+            old = self._pools.get(function.name)
             pool = FunctionPool(
-                spec=spec,
-                process_env=self._process_env(spec),
-                log_path=self._log_dir / f"{spec.name}.log",
-                max_environments=spec.reserved_concurrency or DEFAULT_MAX_ENVIRONMENTS,
+                function=function,
+                process_env=self._process_env(function),
+                log_path=self._log_dir / f"{function.name}.log",
+                max_environments=function.reserved_concurrency or DEFAULT_MAX_ENVIRONMENTS,
             )
-            self._pools[spec.name] = pool
+            self._pools[function.name] = pool
         if old is not None:
             for worker in old.close():
                 worker.wait_stopped()
@@ -343,10 +326,10 @@ class LambdaDispatcher:
     def add_listener(self, listener: InvocationListener) -> None:
         self._listeners.append(listener)
 
-    def add_fault_source(self, source: Callable[[FunctionSpec], dict[str, Any]]) -> None:
+    def add_fault_source(self, source: Callable[[DeployedFunction], dict[str, Any]]) -> None:
         self._fault_sources.append(source)
 
-    def add_crash_observer(self, observer: Callable[[FunctionSpec, InvocationResult], None]) -> None:
+    def add_crash_observer(self, observer: Callable[[DeployedFunction, InvocationResult], None]) -> None:
         self._crash_observers.append(observer)
 
     def in_flight(self, function_names: list[str] | tuple[str, ...] | None = None) -> int:
@@ -365,49 +348,49 @@ class LambdaDispatcher:
                 f"no local worker for {function_name}",
                 time.monotonic(),
             )
-        if environment is not None and environment != pool.spec.environment:
+        if environment is not None and environment != pool.function.environment:
             # The function was reconfigured in moto (update-function-configuration): new environments.
-            self.register(replace(pool.spec, environment=dict(environment)))
+            self.register(replace(pool.function, environment=dict(environment)))
             pool = self._pools[function_name]
         faults: dict[str, Any] = {}
         for source in self._fault_sources:
-            faults.update(source(pool.spec))
-        self._notify(pool.spec, event, None)
+            faults.update(source(pool.function))
+        self._notify(pool.function, event, None)
         result = pool.invoke(event, faults)
         if result.crashed:
             for observer in self._crash_observers:
-                observer(pool.spec, result)
-        self._notify(pool.spec, event, result)
+                observer(pool.function, result)
+        self._notify(pool.function, event, result)
         return result
 
-    def _notify(self, spec: FunctionSpec, event: Any, result: InvocationResult | None) -> None:
+    def _notify(self, function: DeployedFunction, event: Any, result: InvocationResult | None) -> None:
         for listener in self._listeners:
             try:
-                listener(spec, event, result)
+                listener(function, event, result)
             except Exception:  # noqa: BLE001 - a broken listener must not break the pipeline
                 pass
 
-    def _process_env(self, spec: FunctionSpec) -> dict[str, str]:
+    def _process_env(self, function: DeployedFunction) -> dict[str, str]:
         env = {
             key: value
             for key, value in os.environ.items()
             if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
         }
-        env.update(spec.environment)
+        env.update(function.environment)
         env.update(self._runtime_env)
         env.update(
             {
-                "AWS_LAMBDA_FUNCTION_NAME": spec.name,
-                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_size),
-                "AWS_LAMBDA_FUNCTION_TIMEOUT": str(spec.timeout_seconds),
-                "AWS_LAMBDA_LOG_FORMAT": spec.log_format,
-                "LOCAL_RUNTIME_FUNCTION_ARN": spec.arn,
-                "PYTHONPATH": str(spec.code_dir),
+                "AWS_LAMBDA_FUNCTION_NAME": function.name,
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_size),
+                "AWS_LAMBDA_FUNCTION_TIMEOUT": str(function.timeout_seconds),
+                "AWS_LAMBDA_LOG_FORMAT": function.log_format,
+                "LOCAL_RUNTIME_FUNCTION_ARN": function.arn,
+                "PYTHONPATH": str(function.code_dir),
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
         )
-        if spec.log_format.upper() == "JSON":
-            env["AWS_LAMBDA_LOG_LEVEL"] = spec.log_level  # what Lambda sets in JSON log format
+        if function.log_format.upper() == "JSON":
+            env["AWS_LAMBDA_LOG_LEVEL"] = function.log_level  # what Lambda sets in JSON log format
         return env
 
     def close(self) -> None:

@@ -102,22 +102,22 @@ class Runtime:
             time_scale=self._time_scale,
             function_environment=self._function_environment or point_register_at(self.sinks),
         )
-        for spec in self.deployment.functions.values():
-            self.dispatcher.register(spec)
+        for function in self.deployment.functions.values():
+            self.dispatcher.register(function)
         tenant_of_queue = {t.queue_arn: t.id for t in self.deployment.tenants.values()}
         for mapping in self.deployment.event_source_mappings:
             if not mapping.enabled:
                 continue
-            spec = self.deployment.functions[mapping.function_name]
+            function = self.deployment.functions[mapping.function_name]
             poller = SqsPoller(
                 mapping,
                 sqs=self.server.client("sqs"),
                 # One attempt: an SDK retry would invoke the function twice for one receive.
                 lambda_client=self.server.client(
-                    "lambda", read_timeout=max(60.0, spec.timeout_seconds + 30), max_attempts=1
+                    "lambda", read_timeout=max(60.0, function.timeout_seconds + 30), max_attempts=1
                 ),
                 region=self._region,
-                concurrency=spec.reserved_concurrency or 1,
+                concurrency=function.reserved_concurrency or 1,
             )
             poller.start()
             self.pollers[tenant_of_queue.get(mapping.queue_arn, mapping.function_name)] = poller

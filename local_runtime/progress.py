@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from lambdas import contract
-from local_runtime.lambda_pool import FunctionSpec, InvocationResult
+from local_runtime.deploy import DeployedFunction
+from local_runtime.lambda_pool import InvocationResult
 from local_runtime.synth import CONTROLLER_ROLE, REGISTER_ROLE, SPLIT_ROLE
 
 
@@ -103,14 +104,14 @@ class ProgressReporter:
         self._watch_lock = threading.Lock()
         events.when_subscribed(self.start_watcher)
 
-    def on_invocation(self, spec: FunctionSpec, event: Any, result: InvocationResult | None) -> None:
-        tenant = spec.tenant or spec.name
+    def on_invocation(self, function: DeployedFunction, event: Any, result: InvocationResult | None) -> None:
+        tenant = function.tenant or function.name
         value = (
             result.value
             if result is not None and not result.errored and isinstance(result.value, dict)
             else {}
         )
-        if spec.role == CONTROLLER_ROLE and result is not None:
+        if function.role == CONTROLLER_ROLE and result is not None:
             if result.errored:
                 outcome = "waiting" if result.error_type == contract.GateBusyError.__name__ else "error"
                 self._events.emit("controller", tenant, outcome=outcome, error_type=result.error_type)
@@ -120,7 +121,7 @@ class ProgressReporter:
                 self._events.emit(
                     "controller", tenant, outcome=outcome, execution_name=started.get("execution_name")
                 )
-        elif spec.role == SPLIT_ROLE and result is not None:
+        elif function.role == SPLIT_ROLE and result is not None:
             split = cast(contract.SplitResult, value)
             if split:
                 self._chunk_counts[split["chunk_prefix"]] = split["chunk_count"]
@@ -132,7 +133,7 @@ class ProgressReporter:
                 record_count=split.get("record_count"),
                 error_type=result.error_type,
             )
-        elif spec.role == REGISTER_ROLE:
+        elif function.role == REGISTER_ROLE:
             task = cast(contract.ChunkTask, event)
             fields = {
                 "key": task.get("key"),
