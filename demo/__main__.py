@@ -25,6 +25,7 @@ from rich.table import Table
 
 from demo.samples import SampleFile, malformed, sample_files
 from demo.verify import TenantVerdict, Upload, verify_tenant
+from lambdas import contract
 from pipeline_constructs.config import ConfigError, load_config
 
 SCENARIOS = {
@@ -105,7 +106,7 @@ def upload_all(pipe, plan: Plan, uploads: dict[str, list[Upload]]) -> None:
         for sample in files:
             key, version_id = pipe.put_file(tenant, sample.name, sample.body)
             uploads[tenant].append(
-                Upload(key=key, version_id=version_id, file_no=sample.file_no, records=sample.records,
+                Upload(key=key, version_id=version_id, file_id=sample.file_no, records=sample.records,
                        expect_failure=(tenant, sample.name) in plan.expect_failure)
             )
 
@@ -142,7 +143,7 @@ def progress_table(pipe, plan: Plan, uploads: dict[str, list[Upload]], started: 
         executions = pipe.executions(tenant)
         running = [e for e in executions if e["status"] == "RUNNING"]
         done = sum(e["status"] == "SUCCEEDED" for e in executions)
-        failed = sum(e["status"] in ("FAILED", "TIMED_OUT", "ABORTED") for e in executions)
+        failed = sum(e["status"] in contract.FAILED_STATUSES for e in executions)
         expected = sum(f.records for f in files)
         delivered = len(pipe.sink(tenant).accepted)
         current = running[0]["input"]["key"].rsplit("/", 1)[-1] if running else "-"
@@ -160,13 +161,13 @@ def verdict_table(verdicts: list[TenantVerdict]) -> Table:
     for column in ("tenant", "files ok/failed/all", "order", "records", "dup", "missing", "handoff gap", "result"):
         table.add_column(column)
     for v in verdicts:
-        order = "ok" if v.files_in_order and not v.executions_overlap and not v.out_of_order else "[red]BROKEN[/red]"
+        order = "ok" if v.files_in_order and not v.executions_overlap and not v.records.out_of_order else "[red]BROKEN[/red]"
         table.add_row(
             v.tenant,
             f"{v.files_succeeded}/{v.files_failed}/{v.files_uploaded}",
             order,
             f"{v.records_delivered:,}/{v.records_expected:,}",
-            str(v.duplicates), str(v.missing), v.gap_summary,
+            str(len(v.records.duplicates)), str(len(v.records.missing)), v.gap_summary,
             "[green]ok[/green]" if v.ok else "[red]" + "; ".join(v.problems) + "[/red]",
         )
     return table
@@ -216,7 +217,7 @@ def serve(pipe, console: Console) -> None:
             for tenant in pipe.tenant_ids:
                 for execution in pipe.executions(tenant):
                     key = execution["name"]
-                    if execution["status"] != "RUNNING" and seen.get(key) != 1:
+                    if execution["status"] in contract.CLOSED_STATUSES and seen.get(key) != 1:
                         seen[key] = 1
                         console.print(
                             f"{tenant}: {execution['input']['key']} {execution['status']}, "
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     from local_runtime import LocalPipeline  # heavy import (moto, jsii): after argument checks
 
     started = time.monotonic()
-    console.print(f"Synthesizing {args.tenants} and provisioning it on a local moto server...")
+    console.print(f"Synthesizing {args.tenants} and deploying it on a local moto server...")
     with LocalPipeline(args.tenants, time_scale=args.time_scale) as pipe:
         console.print(f"Local pipeline up in {time.monotonic() - started:.1f} s: {pipe.endpoint_url}")
         console.print(f"Scenario: {args.scenario} ({SCENARIOS[args.scenario]})")

@@ -1,12 +1,24 @@
-"""Check the guarantees from what a run produced: uploads, executions and what the core
-system registered. Used by the demo (exit code) and the end-to-end tests."""
+"""The guarantees, checked from what a run produced: the uploads, the executions and what the
+core system received. The one implementation of the checks: the demo turns the problems into
+its verdict table, the end-to-end tests (`tests/e2e/pipeline_checks.py`) into assertion
+failures. A check returns the problems it found; none means the guarantee held.
+
+Records name their file and position (``{"file": ..., "seq": ...}``, see `demo.samples`).
+"""
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from lambdas import contract
+
+RecordId = tuple[str, int]  # (file, seq)
+_NEVER = datetime.max.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -15,9 +27,128 @@ class Upload:
 
     key: str
     version_id: str
-    file_no: int
+    file_id: Any  # what its records hold in "file"
     records: int
     expect_failure: bool = False
+
+
+def record_id(record: Any) -> RecordId:
+    return str(record["file"]), int(record["seq"])
+
+
+def _start(execution: dict[str, Any]) -> datetime:
+    return execution["startDate"]
+
+
+def _stop(execution: dict[str, Any]) -> datetime:
+    return execution.get("stopDate") or _NEVER
+
+
+# --- G1: one file at a time, in upload order -------------------------------------------------
+
+
+def overlap_problems(executions: Sequence[dict[str, Any]]) -> list[str]:
+    """Each execution started after the previous one stopped."""
+    ordered = sorted(executions, key=_start)
+    problems = []
+    for before, after in zip(ordered, ordered[1:]):
+        if after["startDate"] < _stop(before):
+            ran_until = before.get("stopDate") or "now (still running)"
+            problems.append(
+                f"executions overlap: {after['key']} started at {after['startDate']} while {before['key']} ran until {ran_until}"
+            )
+    return problems
+
+
+def file_order_problems(executions: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[str]:
+    """Files started and finished in upload order (``keys``: the uploads' keys, in order)."""
+    by_start = [e["key"] for e in sorted(executions, key=_start)]
+    by_stop = [e["key"] for e in sorted(executions, key=_stop)]
+    problems = []
+    if by_start != list(keys):
+        problems.append(f"files started out of upload order: {by_start}")
+    if by_stop != list(keys):
+        problems.append(f"files finished out of upload order: {by_stop}")
+    return problems
+
+
+def request_order_problems(requests: Iterable[Any]) -> list[str]:
+    """The core system never received a record before an earlier one of its file was
+    registered. A retried chunk is resent from its start, so positions may step back."""
+    registered: dict[str, int] = {}  # file -> records registered so far
+    for request in requests:
+        file_id, seq = record_id(request.body)
+        done = registered.get(file_id, 0)
+        if seq > done:
+            return [f"record {file_id}#{seq} was sent before {file_id}#{done} was registered"]
+        if request.registered:
+            registered[file_id] = done + 1
+    return []
+
+
+# --- G2 and G3: every file once, every record once --------------------------------------------
+
+
+def execution_count_problems(executions: Sequence[dict[str, Any]], uploads: Sequence[Upload]) -> list[str]:
+    """Exactly one execution per uploaded version: none missing (G3), none doubled (G2)."""
+    counts = Counter((e["key"], e["version_id"]) for e in executions)
+    return [
+        f"{u.key}: {n} executions instead of 1" for u in uploads if (n := counts[(u.key, u.version_id)]) != 1
+    ]
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """What the core system registered compared with the records of the files."""
+
+    duplicates: list[RecordId]  # G2
+    missing: list[RecordId]  # G3
+    unexpected: list[RecordId]  # from no expected file
+    out_of_order: list[int]  # G1: positions of records received after a later one
+
+    @property
+    def problems(self) -> list[str]:
+        return [
+            problem
+            for problem in (
+                _some(self.duplicates, "registered twice"),
+                _some(self.missing, "missing (never registered)"),
+                _some(self.unexpected, "registered from no expected file"),
+                _some(self.out_of_order, "out of order", "first at position"),
+            )
+            if problem
+        ]
+
+
+def check_records(received: Sequence[Any], files: Sequence[tuple[Any, int]]) -> RecordCheck:
+    """``files``: (file id, record count) of each file whose records must be registered, in
+    upload order. Every record once, files in that order, records in file order."""
+    rank = {str(file_id): index for index, (file_id, _) in enumerate(files)}
+    expected = [(str(file_id), seq) for file_id, count in files for seq in range(count)]
+    ids = [record_id(r) for r in received]
+    counts = Counter(ids)
+    positions = [(rank[f], seq, index) for index, (f, seq) in enumerate(ids) if f in rank]
+    return RecordCheck(
+        duplicates=[i for i, n in counts.items() if n > 1],
+        missing=[i for i in expected if i not in counts],
+        unexpected=[i for i in counts if i[0] not in rank],
+        out_of_order=[b[2] for a, b in zip(positions, positions[1:]) if b[:2] < a[:2]],
+    )
+
+
+def duplicate_problems(received: Sequence[Any]) -> list[str]:
+    """G2 alone: no record registered twice."""
+    return replace(check_records(received, []), unexpected=[]).problems
+
+
+def _some(items: list[Any], what: str, first: str = "first") -> str | None:
+    if not items:
+        return None
+    shown = ", ".join(f"{i[0]}#{i[1]}" if isinstance(i, tuple) else str(i) for i in items[:3])
+    return f"{len(items)} records {what} ({first} {shown})"
+
+
+# --- the demo's verdict ------------------------------------------------------------------------
 
 
 @dataclass
@@ -28,11 +159,9 @@ class TenantVerdict:
     files_failed: int
     files_in_order: bool
     executions_overlap: bool
+    records: RecordCheck
     records_expected: int
     records_delivered: int
-    duplicates: int
-    missing: int
-    out_of_order: int
     handoff_gaps: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -50,78 +179,41 @@ class TenantVerdict:
 def verify_tenant(
     tenant: str, uploads: list[Upload], executions: list[dict], accepted: list[dict]
 ) -> TenantVerdict:
-    """``executions``: dicts with ``input`` (key, version_id), ``status``, ``startDate``,
-    ``stopDate``; ``accepted``: the record bodies the core system registered, in order."""
-    problems: list[str] = []
-    by_version = {(e["input"]["key"], e["input"]["version_id"]): e for e in executions}
-    ordered = sorted(executions, key=lambda e: e["startDate"])
-
-    # G3: every upload has exactly one execution (G2: not two).
-    starts = Counter((e["input"]["key"], e["input"]["version_id"]) for e in executions)
+    """``executions`` as `LocalPipeline.executions` describes them; ``accepted``: the record
+    bodies the core system registered, in order."""
+    status = {(e["key"], e["version_id"]): e["status"] for e in executions}
+    outcomes = []
     for upload in uploads:
-        count = starts[(upload.key, upload.version_id)]
-        if count != 1:
-            problems.append(f"{upload.key}: {count} executions instead of 1")
-
-    # G1: executions in upload order, never overlapping.
-    upload_rank = {(u.key, u.version_id): i for i, u in enumerate(uploads)}
-    ranks = [upload_rank.get((e["input"]["key"], e["input"]["version_id"]), -1) for e in ordered]
-    files_in_order = ranks == sorted(ranks)
-    if not files_in_order:
-        problems.append(f"files started out of upload order: {ranks}")
-    overlap = any(
-        _stop(previous) is None or _stop(previous) > current["startDate"]
-        for previous, current in zip(ordered, ordered[1:])
-    )
-    if overlap:
-        problems.append("two executions of the tenant overlapped")
-    gaps = [
-        (current["startDate"] - _stop(previous)).total_seconds()
-        for previous, current in zip(ordered, ordered[1:])
-        if _stop(previous) is not None
-    ]
-
-    succeeded = [u for u in uploads if by_version.get((u.key, u.version_id), {}).get("status") == "SUCCEEDED"]
-    failed = [u for u in uploads if by_version.get((u.key, u.version_id), {}).get("status") in ("FAILED", "TIMED_OUT", "ABORTED")]
-    for upload in uploads:
-        status = by_version.get((upload.key, upload.version_id), {}).get("status")
-        if upload.expect_failure and status != "FAILED":
-            problems.append(f"{upload.key}: expected to fail, ended {status}")
-        if not upload.expect_failure and status != "SUCCEEDED":
-            problems.append(f"{upload.key}: ended {status}")
-
-    # Records: every record of every successful file, once, in file order then record order.
-    expected = [(u.file_no, seq) for u in uploads if not u.expect_failure for seq in range(u.records)]
-    delivered = [(int(r["file"]), int(r["seq"])) for r in accepted]
-    counts = Counter(delivered)
-    duplicates = sum(c - 1 for c in counts.values() if c > 1)
-    missing = len(set(expected) - set(counts))
-    file_rank = {u.file_no: i for i, u in enumerate(uploads)}
-    positions = [(file_rank.get(f, len(uploads)), seq) for f, seq in delivered]
-    out_of_order = sum(1 for a, b in zip(positions, positions[1:]) if a > b)
-    if duplicates:
-        problems.append(f"{duplicates} records registered twice")
-    if missing:
-        problems.append(f"{missing} records missing")
-    if out_of_order:
-        problems.append(f"{out_of_order} records out of order")
-
+        ended = status.get((upload.key, upload.version_id))
+        wanted = "FAILED" if upload.expect_failure else "SUCCEEDED"
+        if ended != wanted:
+            outcomes.append(
+                f"{upload.key}: ended {ended}" + (", expected to fail" if upload.expect_failure else "")
+            )
+    overlap = overlap_problems(executions)
+    order = file_order_problems(executions, [u.key for u in uploads])
+    records = check_records(accepted, [(u.file_id, u.records) for u in uploads if not u.expect_failure])
+    ordered = sorted(executions, key=_start)
     return TenantVerdict(
         tenant=tenant,
         files_uploaded=len(uploads),
-        files_succeeded=len(succeeded),
-        files_failed=len(failed),
-        files_in_order=files_in_order,
-        executions_overlap=overlap,
-        records_expected=len(expected),
-        records_delivered=len(delivered),
-        duplicates=duplicates,
-        missing=missing,
-        out_of_order=out_of_order,
-        handoff_gaps=gaps,
-        problems=problems,
+        files_succeeded=sum(status.get((u.key, u.version_id)) == "SUCCEEDED" for u in uploads),
+        files_failed=sum(status.get((u.key, u.version_id)) in contract.FAILED_STATUSES for u in uploads),
+        files_in_order=not order,
+        executions_overlap=bool(overlap),
+        records=records,
+        records_expected=sum(u.records for u in uploads if not u.expect_failure),
+        records_delivered=len(accepted),
+        handoff_gaps=[
+            (after["startDate"] - before["stopDate"]).total_seconds()
+            for before, after in zip(ordered, ordered[1:])
+            if before.get("stopDate")
+        ],
+        problems=[
+            *execution_count_problems(executions, uploads),
+            *outcomes,
+            *order,
+            *overlap,
+            *records.problems,
+        ],
     )
-
-
-def _stop(execution: dict) -> datetime | None:
-    return execution.get("stopDate")

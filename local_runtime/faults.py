@@ -5,25 +5,32 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from local_runtime.workers import FunctionSpec, InvocationResult
+from local_runtime.deploy import DeployedFunction
+from local_runtime.lambda_pool import InvocationResult
+from local_runtime.poller import Delivery
+from local_runtime.synth import CONTROLLER_ROLE
 
 
-@dataclass
 class Faults:
-    """Arms crashes of a tenant's controller; read by the dispatcher on every invocation.
+    """Armed faults of a running pipeline, read on every invocation and every delivery.
 
-    ``controller_names`` maps tenant id -> controller function name.
+    ``send_copy(tenant, body)`` puts a message on the tenant's queue and returns its id.
     """
 
-    controller_names: dict[str, str]
-    crashes: list[tuple[str, float]] = field(default_factory=list)  # (function name, when)
-    duplicates_sent: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, original id, copy id)
-    _armed: dict[str, int] = field(default_factory=dict)
-    _duplicates: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(
+        self, tenants: Iterable[str] = (), send_copy: Callable[[str, str], str] | None = None
+    ) -> None:
+        self._tenants = set(tenants)
+        self._send_copy = send_copy
+        self.crashes: list[tuple[str, float]] = []  # (function name, when)
+        self.duplicates_sent: list[tuple[str, str, str]] = []  # (tenant, original id, copy id)
+        self._crashes_armed: dict[str, int] = {}  # by tenant
+        self._duplicates_armed: dict[str, int] = {}
+        self._copies: set[str] = set()
+        self._lock = threading.Lock()
 
     def crash_controller_after_start(self, tenant: str, times: int = 1) -> None:
         """The controller process dies right after a successful StartExecution, ``times`` times.
@@ -31,9 +38,7 @@ class Faults:
         The invocation then fails like a Lambda runtime crash (`Runtime.ExitError`): the
         message is not deleted and comes back after the visibility timeout.
         """
-        name = self.controller_names[tenant]
-        with self._lock:
-            self._armed[name] = self._armed.get(name, 0) + times
+        self._arm(self._crashes_armed, tenant, times)
 
     def duplicate_next_event(self, tenant: str, times: int = 1) -> None:
         """The next ``times`` events of the tenant reach the controller twice.
@@ -42,31 +47,43 @@ class Faults:
         with a new deduplication id: what an at-least-once redelivery from outside SQS's
         5-minute deduplication window looks like.
         """
-        if tenant not in self.controller_names:
-            raise KeyError(f"unknown tenant {tenant!r}")
-        with self._lock:
-            self._duplicates[tenant] = self._duplicates.get(tenant, 0) + times
-
-    def take_duplicate(self, tenant: str) -> bool:
-        with self._lock:
-            if self._duplicates.get(tenant, 0) > 0:
-                self._duplicates[tenant] -= 1
-                return True
-        return False
-
-    def directives(self, spec: FunctionSpec) -> dict[str, Any]:
-        with self._lock:
-            if self._armed.get(spec.name, 0) > 0:
-                return {"crash_after": "sfn.StartExecution"}
-        return {}
-
-    def observe_crash(self, spec: FunctionSpec, result: InvocationResult) -> None:
-        with self._lock:
-            if self._armed.get(spec.name, 0) > 0:
-                self._armed[spec.name] -= 1
-            self.crashes.append((spec.name, time.time()))
+        self._arm(self._duplicates_armed, tenant, times)
 
     def clear(self) -> None:
         with self._lock:
-            self._armed.clear()
-            self._duplicates.clear()
+            self._crashes_armed.clear()
+            self._duplicates_armed.clear()
+
+    def _arm(self, armed: dict[str, int], tenant: str, times: int) -> None:
+        if tenant not in self._tenants:
+            raise KeyError(f"unknown tenant {tenant!r} (have: {', '.join(sorted(self._tenants))})")
+        with self._lock:
+            armed[tenant] = armed.get(tenant, 0) + times
+
+    # -- called by the dispatcher and the pollers ---------------------------------------------
+
+    def directives(self, function: DeployedFunction) -> dict[str, Any]:
+        """What the worker of this invocation must do (a `LambdaDispatcher` fault source)."""
+        with self._lock:
+            if function.role == CONTROLLER_ROLE and self._crashes_armed.get(function.tenant or "", 0) > 0:
+                return {"crash_after": "sfn.StartExecution"}
+        return {}
+
+    def observe_crash(self, function: DeployedFunction, result: InvocationResult) -> None:
+        with self._lock:
+            if self._crashes_armed.get(function.tenant or "", 0) > 0:
+                self._crashes_armed[function.tenant or ""] -= 1
+            self.crashes.append((function.name, time.time()))
+
+    def on_delivery(self, tenant: str, delivery: Delivery) -> str | None:
+        """Send a copy of a first delivery if a duplicate is armed; returns the copy's id."""
+        if delivery.receive_count != 1 or delivery.message_id in self._copies or self._send_copy is None:
+            return None
+        with self._lock:
+            if self._duplicates_armed.get(tenant, 0) <= 0:
+                return None
+            self._duplicates_armed[tenant] -= 1
+        copy_id = self._send_copy(tenant, delivery.body)
+        self._copies.add(copy_id)
+        self.duplicates_sent.append((tenant, delivery.message_id, copy_id))
+        return copy_id

@@ -5,7 +5,7 @@ moto over HTTP (`AWS_ENDPOINT_URL`), and because moto's Step Functions interpret
 Lambda and SNS through `http://localhost:$MOTO_PORT`.
 
 Every patch is applied on entry and undone on exit; each one says which moto 5.2.5
-behaviour it changes and why (see DESIGN.md section 6).
+behaviour it changes and why (see docs/design.md, section 6).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from local_runtime.workers import InvocationResult
+import boto3
+from botocore.config import Config
+
+from local_runtime.lambda_pool import InvocationResult
 
 #: Signature of the function that runs one Lambda invocation: (function name, its
 #: environment variables in moto, event) -> result.
@@ -30,6 +33,9 @@ LambdaInvoker = Callable[[str, dict[str, str], Any], InvocationResult]
 
 #: SQS long polls re-check for deliverable messages this often (instead of spinning).
 SQS_WAIT_POLL_SECONDS = 0.05
+
+#: moto accepts any credentials; the local account is moto's default, 123456789012.
+FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 _active_lock = threading.Lock()
 
@@ -40,7 +46,7 @@ class MotoServer:
     Only one can run per process: moto's backends and the patches are process-wide.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, region: str = "us-east-1") -> None:
         self.host = host
         self.port = port  # 0: any free port, known once started
         self._server: Any = None
@@ -48,14 +54,37 @@ class MotoServer:
         self._saved_env: dict[str, str | None] = {}
         self._saved_config: dict[str, Any] | None = None
         self._saved_log_levels: dict[str, int] = {}
+        self._session: boto3.session.Session | None = None
+        self._clients: dict[tuple[str, float, int], Any] = {}
+        self._clients_lock = threading.Lock()
+        self.region = region
 
     @property
     def endpoint_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def client(self, service: str, *, read_timeout: float = 60.0, max_attempts: int = 2) -> Any:
+        """A boto3 client of the local account (cached; boto3 clients are thread-safe)."""
+        key = (service, read_timeout, max_attempts)
+        with self._clients_lock:
+            if key not in self._clients:
+                if self._session is None:
+                    self._session = boto3.session.Session(region_name=self.region, **FAKE_CREDENTIALS)
+                self._clients[key] = self._session.client(
+                    service,
+                    endpoint_url=self.endpoint_url,
+                    config=Config(
+                        retries={"total_max_attempts": max_attempts, "mode": "standard"},
+                        read_timeout=read_timeout,
+                    ),
+                )
+            return self._clients[key]
+
     def start(self) -> None:
         if not _active_lock.acquire(blocking=False):
-            raise RuntimeError("a local pipeline is already running in this process (moto state is process-wide)")
+            raise RuntimeError(
+                "a local pipeline is already running in this process (moto state is process-wide)"
+            )
         self._owns_lock = True
         try:
             from moto.server import ThreadedMotoServer
@@ -69,7 +98,9 @@ class MotoServer:
             # Loopback traffic (moto, sinks) must never go through a proxy from the environment.
             for key in ("NO_PROXY", "no_proxy"):
                 present = [h for h in os.environ.get(key, "").split(",") if h]
-                self._set_env(key, ",".join([*present, *(h for h in ("127.0.0.1", "localhost") if h not in present)]))
+                self._set_env(
+                    key, ",".join([*present, *(h for h in ("127.0.0.1", "localhost") if h not in present)])
+                )
             self.reset()
             from moto.core.config import default_user_config
 
@@ -142,6 +173,7 @@ def moto_patches(*, invoker: LambdaInvoker, time_scale: float) -> Iterator[None]
         stack.enter_context(_s3_events_get_fresh_ids())
         stack.enter_context(_scaled_retry_sleeps(time_scale))
         stack.enter_context(_sqs_long_poll_sleeps())
+        stack.enter_context(_cfn_state_machines_in_the_executing_backend())
         yield
 
 
@@ -168,7 +200,9 @@ def _lambda_runs_local_workers(invoker: LambdaInvoker) -> Any:
     def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
         if isinstance(event, (str, bytes)):
             event = json.loads(event or "{}")
-        result = invoker(self.function_name, dict(self.environment_vars or {}), event if event is not None else {})
+        result = invoker(
+            self.function_name, dict(self.environment_vars or {}), event if event is not None else {}
+        )
         return result.payload, result.errored, ""
 
     return _patched(LambdaFunction, "_invoke_lambda", _invoke_lambda)
@@ -231,3 +265,27 @@ def _sqs_long_poll_sleeps() -> Any:
         time.sleep(min(float(timeout), SQS_WAIT_POLL_SECONDS))
 
     return _patched(Queue, "wait_for_messages", wait_for_messages)
+
+
+def _cfn_state_machines_in_the_executing_backend() -> Any:
+    """moto's CloudFormation creates an `AWS::StepFunctions::StateMachine` in the plain
+    Step Functions backend, but with ``execute_state_machine`` on the API serves (and runs)
+    the parser backend's: the stack's state machine would not exist for StartExecution.
+    Create it in the backend the API uses (name, definition, role, tags, type)."""
+    from moto.stepfunctions.models import StateMachine
+    from moto.stepfunctions.responses import get_backend
+    from moto.stepfunctions.utils import cfn_to_api_tags
+
+    def create(
+        cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any
+    ) -> Any:
+        props = cloudformation_json["Properties"]
+        return get_backend(account_id, region_name).create_state_machine(
+            props.get("StateMachineName", resource_name),
+            props.get("DefinitionString", ""),
+            props.get("RoleArn", ""),
+            tags=cfn_to_api_tags(props.get("Tags", [])),
+            sm_type=props.get("StateMachineType", "STANDARD"),
+        )
+
+    return _patched(StateMachine, "create_from_cloudformation_json", classmethod(create))

@@ -21,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from local_runtime.provision import EventSourceMappingSpec
+from local_runtime.deploy import EventSourceMappingSpec
 
 #: Pause between empty receives (the real mapping long-polls; this keeps moto idle).
 POLL_INTERVAL_SECONDS = 0.05
@@ -52,14 +52,13 @@ class SqsPoller:
         lambda_client: Any,
         region: str,
         concurrency: int,
-        on_delivery: Callable[[EventSourceMappingSpec, Delivery], None] | None = None,
     ) -> None:
         self.mapping = mapping
         self._sqs = sqs
         self._lambda = lambda_client
         self._region = region
         self._concurrency = max(1, concurrency)
-        self._on_delivery = on_delivery
+        self._listeners: list[Callable[[Delivery], None]] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._busy = 0
@@ -68,9 +67,15 @@ class SqsPoller:
 
     def start(self) -> None:
         for index in range(self._concurrency):
-            thread = threading.Thread(target=self._run, name=f"poller-{self.mapping.function_name}-{index}", daemon=True)
+            thread = threading.Thread(
+                target=self._run, name=f"poller-{self.mapping.function_name}-{index}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
+
+    def add_listener(self, listener: Callable[[Delivery], None]) -> None:
+        """Called after each delivery (from the poller's thread; must not raise)."""
+        self._listeners.append(listener)
 
     def stop(self) -> None:
         self._stop.set()
@@ -134,7 +139,9 @@ class SqsPoller:
         else:
             # Batch size 1 and no partial batch responses: success deletes the whole batch.
             for message in messages:
-                self._sqs.delete_message(QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"])
+                self._sqs.delete_message(
+                    QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
         finished = time.time()
         for message in messages:
             delivery = Delivery(
@@ -148,9 +155,9 @@ class SqsPoller:
                 error_message=error_message,
             )
             self.deliveries.append(delivery)
-            if self._on_delivery is not None:
+            for listener in self._listeners:
                 try:
-                    self._on_delivery(self.mapping, delivery)
+                    listener(delivery)
                 except Exception:  # noqa: BLE001 - observers must not stop the poller
                     pass
 

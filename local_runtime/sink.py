@@ -1,4 +1,5 @@
-"""A local HTTP server per tenant that stands in for the core system.
+"""A local HTTP server per tenant that stands in for the core system, and the default
+`function_environment` hook that points each tenant's register function at it.
 
 It behaves like the contract in docs/architecture.md expects of the real one: one POST per
 record, the ``Idempotency-Key`` header deduplicates (a repeated key is answered 200 and not
@@ -12,10 +13,15 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from lambdas import contract
+from local_runtime.synth import REGISTER_ROLE
+
+SINK_URL = contract.env_name("sink_url")
 
 #: Selects records: a predicate on the record body, a dict the body must contain, or an int:
 #: the record that would be registered at that position (0-based) of `accepted`.
@@ -76,9 +82,6 @@ class SinkServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            # Headers and body go out as two small writes: with Nagle's algorithm on, the body
-            # waits for the client's delayed ACK (~40 ms per record).
-            disable_nagle_algorithm = True
             # Keep-alive with Nagle on: the response's headers and body leave in two segments
             # and the client's delayed ACK stalls each record by ~40 ms.
             disable_nagle_algorithm = True
@@ -86,7 +89,9 @@ class SinkServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                status = sink._handle(raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id"))
+                status = sink._handle(
+                    raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id")
+                )
                 body = json.dumps({"status": status}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -99,7 +104,9 @@ class SinkServer:
 
         self._server = ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -140,7 +147,9 @@ class SinkServer:
 
     # -- fault injection --------------------------------------------------------------------
 
-    def fail_with(self, status: int = 503, *, times: int | None = 1, on_record: RecordMatcher = None) -> SinkServer:
+    def fail_with(
+        self, status: int = 503, *, times: int | None = 1, on_record: RecordMatcher = None
+    ) -> SinkServer:
         """Answer ``status`` (e.g. 503, 429) to the next ``times`` matching requests (None: always)."""
         with self._lock:
             self._failures.append(_Failure(status, times, on_record))
@@ -212,3 +221,17 @@ class SinkServer:
             self._seen_keys.add(key)
         self._accepted.append(body)
         return 201, True
+
+
+def point_register_at(
+    sinks: Mapping[str, SinkServer],
+) -> Callable[[str, str, dict[str, Any]], dict[str, Any]]:
+    """The default `function_environment` hook: a tenant's register function sends its records
+    to the tenant's local sink instead of the core system named in the tenants file."""
+
+    def hook(tenant: str, role: str, environment: dict[str, Any]) -> dict[str, Any]:
+        if role == REGISTER_ROLE and tenant in sinks:
+            return {**environment, SINK_URL: sinks[tenant].url}
+        return environment
+
+    return hook

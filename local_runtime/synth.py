@@ -1,7 +1,9 @@
-"""Synthesize the CDK app in-process and read back what the local run needs.
+"""Synthesize the CDK app in-process and record what the local run needs from it.
 
-The local runtime never re-describes the pipeline in Python: it takes the templates (and
-the Lambda code assets) exactly as `cdk synth` would produce them for the tenants file.
+The local runtime never re-describes the pipeline in Python: it deploys the templates and the
+Lambda code assets exactly as `cdk synth` produces them for the tenants file, and finds each
+tenant's resources from the construct tree (`TenantPipeline` instances), not from the
+templates' contents.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The roles of `TenantPipeline.functions`.
+CONTROLLER_ROLE, SPLIT_ROLE, REGISTER_ROLE = "controller", "split", "register"
 
 
 @dataclass(frozen=True)
@@ -21,39 +25,49 @@ class SynthesizedStack:
 
     name: str
     template: dict[str, Any]
-    dependencies: tuple[str, ...]
+    dependencies: tuple[str, ...]  # stacks (and asset manifests) deployed before this one
 
-    @property
-    def resources(self) -> dict[str, dict[str, Any]]:
-        return self.template.get("Resources") or {}
+
+@dataclass(frozen=True)
+class CodeAsset:
+    """A directory asset (Lambda code) and where `cdk deploy` would publish its zip."""
+
+    directory: Path
+    bucket: str  # may hold ${AWS::AccountId}, ${AWS::Region}, ${AWS::Partition}
+    key: str
+
+
+@dataclass(frozen=True)
+class SynthesizedTenant:
+    """One `TenantPipeline` of the app: its stack and the logical ids of its resources."""
+
+    id: str
+    prefix: str
+    stack: str
+    queue: str
+    state_machine: str
+    functions: dict[str, str]  # role ("controller", "split", "register") -> logical id
 
 
 @dataclass(frozen=True)
 class Synthesized:
-    """The cloud assembly of one tenants file: stacks in deployment order, assets, config."""
+    """The cloud assembly of one tenants file."""
 
     outdir: Path
     stacks: tuple[SynthesizedStack, ...]
-    config: Any  # pipeline_constructs.config.AppConfig
-    asset_dirs: dict[str, Path]  # asset hash -> staged directory
-
-    def stack(self, name: str) -> SynthesizedStack:
-        for stack in self.stacks:
-            if stack.name == name:
-                return stack
-        raise KeyError(f"no stack named {name!r} (have: {', '.join(s.name for s in self.stacks)})")
+    assets: tuple[CodeAsset, ...]
+    tenants: tuple[SynthesizedTenant, ...]
 
     @property
     def templates(self) -> dict[str, dict[str, Any]]:
         return {stack.name: stack.template for stack in self.stacks}
 
-    def code_dir(self, s3_key: str) -> Path:
-        """The staged asset directory of a Lambda `Code.S3Key` (`<hash>.zip`)."""
-        asset_hash = s3_key.rsplit("/", 1)[-1].removesuffix(".zip")
-        try:
-            return self.asset_dirs[asset_hash]
-        except KeyError:
-            raise KeyError(f"Lambda code asset {s3_key!r} is not a directory asset of this assembly") from None
+    def asset(self, s3_key: str) -> CodeAsset:
+        """The code asset a Lambda function's `Code.S3Key` names."""
+        for asset in self.assets:
+            if asset.key == s3_key:
+                return asset
+        raise KeyError(f"Lambda code {s3_key!r} is not a directory asset of this assembly")
 
 
 def ensure_node_on_path() -> None:
@@ -77,26 +91,50 @@ def synthesize(tenants_file: str | Path, outdir: str | Path) -> Synthesized:
     from pipeline_constructs.application import build_app
 
     outdir = Path(outdir)
-    built = build_app(tenants_file, app=App(outdir=str(outdir)), nag=False)
-    assembly = built.app.synth()
+    app = build_app(tenants_file, app=App(outdir=str(outdir)), nag=False).app
+    assembly = app.synth()
     stacks = tuple(
-        SynthesizedStack(
-            name=stack.stack_name,
-            template=stack.template,
-            dependencies=tuple(dep.id for dep in stack.dependencies),
-        )
+        SynthesizedStack(stack.stack_name, stack.template, tuple(dep.id for dep in stack.dependencies))
         for stack in assembly.stacks
     )
-    return Synthesized(outdir=outdir, stacks=stacks, config=built.config, asset_dirs=_asset_dirs(outdir))
+    return Synthesized(outdir=outdir, stacks=stacks, assets=_code_assets(outdir), tenants=_tenants(app))
 
 
-def _asset_dirs(outdir: Path) -> dict[str, Path]:
+def _tenants(app: Any) -> tuple[SynthesizedTenant, ...]:
+    from aws_cdk import Stack
+
+    from pipeline_constructs.tenant_pipeline import TenantPipeline
+
+    def logical_id(construct: Any) -> str:
+        stack = Stack.of(construct)
+        return stack.resolve(stack.get_logical_id(construct.node.default_child))
+
+    return tuple(
+        SynthesizedTenant(
+            id=pipeline.tenant_id,
+            prefix=pipeline.landing_prefix,
+            stack=Stack.of(pipeline).stack_name,
+            queue=logical_id(pipeline.queue),
+            state_machine=logical_id(pipeline.state_machine),
+            functions={role: logical_id(function) for role, function in pipeline.functions.items()},
+        )
+        for pipeline in app.node.find_all()
+        if isinstance(pipeline, TenantPipeline)
+    )
+
+
+def _code_assets(outdir: Path) -> tuple[CodeAsset, ...]:
     """Directory assets listed in every `*.assets.json` manifest of the assembly."""
-    found: dict[str, Path] = {}
-    for manifest in outdir.glob("*.assets.json"):
-        files = json.loads(manifest.read_text()).get("files", {})
-        for asset_hash, asset in files.items():
-            source = asset.get("source", {})
-            if source.get("packaging") == "zip":
-                found[asset_hash] = (outdir / source["path"]).resolve()
-    return found
+    found: dict[str, CodeAsset] = {}
+    for manifest in sorted(outdir.glob("*.assets.json")):
+        for asset in json.loads(manifest.read_text()).get("files", {}).values():
+            if asset.get("source", {}).get("packaging") != "zip":
+                continue
+            for destination in asset.get("destinations", {}).values():
+                code = CodeAsset(
+                    (outdir / asset["source"]["path"]).resolve(),
+                    destination["bucketName"],
+                    destination["objectKey"],
+                )
+                found[f"{code.bucket}/{code.key}"] = code
+    return tuple(found.values())

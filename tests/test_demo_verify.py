@@ -5,16 +5,20 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from demo.samples import malformed, sample_files
-from demo.verify import Upload, verify_tenant
+from demo.verify import Upload, check_records, request_order_problems, verify_tenant
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 UPLOADS = [Upload("t/a.csv", "v1", 0, 2), Upload("t/b.csv", "v2", 1, 1)]
 
 
 def execution(key, version, start, stop, status="SUCCEEDED"):
+    """An execution as `LocalPipeline.executions` describes it (the fields the checks read)."""
     return {
-        "input": {"key": key, "version_id": version}, "status": status,
-        "startDate": T0 + timedelta(seconds=start), "stopDate": T0 + timedelta(seconds=stop),
+        "key": key,
+        "version_id": version,
+        "status": status,
+        "startDate": T0 + timedelta(seconds=start),
+        "stopDate": T0 + timedelta(seconds=stop),
     }
 
 
@@ -34,14 +38,18 @@ def test_a_clean_run_has_no_problem_and_measures_the_handoff_gap():
 
 def test_duplicates_missing_and_out_of_order_records_are_reported():
     verdict = verify_tenant("t", UPLOADS, GOOD_EXECUTIONS, records((0, 1), (0, 0), (0, 0)))
-    assert verdict.problems == ["1 records registered twice", "1 records missing", "1 records out of order"]
+    assert verdict.problems == [
+        "1 records registered twice (first 0#0)",
+        "1 records missing (never registered) (first 1#0)",
+        "1 records out of order (first at position 1)",
+    ]
 
 
 def test_overlapping_and_reordered_executions_are_reported():
     overlapping = [execution("t/b.csv", "v2", 0, 5), execution("t/a.csv", "v1", 1, 2)]
     verdict = verify_tenant("t", UPLOADS, overlapping, records((0, 0), (0, 1), (1, 0)))
-    assert "files started out of upload order: [1, 0]" in verdict.problems
-    assert "two executions of the tenant overlapped" in verdict.problems
+    assert "files started out of upload order: ['t/b.csv', 't/a.csv']" in verdict.problems
+    assert any(p.startswith("executions overlap: t/a.csv started at") for p in verdict.problems)
 
 
 def test_a_file_without_execution_or_with_two_is_reported():
@@ -64,3 +72,18 @@ def test_the_malformed_sample_breaks_exactly_the_line_asked_for():
     lines = bad.body.decode().splitlines()
     assert lines[6] == "this,line,is,broken"
     assert all(line.count(",") >= 4 for i, line in enumerate(lines) if i != 6)
+
+
+def test_a_record_from_no_expected_file_and_a_record_sent_early_are_reported():
+    """GIVEN the inputs the end-to-end tests give the same checks (file ids, the core system's
+    requests) THEN a record of no expected file is reported, a resent chunk is not, and a
+    record sent before the one before it was registered is."""
+    check = check_records(records(("a", 0), ("x", 0)), [("a", 1)])
+    assert check.problems == ["1 records registered from no expected file (first x#0)"]
+
+    class Request:
+        def __init__(self, seq, registered):
+            self.body, self.registered = {"file": "a", "seq": str(seq)}, registered
+
+    assert request_order_problems([Request(0, True), Request(0, False), Request(1, True)]) == []
+    assert request_order_problems([Request(1, True)]) == ["record a#1 was sent before a#0 was registered"]

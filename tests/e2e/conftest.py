@@ -1,5 +1,5 @@
 """Fixtures of the end-to-end tests: a `LocalPipeline` per test module (starting one costs
-seconds: synthesis, moto, provisioning, worker processes), closed when the module ends."""
+seconds: synthesis, moto, deployment, worker processes), closed when the module ends."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pipeline_checks import E2E_TIME_SCALE, write_tenants
 
 from local_runtime import LocalPipeline
-from pipeline_checks import E2E_TIME_SCALE, write_tenants
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from local_runtime import LocalPipeline
 from pipeline_checks import assert_files_in_order, assert_no_overlap, assert_records_in_file_order, csv_file
+
+from lambdas import contract
+from local_runtime import LocalPipeline
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +37,18 @@ def test_malformed_csv_fails_with_line_number_notifies_and_later_files_go_on(pip
         (good2[0], "SUCCEEDED"),
     ]
     failed = executions[1]
-    assert failed["error"] == "MalformedFileError"
+    assert failed["error"] == contract.MalformedFileError.__name__
     assert json.loads(failed["cause"])["errorMessage"] == "line 4: expected 2 fields, found 1"
     assert_no_overlap(executions)
     assert_files_in_order(executions, [good0[0], bad[0], good1[0], good2[0]])
     assert_records_in_file_order(pipe.sink("acme").accepted, [("g0", 4), ("g1", 5), ("g2", 2)])
 
-    notices = [n.data for n in pipe.notifications if isinstance(n.data, dict) and n.data.get("tenant") == "acme"]
+    notices = [
+        n.data for n in pipe.notifications if isinstance(n.data, dict) and n.data.get("tenant") == "acme"
+    ]
     assert len(notices) == 1
     assert notices[0]["key"] == bad[0] and notices[0]["version_id"] == bad[1]
-    assert notices[0]["error"] == "MalformedFileError" and "line 4" in notices[0]["cause"]
+    assert notices[0]["error"] == contract.MalformedFileError.__name__ and "line 4" in notices[0]["cause"]
 
 
 def test_malformed_jsonl_names_the_line(pipe: LocalPipeline) -> None:
@@ -57,6 +60,10 @@ def test_malformed_jsonl_names_the_line(pipe: LocalPipeline) -> None:
     pipe.wait_until_idle(timeout=60, tenants=["globex"])
 
     (execution,) = pipe.executions("globex")
-    assert (execution["key"], execution["status"], execution["error"]) == (key, "FAILED", "MalformedFileError")
+    assert (execution["key"], execution["status"], execution["error"]) == (
+        key,
+        "FAILED",
+        contract.MalformedFileError.__name__,
+    )
     assert json.loads(execution["cause"])["errorMessage"].startswith("line 3: invalid JSON")
     assert pipe.sink("globex").requests == []

@@ -12,15 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 from aws_cdk import aws_stepfunctions as sfn
+from pipeline_checks import assert_records_in_file_order, assert_requests_in_order, csv_file
 
 from local_runtime import LocalPipeline
-from pipeline_checks import (
-    assert_no_overlap,
-    assert_records_in_file_order,
-    assert_requests_in_order,
-    csv_file,
-    wait_for,
-)
 
 
 @pytest.fixture(scope="module")
@@ -42,18 +36,19 @@ def test_the_deployed_definition_is_the_changed_one(pipe: LocalPipeline) -> None
     """GIVEN the app synthesized with the changed Map
     THEN the state machine running on moto has MaxConcurrency 2 (taken from the template)."""
     definition = json.loads(
-        pipe.client("stepfunctions").describe_state_machine(stateMachineArn=pipe.tenants["acme"].state_machine_arn)[
-            "definition"
-        ]
+        pipe.client("stepfunctions").describe_state_machine(
+            stateMachineArn=pipe.tenants["acme"].state_machine_arn
+        )["definition"]
     )
     assert definition["States"]["ChunksInOrder"]["MaxConcurrency"] == 2
 
 
 def test_map_concurrency_two_breaks_record_order_and_the_checks_catch_it(pipe: LocalPipeline) -> None:
-    """GIVEN the changed workflow and a slightly slow core system
+    """GIVEN the changed workflow and a slow core system
     WHEN a file of 4 chunks is processed
     THEN two chunks were sent at the same time and the G1 record-order checks fail."""
-    sink = pipe.sink("acme").latency(0.03)
+    # 0.6 s per chunk: longer than a second register environment takes to start.
+    sink = pipe.sink("acme").latency(0.2)
     pipe.put_file("acme", "f.csv", csv_file("f", 12))
 
     pipe.wait_until_idle(timeout=60, tenants=["acme"])

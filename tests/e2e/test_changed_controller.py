@@ -1,9 +1,9 @@
 """The local run follows the deployed code: a controller whose gate no longer holds lets two
 files of a tenant run at once, and the G1 overlap check catches it.
 
-The gate is "removed" by the smallest possible mutation of the real handler: the copy of
-`lambdas/` that the app packages treats RUNNING as a closed status. Everything else (queue,
-poller, definition, other handlers) is the real thing.
+The gate is "removed" by the smallest possible mutation of the real code: in the copy of
+`lambdas/` that the app packages, the closed statuses the controller's gate checks include
+RUNNING. Everything else (queue, poller, definition, other handlers) is the real thing.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pipeline_checks import assert_no_overlap, csv_file
 
 from local_runtime import LocalPipeline
-from pipeline_checks import assert_no_overlap, csv_file
 from pipeline_constructs import functions
 
 CLOSED = 'CLOSED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})'

@@ -11,10 +11,22 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys):
     WHEN the demo runs
     THEN the bad file fails with its line number, reaches the alarm topic, the rest is
     delivered in order, and the demo exits 0."""
-    status = main([
-        "--tenants", str(ROOT / "tenants.yaml"), "--files", "2", "--records", "10",
-        "--big-records", "0", "--scenario", "malformed", "--time-scale", "0.03",
-    ])
+    status = main(
+        [
+            "--tenants",
+            str(ROOT / "tenants.yaml"),
+            "--files",
+            "2",
+            "--records",
+            "10",
+            "--big-records",
+            "0",
+            "--scenario",
+            "malformed",
+            "--time-scale",
+            "0.03",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0, out
     assert "alarm topic: acme: acme/file-900-malformed.csv failed with MalformedFileError: line 7" in out

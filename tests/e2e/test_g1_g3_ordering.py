@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from local_runtime import LocalPipeline
 from pipeline_checks import (
     assert_files_in_order,
     assert_no_overlap,
@@ -14,6 +12,9 @@ from pipeline_checks import (
     records_of,
     wait_for,
 )
+
+from lambdas import contract
+from local_runtime import LocalPipeline
 
 BURST_FILES = 20
 RECORDS_PER_FILE = 7  # three chunks of 3, 3 and 1 records
@@ -42,7 +43,7 @@ def test_burst_is_processed_one_file_at_a_time_in_upload_order(pipe: LocalPipeli
     assert_records_in_file_order(pipe.sink("burst").accepted, [(n, RECORDS_PER_FILE) for n in names])
     assert_requests_in_order(pipe.sink("burst").requests)
     # The burst really queued up: later files waited for the gate (busy controller invocations).
-    assert any(d.error_type == "GateBusyError" for d in pipe.deliveries("burst"))
+    assert any(d.error_type == contract.GateBusyError.__name__ for d in pipe.deliveries("burst"))
 
 
 def test_failing_chunk_stops_every_later_chunk(pipe: LocalPipeline) -> None:
@@ -57,7 +58,11 @@ def test_failing_chunk_stops_every_later_chunk(pipe: LocalPipeline) -> None:
     pipe.wait_until_idle(timeout=60, tenants=["halting"])
 
     failed, succeeded = pipe.executions("halting")
-    assert (failed["key"], failed["status"], failed["error"]) == (first, "FAILED", "SinkRejectedError")
+    assert (failed["key"], failed["status"], failed["error"]) == (
+        first,
+        "FAILED",
+        contract.SinkRejectedError.__name__,
+    )
     assert "record 4" in failed["cause"] and "HTTP 400" in failed["cause"]
     sent = [r.body for r in sink.requests if r.body["file"] == "bad"]
     assert sent == records_of("bad", 5), "records after the rejected one were sent"

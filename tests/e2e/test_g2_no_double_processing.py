@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-
-from local_runtime import LocalPipeline
 from pipeline_checks import (
     assert_files_in_order,
     assert_no_duplicates,
@@ -15,6 +13,8 @@ from pipeline_checks import (
     assert_records_in_file_order,
     csv_file,
 )
+
+from local_runtime import LocalPipeline
 
 FILES = [("d0", 7), ("d1", 7), ("d2", 5), ("d3", 4), ("d4", 6)]
 
@@ -76,12 +76,18 @@ def test_the_faults_really_happened(run: Run) -> None:
     assert [name for name, _ in pipe.faults.crashes] == ["acme-controller"]
     d0 = [d for d in pipe.deliveries("acme") if '"acme/d0.csv"' in d.body]
     assert d0[0].error_type == "Runtime.ExitError" and d0[0].outcome == "failed"
-    assert any(d.receive_count >= 2 and d.outcome == "deleted" for d in d0), "the crashed message never came back"
+    assert any(d.receive_count >= 2 and d.outcome == "deleted" for d in d0), (
+        "the crashed message never came back"
+    )
     assert sum(d.outcome == "deleted" for d in d0) == 3, "original + two duplicate copies are all consumed"
-    assert [(tenant, original) for tenant, original, _ in pipe.faults.duplicates_sent] == [("acme", d0[0].message_id)]
+    assert [(tenant, original) for tenant, original, _ in pipe.faults.duplicates_sent] == [
+        ("acme", d0[0].message_id)
+    ]
 
     requests = pipe.sink("acme").requests
     assert sorted(r.status for r in requests if r.status >= 400) == [429, 500, 503, 503]
     replays = [r for r in requests if r.status == 200 and not r.registered]
-    assert replays, "a retried chunk resends its registered records; they must be acknowledged, not registered"
+    assert replays, (
+        "a retried chunk resends its registered records; they must be acknowledged, not registered"
+    )
     assert all(r.idempotency_key for r in requests)

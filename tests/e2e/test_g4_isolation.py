@@ -8,9 +8,10 @@ import json
 import time
 
 import pytest
-
-from local_runtime import LocalPipeline
 from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
+
+from lambdas import contract
+from local_runtime import LocalPipeline
 
 SLOW_LATENCY_SECONDS = 0.2
 SLOW_RECORDS = 50  # >= 10 s at the core system
@@ -51,19 +52,22 @@ def test_a_slow_tenant_does_not_delay_another(pipe: LocalPipeline) -> None:
     assert all(e["stopDate"] < slow_execution["stopDate"] for e in fast_executions)
 
 
-def _role_policy_resources(pipe: LocalPipeline, tenant: str, handler: str, action: str) -> list[str]:
-    """Resolved resources of every statement allowing ``action`` to the tenant's function."""
-    stack = pipe.tenants[tenant].stack
-    resources = pipe.deployment.resources[stack]
-    function = next(
-        r for r in resources.values() if r.type == "AWS::Lambda::Function" and r.properties["Handler"] == handler
+def _role_policies(pipe: LocalPipeline, function_name: str) -> list[dict]:
+    """The inline policy documents of the function's role, as deployed on moto."""
+    iam = pipe.client("iam")
+    role = (
+        pipe.client("lambda")
+        .get_function(FunctionName=function_name)["Configuration"]["Role"]
+        .rsplit("/", 1)[-1]
     )
-    role_name = next(r.ref for r in resources.values() if r.type == "AWS::IAM::Role" and r.attributes["Arn"] == function.properties["Role"])
+    names = iam.list_role_policies(RoleName=role)["PolicyNames"]
+    return [iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"] for name in names]
+
+
+def _allowed_resources(documents: list[dict], action: str) -> list[str]:
     found = []
-    for policy in resources.values():
-        if policy.type != "AWS::IAM::Policy" or role_name not in policy.properties["Roles"]:
-            continue
-        for statement in policy.properties["PolicyDocument"]["Statement"]:
+    for document in documents:
+        for statement in document["Statement"]:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             if statement["Effect"] == "Allow" and action in actions:
                 listed = statement["Resource"]
@@ -73,25 +77,19 @@ def _role_policy_resources(pipe: LocalPipeline, tenant: str, handler: str, actio
 
 @pytest.mark.parametrize(("tenant", "other"), [("slow", "fast"), ("fast", "slow")])
 def test_split_policy_reads_only_its_own_prefix(pipe: LocalPipeline, tenant: str, other: str) -> None:
-    """GIVEN the synthesized policies, resolved as deployed
-    WHEN we look at what the tenant's split function may s3:GetObject / s3:GetObjectVersion
+    """GIVEN the split function's role as CloudFormation created it (intrinsics resolved)
+    WHEN we look at what it may s3:GetObject / s3:GetObjectVersion
     THEN it is the tenant's own landing prefix only: an object under the other tenant's
-    prefix matches none of the resources."""
+    prefix matches none of the resources, and no policy names the other prefix."""
     landing = f"arn:aws:s3:::{pipe.landing_bucket}"
+    documents = _role_policies(pipe, pipe.tenants[tenant].functions["split"])
     for action in ("s3:GetObject", "s3:GetObjectVersion"):
-        resources = _role_policy_resources(pipe, tenant, "split.handler", action)
+        resources = _allowed_resources(documents, action)
         assert resources == [f"{landing}/{pipe.tenants[tenant].prefix}*"], action
         assert any(fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[tenant].prefix}x.csv", r) for r in resources)
-        assert not any(fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[other].prefix}x.csv", r) for r in resources)
-
-    # The same policy is what was provisioned (moto's IAM holds the resolved document).
-    iam = pipe.client("iam")
-    function = pipe.client("lambda").get_function(FunctionName=f"{tenant}-split")["Configuration"]
-    role_name = function["Role"].rsplit("/", 1)[-1]
-    documents = [
-        iam.get_role_policy(RoleName=role_name, PolicyName=name)["PolicyDocument"]
-        for name in iam.list_role_policies(RoleName=role_name)["PolicyNames"]
-    ]
+        assert not any(
+            fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[other].prefix}x.csv", r) for r in resources
+        )
     assert f"{landing}/{pipe.tenants[other].prefix}" not in json.dumps(documents)
 
 
@@ -108,6 +106,8 @@ def test_split_refuses_another_tenants_key(pipe: LocalPipeline) -> None:
         "version_id": version,
         "execution_name": "probe",
     }
-    response = pipe.client("lambda").invoke(FunctionName="fast-split", Payload=json.dumps(event).encode())
+    response = pipe.client("lambda").invoke(
+        FunctionName=pipe.tenants["fast"].functions["split"], Payload=json.dumps(event).encode()
+    )
     assert response.get("FunctionError")
-    assert json.loads(response["Payload"].read())["errorType"] == "KeyOutsidePrefixError"
+    assert json.loads(response["Payload"].read())["errorType"] == contract.KeyOutsidePrefixError.__name__

@@ -1,66 +1,127 @@
-"""Unit tests of the local runtime's template handling (no moto, no synthesis)."""
+"""Unit tests of the local runtime's parts that need no moto and no synthesis: the template
+pre-transform, Lambda's JSON log format, the sink."""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import sys
 import urllib.error
 import urllib.request
 
 import pytest
 
-from local_runtime.intrinsics import IntrinsicError, PseudoParameters, Resolver, references
-from local_runtime.provision import ProvisioningError, check_definition, scale_definition, scale_seconds
 from local_runtime.sink import SinkServer
+from local_runtime.transform import TemplateError, check_definition, prepare, scale_definition, scale_seconds
+from local_runtime.worker_process import LambdaJsonFormatter
 
+DEFINITION = {
+    "Fn::Join": [
+        "",
+        [
+            '{"StartAt":"T","States":{"T":{"Type":"Task","TimeoutSeconds":600,"Resource":"arn:',
+            {"Ref": "AWS::Partition"},
+            ':states:::lambda:invoke","Parameters":{"FunctionName":"',
+            {"Fn::GetAtt": ["Fn", "Arn"]},
+            '","Payload":"${Greeting}"},"Next":"W"},"W":{"Type":"Wait","Seconds":100,"End":true}}}',
+        ],
+    ]
+}
 TEMPLATE = {
-    "Parameters": {"Stage": {"Type": "String", "Default": "dev"}},
-    "Conditions": {"IsDev": {"Fn::Equals": [{"Ref": "Stage"}, "dev"]}},
-    "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}, "Fn": {"Type": "AWS::Lambda::Function"}},
+    "Resources": {
+        "Queue": {"Type": "AWS::SQS::Queue", "Properties": {"VisibilityTimeout": 30, "FifoQueue": True}},
+        "Fn": {
+            "Type": "AWS::Lambda::Function",
+            "Properties": {
+                "Timeout": 300,
+                "Environment": {"Variables": {"TARGET_URL": "https://core", "KEEP": {"Ref": "Queue"}}},
+            },
+            "DependsOn": ["Queue", "QueuePolicy"],
+        },
+        "QueuePolicy": {"Type": "AWS::SQS::QueuePolicy", "Properties": {}},
+        "Mapping": {
+            "Type": "AWS::Lambda::EventSourceMapping",
+            "Properties": {
+                "BatchSize": 1,
+                "FunctionName": {"Ref": "Fn"},
+                "EventSourceArn": {"Fn::GetAtt": ["Queue", "Arn"]},
+            },
+        },
+        "Machine": {
+            "Type": "AWS::StepFunctions::StateMachine",
+            "Properties": {
+                "DefinitionString": DEFINITION,
+                "DefinitionSubstitutions": {"Greeting": {"Ref": "AWS::Region"}},
+            },
+        },
+    }
 }
 
 
-def resolver(exports: dict | None = None) -> Resolver:
-    attributes = {("Queue", "Arn"): "arn:aws:sqs:eu-west-1:111122223333:q", ("Fn", "Arn"): "arn:fn"}
-    return Resolver(
-        stack_name="S",
-        template=TEMPLATE,
-        pseudo=PseudoParameters(account_id="111122223333", region="eu-west-1"),
-        ref=lambda logical_id: {"Queue": "https://q", "Fn": "fn-name"}[logical_id],
-        get_att=lambda logical_id, attribute: attributes[(logical_id, attribute)],
-        exports=exports or {},
+def test_the_pre_transform_changes_only_what_the_local_run_needs() -> None:
+    """GIVEN a template with a queue, a function, its event source mapping, a queue policy and
+    a state machine whose definition is an Fn::Join with substitutions
+    WHEN it is prepared with time_scale 0.1 and an environment hook
+    THEN durations shrink, the hook's variables replace the template's, the mapping and the
+    policy are taken out (and listed), the definition keeps its intrinsics, and the
+    original template is unchanged."""
+    original = json.dumps(TEMPLATE, sort_keys=True)
+
+    def point_elsewhere(logical_id: str, variables: dict) -> dict:
+        return {**variables, "TARGET_URL": "http://127.0.0.1:1/records"}
+
+    prepared = prepare(
+        TEMPLATE,
+        time_scale=0.1,
+        creatable=lambda kind: kind != "AWS::SQS::QueuePolicy",
+        environment=point_elsewhere,
     )
 
+    resources = prepared.template["Resources"]
+    assert set(resources) == {"Queue", "Fn", "Machine"}
+    assert resources["Queue"]["Properties"]["VisibilityTimeout"] == 3
+    assert resources["Queue"]["Properties"]["MessageRetentionPeriod"] == 34560
+    assert resources["Fn"]["Properties"]["Timeout"] == 30
+    assert resources["Fn"]["DependsOn"] == ["Queue"]
+    assert resources["Fn"]["Properties"]["Environment"]["Variables"] == {
+        "TARGET_URL": "http://127.0.0.1:1/records",
+        "KEEP": {"Ref": "Queue"},
+    }
+    assert prepared.overrides == ["Fn: TARGET_URL 'https://core' -> 'http://127.0.0.1:1/records'"]
+    assert prepared.not_created == [("QueuePolicy", "AWS::SQS::QueuePolicy")]
+    (mapping,) = prepared.mappings
+    assert (mapping.logical_id, mapping.batch_size, mapping.enabled) == ("Mapping", 1, True)
+    outputs = prepared.template["Outputs"]
+    assert outputs[mapping.function_output] == {"Value": {"Ref": "Fn"}}
+    assert outputs[mapping.source_output] == {"Value": {"Fn::GetAtt": ["Queue", "Arn"]}}
 
-def test_resolves_what_cdk_writes() -> None:
-    """GIVEN template values using each intrinsic CDK emits
-    THEN they resolve as CloudFormation would, with the fixed account and region."""
-    r = resolver({"Other:Export": "imported"})
-    assert r.resolve({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::b-", {"Ref": "AWS::AccountId"}]]}) == (
-        "arn:aws:s3:::b-111122223333"
-    )
-    assert r.resolve({"Fn::Sub": "cdk-${AWS::AccountId}-${AWS::Region}-${Fn.Arn}-${!Literal}"}) == (
-        "cdk-111122223333-eu-west-1-arn:fn-${Literal}"
-    )
-    assert r.resolve({"Fn::Sub": ["${A}/${Queue}", {"A": {"Ref": "Fn"}}]}) == "fn-name/https://q"
-    assert r.resolve({"Fn::Select": [3, {"Fn::Split": [":", {"Fn::GetAtt": ["Queue", "Arn"]}]}]}) == "eu-west-1"
-    assert r.resolve({"Fn::ImportValue": "Other:Export"}) == "imported"
-    assert r.resolve({"Fn::If": ["IsDev", "yes", "no"]}) == "yes"
-    assert r.resolve({"A": {"Ref": "AWS::NoValue"}, "B": [1, {"Ref": "AWS::NoValue"}]}) == {"B": [1]}
-    assert r.resolve({"Ref": "Stage"}) == "dev"
+    parts = resources["Machine"]["Properties"]["DefinitionString"]["Fn::Join"][1]
+    assert [p for p in parts if not isinstance(p, str)] == [
+        {"Ref": "AWS::Partition"},
+        {"Fn::GetAtt": ["Fn", "Arn"]},
+        {"Ref": "AWS::Region"},
+    ]
+    text = "".join(p if isinstance(p, str) else "X" for p in parts)
+    states = json.loads(text)["States"]
+    assert states["T"]["TimeoutSeconds"] == 60 and states["W"]["Seconds"] == 10
+    assert states["T"]["Parameters"] == {"FunctionName": "X", "Payload": "X"}
+    assert "DefinitionSubstitutions" not in resources["Machine"]["Properties"]
+    assert json.dumps(TEMPLATE, sort_keys=True) == original
 
 
-def test_unknown_names_fail_loudly() -> None:
-    """GIVEN a reference to something no stack provides THEN resolution fails, naming it."""
-    with pytest.raises(IntrinsicError, match="Missing:Export"):
-        resolver().resolve({"Fn::ImportValue": "Missing:Export"})
-    with pytest.raises(IntrinsicError, match="Nope"):
-        resolver().resolve({"Ref": "Nope"})
-
-
-def test_references_find_dependencies() -> None:
-    """GIVEN a resource's properties THEN every Ref, GetAtt and Sub name is found (for ordering)."""
-    value = {"A": {"Ref": "Queue"}, "B": {"Fn::GetAtt": ["Fn", "Arn"]}, "C": {"Fn::Sub": "${Other.Arn}${!x}${AWS::Region}"}}
-    assert set(references(value)) == {"Queue", "Fn", "Other", "AWS::Region"}
+def test_fails_when_a_definition_is_not_json_around_its_intrinsics() -> None:
+    """GIVEN an intrinsic outside a JSON string THEN the pre-transform says it cannot scale it."""
+    bad = {"Fn::Join": ["", ['{"StartAt":"T","TimeoutSeconds":', {"Ref": "Seconds"}, "}"]]}
+    template = {
+        "Resources": {
+            "M": {"Type": "AWS::StepFunctions::StateMachine", "Properties": {"DefinitionString": bad}}
+        }
+    }
+    with pytest.raises(
+        TemplateError, match="M: the definition is not JSON once its intrinsics are set aside"
+    ):
+        prepare(template, time_scale=0.1, creatable=lambda kind: True)
 
 
 def test_durations_scale_with_time_scale() -> None:
@@ -68,22 +129,26 @@ def test_durations_scale_with_time_scale() -> None:
     assert scale_seconds(30, 0.03) == 1
     assert scale_seconds(300, 0.1) == 30
     assert scale_seconds(1209600, 0.03, minimum=60) == 36288
-    definition = {"States": {"Wait": {"Type": "Wait", "Seconds": 100}, "Task": {"Type": "Task", "TimeoutSeconds": 600}}}
+    definition = {
+        "States": {"Wait": {"Type": "Wait", "Seconds": 100}, "Task": {"Type": "Task", "TimeoutSeconds": 600}}
+    }
     scaled = scale_definition(definition, 0.1)
     assert scaled["States"]["Wait"]["Seconds"] == 10 and scaled["States"]["Task"]["TimeoutSeconds"] == 60
 
 
 def test_callback_task_without_timeout_is_refused() -> None:
-    """GIVEN a .waitForTaskToken task without TimeoutSeconds THEN provisioning refuses it."""
+    """GIVEN a .waitForTaskToken task without TimeoutSeconds THEN the pre-transform refuses it."""
     task = {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke.waitForTaskToken", "End": True}
-    with pytest.raises(ProvisioningError, match="TimeoutSeconds"):
+    with pytest.raises(TemplateError, match="callback task States.T has no TimeoutSeconds"):
         check_definition({"StartAt": "T", "States": {"T": task}}, "m")
     check_definition({"StartAt": "T", "States": {"T": {**task, "TimeoutSeconds": 60}}}, "m")
 
 
 def _post(url: str, body: dict, key: str) -> int:
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Idempotency-Key": key, "Content-Type": "application/json"}
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
     )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
@@ -114,5 +179,41 @@ def test_sink_deduplicates_and_injects_faults() -> None:
     assert statuses == [201, 503, 201, 200, 400, 400]
     assert sink.accepted == [{"n": 0}, {"n": 1}]
     assert [(r.idempotency_key, r.registered) for r in sink.requests] == [
-        ("k0", True), ("k1", False), ("k1", True), ("k0", False), ("k9", False), ("k9", False)
+        ("k0", True),
+        ("k1", False),
+        ("k1", True),
+        ("k0", False),
+        ("k9", False),
+        ("k9", False),
     ]
+
+
+def test_log_lines_are_shaped_like_lambdas_json_log_format() -> None:
+    """GIVEN a record with extra fields and one with an exception
+    WHEN the formatter the worker processes install formats them
+    THEN each is one JSON object with Lambda's keys, the extra fields at the top level, the
+    exception as errorType/errorMessage/stackTrace, and nothing that is None."""
+    logger = logging.getLogger("ingest.test")
+    record = logger.makeRecord(
+        "ingest.test", logging.INFO, __file__, 1, "chunk %d sent", (3,), None, extra={"tenant": "acme"}
+    )
+    line = json.loads(LambdaJsonFormatter().format(record))
+    assert set(line) == {"timestamp", "level", "message", "logger", "tenant"}
+    assert (line["level"], line["message"], line["logger"], line["tenant"]) == (
+        "INFO",
+        "chunk 3 sent",
+        "ingest.test",
+        "acme",
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", line["timestamp"])
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logger.makeRecord(
+            "ingest.test", logging.ERROR, __file__, 2, "failed", (), sys.exc_info(), extra={"tenant_id": "x"}
+        )
+    line = json.loads(LambdaJsonFormatter().format(failed))
+    assert (line["errorType"], line["errorMessage"], line["level"]) == ("ValueError", "boom", "ERROR")
+    assert "raise ValueError" in "".join(line["stackTrace"])
+    assert "tenant_id" not in line and "tenantId" not in line, "Lambda's runtime reserves tenant_id"

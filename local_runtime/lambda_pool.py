@@ -1,10 +1,10 @@
 """Lambda execution environments as local processes, one pool per function.
 
 moto would run a function in Docker; here every invocation moto receives is handed to a
-worker process of that function instead (see `patches.py`). A process per function keeps
+worker process of that function instead (see `moto_server`). A process per function keeps
 each function's environment variables and module state apart (two tenants' register
-functions read different ``SINK_URL`` values). A pool grows like Lambda's execution
-environments when one function is invoked concurrently, up to its reserved concurrency.
+functions read different sink URLs). A pool grows like Lambda's execution environments when
+one function is invoked concurrently, up to its reserved concurrency.
 """
 
 from __future__ import annotations
@@ -18,33 +18,20 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from local_runtime import _worker
-from local_runtime._worker import CRASH_EXIT_CODE
+from local_runtime import worker_process
+from local_runtime.deploy import DeployedFunction
+from local_runtime.worker_process import CRASH_EXIT_CODE
 
-WORKER_SCRIPT = Path(_worker.__file__).resolve()
+WORKER_SCRIPT = Path(worker_process.__file__).resolve()
 
 #: Upper bound on environments of a function without reserved concurrency (2-core machines).
 DEFAULT_MAX_ENVIRONMENTS = 4
 #: How long a new worker may take to import its handler before the invocation fails.
 STARTUP_TIMEOUT_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class FunctionSpec:
-    """What a worker needs to run one function."""
-
-    name: str
-    arn: str
-    handler: str
-    code_dir: Path
-    environment: dict[str, str]  # the function's own variables (template + documented overrides)
-    timeout_seconds: float  # already scaled
-    memory_size: int = 128
-    reserved_concurrency: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,14 +73,14 @@ class WorkerDied(Exception):
 class Worker:
     """One process running one function's handler, one invocation at a time."""
 
-    def __init__(self, spec: FunctionSpec, env: dict[str, str], log: TextIO) -> None:
-        self.spec = spec
+    def __init__(self, function: DeployedFunction, env: dict[str, str], log: TextIO) -> None:
+        self.function = function
         self._buffer = b""
         self._ready = False
         self.process = subprocess.Popen(
-            [sys.executable, "-u", str(WORKER_SCRIPT), spec.handler],
+            [sys.executable, "-u", str(WORKER_SCRIPT), function.handler],
             env=env,
-            cwd=str(spec.code_dir),
+            cwd=str(function.code_dir),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -165,14 +152,14 @@ class Worker:
 
 
 #: Called around every invocation (progress events, tests); must not raise.
-InvocationListener = Callable[[FunctionSpec, Any, "InvocationResult | None"], None]
+InvocationListener = Callable[[DeployedFunction, Any, "InvocationResult | None"], None]
 
 
 @dataclass
 class FunctionPool:
     """The execution environments of one function."""
 
-    spec: FunctionSpec
+    function: DeployedFunction
     process_env: dict[str, str]
     log_path: Path
     max_environments: int
@@ -194,7 +181,7 @@ class FunctionPool:
 
     def _new_worker(self) -> Worker:
         assert self._log is not None
-        worker = Worker(self.spec, self.process_env, self._log)
+        worker = Worker(self.function, self.process_env, self._log)
         self._all.add(worker)
         return worker
 
@@ -246,8 +233,13 @@ class FunctionPool:
             worker = self._acquire()
         except WorkerDied:
             return _runtime_error(request_id, "Runtime.ExitError", "runtime is shutting down", started)
-        timeout = self.spec.timeout_seconds
-        request = {"request_id": request_id, "event": event, "faults": faults or {}, "deadline": time.time() + timeout}
+        timeout = self.function.timeout_seconds
+        request = {
+            "request_id": request_id,
+            "event": event,
+            "faults": faults or {},
+            "deadline": time.time() + timeout,
+        }
         try:
             response = worker.invoke(request, timeout)
         except WorkerTimeout:
@@ -260,9 +252,14 @@ class FunctionPool:
             worker.stop()
             self._discard(worker)
             result = _runtime_error(
-                request_id, "Runtime.ExitError", f"Runtime exited with error: exit status {died.returncode}", started
+                request_id,
+                "Runtime.ExitError",
+                f"Runtime exited with error: exit status {died.returncode}",
+                started,
             )
-            return InvocationResult(result.payload, True, result.duration, crashed=died.returncode == CRASH_EXIT_CODE)
+            return InvocationResult(
+                result.payload, True, result.duration, crashed=died.returncode == CRASH_EXIT_CODE
+            )
         self._release(worker)
         return InvocationResult(response["payload"], bool(response["errored"]), time.monotonic() - started)
 
@@ -303,32 +300,25 @@ class LambdaDispatcher:
         self._pools: dict[str, FunctionPool] = {}
         self._lock = threading.Lock()
         self._listeners: list[InvocationListener] = []
-        self._fault_sources: list[Callable[[FunctionSpec], dict[str, Any]]] = []
-        self._crash_observers: list[Callable[[FunctionSpec, InvocationResult], None]] = []
+        self._fault_sources: list[Callable[[DeployedFunction], dict[str, Any]]] = []
+        self._crash_observers: list[Callable[[DeployedFunction, InvocationResult], None]] = []
         self._closed = False
 
-    def register(self, spec: FunctionSpec, *, prewarm: bool = True) -> None:
+    def register(self, function: DeployedFunction, *, prewarm: bool = True) -> None:
         with self._lock:
-            old = self._pools.get(spec.name)
+            old = self._pools.get(function.name)
             pool = FunctionPool(
-                spec=spec,
-                process_env=self._process_env(spec),
-                log_path=self._log_dir / f"{spec.name}.log",
-                max_environments=spec.reserved_concurrency or DEFAULT_MAX_ENVIRONMENTS,
+                function=function,
+                process_env=self._process_env(function),
+                log_path=self._log_dir / f"{function.name}.log",
+                max_environments=function.reserved_concurrency or DEFAULT_MAX_ENVIRONMENTS,
             )
-            self._pools[spec.name] = pool
+            self._pools[function.name] = pool
         if old is not None:
             for worker in old.close():
                 worker.wait_stopped()
         if prewarm:
             pool.prewarm()
-
-    def spec(self, function_name: str) -> FunctionSpec:
-        return self._pools[function_name].spec
-
-    @property
-    def function_names(self) -> list[str]:
-        return list(self._pools)
 
     def log_path(self, function_name: str) -> Path:
         return self._pools[function_name].log_path
@@ -336,10 +326,10 @@ class LambdaDispatcher:
     def add_listener(self, listener: InvocationListener) -> None:
         self._listeners.append(listener)
 
-    def add_fault_source(self, source: Callable[[FunctionSpec], dict[str, Any]]) -> None:
+    def add_fault_source(self, source: Callable[[DeployedFunction], dict[str, Any]]) -> None:
         self._fault_sources.append(source)
 
-    def add_crash_observer(self, observer: Callable[[FunctionSpec, InvocationResult], None]) -> None:
+    def add_crash_observer(self, observer: Callable[[DeployedFunction, InvocationResult], None]) -> None:
         self._crash_observers.append(observer)
 
     def in_flight(self, function_names: list[str] | tuple[str, ...] | None = None) -> int:
@@ -352,43 +342,55 @@ class LambdaDispatcher:
         """Invoke by name; ``environment`` is the function's current configuration in moto."""
         pool = self._pools.get(function_name)
         if pool is None or self._closed:
-            return _runtime_error(str(uuid.uuid4()), "Runtime.InvalidEntrypoint", f"no local worker for {function_name}", time.monotonic())
-        if environment is not None and environment != pool.spec.environment:
+            return _runtime_error(
+                str(uuid.uuid4()),
+                "Runtime.InvalidEntrypoint",
+                f"no local worker for {function_name}",
+                time.monotonic(),
+            )
+        if environment is not None and environment != pool.function.environment:
             # The function was reconfigured in moto (update-function-configuration): new environments.
-            self.register(_with_environment(pool.spec, environment))
+            self.register(replace(pool.function, environment=dict(environment)))
             pool = self._pools[function_name]
         faults: dict[str, Any] = {}
         for source in self._fault_sources:
-            faults.update(source(pool.spec))
-        self._notify(pool.spec, event, None)
+            faults.update(source(pool.function))
+        self._notify(pool.function, event, None)
         result = pool.invoke(event, faults)
         if result.crashed:
             for observer in self._crash_observers:
-                observer(pool.spec, result)
-        self._notify(pool.spec, event, result)
+                observer(pool.function, result)
+        self._notify(pool.function, event, result)
         return result
 
-    def _notify(self, spec: FunctionSpec, event: Any, result: InvocationResult | None) -> None:
+    def _notify(self, function: DeployedFunction, event: Any, result: InvocationResult | None) -> None:
         for listener in self._listeners:
             try:
-                listener(spec, event, result)
+                listener(function, event, result)
             except Exception:  # noqa: BLE001 - a broken listener must not break the pipeline
                 pass
 
-    def _process_env(self, spec: FunctionSpec) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")}
-        env.update(spec.environment)
+    def _process_env(self, function: DeployedFunction) -> dict[str, str]:
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+        }
+        env.update(function.environment)
         env.update(self._runtime_env)
         env.update(
             {
-                "AWS_LAMBDA_FUNCTION_NAME": spec.name,
-                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_size),
-                "AWS_LAMBDA_FUNCTION_TIMEOUT": str(spec.timeout_seconds),
-                "LOCAL_RUNTIME_FUNCTION_ARN": spec.arn,
-                "PYTHONPATH": str(spec.code_dir),
+                "AWS_LAMBDA_FUNCTION_NAME": function.name,
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_size),
+                "AWS_LAMBDA_FUNCTION_TIMEOUT": str(function.timeout_seconds),
+                "AWS_LAMBDA_LOG_FORMAT": function.log_format,
+                "LOCAL_RUNTIME_FUNCTION_ARN": function.arn,
+                "PYTHONPATH": str(function.code_dir),
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
         )
+        if function.log_format.upper() == "JSON":
+            env["AWS_LAMBDA_LOG_LEVEL"] = function.log_level  # what Lambda sets in JSON log format
         return env
 
     def close(self) -> None:
@@ -398,16 +400,3 @@ class LambdaDispatcher:
         stopping = [worker for pool in pools for worker in pool.close()]
         for worker in stopping:
             worker.wait_stopped()
-
-
-def _with_environment(spec: FunctionSpec, environment: dict[str, str]) -> FunctionSpec:
-    return FunctionSpec(
-        name=spec.name,
-        arn=spec.arn,
-        handler=spec.handler,
-        code_dir=spec.code_dir,
-        environment=dict(environment),
-        timeout_seconds=spec.timeout_seconds,
-        memory_size=spec.memory_size,
-        reserved_concurrency=spec.reserved_concurrency,
-    )

@@ -1,0 +1,116 @@
+"""The deployment on moto holds what the templates declare (moto's CloudFormation plus the
+runtime's pre-transform and post-steps), and the functions log in Lambda's JSON format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pipeline_checks import E2E_TIME_SCALE, csv_file, wait_for
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+
+
+@pytest.fixture(scope="module")
+def pipe(start_pipeline) -> LocalPipeline:
+    return start_pipeline([{"id": "acme"}], chunk_size=3)
+
+
+def test_queue_rule_and_bucket_are_as_declared(pipe: LocalPipeline) -> None:
+    """GIVEN the deployed tenant stack
+    THEN its queue is FIFO with content-based deduplication and the scaled visibility timeout,
+    its rule sends the landing bucket's events to that queue with the tenant as message
+    group, and the landing bucket is versioned (that it sends its events to EventBridge is
+    shown by the last test: moto 5.2.5's GetBucketNotificationConfiguration omits it)."""
+    acme = pipe.tenants["acme"]
+    attributes = pipe.client("sqs").get_queue_attributes(QueueUrl=acme.queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    assert (attributes["FifoQueue"], attributes["ContentBasedDeduplication"]) == ("true", "true")
+    assert attributes["VisibilityTimeout"] == "1"  # 30 s x 0.03, rounded up
+
+    events = pipe.client("events")
+    (rule,) = events.list_rule_names_by_target(TargetArn=acme.queue_arn)["RuleNames"]
+    (target,) = events.list_targets_by_rule(Rule=rule)["Targets"]
+    assert target["SqsParameters"] == {"MessageGroupId": "acme"}
+    pattern = json.loads(events.describe_rule(Name=rule)["EventPattern"])
+    assert pattern["detail"]["object"]["key"] == [{"prefix": acme.prefix}]
+
+    assert pipe.client("s3").get_bucket_versioning(Bucket=acme.bucket)["Status"] == "Enabled"
+
+
+def test_functions_and_workflow_are_as_declared(pipe: LocalPipeline) -> None:
+    """GIVEN the deployed functions and state machine
+    THEN the controller has reserved concurrency 1 and its template environment with the
+    cross-stack values resolved, timeouts are scaled, the register function points at the
+    local sink (the one override, listed), and the definition names the deployed functions."""
+    acme = pipe.tenants["acme"]
+    lambda_ = pipe.client("lambda")
+    controller = lambda_.get_function(FunctionName=acme.controller)
+    assert controller["Concurrency"]["ReservedConcurrentExecutions"] == 1
+    variables = controller["Configuration"]["Environment"]["Variables"]
+    assert variables[contract.env_name("state_machine_arn")] == acme.state_machine_arn
+    assert (
+        variables[contract.env_name("gate_table_name")] in pipe.client("dynamodb").list_tables()["TableNames"]
+    )
+    assert controller["Configuration"]["Timeout"] == 1  # 20 s x 0.03, rounded up
+
+    register = lambda_.get_function_configuration(FunctionName=acme.functions["register"])
+    assert register["Environment"]["Variables"][contract.env_name("sink_url")] == pipe.sink("acme").url
+    (override,) = pipe.deployment.overrides
+    assert contract.env_name("sink_url") in override and pipe.sink("acme").url in override
+
+    definition = json.loads(
+        pipe.client("stepfunctions").describe_state_machine(stateMachineArn=acme.state_machine_arn)[
+            "definition"
+        ]
+    )
+    split_arn = lambda_.get_function_configuration(FunctionName=acme.functions["split"])["FunctionArn"]
+    assert definition["States"]["Split"]["Parameters"]["FunctionName"] == split_arn
+    assert definition["States"]["ChunksInOrder"]["MaxConcurrency"] == 1
+
+
+def test_what_moto_cannot_create_is_listed_and_topics_are_captured(pipe: LocalPipeline) -> None:
+    """GIVEN the deployment THEN alarms, metric filters and resource policies are listed as not
+    created, and every SNS topic of the app exists (the notifications are captured from it)."""
+    not_created = {kind for stack in pipe.deployment.stacks.values() for _, kind in stack.not_created}
+    assert {"AWS::CloudWatch::Alarm", "AWS::Logs::MetricFilter", "AWS::SQS::QueuePolicy"} <= not_created
+    topics = {t["TopicArn"] for t in pipe.client("sns").list_topics()["Topics"]}
+    assert set(pipe.deployment.physical_ids("AWS::SNS::Topic")) <= topics
+    assert pipe.time_scale == E2E_TIME_SCALE
+
+
+def test_functions_log_in_lambdas_json_format_and_progress_is_reported(pipe: LocalPipeline) -> None:
+    """GIVEN a subscriber to the progress events and a file uploaded to the landing bucket
+    WHEN it is processed (through the bucket's EventBridge notification, the rule, the queue)
+    THEN every line of the controller's log is one JSON object, its own lines with level,
+    message, logger, the request id and their extra fields, as the Lambda runtime writes
+    them; and every kind of progress event was reported for the file."""
+    seen: list = []
+    pipe.events.subscribe(seen.append)
+    key, _ = pipe.put_file("acme", "logged.csv", csv_file("logged", 4))
+    pipe.wait_until_idle(timeout=60)
+    assert [(e["key"], e["status"]) for e in pipe.executions("acme")] == [(key, "SUCCEEDED")]
+
+    lines = [
+        json.loads(line) for line in pipe.logs(pipe.tenants["acme"].controller).splitlines() if line.strip()
+    ]
+    handler_lines = [line for line in lines if str(line.get("logger", "")).startswith("ingest.")]
+    assert handler_lines, "the controller logged nothing of its own"
+    for line in handler_lines:
+        assert {"timestamp", "level", "message", "logger", "requestId", "tenant"} <= set(line)
+        assert line["tenant"] == "acme" and line["requestId"]
+
+    wait_for(lambda: any(e.kind == "file_finished" for e in seen), timeout=10, what="file_finished")
+    kinds = {e.kind for e in seen if e.tenant == "acme"}
+    assert kinds >= {
+        "file_uploaded",
+        "controller",
+        "file_split",
+        "chunk_started",
+        "chunk_finished",
+        "record_delivered",
+    }
+    split = next(e for e in seen if e.kind == "file_split")
+    assert (split.data["key"], split.data["chunk_count"], split.data["record_count"]) == (key, 2, 4)
