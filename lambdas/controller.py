@@ -148,8 +148,10 @@ class Gate:
         now: Callable[[], float],
         sleep: Callable[[float], None],
         log: BoundLogger,
+        remaining_seconds: Callable[[], float] = lambda: float("inf"),
     ) -> None:
         self.config, self.ledger, self.sfn, self.sqs = config, ledger, sfn, sqs
+        self.remaining = remaining_seconds
         self.now, self.sleep, self.log = now, sleep, log
         self.sent_at: float | None = None  # when the message at hand was sent
 
@@ -234,8 +236,11 @@ class Gate:
         for attempt in range(CLOSING_POLLS):
             if self._describe(position.execution) not in ("RUNNING", "PENDING_REDRIVE"):
                 return False
-            if attempt + 1 < CLOSING_POLLS:
+            # Keep time for the decision's writes: never poll into the invocation's deadline.
+            if attempt + 1 < CLOSING_POLLS and self.remaining() > 2 * CLOSING_POLL_SECONDS + 0.5:
                 self.sleep(CLOSING_POLL_SECONDS)
+            else:
+                break
         return True
 
     def _start(self, position: Position) -> None:
@@ -291,6 +296,7 @@ def process_message(
     now: Callable[[], float],
     log: BoundLogger,
     sleep: Callable[[float], None] = time.sleep,
+    remaining_seconds: Callable[[], float] = lambda: float("inf"),
 ) -> ControllerResult:
     """Run the gate for one SQS record: start its file, let it go, or keep it waiting.
 
@@ -309,7 +315,7 @@ def process_message(
     file = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
     log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
     gate = Gate(config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn, sqs=sqs,
-                now=now, sleep=sleep, log=log)
+                now=now, sleep=sleep, log=log, remaining_seconds=remaining_seconds)
     sent_at = int(record["attributes"]["SentTimestamp"]) / 1000
     return gate.handle(file, record["messageId"], record["receiptHandle"], sent_at)
 
@@ -329,4 +335,5 @@ def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger, cont
         sqs=aws_client("sqs"),
         now=time.time,
         log=log,
+        remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
     )

@@ -44,7 +44,8 @@ from contract import (
 from ledger import Ledger, LedgerConflict
 from runtime import BoundLogger, aws_client, lambda_handler, pick
 
-#: Time kept in hand at the deadline: the last progress write and the return.
+#: Time kept in hand at the deadline for the last progress write and the return: this much,
+#: or a tenth of the invocation's time if that is less.
 DEADLINE_MARGIN_SECONDS = 3.0
 #: In-place retries of one record: waits before each (then the function returns and waits in the workflow).
 RETRY_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
@@ -113,6 +114,7 @@ class Register:
         self.sent = 0
         self.saved = -1
         self.last_save = clock()
+        self.margin = min(DEADLINE_MARGIN_SECONDS, remaining_seconds() / 10)
 
     def check(self) -> None:
         if self.chunk_index < 0 or self.chunk_size < 1:
@@ -146,7 +148,7 @@ class Register:
                     # More records than chunk_size would reuse the next chunk's idempotency keys.
                     raise ValueError(f"chunk {self.chunk_index} holds more than chunk_size={self.chunk_size} records")
                 if index >= next_record:
-                    if self.sent and self.remaining() < self.config.sink_timeout_seconds + DEADLINE_MARGIN_SECONDS:
+                    if self.sent and self.remaining() < self.config.sink_timeout_seconds + self.margin:
                         # The next record might not finish before the deadline: continue in a new invocation.
                         return self._progress(next_record, done=False, retry_after=0)
                     retry_after = self._send(record, index, sink)
@@ -169,7 +171,7 @@ class Register:
             "X-Tenant-Id": self.config.tenant_id,
         }
         for backoff in (*RETRY_BACKOFF_SECONDS, None):
-            timeout = max(0.1, min(self.config.sink_timeout_seconds, self.remaining() - DEADLINE_MARGIN_SECONDS))
+            timeout = max(0.1, min(self.config.sink_timeout_seconds, self.remaining() - self.margin))
             try:
                 status = sink.post(record, headers, timeout)
                 problem = None if 200 <= status < 300 else f"HTTP {status}"
@@ -197,7 +199,7 @@ class Register:
                     f"({self.config.sink_outage_budget_seconds:g} s); last answer: {problem}",
                     next_record=index,
                 )
-            if backoff is None or self.remaining() < backoff + timeout + DEADLINE_MARGIN_SECONDS:
+            if backoff is None or self.remaining() < backoff + timeout + self.margin:
                 self.log.warning("core system unavailable; waiting before the next try",
                                  extra={"problem": problem, "outage_seconds": round(outage, 3), "file_record": index})
                 return int(min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS, outage / 2)))

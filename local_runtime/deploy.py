@@ -65,6 +65,9 @@ class EventSourceMappingSpec:
     queue_url: str
     batch_size: int
     enabled: bool
+    #: `FunctionResponseTypes: [ReportBatchItemFailures]`: messages the function lists in
+    #: `batchItemFailures` stay in the queue, the others are deleted.
+    report_batch_item_failures: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,7 @@ def _create_stack(
     return DeployedStack(
         name=name,
         template=template,
-        resources={r["LogicalResourceId"]: (r["ResourceType"], r["PhysicalResourceId"]) for r in listed},
+        resources={r["LogicalResourceId"]: (r["ResourceType"], r.get("PhysicalResourceId", "")) for r in listed},
         outputs={o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs") or []},
         not_created=not_created,
     )
@@ -293,6 +296,7 @@ def _mapping(sqs: Any, stack: DeployedStack, mapping: RemovedMapping) -> EventSo
         queue_url=sqs.get_queue_url(QueueName=queue_arn.rsplit(":", 1)[-1])["QueueUrl"],
         batch_size=mapping.batch_size,
         enabled=mapping.enabled,
+        report_batch_item_failures=mapping.report_batch_item_failures,
     )
 
 

@@ -36,7 +36,7 @@ class Delivery:
     receive_count: int
     started: float
     finished: float
-    outcome: str  # "deleted" (success) or "failed" (stays in the queue)
+    outcome: str  # "deleted" (success), "kept" (reported as a batch item failure) or "failed" (function error)
     error_type: str | None
     error_message: str | None
 
@@ -136,12 +136,19 @@ class SqsPoller:
                 error_type, error_message = error.get("errorType"), error.get("errorMessage")
             except (ValueError, AttributeError):
                 error_message = payload
-        else:
-            # Batch size 1 and no partial batch responses: success deletes the whole batch.
+        kept: set[str] = set()
+        if not failed:
+            if self.mapping.report_batch_item_failures:
+                kept = _item_failures(payload)
+                if "*" in kept:
+                    kept = {m["MessageId"] for m in messages}
+            # Success deletes the batch, less the messages the function reported as failed
+            # (partial batch responses): those stay in flight until their visibility ends.
             for message in messages:
-                self._sqs.delete_message(
-                    QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
+                if message["MessageId"] not in kept:
+                    self._sqs.delete_message(
+                        QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                    )
         finished = time.time()
         for message in messages:
             delivery = Delivery(
@@ -150,7 +157,7 @@ class SqsPoller:
                 receive_count=int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")),
                 started=started,
                 finished=finished,
-                outcome="failed" if failed else "deleted",
+                outcome="failed" if failed else ("kept" if message["MessageId"] in kept else "deleted"),
                 error_type=error_type,
                 error_message=error_message,
             )
@@ -174,3 +181,13 @@ class SqsPoller:
             "eventSourceARN": self.mapping.queue_arn,
             "awsRegion": self._region,
         }
+
+
+def _item_failures(payload: str) -> set[str]:
+    """The message ids a partial batch response lists; like Lambda, a malformed response fails
+    the whole batch (every message is kept)."""
+    try:
+        response = json.loads(payload)
+        return {str(item["itemIdentifier"]) for item in (response or {}).get("batchItemFailures") or []}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {"*"}

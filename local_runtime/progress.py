@@ -4,7 +4,7 @@ the reporter that derives them from invocations, core-system requests and execut
 Kinds, each with the tenant and a few fields (never record content):
 
 * ``file_uploaded`` (key, version_id): a file was put into the landing bucket;
-* ``controller`` (outcome: started | already_started | waiting | error, execution_name);
+* ``controller`` (outcome: started | running | done | waiting | error, execution_name);
 * ``file_split`` (key, chunk_count, record_count);
 * ``chunk_started`` / ``chunk_finished`` (key, chunk_index, chunk_count, error_type);
 * ``record_delivered`` (status, registered): the core system answered one record;
@@ -113,13 +113,12 @@ class ProgressReporter:
         )
         if function.role == CONTROLLER_ROLE and result is not None:
             if result.errored:
-                outcome = "waiting" if result.error_type == contract.GateBusyError.__name__ else "error"
-                self._events.emit("controller", tenant, outcome=outcome, error_type=result.error_type)
+                self._events.emit("controller", tenant, outcome="error", error_type=result.error_type)
             else:
-                started = cast(contract.ControllerResult, value)
-                outcome = "started" if started.get("started") else "already_started"
+                decided = cast(contract.ControllerResult, value)
+                # started | running (a redelivery of the current file) | done | waiting
                 self._events.emit(
-                    "controller", tenant, outcome=outcome, execution_name=started.get("execution_name")
+                    "controller", tenant, outcome=decided.get("outcome"), execution_name=decided.get("execution_name")
                 )
         elif function.role == SPLIT_ROLE and result is not None:
             split = cast(contract.SplitResult, value)

@@ -5,7 +5,9 @@ CloudFormation creates it. Pure functions on the template dict; nothing here tal
   retention at least 60 s): SQS ``VisibilityTimeout`` and ``MessageRetentionPeriod``, Lambda
   ``Timeout``, and the state machine definition's ``TimeoutSeconds``, ``HeartbeatSeconds``
   and ``Wait`` seconds. A callback task without a timeout is refused.
-* A function's ``Environment.Variables`` go through a hook (e.g. the sink URL override).
+* A function's ``Environment.Variables`` named ``*_SECONDS`` (durations the handler reads:
+  sink timeout, outage budget, waiting visibility) are scaled too, then the variables go
+  through a hook (e.g. the sink URL override).
 * ``AWS::Lambda::EventSourceMapping`` resources are removed (moto's own mapping invokes
   synchronously inside ``put_object`` and never retries; `poller.SqsPoller` plays them); an
   output per mapping lets moto resolve its function and queue.
@@ -43,6 +45,7 @@ class RemovedMapping:
     source_output: str  # output key whose value is the event source ARN
     batch_size: int
     enabled: bool
+    report_batch_item_failures: bool = False
 
 
 @dataclass
@@ -74,6 +77,7 @@ def prepare(
                 f"LocalRuntime{logical_id}Source",
                 int(props.get("BatchSize", 10)),
                 props.get("Enabled", True) not in (False, "false"),
+                "ReportBatchItemFailures" in (props.get("FunctionResponseTypes") or []),
             )
             outputs[mapping.function_output] = {"Value": props["FunctionName"]}
             outputs[mapping.source_output] = {"Value": props["EventSourceArn"]}
@@ -88,6 +92,7 @@ def prepare(
             )
         elif kind == "AWS::Lambda::Function":
             props["Timeout"] = scale_seconds(props.get("Timeout", 3), time_scale)
+            _scale_environment(props, time_scale)
             _override_environment(prepared, logical_id, props, environment)
         elif kind == "AWS::StepFunctions::StateMachine":
             _scale_state_machine(logical_id, props, time_scale)
@@ -155,6 +160,21 @@ def check_definition(definition: dict[str, Any], name: str) -> None:
             walk(value, f"{path}.{key}" if path else key)
 
     walk(definition, "")
+
+
+def _scale_environment(props: dict[str, Any], time_scale: float) -> None:
+    """Durations a function reads from its environment (variables named `*_SECONDS`) scale like
+    its timeout: a whole number stays whole (at least 1), a fraction stays a fraction."""
+    variables = (props.get("Environment") or {}).get("Variables") or {}
+    for name, value in variables.items():
+        if not name.endswith("_SECONDS") or not isinstance(value, str):
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        scaled = number * time_scale
+        variables[name] = str(scale_seconds(number, time_scale)) if value.isdigit() and scaled >= 1 else f"{scaled:g}"
 
 
 def _override_environment(

@@ -13,7 +13,11 @@ from local_runtime import LocalPipeline
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
-    return start_pipeline([{"id": "acme"}, {"id": "globex", "format": "jsonl"}], chunk_size=3)
+    # The seed's behaviour (on_failure: continue): a failed file does not stop later ones.
+    return start_pipeline(
+        [{"id": "acme", "on_failure": "continue"}, {"id": "globex", "format": "jsonl", "on_failure": "continue"}],
+        chunk_size=3,
+    )
 
 
 def test_malformed_csv_fails_with_line_number_notifies_and_later_files_go_on(pipe: LocalPipeline) -> None:
@@ -43,12 +47,12 @@ def test_malformed_csv_fails_with_line_number_notifies_and_later_files_go_on(pip
     assert_files_in_order(executions, [good0[0], bad[0], good1[0], good2[0]])
     assert_records_in_file_order(pipe.sink("acme").accepted, [("g0", 4), ("g1", 5), ("g2", 2)])
 
-    notices = [
-        n.data for n in pipe.notifications if isinstance(n.data, dict) and n.data.get("tenant") == "acme"
-    ]
+    notices = [n for n in pipe.notifications if (n.subject or "").startswith("[ordered-ingest] acme:")]
     assert len(notices) == 1
-    assert notices[0]["key"] == bad[0] and notices[0]["version_id"] == bad[1]
-    assert notices[0]["error"] == contract.MalformedFileError.__name__ and "line 4" in notices[0]["cause"]
+    text = notices[0].message
+    assert f"s3://{pipe.landing_bucket}/{bad[0]} (version {bad[1]})" in text
+    assert "Error:     MalformedFileError: line 4: expected 2 fields, found 1" in text
+    assert "on_failure: continue" in text and "stackTrace" not in text
 
 
 def test_malformed_jsonl_names_the_line(pipe: LocalPipeline) -> None:

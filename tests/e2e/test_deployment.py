@@ -52,7 +52,7 @@ def test_functions_and_workflow_are_as_declared(pipe: LocalPipeline) -> None:
     variables = controller["Configuration"]["Environment"]["Variables"]
     assert variables[contract.env_name("state_machine_arn")] == acme.state_machine_arn
     assert (
-        variables[contract.env_name("gate_table_name")] in pipe.client("dynamodb").list_tables()["TableNames"]
+        variables[contract.env_name("ledger_table_name")] in pipe.client("dynamodb").list_tables()["TableNames"]
     )
     assert controller["Configuration"]["Timeout"] == 1  # 20 s x 0.03, rounded up
 

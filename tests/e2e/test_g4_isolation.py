@@ -79,12 +79,15 @@ def _allowed_resources(documents: list[dict], action: str) -> list[str]:
 def test_split_policy_reads_only_its_own_prefix(pipe: LocalPipeline, tenant: str, other: str) -> None:
     """GIVEN the split function's role as CloudFormation created it (intrinsics resolved)
     WHEN we look at what it may s3:GetObject / s3:GetObjectVersion
-    THEN it is the tenant's own landing prefix only: an object under the other tenant's
-    prefix matches none of the resources, and no policy names the other prefix."""
+    THEN it is the tenant's own landing prefix (and, for GetObject, its own work folder: a
+    resumed file reuses its chunks) only: an object under the other tenant's prefix matches none
+    of the resources, and no policy names the other prefix."""
     landing = f"arn:aws:s3:::{pipe.landing_bucket}"
     documents = _role_policies(pipe, pipe.tenants[tenant].functions["split"])
+    own_work = [r for r in _allowed_resources(documents, "s3:GetObject") if ":ordered-ingest-work-" in r]
+    assert [r.rsplit("/", 2)[-2:] for r in own_work] == [[tenant, "*"]]
     for action in ("s3:GetObject", "s3:GetObjectVersion"):
-        resources = _allowed_resources(documents, action)
+        resources = [r for r in _allowed_resources(documents, action) if r not in own_work]
         assert resources == [f"{landing}/{pipe.tenants[tenant].prefix}*"], action
         assert any(fnmatch.fnmatchcase(f"{landing}/{pipe.tenants[tenant].prefix}x.csv", r) for r in resources)
         assert not any(
@@ -99,13 +102,10 @@ def test_split_refuses_another_tenants_key(pipe: LocalPipeline) -> None:
     THEN it refuses without reading it (KeyOutsidePrefixError)."""
     _, version = pipe.put_file("slow", "secret.csv", csv_file("secret", 1))
     pipe.wait_until_idle(timeout=60, tenants=["slow"])
-    event = {
-        "tenant": "fast",
-        "bucket": pipe.landing_bucket,
-        "key": "slow/secret.csv",
-        "version_id": version,
-        "execution_name": "probe",
-    }
+    event = contract.SplitRequest(
+        tenant="fast", bucket=pipe.landing_bucket, key="slow/secret.csv", version_id=version, event_id="probe",
+        start_record=0,
+    )
     response = pipe.client("lambda").invoke(
         FunctionName=pipe.tenants["fast"].functions["split"], Payload=json.dumps(event).encode()
     )

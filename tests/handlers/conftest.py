@@ -150,3 +150,13 @@ def queue_url(sqs: Any) -> str:
 @pytest.fixture
 def sns(aws: None) -> Any:
     return boto3.client("sns", region_name=REGION)
+
+
+class Context:
+    """The part of the Lambda context object the handlers use."""
+
+    def __init__(self, seconds: float = 60) -> None:
+        self.seconds = seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.seconds * 1000)

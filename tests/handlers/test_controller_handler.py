@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import TENANT
+from conftest import TENANT, Context
 from moto.stepfunctions.models import StepFunctionBackend
 
 import controller
@@ -409,10 +409,10 @@ def handler_env(config: ControllerEnv, monkeypatch: pytest.MonkeyPatch) -> Contr
 def test_handler_reports_a_waiting_message_as_an_item_failure_logged_at_info(handler_env, sfn, queue, logs):
     """GIVEN A running WHEN the handler gets B THEN the invocation succeeds with B as a batch item
     failure (Lambda does not back off its polling for those), logged at INFO only."""
-    controller.handler({"Records": [queue.record("evt-a")]}, None)
+    controller.handler({"Records": [queue.record("evt-a")]}, Context())
 
     b = queue.record("evt-b")
-    result = controller.handler({"Records": [b]}, None)
+    result = controller.handler({"Records": [b]}, Context())
 
     assert result["batchItemFailures"] == [{"itemIdentifier": b["messageId"]}]
     assert logs.errors() == []
@@ -437,7 +437,7 @@ def test_fails_when_body_is_not_an_object_created_event(handler_env, sfn, queue,
     """GIVEN a body that is not an S3 Object Created event WHEN handled THEN ValueError, an ERROR log,
     nothing started, and the body never appears in the logs."""
     with pytest.raises(ValueError, match="not .*S3 'Object Created' EventBridge event"):
-        controller.handler({"Records": [queue.record("evt-x", body=body)]}, None)
+        controller.handler({"Records": [queue.record("evt-x", body=body)]}, Context())
 
     assert len(logs.errors()) == 1
     assert "TOPSECRET" not in logs.text()
@@ -448,6 +448,6 @@ def test_fails_when_body_is_not_an_object_created_event(handler_env, sfn, queue,
 def test_fails_when_event_carries_more_than_one_record(handler_env, sfn, queue, logs):
     """GIVEN a batch of two records (batch size misconfigured) WHEN handled THEN ValueError, nothing starts."""
     with pytest.raises(ValueError, match="exactly one SQS record"):
-        controller.handler({"Records": [queue.record("evt-a"), queue.record("evt-b")]}, None)
+        controller.handler({"Records": [queue.record("evt-a"), queue.record("evt-b")]}, Context())
     assert executions(sfn, handler_env) == {}
     assert len(logs.errors()) == 1

@@ -21,7 +21,7 @@ from contract import FileRef, RegisterEnv, SinkRejectedError, SinkUnavailableErr
 from ledger import Ledger
 from runtime import BoundLogger, get_logger
 
-from conftest import TENANT  # noqa: E402
+from conftest import TENANT, Context  # noqa: E402
 WORK = "work"
 PREFIX = "acme/evt-1/"
 
@@ -270,14 +270,14 @@ def test_returns_before_the_deadline_and_the_next_try_continues_at_the_next_reco
     WHEN the chunk is registered THEN it returns (not done) after two records, and the next try sends
     the third only: no record is sent twice, none skipped."""
     put_chunk(work, 0, [{"id": i} for i in range(3)])
-    clock = Clock(deadline_in=10)
+    clock = Clock(deadline_in=8)
 
     class Slow:
         def __init__(self) -> None:
             self.calls = 0
 
         def __call__(self, n: int) -> int:
-            clock.now += 3  # each record takes 3 s of the invocation's 10
+            clock.now += 3  # each record takes 3 s of the invocation's 8
             return 200
 
     sink.respond = Slow()
@@ -332,14 +332,6 @@ def test_fails_when_chunk_holds_more_than_chunk_size_records(work, sink, ledger)
     with pytest.raises(ValueError, match="more than chunk_size=2"):
         register(work, ledger, task(0, chunk_size=2), config(sink))
     assert len(sink.requests) == 2
-
-
-class Context:
-    def __init__(self, seconds: float = 60) -> None:
-        self.seconds = seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int(self.seconds * 1000)
 
 
 @pytest.fixture
