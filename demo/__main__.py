@@ -2,6 +2,7 @@
 
     python -m demo                       # default tenants.yaml, sample files, live progress
     python -m demo --scenario malformed  # inject a fault (see --help)
+    python -m demo --scenario halt-resume  # a failed file halts its tenant; ops resume continues it
     python -m demo --serve               # keep the local pipeline up for your own files
 
 Exit status 0 when every guarantee held, 1 when one was violated, 2 on a usage error.
@@ -10,7 +11,8 @@ Exit status 0 when every guarantee held, 1 when one was violated, 2 on a usage e
 from __future__ import annotations
 
 import argparse
-import json
+import io
+import shlex
 import signal
 import sys
 import threading
@@ -31,7 +33,11 @@ from pipeline_constructs.config import ConfigError, load_config
 SCENARIOS = {
     "none": "no fault",
     "core-errors": "the core system answers 503 and 429 to some records (retried, never registered twice)",
-    "malformed": "the first tenant's second file has a broken line (that file fails and alarms; later files go on)",
+    "malformed": "the first tenant's second file has a broken line: the tenant halts (on_failure: halt) with "
+    "its later files queued; the operator skips the file with `ops skip` and the later files go on, in order",
+    "halt-resume": "the core system rejects a record of the first tenant's second file: the tenant halts with its "
+    "later files queued; the core system is fixed and the operator runs `ops resume`: the file continues at that "
+    "record, then the later files, every record once and in order",
     "crash": "the first tenant's controller dies right after StartExecution once (the redelivery starts nothing new)",
     "duplicate-event": "the first tenant's first event is delivered twice (one execution only)",
     "slow-tenant": "the first tenant's core system is slow (other tenants are not delayed)",
@@ -97,6 +103,8 @@ def inject(pipe, scenario: str, first_tenant: str) -> None:
         pipe.faults.duplicate_next_event(first_tenant)
     elif scenario == "slow-tenant":
         pipe.sink(first_tenant).latency(0.05)
+    elif scenario == "halt-resume":
+        pipe.sink(first_tenant).reject(on_record=lambda body: (str(body.get("file")), str(body.get("seq"))) == ("1", "42"))
 
 
 def upload_all(pipe, plan: Plan, uploads: dict[str, list[Upload]]) -> None:
@@ -149,7 +157,7 @@ def progress_table(pipe, plan: Plan, uploads: dict[str, list[Upload]], started: 
         current = running[0]["input"]["key"].rsplit("/", 1)[-1] if running else "-"
         table.add_row(
             tenant, f"{len(uploads[tenant])}/{len(files)}",
-            str(max(0, len(uploads[tenant]) - len(executions))), current,
+            str(max(0, len(uploads[tenant]) - len({e["key"] for e in executions}))), current,
             chunks.of(tenant) if running else "-", str(done), str(failed),
             f"{delivered:,}/{expected:,}",
         )
@@ -187,16 +195,58 @@ def report_faults(pipe, console: Console) -> None:
     for tenant, original, copy in pipe.faults.duplicates_sent:
         console.print(f"{tenant}: event delivered twice (message {original} and copy {copy}); one execution")
     for notification in pipe.notifications:
-        data = notification.data if isinstance(notification.data, dict) else {}
-        try:
-            cause = json.loads(data.get("cause") or "{}")
-        except ValueError:
-            cause = {}
-        console.print(
-            f"alarm topic: {data.get('tenant')}: {data.get('key')} failed with {data.get('error')}: "
-            f"{cause.get('errorMessage', data.get('cause'))}",
-            markup=False,
-        )
+        console.print(f"alarm topic: {notification.subject}", markup=False)
+        for line in notification.message.splitlines():
+            if line.startswith(("File:", "Stopped:", "Error:")):
+                console.print(f"  {line}", markup=False)
+
+
+def run_ops(pipe, console: Console, *args: str) -> int:
+    """Run the operator's CLI against the local pipeline, showing the command and what it printed."""
+    from ops.cli import main as ops_main
+
+    argv = ["--endpoint-url", pipe.endpoint_url, *args]
+    console.print(f"[bold]$ python -m ops {' '.join(shlex.quote(a) for a in argv)}[/bold]")
+    out = io.StringIO()
+    code = ops_main(argv, out=out)
+    console.print(out.getvalue().rstrip(), markup=False, soft_wrap=True)
+    return code
+
+
+def halted_tenants(pipe) -> list[str]:
+    """Tenants halted after a failed file (read from the ledger, as `ops status` does)."""
+    from ops.discovery import discover
+    from ops.status import tenant_status
+
+    resources = discover(pipe.client("cloudformation"))
+    ddb, sqs = pipe.client("dynamodb"), pipe.client("sqs")
+    return [t for t in pipe.tenant_ids if tenant_status(resources[t], ddb=ddb, sqs=sqs)["state"] == "halted"]
+
+
+def settled(pipe) -> bool:
+    """Nothing left to do but wait for an operator: every tenant idle, or halted with nothing running."""
+    halted = set(halted_tenants(pipe))
+    running = [t for t in halted if any(e["status"] == "RUNNING" for e in pipe.executions(t))]
+    others = [t for t in pipe.tenant_ids if t not in halted]
+    return not running and (not others or pipe.is_idle(tenants=others))
+
+
+def operate(pipe, console: Console, scenario: str) -> bool:
+    """What the on-call person does for the scenario's halted tenants; False if nothing."""
+    halted = halted_tenants(pipe)
+    if not halted:
+        return False
+    console.print(f"\n[yellow]Halted: {', '.join(halted)}[/yellow]: later files wait in the queue, in order.")
+    run_ops(pipe, console, "status")
+    for tenant in halted:
+        if scenario == "halt-resume":
+            console.print(f"The core system team fixes the rejected record; the operator resumes {tenant}:")
+            pipe.sink(tenant).clear_faults()
+            run_ops(pipe, console, "resume", tenant)
+        else:
+            console.print(f"The file cannot be fixed in place; the operator skips it (the tenant sends a new one):")
+            run_ops(pipe, console, "skip", tenant, "--reason", "malformed file; the tenant re-sends a corrected one")
+    return True
 
 
 def serve(pipe, console: Console) -> None:
@@ -256,16 +306,21 @@ def main(argv: list[str] | None = None) -> int:
         run_started = time.monotonic()
         uploader = threading.Thread(target=upload_all, args=(pipe, plan, uploads))
         uploader.start()
-        with Live(progress_table(pipe, plan, uploads, run_started, chunks), console=console, refresh_per_second=2) as live:
-            while True:
+        timed_out = False
+        while not timed_out:
+            with Live(progress_table(pipe, plan, uploads, run_started, chunks), console=console, refresh_per_second=2) as live:
+                while True:
+                    live.update(progress_table(pipe, plan, uploads, run_started, chunks))
+                    if not uploader.is_alive() and settled(pipe):
+                        break
+                    if time.monotonic() - run_started > args.timeout:
+                        console.print(f"[red]timed out after {args.timeout:.0f} s[/red]")
+                        timed_out = True
+                        break
+                    time.sleep(0.5)
                 live.update(progress_table(pipe, plan, uploads, run_started, chunks))
-                if not uploader.is_alive() and pipe.is_idle():
-                    break
-                if time.monotonic() - run_started > args.timeout:
-                    console.print(f"[red]timed out after {args.timeout:.0f} s[/red]")
-                    break
-                time.sleep(0.5)
-            live.update(progress_table(pipe, plan, uploads, run_started, chunks))
+            if timed_out or not operate(pipe, console, args.scenario):
+                break
         console.print()
         uploader.join()
         elapsed = time.monotonic() - run_started

@@ -44,6 +44,20 @@ def _stop(execution: dict[str, Any]) -> datetime:
     return execution.get("stopDate") or _NEVER
 
 
+def first_attempt(name: str) -> str:
+    """A resumed file runs again as `<first execution>-r<n>` (`ops resume`)."""
+    head, separator, attempt = name.rpartition("-r")
+    return head if separator and attempt.isdigit() else name
+
+
+def attempts(executions: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Each file version's executions, first attempt first."""
+    by_file: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for execution in sorted(executions, key=_start):
+        by_file.setdefault((execution["key"], execution["version_id"]), []).append(execution)
+    return by_file
+
+
 # --- G1: one file at a time, in upload order -------------------------------------------------
 
 
@@ -61,9 +75,10 @@ def overlap_problems(executions: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def file_order_problems(executions: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[str]:
-    """Files started and finished in upload order (``keys``: the uploads' keys, in order)."""
-    by_start = [e["key"] for e in sorted(executions, key=_start)]
-    by_stop = [e["key"] for e in sorted(executions, key=_stop)]
+    """Files started (first attempt) and finished (last attempt) in upload order (``keys``: the
+    uploads' keys, in order). A resumed file's attempts all come before the next file's."""
+    by_start = list(dict.fromkeys(e["key"] for e in sorted(executions, key=_start)))
+    by_stop = list(reversed(dict.fromkeys(e["key"] for e in sorted(executions, key=_stop, reverse=True))))
     problems = []
     if by_start != list(keys):
         problems.append(f"files started out of upload order: {by_start}")
@@ -90,8 +105,9 @@ def request_order_problems(requests: Iterable[Any]) -> list[str]:
 
 
 def execution_count_problems(executions: Sequence[dict[str, Any]], uploads: Sequence[Upload]) -> list[str]:
-    """Exactly one execution per uploaded version: none missing (G3), none doubled (G2)."""
-    counts = Counter((e["key"], e["version_id"]) for e in executions)
+    """Exactly one execution per uploaded version, not counting an operator's resumes of it:
+    none missing (G3), none doubled (G2)."""
+    counts = Counter((e["key"], e["version_id"]) for e in executions if first_attempt(e["name"]) == e["name"])
     return [
         f"{u.key}: {n} executions instead of 1" for u in uploads if (n := counts[(u.key, u.version_id)]) != 1
     ]
@@ -181,7 +197,8 @@ def verify_tenant(
 ) -> TenantVerdict:
     """``executions`` as `LocalPipeline.executions` describes them; ``accepted``: the record
     bodies the core system registered, in order."""
-    status = {(e["key"], e["version_id"]): e["status"] for e in executions}
+    # A file's outcome is its last attempt's (a failed file an operator resumed can succeed).
+    status = {file: tried[-1]["status"] for file, tried in attempts(executions).items()}
     outcomes = []
     for upload in uploads:
         ended = status.get((upload.key, upload.version_id))
