@@ -17,9 +17,11 @@ def start_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callabl
     """``start_pipeline([{"id": "acme"}], chunk_size=3)`` -> a running pipeline for the module."""
     opened: list[LocalPipeline] = []
 
-    def start(tenants: list[dict[str, Any]], *, chunk_size: int = 3) -> LocalPipeline:
+    def start(
+        tenants: list[dict[str, Any]], *, chunk_size: int = 3, time_scale: float = E2E_TIME_SCALE
+    ) -> LocalPipeline:
         path = write_tenants(tmp_path_factory.mktemp("tenants"), tenants, chunk_size=chunk_size)
-        pipe = LocalPipeline(path, time_scale=E2E_TIME_SCALE)
+        pipe = LocalPipeline(path, time_scale=time_scale)
         opened.append(pipe)
         pipe.start()
         return pipe

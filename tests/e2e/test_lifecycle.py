@@ -1,0 +1,197 @@
+"""Failures that last, on the local runtime: halt, resume, skip, long outages, deadlines,
+forgotten executions and hand-made starts. Every tenant of the module runs the real
+constructs' templates and handlers; `ops` is driven as an operator would, by its endpoint.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from pipeline_checks import (
+    assert_files_in_order,
+    assert_no_overlap,
+    assert_records_in_file_order,
+    csv_file,
+    records_of,
+    wait_for,
+)
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+from ops.cli import EXIT_NOTHING_TO_DO, EXIT_OK
+from ops.cli import main as ops_main
+
+
+@pytest.fixture(scope="module")
+def pipe(start_pipeline) -> LocalPipeline:
+    return start_pipeline(
+        [
+            {"id": "halts"},  # on_failure: halt is the default
+            {"id": "skips"},
+            {"id": "outage"},  # outage budget 1 h (108 s at this time scale)
+            {"id": "brief", "sink": {"outage_budget_seconds": 60}},  # 1.8 s at this time scale
+            {"id": "forgets"},
+            {"id": "byhand"},
+        ],
+        chunk_size=3,
+    )
+
+
+def ops(pipe: LocalPipeline, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = ops_main(["--endpoint-url", pipe.endpoint_url, *args], out=out)
+    return code, out.getvalue()
+
+
+def status(pipe: LocalPipeline, tenant: str) -> dict:
+    code, out = ops(pipe, "status", tenant, "--json")
+    assert code == EXIT_OK, out
+    return json.loads(out)[0]
+
+
+def halted(pipe: LocalPipeline, tenant: str) -> bool:
+    state = status(pipe, tenant)
+    return state["state"] == "halted" and not any(e["status"] == "RUNNING" for e in pipe.executions(tenant))
+
+
+def test_a_rejected_record_halts_the_tenant_and_resume_completes_everything_in_order(pipe: LocalPipeline) -> None:
+    """GIVEN three files and a core system that rejects record 4 of the second (a fatal 400)
+    WHEN they arrive THEN the second file fails at record 4 and the third stays queued; `ops
+    status` says where and why; WHEN the core system is fixed and the operator runs `ops resume`
+    THEN the second file continues at record 4 and the third follows: every record once, in order."""
+    sink = pipe.sink("halts").reject(on_record={"file": "b", "seq": "4"}, status=400)
+    uploads = [pipe.put_file("halts", f"{name}.csv", csv_file(name, 7)) for name in ("a", "b", "c")]
+
+    wait_for(lambda: halted(pipe, "halts"), timeout=60, what="the tenant to halt")
+    state = status(pipe, "halts")
+    assert state["current_file"]["key"] == uploads[1][0] and state["current_file"]["next_record"] == 4
+    assert state["last_failure"]["error"] == contract.SinkRejectedError.__name__
+    assert state["queue"]["visible"] + state["queue"]["in_flight"] == 1  # c waits
+    assert [e["key"] for e in pipe.executions("halts")] == [uploads[0][0], uploads[1][0]]
+    notice = next(n for n in pipe.notifications if (n.subject or "").startswith("[ordered-ingest] halts:"))
+    assert "record 4 of 7" in notice.message and "python -m ops resume halts" in notice.message
+
+    sink.clear_faults()
+    code, out = ops(pipe, "resume", "halts")
+    assert code == EXIT_OK and "at record 4" in out
+    pipe.wait_until_idle(timeout=60, tenants=["halts"])
+
+    executions = pipe.executions("halts")
+    assert [e["status"] for e in executions] == ["SUCCEEDED", "FAILED", "SUCCEEDED", "SUCCEEDED"]
+    assert_no_overlap(executions)
+    assert_records_in_file_order(sink.accepted, [("a", 7), ("b", 7), ("c", 7)])
+    # Records 0-3 of b were never sent again: the resume started at record 4.
+    sent_b = [r.body["seq"] for r in sink.requests if r.body["file"] == "b"]
+    assert sent_b == ["0", "1", "2", "3", "4", "4", "5", "6"]
+    assert ops(pipe, "resume", "halts")[0] == EXIT_NOTHING_TO_DO
+
+
+def test_skip_gives_the_file_up_with_a_reason_and_the_next_file_starts(pipe: LocalPipeline) -> None:
+    """GIVEN a malformed file between two good ones WHEN it halts the tenant and the operator
+    skips it with a reason THEN the next file starts, and the ledger keeps the reason."""
+    uploads = [
+        pipe.put_file("skips", "a.csv", csv_file("a", 4)),
+        pipe.put_file("skips", "bad.csv", b"file,seq\nbad,0\nbad\n"),
+        pipe.put_file("skips", "c.csv", csv_file("c", 4)),
+    ]
+    wait_for(lambda: halted(pipe, "skips"), timeout=60, what="the tenant to halt")
+    assert ops(pipe, "skip", "skips")[0] != EXIT_OK  # --reason is required
+
+    code, out = ops(pipe, "skip", "skips", "--reason", "malformed; the tenant re-sends it")
+    assert code == EXIT_OK and "the next file starts now" in out
+    pipe.wait_until_idle(timeout=60, tenants=["skips"])
+
+    executions = pipe.executions("skips")
+    assert [e["status"] for e in executions] == ["SUCCEEDED", "FAILED", "SUCCEEDED"]
+    assert_files_in_order(executions, [key for key, _ in uploads])
+    assert_records_in_file_order(pipe.sink("skips").accepted, [("a", 4), ("c", 4)])
+    state = status(pipe, "skips")
+    assert state["last_failure"]["skip_reason"] == "malformed; the tenant re-sends it"
+    assert state["last_24h"] == {"succeeded": 2, "failed": 0, "skipped": 1}
+
+
+def test_an_outage_longer_than_the_old_retry_budget_waits_and_recovers(pipe: LocalPipeline) -> None:
+    """GIVEN the core system down (503) for 6 s, longer than the seed's whole retry budget at this
+    time scale (about 122 s x 0.03 = 3.7 s) WHEN a file arrives THEN it waits for the core system
+    and, once it is back, completes: every record once, in order, nothing failed."""
+    sink = pipe.sink("outage").fail_with(503, times=None)
+    pipe.put_file("outage", "a.csv", csv_file("a", 6))
+    wait_for(lambda: len(sink.requests) >= 2, timeout=30, what="the core system to be tried")
+    refused_before = len(sink.requests)
+
+    pipe_sleep(6)
+    assert [e["status"] for e in pipe.executions("outage")] == ["RUNNING"]
+    assert len(sink.requests) > refused_before  # it kept trying, with waits in between
+    sink.clear_faults()
+    pipe.wait_until_idle(timeout=60, tenants=["outage"])
+
+    assert [e["status"] for e in pipe.executions("outage")] == ["SUCCEEDED"]
+    assert_records_in_file_order(sink.accepted, [("a", 6)])
+
+
+def pipe_sleep(seconds: float) -> None:
+    """Let an outage last (a real wait: the core system's outage is wall-clock time)."""
+    import time
+
+    time.sleep(seconds)
+
+
+def test_an_outage_past_the_budget_halts_and_resume_continues_where_it_stopped(pipe: LocalPipeline) -> None:
+    """GIVEN an outage budget of 1.8 s (60 s scaled) and a core system that goes down at record 5
+    WHEN the outage outlasts the budget THEN the file fails with SinkUnavailableError at record 5
+    and the tenant halts; WHEN the core system is back and the operator resumes THEN records 5-8
+    are sent once and nothing before them again."""
+    sink = pipe.sink("brief").fail_with(503, times=None, on_record=lambda body: int(body["seq"]) >= 5)
+    pipe.put_file("brief", "a.csv", csv_file("a", 9))
+    wait_for(lambda: halted(pipe, "brief"), timeout=60, what="the tenant to halt")
+    state = status(pipe, "brief")
+    assert state["last_failure"]["error"] == contract.SinkUnavailableError.__name__
+    assert state["current_file"]["next_record"] == 5
+
+    sink.clear_faults()
+    assert ops(pipe, "resume", "brief")[0] == EXIT_OK
+    pipe.wait_until_idle(timeout=60, tenants=["brief"])
+    assert_records_in_file_order(sink.accepted, [("a", 9)])
+    assert [r.body["seq"] for r in sink.requests if r.status < 300][:5] == ["0", "1", "2", "3", "4"]
+    assert sum(1 for r in sink.requests if r.body["seq"] == "2") == 1
+
+
+def test_an_execution_step_functions_forgot_does_not_wedge_the_tenant(pipe: LocalPipeline) -> None:
+    """GIVEN a file processed long ago whose execution Step Functions has since forgotten (90
+    days after it closed; or a re-created stack) WHEN the tenant's next file arrives THEN it starts."""
+    from moto.stepfunctions.responses import get_backend  # the backend the API serves (and runs)
+
+    pipe.put_file("forgets", "old.csv", csv_file("old", 2))
+    pipe.wait_until_idle(timeout=60, tenants=["forgets"])
+    machine = get_backend("123456789012", "us-east-1").describe_state_machine(pipe.tenants["forgets"].state_machine_arn)
+    machine.executions.clear()
+
+    pipe.put_file("forgets", "new.csv", csv_file("new", 2))
+    pipe.wait_until_idle(timeout=60, tenants=["forgets"])
+
+    assert [(e["key"], e["status"]) for e in pipe.executions("forgets")] == [("forgets/new.csv", "SUCCEEDED")]
+    assert pipe.sink("forgets").accepted == records_of("old", 2) + records_of("new", 2)
+
+
+def test_an_execution_started_by_hand_is_refused_before_it_sends_anything(pipe: LocalPipeline) -> None:
+    """GIVEN a file processed through the gate WHEN someone starts the workflow by hand with the
+    same file (what a hand-made redrive amounts to) THEN that execution fails with
+    StaleExecutionError, nothing reaches the core system, and the ledger is unchanged."""
+    pipe.put_file("byhand", "a.csv", csv_file("a", 4))
+    pipe.wait_until_idle(timeout=60, tenants=["byhand"])
+    (first,) = pipe.executions("byhand")
+    before = status(pipe, "byhand")
+    requests = len(pipe.sink("byhand").requests)
+
+    pipe.client("stepfunctions").start_execution(
+        stateMachineArn=pipe.tenants["byhand"].state_machine_arn, name="by-hand", input=json.dumps(first["input"])
+    )
+    pipe.wait_until_idle(timeout=60, tenants=["byhand"])
+
+    by_hand = next(e for e in pipe.executions("byhand") if e["name"] == "by-hand")
+    assert by_hand["status"] == "FAILED" and by_hand["error"] == contract.StaleExecutionError.__name__
+    assert len(pipe.sink("byhand").requests) == requests
+    after = status(pipe, "byhand")
+    assert after["current_file"] == before["current_file"] and after["state"] == "idle"
