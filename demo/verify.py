@@ -107,7 +107,7 @@ def request_order_problems(requests: Iterable[Any]) -> list[str]:
 def execution_count_problems(executions: Sequence[dict[str, Any]], uploads: Sequence[Upload]) -> list[str]:
     """Exactly one execution per uploaded version, not counting an operator's resumes of it:
     none missing (G3), none doubled (G2)."""
-    counts = Counter((e["key"], e["version_id"]) for e in executions if first_attempt(e["name"]) == e["name"])
+    counts = Counter((e["key"], e["version_id"]) for e in executions if first_attempt(e.get("name", "")) == e.get("name", ""))
     return [
         f"{u.key}: {n} executions instead of 1" for u in uploads if (n := counts[(u.key, u.version_id)]) != 1
     ]

@@ -100,7 +100,7 @@ class Runtime:
             self.synthesized,
             client=self.server.client,
             time_scale=self._time_scale,
-            function_environment=self._function_environment or point_register_at(self.sinks),
+            function_environment=_after(point_register_at(self.sinks), self._function_environment),
         )
         for function in self.deployment.functions.values():
             self.dispatcher.register(function)
@@ -148,3 +148,10 @@ class Runtime:
                     )
             except Exception:  # noqa: BLE001 - best effort while shutting down
                 pass
+
+
+def _after(first: FunctionEnvironmentHook, then: FunctionEnvironmentHook | None) -> FunctionEnvironmentHook:
+    """`then` applied to what `first` made of a function's environment."""
+    if then is None:
+        return first
+    return lambda tenant, role, variables: then(tenant, role, first(tenant, role, variables))

@@ -33,8 +33,8 @@ class LocalPipeline:
     Retry intervals (0.1: a 30 s visibility timeout becomes 3 s).
 
     ``function_environment(tenant, role, variables) -> variables`` may change a tenant
-    function's environment before it is deployed; by default (`sink.point_register_at`) each
-    register function sends to its tenant's local sink. A hook of your own replaces that.
+    function's environment before it is deployed; it runs after the default one
+    (`sink.point_register_at`: each register function sends to its tenant's local sink).
     """
 
     def __init__(

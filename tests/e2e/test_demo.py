@@ -9,7 +9,8 @@ from tests.conftest import ROOT
 def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys):
     """GIVEN the default tenants.yaml and a malformed file among the first tenant's files
     WHEN the demo runs
-    THEN the bad file fails with its line number, reaches the alarm topic, the rest is
+    THEN the bad file fails with its line number and reaches the alarm topic, the tenant
+    halts, the demo shows `ops status` and skips the file with `ops skip`, the rest is
     delivered in order, and the demo exits 0."""
     status = main(
         [
@@ -29,5 +30,26 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys):
     )
     out = capsys.readouterr().out
     assert status == 0, out
-    assert "alarm topic: acme: acme/file-900-malformed.csv failed with MalformedFileError: line 7" in out
+    assert "alarm topic: [ordered-ingest] acme: file failed (MalformedFileError)" in out
+    assert "Error:     MalformedFileError: line 7" in out
+    assert "Halted: acme" in out
+    assert "python -m ops --endpoint-url" in out and " skip acme --reason" in out
+    assert "acme: skipped s3://" in out
+    assert "every guarantee held" in out
+
+
+def test_the_demo_halts_and_resumes(capsys):
+    """GIVEN a record the core system rejects in the first tenant's second file
+    WHEN the demo runs --scenario halt-resume
+    THEN the tenant halts, the operator's `ops resume` continues the file at that record,
+    and every record arrives once, in order."""
+    status = main(
+        [
+            "--tenants", str(ROOT / "tenants.yaml"), "--files", "3", "--records", "60", "--big-records", "0",
+            "--scenario", "halt-resume", "--time-scale", "0.03",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "acme: resumed s3://" in out and "at record 42" in out
     assert "every guarantee held" in out
