@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipeline_constructs import names
+from pipeline_constructs import budgets, names
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 MAX_CHUNK_SIZE = 1000
@@ -220,6 +220,8 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
     ]
     _check_unique_ids(declared, problems)
     _check_prefix_overlaps(declared, problems)
+    for tenant in tenants:
+        _check_register_budget(tenant, problems)
 
     if problems.lines:
         raise ConfigError(source, problems.lines)
@@ -293,6 +295,21 @@ def _check_prefix_overlaps(declared: list[tuple[str, str]], problems: _Problems)
                     f"overlaps tenant '{a_id}' prefix '{a_prefix}'",
                     "give each tenant a prefix that is not inside another's",
                 )
+
+
+def _check_register_budget(tenant: TenantConfig, problems: _Problems) -> None:
+    """`chunk_size x sink.timeout_seconds` must fit the register function's invocations per chunk."""
+    size, timeout = tenant.chunk_size, tenant.sink.timeout_seconds
+    invocations = budgets.register_invocations_per_chunk(size, timeout)
+    if invocations > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK:
+        problems.add(
+            f"tenant '{tenant.id}'", "chunk_size", size,
+            f"x sink.timeout_seconds {timeout} = {size * timeout} s for a chunk at the slowest answer, "
+            f"{invocations} invocations of the register function's {budgets.REGISTER_MAX_TIMEOUT_SECONDS} s "
+            f"limit (at most {budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK}: each one adds to the execution's history)",
+            f"use a chunk_size of at most {budgets.max_chunk_size(timeout)} at this timeout, or a lower "
+            "sink.timeout_seconds",
+        )
 
 
 def _merge(defaults: dict, entry: dict) -> dict:

@@ -21,7 +21,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import names
+from pipeline_constructs import budgets, names
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge
@@ -37,21 +37,13 @@ CONTROLLER_TIMEOUT = Duration.seconds(20)
 #: visible first (fast hand-off). Below the 5-minute metric period, so the head-wait metric
 #: has a point in every period while a tenant waits.
 WAITING_VISIBILITY = Duration.minutes(4)
-#: The register function returns this long before its deadline at the latest (see the handler).
-REGISTER_MIN_TIMEOUT = Duration.minutes(1)
-REGISTER_MAX_TIMEOUT = Duration.minutes(15)
-REGISTER_DEADLINE_MARGIN_SECONDS = 30
+#: The period of every metric the pipeline's alarms watch.
+METRIC_PERIOD = Duration.minutes(5)
 
 
 def register_timeout(chunk_size: int, sink_timeout_seconds: int) -> Duration:
-    """Long enough for a whole chunk at the core system's slowest answer when that fits in
-    Lambda's 15 minutes; a longer chunk is sent over several invocations (the handler returns
-    its progress before the deadline)."""
-    worst_case = chunk_size * sink_timeout_seconds + REGISTER_DEADLINE_MARGIN_SECONDS
-    seconds = min(REGISTER_MAX_TIMEOUT.to_seconds(), max(REGISTER_MIN_TIMEOUT.to_seconds(), worst_case))
-    return Duration.seconds(seconds)
-#: The period of every metric the pipeline's alarms watch.
-METRIC_PERIOD = Duration.minutes(5)
+    """See `budgets.register_timeout_seconds`."""
+    return Duration.seconds(budgets.register_timeout_seconds(chunk_size, sink_timeout_seconds))
 
 
 @dataclass(frozen=True)

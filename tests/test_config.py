@@ -315,3 +315,27 @@ def test_fails_when_the_outage_budget_is_not_positive():
         "tenant 'acme': field 'sink.outage_budget_seconds' = 0: Input should be greater than or equal to 1; "
         "use a whole number of seconds from 1 to 86400 (default 3600: one hour)"
     )
+
+
+def test_fails_when_a_chunk_at_the_slowest_answer_needs_too_many_register_invocations():
+    """chunk_size x sink.timeout_seconds is checked against the register function's timeout."""
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', timeout_seconds: 60}}
+        """
+    ) == (
+        "tenant 'acme': field 'chunk_size' = 1000: x sink.timeout_seconds 60 = 60000 s for a chunk at the slowest "
+        "answer, 69 invocations of the register function's 900 s limit (at most 10: each one adds to the "
+        "execution's history); use a chunk_size of at most 145 at this timeout, or a lower sink.timeout_seconds"
+    )
+
+
+def test_the_largest_allowed_chunk_passes_and_one_more_fails():
+    from pipeline_constructs import budgets
+
+    for timeout in (1, 10, 60):
+        largest = min(1000, budgets.max_chunk_size(timeout))
+        assert budgets.register_invocations_per_chunk(largest, timeout) <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+        if largest < 1000:
+            assert budgets.register_invocations_per_chunk(largest + 1, timeout) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK

@@ -1,0 +1,38 @@
+"""Time budgets derived from a tenant's settings (pure arithmetic: config validation and the
+constructs both use it, without importing CDK).
+
+The register function sends a chunk's records one by one. Its timeout is long enough for a
+whole chunk at the core system's slowest answer (`chunk_size x sink.timeout_seconds`) when that
+fits in Lambda's 15 minutes; a longer chunk continues over several invocations (the handler
+returns its progress before its deadline). Each invocation adds a few events to the
+execution's history (25,000 at most), so a chunk may take at most
+`MAX_REGISTER_INVOCATIONS_PER_CHUNK` invocations at the worst case: synthesis refuses more.
+"""
+
+from __future__ import annotations
+
+import math
+
+REGISTER_MIN_TIMEOUT_SECONDS = 60
+REGISTER_MAX_TIMEOUT_SECONDS = 900  # Lambda's limit
+#: Kept in hand at the deadline (progress write, return) and for the invocation's start.
+REGISTER_MARGIN_SECONDS = 30
+MAX_REGISTER_INVOCATIONS_PER_CHUNK = 10
+
+
+def register_timeout_seconds(chunk_size: int, sink_timeout_seconds: int) -> int:
+    """The register function's timeout for these settings."""
+    worst_case = chunk_size * sink_timeout_seconds + REGISTER_MARGIN_SECONDS
+    return min(REGISTER_MAX_TIMEOUT_SECONDS, max(REGISTER_MIN_TIMEOUT_SECONDS, worst_case))
+
+
+def register_invocations_per_chunk(chunk_size: int, sink_timeout_seconds: int) -> int:
+    """Invocations one chunk needs when every record takes the whole sink timeout."""
+    usable = register_timeout_seconds(chunk_size, sink_timeout_seconds) - REGISTER_MARGIN_SECONDS
+    return math.ceil(chunk_size * sink_timeout_seconds / usable)
+
+
+def max_chunk_size(sink_timeout_seconds: int) -> int:
+    """The largest chunk size the invocation budget allows at this sink timeout."""
+    usable = REGISTER_MAX_TIMEOUT_SECONDS - REGISTER_MARGIN_SECONDS
+    return MAX_REGISTER_INVOCATIONS_PER_CHUNK * usable // sink_timeout_seconds
