@@ -67,12 +67,12 @@ def percentile(values: list[float], fraction: float) -> float:
 def measure(files: int, time_scale: float, fast: bool) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-handoff-"))
     visibility = max(1, math.ceil(QUEUE_VISIBILITY_SECONDS * time_scale))
-    hook = None
-    if not fast:
-        waiting = contract.env_name("waiting_visibility_seconds")
+    waiting = contract.env_name("waiting_visibility_seconds")
 
-        def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
-            return {**variables, waiting: str(visibility)} if waiting in variables else variables
+    def seed_visibility(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
+        return {**variables, waiting: str(visibility)} if waiting in variables else variables
+
+    hook = None if fast else seed_visibility
 
     original = functions.LAMBDA_SOURCE_DIR
     try:

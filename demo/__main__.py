@@ -244,7 +244,7 @@ def operate(pipe, console: Console, scenario: str) -> bool:
             pipe.sink(tenant).clear_faults()
             run_ops(pipe, console, "resume", tenant)
         else:
-            console.print(f"The file cannot be fixed in place; the operator skips it (the tenant sends a new one):")
+            console.print("The file cannot be fixed in place; the operator skips it (the tenant sends a new one):")
             run_ops(pipe, console, "skip", tenant, "--reason", "malformed file; the tenant re-sends a corrected one")
     return True
 

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
 from ledger import FAILED, Ledger, LedgerConflict, Position
-from runtime import BoundLogger, aws_client, lambda_handler
+from runtime import BoundLogger, aws_client, error_code, execution_status, lambda_handler
 
 RUNBOOK = "docs/operations.md"
 
@@ -121,18 +121,11 @@ class Closer:
                 cause="started outside the gate; use `ops resume`",
             )
         except ClientError as error:
-            self.log.warning("could not stop the execution", extra={"error_code": _code(error)})
+            self.log.warning("could not stop the execution", extra={"error_code": error_code(error)})
         return {**unchanged, "stopped": True}
 
     def _status(self, name: str) -> str | None:
-        try:
-            return self.sfn.describe_execution(
-                executionArn=execution_arn(self.config.state_machine_arn, name)
-            )["status"]
-        except ClientError as error:
-            if _code(error) == "ExecutionDoesNotExist":
-                return None
-            raise
+        return execution_status(self.sfn, self.config.state_machine_arn, name)
 
     def _hand_off(self, position: Position) -> bool:
         """Make the waiting message visible now; the visibility timeout stays the fallback."""
@@ -145,7 +138,7 @@ class Closer:
         except ClientError as error:
             # The message was received again meanwhile (new receipt handle) or deleted: nothing waits.
             self.log.info("waiting message not in flight any more; nothing to hand off",
-                          extra={"error_code": _code(error)})
+                          extra={"error_code": error_code(error)})
             return False
         self.ledger.clear_waiting(position.waiting_receipt)
         self.log.info("next file handed off", extra={"message_id": position.waiting_message_id})
@@ -191,10 +184,6 @@ class Closer:
         )
         subject = f"[ordered-ingest] {tenant}: file {what} ({error_type})"[:100]
         self.sns.publish(TopicArn=self.config.alarm_topic_arn, Subject=subject, Message=body)
-
-
-def _code(error: ClientError) -> str:
-    return error.response.get("Error", {}).get("Code", "")
 
 
 @lambda_handler("closer", CloserEnv, log_fields=lambda event: {})

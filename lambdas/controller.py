@@ -25,20 +25,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from contract import (
     CLOSED_STATUSES,
     HEAD_WAIT_METRIC,
     TENANT_DIMENSION,
     ControllerEnv,
     ControllerResult,
-    ExecutionInput,
     FileRef,
-    execution_arn,
 )
-from ledger import AlreadyClaimed, Ledger, LedgerConflict, Position
-from runtime import BoundLogger, aws_client, lambda_handler
+from ledger import AlreadyClaimed, Ledger, LedgerConflict, Position, start_execution
+from runtime import BoundLogger, aws_client, execution_status, lambda_handler
 
 #: Right after StartExecution, DescribeExecution may not see the execution yet; past this age
 #: an execution the ledger says is running but Step Functions does not know is started again.
@@ -131,10 +127,6 @@ def emf_line(*, namespace: str, tenant_id: str, now: float, sent_timestamp_ms: i
     )
 
 
-def _error_code(error: ClientError) -> str:
-    return error.response.get("Error", {}).get("Code", "")
-
-
 class Gate:
     """One message's pass through the gate; see the module docstring for the rules."""
 
@@ -217,15 +209,7 @@ class Gate:
     # -- Step Functions -------------------------------------------------------------------------
 
     def _describe(self, execution: str) -> str | None:
-        """The execution's status, or None if Step Functions does not know it."""
-        try:
-            return self.sfn.describe_execution(
-                executionArn=execution_arn(self.config.state_machine_arn, execution)
-            )["status"]
-        except ClientError as error:
-            if _error_code(error) == "ExecutionDoesNotExist":
-                return None
-            raise
+        return execution_status(self.sfn, self.config.state_machine_arn, execution)
 
     def _closing(self, position: Position) -> bool:
         """True if the recorded close is recent and Step Functions still runs the execution
@@ -245,19 +229,10 @@ class Gate:
 
     def _start(self, position: Position) -> None:
         """Start the position's execution (idempotent: `ExecutionAlreadyExists` is success)."""
-        assert position.file is not None and position.execution is not None
-        execution_input = ExecutionInput(**position.file, start_record=position.next_record)
-        try:
-            self.sfn.start_execution(
-                stateMachineArn=self.config.state_machine_arn,
-                name=position.execution,
-                input=json.dumps(execution_input, sort_keys=True),
-            )
+        if start_execution(self.sfn, self.config.state_machine_arn, position):
             self.log.info("execution started", extra={"execution": position.execution,
                                                       "start_record": position.next_record})
-        except ClientError as error:
-            if _error_code(error) != "ExecutionAlreadyExists":
-                raise
+        else:
             self.log.info("execution already exists (redelivered message); nothing to start",
                           extra={"execution": position.execution})
 

@@ -28,7 +28,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract import FileRef
+from contract import ExecutionInput, FileRef
+from runtime import error_code
 
 POSITION = "position"
 HISTORY_PREFIX = "file#"
@@ -141,11 +142,6 @@ def _s(value: str) -> dict[str, str]:
     return {"S": value}
 
 
-def _error_code(error: Exception) -> str:
-    response = getattr(error, "response", None) or {}
-    return response.get("Error", {}).get("Code", "")
-
-
 class Ledger:
     """The ledger of one tenant in one table; `ddb` is a boto3 DynamoDB client."""
 
@@ -176,7 +172,7 @@ class Ledger:
         try:
             item = self.ddb.update_item(**kwargs)["Attributes"]
         except Exception as error:  # botocore ClientError; not imported to keep this stdlib-only
-            if _error_code(error) == "ConditionalCheckFailedException":
+            if error_code(error) == "ConditionalCheckFailedException":
                 raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
             raise
         return Position.from_item(self.tenant, item)
@@ -229,7 +225,7 @@ class Ledger:
         try:
             self.ddb.transact_write_items(TransactItems=[{"Update": position}, {"Put": marker}])
         except Exception as error:  # botocore ClientError
-            if _error_code(error) != "TransactionCanceledException":
+            if error_code(error) != "TransactionCanceledException":
                 raise
             reasons = [r.get("Code") for r in getattr(error, "response", {}).get("CancellationReasons", [])]
             if len(reasons) == 2 and reasons[1] == "ConditionalCheckFailed" and reasons[0] in (None, "None"):
@@ -439,3 +435,21 @@ class Ledger:
                 }
             )
         return entries
+
+
+def start_execution(sfn: Any, state_machine_arn: str, position: Position) -> bool:
+    """Start the execution the position names, on its file from its first unacknowledged
+    record. Idempotent: False when it exists already (`ExecutionAlreadyExists`)."""
+    assert position.file is not None and position.execution is not None
+    execution_input = ExecutionInput(**position.file, start_record=position.next_record)
+    try:
+        sfn.start_execution(
+            stateMachineArn=state_machine_arn,
+            name=position.execution,
+            input=json.dumps(execution_input, sort_keys=True),
+        )
+    except Exception as error:  # botocore ClientError
+        if error_code(error) != "ExecutionAlreadyExists":
+            raise
+        return False
+    return True

@@ -12,12 +12,11 @@ runtime.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract import ExecutionInput, execution_arn
-from ledger import FAILED, Ledger, LedgerConflict, Position
+from runtime import execution_status
+from ledger import FAILED, Ledger, LedgerConflict, Position, start_execution
 
 
 class NothingToDo(Exception):
@@ -45,29 +44,6 @@ def describe_state(position: Position) -> str:
     return f"idle (last file {key}: {position.status})"
 
 
-def _not_found(sfn: Any, state_machine_arn: str, execution: str) -> bool:
-    try:
-        sfn.describe_execution(executionArn=execution_arn(state_machine_arn, execution))
-    except Exception as error:  # botocore ClientError
-        if getattr(error, "response", {}).get("Error", {}).get("Code") == "ExecutionDoesNotExist":
-            return True
-        raise
-    return False
-
-
-def _start(sfn: Any, state_machine_arn: str, position: Position) -> None:
-    assert position.file is not None and position.execution is not None
-    try:
-        sfn.start_execution(
-            stateMachineArn=state_machine_arn,
-            name=position.execution,
-            input=json.dumps(ExecutionInput(**position.file, start_record=position.next_record), sort_keys=True),
-        )
-    except Exception as error:  # botocore ClientError
-        if getattr(error, "response", {}).get("Error", {}).get("Code") != "ExecutionAlreadyExists":
-            raise
-
-
 def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outcome:
     """Run the tenant's halted, failed file again from its first unacknowledged record.
 
@@ -76,8 +52,8 @@ def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outc
     ledger changed meanwhile (run it again).
     """
     position = ledger.read()
-    if position.running and position.attempt > 0 and position.execution and _not_found(sfn, state_machine_arn, position.execution):
-        _start(sfn, state_machine_arn, position)
+    if position.running and position.attempt > 0 and position.execution and execution_status(sfn, state_machine_arn, position.execution) is None:
+        start_execution(sfn, state_machine_arn, position)
         return Outcome(f"started the interrupted resume {position.execution} at record {position.next_record:,}",
                        position.execution, position.next_record)
     if not (position.status == FAILED and position.halted):
@@ -85,7 +61,7 @@ def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outc
     assert position.file is not None
     execution = f"{position.file['event_id']}-r{position.attempt + 1}"
     resumed = ledger.resume(position, execution, now)
-    _start(sfn, state_machine_arn, resumed)
+    start_execution(sfn, state_machine_arn, resumed)
     return Outcome(
         f"resumed s3://{position.file['bucket']}/{position.file['key']} at record {resumed.next_record:,} "
         f"as execution {execution}",

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
 
-from contract import PipelineError, from_env
+from contract import PipelineError, execution_arn, from_env
 
 LOGGER_NAME = "ingest"
 
@@ -102,6 +102,23 @@ def lambda_handler(
         return LambdaHandler(function, config_type, logic, log_fields=log_fields)
 
     return wrap
+
+
+def error_code(error: BaseException) -> str:
+    """The AWS error code of a botocore `ClientError` ("" for anything else)."""
+    response = getattr(error, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def execution_status(sfn: Any, state_machine_arn: str, execution: str) -> str | None:
+    """An execution's status, or None if Step Functions does not know it (never started, or
+    forgotten: Step Functions keeps closed executions 90 days)."""
+    try:
+        return sfn.describe_execution(executionArn=execution_arn(state_machine_arn, execution))["status"]
+    except Exception as error:
+        if error_code(error) == "ExecutionDoesNotExist":
+            return None
+        raise
 
 
 def pick(event: Mapping[str, Any], *keys: str) -> dict[str, Any]:

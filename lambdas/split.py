@@ -24,7 +24,7 @@ from contract import (
     chunk_prefix,
     manifest_key,
 )
-from runtime import BoundLogger, aws_client, lambda_handler, pick
+from runtime import BoundLogger, aws_client, error_code, lambda_handler, pick
 
 
 def _text_lines(body: Any) -> Iterator[tuple[int, str]]:
@@ -150,7 +150,7 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     split again, which writes the same chunks. `chunks` lists the indexes still to register,
     from the one holding `start_record`. `s3` is a boto3 S3 client.
     """
-    bucket, key, version_id = request["bucket"], request["key"], request["version_id"]
+    key, version_id = request["key"], request["version_id"]
     file_id = request["event_id"]
     start_record = int(request.get("start_record") or 0)
     if request.get("tenant", config.tenant_id) != config.tenant_id:
@@ -184,8 +184,7 @@ def _existing_manifest(s3: Any, config: SplitEnv, prefix: str, version_id: str) 
     try:
         body = s3.get_object(Bucket=config.work_bucket, Key=manifest_key(prefix))["Body"]
     except Exception as error:  # botocore ClientError: NoSuchKey (expired, or never written)
-        code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
-        if code in ("NoSuchKey", "404", "NotFound"):
+        if error_code(error) in ("NoSuchKey", "404", "NotFound"):
             return None
         raise
     manifest = json.loads(body.read())
@@ -200,8 +199,7 @@ def _chunk_exists(s3: Any, config: SplitEnv, prefix: str, index: int) -> bool:
     try:
         s3.head_object(Bucket=config.work_bucket, Key=chunk_key(prefix, index))
     except Exception as error:  # botocore ClientError
-        code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
-        if code in ("NoSuchKey", "404", "NotFound"):
+        if error_code(error) in ("NoSuchKey", "404", "NotFound"):
             return False
         raise
     return True

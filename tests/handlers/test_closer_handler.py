@@ -31,7 +31,7 @@ def topic(sns: Any, sqs: Any) -> dict[str, str]:
     """The alarm topic, with an SQS subscription to read what it published."""
     arn = sns.create_topic(Name="alarms")["TopicArn"]
     url = sqs.create_queue(QueueName="inbox")["QueueUrl"]
-    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=f"arn:aws:sqs:us-east-1:123456789012:inbox")
+    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint="arn:aws:sqs:us-east-1:123456789012:inbox")
     return {"arn": arn, "inbox": url}
 
 

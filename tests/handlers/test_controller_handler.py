@@ -17,7 +17,7 @@ from moto.stepfunctions.models import StepFunctionBackend
 import controller
 from contract import ControllerEnv, FileRef, environment, execution_arn
 from controller import process_message
-from ledger import FAILED, RUNNING, SUCCEEDED, Ledger
+from ledger import FAILED, RUNNING, Ledger
 from runtime import BoundLogger, get_logger
 
 NOW = 1_700_000_100.5
