@@ -102,3 +102,22 @@ def test_waiting_is_noted_on_the_position_it_was_decided_on(ledger):
     assert ledger.read().waiting_receipt == "r2"
     ledger.clear_waiting("r2")
     assert ledger.read().waiting_receipt is None and closed.seq == 2
+
+
+def test_the_stored_items_keep_their_documented_shape(ledger, ddb):
+    """What ops, the history and an operator reading the table rely on: the entry names and the
+    state values as stored (docs/architecture.md, "Ledger")."""
+    after = ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    assert after.attempt == 0
+    items = {i["entry"]["S"]: i for i in ddb.scan(TableName=ledger.table)["Items"]}
+    assert set(items) == {"position", "event#e1"}
+    assert items["position"]["status"] == {"S": "RUNNING"}
+    ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1, cause="x" * 5000)
+    items = {i["entry"]["S"]: i for i in ddb.scan(TableName=ledger.table)["Items"]}
+    history = next(k for k in items if k.startswith("file#"))
+    assert history == f"file#{int(NOW * 1000):013d}#e1"
+    assert items["position"]["status"] == {"S": "FAILED"} and items[history]["status"] == {"S": "FAILED"}
+    assert len(items["position"]["cause"]["S"]) == 2000  # a cause is a summary: kept short
+    ledger.skip(ledger.read(), "why", NOW + 2)
+    assert ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}})[
+        "Item"]["status"] == {"S": "SKIPPED"}
