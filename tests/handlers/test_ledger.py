@@ -121,3 +121,20 @@ def test_the_stored_items_keep_their_documented_shape(ledger, ddb):
     ledger.skip(ledger.read(), "why", NOW + 2)
     assert ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}})[
         "Item"]["status"] == {"S": "SKIPPED"}
+
+
+def test_a_position_says_whether_its_file_runs_and_which_it_is(ledger):
+    assert ledger.read().running is False and ledger.read().file_id is None
+    claimed = ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    assert claimed.running is True and claimed.file_id == "e1"
+    assert ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW).running is False
+
+
+def test_history_and_event_markers_expire_after_400_days(ledger, ddb):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 10)
+    items = {i["entry"]["S"]: i for i in ddb.scan(TableName=ledger.table)["Items"]}
+    history = next(k for k in items if k.startswith("file#"))
+    assert items[history]["expires_at"] == {"N": str(int(NOW + 10 + 400 * 86400))}
+    assert items["event#e1"]["expires_at"] == {"N": str(int(NOW + 400 * 86400))}
+    assert "expires_at" not in items["position"]  # the position never expires
