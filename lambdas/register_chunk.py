@@ -9,7 +9,7 @@ The function works within its budget (docs/design.md §4.7):
 * it is fenced by the ledger: only the tenant's current, running execution may send (a
   hand-made redrive is refused before it sends anything);
 * it starts at the first record not acknowledged yet (the ledger's `next_record`, the task's
-  `start_record`) and writes its progress to the ledger after every acknowledged record;
+  `start_record`) and writes its progress to the ledger every second and at every stop;
 * it stops before the function's deadline and returns the task to continue with;
 * a record the core system cannot take now (429, 5xx, timeout, connection) is retried in
   place with a short backoff; if the fault lasts, the function returns and the workflow waits
@@ -51,12 +51,13 @@ DEADLINE_MARGIN_SECONDS = 3.0
 RETRY_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
 #: Bounds of the workflow's wait between tries while the core system is unavailable.
 MIN_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS = 1, 60
-#: Progress is written to the ledger at least this often while records flow. 0: after every
-#: acknowledged record, so that even after a hard crash (a timeout, the process killed) the
-#: retry continues exactly at the first unacknowledged record. It costs one conditional
-#: DynamoDB write per record; a larger value trades a few re-sent records (deduplicated by the
-#: core system on their keys) after a crash for fewer writes.
-PROGRESS_EVERY_SECONDS = 0.0
+#: Progress is written to the ledger at least this often while records flow, and exactly at
+#: every stop (done, deadline, outage, rejection). After a hard crash (the process killed by a
+#: timeout) the retry continues at the last progress written: at most this long of records is
+#: sent again, each with its idempotency key, so the core system registers none twice. 0 writes
+#: after every record: exact after a crash too, at one conditional DynamoDB write per record
+#: (measured on the local runtime: throughput fell from about 1,200 to 55 records/s).
+PROGRESS_EVERY_SECONDS = 1.0
 
 
 class _SinkConnection:

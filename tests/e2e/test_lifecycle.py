@@ -74,6 +74,7 @@ def test_a_rejected_record_halts_the_tenant_and_resume_completes_everything_in_o
     assert "record 4 of 7" in notice.message and "python -m ops resume halts" in notice.message
 
     sink.clear_faults()
+    resumed_at = len(sink.requests)
     code, out = ops(pipe, "resume", "halts")
     assert code == EXIT_OK and "at record 4" in out
     pipe.wait_until_idle(timeout=60, tenants=["halts"])
@@ -83,8 +84,8 @@ def test_a_rejected_record_halts_the_tenant_and_resume_completes_everything_in_o
     assert_no_overlap(executions)
     assert_records_in_file_order(sink.accepted, [("a", 7), ("b", 7), ("c", 7)])
     # Records 0-3 of b were never sent again: the resume started at record 4.
-    sent_b = [r.body["seq"] for r in sink.requests if r.body["file"] == "b"]
-    assert sent_b == ["0", "1", "2", "3", "4", "4", "5", "6"]
+    after_resume = [r.body["seq"] for r in sink.requests[resumed_at:] if r.body["file"] == "b"]
+    assert after_resume == ["4", "5", "6"]
     assert ops(pipe, "resume", "halts")[0] == EXIT_NOTHING_TO_DO
 
 
@@ -151,11 +152,11 @@ def test_an_outage_past_the_budget_halts_and_resume_continues_where_it_stopped(p
     assert state["current_file"]["next_record"] == 5
 
     sink.clear_faults()
+    resumed_at = len(sink.requests)
     assert ops(pipe, "resume", "brief")[0] == EXIT_OK
     pipe.wait_until_idle(timeout=60, tenants=["brief"])
     assert_records_in_file_order(sink.accepted, [("a", 9)])
-    assert [r.body["seq"] for r in sink.requests if r.status < 300][:5] == ["0", "1", "2", "3", "4"]
-    assert sum(1 for r in sink.requests if r.body["seq"] == "2") == 1
+    assert [r.body["seq"] for r in sink.requests[resumed_at:]] == ["5", "6", "7", "8"]
 
 
 def test_an_execution_step_functions_forgot_does_not_wedge_the_tenant(pipe: LocalPipeline) -> None:
