@@ -24,7 +24,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
-from ledger import FAILED, Ledger, LedgerConflict, Position
+from ledger import FAILED, Ledger, LedgerConflict, Position, hand_off
 from runtime import BoundLogger, aws_client, error_code, execution_status, lambda_handler
 
 RUNBOOK = "docs/operations.md"
@@ -129,20 +129,12 @@ class Closer:
 
     def _hand_off(self, position: Position) -> bool:
         """Make the waiting message visible now; the visibility timeout stays the fallback."""
-        if position.halted or position.running or not position.waiting_receipt:
-            return False
-        try:
-            self.sqs.change_message_visibility(
-                QueueUrl=self.config.queue_url, ReceiptHandle=position.waiting_receipt, VisibilityTimeout=0
-            )
-        except ClientError as error:
-            # The message was received again meanwhile (new receipt handle) or deleted: nothing waits.
-            self.log.info("waiting message not in flight any more; nothing to hand off",
-                          extra={"error_code": error_code(error)})
-            return False
-        self.ledger.clear_waiting(position.waiting_receipt)
-        self.log.info("next file handed off", extra={"message_id": position.waiting_message_id})
-        return True
+        handed_off = hand_off(self.ledger, self.sqs, self.config.queue_url, position)
+        if handed_off:
+            self.log.info("next file handed off", extra={"message_id": position.waiting_message_id})
+        elif position.waiting_receipt and not (position.halted or position.running):
+            self.log.info("waiting message not in flight any more; nothing to hand off")
+        return handed_off
 
     def _notify(self, position: Position, status: str, error_type: str, message: str) -> None:
         file = position.file or {}

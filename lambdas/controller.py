@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from contract import (
@@ -127,11 +128,21 @@ def emf_line(*, namespace: str, tenant_id: str, now: float, sent_timestamp_ms: i
     )
 
 
+@dataclass(frozen=True)
+class Message:
+    """The SQS message at hand: what waiting needs of it."""
+
+    message_id: str
+    receipt: str
+    sent_at: float  # epoch seconds
+
+
 class Gate:
     """One message's pass through the gate; see the module docstring for the rules."""
 
     def __init__(
         self,
+        message: Message,
         *,
         config: ControllerEnv,
         ledger: Ledger,
@@ -142,21 +153,21 @@ class Gate:
         log: BoundLogger,
         remaining_seconds: Callable[[], float] = lambda: float("inf"),
     ) -> None:
+        self.message = message
         self.config, self.ledger, self.sfn, self.sqs = config, ledger, sfn, sqs
         self.remaining = remaining_seconds
         self.now, self.sleep, self.log = now, sleep, log
-        self.sent_at: float | None = None  # when the message at hand was sent
 
-    def handle(self, file: FileRef, message_id: str, receipt: str, sent_at: float | None = None) -> ControllerResult:
-        self.sent_at = sent_at
+    def handle(self, file: FileRef) -> ControllerResult:
+        """Start `file`, let its message go, or keep the message waiting."""
         for _ in range(MAX_DECISIONS):
             try:
-                return self._decide(self.ledger.read(), file, message_id, receipt)
+                return self._decide(self.ledger.read(), file)
             except LedgerConflict:
                 self.log.info("ledger changed while deciding; deciding again")
-        return self._wait(None, message_id, receipt, "the ledger kept changing", CLOSING_VISIBILITY_SECONDS)
+        return self._wait(None, "the ledger kept changing", CLOSING_VISIBILITY_SECONDS)
 
-    def _decide(self, position: Position, file: FileRef, message_id: str, receipt: str) -> ControllerResult:
+    def _decide(self, position: Position, file: FileRef) -> ControllerResult:
         if position.file_id == file["event_id"]:
             if position.running:
                 self._start(position)
@@ -165,12 +176,12 @@ class Gate:
                           extra={"status": position.status})
             return _result("done", position.execution)
         if position.running:
-            return self._decide_running(position, message_id, receipt)
+            return self._decide_running(position)
         if position.halted:
-            return self._wait(position, message_id, receipt,
+            return self._wait(position,
                               f"tenant halted after file {position.file_id} failed; run ops resume or ops skip")
         if position.execution and self._closing(position):
-            return self._wait(position, message_id, receipt, f"execution {position.execution} is closing",
+            return self._wait(position, f"execution {position.execution} is closing",
                               CLOSING_VISIBILITY_SECONDS)
         execution = file["event_id"]
         try:
@@ -181,7 +192,7 @@ class Gate:
         self._start(claimed)
         return _result("started", execution)
 
-    def _decide_running(self, position: Position, message_id: str, receipt: str) -> ControllerResult:
+    def _decide_running(self, position: Position) -> ControllerResult:
         assert position.execution is not None
         status = self._describe(position.execution)
         if status in CLOSED_STATUSES:
@@ -196,7 +207,7 @@ class Gate:
         if status is None:
             age = self.now() - (position.started_at or 0)
             if age < GATE_GRACE_SECONDS:
-                return self._wait(position, message_id, receipt,
+                return self._wait(position,
                                   f"execution {position.execution} not visible yet (started {age:.0f} s ago)",
                                   CLOSING_VISIBILITY_SECONDS)
             self.log.warning(
@@ -204,7 +215,7 @@ class Gate:
                 extra={"execution": position.execution, "next_record": position.next_record},
             )
             self._start(position)
-        return self._wait(position, message_id, receipt, f"execution {position.execution} is running")
+        return self._wait(position, f"execution {position.execution} is running")
 
     # -- Step Functions -------------------------------------------------------------------------
 
@@ -238,19 +249,19 @@ class Gate:
 
     # -- waiting --------------------------------------------------------------------------------
 
-    def _wait(self, position: Position | None, message_id: str, receipt: str, reason: str,
-              visibility: int | None = None) -> ControllerResult:
+    def _wait(self, position: Position | None, reason: str, visibility: int | None = None) -> ControllerResult:
         """Keep the message in the queue; note it in the ledger so the close of the file ahead
         makes it visible at once. The visibility is set first: a close that comes after the
         note then always finds the message (and a close before it changes `seq`)."""
         seconds = visibility or self.config.waiting_visibility_seconds
+        message = self.message
         self.sqs.change_message_visibility(
-            QueueUrl=self.config.queue_url, ReceiptHandle=receipt, VisibilityTimeout=seconds
+            QueueUrl=self.config.queue_url, ReceiptHandle=message.receipt, VisibilityTimeout=seconds
         )
         if position is not None:
-            self.ledger.record_waiting(position, message_id, receipt, self.now(), self.sent_at)
+            self.ledger.record_waiting(position, message.message_id, message.receipt, self.now(), message.sent_at)
         self.log.info("gate busy; the message waits in the queue", extra={"reason": reason, "visible_in": seconds})
-        return ControllerResult(batchItemFailures=[{"itemIdentifier": message_id}], outcome="waiting",
+        return ControllerResult(batchItemFailures=[{"itemIdentifier": message.message_id}], outcome="waiting",
                                 execution_name=position.execution if position else None)
 
     def _halts(self) -> bool:
@@ -289,10 +300,10 @@ def process_message(
     )
     file = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
     log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
-    gate = Gate(config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn, sqs=sqs,
-                now=now, sleep=sleep, log=log, remaining_seconds=remaining_seconds)
-    sent_at = int(record["attributes"]["SentTimestamp"]) / 1000
-    return gate.handle(file, record["messageId"], record["receiptHandle"], sent_at)
+    message = Message(record["messageId"], record["receiptHandle"], int(record["attributes"]["SentTimestamp"]) / 1000)
+    gate = Gate(message, config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn,
+                sqs=sqs, now=now, sleep=sleep, log=log, remaining_seconds=remaining_seconds)
+    return gate.handle(file)
 
 
 @lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])})

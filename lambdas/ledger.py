@@ -453,3 +453,20 @@ def start_execution(sfn: Any, state_machine_arn: str, position: Position) -> boo
             raise
         return False
     return True
+
+
+def hand_off(ledger: Ledger, sqs: Any, queue_url: str, position: Position) -> bool:
+    """Make the message noted as waiting visible now, if the tenant may go on (nothing runs,
+    not halted), and forget the note. False if there is nothing to hand off, or the message is
+    not in flight any more (received again meanwhile, with a new receipt handle, or deleted):
+    then it is decided when next received, and the visibility timeout stays the fallback."""
+    if position.halted or position.running or not position.waiting_receipt:
+        return False
+    try:
+        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=position.waiting_receipt, VisibilityTimeout=0)
+    except Exception as error:  # botocore ClientError
+        if not error_code(error):
+            raise
+        return False
+    ledger.clear_waiting(position.waiting_receipt)
+    return True

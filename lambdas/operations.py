@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime import execution_status
-from ledger import FAILED, Ledger, LedgerConflict, Position, start_execution
+from ledger import FAILED, Ledger, LedgerConflict, Position, hand_off, start_execution
 
 
 class NothingToDo(Exception):
@@ -82,14 +82,7 @@ def skip(ledger: Ledger, sqs: Any, queue_url: str, reason: str, now: float) -> O
         raise NothingToDo(f"nothing to skip: tenant {ledger.tenant} is {describe_state(position)}")
     assert position.file is not None
     skipped = ledger.skip(position, reason.strip(), now)
-    handed_off = False
-    if skipped.waiting_receipt:
-        try:
-            sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=skipped.waiting_receipt, VisibilityTimeout=0)
-            ledger.clear_waiting(skipped.waiting_receipt)
-            handed_off = True
-        except Exception:  # noqa: BLE001 - the message was received again meanwhile: it will be decided anyway
-            pass
+    handed_off = hand_off(ledger, sqs, queue_url, skipped)
     return Outcome(
         f"skipped s3://{position.file['bucket']}/{position.file['key']} at record {position.next_record:,} "
         f"(reason: {reason.strip()}); "

@@ -183,8 +183,8 @@ def _existing_manifest(s3: Any, config: SplitEnv, prefix: str, version_id: str) 
     """The manifest of a complete earlier split of the same version, if the work bucket still has it."""
     try:
         body = s3.get_object(Bucket=config.work_bucket, Key=manifest_key(prefix))["Body"]
-    except Exception as error:  # botocore ClientError: NoSuchKey (expired, or never written)
-        if error_code(error) in ("NoSuchKey", "404", "NotFound"):
+    except Exception as error:  # botocore ClientError
+        if _not_found(error):  # expired, or never written
             return None
         raise
     manifest = json.loads(body.read())
@@ -199,10 +199,15 @@ def _chunk_exists(s3: Any, config: SplitEnv, prefix: str, index: int) -> bool:
     try:
         s3.head_object(Bucket=config.work_bucket, Key=chunk_key(prefix, index))
     except Exception as error:  # botocore ClientError
-        if error_code(error) in ("NoSuchKey", "404", "NotFound"):
+        if _not_found(error):
             return False
         raise
     return True
+
+
+def _not_found(error: BaseException) -> bool:
+    """S3's answer for a missing key: NoSuchKey to GET, 404 to HEAD (given s3:ListBucket)."""
+    return error_code(error) in ("NoSuchKey", "404", "NotFound")
 
 
 def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dict[str, Any]:
