@@ -163,7 +163,7 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
         raise ValueError(f"start_record {start_record} must be >= 0")
 
     prefix = chunk_prefix(config.tenant_id, file_id)
-    manifest = _existing_manifest(s3, config, prefix, version_id)
+    manifest = _existing_manifest(s3, config, prefix, version_id, start_record)
     if manifest is None:
         manifest = _split(s3, config, request, prefix)
     elif log is not None:
@@ -179,8 +179,13 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     )
 
 
-def _existing_manifest(s3: Any, config: SplitEnv, prefix: str, version_id: str) -> dict[str, Any] | None:
-    """The manifest of a complete earlier split of the same version, if the work bucket still has it."""
+def _existing_manifest(
+    s3: Any, config: SplitEnv, prefix: str, version_id: str, start_record: int
+) -> dict[str, Any] | None:
+    """The manifest of an earlier split of the same version, if the work bucket still has it and
+    every chunk from the one holding `start_record` on. Chunks are written in order and the
+    bucket's lifecycle expires objects by age, so the first chunk still needed is the first
+    to go: if it is there, so are the ones after it."""
     try:
         body = s3.get_object(Bucket=config.work_bucket, Key=manifest_key(prefix))["Body"]
     except Exception as error:  # botocore ClientError
@@ -190,8 +195,9 @@ def _existing_manifest(s3: Any, config: SplitEnv, prefix: str, version_id: str) 
     manifest = json.loads(body.read())
     if manifest.get("source", {}).get("version_id") != version_id:
         return None
-    if manifest.get("chunk_count") and not _chunk_exists(s3, config, prefix, manifest["chunk_count"] - 1):
-        return None  # the chunks expired before the manifest: split again
+    first_needed = start_record // manifest["chunk_size"]
+    if first_needed < manifest["chunk_count"] and not _chunk_exists(s3, config, prefix, first_needed):
+        return None  # chunks expired before the manifest: split again
     return manifest
 
 

@@ -380,6 +380,21 @@ def test_a_resume_after_the_chunks_expired_splits_the_pinned_version_again(bucke
     assert chunk_lines(buckets, {**resumed, "chunks": [0, 1, 2, 3]}) == before
 
 
+def test_a_resume_after_the_first_chunks_expired_splits_again_though_later_ones_remain(buckets):
+    """GIVEN the lifecycle deleted the oldest chunks (0 and 1) but not yet the later ones (2, 3)
+    WHEN the file is resumed from record 3 (chunk 1) THEN it is split again: chunk 1 exists."""
+    request = upload(buckets, csv_file(10))
+    first = split_file(request, config=config(), s3=buckets)
+    before = chunk_lines(buckets, first)
+    for index in (0, 1):
+        buckets.delete_object(Bucket=WORK, Key=contract.chunk_key(first["chunk_prefix"], index))
+
+    resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
+
+    assert resumed["chunks"] == [1, 2, 3]
+    assert chunk_lines(buckets, {**resumed, "chunks": [0, 1, 2, 3]}) == before
+
+
 def test_fails_when_start_record_is_negative(buckets):
     request = upload(buckets, csv_file(1))
     with pytest.raises(ValueError, match="start_record -1 must be >= 0"):
