@@ -188,8 +188,8 @@ class Register:
                 self.fault_since = None
                 self.sent += 1
                 return None
+            # Raising leaves `run`, whose `finally` records the progress up to this record.
             if status and status != 429 and status < 500:
-                self._save(index, force=True)
                 raise SinkRejectedError(
                     f"{where}: {problem}", status=status, chunk_index=self.chunk_index, record_index=index
                 )
@@ -198,7 +198,6 @@ class Register:
                 self.fault_since = now
             outage = now - self.fault_since
             if outage >= self.config.sink_outage_budget_seconds:
-                self._save(index, force=True)
                 raise SinkUnavailableError(
                     f"{where}: core system unavailable for {outage:.0f} s, longer than the outage budget "
                     f"({self.config.sink_outage_budget_seconds:g} s); last answer: {problem}",
