@@ -213,27 +213,27 @@ def run_ops(pipe, console: Console, *args: str) -> int:
     return code
 
 
-def halted_tenants(pipe) -> list[str]:
-    """Tenants halted after a failed file (read from the ledger, as `ops status` does)."""
-    from ops.discovery import discover
-    from ops.status import tenant_status
+def halted_tenants(pipe, resources) -> list[str]:
+    """Tenants halted after a failed file, from their ledger position; ``resources``: what
+    `ops.discovery.discover` found for the pipeline."""
+    import ops  # noqa: F401 - puts the Lambda code (the ledger) on the path, as for `python -m ops`
+    from ledger import Ledger
 
-    resources = discover(pipe.client("cloudformation"))
-    ddb, sqs = pipe.client("dynamodb"), pipe.client("sqs")
-    return [t for t in pipe.tenant_ids if tenant_status(resources[t], ddb=ddb, sqs=sqs)["state"] == "halted"]
+    ddb = pipe.client("dynamodb")
+    return [t for t in pipe.tenant_ids if Ledger(ddb, resources[t].ledger_table, t).read().halted]
 
 
-def settled(pipe) -> bool:
+def settled(pipe, resources) -> bool:
     """Nothing left to do but wait for an operator: every tenant idle, or halted with nothing running."""
-    halted = set(halted_tenants(pipe))
+    halted = set(halted_tenants(pipe, resources))
     running = [t for t in halted if any(e["status"] == "RUNNING" for e in pipe.executions(t))]
     others = [t for t in pipe.tenant_ids if t not in halted]
     return not running and (not others or pipe.is_idle(tenants=others))
 
 
-def operate(pipe, console: Console, scenario: str) -> bool:
+def operate(pipe, resources, console: Console, scenario: str) -> bool:
     """What the on-call person does for the scenario's halted tenants; False if nothing."""
-    halted = halted_tenants(pipe)
+    halted = halted_tenants(pipe, resources)
     if not halted:
         return False
     console.print(f"\n[yellow]Halted: {', '.join(halted)}[/yellow]: later files wait in the queue, in order.")
@@ -306,12 +306,15 @@ def main(argv: list[str] | None = None) -> int:
         run_started = time.monotonic()
         uploader = threading.Thread(target=upload_all, args=(pipe, plan, uploads))
         uploader.start()
+        from ops.discovery import discover
+
+        resources = discover(pipe.client("cloudformation"))  # once: the stacks do not change
         timed_out = False
         while not timed_out:
             with Live(progress_table(pipe, plan, uploads, run_started, chunks), console=console, refresh_per_second=2) as live:
                 while True:
                     live.update(progress_table(pipe, plan, uploads, run_started, chunks))
-                    if not uploader.is_alive() and settled(pipe):
+                    if not uploader.is_alive() and settled(pipe, resources):
                         break
                     if time.monotonic() - run_started > args.timeout:
                         console.print(f"[red]timed out after {args.timeout:.0f} s[/red]")
@@ -319,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                     time.sleep(0.5)
                 live.update(progress_table(pipe, plan, uploads, run_started, chunks))
-            if timed_out or not operate(pipe, console, args.scenario):
+            if timed_out or not operate(pipe, resources, console, args.scenario):
                 break
         console.print()
         uploader.join()

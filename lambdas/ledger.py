@@ -89,10 +89,6 @@ class Position:
         return self.status == RUNNING
 
     @classmethod
-    def empty(cls, tenant: str) -> Position:
-        return cls.from_item(tenant, None)
-
-    @classmethod
     def from_item(cls, tenant: str, item: dict[str, Any] | None) -> Position:
         item = item or {}
 
