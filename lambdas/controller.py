@@ -29,13 +29,12 @@ from typing import Any
 from contract import (
     CLOSED_STATUSES,
     HEAD_WAIT_METRIC,
-    TENANT_DIMENSION,
     ControllerEnv,
     ControllerResult,
     FileRef,
 )
 from ledger import AlreadyClaimed, Ledger, LedgerConflict, Position, start_execution
-from runtime import BoundLogger, aws_client, execution_status, lambda_handler
+from runtime import BoundLogger, aws_client, emit_metrics, execution_status, lambda_handler
 
 #: Right after StartExecution, DescribeExecution may not see the execution yet; past this age
 #: an execution the ledger says is running but Step Functions does not know is started again.
@@ -106,26 +105,6 @@ def _event_time(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat().replace("+00:00", "Z")
     return value if isinstance(value, str) else ""
-
-
-def emf_line(*, namespace: str, tenant_id: str, now: float, sent_timestamp_ms: int) -> str:
-    """CloudWatch EMF record of the head-wait metric (how long the head message waited)."""
-    return json.dumps(
-        {
-            "_aws": {
-                "Timestamp": int(now * 1000),
-                "CloudWatchMetrics": [
-                    {
-                        "Namespace": namespace,
-                        "Dimensions": [[TENANT_DIMENSION]],
-                        "Metrics": [{"Name": HEAD_WAIT_METRIC, "Unit": "Seconds"}],
-                    }
-                ],
-            },
-            TENANT_DIMENSION: tenant_id,
-            HEAD_WAIT_METRIC: round(max(0.0, now - sent_timestamp_ms / 1000), 3),
-        }
-    )
 
 
 @dataclass(frozen=True)
@@ -289,18 +268,12 @@ def process_message(
     `sfn`, `ddb`, `sqs` are boto3 clients; `now` returns epoch seconds; `log` gets the
     event's fields bound once they are known.
     """
-    print(
-        emf_line(
-            namespace=config.metric_namespace,
-            tenant_id=config.tenant_id,
-            now=now(),
-            sent_timestamp_ms=int(record["attributes"]["SentTimestamp"]),
-        ),
-        flush=True,
-    )
+    sent_at = int(record["attributes"]["SentTimestamp"]) / 1000
+    emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now(),
+                 metrics={HEAD_WAIT_METRIC: (round(max(0.0, now() - sent_at), 3), "Seconds")})
     file = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
     log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
-    message = Message(record["messageId"], record["receiptHandle"], int(record["attributes"]["SentTimestamp"]) / 1000)
+    message = Message(record["messageId"], record["receiptHandle"], sent_at)
     gate = Gate(message, config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn,
                 sqs=sqs, now=now, sleep=sleep, log=log, remaining_seconds=remaining_seconds)
     return gate.handle(file)

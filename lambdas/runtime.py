@@ -14,11 +14,12 @@ field. Nothing here runs at import time.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
 
-from contract import PipelineError, execution_arn, from_env
+from contract import TENANT_DIMENSION, PipelineError, execution_arn, from_env
 
 LOGGER_NAME = "ingest"
 
@@ -124,3 +125,30 @@ def execution_status(sfn: Any, state_machine_arn: str, execution: str) -> str | 
 def pick(event: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     """The named fields of an event, for `log_fields` (missing ones as None)."""
     return {key: event.get(key) for key in keys}
+
+
+def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, tuple[float, str]]) -> str:
+    """One CloudWatch embedded-metric-format record: `metrics` maps a name to (value, unit),
+    all with the one `Tenant` dimension. Printed to stdout, CloudWatch Logs turns it into
+    metrics (the local runtime reads the same lines)."""
+    return json.dumps(
+        {
+            "_aws": {
+                "Timestamp": int(now * 1000),
+                "CloudWatchMetrics": [
+                    {
+                        "Namespace": namespace,
+                        "Dimensions": [[TENANT_DIMENSION]],
+                        "Metrics": [{"Name": name, "Unit": unit} for name, (_, unit) in metrics.items()],
+                    }
+                ],
+            },
+            TENANT_DIMENSION: tenant_id,
+            **{name: value for name, (value, _) in metrics.items()},
+        }
+    )
+
+
+def emit_metrics(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, tuple[float, str]]) -> None:
+    """Print one EMF record (see `emf_line`)."""
+    print(emf_line(namespace=namespace, tenant_id=tenant_id, now=now, metrics=metrics), flush=True)
