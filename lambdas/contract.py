@@ -13,6 +13,7 @@ the local runtime and the tests use it too.
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import logging
 import os
 import typing
@@ -54,6 +55,11 @@ class ControllerEnv:
     metric_namespace: str
     on_failure: str = dataclasses.field(metadata={"choices": ON_FAILURE})
     waiting_visibility_seconds: int = dataclasses.field(metadata={"minimum": 1})
+    #: Where an unusable message is quarantined (`quarantine_prefix`), and what a usable
+    #: file event names: the landing bucket and the tenant's prefix.
+    work_bucket: str
+    landing_bucket: str
+    landing_prefix: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +249,7 @@ class ControllerResult(TypedDict):
     a message listed there stays in the queue)."""
 
     batchItemFailures: list[dict[str, str]]
-    outcome: str  # started | running | done | waiting
+    outcome: str  # started | running | done | waiting | quarantined
     execution_name: str | None
 
 
@@ -335,6 +341,25 @@ class SinkUnavailableError(PipelineError):
         return {"next_record": self.next_record}
 
 
+class UnusableMessageError(PipelineError):
+    """A queue message that is not a usable file event of this tenant (not JSON, not an S3
+    "Object Created" event, no version id, another bucket, a key outside the prefix, ...).
+
+    Retrying cannot help, so the controller quarantines the message instead of blocking the
+    tenant's queue on it. `reason` says what is wrong and never quotes the message's content.
+    """
+
+    log_message = "unusable message quarantined"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+
 class StaleExecutionError(PipelineError):
     """This execution is not the tenant's current one (a hand-made redrive or start, or a
     superseded attempt): it is refused before it sends anything."""
@@ -348,6 +373,8 @@ METRIC_NAMESPACE = "OrderedIngest"
 #: Published by the controller (EMF) for every message it handles: now - SentTimestamp.
 HEAD_WAIT_METRIC = "HeadMessageWaitSeconds"
 TENANT_DIMENSION = "Tenant"
+#: Published by the controller (EMF) for each message it quarantined (`UnusableMessageError`).
+QUARANTINED_MESSAGES_METRIC = "QuarantinedMessages"
 #: Metric filters cannot set constant dimensions, so tenant and function go in the name.
 ERROR_LOG_METRIC = "ErrorLogLines"
 
@@ -378,9 +405,31 @@ def execution_arn(state_machine_arn: str, execution_name: str) -> str:
 # --- work bucket layout --------------------------------------------------------------------
 
 
+#: Each kind of object in the work bucket has its own top-level prefix, so that the bucket's
+#: lifecycle keeps each kind as long as it must (chunks 14 days, quarantined messages 400).
+CHUNKS_ROOT = "chunks/"
+QUARANTINE_ROOT = "quarantine/"
+
+
 def work_prefix(tenant_id: str) -> str:
-    """Everything of a tenant in the work bucket lives under this prefix (IAM scopes to it)."""
-    return f"{tenant_id}/"
+    """A tenant's chunks and manifests live under this prefix (IAM scopes to it)."""
+    return f"{CHUNKS_ROOT}{tenant_id}/"
+
+
+def quarantine_prefix(tenant_id: str) -> str:
+    """Where the controller keeps a tenant's unusable messages (IAM scopes to it)."""
+    return f"{QUARANTINE_ROOT}{tenant_id}/"
+
+
+def quarantine_key(tenant_id: str, when: float, message_id: str) -> str:
+    """`quarantine/<tenant>/<UTC timestamp>-<message id>.json`: listed oldest first."""
+    stamp = _dt.datetime.fromtimestamp(when, _dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    return f"{quarantine_prefix(tenant_id)}{stamp}-{message_id}.json"
+
+
+def replayed_prefix(tenant_id: str) -> str:
+    """Where `ops quarantine replay` moves a replayed message, so it is never replayed twice."""
+    return f"{quarantine_prefix(tenant_id)}replayed/"
 
 
 def chunk_prefix(tenant_id: str, execution_name: str) -> str:
@@ -396,3 +445,23 @@ def chunk_key(prefix: str, index: int) -> str:
 def manifest_key(prefix: str) -> str:
     """Work-bucket key of one execution's manifest."""
     return f"{prefix}manifest.json"
+
+
+# --- object keys in S3 events ----------------------------------------------------------------
+
+#: The characters S3 never encodes in the object key of an event notification (letters,
+#: digits, `/`, `.`, `_`, `-`). A tenant prefix made of them reads the same encoded or not, so
+#: the rule's prefix filter (matched on the encoded key) and IAM (on the real key) agree.
+S3_EVENT_KEY_SAFE_CHARACTERS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-"
+)
+
+
+def s3_key_from_event(raw: str) -> str:
+    """The object key an S3 event announces: S3 URL-encodes it ("red flower.jpg" arrives as
+    "red+flower.jpg", a literal "+" as "%2B", "=" as "%3D", UTF-8 bytes as %XX).
+
+    The one decoder: the controller applies it once, when an event enters the system; every
+    payload after that carries the real key. Same as powertools' `unquote_plus`.
+    """
+    return urllib.parse.unquote_plus(raw, encoding="utf-8", errors="strict")

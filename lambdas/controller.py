@@ -12,6 +12,10 @@ keeps its histories:
 * the tenant is halted (a failed file, `on_failure: halt`): wait for `ops resume` or `ops skip`;
 * otherwise: claim the position for this file (conditional write) and start its execution.
 
+A message that is not a usable file event of the tenant (`UnusableMessageError`) never reaches
+the gate: it is quarantined in the work bucket and let go, so it cannot block the files behind
+it (`quarantine`).
+
 Waiting is not an error: the message is reported as a batch item failure (Lambda does not
 back off its polling for those) and its visibility is set to `waiting_visibility_seconds`;
 the ledger notes the message, and the close of the file ahead makes it visible at once.
@@ -29,9 +33,13 @@ from typing import Any
 from contract import (
     CLOSED_STATUSES,
     HEAD_WAIT_METRIC,
+    QUARANTINED_MESSAGES_METRIC,
     ControllerEnv,
     ControllerResult,
     FileRef,
+    UnusableMessageError,
+    quarantine_key,
+    s3_key_from_event,
 )
 from ledger import AlreadyClaimed, Ledger, LedgerConflict, Position, start_execution
 from runtime import BoundLogger, aws_client, emit_metrics, execution_status, lambda_handler
@@ -51,19 +59,23 @@ RECENT_CLOSE_SECONDS = 3600
 MAX_DECISIONS = 5
 
 
-def file_ref_from_sqs_body(body: str | None, tenant_id: str) -> FileRef:
-    """The execution input announced by an SQS body holding an S3 "Object Created" event.
+def file_ref_from_sqs_body(body: str | None, tenant_id: str, *, landing_bucket: str, landing_prefix: str) -> FileRef:
+    """The execution input announced by an SQS body holding an S3 "Object Created" event of
+    this tenant: an object version in `landing_bucket` under `landing_prefix`.
 
-    Deterministic, so a restart with it is idempotent. `ValueError` (never quoting the body)
-    if the body is not such an event.
+    Deterministic, so a restart with it is idempotent. The event's URL-encoded key is decoded
+    here, once (`s3_key_from_event`); the FileRef carries the real key. `UnusableMessageError`
+    (its reason never quotes the body) if the body is not such an event.
     """
     try:
         event = json.loads(body or "")
     except (TypeError, ValueError):
-        raise ValueError("SQS message body is not JSON; expected an S3 'Object Created' EventBridge event") from None
+        raise UnusableMessageError(
+            "SQS message body is not JSON; expected an S3 'Object Created' EventBridge event"
+        ) from None
 
-    def fail(what: str) -> ValueError:
-        return ValueError(f"SQS message body is not an S3 'Object Created' EventBridge event: {what}")
+    def fail(what: str) -> UnusableMessageError:
+        return UnusableMessageError(f"SQS message body is not an S3 'Object Created' EventBridge event: {what}")
 
     if not isinstance(event, dict):
         raise fail("not a JSON object")
@@ -78,7 +90,8 @@ def file_ref_from_sqs_body(body: str | None, tenant_id: str) -> FileRef:
         "id": event.get("id"),
         "detail.bucket.name": bucket.get("name"),
         "detail.object.key": obj.get("key"),
-        # Required: each event processes exactly the version it announced (docs/design.md §4.5).
+        # Required: each event processes exactly the version it announced (docs/design.md §4.5);
+        # an event without one comes from a bucket whose versioning was suspended.
         "detail.object.version-id": obj.get("version-id"),
     }
     missing = [name for name, value in fields.items() if not isinstance(value, str) or not value]
@@ -87,11 +100,19 @@ def file_ref_from_sqs_body(body: str | None, tenant_id: str) -> FileRef:
     size = obj.get("size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise fail("detail.object.size is not a non-negative integer")
+    if fields["detail.bucket.name"] != landing_bucket:
+        raise UnusableMessageError(f"the event is for another bucket than the landing bucket {landing_bucket}")
+    try:
+        key = s3_key_from_event(fields["detail.object.key"])
+    except UnicodeDecodeError:
+        raise fail("detail.object.key is not a URL-encoded UTF-8 key") from None
+    if not key.startswith(landing_prefix):
+        raise UnusableMessageError(f"the event's key is outside the tenant's prefix {landing_prefix}")
     return FileRef(
         tenant=tenant_id,
         event_id=fields["id"],
         bucket=fields["detail.bucket.name"],
-        key=fields["detail.object.key"],
+        key=key,
         version_id=fields["detail.object.version-id"],
         size=size,
         # S3 writes "etag"; moto writes "eTag".
@@ -262,21 +283,59 @@ def process_message(
     log: BoundLogger,
     sleep: Callable[[float], None] = time.sleep,
     remaining_seconds: Callable[[], float] = lambda: float("inf"),
+    s3: Any = None,
 ) -> ControllerResult:
-    """Run the gate for one SQS record: start its file, let it go, or keep it waiting.
+    """Run the gate for one SQS record: start its file, let it go, keep it waiting, or
+    quarantine it (not a usable file event).
 
-    `sfn`, `ddb`, `sqs` are boto3 clients; `now` returns epoch seconds; `log` gets the
-    event's fields bound once they are known.
+    `sfn`, `ddb`, `sqs`, `s3` are boto3 clients (`s3`, only used to quarantine, defaults to the
+    runtime's); `now` returns epoch seconds; `log` gets the event's fields bound once known.
     """
     sent_at = int(record["attributes"]["SentTimestamp"]) / 1000
     emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now(),
                  metrics={HEAD_WAIT_METRIC: (round(max(0.0, now() - sent_at), 3), "Seconds")})
-    file = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
+    try:
+        file = file_ref_from_sqs_body(record.get("body"), config.tenant_id,
+                                      landing_bucket=config.landing_bucket, landing_prefix=config.landing_prefix)
+    except UnusableMessageError as error:
+        return quarantine(record, error, config=config, s3=s3 if s3 is not None else aws_client("s3"), now=now(),
+                          log=log)
     log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
     message = Message(record["messageId"], record["receiptHandle"], sent_at)
     gate = Gate(message, config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn,
                 sqs=sqs, now=now, sleep=sleep, log=log, remaining_seconds=remaining_seconds)
     return gate.handle(file)
+
+
+def quarantine(record: dict[str, Any], error: UnusableMessageError, *, config: ControllerEnv, s3: Any, now: float,
+               log: BoundLogger) -> ControllerResult:
+    """Keep an unusable message in the work bucket, then let it go, so the files behind it go on.
+
+    The stored object holds everything `ops quarantine replay` needs (the body, the message's
+    attributes) and why it was refused. A failed write propagates: the message stays in the
+    queue, never deleted without being stored. The log line names the reason and the message
+    id, never the body (it may hold anything).
+    """
+    message_id = str(record.get("messageId"))
+    key = quarantine_key(config.tenant_id, now, message_id)
+    stored = {
+        "tenant": config.tenant_id,
+        "message_id": message_id,
+        "reason": error.reason,
+        "quarantined_at": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat().replace("+00:00", "Z"),
+        "queue_arn": record.get("eventSourceARN"),
+        "attributes": record.get("attributes") or {},
+        "message_attributes": record.get("messageAttributes") or {},
+        "body": record.get("body"),
+    }
+    s3.put_object(Bucket=config.work_bucket, Key=key, Body=json.dumps(stored, indent=2).encode(),
+                  ContentType="application/json")
+    log.error("unusable message quarantined; the files behind it go on",
+              extra={"reason": error.reason, "message_id": message_id, "quarantine_key": key,
+                     "error_type": type(error).__name__})
+    emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now,
+                 metrics={QUARANTINED_MESSAGES_METRIC: (1, "Count")})
+    return ControllerResult(batchItemFailures=[], outcome="quarantined", execution_name=None)
 
 
 @lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])})
@@ -292,6 +351,7 @@ def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger, cont
         sfn=aws_client("stepfunctions"),
         ddb=aws_client("dynamodb"),
         sqs=aws_client("sqs"),
+        s3=aws_client("s3"),
         now=time.time,
         log=log,
         remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,

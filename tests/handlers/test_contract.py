@@ -91,10 +91,42 @@ def test_error_classes_keep_the_names_the_workflow_matches():
 
 
 def test_work_bucket_layout():
+    """Chunks and quarantined messages live under their own top-level prefix (own lifecycle)."""
     prefix = contract.chunk_prefix("acme", "evt-1")
-    assert prefix == "acme/evt-1/" and prefix.startswith(contract.work_prefix("acme"))
-    assert contract.chunk_key(prefix, 12) == "acme/evt-1/chunk-000012.jsonl"
-    assert contract.manifest_key(prefix) == "acme/evt-1/manifest.json"
+    assert prefix == "chunks/acme/evt-1/" and prefix.startswith(contract.work_prefix("acme"))
+    assert contract.chunk_key(prefix, 12) == "chunks/acme/evt-1/chunk-000012.jsonl"
+    assert contract.manifest_key(prefix) == "chunks/acme/evt-1/manifest.json"
+    assert contract.quarantine_key("acme", 1_700_000_000.25, "m-1") == "quarantine/acme/20231114T221320.250000Z-m-1.json"
+    assert contract.replayed_prefix("acme") == "quarantine/acme/replayed/"
+    assert not contract.quarantine_prefix("acme").startswith(contract.CHUNKS_ROOT)
+
+
+@pytest.mark.parametrize(
+    ("event_key", "real_key"),
+    [
+        ("in/red+flower.jpg", "in/red flower.jpg"),  # S3's own example
+        ("in/c%2B%2B.csv", "in/c++.csv"),  # a literal plus arrives as %2B
+        ("in/50%25.csv", "in/50%.csv"),
+        ("in/year%3D2024/day%3D01.csv", "in/year=2024/day=01.csv"),
+        ("in/%C3%A9t%C3%A9+%E6%97%A5%E6%9C%AC.csv", "in/été 日本.csv"),
+        ("in/a/b/c/d.csv", "in/a/b/c/d.csv"),  # S3 leaves / . _ - letters and digits as they are
+        ("in/%2Fslash.csv", "in//slash.csv"),
+    ],
+    ids=["space", "plus", "percent", "equals", "non-ascii", "nested", "encoded-slash"],
+)
+def test_s3_key_from_event_decodes_what_s3_encoded(event_key, real_key):
+    assert contract.s3_key_from_event(event_key) == real_key
+
+
+def test_s3_key_from_event_refuses_bytes_that_are_not_utf8():
+    with pytest.raises(UnicodeDecodeError):
+        contract.s3_key_from_event("in/%FF.csv")
+
+
+def test_unusable_message_error_carries_only_its_reason():
+    error = contract.UnusableMessageError("not JSON")
+    assert (error.reason, str(error), error.log_fields) == ("not JSON", "not JSON", {"reason": "not JSON"})
+    assert isinstance(error, contract.PipelineError)
 
 
 def test_execution_arn_is_derived_from_the_state_machine_arn():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -21,6 +22,7 @@ from ledger import FAILED, RUNNING, Ledger
 from runtime import BoundLogger, get_logger
 
 NOW = 1_700_000_100.5
+WORK_BUCKET = "work"
 DEFINITION = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
 
 
@@ -91,6 +93,9 @@ def config(sfn: Any, ledger_table: str, queue_url: str) -> ControllerEnv:
         metric_namespace="FileIngest",
         on_failure="halt",
         waiting_visibility_seconds=240,
+        work_bucket=WORK_BUCKET,
+        landing_bucket="landing",
+        landing_prefix="acme/",
     )
 
 
@@ -422,32 +427,128 @@ def test_handler_reports_a_waiting_message_as_an_item_failure_logged_at_info(han
     assert executions(sfn, handler_env) == {"evt-a": "RUNNING"}
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        "TOPSECRET,not json",
-        json.dumps({"source": "aws.s3", "detail-type": "Object Deleted", "secret": "TOPSECRET"}),
-        json.dumps(
-            {**s3_event("evt-x"), "detail": {"bucket": {"name": "b"}, "object": {"key": "TOPSECRET"}}}
-        ),
-    ],
-    ids=["not-json", "wrong-detail-type", "no-version-id"],
-)
-def test_fails_when_body_is_not_an_object_created_event(handler_env, sfn, queue, ledger, logs, body):
-    """GIVEN a body that is not an S3 Object Created event WHEN handled THEN ValueError, an ERROR log,
-    nothing started, and the body never appears in the logs."""
-    with pytest.raises(ValueError, match="not .*S3 'Object Created' EventBridge event"):
-        controller.handler({"Records": [queue.record("evt-x", body=body)]}, Context())
-
-    assert len(logs.errors()) == 1
-    assert "TOPSECRET" not in logs.text()
-    assert executions(sfn, handler_env) == {}
-    assert ledger.read().seq == 0
-
-
 def test_fails_when_event_carries_more_than_one_record(handler_env, sfn, queue, logs):
     """GIVEN a batch of two records (batch size misconfigured) WHEN handled THEN ValueError, nothing starts."""
     with pytest.raises(ValueError, match="exactly one SQS record"):
         controller.handler({"Records": [queue.record("evt-a"), queue.record("evt-b")]}, Context())
     assert executions(sfn, handler_env) == {}
     assert len(logs.errors()) == 1
+
+
+# --- odd keys ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("event_key", "real_key"),
+    [
+        ("acme/red+flower.csv", "acme/red flower.csv"),
+        ("acme/c%2B%2B+notes.csv", "acme/c++ notes.csv"),
+        ("acme/100%25+done.csv", "acme/100% done.csv"),
+        ("acme/year%3D2024/month%3D01/part-0.csv", "acme/year=2024/month=01/part-0.csv"),
+        ("acme/K%C3%B6ln+%E2%82%AC+%E6%97%A5%E6%9C%AC.csv", "acme/Köln € 日本.csv"),
+        ("acme/a/b/c/deep.csv", "acme/a/b/c/deep.csv"),
+    ],
+    ids=["space", "plus", "percent", "equals", "non-ascii", "nested-folders"],
+)
+def test_the_execution_input_carries_the_decoded_key(config, sfn, ddb, sqs, queue, event_key, real_key):
+    """GIVEN an event whose key S3 URL-encoded WHEN the controller starts its file THEN the
+    execution input names the real object key (Split would get NoSuchKey with the encoded one)."""
+    run(queue.record("evt-a", key=event_key), config, sfn, ddb, sqs)
+
+    arn = execution_arn(config.state_machine_arn, "evt-a")
+    assert json.loads(sfn.describe_execution(executionArn=arn)["input"])["key"] == real_key
+
+
+# --- poison messages -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def work_bucket(s3: Any) -> str:
+    s3.create_bucket(Bucket=WORK_BUCKET)
+    return WORK_BUCKET
+
+
+def quarantined(s3: Any) -> list[dict[str, Any]]:
+    """The stored objects under the tenant's quarantine prefix, with their keys."""
+    listed = s3.list_objects_v2(Bucket=WORK_BUCKET, Prefix=f"quarantine/{TENANT}/").get("Contents", [])
+    return [{"key": o["Key"], **json.loads(s3.get_object(Bucket=WORK_BUCKET, Key=o["Key"])["Body"].read())}
+            for o in listed]
+
+
+def poison(event: dict[str, Any], **detail: Any) -> str:
+    """An S3 event with parts of its detail replaced."""
+    return json.dumps({**event, "detail": {**event["detail"], **detail}})
+
+
+GOOD = s3_event("evt-x", key="acme/TOPSECRET.csv")
+POISON = {
+    "not-json": ("TOPSECRET,not json", "is not JSON"),
+    "not-an-object": (json.dumps(["TOPSECRET"]), "not a JSON object"),
+    "object-deleted": (json.dumps({**GOOD, "detail-type": "Object Deleted"}), "detail-type 'Object Created'"),
+    "not-an-event": (json.dumps({"order": "TOPSECRET"}), "source must be 'aws.s3'"),
+    "no-version-id": (poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": 1}),
+                      "missing or empty detail.object.version-id"),
+    "another-bucket": (poison(GOOD, bucket={"name": "TOPSECRET-bucket"}),
+                       "another bucket than the landing bucket landing"),
+    "outside-prefix": (poison(GOOD, object={"key": "beta/TOPSECRET.csv", "size": 1, "version-id": "v1"}),
+                       "outside the tenant's prefix acme/"),
+    "not-utf8-key": (poison(GOOD, object={"key": "acme/TOPSECRET%FF.csv", "size": 1, "version-id": "v1"}),
+                     "not a URL-encoded UTF-8 key"),
+}
+
+
+@pytest.mark.parametrize(("body", "reason"), POISON.values(), ids=POISON.keys())
+def test_an_unusable_message_is_quarantined_and_let_go(handler_env, sfn, s3, work_bucket, queue, ledger, logs,
+                                                       capsys, body, reason):
+    """GIVEN a message at the head of the queue that is not a usable file event of the tenant
+    WHEN the controller handles it
+    THEN it is stored in the work bucket's quarantine with its attributes and the reason, one
+    ERROR line names the reason and the message id (never the body), QuarantinedMessages = 1
+    is published, nothing starts, and the invocation succeeds so the message is deleted."""
+    record = {**queue.record("evt-x", body=body), "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q.fifo",
+              "messageAttributes": {"origin": {"stringValue": "hand", "dataType": "String"}}}
+
+    result = controller.handler({"Records": [record]}, Context())
+
+    assert result == {"batchItemFailures": [], "outcome": "quarantined", "execution_name": None}
+    (stored,) = quarantined(s3)
+    assert re.fullmatch(rf"quarantine/{TENANT}/\d{{8}}T\d{{6}}\.\d{{6}}Z-{record['messageId']}\.json", stored["key"])
+    assert (stored["body"], stored["message_id"], stored["tenant"]) == (body, record["messageId"], TENANT)
+    assert reason in stored["reason"]
+    assert stored["attributes"] == record["attributes"]
+    assert stored["message_attributes"] == record["messageAttributes"]
+    assert stored["queue_arn"] == record["eventSourceARN"]
+    (error,) = logs.errors()
+    assert reason in error.reason and error.message_id == record["messageId"]
+    assert error.quarantine_key == stored["key"]
+    assert "TOPSECRET" not in logs.text()
+    metrics = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [m.get("QuarantinedMessages") for m in metrics] == [None, 1]
+    assert metrics[1]["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "QuarantinedMessages", "Unit": "Count"}]
+    assert executions(sfn, handler_env) == {}
+    assert ledger.read().seq == 0
+
+
+def test_the_file_behind_a_quarantined_message_starts(config, sfn, ddb, sqs, s3, work_bucket, queue):
+    """GIVEN a poison message ahead of a file WHEN both are handled in order THEN the poison
+    message is let go and the file starts (the tenant is not blocked)."""
+    first = run(queue.record("evt-x", body="TOPSECRET"), config, sfn, ddb, sqs)
+    second = run(queue.record("evt-b"), config, sfn, ddb, sqs)
+
+    assert (first["outcome"], second["outcome"]) == ("quarantined", "started")
+    assert executions(sfn, config) == {"evt-b": "RUNNING"}
+
+
+def test_fails_when_the_quarantine_cannot_be_written(handler_env, sfn, s3, queue, ledger, logs, capsys):
+    """GIVEN no work bucket (the quarantine write fails) WHEN a poison message is handled THEN the
+    invocation fails, so the message stays in the queue (never deleted without being stored),
+    nothing is counted as quarantined and the body is still not logged."""
+    record = queue.record("evt-x", body="TOPSECRET")
+
+    with pytest.raises(Exception, match="NoSuchBucket"):
+        controller.handler({"Records": [record]}, Context())
+
+    assert "QuarantinedMessages" not in capsys.readouterr().out
+    assert "TOPSECRET" not in logs.text()
+    assert [r.getMessage() for r in logs.errors()] == ["controller failed"]
+    assert executions(sfn, handler_env) == {}

@@ -95,6 +95,7 @@ class Protocol(RuleBasedStateMachine):
         self.controller_env = ControllerEnv(
             tenant_id=TENANT, state_machine_arn=self.machine, ledger_table_name="ledger", queue_url=self.queue,
             metric_namespace="N", on_failure="halt", waiting_visibility_seconds=240,
+            work_bucket="work", landing_bucket="landing", landing_prefix="acme/",
         )
         self.closer_env = CloserEnv(tenant_id=TENANT, state_machine_arn=self.machine, ledger_table_name="ledger",
                                     queue_url=self.queue, alarm_topic_arn=topic, on_failure="halt")

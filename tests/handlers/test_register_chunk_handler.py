@@ -23,7 +23,7 @@ from runtime import BoundLogger, get_logger
 
 from conftest import TENANT, Context  # noqa: E402
 WORK = "work"
-PREFIX = "acme/evt-1/"
+PREFIX = "chunks/acme/evt-1/"
 
 
 @dataclass
@@ -319,8 +319,8 @@ def test_an_execution_that_is_not_the_current_one_is_refused_before_it_sends(wor
 
 def test_fails_when_chunk_prefix_belongs_to_another_tenant(work, sink, ledger):
     """GIVEN a chunk_prefix outside the tenant's folder WHEN registered THEN refused and nothing is sent."""
-    with pytest.raises(contract.KeyOutsidePrefixError, match="'beta/evt-1/' is outside tenant 'acme'"):
-        register(work, ledger, task(0, prefix="beta/evt-1/"), config(sink))
+    with pytest.raises(contract.KeyOutsidePrefixError, match="'chunks/beta/evt-1/' is outside tenant 'acme'"):
+        register(work, ledger, task(0, prefix="chunks/beta/evt-1/"), config(sink))
     assert sink.requests == []
 
 

@@ -12,7 +12,8 @@ from runtime import BoundLogger, lambda_handler
 
 ENV = environment(
     ControllerEnv(tenant_id="acme", state_machine_arn="arn", ledger_table_name="l", queue_url="q",
-                  metric_namespace="N", on_failure="halt", waiting_visibility_seconds=240)
+                  metric_namespace="N", on_failure="halt", waiting_visibility_seconds=240,
+                  work_bucket="w", landing_bucket="b", landing_prefix="acme/")
 )
 
 

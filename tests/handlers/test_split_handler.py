@@ -83,8 +83,8 @@ def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected
     result = split_file(ref, config=config(chunk_size=3), s3=buckets)
 
     assert result == {
-        "manifest_key": "acme/evt-1/manifest.json",
-        "chunk_prefix": "acme/evt-1/",
+        "manifest_key": "chunks/acme/evt-1/manifest.json",
+        "chunk_prefix": "chunks/acme/evt-1/",
         "chunk_size": 3,
         "chunk_count": len(expected_chunks),
         "record_count": records,
@@ -94,8 +94,8 @@ def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected
         [{"id": str(i), "name": f"name-{i}"} for i in chunk] for chunk in expected_chunks
     ]
     assert work_keys(buckets) == sorted(
-        ["acme/evt-1/manifest.json"]
-        + [f"acme/evt-1/chunk-{i:06d}.jsonl" for i in range(len(expected_chunks))]
+        ["chunks/acme/evt-1/manifest.json"]
+        + [f"chunks/acme/evt-1/chunk-{i:06d}.jsonl" for i in range(len(expected_chunks))]
     )
     manifest = json.loads(buckets.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
     assert manifest["source"] == {
@@ -122,7 +122,7 @@ def test_empty_or_header_only_file_succeeds_with_zero_chunks(buckets, content):
     result = split_file(upload(buckets, content), config=config(), s3=buckets)
 
     assert (result["chunk_count"], result["record_count"], result["chunks"]) == (0, 0, [])
-    assert work_keys(buckets) == ["acme/evt-1/manifest.json"]
+    assert work_keys(buckets) == ["chunks/acme/evt-1/manifest.json"]
 
 
 def test_csv_quoted_commas_newlines_and_quotes_survive(buckets):
@@ -190,7 +190,7 @@ def test_fails_when_csv_is_malformed(buckets, content, message):
         split_file(upload(buckets, content), config=config(chunk_size=1), s3=buckets)
 
     assert str(raised.value) == message
-    assert "acme/evt-1/manifest.json" not in work_keys(buckets)
+    assert "chunks/acme/evt-1/manifest.json" not in work_keys(buckets)
 
 
 def test_jsonl_objects_pass_through_verbatim_and_blank_lines_are_skipped(buckets):
@@ -317,8 +317,8 @@ def test_handler_returns_only_references_and_counts(buckets, handler_env, logs):
     result = split.handler(upload(buckets, b"id,secret\n1,TOPSECRET\n2,b\n3,c\n"), None)
 
     assert result == {
-        "manifest_key": "acme/evt-1/manifest.json",
-        "chunk_prefix": "acme/evt-1/",
+        "manifest_key": "chunks/acme/evt-1/manifest.json",
+        "chunk_prefix": "chunks/acme/evt-1/",
         "chunk_size": 2,
         "chunk_count": 2,
         "record_count": 3,
