@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lambdas import contract
 from pipeline_constructs import budgets, names
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
@@ -220,6 +221,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
     ]
     _check_unique_ids(declared, problems)
     _check_prefix_overlaps(declared, problems)
+    _check_prefix_characters(declared, problems)
     for tenant in tenants:
         _check_register_budget(tenant, problems)
 
@@ -295,6 +297,28 @@ def _check_prefix_overlaps(declared: list[tuple[str, str]], problems: _Problems)
                     f"overlaps tenant '{a_id}' prefix '{a_prefix}'",
                     "give each tenant a prefix that is not inside another's",
                 )
+
+
+def _check_prefix_characters(declared: list[tuple[str, str]], problems: _Problems) -> None:
+    """A prefix only of characters S3 never URL-encodes in event keys (`contract.s3_key_from_event`):
+    the tenant's rule filters on the encoded key, so 'Acme Corp/' would never match 'Acme+Corp/f.csv'."""
+    for tenant_id, prefix in declared:
+        bad = list(dict.fromkeys(c for c in prefix if c not in contract.S3_EVENT_KEY_SAFE_CHARACTERS))
+        if not bad:
+            continue
+        shown = " and ".join(_character(c) for c in bad)
+        suggestion = "".join(c if c in contract.S3_EVENT_KEY_SAFE_CHARACTERS else "-" for c in prefix)
+        problems.add(
+            f"tenant '{tenant_id}'", "prefix", prefix,
+            f"has the character{'s' if len(bad) > 1 else ''} {shown}, which S3 URL-encodes in its event "
+            "notifications, so the tenant's rule would never match its files",
+            f"use only letters, digits, '/', '.', '_' and '-', e.g. '{suggestion}'",
+        )
+
+
+def _character(c: str) -> str:
+    names = {" ": "' ' (space)", "\t": "'\\t' (tab)"}
+    return names.get(c, f"'{c}'" if c.isprintable() else f"U+{ord(c):04X}")
 
 
 def _check_register_budget(tenant: TenantConfig, problems: _Problems) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -339,3 +340,69 @@ def test_the_largest_allowed_chunk_passes_and_one_more_fails():
         assert budgets.register_invocations_per_chunk(largest, timeout) <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
         if largest < 1000:
             assert budgets.register_invocations_per_chunk(largest + 1, timeout) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+
+
+# --- prefixes S3 would URL-encode in its events ----------------------------------------------
+
+
+def test_fails_when_a_prefix_has_a_space(tmp_path):
+    """GIVEN prefix 'Acme Corp/' WHEN the app is built (synth) THEN it fails naming the space: S3
+    sends 'Acme+Corp/...' in its events and the tenant's rule would never match a file."""
+    path = tmp_path / "tenants.yaml"
+    path.write_text(textwrap.dedent(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: "Acme Corp/"}}
+        """
+    ))
+    from pipeline_constructs.application import build_app
+
+    with pytest.raises(ConfigError) as caught:
+        build_app(path)
+    assert caught.value.problems == [
+        "tenant 'acme': field 'prefix' = 'Acme Corp/': has the character ' ' (space), which S3 URL-encodes in "
+        "its event notifications, so the tenant's rule would never match its files; use only letters, digits, "
+        "'/', '.', '_' and '-', e.g. 'Acme-Corp/'"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "shown", "suggestion"),
+    [
+        ("year=2024/", "'='", "year-2024/"),
+        ("c++/", "'+'", "c--/"),
+        ("50%/", "'%'", "50-/"),
+        ("köln/", "'ö'", "k-ln/"),
+        ("a:b(1)/", "':' and '(' and ')'", "a-b-1-/"),
+        ("tab\tx/", "'\\t' (tab)", "tab-x/"),
+    ],
+    ids=["equals", "plus", "percent", "non-ascii", "several", "tab"],
+)
+def test_fails_when_a_prefix_has_a_character_s3_encodes_in_events(prefix, shown, suggestion):
+    problem = one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: {json.dumps(prefix)}}}
+        """
+    )
+    assert problem == (
+        f"tenant 'acme': field 'prefix' = {prefix!r}: has the character{'s' if ' and ' in shown else ''} {shown}, "
+        "which S3 URL-encodes in its event notifications, so the tenant's rule would never match its files; "
+        f"use only letters, digits, '/', '.', '_' and '-', e.g. '{suggestion}'"
+    )
+
+
+def test_a_prefix_of_letters_digits_and_safe_punctuation_is_valid():
+    config = parse_config(textwrap.dedent(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: "Acme_Corp-2024/in.v2/"}}
+        """
+    ))
+    assert config.tenants[0].prefix == "Acme_Corp-2024/in.v2/"
