@@ -128,4 +128,20 @@ def pipeline_alarms(
             f"Never redrive or re-upload: fix the cause, then python -m ops resume {tenant} (or ops skip). "
             f"{runbook_link('workflow-failed' if key != 'workflow-throttled' else 'workflow-throttled')}",
         )
+    _quarantine_alarm(factory, pipeline, status)
     return factory.alarms
+
+
+def _quarantine_alarm(factory: AlarmFactory, pipeline: TenantPipeline, status: str) -> None:
+    """A message that was not a usable file event was set aside (the tenant's files went on)."""
+    tenant = pipeline.tenant_id
+    factory.alarm(
+        "quarantine",
+        pipeline.metric_quarantined_messages(),
+        1,
+        f"Tenant {tenant}: the controller quarantined a queue message that was not a usable file event "
+        "(not an S3 Object Created event of the tenant's prefix, or no version id); the files behind it "
+        f"went on. First: {status}, then python -m ops quarantine list {tenant} (what, why, when). If it was "
+        f"a real file event, fix the cause, then python -m ops quarantine replay {tenant} KEY. "
+        f"{runbook_link('quarantine')}",
+    )

@@ -13,6 +13,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from lambdas import contract
 from pipeline_constructs import names
 
 
@@ -23,13 +24,16 @@ class SharedResourcesProps:
     ``alarm_emails``: addresses subscribed to the alarm topic (default: none).
     ``noncurrent_version_retention``: how long superseded landing-file versions are kept
     (default 90 days); the landing bucket is the source of truth for replays.
-    ``work_object_expiry``: how long chunk manifests stay in the work bucket (default 14 days,
-    the longest a message can wait in a queue).
+    ``work_object_expiry``: how long chunks and manifests stay in the work bucket (under
+    ``chunks/``; default 14 days, the longest a message can wait in a queue).
+    ``quarantine_retention``: how long quarantined messages stay in the work bucket (under
+    ``quarantine/``; default 400 days, the ledger's retention).
     """
 
     alarm_emails: tuple[str, ...] = ()
     noncurrent_version_retention: Duration = field(default_factory=lambda: Duration.days(90))
     work_object_expiry: Duration = field(default_factory=lambda: Duration.days(14))
+    quarantine_retention: Duration = field(default_factory=lambda: Duration.days(400))
 
 
 class SharedResources(Construct):
@@ -56,10 +60,12 @@ class SharedResources(Construct):
             "Landing",
             bucket_name=names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION),
             log_prefix="landing/",
-            lifecycle=s3.LifecycleRule(
-                noncurrent_version_expiration=props.noncurrent_version_retention,
-                abort_incomplete_multipart_upload_after=Duration.days(7),
-            ),
+            lifecycle=[
+                s3.LifecycleRule(
+                    noncurrent_version_expiration=props.noncurrent_version_retention,
+                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                )
+            ],
         )
         # EventBridge notifications through the CloudFormation property itself: the L2
         # `event_bridge_enabled` would add a custom-resource Lambda to do the same.
@@ -72,11 +78,18 @@ class SharedResources(Construct):
             "Work",
             bucket_name=names.work_bucket_name(Aws.ACCOUNT_ID, Aws.REGION),
             log_prefix="work/",
-            lifecycle=s3.LifecycleRule(
-                expiration=props.work_object_expiry,
-                noncurrent_version_expiration=Duration.days(1),
-                abort_incomplete_multipart_upload_after=Duration.days(1),
-            ),
+            # One expiry per prefix (contract.CHUNKS_ROOT, QUARANTINE_ROOT); clean-ups bucket-wide.
+            lifecycle=[
+                s3.LifecycleRule(id="ExpireChunks", prefix=contract.CHUNKS_ROOT, expiration=props.work_object_expiry),
+                s3.LifecycleRule(
+                    id="ExpireQuarantine", prefix=contract.QUARANTINE_ROOT, expiration=props.quarantine_retention
+                ),
+                s3.LifecycleRule(
+                    id="CleanUp",
+                    noncurrent_version_expiration=Duration.days(1),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                ),
+            ],
         )
 
         # The ledger: each tenant's position and the record of its files (lambdas/ledger.py).
@@ -122,7 +135,7 @@ class SharedResources(Construct):
             self.alarm_topic.add_subscription(subscriptions.EmailSubscription(email))
 
     def _bucket(
-        self, construct_id: str, *, bucket_name: str, log_prefix: str, lifecycle: s3.LifecycleRule
+        self, construct_id: str, *, bucket_name: str, log_prefix: str, lifecycle: list[s3.LifecycleRule]
     ) -> s3.Bucket:
         return s3.Bucket(
             self,
@@ -135,6 +148,6 @@ class SharedResources(Construct):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             server_access_logs_bucket=self.access_logs_bucket,
             server_access_logs_prefix=log_prefix,
-            lifecycle_rules=[lifecycle],
+            lifecycle_rules=lifecycle,
             removal_policy=RemovalPolicy.RETAIN,
         )

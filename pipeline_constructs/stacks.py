@@ -52,6 +52,8 @@ class SharedStack(_IngestStack):
                   description="The ledger of every tenant (read by ops)")
         CfnOutput(self, "LandingBucketName", value=self.resources.landing_bucket.bucket_name,
                   description="Where tenants drop their files (read by ops)")
+        CfnOutput(self, "WorkBucketName", value=self.resources.work_bucket.bucket_name,
+                  description="Chunks and quarantined messages (read by ops quarantine)")
 
 
 class TenantStack(_IngestStack):

@@ -97,7 +97,7 @@ class TenantPipeline(Construct):
     ``functions`` (role -> Lambda function), ``log_groups`` (role -> log group, the
     workflow's included), ``state_machine``, ``alarms`` (name -> alarm). Metrics:
     ``metric_head_message_wait``, ``metric_queue_age``, ``metric_error_log_lines(role)``,
-    ``metric_executions_failed|timed_out|aborted|throttled``.
+    ``metric_executions_failed|timed_out|aborted|throttled``, ``metric_quarantined_messages``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: TenantPipelineProps) -> None:
@@ -286,6 +286,9 @@ class TenantPipeline(Construct):
                     metric_namespace=contract.METRIC_NAMESPACE,
                     on_failure=props.on_failure,
                     waiting_visibility_seconds=int(WAITING_VISIBILITY.to_seconds()),
+                    work_bucket=props.work_bucket.bucket_name,
+                    landing_bucket=props.landing_bucket.bucket_name,
+                    landing_prefix=props.landing_prefix,
                 )
             ),
         )
@@ -339,6 +342,16 @@ class TenantPipeline(Construct):
             metric_name=contract.HEAD_WAIT_METRIC,
             dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
             statistic="Maximum",
+            period=period,
+        )
+
+    def metric_quarantined_messages(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """Messages the controller quarantined because they were not usable file events (EMF; Sum)."""
+        return cloudwatch.Metric(
+            namespace=contract.METRIC_NAMESPACE,
+            metric_name=contract.QUARANTINED_MESSAGES_METRIC,
+            dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
+            statistic="Sum",
             period=period,
         )
 
@@ -424,6 +437,13 @@ class TenantPipeline(Construct):
         )
         # UpdateItem + PutItem: the claim is one transaction (position and event marker).
         self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="QuarantineUnusableMessages",
+                actions=["s3:PutObject"],
+                resources=[props.work_bucket.arn_for_objects(f"{contract.quarantine_prefix(self.tenant_id)}*")],
+            )
+        )
 
     def _grant_closer(self, props: TenantPipelineProps) -> None:
         """Record closes, hand off (the queue's visibility), notify, stop an execution started by hand."""
@@ -491,7 +511,13 @@ class TenantPipeline(Construct):
             "Execution names are the EventBridge event ids, unknown in advance; only this "
             "tenant's state machine's executions are covered."
         )
-        _acknowledge(self.controller.role, ("AwsSolutions-IAM5", f"Resource::{executions}", executions_reason))
+        _acknowledge(
+            self.controller.role,
+            ("AwsSolutions-IAM5", f"Resource::{executions}", executions_reason),
+            ("AwsSolutions-IAM5", f"Resource::{work}/{contract.quarantine_prefix(tenant_id)}*",
+             "Quarantined messages are named by time and message id, unknown in advance; PutObject only, "
+             "inside this tenant's own quarantine folder."),
+        )
         _acknowledge(self.closer.role, ("AwsSolutions-IAM5", f"Resource::{executions}", executions_reason))
         invoke_reason = (
             "CDK's LambdaInvoke grant covers the function's versions and aliases (ARN:*); "

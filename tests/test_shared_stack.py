@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from aws_cdk.assertions import Match, Template
 
 
@@ -31,10 +33,26 @@ def test_no_custom_resource_is_needed_for_bucket_notifications(shared_template):
     assert not shared_template.find_resources("AWS::Lambda::Function")
 
 
-def test_work_bucket_expires_chunk_manifests(shared_template):
+def test_work_bucket_expires_each_prefix_on_its_own_and_cleans_up_bucket_wide(shared_template):
+    """Chunks go after 14 days (the longest a message waits), quarantined messages after 400 (the
+    ledger's retention); old versions and abandoned uploads anywhere after a day."""
     work = bucket_named(shared_template, "ordered-ingest-work-")
-    (rule,) = work["LifecycleConfiguration"]["Rules"]
-    assert rule["ExpirationInDays"] == 14
+    rules = {r["Id"]: r for r in work["LifecycleConfiguration"]["Rules"]}
+    assert rules["ExpireChunks"]["Prefix"] == "chunks/" and rules["ExpireChunks"]["ExpirationInDays"] == 14
+    assert rules["ExpireQuarantine"]["Prefix"] == "quarantine/"
+    assert rules["ExpireQuarantine"]["ExpirationInDays"] == 400
+    cleanup = rules["CleanUp"]
+    assert "Prefix" not in cleanup and "ExpirationInDays" not in cleanup
+    assert cleanup["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert cleanup["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    assert set(rules) == {"ExpireChunks", "ExpireQuarantine", "CleanUp"}
+
+
+def test_ops_finds_the_work_bucket_from_an_output(shared_template):
+    template = shared_template.to_json()
+    (work_id,) = [k for k, r in template["Resources"].items()
+                  if r["Type"] == "AWS::S3::Bucket" and "ordered-ingest-work-" in json.dumps(r["Properties"].get("BucketName"))]
+    assert template["Outputs"]["WorkBucketName"]["Value"] == {"Ref": work_id}
 
 
 def test_every_bucket_is_encrypted_private_and_logged(shared_template):

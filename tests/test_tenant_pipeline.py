@@ -125,6 +125,10 @@ def test_controller_environment_names_its_own_workflow_queue_and_the_ledger(acme
     assert env["ON_FAILURE"] == "halt"
     # The fast hand-off's fallback: below the 5-minute metric period of the stall alarm.
     assert env["WAITING_VISIBILITY_SECONDS"] == "240"
+    # What a usable file event names, and where an unusable message is quarantined.
+    assert env["LANDING_PREFIX"] == "acme/"
+    assert "ordered-ingest-landing-" in json.dumps(env["LANDING_BUCKET"])
+    assert "ordered-ingest-work-" in json.dumps(env["WORK_BUCKET"])
 
 
 def _machine_id(template: Template) -> str:
@@ -296,6 +300,20 @@ def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_o
     assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["acme"]}}
     assert "states:ListExecutions" not in actions_of(statements), "the gate replaces ListExecutions"
     assert "sqs:ChangeMessageVisibility" in actions_of(statements)  # a waiting message's visibility
+    quarantine = by_sid["QuarantineUnusableMessages"]
+    assert quarantine["Action"] == "s3:PutObject"
+    assert quarantine["Resource"]["Fn::Join"][1][-1] == "/quarantine/acme/*"
+    assert ":s3:::ordered-ingest-work-" in quarantine["Resource"]["Fn::Join"][1]
+    assert [a for a in actions_of(statements) if a.startswith("s3:")] == ["s3:PutObject"]
+
+
+def test_quarantine_alarm_pages_on_the_first_quarantined_message_of_the_tenant(acme):
+    alarm = alarms_by_name(acme)["acme-quarantine"]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("OrderedIngest", "QuarantinedMessages", "Sum")
+    assert alarm["Dimensions"] == [{"Name": "Tenant", "Value": "acme"}]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert "python -m ops quarantine list acme" in alarm["AlarmDescription"]
+    assert alarm["AlarmDescription"].endswith("docs/operations.md#quarantine")
 
 
 def test_register_and_closer_touch_only_their_tenants_ledger_items(acme):
@@ -325,10 +343,10 @@ def test_split_reads_only_its_tenant_prefix_and_writes_only_its_tenant_chunks(in
     assert ":s3:::ordered-ingest-landing-" in read["Resource"]["Fn::Join"][1]
     write = by_sid["WriteOwnChunks"]
     assert sorted(write["Action"]) == ["s3:GetObject", "s3:PutObject"]
-    assert write["Resource"]["Fn::Join"][1][-1] == "/initech/*"
+    assert write["Resource"]["Fn::Join"][1][-1] == "/chunks/initech/*"
     listing = by_sid["ListOwnChunks"]
     assert listing["Action"] == "s3:ListBucket"
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["initech/*"]}}
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["chunks/initech/*"]}}
 
 
 def test_stack_outputs_let_ops_find_the_tenants_resources(acme):
@@ -358,7 +376,7 @@ def test_every_alarm_notifies_the_topic_and_tells_what_to_do_first(acme):
     alarms = alarms_by_name(acme)
     assert set(alarms) == {
         "acme-controller-error-logs", "acme-split-error-logs", "acme-register-error-logs", "acme-closer-error-logs",
-        "acme-queue-age", "acme-stall",
+        "acme-queue-age", "acme-stall", "acme-quarantine",
         "acme-workflow-failed", "acme-workflow-timed-out", "acme-workflow-aborted", "acme-workflow-throttled",
     }
     for name, alarm in alarms.items():
@@ -461,3 +479,6 @@ def test_metric_methods_name_the_tenants_metrics(solo):
     assert solo.metric_executions_aborted().metric_name == "ExecutionsAborted"
     assert solo.metric_executions_throttled().metric_name == "ExecutionThrottled"
     assert solo.metric_queue_age().metric_name == "ApproximateAgeOfOldestMessage"
+    quarantined = solo.metric_quarantined_messages()
+    assert (quarantined.metric_name, quarantined.statistic, quarantined.dimensions) == (
+        "QuarantinedMessages", "Sum", {"Tenant": "solo"})
