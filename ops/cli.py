@@ -3,6 +3,8 @@
     python -m ops [--region R] [--endpoint-url URL] status [TENANT] [--json]
     python -m ops resume TENANT
     python -m ops skip TENANT --reason TEXT
+    python -m ops quarantine list TENANT [--show-body]
+    python -m ops quarantine replay TENANT (NAME | --all)
 
 Exit codes: 0 done; 1 an AWS call or something unexpected failed; 2 bad usage; 3 refused:
 nothing to resume or skip (the message says the tenant's state); 4 the tenant's ledger changed
@@ -23,6 +25,7 @@ import boto3
 import operations
 from ledger import Ledger, LedgerConflict
 from ops.discovery import DiscoveryError, TenantResources, discover
+from ops import quarantine
 from ops.status import render, tenant_status
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_CONFLICT, EXIT_NOT_FOUND = 0, 1, 2, 3, 4, 5
@@ -46,7 +49,21 @@ def _parser() -> argparse.ArgumentParser:
     skip = commands.add_parser("skip", help="give up a halted tenant's failed file and start the next one")
     skip.add_argument("tenant")
     skip.add_argument("--reason", required=True, help="why this file's remaining records may be given up (kept in the ledger)")
+    _quarantine_parser(commands)
     return parser
+
+
+def _quarantine_parser(commands: Any) -> None:
+    held = commands.add_parser("quarantine", help="messages the controller set aside (not usable file events)")
+    actions = held.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="what, why and when, oldest first (the body only with --show-body)")
+    listing.add_argument("tenant")
+    listing.add_argument("--show-body", action="store_true", help="also print each message's body (may hold anything)")
+    replay = actions.add_parser("replay", help="send stored messages back to the tenant's queue, then mark them replayed")
+    replay.add_argument("tenant")
+    which = replay.add_mutually_exclusive_group(required=True)
+    which.add_argument("key", nargs="?", help="a name from `quarantine list` (or the full key)")
+    which.add_argument("--all", action="store_true", help="every quarantined message of the tenant, oldest first")
 
 
 class Clients:
@@ -108,10 +125,32 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
         print(json.dumps(statuses, indent=2, default=str) if args.json else render(statuses), file=out)
         return EXIT_OK
     (tenant,) = selected
+    if args.command == "quarantine":
+        return _quarantine(args, tenant, clients, out)
     ledger = Ledger(ddb, tenant.ledger_table, tenant.tenant_id)
     if args.command == "resume":
         outcome = operations.resume(ledger, clients("stepfunctions"), tenant.state_machine_arn, now)
     else:
         outcome = operations.skip(ledger, clients("sqs"), tenant.queue_url, args.reason, now)
     print(f"{tenant.tenant_id}: {outcome.message}", file=out)
+    return EXIT_OK
+
+
+def _quarantine(args: argparse.Namespace, tenant: TenantResources, clients: Any, out: Any) -> int:
+    if not tenant.work_bucket:
+        raise DiscoveryError("the shared stack has no WorkBucketName output: deploy this version first")
+    s3, bucket, tenant_id = clients("s3"), tenant.work_bucket, tenant.tenant_id
+    if args.action == "list":
+        print(quarantine.render(tenant_id, quarantine.list_quarantined(s3, bucket, tenant_id), show_body=args.show_body),
+              file=out)
+        return EXIT_OK
+    if args.all:
+        replayed = quarantine.replay_all(s3, clients("sqs"), bucket=bucket, tenant_id=tenant_id,
+                                         queue_url=tenant.queue_url)
+    else:
+        message = quarantine.read(s3, bucket, quarantine.resolve_key(tenant_id, args.key))
+        replayed = [(message, quarantine.replay(s3, clients("sqs"), bucket=bucket, tenant_id=tenant_id,
+                                                queue_url=tenant.queue_url, message=message))]
+    for message, sent in replayed:
+        print(f"{tenant_id}: replayed {message.key} as message {sent}", file=out)
     return EXIT_OK

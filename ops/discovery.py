@@ -29,6 +29,8 @@ class TenantResources:
     landing_prefix: str
     on_failure: str
     ledger_table: str
+    #: Chunks and quarantined messages; "" if the shared stack predates its output.
+    work_bucket: str = ""
 
 
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
@@ -50,6 +52,7 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
     ledger_table = _outputs(shared).get("LedgerTableName")
     if not ledger_table:
         raise DiscoveryError(f"stack {names.SHARED_STACK_NAME} has no LedgerTableName output: deploy this version first")
+    work_bucket = _outputs(shared).get("WorkBucketName", "")
     prefix = names.TENANT_STACK.render("")
     found: dict[str, TenantResources] = {}
     for stack in stacks:
@@ -70,5 +73,6 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
                 landing_prefix=values["LandingPrefix"],
                 on_failure=values["OnFailure"],
                 ledger_table=ledger_table,
+                work_bucket=work_bucket,
             )
     return found
