@@ -25,6 +25,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from lambdas import contract
 from local_runtime.lambda_pool import InvocationResult
 
 #: Signature of the function that runs one Lambda invocation: (function name, its
@@ -171,6 +172,7 @@ def moto_patches(*, invoker: LambdaInvoker, time_scale: float) -> Iterator[None]
     with ExitStack() as stack:
         stack.enter_context(_lambda_runs_local_workers(invoker))
         stack.enter_context(_s3_events_get_fresh_ids())
+        stack.enter_context(_s3_event_keys_encoded())
         stack.enter_context(_scaled_retry_sleeps(time_scale))
         stack.enter_context(_sqs_long_poll_sleeps())
         stack.enter_context(_cfn_state_machines_in_the_executing_backend())
@@ -230,6 +232,45 @@ def _s3_events_get_fresh_ids() -> Iterator[None]:
     # moto.events.models bound it at import, so only S3-originated events are affected.
     with _patched(events_utils, "_BASE_EVENT_MESSAGE", _FreshIdEvent(events_utils._BASE_EVENT_MESSAGE)):
         yield
+
+
+def s3_event_key(key: str) -> str:
+    """A key as S3 writes it into an event notification: URL-encoded, a space as "+", every
+    character but letters, digits and `/ . _ -` as %XX of its UTF-8 bytes ("red flower.jpg"
+    -> "red+flower.jpg", "c++" -> "c%2B%2B", "a=1" -> "a%3D1"). The handlers decode it with
+    `contract.s3_key_from_event`."""
+    safe = contract.S3_EVENT_KEY_SAFE_CHARACTERS
+    return "".join(
+        c if c in safe else "+" if c == " " else "".join(f"%{byte:02X}" for byte in c.encode("utf-8")) for c in key
+    )
+
+
+class _EventKey:
+    """A moto S3 key whose `name` reads as S3 writes it into an event; the rest is the key's."""
+
+    def __init__(self, key: Any) -> None:
+        self._key = key
+
+    @property
+    def name(self) -> str:
+        return s3_event_key(self._key.name)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._key, attribute)
+
+
+def _s3_event_keys_encoded() -> Any:
+    """moto 5.2.5 puts the raw key into its S3 EventBridge events; S3 URL-encodes it. Without
+    this, a file named with a space or a "+" would pass locally and fail on AWS."""
+    from moto.s3 import notifications
+
+    original = notifications._send_event_bridge_message
+
+    def send(account_id: str, bucket: Any, event_name: str, key: Any) -> None:
+        original(account_id, bucket, event_name, _EventKey(key))
+
+    # `send_event` looks the function up in its module on every event.
+    return _patched(notifications, "_send_event_bridge_message", send)
 
 
 class _ScaledTime:

@@ -217,3 +217,23 @@ def test_log_lines_are_shaped_like_lambdas_json_log_format() -> None:
     assert (line["errorType"], line["errorMessage"], line["level"]) == ("ValueError", "boom", "ERROR")
     assert "raise ValueError" in "".join(line["stackTrace"])
     assert "tenant_id" not in line and "tenantId" not in line, "Lambda's runtime reserves tenant_id"
+
+
+@pytest.mark.parametrize(
+    ("key", "in_event"),
+    [
+        ("in/red flower.jpg", "in/red+flower.jpg"),
+        ("in/c++.csv", "in/c%2B%2B.csv"),
+        ("in/year=2024/50%.csv", "in/year%3D2024/50%25.csv"),
+        ("in/Köln €.csv", "in/K%C3%B6ln+%E2%82%AC.csv"),
+        ("in/a-b_c.d/E9.csv", "in/a-b_c.d/E9.csv"),
+    ],
+)
+def test_moto_events_carry_keys_encoded_as_s3_does(key: str, in_event: str) -> None:
+    """GIVEN an object key WHEN the local runtime writes it into an S3 event THEN it is encoded as
+    S3 encodes it, and the handlers' one decoder gives the key back."""
+    from lambdas import contract
+    from local_runtime.moto_server import s3_event_key
+
+    assert s3_event_key(key) == in_event
+    assert contract.s3_key_from_event(in_event) == key
