@@ -97,6 +97,10 @@ def file_ref_from_sqs_body(body: str | None, tenant_id: str, *, landing_bucket: 
     missing = [name for name, value in fields.items() if not isinstance(value, str) or not value]
     if missing:
         raise fail(f"missing or empty {', '.join(missing)}")
+    if fields["detail.object.version-id"] == "null":
+        # The "null" version of a bucket whose versioning is suspended: the next upload of the
+        # same key replaces it, so it cannot be pinned.
+        raise fail("detail.object.version-id is 'null' (versioning of the landing bucket is suspended)")
     size = obj.get("size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise fail("detail.object.size is not a non-negative integer")
@@ -297,14 +301,15 @@ def process_message(
     try:
         file = file_ref_from_sqs_body(record.get("body"), config.tenant_id,
                                       landing_bucket=config.landing_bucket, landing_prefix=config.landing_prefix)
+        log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
+        message = Message(record["messageId"], record["receiptHandle"], sent_at)
+        gate = Gate(message, config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn,
+                    sqs=sqs, now=now, sleep=sleep, log=log, remaining_seconds=remaining_seconds)
+        return gate.handle(file)
     except UnusableMessageError as error:
+        # Raised by the parse, or by a gate that finds the message unusable before it acts on it.
         return quarantine(record, error, config=config, s3=s3 if s3 is not None else aws_client("s3"), now=now(),
                           log=log)
-    log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
-    message = Message(record["messageId"], record["receiptHandle"], sent_at)
-    gate = Gate(message, config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn,
-                sqs=sqs, now=now, sleep=sleep, log=log, remaining_seconds=remaining_seconds)
-    return gate.handle(file)
 
 
 def quarantine(record: dict[str, Any], error: UnusableMessageError, *, config: ControllerEnv, s3: Any, now: float,

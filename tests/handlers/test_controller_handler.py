@@ -488,6 +488,8 @@ POISON = {
     "not-an-event": (json.dumps({"order": "TOPSECRET"}), "source must be 'aws.s3'"),
     "no-version-id": (poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": 1}),
                       "missing or empty detail.object.version-id"),
+    "null-version-id": (poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": 1, "version-id": "null"}),
+                        "version-id is 'null' (versioning of the landing bucket is suspended)"),
     "another-bucket": (poison(GOOD, bucket={"name": "TOPSECRET-bucket"}),
                        "another bucket than the landing bucket landing"),
     "outside-prefix": (poison(GOOD, object={"key": "beta/TOPSECRET.csv", "size": 1, "version-id": "v1"}),
@@ -552,3 +554,21 @@ def test_fails_when_the_quarantine_cannot_be_written(handler_env, sfn, s3, queue
     assert "TOPSECRET" not in logs.text()
     assert [r.getMessage() for r in logs.errors()] == ["controller failed"]
     assert executions(sfn, handler_env) == {}
+
+
+def test_a_message_the_gate_finds_unusable_is_quarantined_too(config, sfn, ddb, sqs, s3, work_bucket, queue,
+                                                              monkeypatch):
+    """GIVEN a gate that refuses a parsed file event as unusable (as an ordering mode may, for a key
+    without a sequence number) WHEN the message is handled THEN it is quarantined with that reason."""
+    from contract import UnusableMessageError
+
+    def refuse(self: Any, file: FileRef) -> Any:
+        raise UnusableMessageError("the key has no sequence number")
+
+    monkeypatch.setattr(controller.Gate, "handle", refuse)
+
+    result = run(queue.record("evt-a"), config, sfn, ddb, sqs)
+
+    assert result["outcome"] == "quarantined"
+    (stored,) = quarantined(s3)
+    assert stored["reason"] == "the key has no sequence number"
