@@ -29,6 +29,8 @@ class TenantResources:
     landing_prefix: str
     on_failure: str
     ledger_table: str
+    ordering: str = "arrival"
+    first_sequence: int = 1
 
 
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
@@ -70,5 +72,7 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
                 landing_prefix=values["LandingPrefix"],
                 on_failure=values["OnFailure"],
                 ledger_table=ledger_table,
+                ordering=outputs.get(path + "Ordering") or "arrival",
+                first_sequence=int(outputs.get(path + "FirstSequence") or 1),
             )
     return found
