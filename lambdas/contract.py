@@ -16,6 +16,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import os
+import re
 import typing
 import urllib.parse
 from typing import Any, NotRequired, TypedDict, TypeVar
@@ -38,6 +39,11 @@ def env_name(field_name: str) -> str:
 
 
 ON_FAILURE = ("halt", "continue")
+#: The value of an optional environment variable that is not set (Lambda keeps no empty ones).
+NONE = "-"
+#: How a tenant's files are put in order: by their arrival in the FIFO queue, or by a sequence
+#: number in their key names (the queue is then a standard queue; see `sequence_of`).
+ORDERINGS = ("arrival", "key_sequence")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +66,11 @@ class ControllerEnv:
     work_bucket: str
     landing_bucket: str
     landing_prefix: str
+    ordering: str = dataclasses.field(default="arrival", metadata={"choices": ORDERINGS})
+    #: `key_sequence` only: the regular expression that finds the sequence number in a key.
+    sequence_pattern: str = dataclasses.field(default="", metadata={"optional": True})
+    #: `key_sequence` only: the sequence number of the tenant's first file.
+    first_sequence: int = dataclasses.field(default=1, metadata={"minimum": 0})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +118,7 @@ EnvT = TypeVar("EnvT")
 
 def environment(config: Any) -> dict[str, str]:
     """The environment variables of a config instance, for the function's `environment=`."""
-    return {env_name(f.name): str(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    return {env_name(f.name): str(getattr(config, f.name)) or NONE for f in dataclasses.fields(config)}
 
 
 def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = None) -> EnvT:
@@ -118,6 +129,9 @@ def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = 
     for field in dataclasses.fields(config_type):  # type: ignore[arg-type]
         name = env_name(field.name)
         raw = source.get(name, "").strip()
+        if field.metadata.get("optional") and raw in ("", NONE):
+            values[field.name] = ""
+            continue
         if not raw:
             raise ConfigError(f"environment variable {name} is not set; the function's deployment must set it")
         values[field.name] = _convert(name, raw, hints[field.name], field.metadata)
@@ -386,6 +400,25 @@ def error_log_metric_name(tenant_id: str, role: str) -> str:
 
 #: The JSON log field a metric filter matches ERROR lines on (Lambda's JSON log format).
 LOG_LEVEL_FIELD = "level"
+
+
+#: Published by the controller when a file event arrives older (by event time) than the last
+#: file started: S3 does not order notifications across keys (docs/design.md §4.8).
+LATE_ARRIVAL_METRIC = "LateArrivals"
+#: Published by the controller (`key_sequence` ordering) while the next sequence number is
+#: missing and a later file waits: seconds since the tenant could have gone on.
+SEQUENCE_GAP_METRIC = "SequenceGapSeconds"
+
+
+def sequence_of(key: str, pattern: str) -> int | None:
+    """The sequence number in an object key: the named group `seq` of `pattern` (or its only
+    group, or the whole match) searched in the key. None if the key has none."""
+    match = re.search(pattern, key)
+    if match is None:
+        return None
+    groups = match.groupdict()
+    text = groups["seq"] if "seq" in groups else (match.group(1) if match.re.groups else match.group(0))
+    return int(text) if text and text.isascii() and text.isdigit() else None
 
 
 # --- Step Functions ------------------------------------------------------------------------

@@ -33,13 +33,16 @@ from typing import Any
 from contract import (
     CLOSED_STATUSES,
     HEAD_WAIT_METRIC,
+    LATE_ARRIVAL_METRIC,
     QUARANTINED_MESSAGES_METRIC,
+    SEQUENCE_GAP_METRIC,
     ControllerEnv,
     ControllerResult,
     FileRef,
     UnusableMessageError,
     quarantine_key,
     s3_key_from_event,
+    sequence_of,
 )
 from ledger import AlreadyClaimed, Ledger, LedgerConflict, Position, start_execution
 from runtime import BoundLogger, aws_client, emit_metrics, execution_status, lambda_handler
@@ -179,24 +182,73 @@ class Gate:
             self.log.info("file already processed (redelivered message); letting the message go",
                           extra={"status": position.status})
             return _result("done", position.execution)
+        sequence = self._sequence(file)
         if position.running:
-            return self._decide_running(position)
+            return self._decide_running(position, sequence)
         if position.halted:
             return self._wait(position,
-                              f"tenant halted after file {position.file_id} failed; run ops resume or ops skip")
+                              f"tenant halted after file {position.file_id} failed; run ops resume or ops skip",
+                              sequence=sequence)
         if position.execution and self._closing(position):
             return self._wait(position, f"execution {position.execution} is closing",
-                              CLOSING_VISIBILITY_SECONDS)
+                              CLOSING_VISIBILITY_SECONDS, sequence=sequence)
+        if sequence is None:
+            self._check_arrival_order(position, file)
+        else:
+            expected = position.next_sequence(self.config.first_sequence)
+            if sequence < expected:
+                if self.ledger.claimed_before(file["event_id"]):
+                    self.log.info("file was processed before (duplicate event); letting the message go")
+                    return _result("done", None)
+                raise UnusableMessageError(
+                    f"sequence number {sequence} is behind the tenant's next one, {expected}: a file with it was "
+                    "processed or given up already (upload it under a new sequence number)"
+                )
+            if sequence > expected:
+                self._publish(SEQUENCE_GAP_METRIC, self.now() - max(position.closed_at or 0.0, self.message.sent_at))
+                return self._wait(position, f"sequence number {expected} has not arrived; file {sequence} waits "
+                                            f"(upload it, or run ops skip-gap)", sequence=sequence)
         execution = file["event_id"]
         try:
-            claimed = self.ledger.claim(position, file, execution, self.now())
+            claimed = self.ledger.claim(position, file, execution, self.now(), sequence=sequence)
         except AlreadyClaimed:
             self.log.info("file was processed before (duplicate event); letting the message go")
             return _result("done", None)
+        if sequence is not None:
+            self.ledger.forget_waiting_sequence(sequence)
         self._start(claimed)
         return _result("started", execution)
 
-    def _decide_running(self, position: Position) -> ControllerResult:
+    def _sequence(self, file: FileRef) -> int | None:
+        """`key_sequence` ordering: the file's sequence number (None in `arrival` ordering)."""
+        if self.config.ordering != "key_sequence":
+            return None
+        sequence = sequence_of(file["key"], self.config.sequence_pattern)
+        if sequence is None:
+            raise UnusableMessageError(
+                f"the key has no sequence number matching the tenant's sequence_pattern {self.config.sequence_pattern!r}"
+            )
+        return sequence
+
+    def _check_arrival_order(self, position: Position, file: FileRef) -> None:
+        """S3 does not order its notifications across keys: an event older than the last file
+        started arrived late. It is processed now, after the newer file (logged and counted)."""
+        last = position.file
+        if last is None or _event_datetime(file["event_time"]) is None or _event_datetime(last["event_time"]) is None:
+            return
+        if _event_datetime(file["event_time"]) < _event_datetime(last["event_time"]):
+            self.log.warning(
+                "file event arrived after a newer file started (S3 does not order notifications across keys)",
+                extra={"event_time": file["event_time"], "last_started_key": last["key"],
+                       "last_started_event_time": last["event_time"]},
+            )
+            self._publish(LATE_ARRIVAL_METRIC, 1, unit="Count")
+
+    def _publish(self, metric: str, value: float, *, unit: str = "Seconds") -> None:
+        emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=self.now(),
+                     metrics={metric: (round(value, 3), unit)})
+
+    def _decide_running(self, position: Position, sequence: int | None = None) -> ControllerResult:
         assert position.execution is not None
         status = self._describe(position.execution)
         if status in CLOSED_STATUSES:
@@ -213,13 +265,13 @@ class Gate:
             if age < GATE_GRACE_SECONDS:
                 return self._wait(position,
                                   f"execution {position.execution} not visible yet (started {age:.0f} s ago)",
-                                  CLOSING_VISIBILITY_SECONDS)
+                                  CLOSING_VISIBILITY_SECONDS, sequence=sequence)
             self.log.warning(
                 "the ledger's running execution is unknown to Step Functions; starting it again from the ledger",
                 extra={"execution": position.execution, "next_record": position.next_record},
             )
             self._start(position)
-        return self._wait(position, f"execution {position.execution} is running")
+        return self._wait(position, f"execution {position.execution} is running", sequence=sequence)
 
     # -- Step Functions -------------------------------------------------------------------------
 
@@ -253,16 +305,25 @@ class Gate:
 
     # -- waiting --------------------------------------------------------------------------------
 
-    def _wait(self, position: Position | None, reason: str, visibility: int | None = None) -> ControllerResult:
+    def _wait(self, position: Position | None, reason: str, visibility: int | None = None, *,
+              sequence: int | None = None) -> ControllerResult:
         """Keep the message in the queue; note it in the ledger so the close of the file ahead
         makes it visible at once. The visibility is set first: a close that comes after the
-        note then always finds the message (and a close before it changes `seq`)."""
+        note then always finds the message (and a close before it changes `seq`).
+
+        `key_sequence` ordering notes the message under its sequence number instead (several
+        wait at once, the close wakes the next number's), then checks that the position did
+        not change meanwhile: if it did, the close may have missed the note, so decide again."""
         seconds = visibility or self.config.waiting_visibility_seconds
         message = self.message
         self.sqs.change_message_visibility(
             QueueUrl=self.config.queue_url, ReceiptHandle=message.receipt, VisibilityTimeout=seconds
         )
-        if position is not None:
+        if position is not None and sequence is not None:
+            self.ledger.note_waiting_sequence(sequence, message.message_id, message.receipt, self.now())
+            if self.ledger.read().seq != position.seq:
+                raise LedgerConflict("the position changed while noting the waiting message")
+        elif position is not None:
             self.ledger.record_waiting(position, message.message_id, message.receipt, self.now(), message.sent_at)
         self.log.info("gate busy; the message waits in the queue", extra={"reason": reason, "visible_in": seconds})
         return ControllerResult(batchItemFailures=[{"itemIdentifier": message.message_id}], outcome="waiting",
@@ -270,6 +331,14 @@ class Gate:
 
     def _halts(self) -> bool:
         return self.config.on_failure == "halt"
+
+
+def _event_datetime(value: str) -> dt.datetime | None:
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
 
 
 def _result(outcome: str, execution: str | None) -> ControllerResult:

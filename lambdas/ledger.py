@@ -35,6 +35,11 @@ POSITION = "position"
 HISTORY_PREFIX = "file#"
 HISTORY_DAYS = 400
 EVENT_PREFIX = "event#"
+#: `key_sequence` ordering: a message waiting for its sequence number's turn, so the close of
+#: the file before it makes it visible at once (`waiting#<sequence, 20 digits>`).
+WAITING_PREFIX = "waiting#"
+#: A note outlives any message it names (SQS keeps a message at most 14 days).
+WAITING_DAYS = 15
 #: How long a claimed event id is remembered (a duplicate event later than this is a new file).
 EVENT_DAYS = 400
 
@@ -79,6 +84,11 @@ class Position:
     waiting_receipt: str | None
     waiting_since: float | None
     waiting_sent_at: float | None  # when the waiting message was sent: its wait is now minus this
+    sequence: int | None = None  # `key_sequence` ordering: the current file's sequence number
+
+    def next_sequence(self, first: int) -> int:
+        """`key_sequence` ordering: the sequence number of the file that may start next."""
+        return first if self.sequence is None else self.sequence + 1
 
     @property
     def file_id(self) -> str | None:
@@ -127,6 +137,7 @@ class Position:
             waiting_receipt=s("waiting_receipt"),
             waiting_since=n("waiting_since"),
             waiting_sent_at=n("waiting_sent_at"),
+            sequence=i("sequence"),
         )
 
 
@@ -175,9 +186,11 @@ class Ledger:
 
     # -- the controller ---------------------------------------------------------------------
 
-    def claim(self, observed: Position, file: FileRef, execution: str, now: float) -> Position:
+    def claim(self, observed: Position, file: FileRef, execution: str, now: float, *,
+              sequence: int | None = None) -> Position:
         """Make `file` the current file, run by `execution`, if the position is still `observed`
         and the file was never claimed before (its event id is remembered for `EVENT_DAYS`).
+        `sequence`: the file's sequence number (`key_sequence` ordering), kept in the position.
 
         `LedgerConflict` if the position changed; `AlreadyClaimed` if the file was claimed before.
         """
@@ -190,6 +203,11 @@ class Ledger:
             ":false": {"BOOL": False},
             ":now": _n(now),
         }
+        sets = ("SET seq = :seq, execution = :execution, file_ref = :file, #status = :running, halted = :false, "
+                "attempt = :zero, next_record = :zero, started_at = :now")
+        if sequence is not None:
+            sets += ", #sequence = :sequence"
+            values[":sequence"] = _n(sequence)
         if observed.seq:
             condition = "seq = :observed"
             values[":observed"] = _n(observed.seq)
@@ -199,14 +217,14 @@ class Ledger:
             "TableName": self.table,
             "Key": self._key(),
             "UpdateExpression": (
-                "SET seq = :seq, execution = :execution, file_ref = :file, #status = :running, halted = :false, "
-                "attempt = :zero, next_record = :zero, started_at = :now "
+                f"{sets} "
                 "REMOVE chunk_size, chunk_count, record_count, closed_at, closed_as, #error, cause, skip_reason, "
                 "waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at"
             ),
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
-            "ExpressionAttributeNames": {"#status": "status", "#error": "error"},
+            "ExpressionAttributeNames": {"#status": "status", "#error": "error",
+                                         **({"#sequence": "sequence"} if sequence is not None else {})},
         }
         marker = {
             "TableName": self.table,
@@ -239,6 +257,45 @@ class Ledger:
             {":id": _s(message_id), ":receipt": _s(receipt), ":now": _n(now), ":sent": _n(sent_at or now),
              ":observed": _n(observed.seq)},
         )
+
+    def claimed_before(self, event_id: str) -> bool:
+        """True if a file with this event id was ever made current (a duplicate event)."""
+        item = self.ddb.get_item(TableName=self.table, Key=self._key(f"{EVENT_PREFIX}{event_id}"),
+                                 ConsistentRead=True).get("Item")
+        return item is not None
+
+    def note_waiting_sequence(self, sequence: int, message_id: str, receipt: str, now: float) -> None:
+        """`key_sequence` ordering: note the message whose file has `sequence`, so that the close of
+        the file before it makes it visible at once (the latest receipt wins)."""
+        self.ddb.put_item(
+            TableName=self.table,
+            Item={
+                **self._key(_waiting_entry(sequence)),
+                "message_id": _s(message_id),
+                "receipt": _s(receipt),
+                "noted_at": _n(now),
+                "expires_at": _n(int(now + WAITING_DAYS * 86400)),
+            },
+        )
+
+    def waiting_sequences(self, *, after: int = -1) -> list[tuple[int, str]]:
+        """`key_sequence` ordering: the noted waiting messages above `after` as (sequence, receipt),
+        lowest first."""
+        response = self.ddb.query(
+            TableName=self.table,
+            KeyConditionExpression="tenant = :tenant AND entry BETWEEN :low AND :high",
+            ExpressionAttributeValues={
+                ":tenant": _s(self.tenant),
+                ":low": _s(_waiting_entry(after + 1)),
+                ":high": _s(f"{WAITING_PREFIX}~"),
+            },
+            ConsistentRead=True,
+        )
+        return [(int(item["entry"]["S"][len(WAITING_PREFIX):]), item["receipt"]["S"])
+                for item in response.get("Items", [])]
+
+    def forget_waiting_sequence(self, sequence: int) -> None:
+        self.ddb.delete_item(TableName=self.table, Key=self._key(_waiting_entry(sequence)))
 
     def clear_waiting(self, receipt: str) -> None:
         """Forget the waiting message once it was made visible (if it is still the one noted)."""
@@ -370,6 +427,39 @@ class Ledger:
         self._write_history(after)
         return after
 
+    def skip_gap(self, observed: Position, first_missing: int, next_sequence: int, reason: str, now: float) -> Position:
+        """`key_sequence` ordering: give up the missing sequence numbers before `next_sequence`
+        (their files never came), with the operator's reason; the file with `next_sequence` may
+        start. Only while no file runs and the tenant is not halted."""
+        assert next_sequence > first_missing
+        after = self._update(
+            "SET #sequence = :sequence, seq = :seq",
+            "(seq = :observed OR attribute_not_exists(seq)) AND (attribute_not_exists(#status) OR #status <> :running) "
+            "AND (attribute_not_exists(halted) OR halted = :false)",
+            {
+                ":sequence": _n(next_sequence - 1),
+                ":seq": _n(observed.seq + 1),
+                ":observed": _n(observed.seq),
+                ":running": _s(RUNNING),
+                ":false": {"BOOL": False},
+            },
+            names={"#sequence": "sequence", "#status": "status"},
+        )
+        missing = f"{first_missing}-{next_sequence - 1}"
+        self.ddb.put_item(
+            TableName=self.table,
+            Item={
+                **self._key(f"{HISTORY_PREFIX}{int(now * 1000):013d}#gap-{missing}"),
+                "execution": _s(f"gap-{missing}"),
+                "status": _s(SKIPPED),
+                "skip_reason": _s(f"sequence numbers {missing} never arrived: {reason}"[:MAX_TEXT]),
+                "started_at": _n(now),
+                "closed_at": _n(now),
+                "expires_at": _n(int(now + HISTORY_DAYS * 86400)),
+            },
+        )
+        return after
+
     # -- history ------------------------------------------------------------------------------
 
     def _write_history(self, position: Position) -> None:
@@ -433,6 +523,10 @@ class Ledger:
         return entries
 
 
+def _waiting_entry(sequence: int) -> str:
+    return f"{WAITING_PREFIX}{sequence:020d}"
+
+
 def start_execution(sfn: Any, state_machine_arn: str, position: Position) -> bool:
     """Start the execution the position names, on its file from its first unacknowledged
     record. Idempotent: False when it exists already (`ExecutionAlreadyExists`)."""
@@ -456,13 +550,26 @@ def hand_off(ledger: Ledger, sqs: Any, queue_url: str, position: Position) -> bo
     not halted), and forget the note. False if there is nothing to hand off, or the message is
     not in flight any more (received again meanwhile, with a new receipt handle, or deleted):
     then it is decided when next received, and the visibility timeout stays the fallback."""
-    if position.halted or position.running or not position.waiting_receipt:
+    if position.halted or position.running:
         return False
+    handed_off = False
+    if position.sequence is not None:
+        # `key_sequence` ordering: the message of the next sequence number, if it waits.
+        for sequence, receipt in ledger.waiting_sequences(after=position.sequence)[:1]:
+            if sequence == position.sequence + 1:
+                handed_off = _make_visible(sqs, queue_url, receipt)
+                ledger.forget_waiting_sequence(sequence)
+    if position.waiting_receipt and _make_visible(sqs, queue_url, position.waiting_receipt):
+        ledger.clear_waiting(position.waiting_receipt)
+        handed_off = True
+    return handed_off
+
+
+def _make_visible(sqs: Any, queue_url: str, receipt: str) -> bool:
     try:
-        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=position.waiting_receipt, VisibilityTimeout=0)
+        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt, VisibilityTimeout=0)
     except Exception as error:  # botocore ClientError
         if not error_code(error):
             raise
         return False
-    ledger.clear_waiting(position.waiting_receipt)
     return True

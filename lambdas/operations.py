@@ -34,8 +34,10 @@ class Outcome:
 
 def describe_state(position: Position) -> str:
     """One phrase for a tenant's state: idle, running <file>, halted on <file>, ..."""
-    if position.status is None:
+    if position.status is None and position.sequence is None:
         return "idle (no file processed yet)"
+    if position.status is None:
+        return f"idle (sequence numbers up to {position.sequence} given up)"
     key = (position.file or {}).get("key", "?")
     if position.running:
         return f"running {key} (execution {position.execution})"
@@ -92,4 +94,35 @@ def skip(ledger: Ledger, sqs: Any, queue_url: str, reason: str, now: float) -> O
     )
 
 
-__all__ = ["LedgerConflict", "NothingToDo", "Outcome", "describe_state", "resume", "skip"]
+def skip_gap(ledger: Ledger, sqs: Any, queue_url: str, *, first_sequence: int, reason: str, now: float,
+             to: int | None = None) -> Outcome:
+    """`key_sequence` ordering: give up the missing sequence numbers before `to` (default: the
+    lowest number that waits), with the operator's reason, and start that file.
+
+    `NothingToDo` if no number is missing (or a file runs, or the tenant is halted: resume or
+    skip the failed file first); `ValueError` without a reason or with a `to` not past the gap.
+    """
+    if not reason.strip():
+        raise ValueError("a reason is required: say why the missing files may be given up")
+    position = ledger.read()
+    if position.running or position.halted:
+        raise NothingToDo(f"no gap to skip: tenant {ledger.tenant} is {describe_state(position)}")
+    expected = position.next_sequence(first_sequence)
+    if to is None:
+        waiting = ledger.waiting_sequences(after=expected - 1)
+        if not waiting:
+            raise NothingToDo(f"no gap to skip: tenant {ledger.tenant} waits for sequence number {expected} "
+                              "and no later file waits")
+        to = waiting[0][0]
+    if to <= expected:
+        raise ValueError(f"--to {to} is not past the gap: the next sequence number is {expected}")
+    skipped = ledger.skip_gap(position, expected, to, reason.strip(), now)
+    handed_off = hand_off(ledger, sqs, queue_url, skipped)
+    missing = f"{expected}" if to == expected + 1 else f"{expected}-{to - 1}"
+    return Outcome(
+        f"gave up sequence number(s) {missing} (reason: {reason.strip()}); file {to} "
+        + ("starts now" if handed_off else "starts when its message is next received"),
+    )
+
+
+__all__ = ["LedgerConflict", "NothingToDo", "Outcome", "describe_state", "resume", "skip", "skip_gap"]

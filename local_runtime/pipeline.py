@@ -171,11 +171,10 @@ class LocalPipeline:
         A fresh deduplication id by default: the copy reaches the consumer as a redelivery
         from outside SQS's 5-minute deduplication window would.
         """
+        queue_url = self.tenants[tenant].queue_url
+        fifo = {"MessageGroupId": tenant, "MessageDeduplicationId": deduplication_id or uuid.uuid4().hex}
         response = self.client("sqs").send_message(
-            QueueUrl=self.tenants[tenant].queue_url,
-            MessageBody=body,
-            MessageGroupId=tenant,
-            MessageDeduplicationId=deduplication_id or uuid.uuid4().hex,
+            QueueUrl=queue_url, MessageBody=body, **(fifo if queue_url.endswith(".fifo") else {})
         )
         return response["MessageId"]
 

@@ -5,6 +5,7 @@
     python -m ops skip TENANT --reason TEXT
     python -m ops quarantine list TENANT [--show-body]
     python -m ops quarantine replay TENANT (NAME | --all)
+    python -m ops skip-gap TENANT --reason TEXT [--to N]
 
 Exit codes: 0 done; 1 an AWS call or something unexpected failed; 2 bad usage; 3 refused:
 nothing to resume or skip (the message says the tenant's state); 4 the tenant's ledger changed
@@ -50,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     skip.add_argument("tenant")
     skip.add_argument("--reason", required=True, help="why this file's remaining records may be given up (kept in the ledger)")
     _quarantine_parser(commands)
+    gap = commands.add_parser(
+        "skip-gap", help="ordering key_sequence: give up missing sequence numbers so the file waiting after them starts"
+    )
+    gap.add_argument("tenant")
+    gap.add_argument("--reason", required=True, help="why the missing files may be given up (kept in the ledger)")
+    gap.add_argument("--to", type=int, help="the sequence number to go on with (default: the lowest that waits)")
     return parser
 
 
@@ -130,6 +137,11 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
     ledger = Ledger(ddb, tenant.ledger_table, tenant.tenant_id)
     if args.command == "resume":
         outcome = operations.resume(ledger, clients("stepfunctions"), tenant.state_machine_arn, now)
+    elif args.command == "skip-gap":
+        if tenant.ordering != "key_sequence":
+            raise operations.NothingToDo(f"tenant {tenant.tenant_id} is ordered by {tenant.ordering}: it has no sequence gaps")
+        outcome = operations.skip_gap(ledger, clients("sqs"), tenant.queue_url, first_sequence=tenant.first_sequence,
+                                      reason=args.reason, now=now, to=args.to)
     else:
         outcome = operations.skip(ledger, clients("sqs"), tenant.queue_url, args.reason, now)
     print(f"{tenant.tenant_id}: {outcome.message}", file=out)

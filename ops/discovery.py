@@ -31,6 +31,8 @@ class TenantResources:
     ledger_table: str
     #: Chunks and quarantined messages; "" if the shared stack predates its output.
     work_bucket: str = ""
+    ordering: str = "arrival"
+    first_sequence: int = 1
 
 
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
@@ -74,5 +76,7 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
                 on_failure=values["OnFailure"],
                 ledger_table=ledger_table,
                 work_bucket=work_bucket,
+                ordering=outputs.get(path + "Ordering") or "arrival",
+                first_sequence=int(outputs.get(path + "FirstSequence") or 1),
             )
     return found

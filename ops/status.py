@@ -57,12 +57,23 @@ def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float 
         "head_wait_seconds": round(now - position.waiting_sent_at, 1) if position.waiting_sent_at else None,
         "current_file": current,
         "last_failure": last_failure,
+        "ordering": resources.ordering,
+        "sequence": _sequence(ledger, position, resources),
         "last_24h": {
             "succeeded": sum(1 for e in history if e["status"] == SUCCEEDED),
             "failed": sum(1 for e in history if e["status"] == FAILED),
             "skipped": sum(1 for e in history if e["status"] == SKIPPED),
         },
     }
+
+
+def _sequence(ledger: Ledger, position: Any, resources: TenantResources) -> dict[str, Any] | None:
+    """`key_sequence` ordering: the next sequence number and the later ones that wait."""
+    if resources.ordering != "key_sequence":
+        return None
+    expected = position.next_sequence(resources.first_sequence)
+    waiting = [sequence for sequence, _ in ledger.waiting_sequences(after=expected - 1)]
+    return {"next": expected, "waiting": waiting, "gap": bool(waiting) and waiting[0] > expected and not position.running}
 
 
 def render(statuses: list[dict[str, Any]]) -> str:
@@ -98,5 +109,13 @@ def render(statuses: list[dict[str, Any]]) -> str:
                 f"{s['tenant']} is halted: {failure['key']} failed with {failure['error']}: {failure['cause'] or ''}".rstrip(": "),
                 f"  fix the cause, then: python -m ops resume {s['tenant']}",
                 f"  or give the file up:  python -m ops skip {s['tenant']} --reason \"...\"",
+            ]
+        sequence = s.get("sequence")
+        if sequence and sequence["gap"]:
+            lines += [
+                "",
+                f"{s['tenant']} waits for sequence number {sequence['next']}; files waiting: "
+                + ", ".join(str(n) for n in sequence["waiting"][:10]) + (" ..." if len(sequence["waiting"]) > 10 else ""),
+                f"  upload the missing file, or give the number(s) up: python -m ops skip-gap {s['tenant']} --reason \"...\"",
             ]
     return "\n".join(lines)

@@ -61,6 +61,8 @@ class AlarmThresholds:
     stall_alarm_after: Duration
     error_logs_threshold: int
     evaluation_periods: int
+    #: ``key_sequence`` ordering only (None: the tenant is ordered by arrival, no gap alarm).
+    sequence_gap_alarm_after: Duration | None = None
 
 
 #: Where each alarm's runbook entry lives; an alarm's description ends with its link.
@@ -127,6 +129,16 @@ def pipeline_alarms(
             f"files wait. First: {status} (names the file, the record where it stopped and the error). "
             f"Never redrive or re-upload: fix the cause, then python -m ops resume {tenant} (or ops skip). "
             f"{runbook_link('workflow-failed' if key != 'workflow-throttled' else 'workflow-throttled')}",
+        )
+    if thresholds.sequence_gap_alarm_after is not None:
+        gap = int(thresholds.sequence_gap_alarm_after.to_seconds())
+        factory.alarm(
+            "sequence-gap",
+            pipeline.metric_sequence_gap(),
+            gap,
+            f"Tenant {tenant}: a file has waited more than {gap} s for a missing sequence number (files are "
+            "ordered by the sequence in their key names). Upload the missing file, or give the number up with "
+            f"python -m ops skip-gap {tenant} --reason TEXT. First: {status}. {runbook_link('sequence-gap')}",
         )
     _quarantine_alarm(factory, pipeline, status)
     return factory.alarms

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from lambdas import contract
 from pipeline_constructs import budgets, names
@@ -59,6 +59,39 @@ class AlarmConfig(_Strict):
     evaluation_periods: int = Field(default=1, ge=1, le=24)
 
 
+class OrderingConfig(_Strict):
+    """How a tenant's files are put in order (docs/design.md §4.8).
+
+    ``arrival``: the order their events reach the tenant's FIFO queue (S3 does not order its
+    notifications across keys: a late one is logged and counted). ``key_sequence``: strictly by
+    the sequence number ``sequence_pattern`` finds in each key, from ``first_sequence``; a file
+    waits while an earlier number is missing and the gap alarm fires after
+    ``gap_alarm_after_seconds``.
+    """
+
+    by: Literal["arrival", "key_sequence"] = "arrival"
+    sequence_pattern: str = Field(default="", validate_default=True)
+    first_sequence: int = Field(default=1, ge=0)
+    gap_alarm_after_seconds: int = Field(default=900, ge=60)
+
+    @field_validator("sequence_pattern")
+    @classmethod
+    def _pattern_finds_a_number(cls, pattern: str, info: ValidationInfo) -> str:
+        if info.data.get("by") != "key_sequence":
+            if pattern:
+                raise ValueError("is set, but ordering.by is not 'key_sequence'")
+            return pattern
+        if not pattern:
+            raise ValueError("is required when ordering.by is 'key_sequence'")
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"is not a valid regular expression ({exc})") from None
+        if "seq" not in compiled.groupindex and compiled.groups > 1:
+            raise ValueError("has several groups and none is named 'seq'")
+        return pattern
+
+
 class TenantConfig(_Strict):
     """One tenant, with the defaults already applied."""
 
@@ -69,6 +102,7 @@ class TenantConfig(_Strict):
     sink: SinkConfig
     alarms: AlarmConfig = AlarmConfig()
     on_failure: Literal["halt", "continue"] = "halt"
+    ordering: OrderingConfig = OrderingConfig()
 
     @field_validator("id")
     @classmethod
@@ -130,6 +164,13 @@ FIXES: dict[str, str] = {
     "evaluation_periods": "use a whole number from 1 to 24",
     "emails": "list email addresses such as 'oncall@example.com'",
     "sink": "set sink.url in the tenant or in defaults",
+    "by": "use 'arrival' (the default) or 'key_sequence' (order by a sequence number in the key names)",
+    "sequence_pattern": (
+        "with ordering.by 'key_sequence', give a regular expression whose group 'seq' matches the "
+        r"zero-padded counter in the key, e.g. '(?P<seq>\d+)\.csv$'; otherwise remove it"
+    ),
+    "first_sequence": "use the sequence number of the tenant's first file (a whole number, 0 or more; default 1)",
+    "gap_alarm_after_seconds": "use a whole number of seconds, at least 60 (default 900)",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.
@@ -237,7 +278,8 @@ def _validate(model: type[BaseModel], data: Any, where: str, problems: _Problems
         return model.model_validate(data)
     except ValidationError as exc:
         for error in exc.errors():
-            inherited = own is not None and error["type"] != "missing" and _lookup(own, error["loc"]) is _MISSING
+            inherited = (own is not None and error["type"] != "missing" and _lookup(own, error["loc"]) is _MISSING
+                         and _lookup(data, error["loc"]) is not _MISSING)
             _report(error, model, data, "defaults" if inherited else where, problems)
         return None
 

@@ -28,6 +28,8 @@ class DerivedName:
 
 
 QUEUE = DerivedName("FIFO queue name", "{id}-event-queue.fifo", 80)
+#: The queue of a tenant ordered by key sequence (a standard queue: the controller orders).
+SEQUENCE_QUEUE = DerivedName("queue name", "{id}-event-queue", 80)
 STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-workflow", 80)
 CONTROLLER_FUNCTION = DerivedName("Lambda function name", "{id}-controller", 64)
 SPLIT_FUNCTION = DerivedName("Lambda function name", "{id}-split", 64)
@@ -39,6 +41,7 @@ STATUS_RULE = DerivedName("EventBridge rule name", "{id}-sfn-status", 64)
 
 ALL: tuple[DerivedName, ...] = (
     QUEUE,
+    SEQUENCE_QUEUE,
     STATE_MACHINE,
     CONTROLLER_FUNCTION,
     SPLIT_FUNCTION,

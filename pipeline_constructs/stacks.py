@@ -86,6 +86,10 @@ class TenantStack(_IngestStack):
                 stall_alarm_after=Duration.seconds(tenant.alarms.stall_after_seconds),
                 error_logs_threshold=tenant.alarms.error_logs_threshold,
                 alarm_evaluation_periods=tenant.alarms.evaluation_periods,
+                ordering=tenant.ordering.by,
+                sequence_pattern=tenant.ordering.sequence_pattern,
+                first_sequence=tenant.ordering.first_sequence,
+                sequence_gap_alarm_after=Duration.seconds(tenant.ordering.gap_alarm_after_seconds),
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),

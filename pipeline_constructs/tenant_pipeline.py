@@ -68,6 +68,12 @@ class TenantPipelineProps:
     Default: 30 minutes.
     ``error_logs_threshold``: ERROR log lines per 5 minutes that page. Default: 1.
     ``alarm_evaluation_periods``: 5-minute periods an alarm must breach. Default: 1.
+    ``ordering``: ``arrival`` (files in the order their events reach the tenant's FIFO queue)
+    or ``key_sequence`` (files strictly by the sequence number ``sequence_pattern`` finds in
+    their keys, from ``first_sequence``; the queue is a standard queue and a file waits while
+    an earlier number is missing). Default: ``arrival``.
+    ``sequence_gap_alarm_after``: ``key_sequence`` only: the gap alarm fires when a later file
+    has waited this long for a missing sequence number. Default: 15 minutes.
     """
 
     tenant_id: str
@@ -87,6 +93,10 @@ class TenantPipelineProps:
     stall_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(30))
     error_logs_threshold: int = 1
     alarm_evaluation_periods: int = 1
+    ordering: str = "arrival"
+    sequence_pattern: str = ""
+    first_sequence: int = 1
+    sequence_gap_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(15))
 
 
 class TenantPipeline(Construct):
@@ -106,12 +116,16 @@ class TenantPipeline(Construct):
         self.tenant_id = tenant_id
         self.landing_prefix = props.landing_prefix
 
+        # Arrival order is the FIFO queue's order (one message group per tenant); key-sequence
+        # order is the controller's, so that queue is a standard one: a file whose turn has not
+        # come waits aside instead of blocking the file it waits for.
+        fifo = props.ordering == "arrival"
         self.queue = sqs.Queue(
             self,
             "Queue",
-            queue_name=names.QUEUE.render(tenant_id),
-            fifo=True,
-            content_based_deduplication=True,
+            queue_name=(names.QUEUE if fifo else names.SEQUENCE_QUEUE).render(tenant_id),
+            fifo=fifo or None,
+            content_based_deduplication=fifo or None,
             visibility_timeout=QUEUE_VISIBILITY_TIMEOUT,
             retention_period=QUEUE_RETENTION,
             receive_message_wait_time=QUEUE_RECEIVE_WAIT,
@@ -139,7 +153,7 @@ class TenantPipeline(Construct):
                     "object": {"key": [{"prefix": props.landing_prefix}]},
                 },
             ),
-            targets=[targets.SqsQueue(self.queue, message_group_id=tenant_id)],
+            targets=[targets.SqsQueue(self.queue, message_group_id=tenant_id if fifo else None)],
         )
 
         self.split = pipeline_function(
@@ -289,6 +303,9 @@ class TenantPipeline(Construct):
                     work_bucket=props.work_bucket.bucket_name,
                     landing_bucket=props.landing_bucket.bucket_name,
                     landing_prefix=props.landing_prefix,
+                    ordering=props.ordering,
+                    sequence_pattern=props.sequence_pattern,
+                    first_sequence=props.first_sequence,
                 )
             ),
         )
@@ -309,6 +326,7 @@ class TenantPipeline(Construct):
                 stall_alarm_after=props.stall_alarm_after,
                 error_logs_threshold=props.error_logs_threshold,
                 evaluation_periods=props.alarm_evaluation_periods,
+                sequence_gap_alarm_after=props.sequence_gap_alarm_after if not fifo else None,
             ),
         )
         self._acknowledge_findings(props)
@@ -347,11 +365,23 @@ class TenantPipeline(Construct):
 
     def metric_quarantined_messages(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """Messages the controller quarantined because they were not usable file events (EMF; Sum)."""
+        return self._controller_metric(contract.QUARANTINED_MESSAGES_METRIC, "Sum", period)
+
+    def metric_late_arrivals(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """File events that arrived older than the last file started (controller, EMF; Sum)."""
+        return self._controller_metric(contract.LATE_ARRIVAL_METRIC, "Sum", period)
+
+    def metric_sequence_gap(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """``key_sequence`` ordering: how long a later file has waited for a missing sequence
+        number (controller, EMF; Maximum)."""
+        return self._controller_metric(contract.SEQUENCE_GAP_METRIC, "Maximum", period)
+
+    def _controller_metric(self, name: str, statistic: str, period: Duration) -> cloudwatch.Metric:
         return cloudwatch.Metric(
             namespace=contract.METRIC_NAMESPACE,
-            metric_name=contract.QUARANTINED_MESSAGES_METRIC,
+            metric_name=name,
             dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
-            statistic="Sum",
+            statistic=statistic,
             period=period,
         )
 
@@ -436,7 +466,9 @@ class TenantPipeline(Construct):
             )
         )
         # UpdateItem + PutItem: the claim is one transaction (position and event marker).
-        self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem")
+        # DeleteItem: key_sequence ordering forgets a waiting note once its file starts.
+        self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem",
+                               "dynamodb:DeleteItem")
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="QuarantineUnusableMessages",
@@ -448,7 +480,9 @@ class TenantPipeline(Construct):
     def _grant_closer(self, props: TenantPipelineProps) -> None:
         """Record closes, hand off (the queue's visibility), notify, stop an execution started by hand."""
         role = self.closer.role
-        self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem")
+        # Query + DeleteItem: key_sequence ordering hands off to the next sequence number's note.
+        self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem",
+                               "dynamodb:Query", "dynamodb:DeleteItem")
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="HandOffOnOwnQueue",
@@ -477,6 +511,8 @@ class TenantPipeline(Construct):
             "StateMachineArn": self.state_machine.state_machine_arn,
             "LandingPrefix": self.landing_prefix,
             "OnFailure": props.on_failure,
+            "Ordering": props.ordering,
+            "FirstSequence": str(props.first_sequence),
         }.items():
             CfnOutput(self, output_id, value=value, description=f"{output_id} of tenant {self.tenant_id} (read by ops)")
 

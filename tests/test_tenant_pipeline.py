@@ -296,7 +296,7 @@ def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_o
     assert describe["Action"] == "states:DescribeExecution"
     assert describe["Resource"]["Fn::Join"][1][-1] == ":execution:acme-file-ingest-workflow:*"
     ledger = by_sid["OwnLedgerItemsOnly"]
-    assert sorted(ledger["Action"]) == ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
+    assert sorted(ledger["Action"]) == ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
     assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["acme"]}}
     assert "states:ListExecutions" not in actions_of(statements), "the gate replaces ListExecutions"
     assert "sqs:ChangeMessageVisibility" in actions_of(statements)  # a waiting message's visibility
@@ -319,7 +319,7 @@ def test_quarantine_alarm_pages_on_the_first_quarantined_message_of_the_tenant(a
 def test_register_and_closer_touch_only_their_tenants_ledger_items(acme):
     for role, actions in (
         ("PipelineRegisterChunkRole", ["dynamodb:GetItem", "dynamodb:UpdateItem"]),
-        ("PipelineCloserRole", ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]),
+        ("PipelineCloserRole", ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"]),
     ):
         ledger = {s.get("Sid"): s for s in policy_statements_of_role(acme, role)}["OwnLedgerItemsOnly"]
         assert sorted(ledger["Action"]) == actions
