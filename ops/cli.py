@@ -3,10 +3,13 @@
     python -m ops [--region R] [--endpoint-url URL] status [TENANT] [--json]
     python -m ops resume TENANT
     python -m ops skip TENANT --reason TEXT
+    python -m ops dlq list|replay TENANT
 
 Exit codes: 0 done; 1 an AWS call or something unexpected failed; 2 bad usage; 3 refused:
 nothing to resume or skip (the message says the tenant's state); 4 the tenant's ledger changed
-while acting (run the command again); 5 the tenant or the deployment was not found.
+while acting (run the command again); 5 the tenant or the deployment was not found; 6 `dlq`:
+messages that are not replayable events are in the tenant's dead-letter queue (listed, left
+there).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import boto3
 
 import operations
 from ledger import Ledger, LedgerConflict
+from ops import dlq
 from ops.discovery import DiscoveryError, TenantResources, discover
 from ops.status import render, tenant_status
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_CONFLICT, EXIT_NOT_FOUND = 0, 1, 2, 3, 4, 5
+EXIT_LEFT_IN_DLQ = 6
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m ops",
         description="Operate the ordered ingestion pipelines: see where tenants stand, resume or skip a failed file.",
         epilog="Exit codes: 0 done, 1 error, 2 usage, 3 nothing to resume/skip, 4 ledger changed (run again), "
-        "5 tenant or deployment not found.",
+        "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events.",
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--endpoint-url", help="a local runtime's endpoint (make demo ARGS=--serve prints it)")
@@ -46,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     skip = commands.add_parser("skip", help="give up a halted tenant's failed file and start the next one")
     skip.add_argument("tenant")
     skip.add_argument("--reason", required=True, help="why this file's remaining records may be given up (kept in the ledger)")
+    dead_letters = commands.add_parser("dlq", help="events EventBridge could not deliver to a tenant's queue or closer")
+    dlq_action = dead_letters.add_subparsers(dest="dlq_action", required=True)
+    for action, text in (("list", "show them, in the order replay would deliver them (nothing changes)"),
+                         ("replay", "put file events back into the queue in upload order, status changes to the closer")):
+        dlq_action.add_parser(action, help=text).add_argument("tenant")
     return parser
 
 
@@ -108,10 +118,32 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
         print(json.dumps(statuses, indent=2, default=str) if args.json else render(statuses), file=out)
         return EXIT_OK
     (tenant,) = selected
+    if args.command == "dlq":
+        return _dlq(args.dlq_action, tenant, clients, out)
     ledger = Ledger(ddb, tenant.ledger_table, tenant.tenant_id)
     if args.command == "resume":
         outcome = operations.resume(ledger, clients("stepfunctions"), tenant.state_machine_arn, now)
     else:
         outcome = operations.skip(ledger, clients("sqs"), tenant.queue_url, args.reason, now)
     print(f"{tenant.tenant_id}: {outcome.message}", file=out)
+    return EXIT_OK
+
+
+def _dlq(action: str, tenant: TenantResources, clients: Any, out: Any) -> int:
+    """`dlq list|replay`: EXIT_LEFT_IN_DLQ when messages that are not replayable events remain."""
+    sqs = clients("sqs")
+    if action == "list":
+        letters = dlq.list_tenant(tenant, sqs)
+        print(f"{tenant.tenant_id}: {len(letters)} message(s) in the intake dead-letter queue", file=out)
+        for letter in letters:
+            print(f"  {letter.describe()}", file=out)
+        left = [letter for letter in letters if letter.kind == dlq.OTHER]
+    else:
+        report = dlq.replay_tenant(tenant, sqs=sqs, lambda_=clients("lambda"))
+        print("\n".join(report.lines(tenant.tenant_id)), file=out)
+        left = report.left
+    if left:
+        print(f"ops: {len(left)} message(s) are not events ops can replay; read them with the SQS console or CLI "
+              f"and delete them by hand once handled", file=sys.stderr)
+        return EXIT_LEFT_IN_DLQ
     return EXIT_OK

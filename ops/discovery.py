@@ -29,6 +29,9 @@ class TenantResources:
     landing_prefix: str
     on_failure: str
     ledger_table: str
+    #: `ops dlq` (optional: a stack deployed before the intake DLQ has neither).
+    intake_dlq_url: str = ""
+    closer_function_name: str = ""
 
 
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
@@ -70,5 +73,17 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
                 landing_prefix=values["LandingPrefix"],
                 on_failure=values["OnFailure"],
                 ledger_table=ledger_table,
+                intake_dlq_url=outputs.get(path + "IntakeDlqUrl", ""),
+                closer_function_name=outputs.get(path + "CloserFunctionName", ""),
             )
     return found
+
+
+def shared_outputs(cfn: Any) -> dict[str, str]:
+    """The shared stack's outputs by construct id (e.g. `UnmatchedUploadsLogGroupName`); empty
+    when there is no shared stack."""
+    try:
+        (stack,) = cfn.describe_stacks(StackName=names.SHARED_STACK_NAME)["Stacks"]
+    except Exception:  # noqa: BLE001 - not deployed (moto and AWS raise different errors)
+        return {}
+    return _outputs(stack)
