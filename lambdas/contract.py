@@ -360,6 +360,10 @@ def error_log_metric_name(tenant_id: str, role: str) -> str:
 #: The JSON log field a metric filter matches ERROR lines on (Lambda's JSON log format).
 LOG_LEVEL_FIELD = "level"
 
+#: Uploads to the landing bucket outside every tenant prefix (the shared stack's metric filter
+#: on the unmatched-uploads log group counts one per event; no dimensions).
+UNMATCHED_UPLOADS_METRIC = "UnmatchedUploads"
+
 
 # --- Step Functions ------------------------------------------------------------------------
 
