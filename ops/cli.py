@@ -25,7 +25,7 @@ import boto3
 
 import operations
 from ledger import Ledger, LedgerConflict
-from ops import dlq
+from ops import dlq, unmatched
 from ops.discovery import DiscoveryError, TenantResources, discover
 from ops.status import render, tenant_status
 
@@ -116,6 +116,8 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
     if args.command == "status":
         statuses = [tenant_status(t, ddb=ddb, sqs=clients("sqs"), now=now) for t in selected]
         print(json.dumps(statuses, indent=2, default=str) if args.json else render(statuses), file=out)
+        if not args.json and args.tenant is None:
+            _print_unmatched(clients, out, now)
         return EXIT_OK
     (tenant,) = selected
     if args.command == "dlq":
@@ -147,3 +149,10 @@ def _dlq(action: str, tenant: TenantResources, clients: Any, out: Any) -> int:
               f"and delete them by hand once handled", file=sys.stderr)
         return EXIT_LEFT_IN_DLQ
     return EXIT_OK
+
+
+def _print_unmatched(clients: Any, out: Any, now: float) -> None:
+    """`status` of every tenant also shows the uploads no tenant owns (the shared stack logs them)."""
+    group = unmatched.log_group_name(clients("cloudformation"))
+    if group:
+        print("\n" + unmatched.render(unmatched.recent(clients("logs"), group, now=now)), file=out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,45 @@ def test_a_stack_without_the_intake_dlq_output_is_not_found(aws):
             "LandingPrefix": "acme/", "OnFailure": "halt"}.items()},
     }))
     assert deployment.ops("dlq", "list", "acme")[0] == EXIT_NOT_FOUND
+
+
+# --- ops status: uploads outside every tenant prefix -------------------------------------------
+
+
+def test_status_lists_recent_uploads_outside_every_tenant_prefix_newest_first(aws):
+    """GIVEN the shared stack's unmatched-uploads log group with two events of the last hour and one of two days ago
+    WHEN ops status (every tenant)
+    THEN the two recent keys are listed, newest first, with what to do; a tenant's status shows none."""
+    deployment = DeadLetters()
+    cfn, logs = deployment.clients("cloudformation"), deployment.clients("logs")
+    cfn.update_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {"LedgerTableName": {"Value": "ledger"},
+                    "UnmatchedUploadsLogGroupName": {"Value": "/ordered-ingest/unmatched-uploads"}},
+    }))
+    ddb = deployment.clients("dynamodb")
+    ddb.create_table(TableName="ledger", BillingMode="PAY_PER_REQUEST",
+                     KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
+                     AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
+                                           {"AttributeName": "entry", "AttributeType": "S"}])
+    logs.create_log_group(logGroupName="/ordered-ingest/unmatched-uploads")
+    logs.create_log_stream(logGroupName="/ordered-ingest/unmatched-uploads", logStreamName="s")
+    now = time.time()  # CloudWatch Logs refuses events older than 14 days
+
+    def logged(key: str, seconds_ago: float) -> dict[str, Any]:
+        event = json.loads(file_event(key, f"t-{int(seconds_ago)}"))
+        return {"timestamp": int((now - seconds_ago) * 1000), "message": json.dumps(event)}
+
+    logs.put_log_events(logGroupName="/ordered-ingest/unmatched-uploads", logStreamName="s", logEvents=[
+        logged("old/a.csv", 2 * 86400), logged("typo/b.csv", 600), logged("typo/c.csv", 60)])
+
+    out = io.StringIO()
+    assert main(["status"], clients=deployment.clients, out=out, now=now) == EXIT_OK
+    text = out.getvalue()
+    assert "Uploads outside every tenant prefix (last 24 h): 2" in text
+    assert text.index("s3://landing/typo/c.csv") < text.index("s3://landing/typo/b.csv")
+    assert "old/a.csv" not in text
+
+    out = io.StringIO()
+    assert main(["status", "acme"], clients=deployment.clients, out=out, now=now) == EXIT_OK
+    assert "outside every tenant prefix" not in out.getvalue()
