@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
 
+from demo.__main__ import StrayUploads
 from ops.cli import EXIT_OK, main
 from ops.discovery import discover
 
@@ -82,8 +83,8 @@ def test_an_upload_outside_every_tenant_prefix_is_listed_by_ops_status_and_count
     """GIVEN two tenants (acme/, globex/in/)
     WHEN a file lands under a prefix no tenant owns (globex/ itself, next to globex/in/), and one
     under globex/in/
-    THEN ops status lists the stray key, the UnmatchedUploads metric counts exactly it, and
-    globex's own file is ingested as usual."""
+    THEN ops status and the demo's --serve output list the stray key, the UnmatchedUploads metric
+    counts exactly it, and globex's own file is ingested as usual."""
     pipe.client("s3").put_object(Bucket=pipe.landing_bucket, Key="globex/typo.csv", Body=csv_file("x", 2))
     owned, _ = pipe.put_file("globex", "g1.csv", csv_file("g1", 3))
     pipe.wait_until_idle(timeout=120)
@@ -103,3 +104,9 @@ def test_an_upload_outside_every_tenant_prefix_is_listed_by_ops_status_and_count
     assert [e["input"]["key"] for e in pipe.executions("globex")] == [owned]
     assert_records_in_file_order(pipe.sink("globex").accepted, [("g1", 3)])
     assert all("typo" not in json.dumps(e["input"]) for t in pipe.tenant_ids for e in pipe.executions(t))
+
+    # the demo's --serve output shows it once
+    stray = StrayUploads(pipe)
+    assert stray.new() == [f"no tenant: s3://{pipe.landing_bucket}/globex/typo.csv matches no tenant prefix; "
+                           "not ingested (move it under a tenant's prefix)"]
+    assert stray.new() == []
