@@ -217,3 +217,22 @@ def test_log_lines_are_shaped_like_lambdas_json_log_format() -> None:
     assert (line["errorType"], line["errorMessage"], line["level"]) == ("ValueError", "boom", "ERROR")
     assert "raise ValueError" in "".join(line["stackTrace"])
     assert "tenant_id" not in line and "tenantId" not in line, "Lambda's runtime reserves tenant_id"
+
+
+# --- the templates' log metric filters (log_metrics.py) ----------------------------------------
+
+
+def test_metric_filters_resolve_their_log_group_and_keep_only_literal_values():
+    from local_runtime.log_metrics import LogMetricFilter, metric_filters
+
+    templates = {"S": {"Resources": {
+        "Group": {"Type": "AWS::Logs::LogGroup", "Properties": {"LogGroupName": "/x"}},
+        "Count": {"Type": "AWS::Logs::MetricFilter", "Properties": {
+            "LogGroupName": {"Ref": "Group"}, "FilterPattern": "",
+            "MetricTransformations": [{"MetricNamespace": "N", "MetricName": "M", "MetricValue": "1"}]}},
+        "Sized": {"Type": "AWS::Logs::MetricFilter", "Properties": {
+            "LogGroupName": "/literal", "FilterPattern": "{ $.a = 1 }",
+            "MetricTransformations": [{"MetricNamespace": "N", "MetricName": "Bytes", "MetricValue": "$.size"}]}},
+    }}}
+    resolved = metric_filters(templates, lambda stack, logical_id: {("S", "Group"): "/physical"}.get((stack, logical_id)))
+    assert resolved == [LogMetricFilter("S", "Count", "/physical", "", "N", "M", 1.0)]
