@@ -258,12 +258,16 @@ def serve(pipe, console: Console) -> None:
         f"Upload a file:\n"
         f"  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test aws --endpoint-url {pipe.endpoint_url} "
         f"--region us-east-1 s3 cp my.csv s3://{pipe.landing_bucket}/{first}my.csv\n"
-        "Executions and the records the core system registered are printed below. Ctrl-C stops.",
+        "Executions and the records the core system registered are printed below, and so is every "
+        "upload outside the tenant prefixes (no tenant ingests it). Ctrl-C stops.",
         soft_wrap=True,
     )
     seen: dict[str, int] = {}
+    stray = StrayUploads(pipe)
     try:
         while True:
+            for line in stray.new():
+                console.print(line, markup=False)
             for tenant in pipe.tenant_ids:
                 for execution in pipe.executions(tenant):
                     key = execution["name"]
@@ -276,6 +280,29 @@ def serve(pipe, console: Console) -> None:
             time.sleep(1)
     except KeyboardInterrupt:
         console.print("stopping")
+
+
+class StrayUploads:
+    """Uploads outside every tenant prefix that `--serve` has not shown yet (from the log group
+    the shared stack writes them to, as `ops status` reads it)."""
+
+    def __init__(self, pipe) -> None:
+        from ops import unmatched
+
+        self._pipe, self._unmatched = pipe, unmatched
+        self._group = unmatched.log_group_name(pipe.client("cloudformation"))
+        self._shown: set[tuple[str, str]] = set()
+
+    def new(self) -> list[str]:
+        if not self._group:
+            return []
+        lines = []
+        for upload in reversed(self._unmatched.recent(self._pipe.client("logs"), self._group, now=time.time())):
+            if (upload["key"], upload["time"]) not in self._shown:
+                self._shown.add((upload["key"], upload["time"]))
+                lines.append(f"no tenant: s3://{upload['bucket']}/{upload['key']} matches no tenant prefix; "
+                             "not ingested (move it under a tenant's prefix)")
+        return lines
 
 
 def _stop_on_sigterm(*_: object) -> None:

@@ -401,6 +401,10 @@ def error_log_metric_name(tenant_id: str, role: str) -> str:
 #: The JSON log field a metric filter matches ERROR lines on (Lambda's JSON log format).
 LOG_LEVEL_FIELD = "level"
 
+#: Uploads to the landing bucket outside every tenant prefix (the shared stack's metric filter
+#: on the unmatched-uploads log group counts one per event; no dimensions).
+UNMATCHED_UPLOADS_METRIC = "UnmatchedUploads"
+
 
 #: Published by the controller when a file event arrives older (by event time) than the last
 #: file started: S3 does not order notifications across keys (docs/design.md §4.8).

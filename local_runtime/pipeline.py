@@ -19,6 +19,7 @@ from typing import Any
 from local_runtime.deploy import Deployment, FunctionEnvironmentHook, Tenant
 from local_runtime.faults import Faults
 from local_runtime.lifecycle import Runtime
+from local_runtime.log_metrics import LogMetricPublisher, metric_filters
 from local_runtime.observation import Notification, NotificationCapture, Observer
 from local_runtime.poller import Delivery
 from local_runtime.progress import ProgressEvents, ProgressReporter
@@ -61,6 +62,7 @@ class LocalPipeline:
         self._observer: Observer | None = None
         self._notifications: NotificationCapture | None = None
         self._progress: ProgressReporter | None = None
+        self._log_metrics: LogMetricPublisher | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -203,6 +205,20 @@ class LocalPipeline:
         assert self._runtime.dispatcher is not None, "start the pipeline first"
         path = self._runtime.dispatcher.log_path(function_name)
         return path.read_text(encoding="utf-8") if path.exists() else ""
+
+    def publish_log_metrics(self) -> dict[tuple[str, str], float]:
+        """Apply the templates' log metric filters to what moto's log groups received since the
+        last call and put the metrics into moto's CloudWatch, as CloudWatch Logs would
+        (`log_metrics.py`); returns (namespace, metric) -> value put."""
+        if self._log_metrics is None:
+            stacks = self.deployment.stacks
+
+            def physical_id(stack: str, logical_id: str) -> str | None:
+                found = stacks[stack].resources.get(logical_id) if stack in stacks else None
+                return found[1] if found else None
+
+            self._log_metrics = LogMetricPublisher(self.client, metric_filters(self.templates, physical_id))
+        return self._log_metrics.publish()
 
     def is_idle(self, *, tenants: list[str] | None = None) -> bool:
         """One check of what `wait_until_idle` waits for (for a caller with its own loop)."""

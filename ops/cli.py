@@ -6,10 +6,13 @@
     python -m ops quarantine list TENANT [--show-body]
     python -m ops quarantine replay TENANT (NAME | --all)
     python -m ops skip-gap TENANT --reason TEXT [--to N]
+    python -m ops dlq list|replay TENANT
 
 Exit codes: 0 done; 1 an AWS call or something unexpected failed; 2 bad usage; 3 refused:
 nothing to resume or skip (the message says the tenant's state); 4 the tenant's ledger changed
-while acting (run the command again); 5 the tenant or the deployment was not found.
+while acting (run the command again); 5 the tenant or the deployment was not found; 6 `dlq`:
+messages that are not replayable events are in the tenant's dead-letter queue (listed, left
+there).
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ import boto3
 
 import operations
 from ledger import Ledger, LedgerConflict
+from ops import dlq, quarantine, unmatched
 from ops.discovery import DiscoveryError, TenantResources, discover
-from ops import quarantine
 from ops.status import render, tenant_status
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_CONFLICT, EXIT_NOT_FOUND = 0, 1, 2, 3, 4, 5
+EXIT_LEFT_IN_DLQ = 6
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m ops",
         description="Operate the ordered ingestion pipelines: see where tenants stand, resume or skip a failed file.",
         epilog="Exit codes: 0 done, 1 error, 2 usage, 3 nothing to resume/skip, 4 ledger changed (run again), "
-        "5 tenant or deployment not found.",
+        "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events.",
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--endpoint-url", help="a local runtime's endpoint (make demo ARGS=--serve prints it)")
@@ -57,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     gap.add_argument("tenant")
     gap.add_argument("--reason", required=True, help="why the missing files may be given up (kept in the ledger)")
     gap.add_argument("--to", type=int, help="the sequence number to go on with (default: the lowest that waits)")
+    dead_letters = commands.add_parser("dlq", help="events EventBridge could not deliver to a tenant's queue or closer")
+    dlq_action = dead_letters.add_subparsers(dest="dlq_action", required=True)
+    for action, text in (("list", "show them, in the order replay would deliver them (nothing changes)"),
+                         ("replay", "put file events back into the queue in upload order, status changes to the closer")):
+        dlq_action.add_parser(action, help=text).add_argument("tenant")
     return parser
 
 
@@ -130,10 +139,14 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
     if args.command == "status":
         statuses = [tenant_status(t, ddb=ddb, sqs=clients("sqs"), now=now) for t in selected]
         print(json.dumps(statuses, indent=2, default=str) if args.json else render(statuses), file=out)
+        if not args.json and args.tenant is None:
+            _print_unmatched(clients, out, now)
         return EXIT_OK
     (tenant,) = selected
     if args.command == "quarantine":
         return _quarantine(args, tenant, clients, out)
+    if args.command == "dlq":
+        return _dlq(args.dlq_action, tenant, clients, out)
     ledger = Ledger(ddb, tenant.ledger_table, tenant.tenant_id)
     if args.command == "resume":
         outcome = operations.resume(ledger, clients("stepfunctions"), tenant.state_machine_arn, now)
@@ -166,3 +179,28 @@ def _quarantine(args: argparse.Namespace, tenant: TenantResources, clients: Any,
     for message, sent in replayed:
         print(f"{tenant_id}: replayed {message.key} as message {sent}", file=out)
     return EXIT_OK
+def _dlq(action: str, tenant: TenantResources, clients: Any, out: Any) -> int:
+    """`dlq list|replay`: EXIT_LEFT_IN_DLQ when messages that are not replayable events remain."""
+    sqs = clients("sqs")
+    if action == "list":
+        letters = dlq.list_tenant(tenant, sqs)
+        print(f"{tenant.tenant_id}: {len(letters)} message(s) in the intake dead-letter queue", file=out)
+        for letter in letters:
+            print(f"  {letter.describe()}", file=out)
+        left = [letter for letter in letters if letter.kind == dlq.OTHER]
+    else:
+        report = dlq.replay_tenant(tenant, sqs=sqs, lambda_=clients("lambda"))
+        print("\n".join(report.lines(tenant.tenant_id)), file=out)
+        left = report.left
+    if left:
+        print(f"ops: {len(left)} message(s) are not events ops can replay; read them with the SQS console or CLI "
+              f"and delete them by hand once handled", file=sys.stderr)
+        return EXIT_LEFT_IN_DLQ
+    return EXIT_OK
+
+
+def _print_unmatched(clients: Any, out: Any, now: float) -> None:
+    """`status` of every tenant also shows the uploads no tenant owns (the shared stack logs them)."""
+    group = unmatched.log_group_name(clients("cloudformation"))
+    if group:
+        print("\n" + unmatched.render(unmatched.recent(clients("logs"), group, now=now)), file=out)

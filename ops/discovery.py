@@ -33,6 +33,9 @@ class TenantResources:
     work_bucket: str = ""
     ordering: str = "arrival"
     first_sequence: int = 1
+    #: `ops dlq` (optional: a stack deployed before the intake DLQ has neither).
+    intake_dlq_url: str = ""
+    closer_function_name: str = ""
 
 
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
@@ -78,5 +81,17 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
                 work_bucket=work_bucket,
                 ordering=outputs.get(path + "Ordering") or "arrival",
                 first_sequence=int(outputs.get(path + "FirstSequence") or 1),
+                intake_dlq_url=outputs.get(path + "IntakeDlqUrl", ""),
+                closer_function_name=outputs.get(path + "CloserFunctionName", ""),
             )
     return found
+
+
+def shared_outputs(cfn: Any) -> dict[str, str]:
+    """The shared stack's outputs by construct id (e.g. `UnmatchedUploadsLogGroupName`); empty
+    when there is no shared stack."""
+    try:
+        (stack,) = cfn.describe_stacks(StackName=names.SHARED_STACK_NAME)["Stacks"]
+    except Exception:  # noqa: BLE001 - not deployed (moto and AWS raise different errors)
+        return {}
+    return _outputs(stack)

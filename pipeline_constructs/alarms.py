@@ -140,8 +140,32 @@ def pipeline_alarms(
             "ordered by the sequence in their key names). Upload the missing file, or give the number up with "
             f"python -m ops skip-gap {tenant} --reason TEXT. First: {status}. {runbook_link('sequence-gap')}",
         )
+    intake_alarms(pipeline, factory)
     _quarantine_alarm(factory, pipeline, status)
     return factory.alarms
+
+
+def intake_alarms(pipeline: TenantPipeline, factory: AlarmFactory) -> None:
+    """The hop from S3 to the queue: an event EventBridge could not deliver is a file that
+    will never be ingested unless someone replays it."""
+    tenant = pipeline.tenant_id
+    dlq = f"python -m ops dlq list {tenant}"
+    factory.alarm(
+        "intake-dlq",
+        pipeline.metric_intake_dlq_messages(),
+        1,
+        f"Tenant {tenant}: EventBridge gave up delivering an event to the tenant's queue or closer "
+        f"(after 24 h of retries); a file in it is not ingested until replayed. First: {dlq}, then "
+        f"python -m ops dlq replay {tenant}. {runbook_link('intake-dlq')}",
+    )
+    factory.alarm(
+        "intake-failed",
+        pipeline.metric_intake_failed_invocations(),
+        1,
+        f"Tenant {tenant}: a delivery of the tenant's EventBridge rules failed for good (or could not "
+        f"even be dead-lettered: then the event is lost and python -m ops reconcile finds the file). "
+        f"First: {dlq}. {runbook_link('intake-failed')}",
+    )
 
 
 def _quarantine_alarm(factory: AlarmFactory, pipeline: TenantPipeline, status: str) -> None:

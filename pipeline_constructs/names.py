@@ -38,6 +38,8 @@ CLOSER_FUNCTION = DerivedName("Lambda function name", "{id}-close-file", 64)
 TENANT_STACK = DerivedName("stack name", APP_NAME + "-Tenant-{id}", 128)
 RULE = DerivedName("EventBridge rule name", "{id}-object-created", 64)
 STATUS_RULE = DerivedName("EventBridge rule name", "{id}-sfn-status", 64)
+#: Standard, not FIFO: EventBridge refuses a FIFO queue as a target's dead-letter queue.
+INTAKE_DLQ = DerivedName("SQS queue name", "{id}-intake-dlq", 80)
 
 ALL: tuple[DerivedName, ...] = (
     QUEUE,
@@ -50,12 +52,18 @@ ALL: tuple[DerivedName, ...] = (
     TENANT_STACK,
     RULE,
     STATUS_RULE,
+    INTAKE_DLQ,
 )
 
 #: The longest tenant id every derived name accepts.
 MAX_TENANT_ID_LENGTH = min(name.max_id_length for name in ALL)
 
 SHARED_STACK_NAME = APP_NAME + "-Shared"
+
+#: The shared stack's catch-all for uploads outside every tenant prefix (not per tenant).
+UNMATCHED_UPLOADS_RULE = "ordered-ingest-unmatched-uploads"
+UNMATCHED_UPLOADS_LOG_GROUP = "/ordered-ingest/unmatched-uploads"
+UNMATCHED_UPLOADS_DLQ = "ordered-ingest-unmatched-uploads-dlq"
 
 
 def tightest_broken(tenant_id: str) -> DerivedName | None:

@@ -15,6 +15,7 @@ from pipeline_constructs import names
 from pipeline_constructs.config import AppConfig, TenantConfig
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
 
 
 #: Feature flags the stacks rely on. Set on each stack (context is looked up the tree), so the
@@ -36,7 +37,8 @@ class _IngestStack(Stack):
 
 
 class SharedStack(_IngestStack):
-    """Buckets, ledger table and alarm topic used by every tenant."""
+    """Buckets, ledger table and alarm topic used by every tenant; the catch-all for uploads
+    outside every tenant prefix."""
 
     def __init__(self, scope: Construct, config: AppConfig) -> None:
         super().__init__(
@@ -54,6 +56,18 @@ class SharedStack(_IngestStack):
                   description="Where tenants drop their files (read by ops)")
         CfnOutput(self, "WorkBucketName", value=self.resources.work_bucket.bucket_name,
                   description="Chunks and quarantined messages (read by ops quarantine)")
+        # Uploads outside every tenant prefix: logged, counted, alarmed, listed by `ops status`.
+        self.unmatched_uploads = UnmatchedUploads(
+            self,
+            "UnmatchedUploads",
+            UnmatchedUploadsProps(
+                landing_bucket=self.resources.landing_bucket,
+                tenant_prefixes=[tenant.prefix for tenant in config.tenants],
+                alarm_topic=self.resources.alarm_topic,
+            ),
+        )
+        CfnOutput(self, "UnmatchedUploadsLogGroupName", value=self.unmatched_uploads.log_group_name,
+                  description="Where uploads outside every tenant prefix are logged (read by ops)")
 
 
 class TenantStack(_IngestStack):

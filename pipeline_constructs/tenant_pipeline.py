@@ -39,6 +39,14 @@ CONTROLLER_TIMEOUT = Duration.seconds(20)
 WAITING_VISIBILITY = Duration.minutes(4)
 #: The period of every metric the pipeline's alarms watch.
 METRIC_PERIOD = Duration.minutes(5)
+#: Retry policy of every rule target (object-created -> queue, status -> closer): EventBridge's
+#: own maximum, stated so that a reader sees it and a CDK default cannot change it. A target
+#: that keeps failing (queue throttled, closer unavailable) is retried for a day; then the
+#: event goes to the tenant's intake dead-letter queue (alarmed), never dropped.
+INTAKE_RETRY_ATTEMPTS = 185
+INTAKE_MAX_EVENT_AGE = Duration.hours(24)
+#: As long as SQS keeps a message: the operator has two weeks to replay (`ops dlq replay`).
+INTAKE_DLQ_RETENTION = Duration.days(14)
 
 
 def register_timeout(chunk_size: int, sink_timeout_seconds: int) -> Duration:
@@ -107,7 +115,9 @@ class TenantPipeline(Construct):
     ``functions`` (role -> Lambda function), ``log_groups`` (role -> log group, the
     workflow's included), ``state_machine``, ``alarms`` (name -> alarm). Metrics:
     ``metric_head_message_wait``, ``metric_queue_age``, ``metric_error_log_lines(role)``,
-    ``metric_executions_failed|timed_out|aborted|throttled``, ``metric_quarantined_messages``.
+    ``metric_executions_failed|timed_out|aborted|throttled``; ``intake_dlq`` (standard queue
+    of the events EventBridge could not deliver), ``metric_intake_dlq_messages``,
+    ``metric_intake_failed_invocations``; ``metric_quarantined_messages``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: TenantPipelineProps) -> None:
@@ -140,6 +150,24 @@ class TenantPipeline(Construct):
             "alarm pages instead.",
         )
 
+        # Where EventBridge puts an event it could not deliver to a target of this tenant's rules
+        # (after INTAKE_RETRY_ATTEMPTS / INTAKE_MAX_EVENT_AGE). Standard, not FIFO: EventBridge
+        # refuses FIFO dead-letter queues; `ops dlq replay` restores the upload order.
+        self.intake_dlq = sqs.Queue(
+            self,
+            "IntakeDlq",
+            queue_name=names.INTAKE_DLQ.render(tenant_id),
+            retention_period=INTAKE_DLQ_RETENTION,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        acknowledge(
+            self.intake_dlq,
+            "AwsSolutions-SQS3",
+            "This queue is itself the dead-letter queue of the tenant's EventBridge rule targets; "
+            "its depth is alarmed (intake-dlq) and ops dlq replay empties it.",
+        )
+
         self.rule = events.Rule(
             self,
             "ObjectCreatedRule",
@@ -153,7 +181,15 @@ class TenantPipeline(Construct):
                     "object": {"key": [{"prefix": props.landing_prefix}]},
                 },
             ),
-            targets=[targets.SqsQueue(self.queue, message_group_id=tenant_id if fifo else None)],
+            targets=[
+                targets.SqsQueue(
+                    self.queue,
+                    message_group_id=tenant_id if fifo else None,
+                    dead_letter_queue=self.intake_dlq,
+                    retry_attempts=INTAKE_RETRY_ATTEMPTS,
+                    max_event_age=INTAKE_MAX_EVENT_AGE,
+                )
+            ],
         )
 
         self.split = pipeline_function(
@@ -276,7 +312,14 @@ class TenantPipeline(Construct):
                     "status": ["RUNNING", *sorted(contract.CLOSED_STATUSES)],
                 },
             ),
-            targets=[targets.LambdaFunction(self.closer.function, retry_attempts=8)],
+            targets=[
+                targets.LambdaFunction(
+                    self.closer.function,
+                    dead_letter_queue=self.intake_dlq,
+                    retry_attempts=INTAKE_RETRY_ATTEMPTS,
+                    max_event_age=INTAKE_MAX_EVENT_AGE,
+                )
+            ],
         )
 
         self.controller = pipeline_function(
@@ -392,6 +435,39 @@ class TenantPipeline(Construct):
     def metric_error_log_lines(self, role: str, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """ERROR log lines of the function with ``role`` (``controller``, ``split``, ``register``)."""
         return self.pipeline_functions[role].metric_error_log_lines(period=period)
+
+    def metric_intake_dlq_messages(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """Events EventBridge gave up delivering to this tenant's queue or closer (visible
+        messages of the intake dead-letter queue, Maximum)."""
+        return self.intake_dlq.metric_approximate_number_of_messages_visible(period=period, statistic="Maximum")
+
+    def metric_intake_failed_invocations(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.MathExpression:
+        """Deliveries of this tenant's rules that failed for good, and dead-lettering that failed
+        (AWS/Events ``FailedInvocations`` + ``InvocationsFailedToBeSentToDlq`` of both rules, Sum).
+
+        The second is the only way an event is lost outright (the DLQ itself refused it)."""
+        metrics: dict[str, cloudwatch.IMetric] = {}
+        for rule_id, rule_name in zip(("objectcreated", "status"), self.rule_names):
+            for metric_id, metric_name in (("failed", "FailedInvocations"), ("undelivered", "InvocationsFailedToBeSentToDlq")):
+                metrics[f"{metric_id}{rule_id}"] = cloudwatch.Metric(
+                    namespace="AWS/Events",
+                    metric_name=metric_name,
+                    dimensions_map={"RuleName": rule_name},
+                    statistic="Sum",
+                    period=period,
+                )
+        # FILL: a rule without failures publishes nothing; the sum must still be a number.
+        return cloudwatch.MathExpression(
+            expression=" + ".join(f"FILL({metric_id}, 0)" for metric_id in metrics),
+            using_metrics=metrics,
+            label=f"Failed EventBridge deliveries of tenant {self.tenant_id}",
+            period=period,
+        )
+
+    @property
+    def rule_names(self) -> tuple[str, str]:
+        """The literal names of the tenant's rules, object-created then status (metric dimensions)."""
+        return names.RULE.render(self.tenant_id), names.STATUS_RULE.render(self.tenant_id)
 
     def metric_executions_failed(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         return self.state_machine.metric_failed(period=period, statistic="Sum")
@@ -513,6 +589,9 @@ class TenantPipeline(Construct):
             "OnFailure": props.on_failure,
             "Ordering": props.ordering,
             "FirstSequence": str(props.first_sequence),
+            # `ops dlq`: the intake dead-letter queue, and the status rule's target for replays.
+            "IntakeDlqUrl": self.intake_dlq.queue_url,
+            "CloserFunctionName": self.closer.function.function_name,
         }.items():
             CfnOutput(self, output_id, value=value, description=f"{output_id} of tenant {self.tenant_id} (read by ops)")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from aws_cdk.assertions import Match, Template
 
 
@@ -135,3 +136,110 @@ def test_email_subscriptions_come_from_tenants_yaml(tmp_path):
         "lead@example.com", "oncall@example.com",
     ]
     assert {s["Properties"]["Protocol"] for s in subscriptions.values()} == {"email"}
+
+
+# --- uploads outside every tenant prefix -------------------------------------------------------
+
+
+def unmatched_rule(template: Template) -> dict:
+    (rule,) = template.find_resources("AWS::Events::Rule", {"Properties": {"Name": "ordered-ingest-unmatched-uploads"}}).values()
+    return rule["Properties"]
+
+
+def test_unmatched_rule_catches_object_created_in_the_landing_bucket_outside_every_tenant_prefix(shared_template):
+    pattern = unmatched_rule(shared_template)["EventPattern"]
+    assert pattern["source"] == ["aws.s3"] and pattern["detail-type"] == ["Object Created"]
+    (landing_id,) = [k for k, b in buckets(shared_template).items()
+                     if "ordered-ingest-landing-" in str(b["Properties"].get("BucketName"))]
+    assert pattern["detail"]["bucket"] == {"name": [{"Ref": landing_id}]}
+    # every tenant of tenants.yaml (three), in one anything-but: a key under none of them matches
+    assert pattern["detail"]["object"]["key"] == [
+        {"anything-but": {"prefix": ["acme/", "globex/", "initech/incoming/"]}}
+    ]
+
+
+def test_unmatched_rule_logs_to_its_log_group_retries_a_day_and_dead_letters(shared_template):
+    (target,) = unmatched_rule(shared_template)["Targets"]
+    (group_id,) = shared_template.find_resources(
+        "AWS::Logs::LogGroup", {"Properties": {"LogGroupName": "/ordered-ingest/unmatched-uploads"}}).keys()
+    arn = target["Arn"]["Fn::Join"][1]
+    assert arn[-2:] == [":log-group:", {"Ref": group_id}], "EventBridge wants the log group ARN without ':*'"
+    assert target["RetryPolicy"] == {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 24 * 3600}
+    (dlq_id,) = shared_template.find_resources(
+        "AWS::SQS::Queue", {"Properties": {"QueueName": "ordered-ingest-unmatched-uploads-dlq"}}).keys()
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dlq_id, "Arn"]}}
+    shared_template.has_resource_properties("AWS::SQS::QueuePolicy", {
+        "Queues": [{"Ref": dlq_id}],
+        "PolicyDocument": {"Statement": Match.array_with([
+            Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}),
+            Match.object_like({"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
+                               "Action": "sqs:SendMessage"}),
+        ])},
+    })
+
+
+def test_unmatched_log_group_keeps_three_months_and_lets_eventbridge_write(shared_template):
+    (group_id, group), = shared_template.find_resources(
+        "AWS::Logs::LogGroup", {"Properties": {"LogGroupName": "/ordered-ingest/unmatched-uploads"}}).items()
+    assert group["Properties"]["RetentionInDays"] == 90 and group["DeletionPolicy"] == "Retain"
+    (policy,) = shared_template.find_resources("AWS::Logs::ResourcePolicy").values()
+    document = "".join(p if isinstance(p, str) else "<arn>" for p in policy["Properties"]["PolicyDocument"]["Fn::Join"][1])
+    assert '"Principal":{"Service":"events.amazonaws.com"}' in document
+    assert '"Action":["logs:CreateLogStream","logs:PutLogEvents"]' in document
+    assert {"Fn::GetAtt": [group_id, "Arn"]} in policy["Properties"]["PolicyDocument"]["Fn::Join"][1]
+
+
+def test_unmatched_uploads_are_counted_by_a_metric_filter_and_alarmed(shared_template):
+    from lambdas import contract
+
+    (group_id,) = shared_template.find_resources(
+        "AWS::Logs::LogGroup", {"Properties": {"LogGroupName": "/ordered-ingest/unmatched-uploads"}}).keys()
+    shared_template.has_resource_properties("AWS::Logs::MetricFilter", {
+        "LogGroupName": {"Ref": group_id},
+        "FilterPattern": "",
+        "MetricTransformations": [{"MetricName": "UnmatchedUploads", "MetricNamespace": contract.METRIC_NAMESPACE,
+                                   "MetricValue": "1"}],
+    })
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"]
+              for a in shared_template.find_resources("AWS::CloudWatch::Alarm").values()}
+    alarm = alarms["ordered-ingest-unmatched-uploads"]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"], alarm["Threshold"]) == (
+        "OrderedIngest", "UnmatchedUploads", "Sum", 1)
+    assert "First: python -m ops status" in alarm["AlarmDescription"]
+    assert "Runbook: docs/operations.md#unmatched-uploads" in alarm["AlarmDescription"]
+    assert alarms["ordered-ingest-unmatched-uploads-dlq"]["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    for props in alarms.values():
+        assert props["AlarmActions"] and props["TreatMissingData"] == "notBreaching"
+
+
+def test_stack_output_names_the_unmatched_uploads_log_group_for_ops(shared_template):
+    outputs = shared_template.to_json()["Outputs"]
+    assert outputs["UnmatchedUploadsLogGroupName"]["Value"] == "/ordered-ingest/unmatched-uploads"
+
+
+def test_with_one_tenant_the_unmatched_rule_excludes_its_prefix(tmp_path):
+    from aws_cdk import App
+
+    from pipeline_constructs.config import parse_config
+    from pipeline_constructs.stacks import SharedStack
+
+    config = parse_config("tenants: [{id: acme, prefix: in/acme/, sink: {url: 'https://core.example.com'}}]\n")
+    template = Template.from_stack(SharedStack(App(outdir=str(tmp_path)), config))
+    assert unmatched_rule(template)["EventPattern"]["detail"]["object"]["key"] == [
+        {"anything-but": {"prefix": "in/acme/"}}
+    ]
+
+
+def test_fails_when_the_unmatched_uploads_catch_all_gets_no_tenant_prefix(tmp_path):
+    from aws_cdk import App, Stack
+
+    from pipeline_constructs.shared import SharedResources, SharedResourcesProps
+    from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
+
+    stack = Stack(App(outdir=str(tmp_path)), "S")
+    shared = SharedResources(stack, "Shared", SharedResourcesProps())
+    with pytest.raises(ValueError) as raised:
+        UnmatchedUploads(stack, "U", UnmatchedUploadsProps(shared.landing_bucket, [], shared.alarm_topic))
+    assert str(raised.value) == (
+        "UnmatchedUploads needs at least one tenant prefix; without tenants every upload is unmatched"
+    )

@@ -65,7 +65,7 @@ def test_rule_sends_object_created_under_the_tenant_prefix_to_the_fifo_queue_wit
 
 
 def _queue_id(template: Template) -> str:
-    (queue_id,) = template.find_resources("AWS::SQS::Queue").keys()
+    (queue_id,) = template.find_resources("AWS::SQS::Queue", {"Properties": {"FifoQueue": True}}).keys()
     return queue_id
 
 
@@ -378,11 +378,13 @@ def test_every_alarm_notifies_the_topic_and_tells_what_to_do_first(acme):
         "acme-controller-error-logs", "acme-split-error-logs", "acme-register-error-logs", "acme-closer-error-logs",
         "acme-queue-age", "acme-stall", "acme-quarantine",
         "acme-workflow-failed", "acme-workflow-timed-out", "acme-workflow-aborted", "acme-workflow-throttled",
+        "acme-intake-dlq", "acme-intake-failed",
     }
     for name, alarm in alarms.items():
         (action,) = alarm["AlarmActions"]
         assert "AlarmTopic" in action["Fn::ImportValue"], name
-        assert "First: python -m ops status acme" in alarm["AlarmDescription"], name
+        first = "First: python -m ops dlq list acme" if "-intake-" in name else "First: python -m ops status acme"
+        assert first in alarm["AlarmDescription"], name
         assert "Runbook: docs/operations.md#" in alarm["AlarmDescription"], name
         assert alarm["TreatMissingData"] == "notBreaching"
 
@@ -482,3 +484,78 @@ def test_metric_methods_name_the_tenants_metrics(solo):
     quarantined = solo.metric_quarantined_messages()
     assert (quarantined.metric_name, quarantined.statistic, quarantined.dimensions) == (
         "QuarantinedMessages", "Sum", {"Tenant": "solo"})
+
+
+# --- intake: EventBridge retries, the tenant's dead-letter queue and its alarms ------------------
+
+
+def _intake_dlq_id(template: Template) -> str:
+    (dlq_id,) = template.find_resources("AWS::SQS::Queue", {"Properties": {"QueueName": "acme-intake-dlq"}}).keys()
+    return dlq_id
+
+
+@pytest.mark.parametrize("rule_name", ["acme-object-created", "acme-sfn-status"])
+def test_every_rule_target_retries_a_day_then_dead_letters_into_the_tenants_intake_dlq(acme, rule_name):
+    (target,) = only(acme, "AWS::Events::Rule", Name=rule_name)["Properties"]["Targets"]
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [_intake_dlq_id(acme), "Arn"]}}
+    assert target["RetryPolicy"] == {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 24 * 3600}
+
+
+def test_intake_dlq_is_a_standard_encrypted_queue_that_keeps_events_two_weeks(acme):
+    dlq = acme.to_json()["Resources"][_intake_dlq_id(acme)]["Properties"]
+    assert "FifoQueue" not in dlq, "EventBridge refuses a FIFO queue as a dead-letter queue"
+    assert dlq["SqsManagedSseEnabled"] is True
+    assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
+
+
+def test_intake_dlq_policy_denies_requests_without_tls_and_lets_only_the_tenants_rules_send(acme):
+    dlq_id = _intake_dlq_id(acme)
+    (policy,) = [p["Properties"] for p in acme.find_resources("AWS::SQS::QueuePolicy").values()
+                 if p["Properties"]["Queues"] == [{"Ref": dlq_id}]]
+    statements = policy["PolicyDocument"]["Statement"]
+    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in statements)
+    senders = [s for s in statements if s["Effect"] == "Allow"]
+    assert {s["Principal"]["Service"] for s in senders} == {"events.amazonaws.com"}
+    assert {s["Action"] for s in senders} == {"sqs:SendMessage"}
+    rules = {k for k, v in acme.find_resources("AWS::Events::Rule").items()}
+    assert {s["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::GetAtt"][0] for s in senders} == rules
+
+
+def test_intake_dlq_alarm_fires_on_one_visible_message(acme):
+    alarm = alarms_by_name(acme)["acme-intake-dlq"]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum")
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [_intake_dlq_id(acme), "QueueName"]}}]
+    assert alarm["Threshold"] == 1
+    assert "python -m ops dlq replay acme" in alarm["AlarmDescription"]
+
+
+def test_intake_failed_alarm_sums_failed_and_undeliverable_invocations_of_both_rules(acme):
+    alarm = alarms_by_name(acme)["acme-intake-failed"]
+    assert alarm["Threshold"] == 1
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert expression["ReturnData"] is True
+    watched = {
+        (m["MetricStat"]["Metric"]["MetricName"], m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]): m["Id"]
+        for m in alarm["Metrics"] if "MetricStat" in m
+    }
+    assert set(watched) == {
+        (metric, rule)
+        for metric in ("FailedInvocations", "InvocationsFailedToBeSentToDlq")
+        for rule in ("acme-object-created", "acme-sfn-status")
+    }
+    for m in alarm["Metrics"]:
+        if "MetricStat" in m:
+            assert m["MetricStat"]["Metric"]["Namespace"] == "AWS/Events"
+            assert m["MetricStat"]["Metric"]["Dimensions"][0]["Name"] == "RuleName"
+            assert m["MetricStat"]["Stat"] == "Sum" and m["ReturnData"] is False
+    # every metric counts, and a rule that published nothing counts as 0
+    assert sorted(expression["Expression"].split(" + ")) == sorted(f"FILL({i}, 0)" for i in watched.values())
+
+
+def test_stack_outputs_let_ops_find_the_intake_dlq_and_the_closer(acme):
+    outputs = {k: v["Value"] for k, v in acme.to_json()["Outputs"].items()}
+    closer_id = next(k for k, v in acme.find_resources("AWS::Lambda::Function").items()
+                     if v["Properties"]["FunctionName"] == "acme-close-file")
+    assert next(v for k, v in outputs.items() if k.startswith("PipelineIntakeDlqUrl")) == {"Ref": _intake_dlq_id(acme)}
+    assert next(v for k, v in outputs.items() if k.startswith("PipelineCloserFunctionName")) == {"Ref": closer_id}

@@ -1,0 +1,195 @@
+"""``UnmatchedUploads``: files dropped in the landing bucket outside every tenant prefix.
+
+No tenant's rule matches them, so without this they would be ignored without a trace. One
+rule in the shared stack (which knows every prefix) logs each such "Object Created" event to
+a log group; a metric filter counts them, an alarm pages, and `ops status` lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jsii
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from lambdas import contract
+from pipeline_constructs import names
+from pipeline_constructs.alarms import AlarmFactory, runbook_link
+from pipeline_constructs.nag import acknowledge
+
+#: EventBridge's maximum, as for the tenants' rules: an upload nobody expects is still worth a day.
+RETRY_ATTEMPTS = 185
+MAX_EVENT_AGE = Duration.hours(24)
+METRIC_PERIOD = Duration.minutes(5)
+#: The alarms of the shared stack start with this (the tenants' start with the tenant id).
+ALARM_PREFIX = "ordered-ingest"
+
+
+@dataclass(frozen=True)
+class UnmatchedUploadsProps:
+    """``landing_bucket``: the bucket tenants upload to. ``tenant_prefixes``: every tenant's key
+    prefix (at least one). ``alarm_topic``: where the alarms notify.
+    ``log_retention``: how long the unmatched events are kept. Default: three months."""
+
+    landing_bucket: s3.IBucket
+    tenant_prefixes: Sequence[str]
+    alarm_topic: sns.ITopic
+    log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+
+
+class UnmatchedUploads(Construct):
+    """Rule (outside every prefix) -> log group -> metric filter -> alarm, with a DLQ.
+
+    Attributes: ``rule``, ``log_group``, ``log_group_name`` (literal), ``dead_letter_queue``,
+    ``alarms`` (name -> alarm). Metrics: ``metric_unmatched_uploads``, ``metric_dlq_messages``.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: UnmatchedUploadsProps) -> None:
+        super().__init__(scope, construct_id)
+        if not props.tenant_prefixes:
+            raise ValueError("UnmatchedUploads needs at least one tenant prefix; without tenants every upload is unmatched")
+        self.log_group_name = names.UNMATCHED_UPLOADS_LOG_GROUP
+        # AWS-managed encryption of CloudWatch Logs: the events hold keys and sizes, no content.
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            log_group_name=self.log_group_name,
+            retention=props.log_retention,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "Dlq",
+            queue_name=names.UNMATCHED_UPLOADS_DLQ,
+            retention_period=Duration.days(14),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        acknowledge(
+            self.dead_letter_queue,
+            "AwsSolutions-SQS3",
+            "This queue is itself the dead-letter queue of the unmatched-uploads rule's target; its "
+            "depth is alarmed (unmatched-uploads-dlq).",
+        )
+        self.rule = events.Rule(
+            self,
+            "Rule",
+            rule_name=names.UNMATCHED_UPLOADS_RULE,
+            description="Files created in the landing bucket outside every tenant prefix go to a log group",
+            event_pattern=unmatched_pattern(props.landing_bucket.bucket_name, props.tenant_prefixes),
+        )
+        self.rule.add_target(_LogGroupTarget(self.log_group, self.dead_letter_queue))
+        # A native resource policy (CDK's CloudWatchLogGroup target writes it with a custom
+        # resource, i.e. a Lambda function in this stack).
+        self.log_group.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="EventBridgeWritesUnmatchedUploads",
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[self.log_group.log_group_arn],
+            )
+        )
+        logs.MetricFilter(
+            self,
+            "Count",
+            log_group=self.log_group,
+            filter_pattern=logs.FilterPattern.all_events(),
+            metric_namespace=contract.METRIC_NAMESPACE,
+            metric_name=contract.UNMATCHED_UPLOADS_METRIC,
+            metric_value="1",
+            filter_name=names.UNMATCHED_UPLOADS_RULE,
+        )
+        factory = AlarmFactory(self, name_prefix=ALARM_PREFIX, topic=props.alarm_topic, evaluation_periods=1)
+        factory.alarm(
+            "unmatched-uploads",
+            self.metric_unmatched_uploads(),
+            1,
+            "A file was uploaded to the landing bucket outside every tenant prefix: no tenant ingests it. "
+            "First: python -m ops status (lists the recent ones); move the file under its tenant's prefix, "
+            f"or add the tenant. {runbook_link('unmatched-uploads')}",
+        )
+        factory.alarm(
+            "unmatched-uploads-dlq",
+            self.metric_dlq_messages(),
+            1,
+            "EventBridge could not log an upload outside every tenant prefix (the log group refused it for "
+            f"a day); the event is in queue {names.UNMATCHED_UPLOADS_DLQ}. First: read it there. "
+            f"{runbook_link('unmatched-uploads')}",
+        )
+        self.alarms = factory.alarms
+
+    def metric_unmatched_uploads(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """Uploads outside every tenant prefix (the metric filter's count, Sum)."""
+        return cloudwatch.Metric(
+            namespace=contract.METRIC_NAMESPACE,
+            metric_name=contract.UNMATCHED_UPLOADS_METRIC,
+            statistic="Sum",
+            period=period,
+        )
+
+    def metric_dlq_messages(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        return self.dead_letter_queue.metric_approximate_number_of_messages_visible(period=period, statistic="Maximum")
+
+
+def unmatched_pattern(bucket_name: str, tenant_prefixes: Sequence[str]) -> events.EventPattern:
+    """Object Created in ``bucket_name`` under none of ``tenant_prefixes``.
+
+    ``{"anything-but": {"prefix": [...]}}``: EventBridge's anything-but prefix matcher with a list
+    (one string when there is one prefix), as CDK's ``Match.anything_but_prefix`` writes it.
+    EventBridge validates a pattern when the rule is created, so a form it refused would fail the
+    deployment, not match silently."""
+    return events.EventPattern(
+        source=["aws.s3"],
+        detail_type=["Object Created"],
+        detail={
+            "bucket": {"name": [bucket_name]},
+            "object": {"key": events.Match.anything_but_prefix(*sorted(set(tenant_prefixes)))},
+        },
+    )
+
+
+@jsii.implements(events.IRuleTarget)
+class _LogGroupTarget:
+    """A log group as the rule's target, with a dead-letter queue and the retry policy above.
+
+    Not `targets.CloudWatchLogGroup`: it writes the log group's resource policy through a custom
+    resource (a Lambda function); the policy is a native resource here."""
+
+    def __init__(self, log_group: logs.ILogGroup, dead_letter_queue: sqs.IQueue) -> None:
+        self._log_group = log_group
+        self._dlq = dead_letter_queue
+
+    def bind(self, rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+        # Let only this rule send to the DLQ.
+        self._dlq.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="UnmatchedUploadsRuleDeadLetters",
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["sqs:SendMessage"],
+                resources=[self._dlq.queue_arn],
+                conditions={"ArnEquals": {"aws:SourceArn": rule.rule_arn}},
+            )
+        )
+        return events.RuleTargetConfig(
+            # The log group's ARN without the ':*' of `log_group_arn`, as EventBridge expects it.
+            arn=Stack.of(self._log_group).format_arn(
+                service="logs",
+                resource="log-group",
+                resource_name=self._log_group.log_group_name,
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            ),
+            dead_letter_config=events.CfnRule.DeadLetterConfigProperty(arn=self._dlq.queue_arn),
+            retry_policy=events.CfnRule.RetryPolicyProperty(
+                maximum_retry_attempts=RETRY_ATTEMPTS,
+                maximum_event_age_in_seconds=int(MAX_EVENT_AGE.to_seconds()),
+            ),
+        )
