@@ -141,7 +141,9 @@ class Gate:
         """Start `file`, let its message go, or keep the message waiting."""
         for _ in range(MAX_DECISIONS):
             try:
-                return self._decide(self.ledger.read(), file)
+                position = self.ledger.read()
+                self._publish_head_wait(position)
+                return self._decide(position, file)
             except LedgerConflict:
                 self.log.info("ledger changed while deciding; deciding again")
         return self._wait(None, "the ledger kept changing", CLOSING_VISIBILITY_SECONDS)
@@ -195,6 +197,25 @@ class Gate:
             )
             self._start(position)
         return self._wait(position, f"execution {position.execution} is running")
+
+    # -- the stall signal ----------------------------------------------------------------------
+
+    def _publish_head_wait(self, position: Position) -> None:
+        """Publish how long this message has waited while no file of the tenant ran (EMF).
+
+        0 while a file runs: a burst of files queued behind a running one is normal, not a
+        stall. Otherwise the wait counts from the later of the message's send time and the
+        last close (`closed_at`), so a halted tenant's head message accrues wait from the
+        failure on, and a message handed off by a close starts near 0. The stall alarm watches
+        its Maximum (`TenantPipeline.metric_head_message_wait`)."""
+        now = self.now()
+        if position.running:
+            wait = 0.0
+        else:
+            since = max(self.message.sent_at, position.closed_at or 0.0)
+            wait = max(0.0, now - since)
+        emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=now,
+                     metrics={HEAD_WAIT_METRIC: (round(wait, 3), "Seconds")})
 
     # -- Step Functions -------------------------------------------------------------------------
 
@@ -269,8 +290,6 @@ def process_message(
     event's fields bound once they are known.
     """
     sent_at = int(record["attributes"]["SentTimestamp"]) / 1000
-    emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now(),
-                 metrics={HEAD_WAIT_METRIC: (round(max(0.0, now() - sent_at), 3), "Seconds")})
     file = file_ref_from_sqs_body(record.get("body"), config.tenant_id)
     log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
     message = Message(record["messageId"], record["receiptHandle"], sent_at)
