@@ -84,6 +84,8 @@ class TenantStack(_IngestStack):
                 stall_alarm_after=Duration.seconds(tenant.alarms.stall_after_seconds),
                 error_logs_threshold=tenant.alarms.error_logs_threshold,
                 alarm_evaluation_periods=tenant.alarms.evaluation_periods,
+                sink_errors_threshold=tenant.alarms.sink_errors_threshold,
+                file_time_limit=Duration.seconds(tenant.file_time_limit),
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),
