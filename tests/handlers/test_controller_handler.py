@@ -362,6 +362,21 @@ def test_a_running_file_unknown_to_step_functions_is_started_again_from_the_ledg
         assert executions(sfn, config) == {}
 
 
+def test_a_timed_out_execution_whose_close_was_lost_halts_the_tenant(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN A's execution TIMED_OUT (the workflow's TimeoutSeconds) and neither the workflow nor the
+    status rule recorded it WHEN B arrives THEN the controller records A as TIMED_OUT, the tenant is
+    halted like after a failure, and B waits (it does not start)."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    set_status(sfn, config, "evt-a", "TIMED_OUT")
+
+    result = run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs)
+
+    assert result["outcome"] == "waiting"
+    position = ledger.read()
+    assert (position.closed_as, position.status, position.halted) == ("TIMED_OUT", FAILED, True)
+    assert executions(sfn, config) == {"evt-a": "TIMED_OUT"}
+
+
 # --- metrics and logs ----------------------------------------------------------------------------
 
 
