@@ -136,14 +136,17 @@ class Gate:
         self.config, self.ledger, self.sfn, self.sqs = config, ledger, sfn, sqs
         self.remaining = remaining_seconds
         self.now, self.sleep, self.log = now, sleep, log
+        #: Set when the decision found the file ahead closing (its execution finishing its last state).
+        self.closing_seen = False
 
     def handle(self, file: FileRef) -> ControllerResult:
         """Start `file`, let its message go, or keep the message waiting."""
         for _ in range(MAX_DECISIONS):
             try:
                 position = self.ledger.read()
+                decided = self._decide(position, file)
                 self._publish_head_wait(position)
-                return self._decide(position, file)
+                return decided
             except LedgerConflict:
                 self.log.info("ledger changed while deciding; deciding again")
         return self._wait(None, "the ledger kept changing", CLOSING_VISIBILITY_SECONDS)
@@ -201,15 +204,16 @@ class Gate:
     # -- the stall signal ----------------------------------------------------------------------
 
     def _publish_head_wait(self, position: Position) -> None:
-        """Publish how long this message has waited while no file of the tenant ran (EMF).
+        """Publish how long this message has waited while no file of the tenant ran (EMF);
+        called once a decision on `position` is made.
 
-        0 while a file runs: a burst of files queued behind a running one is normal, not a
+        0 while a file runs or is closing: a burst of files queued behind a running one is normal, not a
         stall. Otherwise the wait counts from the later of the message's send time and the
         last close (`closed_at`), so a halted tenant's head message accrues wait from the
         failure on, and a message handed off by a close starts near 0. The stall alarm watches
         its Maximum (`TenantPipeline.metric_head_message_wait`)."""
         now = self.now()
-        if position.running:
+        if position.running or self.closing_seen:
             wait = 0.0
         else:
             since = max(self.message.sent_at, position.closed_at or 0.0)
@@ -231,6 +235,7 @@ class Gate:
         for attempt in range(CLOSING_POLLS):
             if self._describe(position.execution) not in ("RUNNING", "PENDING_REDRIVE"):
                 return False
+            self.closing_seen = True
             # Keep time for the decision's writes: never poll into the invocation's deadline.
             if attempt + 1 < CLOSING_POLLS and self.remaining() > 2 * CLOSING_POLL_SECONDS + 0.5:
                 self.sleep(CLOSING_POLL_SECONDS)

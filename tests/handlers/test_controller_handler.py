@@ -436,6 +436,20 @@ def test_head_wait_of_a_halted_tenant_counts_from_the_failure(config, sfn, ddb, 
     assert head_waits(capsys) == [60.0]
 
 
+def test_head_wait_is_zero_while_the_file_ahead_is_closing(config, sfn, ddb, sqs, queue, ledger, capsys):
+    """GIVEN A's close recorded at NOW+1 but its execution still RUNNING (its last state) WHEN B is
+    handled at NOW+30 THEN B waits briefly and its head wait is 0: the file ahead is still closing."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    capsys.readouterr()
+
+    result = run(queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000), config, sfn, ddb, sqs,
+                 now=NOW + 30)
+
+    assert result["outcome"] == "waiting"
+    assert head_waits(capsys) == [0.0]
+
+
 def test_head_wait_after_a_close_counts_from_the_close(config, sfn, ddb, sqs, queue, ledger, capsys):
     """GIVEN A succeeded at NOW+1 and B was sent 100 s before WHEN B is handled at NOW+3 THEN B
     starts and its head wait is 2 s (since the hand-off), not its 100 s in the queue."""
