@@ -92,10 +92,12 @@ class Worker:
         return self.process.poll() is None
 
     def invoke(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
         if not self._ready:
             self._read_line(time.monotonic() + STARTUP_TIMEOUT_SECONDS)
             self._ready = True
+        # As on Lambda, the init (imports) of a new environment does not count against the
+        # invocation's timeout: at a small time scale it would time out every cold start.
+        deadline = time.monotonic() + timeout
         assert self.process.stdin is not None
         try:
             self.process.stdin.write((json.dumps(request) + "\n").encode())
