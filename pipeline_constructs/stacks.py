@@ -13,6 +13,7 @@ from constructs import Construct
 
 from pipeline_constructs import names
 from pipeline_constructs.config import AppConfig, TenantConfig
+from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
 
@@ -52,6 +53,10 @@ class SharedStack(_IngestStack):
                   description="The ledger of every tenant (read by ops)")
         CfnOutput(self, "LandingBucketName", value=self.resources.landing_bucket.bucket_name,
                   description="Where tenants drop their files (read by ops)")
+        # Built from the tenants' deterministic names: no reference to a tenant stack.
+        self.dashboards = IngestDashboards(self, "Dashboards", tenants=[
+            DashboardTenant(tenant.id, tenant.alarms.stall_after_seconds) for tenant in config.tenants
+        ])
 
 
 class TenantStack(_IngestStack):
