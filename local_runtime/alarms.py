@@ -7,9 +7,9 @@ the way CloudWatch would, on metrics rebuilt from what the local runtime saw:
 | namespace | source |
 | --- | --- |
 | any, from EMF | the EMF records the handlers printed (the functions' logs), with their dimensions and units |
-| any, from a metric filter | each `AWS::Logs::MetricFilter` of the templates applied to the log lines of its log group's function (`FilterPattern`, `MetricValue`) |
+| any, from a metric filter | each `AWS::Logs::MetricFilter` of the templates applied to the log lines of its log group's function (`FilterPattern`, `MetricValue`), or to the events moto's CloudWatch Logs holds for another log group (an EventBridge rule's log target) |
 | `AWS/States` (`StateMachineArn`) | the executions moto ran: `ExecutionsStarted` at their start, `ExecutionsSucceeded`/`Failed`/`TimedOut`/`Aborted` at their stop |
-| `AWS/SQS` (`QueueName`) | the queues, sampled by a thread: `ApproximateAgeOfOldestMessage`, `ApproximateNumberOfMessagesVisible`, `ApproximateNumberOfMessagesNotVisible` |
+| `AWS/SQS` (`QueueName`) | every queue (tenants' queues, dead-letter queues), sampled by a thread: `ApproximateAgeOfOldestMessage`, `ApproximateNumberOfMessagesVisible`, `ApproximateNumberOfMessagesNotVisible` |
 | `AWS/Events`, `AWS/Lambda`, anything else | no local source: the metric has no data (`unobserved()` names the alarms) |
 
 Evaluation follows the alarm's definition: namespace, metric, dimensions, statistic (`Sum`,
@@ -556,12 +556,15 @@ class LocalAlarms:
         state_machines: Mapping[str, str],  # tenant -> state machine ARN
         executions: Callable[[str], list[dict[str, Any]]],
         queue_stats: Callable[[], Mapping[str, Mapping[str, float]]] | None = None,
+        log_events: Callable[[str], list[tuple[str, float, str]]] | None = None,
         region: str = "us-east-1",
         account: str = "123456789012",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.time_scale = time_scale
         self._logs, self._executions, self._queue_stats = logs, executions, queue_stats
+        self._log_events = log_events
+        self._seen_events: set[tuple[str, str]] = set()
         self._state_machines = dict(state_machines)
         self._clock = clock
         resolvers = {name: _Resolver(stacks.get(name, {}), region, account) for name in templates}
@@ -613,6 +616,24 @@ class LocalAlarms:
                     when = _line_time(document, now)
                     for transformation in transformations:
                         self._add_filter_point(transformation, document, when)
+
+        self._read_other_groups()
+
+    def _read_other_groups(self) -> None:
+        """Metric filters on log groups that are not a function's: their events from moto."""
+        if self._log_events is None:
+            return
+        functions = {f"/aws/lambda/{name}" for name in self._function_names}
+        for group, pattern, transformations in self._filters:
+            if group is None or group in functions:
+                continue
+            for event_id, when, message in self._log_events(group):
+                if (group, event_id) in self._seen_events:
+                    continue
+                self._seen_events.add((group, event_id))
+                if pattern.matches(message):
+                    for transformation in transformations:
+                        self._add_filter_point(transformation, pattern.document(message), when)
 
     def _add_filter_point(self, transformation: Mapping[str, Any], document: Any, when: float) -> None:
         raw = str(transformation.get("MetricValue", "1"))
@@ -764,10 +785,10 @@ class LocalAlarms:
         return names
 
 
-def moto_queue_stats(account: str, region: str, queue_names: Iterable[str]) -> Callable[[], dict[str, dict[str, float]]]:
-    """A sampler of the queues in moto's backend (the server runs in this process): the age
-    of the oldest message not deleted, and the visible and in-flight counts."""
-    names = list(queue_names)
+def moto_queue_stats(account: str, region: str) -> Callable[[], dict[str, dict[str, float]]]:
+    """A sampler of every queue in moto's backend (the server runs in this process: tenants'
+    queues, dead-letter queues): the age of the oldest message not deleted, and the visible
+    and in-flight counts."""
 
     def stats() -> dict[str, dict[str, float]]:
         from moto.sqs.models import sqs_backends
@@ -775,10 +796,7 @@ def moto_queue_stats(account: str, region: str, queue_names: Iterable[str]) -> C
         backend = sqs_backends[account][region]
         now = time.time()
         found: dict[str, dict[str, float]] = {}
-        for name in names:
-            queue = backend.queues.get(name)
-            if queue is None:
-                continue
+        for name, queue in list(backend.queues.items()):
             messages = list(queue._messages)  # noqa: SLF001 - no API gives the oldest message's age
             sent = [m.sent_timestamp / 1000 for m in messages if m.sent_timestamp]
             found[name] = {
@@ -789,3 +807,24 @@ def moto_queue_stats(account: str, region: str, queue_names: Iterable[str]) -> C
         return found
 
     return stats
+
+
+def moto_log_events(client: Callable[[str], Any]) -> Callable[[str], list[tuple[str, float, str]]]:
+    """A reader of a log group that is not a function's (e.g. an EventBridge rule's log
+    target) from moto's CloudWatch Logs: (event id, time, message); none if it does not exist."""
+
+    def read(group: str) -> list[tuple[str, float, str]]:
+        logs = client("logs")
+        events: list[tuple[str, float, str]] = []
+        kwargs: dict[str, Any] = {"logGroupName": group}
+        try:
+            while True:
+                page = logs.filter_log_events(**kwargs)
+                events += [(e["eventId"], e["timestamp"] / 1000, e["message"]) for e in page.get("events", [])]
+                if not page.get("nextToken") or not page.get("events"):
+                    return events
+                kwargs["nextToken"] = page["nextToken"]
+        except Exception:  # noqa: BLE001 - no such group (yet): no data
+            return events
+
+    return read

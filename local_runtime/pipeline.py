@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from local_runtime.alarms import LocalAlarms, moto_queue_stats
+from local_runtime.alarms import LocalAlarms, moto_log_events, moto_queue_stats
 from local_runtime.deploy import Deployment, FunctionEnvironmentHook, Tenant
 from local_runtime.faults import Faults
 from local_runtime.lifecycle import Runtime
@@ -115,9 +115,8 @@ class LocalPipeline:
             logs=self.logs,
             state_machines={tenant: where.state_machine_arn for tenant, where in deployment.tenants.items()},
             executions=self.executions,
-            queue_stats=moto_queue_stats(
-                LOCAL_ACCOUNT, self._region, [t.queue_url.rsplit("/", 1)[-1] for t in deployment.tenants.values()]
-            ),
+            queue_stats=moto_queue_stats(LOCAL_ACCOUNT, self._region),
+            log_events=moto_log_events(self.client),
             region=self._region,
             account=LOCAL_ACCOUNT,
         )

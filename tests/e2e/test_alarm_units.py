@@ -224,3 +224,35 @@ def test_a_math_alarm_reads_its_metric_stats_and_an_execution_alarm_reads_the_ex
     assert alarms.in_alarm() == {"acme-sink-errors", "acme-workflow-failed"}
     assert alarms.states()["acme-sink-errors"].values == (10 / 11,)
     assert alarms.unobserved() == {"acme-rule-failed"}
+
+
+def test_other_engineers_alarms_work_unchanged_dlq_depth_emf_count_and_a_rule_log_filter():
+    """GIVEN alarms of kinds this module was not written for (a dead-letter queue's depth, an EMF
+    count, a metric filter on an EventBridge rule's log group) THEN each is evaluated from its
+    generic source: sampled queues, EMF records, the log group's events."""
+    clock = [1000.0]
+    resources = {
+        "Dlq": alarm("acme-intake-dlq", Namespace="AWS/SQS", MetricName="ApproximateNumberOfMessagesVisible",
+                     Dimensions=[{"Name": "QueueName", "Value": "acme-intake-dlq"}], Statistic="Maximum",
+                     Period=300, Threshold=1),
+        "Quarantine": alarm("acme-quarantine", Namespace="OrderedIngest", MetricName="QuarantinedMessages",
+                            Dimensions=[{"Name": "Tenant", "Value": "acme"}], Statistic="Sum", Period=300,
+                            Threshold=1),
+        "UnmatchedFilter": {"Type": "AWS::Logs::MetricFilter", "Properties": {
+            "LogGroupName": "/aws/events/unmatched", "FilterPattern": '{ $.source = "aws.s3" }',
+            "MetricTransformations": [{"MetricNamespace": "OrderedIngest", "MetricName": "UnmatchedUploads",
+                                       "MetricValue": "1"}]}},
+        "Unmatched": alarm("unmatched-uploads", Namespace="OrderedIngest", MetricName="UnmatchedUploads",
+                           Statistic="Sum", Period=300, Threshold=1),
+    }
+    logs = {"acme-controller": emf(999, QuarantinedMessages=1)}
+    alarms = LocalAlarms(
+        {STACK: {"Resources": resources}}, {STACK: {}}, time_scale=0.1, function_names=list(logs),
+        logs=lambda name: logs[name], state_machines={}, executions=lambda tenant: [],
+        queue_stats=lambda: {"acme-intake-dlq": {"ApproximateNumberOfMessagesVisible": 2.0}},
+        log_events=lambda group: [("e1", 998.0, '{"source": "aws.s3"}')] if group == "/aws/events/unmatched" else [],
+        clock=lambda: clock[0],
+    )
+    alarms.sample()
+
+    assert alarms.in_alarm() == {"acme-intake-dlq", "acme-quarantine", "unmatched-uploads"}
