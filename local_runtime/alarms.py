@@ -565,6 +565,7 @@ class LocalAlarms:
         self._logs, self._executions, self._queue_stats = logs, executions, queue_stats
         self._log_events = log_events
         self._seen_events: set[tuple[str, str]] = set()
+        self._first_seen_closed: dict[str, float] = {}
         self._state_machines = dict(state_machines)
         self._clock = clock
         resolvers = {name: _Resolver(stacks.get(name, {}), region, account) for name in templates}
@@ -660,10 +661,18 @@ class LocalAlarms:
                 started = execution.get("startDate")
                 if isinstance(started, dt.datetime):
                     store.add(MetricKey.of("AWS/States", "ExecutionsStarted", dimensions), started.timestamp(), 1)
-                stopped, name = execution.get("stopDate"), STATES_METRICS.get(execution.get("status", ""))
-                if isinstance(stopped, dt.datetime) and name:
-                    store.add(MetricKey.of("AWS/States", name, dimensions), stopped.timestamp(), 1)
+                name = STATES_METRICS.get(execution.get("status", ""))
+                if name:
+                    store.add(MetricKey.of("AWS/States", name, dimensions), self._stop_time(execution), 1)
         return store
+
+    def _stop_time(self, execution: Mapping[str, Any]) -> float:
+        """When a closed execution stopped: its `stopDate`, or (moto gives a timed-out execution
+        none) when this evaluator first saw it closed."""
+        stopped = execution.get("stopDate")
+        if isinstance(stopped, dt.datetime):
+            return stopped.timestamp()
+        return self._first_seen_closed.setdefault(str(execution.get("executionArn") or id(execution)), self._clock())
 
     def sample(self) -> None:
         """Record one sample of the queues' metrics now."""

@@ -9,6 +9,7 @@ waiting visibility (240 s -> 8 s), after which a halted tenant's head message is
 
 from __future__ import annotations
 
+import io
 import json
 import time
 
@@ -18,6 +19,8 @@ from pipeline_checks import csv_file, wait_for
 from lambdas import contract
 from local_runtime import LocalPipeline
 from local_runtime.alarms import FilterPattern
+from ops.cli import EXIT_OK
+from ops.cli import main as ops_main
 
 STALL_AFTER = {"stall_after_seconds": 150}
 
@@ -30,6 +33,9 @@ def pipe(start_pipeline) -> LocalPipeline:
             {"id": "halted", "alarms": STALL_AFTER},
             {"id": "busy", "alarms": STALL_AFTER},
             {"id": "outage", "alarms": {**STALL_AFTER, "sink_errors_threshold": 5}},
+            # A file may run 60 s (1.8 s here); the outage budget must be shorter.
+            {"id": "slow", "alarms": STALL_AFTER, "file_time_limit_seconds": 60,
+             "sink": {"outage_budget_seconds": 30}},
         ],
         chunk_size=5,
     )
@@ -109,6 +115,31 @@ def test_a_core_system_outage_raises_sink_errors_and_no_error_log_alarm(pipe: Lo
     assert "outage-register-error-logs" not in in_alarm
     assert [e["status"] for e in pipe.executions("outage")] == ["SUCCEEDED"]
     assert "outage-register-error-logs" not in pipe.alarms_fired(since=started)
+
+
+def test_a_file_past_its_time_limit_times_out_halts_the_tenant_and_pages(pipe: LocalPipeline) -> None:
+    """GIVEN a file that takes longer than the tenant's file_time_limit_seconds, a second file behind
+    it WHEN it runs THEN Step Functions times the execution out (the workflow's TimeoutSeconds), the
+    tenant is halted like after a failure (the second file does not start), workflow-timed-out fires
+    and then the stall alarm."""
+    pipe.sink("slow").latency(0.2)
+    pipe.put_file("slow", "long.csv", csv_file("long", 40))
+    pipe.put_file("slow", "next.csv", csv_file("next", 2))
+
+    wait_for(lambda: _in_alarm_with(pipe, "slow-stall"), timeout=60, interval=0.5,
+             what="the timed-out tenant's stall alarm")
+
+    assert [e["status"] for e in pipe.executions("slow")] == ["TIMED_OUT"]
+    state = _ops_status(pipe, "slow")
+    assert state["state"] == "halted", state
+    assert "slow-workflow-timed-out" in pipe.alarms_fired()
+
+
+def _ops_status(pipe: LocalPipeline, tenant: str) -> dict:
+    out = io.StringIO()
+    code = ops_main(["--endpoint-url", pipe.endpoint_url, "status", tenant, "--json"], out=out)
+    assert code == EXIT_OK, out.getvalue()
+    return json.loads(out.getvalue())[0]
 
 
 def test_alarms_without_a_local_source_are_reported_as_such(pipe: LocalPipeline) -> None:
