@@ -144,6 +144,7 @@ class Gate:
         for _ in range(MAX_DECISIONS):
             try:
                 position = self.ledger.read()
+                self.closing_seen = False
                 decided = self._decide(position, file)
                 self._publish_head_wait(position)
                 return decided
