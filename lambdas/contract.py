@@ -384,7 +384,9 @@ class StaleExecutionError(PipelineError):
 # --- metrics -------------------------------------------------------------------------------
 
 METRIC_NAMESPACE = "OrderedIngest"
-#: Published by the controller (EMF) for every message it handles: now - SentTimestamp.
+#: Published by the controller (EMF) for every message it handles, after reading the ledger:
+#: 0 while a file of the tenant runs, else now - max(SentTimestamp, the last close). It is the
+#: time the head message waited while nothing ran (a stall), not its time in the queue.
 HEAD_WAIT_METRIC = "HeadMessageWaitSeconds"
 TENANT_DIMENSION = "Tenant"
 #: Published by the controller (EMF) for each message it quarantined (`UnusableMessageError`).
@@ -423,6 +425,31 @@ def sequence_of(key: str, pattern: str) -> int | None:
     groups = match.groupdict()
     text = groups["seq"] if "seq" in groups else (match.group(1) if match.re.groups else match.group(0))
     return int(text) if text and text.isascii() and text.isdigit() else None
+#: Published by the register function (EMF) once per invocation, both every time: records the
+#: core system acknowledged, and failed tries (a 429/5xx/timeout/connection failure retried,
+#: or the rejection that fails the file). The sink-errors alarm and the dashboard use them.
+RECORDS_SENT_METRIC = "RecordsSent"
+SINK_ERRORS_METRIC = "SinkErrors"
+
+#: The field the Lambda runtime itself writes in JSON log format for its own records (an
+#: unhandled exception outside the handler's wrapper, an import error): not `level`.
+RUNTIME_LOG_LEVEL_FIELD = "log_level"
+#: Statuses of Lambda's platform records (`{"type": "platform.report", "record": {"status":
+#: ...}}`, also `platform.initReport`, `platform.runtimeDone`) that mean the invocation or
+#: the init failed: `timeout` is a Lambda timeout ("Task timed out"), `error` and `failure`
+#: a crash or an init failure.
+PLATFORM_FAILURE_STATUSES = ("timeout", "error", "failure")
+
+
+def error_log_filter_pattern() -> str:
+    """The metric filter pattern of a function's error lines (one JSON pattern, ORed terms):
+    the handlers' ERROR lines (`level`), the runtime's own error records (`log_level`), and
+    the platform records of a timeout or a crash (`record.status`). Plain-text lines (a
+    traceback the runtime prints before it switches to JSON) are not JSON and never match;
+    the platform record of the same failure does."""
+    terms = [f'$.{LOG_LEVEL_FIELD} = "ERROR"', f'$.{RUNTIME_LOG_LEVEL_FIELD} = "ERROR"']
+    terms += [f'$.record.status = "{status}"' for status in PLATFORM_FAILURE_STATUSES]
+    return "{ " + " || ".join(f"({term})" for term in terms) + " }"
 
 
 # --- Step Functions ------------------------------------------------------------------------

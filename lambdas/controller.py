@@ -164,12 +164,18 @@ class Gate:
         self.config, self.ledger, self.sfn, self.sqs = config, ledger, sfn, sqs
         self.remaining = remaining_seconds
         self.now, self.sleep, self.log = now, sleep, log
+        #: Set when the decision found the file ahead closing (its execution finishing its last state).
+        self.closing_seen = False
 
     def handle(self, file: FileRef) -> ControllerResult:
         """Start `file`, let its message go, or keep the message waiting."""
         for _ in range(MAX_DECISIONS):
             try:
-                return self._decide(self.ledger.read(), file)
+                position = self.ledger.read()
+                self.closing_seen = False
+                decided = self._decide(position, file)
+                self._publish_head_wait(position)
+                return decided
             except LedgerConflict:
                 self.log.info("ledger changed while deciding; deciding again")
         return self._wait(None, "the ledger kept changing", CLOSING_VISIBILITY_SECONDS)
@@ -273,6 +279,26 @@ class Gate:
             self._start(position)
         return self._wait(position, f"execution {position.execution} is running", sequence=sequence)
 
+    # -- the stall signal ----------------------------------------------------------------------
+
+    def _publish_head_wait(self, position: Position) -> None:
+        """Publish how long this message has waited while no file of the tenant ran (EMF);
+        called once a decision on `position` is made.
+
+        0 while a file runs or is closing: a burst of files queued behind a running one is normal, not a
+        stall. Otherwise the wait counts from the later of the message's send time and the
+        last close (`closed_at`), so a halted tenant's head message accrues wait from the
+        failure on, and a message handed off by a close starts near 0. The stall alarm watches
+        its Maximum (`TenantPipeline.metric_head_message_wait`)."""
+        now = self.now()
+        if position.running or self.closing_seen:
+            wait = 0.0
+        else:
+            since = max(self.message.sent_at, position.closed_at or 0.0)
+            wait = max(0.0, now - since)
+        emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=now,
+                     metrics={HEAD_WAIT_METRIC: (round(wait, 3), "Seconds")})
+
     # -- Step Functions -------------------------------------------------------------------------
 
     def _describe(self, execution: str) -> str | None:
@@ -287,6 +313,7 @@ class Gate:
         for attempt in range(CLOSING_POLLS):
             if self._describe(position.execution) not in ("RUNNING", "PENDING_REDRIVE"):
                 return False
+            self.closing_seen = True
             # Keep time for the decision's writes: never poll into the invocation's deadline.
             if attempt + 1 < CLOSING_POLLS and self.remaining() > 2 * CLOSING_POLL_SECONDS + 0.5:
                 self.sleep(CLOSING_POLL_SECONDS)
@@ -365,8 +392,6 @@ def process_message(
     runtime's); `now` returns epoch seconds; `log` gets the event's fields bound once known.
     """
     sent_at = int(record["attributes"]["SentTimestamp"]) / 1000
-    emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now(),
-                 metrics={HEAD_WAIT_METRIC: (round(max(0.0, now() - sent_at), 3), "Seconds")})
     try:
         file = file_ref_from_sqs_body(record.get("body"), config.tenant_id,
                                       landing_bucket=config.landing_bucket, landing_prefix=config.landing_prefix)

@@ -30,6 +30,9 @@ from typing import Any
 
 from chunk_format import idempotency_key, iter_lines
 from contract import (
+    METRIC_NAMESPACE,
+    RECORDS_SENT_METRIC,
+    SINK_ERRORS_METRIC,
     ChunkProgress,
     ChunkTask,
     KeyOutsidePrefixError,
@@ -42,7 +45,7 @@ from contract import (
     work_prefix,
 )
 from ledger import Ledger, LedgerConflict
-from runtime import BoundLogger, aws_client, lambda_handler, pick
+from runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
 
 #: Time kept in hand at the deadline for the last progress write and the return: this much,
 #: or a tenth of the invocation's time if that is less.
@@ -117,6 +120,7 @@ class Register:
         self.chunk_start = self.chunk_index * self.chunk_size
         self.fault_since: float | None = task.get("fault_since")
         self.sent = 0
+        self.errors = 0  # failed tries of this invocation (retried, or the rejection)
         self.saved = -1
         self.last_save = clock()
         self.margin = min(DEADLINE_MARGIN_SECONDS, remaining_seconds() / 10)
@@ -182,6 +186,8 @@ class Register:
                 problem = None if 200 <= status < 300 else f"HTTP {status}"
             except (OSError, http.client.HTTPException) as error:
                 status, problem = 0, _transport_problem(error, timeout)
+            if problem is not None:
+                self.errors += 1
             if problem is None:
                 if self.fault_since is not None:
                     self.log.info("core system answers again", extra={"outage_seconds": round(self.clock() - self.fault_since, 3)})
@@ -269,6 +275,16 @@ def register_chunk(
     finally:
         sink.close()
         body.close()
+        publish_metrics(register, config.tenant_id, clock())
+
+
+def publish_metrics(register: Register, tenant_id: str, now: float) -> None:
+    """One EMF record per invocation, whatever its end (done, deadline, outage, rejection):
+    `RecordsSent` and `SinkErrors`, both always present, so a period with traffic has a
+    point of each (the sink-errors alarm's rate and the dashboard divide one by the other)."""
+    emit_metrics(namespace=METRIC_NAMESPACE, tenant_id=tenant_id, now=now,
+                 metrics={RECORDS_SENT_METRIC: (register.sent, "Count"),
+                          SINK_ERRORS_METRIC: (register.errors, "Count")})
 
 
 @lambda_handler(

@@ -92,10 +92,12 @@ class Worker:
         return self.process.poll() is None
 
     def invoke(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
         if not self._ready:
             self._read_line(time.monotonic() + STARTUP_TIMEOUT_SECONDS)
             self._ready = True
+        # As on Lambda, the init (imports) of a new environment does not count against the
+        # invocation's timeout: at a small time scale it would time out every cold start.
+        deadline = time.monotonic() + timeout
         assert self.process.stdin is not None
         try:
             self.process.stdin.write((json.dumps(request) + "\n").encode())
@@ -245,12 +247,14 @@ class FunctionPool:
         except WorkerTimeout:
             worker.kill()
             self._discard(worker)
+            self._platform_report(request_id, "timeout", started, f"Task timed out after {timeout:.2f} seconds")
             return _runtime_error(
                 request_id, "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds", started
             )
         except WorkerDied as died:
             worker.stop()
             self._discard(worker)
+            self._platform_report(request_id, "error", started, f"Runtime exited with error: exit status {died.returncode}")
             result = _runtime_error(
                 request_id,
                 "Runtime.ExitError",
@@ -262,6 +266,25 @@ class FunctionPool:
             )
         self._release(worker)
         return InvocationResult(response["payload"], bool(response["errored"]), time.monotonic() - started)
+
+    def _platform_report(self, request_id: str, status: str, started: float, text: str) -> None:
+        """The record Lambda writes to the function's log when an invocation times out or its
+        runtime dies: a `platform.report` record with its `status` in JSON log format (the
+        error-log metric filter counts it), the "Task timed out" line in text format."""
+        if self._log is None or self._log.closed:
+            return
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+        if self.function.log_format.upper() == "JSON":
+            record = {"requestId": request_id, "status": status,
+                      "metrics": {"durationMs": round((time.monotonic() - started) * 1000, 3)}}
+            line = json.dumps({"time": stamp, "type": "platform.report", "record": record})
+        else:
+            line = f"{stamp} {request_id} {text}"
+        try:
+            self._log.write(line + "\n")
+        except ValueError:  # closed meanwhile
+            pass
 
     def close(self) -> list[Worker]:
         """Ask idle environments to exit and kill busy ones (their invocations fail like a

@@ -63,6 +63,23 @@ class AlarmThresholds:
     evaluation_periods: int
     #: ``key_sequence`` ordering only (None: the tenant is ordered by arrival, no gap alarm).
     sequence_gap_alarm_after: Duration | None = None
+    sink_errors_threshold: int = 10
+
+
+#: The sink-errors alarm fires when at least this share of the core system's tries failed.
+SINK_ERROR_RATE = 0.5
+
+
+def sink_error_rate(pipeline: TenantPipeline, threshold: int) -> cloudwatch.MathExpression:
+    """The share of failed tries of the core system in a period, 0 while fewer than
+    ``threshold`` tries failed (a blip retried in place makes at most 5). No point while the
+    register function did not run (missing data: not breaching)."""
+    return cloudwatch.MathExpression(
+        expression=f"IF(errors >= {threshold}, errors / (errors + sent), 0)",
+        using_metrics={"errors": pipeline.metric_sink_errors(), "sent": pipeline.metric_records_sent()},
+        label="Failed share of the core system's tries",
+        period=pipeline.metric_sink_errors().period,
+    )
 
 
 #: Where each alarm's runbook entry lives; an alarm's description ends with its link.
@@ -101,18 +118,28 @@ def pipeline_alarms(
         "queue-age",
         pipeline.metric_queue_age(),
         queue_age,
-        f"Tenant {tenant}: a file event has waited more than {queue_age} s in the queue. Files arrive "
-        f"faster than they are ingested, or the tenant is halted or stuck. First: {status}. "
-        f"{runbook_link('queue-age')}",
+        f"Tenant {tenant}: a file event has waited more than {queue_age} s in the queue: a backlog, "
+        "not a burst (a burst of files waiting behind each other is normal). Files have arrived faster "
+        "than they are ingested for hours, or the controller does not run (the stall alarm cannot see "
+        f"that). First: {status}. {runbook_link('queue-age')}",
     )
     stall = int(thresholds.stall_alarm_after.to_seconds())
     factory.alarm(
         "stall",
         pipeline.metric_head_message_wait(),
         stall,
-        f"Tenant {tenant}: the next file has waited more than {stall} s for the file ahead (measured by "
-        "the controller, so it cannot go blind like the queue age). The tenant is halted after a failed "
-        f"file, or a file runs long. First: {status}. {runbook_link('stall')}",
+        f"Tenant {tenant}: the next file has waited more than {stall} s while no file of the tenant ran "
+        "(measured by the controller; time behind a running file does not count). The tenant is halted "
+        f"after a failed or timed-out file. First: {status}. {runbook_link('stall')}",
+    )
+    factory.alarm(
+        "sink-errors",
+        sink_error_rate(pipeline, thresholds.sink_errors_threshold),
+        SINK_ERROR_RATE,
+        f"Tenant {tenant}: the core system keeps failing: at least {thresholds.sink_errors_threshold} "
+        f"failed tries in 5 minutes, and at least {SINK_ERROR_RATE:.0%} of all tries. The file waits and "
+        f"retries until the outage budget ends, then fails and halts the tenant. First: {status} and the "
+        f"core system's health. {runbook_link('sink-errors')}",
     )
     workflow_alarms: dict[str, tuple[Callable[[], cloudwatch.Metric], str]] = {
         "workflow-failed": (pipeline.metric_executions_failed, "failed"),

@@ -36,3 +36,19 @@ def max_chunk_size(sink_timeout_seconds: int) -> int:
     """The largest chunk size the invocation budget allows at this sink timeout."""
     usable = REGISTER_MAX_TIMEOUT_SECONDS - REGISTER_MARGIN_SECONDS
     return MAX_REGISTER_INVOCATIONS_PER_CHUNK * usable // sink_timeout_seconds
+
+
+# --- a file's time limit (the workflow's TimeoutSeconds) ---------------------------------------
+
+#: A file's ingest time on top of the outage budget, by default: far above a normal file
+#: (minutes) so that only a stuck execution reaches it, while it still ends within the day.
+FILE_TIME_LIMIT_MARGIN_SECONDS = 6 * 3600
+#: Step Functions standard workflows run at most a year.
+MAX_FILE_TIME_LIMIT_SECONDS = 365 * 24 * 3600
+
+
+def default_file_time_limit_seconds(outage_budget_seconds: int) -> int:
+    """How long one execution (one attempt at a file) may run by default: the core system's
+    outage budget plus `FILE_TIME_LIMIT_MARGIN_SECONDS`, so a file that waits out a whole
+    outage budget is never timed out by this limit first."""
+    return outage_budget_seconds + FILE_TIME_LIMIT_MARGIN_SECONDS

@@ -53,10 +53,16 @@ class SinkConfig(_Strict):
 class AlarmConfig(_Strict):
     """Alarm thresholds for one tenant."""
 
-    queue_age_seconds: int = Field(default=900, ge=60)
+    #: A backlog alarm, not a stall alarm (the stall alarm watches the head message): files
+    #: arriving faster than they are ingested for hours, or a controller that never runs.
+    #: 6 hours: a burst of many files queued behind each other is normal and must not page.
+    queue_age_seconds: int = Field(default=21600, ge=60)
     stall_after_seconds: int = Field(default=1800, ge=60)
     error_logs_threshold: int = Field(default=1, ge=1)
     evaluation_periods: int = Field(default=1, ge=1, le=24)
+    #: Failed tries of the core system per 5 minutes that page, when they are also at least
+    #: half of all tries (a blip retried in place makes at most 5).
+    sink_errors_threshold: int = Field(default=10, ge=1)
 
 
 class OrderingConfig(_Strict):
@@ -103,6 +109,16 @@ class TenantConfig(_Strict):
     alarms: AlarmConfig = AlarmConfig()
     on_failure: Literal["halt", "continue"] = "halt"
     ordering: OrderingConfig = OrderingConfig()
+    #: How long one execution (one attempt at a file) may run before Step Functions times it
+    #: out (it then halts the tenant like a failure). Default: the outage budget plus 6 hours.
+    file_time_limit_seconds: int | None = Field(default=None, ge=60, le=budgets.MAX_FILE_TIME_LIMIT_SECONDS)
+
+    @property
+    def file_time_limit(self) -> int:
+        """`file_time_limit_seconds`, or its default derived from the outage budget."""
+        if self.file_time_limit_seconds is not None:
+            return self.file_time_limit_seconds
+        return budgets.default_file_time_limit_seconds(self.sink.outage_budget_seconds)
 
     @field_validator("id")
     @classmethod
@@ -162,6 +178,9 @@ FIXES: dict[str, str] = {
     "stall_after_seconds": "use a whole number of seconds, at least 60",
     "error_logs_threshold": "use a whole number, at least 1",
     "evaluation_periods": "use a whole number from 1 to 24",
+    "sink_errors_threshold": "use a whole number, at least 1",
+    "file_time_limit_seconds": "use a whole number of seconds, longer than sink.outage_budget_seconds "
+    "(default: the outage budget plus 6 hours)",
     "emails": "list email addresses such as 'oncall@example.com'",
     "sink": "set sink.url in the tenant or in defaults",
     "by": "use 'arrival' (the default) or 'key_sequence' (order by a sequence number in the key names)",
@@ -265,6 +284,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
     _check_prefix_characters(declared, problems)
     for tenant in tenants:
         _check_register_budget(tenant, problems)
+        _check_file_time_limit(tenant, problems)
 
     if problems.lines:
         raise ConfigError(source, problems.lines)
@@ -375,6 +395,18 @@ def _check_register_budget(tenant: TenantConfig, problems: _Problems) -> None:
             f"limit (at most {budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK}: each one adds to the execution's history)",
             f"use a chunk_size of at most {budgets.max_chunk_size(timeout)} at this timeout, or a lower "
             "sink.timeout_seconds",
+        )
+
+
+def _check_file_time_limit(tenant: TenantConfig, problems: _Problems) -> None:
+    """A file must be allowed to wait out a whole core-system outage before it times out."""
+    limit, budget = tenant.file_time_limit_seconds, tenant.sink.outage_budget_seconds
+    if limit is not None and limit <= budget:
+        problems.add(
+            f"tenant '{tenant.id}'", "file_time_limit_seconds", limit,
+            f"is not longer than sink.outage_budget_seconds {budget}: an outage would time the file out "
+            "before its budget ends",
+            f"use more than {budget} seconds, or leave it out (default: the outage budget plus 6 hours)",
         )
 
 

@@ -48,7 +48,8 @@ class PipelineFunction:
     error_metric_name: str
 
     def metric_error_log_lines(self, *, period: Duration = Duration.minutes(5)) -> cloudwatch.Metric:
-        """Lines the function logged at ERROR level (real faults; intended waits log INFO)."""
+        """Lines the function logged at ERROR level (real faults; intended waits log INFO), the
+        runtime's own error records, and timeouts and crashes (platform records)."""
         return cloudwatch.Metric(
             namespace=contract.METRIC_NAMESPACE,
             metric_name=self.error_metric_name,
@@ -83,7 +84,9 @@ def pipeline_function(
         scope,
         f"{spec.role.title()}ErrorLogFilter",
         log_group=log_group,
-        filter_pattern=logs.FilterPattern.string_value(f"$.{contract.LOG_LEVEL_FIELD}", "=", "ERROR"),
+        # The handlers' ERROR lines, the runtime's own error records and the platform records
+        # of a timeout or crash (see `contract.error_log_filter_pattern`).
+        filter_pattern=logs.FilterPattern.literal(contract.error_log_filter_pattern()),
         metric_namespace=contract.METRIC_NAMESPACE,
         metric_name=error_metric_name,
         metric_value="1",
@@ -112,7 +115,9 @@ def pipeline_function(
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,
         application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
-        system_log_level_v2=lambda_.SystemLogLevel.WARN,
+        # INFO, not WARN: a timeout is reported in the `platform.report` record (status
+        # "timeout"), which is an INFO system record; the error-log filter counts it.
+        system_log_level_v2=lambda_.SystemLogLevel.INFO,
     )
     log_group.grant_write(role)
     return PipelineFunction(

@@ -13,6 +13,7 @@ from constructs import Construct
 
 from pipeline_constructs import names
 from pipeline_constructs.config import AppConfig, TenantConfig
+from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
@@ -68,6 +69,10 @@ class SharedStack(_IngestStack):
         )
         CfnOutput(self, "UnmatchedUploadsLogGroupName", value=self.unmatched_uploads.log_group_name,
                   description="Where uploads outside every tenant prefix are logged (read by ops)")
+        # Built from the tenants' deterministic names: no reference to a tenant stack.
+        self.dashboards = IngestDashboards(self, "Dashboards", tenants=[
+            DashboardTenant(tenant.id, tenant.alarms.stall_after_seconds) for tenant in config.tenants
+        ])
 
 
 class TenantStack(_IngestStack):
@@ -104,6 +109,8 @@ class TenantStack(_IngestStack):
                 sequence_pattern=tenant.ordering.sequence_pattern,
                 first_sequence=tenant.ordering.first_sequence,
                 sequence_gap_alarm_after=Duration.seconds(tenant.ordering.gap_alarm_after_seconds),
+                sink_errors_threshold=tenant.alarms.sink_errors_threshold,
+                file_time_limit=Duration.seconds(tenant.file_time_limit),
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),

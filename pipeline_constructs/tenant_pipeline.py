@@ -70,8 +70,8 @@ class TenantPipelineProps:
     before the file fails. Default: 1 hour.
     ``on_failure``: ``halt`` (a failed file stops the tenant until ``ops resume`` or ``ops
     skip``) or ``continue`` (the next file starts). Default: ``halt``.
-    ``queue_age_alarm_after``: the queue-age alarm fires when the oldest message is older.
-    Default: 15 minutes.
+    ``queue_age_alarm_after``: the queue-age (backlog) alarm fires when the oldest message is
+    older. Default: 6 hours (a burst of files is normal; the stall alarm covers a stuck head).
     ``stall_alarm_after``: the stall alarm fires when the head message has waited longer.
     Default: 30 minutes.
     ``error_logs_threshold``: ERROR log lines per 5 minutes that page. Default: 1.
@@ -82,6 +82,10 @@ class TenantPipelineProps:
     an earlier number is missing). Default: ``arrival``.
     ``sequence_gap_alarm_after``: ``key_sequence`` only: the gap alarm fires when a later file
     has waited this long for a missing sequence number. Default: 15 minutes.
+    ``sink_errors_threshold``: failed tries of the core system per 5 minutes that page (when
+    they are also at least half of all tries). Default: 10.
+    ``file_time_limit``: the workflow's ``TimeoutSeconds``: one execution that runs longer
+    times out (and halts the tenant like a failure). Default: the outage budget plus 6 hours.
     """
 
     tenant_id: str
@@ -97,7 +101,7 @@ class TenantPipelineProps:
     sink_timeout_seconds: int = 10
     sink_outage_budget: Duration = field(default_factory=lambda: Duration.hours(1))
     on_failure: str = "halt"
-    queue_age_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(15))
+    queue_age_alarm_after: Duration = field(default_factory=lambda: Duration.hours(6))
     stall_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(30))
     error_logs_threshold: int = 1
     alarm_evaluation_periods: int = 1
@@ -105,6 +109,8 @@ class TenantPipelineProps:
     sequence_pattern: str = ""
     first_sequence: int = 1
     sequence_gap_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(15))
+    sink_errors_threshold: int = 10
+    file_time_limit: Duration | None = None
 
 
 class TenantPipeline(Construct):
@@ -290,6 +296,9 @@ class TenantPipeline(Construct):
                     closer_function=self.closer.function,
                 )
             ),
+            # Without a limit an execution may run a year, and the timed-out alarm could only
+            # fire then; the close of a TIMED_OUT execution halts the tenant like a failure.
+            timeout=self._file_time_limit(props),
             logs=sfn.LogOptions(
                 destination=self.workflow_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
@@ -370,6 +379,7 @@ class TenantPipeline(Construct):
                 error_logs_threshold=props.error_logs_threshold,
                 evaluation_periods=props.alarm_evaluation_periods,
                 sequence_gap_alarm_after=props.sequence_gap_alarm_after if not fifo else None,
+                sink_errors_threshold=props.sink_errors_threshold,
             ),
         )
         self._acknowledge_findings(props)
@@ -480,6 +490,30 @@ class TenantPipeline(Construct):
 
     def metric_executions_throttled(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         return self.state_machine.metric_throttled(period=period, statistic="Sum")
+
+    def metric_records_sent(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """Records the core system acknowledged (register function, EMF; Sum)."""
+        return self._tenant_metric(contract.RECORDS_SENT_METRIC, "Sum", period)
+
+    def metric_sink_errors(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """Failed tries of the core system (register function, EMF; Sum)."""
+        return self._tenant_metric(contract.SINK_ERRORS_METRIC, "Sum", period)
+
+    def _tenant_metric(self, name: str, statistic: str, period: Duration) -> cloudwatch.Metric:
+        return cloudwatch.Metric(
+            namespace=contract.METRIC_NAMESPACE,
+            metric_name=name,
+            dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
+            statistic=statistic,
+            period=period,
+        )
+
+    @staticmethod
+    def _file_time_limit(props: TenantPipelineProps) -> Duration:
+        if props.file_time_limit is not None:
+            return props.file_time_limit
+        budget = int(props.sink_outage_budget.to_seconds())
+        return Duration.seconds(budgets.default_file_time_limit_seconds(budget))
 
     # -- permissions ----------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ def test_the_default_tenants_file_is_valid_and_applies_defaults():
     assert by_id["acme"].format == "csv" and by_id["acme"].chunk_size == 100
     assert by_id["globex"].format == "jsonl"
     assert by_id["initech"].chunk_size == 250
-    assert by_id["initech"].alarms.queue_age_seconds == 300
+    assert by_id["initech"].alarms.queue_age_seconds == 7200
     # nested blocks merge key by key: initech overrides the alarm thresholds it names only
     assert by_id["initech"].alarms.error_logs_threshold == 1
     assert by_id["acme"].sink.url == "https://core.example.com/api/records"
@@ -406,3 +406,30 @@ def test_a_prefix_of_letters_digits_and_safe_punctuation_is_valid():
         """
     ))
     assert config.tenants[0].prefix == "Acme_Corp-2024/in.v2/"
+def test_file_time_limit_defaults_to_the_outage_budget_plus_six_hours_and_may_be_set():
+    config = parse_config(textwrap.dedent(
+        """
+        tenants:
+          - {id: a, prefix: a/, sink: {url: 'https://core.example.com', outage_budget_seconds: 600}}
+          - {id: b, prefix: b/, sink: {url: 'https://core.example.com'}, file_time_limit_seconds: 7200}
+        """
+    ))
+    assert [t.file_time_limit for t in config.tenants] == [600 + 6 * 3600, 7200]
+
+
+def test_fails_when_the_file_time_limit_is_not_longer_than_the_outage_budget():
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com'}, file_time_limit_seconds: 3600}
+        """
+    ) == (
+        "tenant 'acme': field 'file_time_limit_seconds' = 3600: is not longer than sink.outage_budget_seconds "
+        "3600: an outage would time the file out before its budget ends; use more than 3600 seconds, or leave "
+        "it out (default: the outage budget plus 6 hours)"
+    )
+
+
+def test_queue_age_defaults_to_a_six_hour_backlog_and_sink_errors_to_ten():
+    (solo,) = parse_config(f"defaults:\n{SINK}tenants: [{{id: s, prefix: s/}}]").tenants
+    assert (solo.alarms.queue_age_seconds, solo.alarms.sink_errors_threshold) == (21600, 10)

@@ -376,7 +376,7 @@ def test_every_alarm_notifies_the_topic_and_tells_what_to_do_first(acme):
     alarms = alarms_by_name(acme)
     assert set(alarms) == {
         "acme-controller-error-logs", "acme-split-error-logs", "acme-register-error-logs", "acme-closer-error-logs",
-        "acme-queue-age", "acme-stall", "acme-quarantine",
+        "acme-queue-age", "acme-stall", "acme-quarantine", "acme-sink-errors",
         "acme-workflow-failed", "acme-workflow-timed-out", "acme-workflow-aborted", "acme-workflow-throttled",
         "acme-intake-dlq", "acme-intake-failed",
     }
@@ -401,11 +401,14 @@ def test_workflow_alarms_watch_failed_timed_out_aborted_and_throttled(acme):
     }
 
 
-def test_error_log_filters_match_json_level_error_for_every_function(acme):
+def test_error_log_filters_match_error_lines_runtime_errors_and_timeouts_for_every_function(acme):
     filters = acme.find_resources("AWS::Logs::MetricFilter")
     assert len(filters) == 4
     for f in filters.values():
-        assert f["Properties"]["FilterPattern"] == '{ $.level = "ERROR" }'
+        assert f["Properties"]["FilterPattern"] == (
+            '{ ($.level = "ERROR") || ($.log_level = "ERROR") || ($.record.status = "timeout") '
+            '|| ($.record.status = "error") || ($.record.status = "failure") }'
+        )
     alarm = alarms_by_name(acme)["acme-split-error-logs"]
     assert alarm["MetricName"] == "ErrorLogLines-acme-split"
     assert alarm["Namespace"] == "OrderedIngest"
@@ -413,7 +416,7 @@ def test_error_log_filters_match_json_level_error_for_every_function(acme):
 
 @pytest.mark.parametrize(
     ("alarm", "threshold", "metric"),
-    [("initech-queue-age", 300, "ApproximateAgeOfOldestMessage"), ("initech-stall", 600, "HeadMessageWaitSeconds")],
+    [("initech-queue-age", 7200, "ApproximateAgeOfOldestMessage"), ("initech-stall", 600, "HeadMessageWaitSeconds")],
 )
 def test_thresholds_come_from_tenants_yaml(initech, alarm, threshold, metric):
     props = alarms_by_name(initech)[alarm]
@@ -427,6 +430,50 @@ def test_stall_alarm_reads_the_controllers_head_wait_metric_for_this_tenant(acme
     assert stall["Dimensions"] == [{"Name": "Tenant", "Value": "acme"}]
     assert stall["Statistic"] == "Maximum"
     assert stall["Threshold"] == 1800
+
+
+def test_queue_age_is_a_backlog_alarm_of_six_hours_by_default(acme):
+    """A burst of files waiting behind each other is normal: the default must not page on it."""
+    assert alarms_by_name(acme)["acme-queue-age"]["Threshold"] == 6 * 3600
+
+
+def test_functions_send_info_system_records_so_the_timeout_report_reaches_the_filter(acme):
+    for function in acme.find_resources("AWS::Lambda::Function").values():
+        logging_config = function["Properties"]["LoggingConfig"]
+        assert (logging_config["LogFormat"], logging_config["SystemLogLevel"]) == ("JSON", "INFO")
+
+
+def sink_errors_alarm(template: Template, name: str) -> tuple[dict, dict[str, dict]]:
+    alarm = alarms_by_name(template)[name]
+    return alarm, {m["Id"]: m for m in alarm["Metrics"]}
+
+
+def test_sink_errors_alarm_pages_on_the_failed_share_of_tries_past_a_count(acme):
+    """GIVEN the default tenant THEN sink-errors fires when at least 10 tries failed in 5 minutes
+    and they are at least half of all tries, from the register function's EMF metrics."""
+    alarm, metrics = sink_errors_alarm(acme, "acme-sink-errors")
+    assert alarm["Threshold"] == 0.5
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    (expression,) = [m for m in metrics.values() if "Expression" in m]
+    assert expression["Expression"] == "IF(errors >= 10, errors / (errors + sent), 0)"
+    for metric_id, name in (("errors", "SinkErrors"), ("sent", "RecordsSent")):
+        stat = metrics[metric_id]["MetricStat"]
+        assert stat["Metric"] == {"Namespace": "OrderedIngest", "MetricName": name,
+                                  "Dimensions": [{"Name": "Tenant", "Value": "acme"}]}
+        assert (stat["Period"], stat["Stat"], metrics[metric_id]["ReturnData"]) == (300, "Sum", False)
+
+
+def test_sink_errors_threshold_comes_from_tenants_yaml(initech):
+    _, metrics = sink_errors_alarm(initech, "initech-sink-errors")
+    assert any(m.get("Expression", "").startswith("IF(errors >= 20,") for m in metrics.values())
+
+
+def test_workflow_times_out_after_the_outage_budget_plus_six_hours_by_default(acme):
+    assert definition(acme)["TimeoutSeconds"] == 3600 + 6 * 3600
+
+
+def test_workflow_time_limit_comes_from_tenants_yaml(initech):
+    assert definition(initech)["TimeoutSeconds"] == 14400
 
 
 @pytest.fixture

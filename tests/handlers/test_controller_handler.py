@@ -367,6 +367,21 @@ def test_a_running_file_unknown_to_step_functions_is_started_again_from_the_ledg
         assert executions(sfn, config) == {}
 
 
+def test_a_timed_out_execution_whose_close_was_lost_halts_the_tenant(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN A's execution TIMED_OUT (the workflow's TimeoutSeconds) and neither the workflow nor the
+    status rule recorded it WHEN B arrives THEN the controller records A as TIMED_OUT, the tenant is
+    halted like after a failure, and B waits (it does not start)."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    set_status(sfn, config, "evt-a", "TIMED_OUT")
+
+    result = run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs)
+
+    assert result["outcome"] == "waiting"
+    position = ledger.read()
+    assert (position.closed_as, position.status, position.halted) == ("TIMED_OUT", FAILED, True)
+    assert executions(sfn, config) == {"evt-a": "TIMED_OUT"}
+
+
 # --- metrics and logs ----------------------------------------------------------------------------
 
 
@@ -393,15 +408,66 @@ def test_emits_head_message_wait_metric_as_emf(config, sfn, ddb, sqs, queue, cap
     ]
 
 
-def test_metric_is_emitted_even_when_the_message_waits(config, sfn, ddb, sqs, queue, capsys):
-    """The stall alarm depends on the waiting head message's wait being measured."""
+def head_waits(capsys: pytest.CaptureFixture[str]) -> list[float]:
+    """The HeadMessageWaitSeconds values the controller printed since the last call."""
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    return [line["HeadMessageWaitSeconds"] for line in lines if "HeadMessageWaitSeconds" in line]
+
+
+def test_head_wait_is_zero_while_a_file_of_the_tenant_runs(config, sfn, ddb, sqs, queue, capsys):
+    """GIVEN A running WHEN B, sent 100 s ago, waits behind it THEN its head wait is 0: a burst
+    queued behind a running file is normal, not a stall (the old metric said 100 s)."""
     run(queue.record("evt-a"), config, sfn, ddb, sqs)
     capsys.readouterr()
 
-    run(queue.record("evt-b", sent_ms=1_700_000_090_000), config, sfn, ddb, sqs)
+    result = run(queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_500), config, sfn, ddb, sqs)
 
-    (line,) = capsys.readouterr().out.splitlines()
-    assert json.loads(line)["HeadMessageWaitSeconds"] == 10.5
+    assert result["outcome"] == "waiting"
+    assert head_waits(capsys) == [0.0]
+
+
+def test_head_wait_of_a_halted_tenant_counts_from_the_failure(config, sfn, ddb, sqs, queue, ledger, capsys):
+    """GIVEN A failed (halt) at NOW+1, B sent before A started WHEN B is handled at NOW+61
+    THEN B waits and its head wait is 60 s: the time since the failure, not since it was sent."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "FAILED", halt_on_failure=True, now=NOW + 1)
+    set_status(sfn, config, "evt-a", "FAILED")
+    capsys.readouterr()
+
+    result = run(queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000), config, sfn, ddb, sqs,
+                 now=NOW + 61)
+
+    assert result["outcome"] == "waiting"
+    assert head_waits(capsys) == [60.0]
+
+
+def test_head_wait_is_zero_while_the_file_ahead_is_closing(config, sfn, ddb, sqs, queue, ledger, capsys):
+    """GIVEN A's close recorded at NOW+1 but its execution still RUNNING (its last state) WHEN B is
+    handled at NOW+30 THEN B waits briefly and its head wait is 0: the file ahead is still closing."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    capsys.readouterr()
+
+    result = run(queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000), config, sfn, ddb, sqs,
+                 now=NOW + 30)
+
+    assert result["outcome"] == "waiting"
+    assert head_waits(capsys) == [0.0]
+
+
+def test_head_wait_after_a_close_counts_from_the_close(config, sfn, ddb, sqs, queue, ledger, capsys):
+    """GIVEN A succeeded at NOW+1 and B was sent 100 s before WHEN B is handled at NOW+3 THEN B
+    starts and its head wait is 2 s (since the hand-off), not its 100 s in the queue."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    set_status(sfn, config, "evt-a", "SUCCEEDED")
+    capsys.readouterr()
+
+    result = run(queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000), config, sfn, ddb, sqs,
+                 now=NOW + 3)
+
+    assert result["outcome"] == "started"
+    assert head_waits(capsys) == [2.0]
 
 
 @pytest.fixture
@@ -525,8 +591,8 @@ def test_an_unusable_message_is_quarantined_and_let_go(handler_env, sfn, s3, wor
     assert error.quarantine_key == stored["key"]
     assert "TOPSECRET" not in logs.text()
     metrics = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [m.get("QuarantinedMessages") for m in metrics] == [None, 1]
-    assert metrics[1]["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "QuarantinedMessages", "Unit": "Count"}]
+    assert [m.get("QuarantinedMessages") for m in metrics] == [1]  # no head wait: nothing was decided
+    assert metrics[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "QuarantinedMessages", "Unit": "Count"}]
     assert executions(sfn, handler_env) == {}
     assert ledger.read().seq == 0
 

@@ -391,3 +391,53 @@ def test_a_chunk_reuses_one_connection_to_the_core_system(work, sink, ledger):
     register(work, ledger, task(0), config(sink))
     assert len(sink.requests) == 3
     assert len({r["client"] for r in sink.requests}) == 1
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+
+def emf_records(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    """The EMF records printed since the last call."""
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    return [line for line in lines if "_aws" in line]
+
+
+def test_publishes_records_sent_and_sink_errors_once_per_invocation(work, sink, ledger, capsys):
+    """GIVEN every record of a 4-record chunk gets one 503 first WHEN registered THEN one EMF record
+    says 4 records sent and 4 sink errors, with the tenant dimension."""
+    put_chunk(work, 0, [{"id": i} for i in range(4)])
+    sink.respond = lambda n: 503 if n % 2 == 0 else 200
+
+    register(work, ledger, task(0, chunk_size=4), config(sink))
+
+    (record,) = emf_records(capsys)
+    assert (record["RecordsSent"], record["SinkErrors"], record["Tenant"]) == (4, 4, TENANT)
+    (directive,) = record["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "OrderedIngest"
+    assert directive["Metrics"] == [{"Name": "RecordsSent", "Unit": "Count"}, {"Name": "SinkErrors", "Unit": "Count"}]
+
+
+def test_publishes_sink_errors_when_the_outage_fails_the_file(work, sink, ledger, capsys):
+    """GIVEN the core system is down for longer than the budget WHEN the try that fails the file runs
+    THEN its metrics are still published (errors counted, nothing sent): a long outage is visible as
+    errors, not only as WARNING lines."""
+    put_chunk(work, 0, [{"id": i} for i in range(3)])
+    sink.respond = lambda n: 503
+    clock = Clock()
+    progress = task(0)
+    progress["fault_since"] = clock.now - 120
+
+    with pytest.raises(SinkUnavailableError):
+        register(work, ledger, progress, config(sink, budget=60), clock)
+
+    (record,) = emf_records(capsys)
+    assert (record["RecordsSent"], record["SinkErrors"]) == (0, 1)
+
+
+def test_publishes_zero_sink_errors_for_a_clean_chunk(work, sink, ledger, capsys):
+    put_chunk(work, 0, [{"id": i} for i in range(3)])
+
+    register(work, ledger, task(0), config(sink))
+
+    (record,) = emf_records(capsys)
+    assert (record["RecordsSent"], record["SinkErrors"]) == (3, 0)

@@ -1,0 +1,127 @@
+"""The deployment's CloudWatch dashboard: a row per tenant.
+
+It lives in the shared stack and builds every metric from the deterministic names of
+`names.py` (queue name, state machine ARN) and the tenant dimension of the handlers' EMF
+metrics, so it refers to no tenant stack: no cross-stack reference, no dependency cycle, and a
+tenant stack can be deployed or destroyed alone.
+
+Each row: a title, then files done (executions succeeded), failed (failed, timed out,
+aborted), queued (messages visible and in flight), head wait (with the tenant's stall
+threshold), records per minute, and the core system's error rate.
+
+Limits: a dashboard holds at most 500 widgets. A row is `WIDGETS_PER_TENANT` widgets, so one
+dashboard shows at most `TENANTS_PER_DASHBOARD` tenants; more tenants continue on
+`OrderedIngest-2`, `OrderedIngest-3`, ... in the order of `tenants.yaml` (at 300 tenants, 5
+dashboards). A dashboard with many rows is slow to open: past a few dozen tenants, the
+alarms (one set per tenant) are the way to watch, the dashboards the way to look closer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from constructs import Construct
+
+from lambdas import contract
+from pipeline_constructs import names
+
+DASHBOARD_NAME = names.APP_NAME
+#: CloudWatch's limit of widgets per dashboard.
+MAX_WIDGETS = 500
+#: A title and six graphs.
+WIDGETS_PER_TENANT = 7
+TENANTS_PER_DASHBOARD = MAX_WIDGETS // WIDGETS_PER_TENANT
+GRAPH_WIDTH, GRAPH_HEIGHT = 4, 6
+PERIOD = Duration.minutes(5)
+
+
+@dataclass(frozen=True)
+class DashboardTenant:
+    """What a tenant's row needs: its id and its stall threshold (an annotation)."""
+
+    tenant_id: str
+    stall_after_seconds: int
+
+
+def dashboard_names(tenant_count: int) -> list[str]:
+    """`OrderedIngest`, then `OrderedIngest-2`, ... for each `TENANTS_PER_DASHBOARD` tenants."""
+    count = max(1, -(-tenant_count // TENANTS_PER_DASHBOARD))
+    return [DASHBOARD_NAME if index == 0 else f"{DASHBOARD_NAME}-{index + 1}" for index in range(count)]
+
+
+class IngestDashboards(Construct):
+    """The dashboards of a deployment (one up to `TENANTS_PER_DASHBOARD` tenants)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, tenants: Sequence[DashboardTenant]) -> None:
+        super().__init__(scope, construct_id)
+        self.dashboards: list[cloudwatch.Dashboard] = []
+        for index, name in enumerate(dashboard_names(len(tenants))):
+            page = tenants[index * TENANTS_PER_DASHBOARD:(index + 1) * TENANTS_PER_DASHBOARD]
+            dashboard = cloudwatch.Dashboard(
+                self,
+                "Dashboard" if index == 0 else f"Dashboard{index + 1}",
+                dashboard_name=name,
+                default_interval=Duration.hours(6),
+            )
+            for tenant in page:
+                dashboard.add_widgets(*tenant_row(self, tenant))
+            self.dashboards.append(dashboard)
+
+
+def tenant_row(scope: Construct, tenant: DashboardTenant) -> list[cloudwatch.IWidget]:
+    """One tenant's row: a title, then a `cloudwatch.Row` of six graphs."""
+    tenant_id = tenant.tenant_id
+    machine = Stack.of(scope).format_arn(
+        service="states",
+        resource="stateMachine",
+        resource_name=names.STATE_MACHINE.render(tenant_id),
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+    def states(metric_name: str, label: str) -> cloudwatch.Metric:
+        return cloudwatch.Metric(namespace="AWS/States", metric_name=metric_name,
+                                 dimensions_map={"StateMachineArn": machine}, statistic="Sum", period=PERIOD,
+                                 label=label)
+
+    def queue(metric_name: str, label: str) -> cloudwatch.Metric:
+        return cloudwatch.Metric(namespace="AWS/SQS", metric_name=metric_name,
+                                 dimensions_map={"QueueName": names.QUEUE.render(tenant_id)}, statistic="Maximum",
+                                 period=PERIOD, label=label)
+
+    def own(metric_name: str, statistic: str, label: str, period: Duration = PERIOD) -> cloudwatch.Metric:
+        return cloudwatch.Metric(namespace=contract.METRIC_NAMESPACE, metric_name=metric_name,
+                                 dimensions_map={contract.TENANT_DIMENSION: tenant_id}, statistic=statistic,
+                                 period=period, label=label)
+
+    def graph(title: str, metrics: list[cloudwatch.IMetric], **options: object) -> cloudwatch.GraphWidget:
+        return cloudwatch.GraphWidget(title=f"{tenant_id}: {title}", left=metrics, width=GRAPH_WIDTH,
+                                      height=GRAPH_HEIGHT, **options)  # type: ignore[arg-type]
+
+    error_rate = cloudwatch.MathExpression(
+        expression="IF(errors + sent > 0, 100 * errors / (errors + sent), 0)",
+        using_metrics={
+            "errors": own(contract.SINK_ERRORS_METRIC, "Sum", "failed tries"),
+            "sent": own(contract.RECORDS_SENT_METRIC, "Sum", "records sent"),
+        },
+        label="failed tries (%)",
+        period=PERIOD,
+    )
+    return [
+        cloudwatch.TextWidget(markdown=f"### Tenant {tenant_id}", width=GRAPH_WIDTH * 6, height=1),
+        cloudwatch.Row(
+            graph("files done", [states("ExecutionsSucceeded", "succeeded")]),
+            graph("failed", [states("ExecutionsFailed", "failed"), states("ExecutionsTimedOut", "timed out"),
+                             states("ExecutionsAborted", "aborted")]),
+            graph("queued", [queue("ApproximateNumberOfMessagesVisible", "visible"),
+                             queue("ApproximateNumberOfMessagesNotVisible", "in flight")]),
+            graph("head wait (s)", [own(contract.HEAD_WAIT_METRIC, "Maximum", "head wait")],
+                  left_annotations=[cloudwatch.HorizontalAnnotation(value=tenant.stall_after_seconds,
+                                                                     label="stall alarm")]),
+            graph("records per minute",
+                  [own(contract.RECORDS_SENT_METRIC, "Sum", "records", period=Duration.minutes(1))]),
+            graph("core system error rate (%)", [error_rate]),
+        ),
+    ]

@@ -1,0 +1,100 @@
+"""The deployment's dashboard (shared stack): a row per tenant, built from deterministic names."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Template
+
+from pipeline_constructs.dashboard import (
+    TENANTS_PER_DASHBOARD,
+    WIDGETS_PER_TENANT,
+    DashboardTenant,
+    IngestDashboards,
+    dashboard_names,
+)
+
+
+def bodies(template: Template) -> dict[str, dict[str, Any]]:
+    """Dashboard name -> body, with intrinsics replaced by `<ref>`."""
+    found = {}
+    for dashboard in template.find_resources("AWS::CloudWatch::Dashboard").values():
+        parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+        found[dashboard["Properties"]["DashboardName"]] = json.loads(
+            "".join(p if isinstance(p, str) else "<ref>" for p in parts)
+        )
+    return found
+
+
+def graphs_of(body: dict[str, Any], tenant: str) -> dict[str, list]:
+    """A tenant's graphs: title (without the tenant) -> metrics."""
+    return {
+        w["properties"]["title"].removeprefix(f"{tenant}: "): w["properties"]["metrics"]
+        for w in body["widgets"]
+        if w["type"] == "metric" and w["properties"]["title"].startswith(f"{tenant}: ")
+    }
+
+
+def test_one_dashboard_with_a_row_per_tenant_in_the_shared_stack(shared_template):
+    (body,) = bodies(shared_template).values()
+    assert list(bodies(shared_template)) == ["OrderedIngest"]
+    titles = [w["properties"]["markdown"] for w in body["widgets"] if w["type"] == "text"]
+    assert titles == ["### Tenant acme", "### Tenant globex", "### Tenant initech"]
+    assert len(body["widgets"]) == 3 * WIDGETS_PER_TENANT
+    for tenant in ("acme", "globex", "initech"):
+        assert list(graphs_of(body, tenant)) == [
+            "files done", "failed", "queued", "head wait (s)", "records per minute", "core system error rate (%)",
+        ]
+
+
+def test_each_graph_reads_the_tenants_own_metrics_by_their_deterministic_names(shared_template):
+    (body,) = bodies(shared_template).values()
+    graphs = graphs_of(body, "acme")
+    assert graphs["files done"] == [[
+        "AWS/States", "ExecutionsSucceeded", "StateMachineArn",
+        "arn:<ref>:states:<ref>:<ref>:stateMachine:acme-file-ingest-workflow", {"label": "succeeded", "stat": "Sum"},
+    ]]
+    assert [m[1] for m in graphs["failed"]] == ["ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted"]
+    assert [m[:4] for m in graphs["queued"]] == [
+        ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "acme-event-queue.fifo"],
+        ["AWS/SQS", "ApproximateNumberOfMessagesNotVisible", "QueueName", "acme-event-queue.fifo"],
+    ]
+    assert graphs["head wait (s)"][0][:4] == ["OrderedIngest", "HeadMessageWaitSeconds", "Tenant", "acme"]
+    assert graphs["records per minute"][0][:4] == ["OrderedIngest", "RecordsSent", "Tenant", "acme"]
+    assert graphs["records per minute"][0][4]["period"] == 60
+    expression, errors, sent = graphs["core system error rate (%)"]
+    assert expression[0]["expression"] == "IF(errors + sent > 0, 100 * errors / (errors + sent), 0)"
+    assert errors[:4] == ["OrderedIngest", "SinkErrors", "Tenant", "acme"] and errors[4]["id"] == "errors"
+    assert sent[:4] == ["OrderedIngest", "RecordsSent", "Tenant", "acme"] and sent[4]["id"] == "sent"
+
+
+def test_head_wait_graph_shows_the_tenants_stall_threshold(shared_template):
+    (body,) = bodies(shared_template).values()
+    head_wait = [w for w in body["widgets"] if w["type"] == "metric"
+                 and w["properties"]["title"] == "initech: head wait (s)"]
+    assert head_wait[0]["properties"]["annotations"]["horizontal"][0]["value"] == 600
+
+
+def test_the_shared_stack_refers_to_no_tenant_stack(shared_template):
+    text = json.dumps(shared_template.to_json())
+    assert "Fn::ImportValue" not in text and "OrderedIngest-Tenant-" not in text
+
+
+def test_more_tenants_than_one_dashboard_holds_continue_on_numbered_dashboards(tmp_path):
+    from aws_cdk import App, Stack
+
+    assert dashboard_names(0) == ["OrderedIngest"]
+    assert dashboard_names(TENANTS_PER_DASHBOARD) == ["OrderedIngest"]
+    assert dashboard_names(TENANTS_PER_DASHBOARD + 1) == ["OrderedIngest", "OrderedIngest-2"]
+
+    stack = Stack(App(outdir=str(tmp_path)), "Many")
+    tenants = [DashboardTenant(f"t{i}", 1800) for i in range(TENANTS_PER_DASHBOARD + 3)]
+    IngestDashboards(stack, "Dashboards", tenants=tenants)
+
+    found = bodies(Template.from_stack(stack))
+    assert list(found) == ["OrderedIngest", "OrderedIngest-2"]
+    assert len(found["OrderedIngest"]["widgets"]) == TENANTS_PER_DASHBOARD * WIDGETS_PER_TENANT <= 500
+    assert [w["properties"]["markdown"] for w in found["OrderedIngest-2"]["widgets"] if w["type"] == "text"] == [
+        f"### Tenant t{i}" for i in range(TENANTS_PER_DASHBOARD, TENANTS_PER_DASHBOARD + 3)
+    ]
