@@ -13,6 +13,10 @@ One DynamoDB table, partition key `tenant`, sort key `entry`:
   `ops status` (files done, last failure). They expire after `HISTORY_DAYS`.
 * `entry = "event#<event id>"`: the event ids of files ever made current, so a duplicate event
   that arrives after its file closed is recognised (written with the claim, in one transaction).
+* `entry = "version#<sha256 of bucket, key, version id>"`: the object versions ever made
+  current, written in the same transaction: ANY second event for a version (a replay by
+  `ops reconcile` or `ops dlq replay`, with its own event id) is a duplicate. It names the
+  event and execution that claimed the version, so `ops reconcile` joins versions to history.
 
 The gate decides from the position alone; `DescribeExecution` is only asked about an
 execution the ledger says is RUNNING (or closed a moment ago), so Step Functions forgetting
@@ -24,6 +28,7 @@ tests use the same code.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +42,7 @@ HISTORY_DAYS = 400
 EVENT_PREFIX = "event#"
 #: How long a claimed event id is remembered (a duplicate event later than this is a new file).
 EVENT_DAYS = 400
+VERSION_PREFIX = "version#"
 
 RUNNING = "RUNNING"
 SUCCEEDED = "SUCCEEDED"
@@ -51,7 +57,15 @@ class LedgerConflict(Exception):
 
 
 class AlreadyClaimed(Exception):
-    """The file (its event id) was made current before: a duplicate event; nothing to do."""
+    """The file (its event id, or its object version) was made current before: a duplicate
+    event; nothing to do."""
+
+
+def version_entry(bucket: str, key: str, version_id: str) -> str:
+    """`version#<sha256>` of one object version (a hash: keys may be 1,024 bytes long). The
+    parts are joined with NUL, which no bucket name, key or version id contains."""
+    digest = hashlib.sha256("\0".join((bucket, key, version_id)).encode("utf-8")).hexdigest()
+    return f"{VERSION_PREFIX}{digest}"
 
 
 @dataclass(frozen=True)
@@ -177,7 +191,8 @@ class Ledger:
 
     def claim(self, observed: Position, file: FileRef, execution: str, now: float) -> Position:
         """Make `file` the current file, run by `execution`, if the position is still `observed`
-        and the file was never claimed before (its event id is remembered for `EVENT_DAYS`).
+        and the file was never claimed before: neither its event id nor its object version
+        (both remembered for `EVENT_DAYS`).
 
         `LedgerConflict` if the position changed; `AlreadyClaimed` if the file was claimed before.
         """
@@ -218,13 +233,29 @@ class Ledger:
             },
             "ConditionExpression": "attribute_not_exists(tenant)",
         }
+        version = {
+            "TableName": self.table,
+            "Item": {
+                **self._key(version_entry(file["bucket"], file["key"], file["version_id"])),
+                "bucket": _s(file["bucket"]),
+                "key": _s(file["key"]),
+                "version_id": _s(file["version_id"]),
+                "event_id": _s(file["event_id"]),
+                "execution": _s(execution),
+                "claimed_at": _n(now),
+                "expires_at": _n(int(now + EVENT_DAYS * 86400)),
+            },
+            "ConditionExpression": "attribute_not_exists(tenant)",
+        }
         try:
-            self.ddb.transact_write_items(TransactItems=[{"Update": position}, {"Put": marker}])
+            self.ddb.transact_write_items(TransactItems=[{"Update": position}, {"Put": marker}, {"Put": version}])
         except Exception as error:  # botocore ClientError
             if error_code(error) != "TransactionCanceledException":
                 raise
             reasons = [r.get("Code") for r in getattr(error, "response", {}).get("CancellationReasons", [])]
-            if len(reasons) == 2 and reasons[1] == "ConditionalCheckFailed" and reasons[0] in (None, "None"):
+            # Only when the position's condition held is it a duplicate: else decide again.
+            if (len(reasons) == 3 and reasons[0] in (None, "None")
+                    and "ConditionalCheckFailed" in reasons[1:]):
                 raise AlreadyClaimed(f"tenant {self.tenant}: file {file['event_id']} was claimed before") from None
             raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
         return self.read()
