@@ -29,6 +29,8 @@ class TenantResources:
     landing_prefix: str
     on_failure: str
     ledger_table: str
+    #: The shared landing bucket (the shared stack's `LandingBucketName`; "" if not output).
+    landing_bucket: str = ""
 
 
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
@@ -70,5 +72,6 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
                 landing_prefix=values["LandingPrefix"],
                 on_failure=values["OnFailure"],
                 ledger_table=ledger_table,
+                landing_bucket=_outputs(shared).get("LandingBucketName", ""),
             )
     return found
