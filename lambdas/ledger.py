@@ -17,6 +17,9 @@ One DynamoDB table, partition key `tenant`, sort key `entry`:
   current, written in the same transaction: ANY second event for a version (a replay by
   `ops reconcile` or `ops dlq replay`, with its own event id) is a duplicate. It names the
   event and execution that claimed the version, so `ops reconcile` joins versions to history.
+* `entry = "content#<sha256 of the bytes>"`: the last file with these bytes that SUCCEEDED
+  (written by its success close, never for a failed file), so `duplicate_files: skip` finds a
+  byte-identical re-upload; a file recorded as a duplicate closes as DUPLICATE.
 
 The gate decides from the position alone; `DescribeExecution` is only asked about an
 execution the ledger says is RUNNING (or closed a moment ago), so Step Functions forgetting
@@ -33,7 +36,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract import ExecutionInput, FileRef
+from contract import DuplicateOf, ExecutionInput, FileRef
 from runtime import error_code
 
 POSITION = "position"
@@ -43,11 +46,14 @@ EVENT_PREFIX = "event#"
 #: How long a claimed event id is remembered (a duplicate event later than this is a new file).
 EVENT_DAYS = 400
 VERSION_PREFIX = "version#"
+CONTENT_PREFIX = "content#"
 
 RUNNING = "RUNNING"
 SUCCEEDED = "SUCCEEDED"
 FAILED = "FAILED"
 SKIPPED = "SKIPPED"
+#: Closed without sending: a byte-identical copy of a file that succeeded (`duplicate_files: skip`).
+DUPLICATE = "DUPLICATE"
 #: Longest error message and cause kept (DynamoDB items are small; a cause is a summary).
 MAX_TEXT = 2000
 
@@ -93,6 +99,7 @@ class Position:
     waiting_receipt: str | None
     waiting_since: float | None
     waiting_sent_at: float | None  # when the waiting message was sent: its wait is now minus this
+    duplicate_of: DuplicateOf | None = None  # a DUPLICATE: the file it repeats
 
     @property
     def file_id(self) -> str | None:
@@ -141,6 +148,7 @@ class Position:
             waiting_receipt=s("waiting_receipt"),
             waiting_since=n("waiting_since"),
             waiting_sent_at=n("waiting_sent_at"),
+            duplicate_of=json.loads(s("duplicate_of") or "null"),
         )
 
 
@@ -217,7 +225,7 @@ class Ledger:
                 "SET seq = :seq, execution = :execution, file_ref = :file, #status = :running, halted = :false, "
                 "attempt = :zero, next_record = :zero, started_at = :now "
                 "REMOVE chunk_size, chunk_count, record_count, closed_at, closed_as, #error, cause, skip_reason, "
-                "waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at"
+                "waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at, duplicate_of"
             ),
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
@@ -325,17 +333,22 @@ class Ledger:
         now: float,
         error: str | None = None,
         cause: str | None = None,
+        content_sha256: str | None = None,
+        duplicate_of: DuplicateOf | None = None,
     ) -> Position:
         """`execution` closed with `sfn_status`: record it, halting the tenant on a failure if asked.
 
+        A success with `duplicate_of` closes as DUPLICATE (nothing was sent); any other success
+        with `content_sha256` remembers the content (`content#<sha256>`) for later duplicates.
         `LedgerConflict` if `execution` is not the running execution of the current file
         (already recorded, or a stale or hand-made execution).
         """
         failed = sfn_status != SUCCEEDED
+        duplicate = not failed and duplicate_of is not None
         values: dict[str, Any] = {
             ":execution": _s(execution),
             ":running": _s(RUNNING),
-            ":status": _s(FAILED if failed else SUCCEEDED),
+            ":status": _s(FAILED if failed else (DUPLICATE if duplicate else SUCCEEDED)),
             ":closed_as": _s(sfn_status),
             ":halted": {"BOOL": failed and halt_on_failure},
             ":now": _n(now),
@@ -350,14 +363,41 @@ class Ledger:
         if cause:
             sets.append("cause = :cause")
             values[":cause"] = _s(cause[:MAX_TEXT])
+        if duplicate:
+            sets.append("duplicate_of = :duplicate_of")
+            values[":duplicate_of"] = _s(json.dumps(duplicate_of, sort_keys=True))
         after = self._update(
             "SET " + ", ".join(sets) + " ADD seq :one",
             "execution = :execution AND #status = :running",
             values,
             names=names,
         )
+        if after.status == SUCCEEDED and content_sha256 and after.file is not None:
+            self._write_content(content_sha256, after)
         self._write_history(after)
         return after
+
+    def _write_content(self, content_sha256: str, position: Position) -> None:
+        """Remember that the file with these bytes succeeded (the latest such file wins). Written
+        after the close: if it is lost, a later copy is processed again, never dropped."""
+        assert position.file is not None and position.execution is not None
+        self.ddb.put_item(TableName=self.table, Item={
+            **self._key(f"{CONTENT_PREFIX}{content_sha256}"),
+            "key": _s(position.file["key"]),
+            "version_id": _s(position.file["version_id"]),
+            "event_id": _s(position.file["event_id"]),
+            "execution": _s(position.execution),
+            "closed_at": _n(position.closed_at or 0),
+            "expires_at": _n(int((position.closed_at or 0) + HISTORY_DAYS * 86400)),
+        })
+
+    def processed_content(self, content_sha256: str) -> DuplicateOf | None:
+        """The file with these bytes that succeeded last, if any (strongly consistent)."""
+        item = self.ddb.get_item(TableName=self.table, Key=self._key(f"{CONTENT_PREFIX}{content_sha256}"),
+                                 ConsistentRead=True).get("Item")
+        if item is None:
+            return None
+        return DuplicateOf(key=item["key"]["S"], version_id=item["version_id"]["S"], event_id=item["event_id"]["S"])
 
     # -- the operator -------------------------------------------------------------------------
 
@@ -423,6 +463,8 @@ class Ledger:
             value = getattr(position, name)
             if value:
                 item[name] = _s(value)
+        if position.duplicate_of is not None:
+            item["duplicate_of"] = _s(json.dumps(position.duplicate_of, sort_keys=True))
         for name in ("chunk_size", "chunk_count", "record_count"):
             value = getattr(position, name)
             if value is not None:
@@ -459,6 +501,7 @@ class Ledger:
                     "error": position.error,
                     "cause": position.cause,
                     "skip_reason": position.skip_reason,
+                    "duplicate_of": position.duplicate_of,
                 }
             )
         return entries

@@ -68,6 +68,7 @@ class TenantConfig(_Strict):
     sink: SinkConfig
     alarms: AlarmConfig = AlarmConfig()
     on_failure: Literal["halt", "continue"] = "halt"
+    duplicate_files: Literal["process", "skip"] = "process"
 
     @field_validator("id")
     @classmethod
@@ -123,6 +124,7 @@ FIXES: dict[str, str] = {
     "timeout_seconds": "use a whole number of seconds from 1 to 60",
     "outage_budget_seconds": "use a whole number of seconds from 1 to 86400 (default 3600: one hour)",
     "on_failure": "use 'halt' (a failed file stops the tenant until `ops resume` or `ops skip`) or 'continue'",
+    "duplicate_files": "use 'process' (a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)",
     "queue_age_seconds": "use a whole number of seconds, at least 60",
     "stall_after_seconds": "use a whole number of seconds, at least 60",
     "error_logs_threshold": "use a whole number, at least 1",

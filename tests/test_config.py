@@ -339,3 +339,33 @@ def test_the_largest_allowed_chunk_passes_and_one_more_fails():
         assert budgets.register_invocations_per_chunk(largest, timeout) <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
         if largest < 1000:
             assert budgets.register_invocations_per_chunk(largest + 1, timeout) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+
+
+def test_duplicate_files_defaults_to_process_and_may_be_set_per_tenant_or_in_defaults():
+    config = parse_config(textwrap.dedent(
+        f"""
+        defaults:
+        {SINK}
+          duplicate_files: skip
+        tenants:
+          - {{id: a, prefix: a/}}
+          - {{id: b, prefix: b/, duplicate_files: process}}
+        """
+    ))
+    assert [t.duplicate_files for t in config.tenants] == ["skip", "process"]
+    (solo,) = parse_config(f"defaults:\n{SINK}tenants: [{{id: s, prefix: s/}}]").tenants
+    assert solo.duplicate_files == "process"
+
+
+def test_fails_when_duplicate_files_is_unknown():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, duplicate_files: ignore}}
+        """
+    ) == (
+        "tenant 'acme': field 'duplicate_files' = 'ignore': Input should be 'process' or 'skip'; use 'process' "
+        "(a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)"
+    )

@@ -8,7 +8,7 @@ import pytest
 from conftest import TENANT
 
 from contract import FileRef
-from ledger import FAILED, RUNNING, SKIPPED, SUCCEEDED, AlreadyClaimed, Ledger, LedgerConflict, version_entry
+from ledger import DUPLICATE, FAILED, RUNNING, SKIPPED, SUCCEEDED, AlreadyClaimed, Ledger, LedgerConflict, version_entry
 
 NOW = 1_700_000_000.0
 
@@ -186,3 +186,44 @@ def test_history_and_event_markers_expire_after_400_days(ledger, ddb):
     assert items[history]["expires_at"] == {"N": str(int(NOW + 10 + 400 * 86400))}
     assert items["event#e1"]["expires_at"] == {"N": str(int(NOW + 400 * 86400))}
     assert "expires_at" not in items["position"]  # the position never expires
+
+
+SHA = "0f" * 32
+
+
+def test_a_success_with_a_content_hash_remembers_that_file_for_the_content(ledger, ddb):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 10, content_sha256=SHA)
+    assert ledger.processed_content(SHA) == {"key": "acme/e1.csv", "version_id": "v1", "event_id": "e1"}
+    item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": f"content#{SHA}"}})["Item"]
+    assert (item["execution"], item["expires_at"]) == ({"S": "e1"}, {"N": str(int(NOW + 10 + 400 * 86400))})
+    assert ledger.processed_content("1" * 64) is None
+
+
+@pytest.mark.parametrize("status", ["FAILED", "TIMED_OUT", "ABORTED"])
+def test_a_failed_file_never_becomes_the_content_of_record(ledger, status):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_close("e1", status, halt_on_failure=False, now=NOW + 1, content_sha256=SHA)
+    assert ledger.processed_content(SHA) is None
+
+
+def test_a_duplicate_closes_as_duplicate_of_the_earlier_file_and_the_next_claim_forgets_it(ledger):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1, content_sha256=SHA)
+    ledger.claim(ledger.read(), file("e2"), "e2", NOW + 2)
+    earlier = {"key": "acme/e1.csv", "version_id": "v1", "event_id": "e1"}
+    after = ledger.record_close("e2", "SUCCEEDED", halt_on_failure=True, now=NOW + 3, content_sha256=SHA,
+                                duplicate_of=earlier)
+    assert (after.status, after.duplicate_of, after.halted, after.running) == (DUPLICATE, earlier, False, False)
+    assert ledger.processed_content(SHA)["event_id"] == "e1"  # the file of record stays the one sent
+    assert [(e["execution"], e["status"], e["duplicate_of"]) for e in ledger.history()] == [
+        ("e2", DUPLICATE, earlier), ("e1", SUCCEEDED, None)]
+    nxt = ledger.claim(after, file("e3"), "e3", NOW + 4)
+    assert (nxt.status, nxt.duplicate_of) == (RUNNING, None)
+
+
+def test_a_failure_is_never_recorded_as_a_duplicate(ledger):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    after = ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1,
+                                duplicate_of={"key": "k", "version_id": "v", "event_id": "e0"})
+    assert (after.status, after.duplicate_of, after.halted) == (FAILED, None, True)
