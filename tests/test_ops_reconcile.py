@@ -171,6 +171,17 @@ def test_seen_but_never_completed_says_running_or_failed(deployment):
     assert code == EXIT_NOT_COMPLETED  # the failed file needs an operator
 
 
+def test_a_file_recorded_as_a_duplicate_is_completed(deployment):
+    version = deployment.upload("acme/copy.csv")
+    deployment.claim("acme/copy.csv", version, "e1")
+    deployment.ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1,
+                                   duplicate_of={"key": "acme/orig.csv", "version_id": "v0", "event_id": "e0"})
+    deployment.claim("acme/next.csv", deployment.upload("acme/next.csv"), "e2")
+    deployment.ledger.record_close("e2", "SUCCEEDED", halt_on_failure=True, now=NOW + 2)
+    code, listed, _ = deployment.reconcile_json()
+    assert (code, listed) == (EXIT_OK, [])
+
+
 def test_a_halted_tenants_failed_file_is_listed_with_the_command_that_fixes_it(deployment):
     version = deployment.upload("acme/f.csv")
     deployment.claim("acme/f.csv", version, "e1")

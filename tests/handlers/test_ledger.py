@@ -47,6 +47,15 @@ def test_a_second_event_for_a_claimed_object_version_is_already_claimed(ledger, 
     assert "event#reconcile-1" not in entries  # the cancelled transaction wrote nothing
 
 
+def test_a_claimed_event_id_is_already_claimed_whatever_version_it_names(ledger):
+    """Only the event marker refuses it (the version is new): still a duplicate event."""
+    ledger.claim(ledger.read(), file("e1", version_id="v1"), "e1", NOW)
+    closed = ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    with pytest.raises(AlreadyClaimed):
+        ledger.claim(closed, file("e1", version_id="v2"), "e1", NOW + 2)
+    assert ledger.read().seq == closed.seq
+
+
 def test_another_version_of_the_same_key_is_a_new_file(ledger):
     ledger.claim(ledger.read(), file("e1", key="acme/a.csv", version_id="v1"), "e1", NOW)
     closed = ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
