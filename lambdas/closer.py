@@ -45,6 +45,8 @@ def close_event(event: dict[str, Any]) -> CloseEvent:
         status=str(event["status"]),
         error=event.get("error"),
         cause=event.get("cause"),
+        content_sha256=event.get("content_sha256"),
+        duplicate_of=event.get("duplicate_of"),
     )
 
 
@@ -87,9 +89,12 @@ class Closer:
                 now=self.now,
                 error=error_type if status != "SUCCEEDED" else None,
                 cause=message if status != "SUCCEEDED" else None,
+                content_sha256=event.get("content_sha256"),
+                duplicate_of=event.get("duplicate_of"),
             )
             recorded = True
-            self.log.info("close recorded", extra={"halted": after.halted, "next_record": after.next_record})
+            self.log.info("close recorded", extra={"halted": after.halted, "next_record": after.next_record,
+                                                   "recorded_as": after.status})
         except LedgerConflict:
             after, recorded = self.ledger.read(), False
             self.log.info("close already recorded, or not the current execution; nothing to record",

@@ -86,17 +86,24 @@ class CloserEnv:
 
 
 FORMATS = ("csv", "jsonl")
+#: `process`: a byte-identical re-upload is processed again; `skip`: it is recorded as a
+#: duplicate of the processed file, nothing sent (docs/design.md §4.5).
+DUPLICATE_FILES = ("process", "skip")
 
 
 @dataclasses.dataclass(frozen=True)
 class SplitEnv:
-    """The split function's environment."""
+    """The split function's environment.
+
+    `ledger_table_name`: where split looks up a file's content (`duplicate_files: skip`)."""
 
     tenant_id: str
     format: str = dataclasses.field(metadata={"choices": FORMATS})
     chunk_size: int = dataclasses.field(metadata={"minimum": 1})
     work_bucket: str
     landing_prefix: str
+    ledger_table_name: str
+    duplicate_files: str = dataclasses.field(metadata={"choices": DUPLICATE_FILES})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,10 +212,21 @@ class SplitRequest(TypedDict):
     start_record: int
 
 
+class DuplicateOf(TypedDict):
+    """The earlier object version (of the same tenant) whose bytes a file repeats."""
+
+    key: str
+    version_id: str
+    event_id: str
+
+
 class SplitResult(TypedDict):
     """What the split function returns (kept in the execution under `$.split`).
 
-    `chunks`: the indexes still to register, from the chunk that holds `start_record`."""
+    `chunks`: the indexes still to register, from the chunk that holds `start_record` (none
+    for a duplicate). `content_sha256`: the SHA-256 of the object's bytes (None for chunks
+    split before it was recorded). `duplicate_of`: with `duplicate_files: skip`, the processed
+    file this one repeats byte for byte (then nothing is sent); else None."""
 
     manifest_key: str
     chunk_prefix: str
@@ -216,6 +234,8 @@ class SplitResult(TypedDict):
     chunk_count: int
     record_count: int
     chunks: list[int]
+    content_sha256: str | None
+    duplicate_of: DuplicateOf | None
 
 
 class ChunkTask(TypedDict):
@@ -250,12 +270,17 @@ class ChunkProgress(ChunkTask):
 
 
 class CloseEvent(TypedDict):
-    """An execution closed: what the workflow's last state (or the status-change rule) says."""
+    """An execution closed: what the workflow's last state (or the status-change rule) says.
+
+    A success carries Split's `content_sha256` and `duplicate_of` (the ledger remembers the
+    content of a file that succeeded, and records a duplicate as such)."""
 
     execution_name: str
     status: str
     error: NotRequired[str | None]
     cause: NotRequired[str | None]
+    content_sha256: NotRequired[str | None]
+    duplicate_of: NotRequired[DuplicateOf | None]
 
 
 class ControllerResult(TypedDict):

@@ -13,6 +13,13 @@ One DynamoDB table, partition key `tenant`, sort key `entry`:
   `ops status` (files done, last failure). They expire after `HISTORY_DAYS`.
 * `entry = "event#<event id>"`: the event ids of files ever made current, so a duplicate event
   that arrives after its file closed is recognised (written with the claim, in one transaction).
+* `entry = "version#<sha256 of bucket, key, version id>"`: the object versions ever made
+  current, written in the same transaction: ANY second event for a version (a replay by
+  `ops reconcile` or `ops dlq replay`, with its own event id) is a duplicate. It names the
+  event and execution that claimed the version, so `ops reconcile` joins versions to history.
+* `entry = "content#<sha256 of the bytes>"`: the last file with these bytes that SUCCEEDED
+  (written by its success close, never for a failed file), so `duplicate_files: skip` finds a
+  byte-identical re-upload; a file recorded as a duplicate closes as DUPLICATE.
 
 The gate decides from the position alone; `DescribeExecution` is only asked about an
 execution the ledger says is RUNNING (or closed a moment ago), so Step Functions forgetting
@@ -24,11 +31,12 @@ tests use the same code.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract import ExecutionInput, FileRef
+from contract import DuplicateOf, ExecutionInput, FileRef
 from runtime import error_code
 
 POSITION = "position"
@@ -42,11 +50,15 @@ WAITING_PREFIX = "waiting#"
 WAITING_DAYS = 15
 #: How long a claimed event id is remembered (a duplicate event later than this is a new file).
 EVENT_DAYS = 400
+VERSION_PREFIX = "version#"
+CONTENT_PREFIX = "content#"
 
 RUNNING = "RUNNING"
 SUCCEEDED = "SUCCEEDED"
 FAILED = "FAILED"
 SKIPPED = "SKIPPED"
+#: Closed without sending: a byte-identical copy of a file that succeeded (`duplicate_files: skip`).
+DUPLICATE = "DUPLICATE"
 #: Longest error message and cause kept (DynamoDB items are small; a cause is a summary).
 MAX_TEXT = 2000
 
@@ -56,7 +68,15 @@ class LedgerConflict(Exception):
 
 
 class AlreadyClaimed(Exception):
-    """The file (its event id) was made current before: a duplicate event; nothing to do."""
+    """The file (its event id, or its object version) was made current before: a duplicate
+    event; nothing to do."""
+
+
+def version_entry(bucket: str, key: str, version_id: str) -> str:
+    """`version#<sha256>` of one object version (a hash: keys may be 1,024 bytes long). The
+    parts are joined with NUL, which no bucket name, key or version id contains."""
+    digest = hashlib.sha256("\0".join((bucket, key, version_id)).encode("utf-8")).hexdigest()
+    return f"{VERSION_PREFIX}{digest}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +109,7 @@ class Position:
     def next_sequence(self, first: int) -> int:
         """`key_sequence` ordering: the sequence number of the file that may start next."""
         return first if self.sequence is None else self.sequence + 1
+    duplicate_of: DuplicateOf | None = None  # a DUPLICATE: the file it repeats
 
     @property
     def file_id(self) -> str | None:
@@ -138,6 +159,7 @@ class Position:
             waiting_since=n("waiting_since"),
             waiting_sent_at=n("waiting_sent_at"),
             sequence=i("sequence"),
+            duplicate_of=json.loads(s("duplicate_of") or "null"),
         )
 
 
@@ -189,7 +211,8 @@ class Ledger:
     def claim(self, observed: Position, file: FileRef, execution: str, now: float, *,
               sequence: int | None = None) -> Position:
         """Make `file` the current file, run by `execution`, if the position is still `observed`
-        and the file was never claimed before (its event id is remembered for `EVENT_DAYS`).
+        and the file was never claimed before: neither its event id nor its object version
+        (both remembered for `EVENT_DAYS`).
         `sequence`: the file's sequence number (`key_sequence` ordering), kept in the position.
 
         `LedgerConflict` if the position changed; `AlreadyClaimed` if the file was claimed before.
@@ -219,7 +242,7 @@ class Ledger:
             "UpdateExpression": (
                 f"{sets} "
                 "REMOVE chunk_size, chunk_count, record_count, closed_at, closed_as, #error, cause, skip_reason, "
-                "waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at"
+                "waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at, duplicate_of"
             ),
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
@@ -236,13 +259,29 @@ class Ledger:
             },
             "ConditionExpression": "attribute_not_exists(tenant)",
         }
+        version = {
+            "TableName": self.table,
+            "Item": {
+                **self._key(version_entry(file["bucket"], file["key"], file["version_id"])),
+                "bucket": _s(file["bucket"]),
+                "key": _s(file["key"]),
+                "version_id": _s(file["version_id"]),
+                "event_id": _s(file["event_id"]),
+                "execution": _s(execution),
+                "claimed_at": _n(now),
+                "expires_at": _n(int(now + EVENT_DAYS * 86400)),
+            },
+            "ConditionExpression": "attribute_not_exists(tenant)",
+        }
         try:
-            self.ddb.transact_write_items(TransactItems=[{"Update": position}, {"Put": marker}])
+            self.ddb.transact_write_items(TransactItems=[{"Update": position}, {"Put": marker}, {"Put": version}])
         except Exception as error:  # botocore ClientError
             if error_code(error) != "TransactionCanceledException":
                 raise
             reasons = [r.get("Code") for r in getattr(error, "response", {}).get("CancellationReasons", [])]
-            if len(reasons) == 2 and reasons[1] == "ConditionalCheckFailed" and reasons[0] in (None, "None"):
+            # Only when the position's condition held is it a duplicate: else decide again.
+            if (len(reasons) == 3 and reasons[0] in (None, "None")
+                    and "ConditionalCheckFailed" in reasons[1:]):
                 raise AlreadyClaimed(f"tenant {self.tenant}: file {file['event_id']} was claimed before") from None
             raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
         return self.read()
@@ -351,17 +390,22 @@ class Ledger:
         now: float,
         error: str | None = None,
         cause: str | None = None,
+        content_sha256: str | None = None,
+        duplicate_of: DuplicateOf | None = None,
     ) -> Position:
         """`execution` closed with `sfn_status`: record it, halting the tenant on a failure if asked.
 
+        A success with `duplicate_of` closes as DUPLICATE (nothing was sent); any other success
+        with `content_sha256` remembers the content (`content#<sha256>`) for later duplicates.
         `LedgerConflict` if `execution` is not the running execution of the current file
         (already recorded, or a stale or hand-made execution).
         """
         failed = sfn_status != SUCCEEDED
+        duplicate = not failed and duplicate_of is not None
         values: dict[str, Any] = {
             ":execution": _s(execution),
             ":running": _s(RUNNING),
-            ":status": _s(FAILED if failed else SUCCEEDED),
+            ":status": _s(FAILED if failed else (DUPLICATE if duplicate else SUCCEEDED)),
             ":closed_as": _s(sfn_status),
             ":halted": {"BOOL": failed and halt_on_failure},
             ":now": _n(now),
@@ -376,14 +420,41 @@ class Ledger:
         if cause:
             sets.append("cause = :cause")
             values[":cause"] = _s(cause[:MAX_TEXT])
+        if duplicate:
+            sets.append("duplicate_of = :duplicate_of")
+            values[":duplicate_of"] = _s(json.dumps(duplicate_of, sort_keys=True))
         after = self._update(
             "SET " + ", ".join(sets) + " ADD seq :one",
             "execution = :execution AND #status = :running",
             values,
             names=names,
         )
+        if after.status == SUCCEEDED and content_sha256 and after.file is not None:
+            self._write_content(content_sha256, after)
         self._write_history(after)
         return after
+
+    def _write_content(self, content_sha256: str, position: Position) -> None:
+        """Remember that the file with these bytes succeeded (the latest such file wins). Written
+        after the close: if it is lost, a later copy is processed again, never dropped."""
+        assert position.file is not None and position.execution is not None
+        self.ddb.put_item(TableName=self.table, Item={
+            **self._key(f"{CONTENT_PREFIX}{content_sha256}"),
+            "key": _s(position.file["key"]),
+            "version_id": _s(position.file["version_id"]),
+            "event_id": _s(position.file["event_id"]),
+            "execution": _s(position.execution),
+            "closed_at": _n(position.closed_at or 0),
+            "expires_at": _n(int((position.closed_at or 0) + HISTORY_DAYS * 86400)),
+        })
+
+    def processed_content(self, content_sha256: str) -> DuplicateOf | None:
+        """The file with these bytes that succeeded last, if any (strongly consistent)."""
+        item = self.ddb.get_item(TableName=self.table, Key=self._key(f"{CONTENT_PREFIX}{content_sha256}"),
+                                 ConsistentRead=True).get("Item")
+        if item is None:
+            return None
+        return DuplicateOf(key=item["key"]["S"], version_id=item["version_id"]["S"], event_id=item["event_id"]["S"])
 
     # -- the operator -------------------------------------------------------------------------
 
@@ -482,6 +553,8 @@ class Ledger:
             value = getattr(position, name)
             if value:
                 item[name] = _s(value)
+        if position.duplicate_of is not None:
+            item["duplicate_of"] = _s(json.dumps(position.duplicate_of, sort_keys=True))
         for name in ("chunk_size", "chunk_count", "record_count"):
             value = getattr(position, name)
             if value is not None:
@@ -518,6 +591,7 @@ class Ledger:
                     "error": position.error,
                     "cause": position.cause,
                     "skip_reason": position.skip_reason,
+                    "duplicate_of": position.duplicate_of,
                 }
             )
         return entries

@@ -3,12 +3,18 @@
 Memory stays flat whatever the file size: the body is read in bounded pieces, parsed line by
 line, and only the chunk being filled is held. The output carries S3 references and counts,
 never records (it enters the execution history).
+
+The SHA-256 of the bytes is computed while they stream (kept in the manifest, returned to the
+workflow for the success close). With `duplicate_files: skip`, a file whose bytes are those of
+a file of the tenant that succeeded (the ledger's `content#<sha256>`, another object version)
+is returned with no chunks to send and `duplicate_of` naming that file.
 """
 
 from __future__ import annotations
 
 import codecs
 import csv
+import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +23,7 @@ from chunk_format import CONTENT_TYPE, MAX_LINE_BYTES, LineTooLongError, encode_
 from contract import (
     KeyOutsidePrefixError,
     MalformedFileError,
+    DuplicateOf,
     SplitEnv,
     SplitRequest,
     SplitResult,
@@ -24,6 +31,7 @@ from contract import (
     chunk_prefix,
     manifest_key,
 )
+from ledger import Ledger
 from runtime import BoundLogger, aws_client, error_code, lambda_handler, pick
 
 
@@ -114,6 +122,22 @@ def _serialized_records(fmt: str, body: Any) -> Iterator[str]:
     return (json.dumps(record, separators=(",", ":")) for record in csv_records(lines))
 
 
+class _HashingBody:
+    """A streaming body that hashes every byte read from it."""
+
+    def __init__(self, body: Any) -> None:
+        self._body = body
+        self.sha256 = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._body.read(size)
+        self.sha256.update(data)
+        return data
+
+    def close(self) -> None:
+        self._body.close()
+
+
 class _ChunkWriter:
     """Fills one chunk at a time and writes it as soon as it is full."""
 
@@ -142,13 +166,15 @@ class _ChunkWriter:
         self.chunk_count += 1
 
 
-def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = None) -> SplitResult:
+def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = None, ddb: Any = None) -> SplitResult:
     """Split the object version `request` names into chunks; return the manifest reference.
 
     Chunks are kept per file (the event id), so an execution that resumes the file reuses
     them; if they expired from the work bucket (or were never complete), the pinned version is
     split again, which writes the same chunks. `chunks` lists the indexes still to register,
-    from the one holding `start_record`. `s3` is a boto3 S3 client.
+    from the one holding `start_record`. `s3` is a boto3 S3 client; `ddb` a DynamoDB client,
+    needed with `duplicate_files: skip` only. A file is only ever found a duplicate before any
+    of it was sent (`start_record` 0): a resumed file goes on.
     """
     key, version_id = request["key"], request["version_id"]
     file_id = request["event_id"]
@@ -169,14 +195,32 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     elif log is not None:
         log.info("chunks of this file exist; reusing them", extra={"chunk_count": manifest["chunk_count"]})
     first_chunk = start_record // manifest["chunk_size"]
+    content_sha256 = manifest.get("content_sha256")
+    duplicate_of = None
+    if config.duplicate_files == "skip" and content_sha256 and start_record == 0:
+        duplicate_of = _duplicate_of(ddb, config, content_sha256, request)
+        if duplicate_of is not None and log is not None:
+            log.info("duplicate file: the same bytes as a file that succeeded; nothing is sent",
+                     extra={"duplicate_of_key": duplicate_of["key"],
+                            "duplicate_of_version_id": duplicate_of["version_id"]})
     return SplitResult(
         manifest_key=manifest_key(prefix),
         chunk_prefix=prefix,
         chunk_size=manifest["chunk_size"],
         chunk_count=manifest["chunk_count"],
         record_count=manifest["record_count"],
-        chunks=list(range(first_chunk, manifest["chunk_count"])),
+        chunks=[] if duplicate_of else list(range(first_chunk, manifest["chunk_count"])),
+        content_sha256=content_sha256,
+        duplicate_of=duplicate_of,
     )
+
+
+def _duplicate_of(ddb: Any, config: SplitEnv, content_sha256: str, request: SplitRequest) -> DuplicateOf | None:
+    """The file of the tenant with these bytes that succeeded, unless it is this very version."""
+    earlier = Ledger(ddb, config.ledger_table_name, config.tenant_id).processed_content(content_sha256)
+    if earlier is None or (earlier["key"], earlier["version_id"]) == (request["key"], request["version_id"]):
+        return None
+    return earlier
 
 
 def _existing_manifest(
@@ -219,7 +263,7 @@ def _not_found(error: BaseException) -> bool:
 def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dict[str, Any]:
     """Stream the pinned version into chunk files, then write the manifest (last: it marks completion)."""
     bucket, key, version_id = request["bucket"], request["key"], request["version_id"]
-    body = s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"]
+    body = _HashingBody(s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"])
     writer = _ChunkWriter(s3, config.work_bucket, prefix, config.chunk_size)
     try:
         for line in _serialized_records(config.format, body):
@@ -243,6 +287,8 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dic
         "chunk_size": config.chunk_size,
         "chunk_count": writer.chunk_count,
         "record_count": writer.record_count,
+        # Every byte was read: the parse reads the body to its end (or fails the file).
+        "content_sha256": body.sha256.hexdigest(),
     }
     s3.put_object(
         Bucket=config.work_bucket,
@@ -257,6 +303,7 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dic
 def handler(event: SplitRequest, config: SplitEnv, log: BoundLogger, context: Any) -> SplitResult:
     """Step Functions task entry point (`SplitRequest` in, `SplitResult` out)."""
     log.info("split started")
-    result = split_file(event, config=config, s3=aws_client("s3"), log=log)
+    ddb = aws_client("dynamodb") if config.duplicate_files == "skip" else None
+    result = split_file(event, config=config, s3=aws_client("s3"), log=log, ddb=ddb)
     log.info("split finished", extra=pick(result, "chunk_count", "record_count"))
     return result

@@ -7,12 +7,14 @@
     python -m ops quarantine replay TENANT (NAME | --all)
     python -m ops skip-gap TENANT --reason TEXT [--to N]
     python -m ops dlq list|replay TENANT
+    python -m ops reconcile TENANT [--since DATE] [--replay] [--json]
 
 Exit codes: 0 done; 1 an AWS call or something unexpected failed; 2 bad usage; 3 refused:
 nothing to resume or skip (the message says the tenant's state); 4 the tenant's ledger changed
 while acting (run the command again); 5 the tenant or the deployment was not found; 6 `dlq`:
 messages that are not replayable events are in the tenant's dead-letter queue (listed, left
-there).
+there); 7 `reconcile` found object versions not completed and did not replay them (never seen
+without --replay, or failed: resume or skip them).
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ import boto3
 
 import operations
 from ledger import Ledger, LedgerConflict
-from ops import dlq, quarantine, unmatched
+from ops import dlq, quarantine, reconcile, unmatched
 from ops.discovery import DiscoveryError, TenantResources, discover
 from ops.status import render, tenant_status
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_CONFLICT, EXIT_NOT_FOUND = 0, 1, 2, 3, 4, 5
 EXIT_LEFT_IN_DLQ = 6
+EXIT_NOT_COMPLETED = 7
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m ops",
         description="Operate the ordered ingestion pipelines: see where tenants stand, resume or skip a failed file.",
         epilog="Exit codes: 0 done, 1 error, 2 usage, 3 nothing to resume/skip, 4 ledger changed (run again), "
-        "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events.",
+        "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events, "
+        "7 reconcile found versions not completed (and did not replay them).",
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--endpoint-url", help="a local runtime's endpoint (make demo ARGS=--serve prints it)")
@@ -66,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     for action, text in (("list", "show them, in the order replay would deliver them (nothing changes)"),
                          ("replay", "put file events back into the queue in upload order, status changes to the closer")):
         dlq_action.add_parser(action, help=text).add_argument("tenant")
+    _reconcile_parser(commands)
     return parser
 
 
@@ -80,6 +85,16 @@ def _quarantine_parser(commands: Any) -> None:
     which = replay.add_mutually_exclusive_group(required=True)
     which.add_argument("key", nargs="?", help="a name from `quarantine list` (or the full key)")
     which.add_argument("--all", action="store_true", help="every quarantined message of the tenant, oldest first")
+
+
+def _reconcile_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "reconcile", help="list the object versions under a tenant's prefix the ledger never saw or never completed")
+    parser.add_argument("tenant")
+    parser.add_argument("--since", type=reconcile.parse_since, help="only versions modified at or after this date/time (UTC)")
+    parser.add_argument("--replay", action="store_true",
+                        help="send the never-seen versions to the tenant's queue, in upload order")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 class Clients:
@@ -147,6 +162,8 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
         return _quarantine(args, tenant, clients, out)
     if args.command == "dlq":
         return _dlq(args.dlq_action, tenant, clients, out)
+    if args.command == "reconcile":
+        return _reconcile(args, tenant, clients, out)
     ledger = Ledger(ddb, tenant.ledger_table, tenant.tenant_id)
     if args.command == "resume":
         outcome = operations.resume(ledger, clients("stepfunctions"), tenant.state_machine_arn, now)
@@ -179,6 +196,8 @@ def _quarantine(args: argparse.Namespace, tenant: TenantResources, clients: Any,
     for message, sent in replayed:
         print(f"{tenant_id}: replayed {message.key} as message {sent}", file=out)
     return EXIT_OK
+
+
 def _dlq(action: str, tenant: TenantResources, clients: Any, out: Any) -> int:
     """`dlq list|replay`: EXIT_LEFT_IN_DLQ when messages that are not replayable events remain."""
     sqs = clients("sqs")
@@ -204,3 +223,20 @@ def _print_unmatched(clients: Any, out: Any, now: float) -> None:
     group = unmatched.log_group_name(clients("cloudformation"))
     if group:
         print("\n" + unmatched.render(unmatched.recent(clients("logs"), group, now=now)), file=out)
+
+
+def _reconcile(args: argparse.Namespace, tenant: TenantResources, clients: Any, out: Any) -> int:
+    if not tenant.landing_bucket:
+        raise DiscoveryError("the shared stack has no LandingBucketName output: deploy this version first")
+    findings = reconcile.reconcile(tenant, tenant.landing_bucket, s3=clients("s3"), ddb=clients("dynamodb"),
+                                   since=args.since)
+    never_seen = [f.version for f in findings if f.state == reconcile.NEVER_SEEN]
+    replayed = reconcile.replay(clients("sqs"), tenant.queue_url, tenant.tenant_id, never_seen) if args.replay else None
+    if args.json:
+        print(json.dumps({"tenant": tenant.tenant_id, "versions": [f.as_dict() for f in findings],
+                          "replayed": replayed}, indent=2), file=out)
+    else:
+        print(reconcile.render(tenant.tenant_id, findings, replayed), file=out)
+    unreplayed = [f for f in findings if f.state != reconcile.SEEN_RUNNING and not (
+        replayed is not None and f.state == reconcile.NEVER_SEEN)]
+    return EXIT_NOT_COMPLETED if unreplayed else EXIT_OK

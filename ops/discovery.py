@@ -36,6 +36,8 @@ class TenantResources:
     #: `ops dlq` (optional: a stack deployed before the intake DLQ has neither).
     intake_dlq_url: str = ""
     closer_function_name: str = ""
+    #: The shared landing bucket (the shared stack's `LandingBucketName`; "" if not output).
+    landing_bucket: str = ""
 
 
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
@@ -83,6 +85,7 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
                 first_sequence=int(outputs.get(path + "FirstSequence") or 1),
                 intake_dlq_url=outputs.get(path + "IntakeDlqUrl", ""),
                 closer_function_name=outputs.get(path + "CloserFunctionName", ""),
+                landing_bucket=_outputs(shared).get("LandingBucketName", ""),
             )
     return found
 

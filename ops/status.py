@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ledger import FAILED, SKIPPED, SUCCEEDED, Ledger
+from ledger import DUPLICATE, FAILED, SKIPPED, SUCCEEDED, Ledger
 from operations import describe_state
 from ops.discovery import TenantResources
 
@@ -64,6 +64,12 @@ def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float 
             "failed": sum(1 for e in history if e["status"] == FAILED),
             "skipped": sum(1 for e in history if e["status"] == SKIPPED),
         },
+        # duplicate_files: skip -- byte-identical copies of files that succeeded, not sent.
+        "duplicates_24h": [
+            {"key": (e["file"] or {}).get("key"), "version_id": (e["file"] or {}).get("version_id"),
+             "execution": e["execution"], "closed_at": e["closed_at"], "duplicate_of": e["duplicate_of"]}
+            for e in history if e["status"] == DUPLICATE
+        ],
     }
 
 
@@ -101,6 +107,13 @@ def render(statuses: list[dict[str, Any]]) -> str:
     widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    for s in statuses:
+        duplicates = s.get("duplicates_24h") or []
+        if duplicates:
+            last = duplicates[0]  # newest first
+            of = last["duplicate_of"] or {}
+            lines += ["", f"{s['tenant']}: {len(duplicates)} duplicate file(s) in 24 h, not sent (duplicate_files: skip); "
+                          f"last: {last['key']} has the bytes of {of.get('key')} (version {of.get('version_id')})"]
     for s in statuses:
         if s["state"] == "halted" and s["last_failure"]:
             failure = s["last_failure"]

@@ -119,6 +119,7 @@ class TenantConfig(_Strict):
         if self.file_time_limit_seconds is not None:
             return self.file_time_limit_seconds
         return budgets.default_file_time_limit_seconds(self.sink.outage_budget_seconds)
+    duplicate_files: Literal["process", "skip"] = "process"
 
     @field_validator("id")
     @classmethod
@@ -174,6 +175,7 @@ FIXES: dict[str, str] = {
     "timeout_seconds": "use a whole number of seconds from 1 to 60",
     "outage_budget_seconds": "use a whole number of seconds from 1 to 86400 (default 3600: one hour)",
     "on_failure": "use 'halt' (a failed file stops the tenant until `ops resume` or `ops skip`) or 'continue'",
+    "duplicate_files": "use 'process' (a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)",
     "queue_age_seconds": "use a whole number of seconds, at least 60",
     "stall_after_seconds": "use a whole number of seconds, at least 60",
     "error_logs_threshold": "use a whole number, at least 1",

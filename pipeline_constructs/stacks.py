@@ -101,6 +101,7 @@ class TenantStack(_IngestStack):
                 sink_timeout_seconds=tenant.sink.timeout_seconds,
                 sink_outage_budget=Duration.seconds(tenant.sink.outage_budget_seconds),
                 on_failure=tenant.on_failure,
+                duplicate_files=tenant.duplicate_files,
                 queue_age_alarm_after=Duration.seconds(tenant.alarms.queue_age_seconds),
                 stall_alarm_after=Duration.seconds(tenant.alarms.stall_after_seconds),
                 error_logs_threshold=tenant.alarms.error_logs_threshold,

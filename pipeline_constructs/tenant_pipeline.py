@@ -70,6 +70,9 @@ class TenantPipelineProps:
     before the file fails. Default: 1 hour.
     ``on_failure``: ``halt`` (a failed file stops the tenant until ``ops resume`` or ``ops
     skip``) or ``continue`` (the next file starts). Default: ``halt``.
+    ``duplicate_files``: ``process`` (a byte-identical re-upload of a file that succeeded is
+    processed again) or ``skip`` (it is recorded as a duplicate, nothing sent; split reads the
+    tenant's ledger items for it). Default: ``process``.
     ``queue_age_alarm_after``: the queue-age (backlog) alarm fires when the oldest message is
     older. Default: 6 hours (a burst of files is normal; the stall alarm covers a stuck head).
     ``stall_alarm_after``: the stall alarm fires when the head message has waited longer.
@@ -101,6 +104,7 @@ class TenantPipelineProps:
     sink_timeout_seconds: int = 10
     sink_outage_budget: Duration = field(default_factory=lambda: Duration.hours(1))
     on_failure: str = "halt"
+    duplicate_files: str = "process"
     queue_age_alarm_after: Duration = field(default_factory=lambda: Duration.hours(6))
     stall_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(30))
     error_logs_threshold: int = 1
@@ -217,6 +221,8 @@ class TenantPipeline(Construct):
                     chunk_size=props.chunk_size,
                     work_bucket=props.work_bucket.bucket_name,
                     landing_prefix=props.landing_prefix,
+                    ledger_table_name=props.ledger_table.table_name,
+                    duplicate_files=props.duplicate_files,
                 )
             ),
         )
@@ -552,6 +558,8 @@ class TenantPipeline(Construct):
             )
         )
         self._grant_own_ledger(self.register.role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
+        if props.duplicate_files == "skip":  # split looks up the content of files that succeeded
+            self._grant_own_ledger(self.split.role, props, "dynamodb:GetItem")
 
     def _grant_own_ledger(self, role: iam.IRole, props: TenantPipelineProps, *actions: str) -> None:
         """Only this tenant's items of the ledger (its partition)."""

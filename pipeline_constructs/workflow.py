@@ -1,6 +1,6 @@
 """The file-ingest workflow of one tenant.
 
-    Split -> ChunksInOrder (Map, MaxConcurrency 1)
+    Split -> ChunksInOrder (Map, MaxConcurrency 1; no chunks for a duplicate file)
                RegisterChunk -> ChunkDone? -- done ---------------> ChunkRegistered
                                            -- core system down --> WaitForCoreSystem -> RegisterChunk
                                            -- deadline ----------------------------> RegisterChunk
@@ -152,9 +152,12 @@ def build_definition(
     chunks.item_processor(register.next(chunk_done))
 
     def record_close(construct_id: str, status: str, error_paths: bool) -> tasks.LambdaInvoke:
-        close = {"execution_name": "$$.Execution.Name", "status": status, "error": None, "cause": None}
+        close = {"execution_name": "$$.Execution.Name", "status": status, "error": None, "cause": None,
+                 "content_sha256": None, "duplicate_of": None}
         if error_paths:
             close.update(error=f"{contract.ERROR_RESULT_PATH}.Error", cause=f"{contract.ERROR_RESULT_PATH}.Cause")
+        else:  # a success: the ledger remembers the file's content, or records it as a duplicate
+            close.update(content_sha256=f"{split_result}.content_sha256", duplicate_of=f"{split_result}.duplicate_of")
         task = tasks.LambdaInvoke(
             scope,
             construct_id,

@@ -433,3 +433,33 @@ def test_fails_when_the_file_time_limit_is_not_longer_than_the_outage_budget():
 def test_queue_age_defaults_to_a_six_hour_backlog_and_sink_errors_to_ten():
     (solo,) = parse_config(f"defaults:\n{SINK}tenants: [{{id: s, prefix: s/}}]").tenants
     assert (solo.alarms.queue_age_seconds, solo.alarms.sink_errors_threshold) == (21600, 10)
+
+
+def test_duplicate_files_defaults_to_process_and_may_be_set_per_tenant_or_in_defaults():
+    config = parse_config(textwrap.dedent(
+        f"""
+        defaults:
+        {SINK}
+          duplicate_files: skip
+        tenants:
+          - {{id: a, prefix: a/}}
+          - {{id: b, prefix: b/, duplicate_files: process}}
+        """
+    ))
+    assert [t.duplicate_files for t in config.tenants] == ["skip", "process"]
+    (solo,) = parse_config(f"defaults:\n{SINK}tenants: [{{id: s, prefix: s/}}]").tenants
+    assert solo.duplicate_files == "process"
+
+
+def test_fails_when_duplicate_files_is_unknown():
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, duplicate_files: ignore}}
+        """
+    ) == (
+        "tenant 'acme': field 'duplicate_files' = 'ignore': Input should be 'process' or 'skip'; use 'process' "
+        "(a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)"
+    )

@@ -169,3 +169,20 @@ def test_a_resume_racing_another_writer_asks_to_run_again(deployment, monkeypatc
 
     monkeypatch.setattr(Ledger, "read", stale_read)
     assert deployment.ops("resume", "acme")[0] == EXIT_CONFLICT
+
+
+def test_status_shows_the_files_recorded_as_duplicates(deployment):
+    """GIVEN a file closed as a duplicate of an earlier one (duplicate_files: skip)
+    THEN `ops status` names it and the file whose bytes it has, in JSON and in the table."""
+    file = FileRef(tenant="acme", event_id="evt-b", bucket="landing", key="acme/b.csv", version_id="v2", size=1,
+                   etag=None, event_time="")
+    deployment.ledger.claim(deployment.ledger.read(), file, "evt-b", NOW - 60)
+    earlier = {"key": "acme/a.csv", "version_id": "v1", "event_id": "evt-a"}
+    deployment.ledger.record_close("evt-b", "SUCCEEDED", halt_on_failure=True, now=NOW - 50, duplicate_of=earlier)
+    code, out = deployment.ops("status", "acme", "--json")
+    (status,) = json.loads(out)
+    assert code == EXIT_OK
+    assert [(d["key"], d["version_id"], d["duplicate_of"]) for d in status["duplicates_24h"]] == [
+        ("acme/b.csv", "v2", earlier)]
+    code, out = deployment.ops("status")
+    assert "acme: 1 duplicate file(s) in 24 h" in out and "acme/b.csv has the bytes of acme/a.csv (version v1)" in out

@@ -232,6 +232,7 @@ def test_every_close_is_recorded_then_failures_fail_the_execution(acme):
     assert states["RecordSuccess"]["Next"] == "FileIngested"
     assert states["RecordSuccess"]["Parameters"]["Payload"] == {
         "execution_name.$": "$$.Execution.Name", "status": "SUCCEEDED",
+        "content_sha256.$": "$.split.content_sha256", "duplicate_of.$": "$.split.duplicate_of",
     }
     failure = states["RecordFailure"]
     assert failure["Next"] == "IngestFailed"
@@ -261,6 +262,7 @@ def test_records_never_travel_between_states_only_references(acme):
     split_output = states["Split"]["ResultSelector"]
     assert set(split_output) == {
         "manifest_key.$", "chunk_prefix.$", "chunk_size.$", "chunk_count.$", "record_count.$", "chunks.$",
+        "content_sha256.$", "duplicate_of.$",  # a hash and an object reference, never content
     }
     assert states["ChunksInOrder"]["ResultPath"] is None, "chunk results must not pile up in the state"
     assert {k.removesuffix(".$") for k in states["ChunksInOrder"]["ItemSelector"]} == {
@@ -333,6 +335,28 @@ def test_closer_can_hand_off_on_its_own_queue_notify_and_stop_only_its_own_execu
     assert sorted(by_sid["DescribeAndStopOwnExecutions"]["Action"]) == ["states:DescribeExecution", "states:StopExecution"]
     assert by_sid["DescribeAndStopOwnExecutions"]["Resource"]["Fn::Join"][1][-1] == ":execution:acme-file-ingest-workflow:*"
     assert by_sid["NotifyFailures"]["Action"] == "sns:Publish"
+
+
+def test_duplicate_files_reaches_split_with_its_own_ledger_items_only_when_skipping(acme, initech):
+    """initech skips duplicate files: its split reads its own ledger items (the content of
+    files that succeeded); acme processes them, its split has no ledger access at all."""
+    for template, tenant, mode in ((acme, "acme", "process"), (initech, "initech", "skip")):
+        env = function_named(template, f"{tenant}-split")["Properties"]["Environment"]["Variables"]
+        assert env["DUPLICATE_FILES"] == mode
+        assert "LEDGER_TABLE_NAME" in env
+    ledger = {s.get("Sid"): s for s in policy_statements_of_role(initech, "PipelineSplitRole")}["OwnLedgerItemsOnly"]
+    assert ledger["Action"] == "dynamodb:GetItem"
+    assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["initech"]}}
+    assert not {a for a in actions_of(policy_statements_of_role(acme, "PipelineSplitRole")) if a.startswith("dynamodb:")}
+
+
+def test_a_success_close_carries_splits_content_hash_and_duplicate_a_failure_does_not(acme):
+    states = definition(acme)["States"]
+    success = states["RecordSuccess"]["Parameters"]["Payload"]
+    assert success["content_sha256.$"] == "$.split.content_sha256"
+    assert success["duplicate_of.$"] == "$.split.duplicate_of"
+    failure = states["RecordFailure"]["Parameters"]["Payload"]
+    assert not {"content_sha256", "content_sha256.$", "duplicate_of", "duplicate_of.$"} & set(failure)
 
 
 def test_split_reads_only_its_tenant_prefix_and_writes_only_its_tenant_chunks(initech):

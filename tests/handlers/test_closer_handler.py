@@ -13,7 +13,7 @@ from conftest import TENANT
 import closer
 from closer import Closer, close_event, error_summary
 from contract import CloserEnv, FileRef, environment, execution_arn
-from ledger import FAILED, SUCCEEDED, Ledger
+from ledger import DUPLICATE, FAILED, SUCCEEDED, Ledger
 from runtime import BoundLogger, get_logger
 
 NOW = 1_700_000_000.0
@@ -208,3 +208,36 @@ def test_handler_reads_its_environment(machine, ledger_table, queue_url, topic, 
     result = closer.handler({"execution_name": "evt-a", "status": "SUCCEEDED"}, None)
     assert result["recorded"] is True
     assert [r for r in logs.records() if r.levelno >= logging.WARNING] == []
+
+
+SHA = "ab" * 32
+
+
+def test_a_success_remembers_the_files_content_for_later_duplicates(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
+    cfg = config(machine, ledger_table, queue_url, topic)
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "SUCCEEDED", "content_sha256": SHA,
+                                       "duplicate_of": None})
+    assert ledger.processed_content(SHA) == {"key": "acme/f.csv", "version_id": "v7", "event_id": "evt-a"}
+
+
+def test_a_failure_never_remembers_the_content(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
+    cfg = config(machine, ledger_table, queue_url, topic)
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "FAILED", "error": "E", "cause": "c",
+                                       "content_sha256": SHA})
+    assert ledger.processed_content(SHA) is None
+
+
+def test_a_duplicate_is_recorded_as_such_without_a_notification(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
+    cfg = config(machine, ledger_table, queue_url, topic)
+    waiting_message(sqs, queue_url, ledger)
+    earlier = {"key": "acme/e.csv", "version_id": "v1", "event_id": "evt-0"}
+
+    result = close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "SUCCEEDED",
+                                                "content_sha256": SHA, "duplicate_of": earlier})
+
+    assert result["recorded"] is True and result["handed_off"] is True
+    assert (ledger.read().status, ledger.read().duplicate_of) == (DUPLICATE, earlier)
+    (entry,) = ledger.history()
+    assert (entry["status"], entry["duplicate_of"]) == (DUPLICATE, earlier)
+    assert ledger.processed_content(SHA) is None  # the content stays the earlier file's
+    assert published(sqs, topic) == []

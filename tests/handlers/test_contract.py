@@ -13,7 +13,8 @@ from contract import ConfigError, ControllerEnv, RegisterEnv, SplitEnv, environm
 
 def test_environment_round_trips_through_from_env():
     """GIVEN a config as the construct renders it WHEN the handler reads it back THEN it is equal, typed."""
-    config = SplitEnv(tenant_id="acme", format="jsonl", chunk_size=250, work_bucket="work", landing_prefix="acme/")
+    config = SplitEnv(tenant_id="acme", format="jsonl", chunk_size=250, work_bucket="work", landing_prefix="acme/",
+                      ledger_table_name="ledger", duplicate_files="skip")
     rendered = environment(config)
     assert rendered == {
         "TENANT_ID": "acme",
@@ -21,6 +22,8 @@ def test_environment_round_trips_through_from_env():
         "CHUNK_SIZE": "250",
         "WORK_BUCKET": "work",
         "LANDING_PREFIX": "acme/",
+        "LEDGER_TABLE_NAME": "ledger",
+        "DUPLICATE_FILES": "skip",
     }
     assert from_env(SplitEnv, rendered) == config
     register = RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://core",
@@ -30,7 +33,8 @@ def test_environment_round_trips_through_from_env():
 
 def test_fails_when_required_variable_is_missing():
     """GIVEN WORK_BUCKET unset WHEN read THEN the error names the variable."""
-    env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/"))
+    env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/",
+                                   ledger_table_name="l", duplicate_files="process"))
     del env["WORK_BUCKET"]
     with pytest.raises(ConfigError, match="^environment variable WORK_BUCKET is not set"):
         from_env(SplitEnv, env)
@@ -42,10 +46,12 @@ def test_fails_when_required_variable_is_missing():
         ("CHUNK_SIZE", "ten", "CHUNK_SIZE='ten' is not an integer"),
         ("CHUNK_SIZE", "0", "CHUNK_SIZE=0 must be at least 1"),
         ("FORMAT", "xml", "FORMAT='xml' must be one of csv, jsonl"),
+        ("DUPLICATE_FILES", "ignore", "DUPLICATE_FILES='ignore' must be one of process, skip"),
     ],
 )
 def test_fails_when_a_split_variable_is_invalid(name, value, message):
-    env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/"))
+    env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/",
+                                   ledger_table_name="l", duplicate_files="process"))
     env[name] = value
     with pytest.raises(ConfigError, match=message):
         from_env(SplitEnv, env)

@@ -26,7 +26,10 @@ WORK_BUCKET = "work"
 DEFINITION = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
 
 
-def s3_event(event_id: str, *, key: str = "acme/f.csv", version_id: str = "v1") -> dict[str, Any]:
+def s3_event(event_id: str, *, key: str = "acme/f.csv", version_id: str | None = None) -> dict[str, Any]:
+    # Each event a new upload (its own version) unless told: the ledger refuses a second
+    # event for a version it made current (its version marker).
+    version_id = version_id or f"v-{event_id}"
     return {
         "version": "0",
         "id": event_id,
@@ -136,7 +139,7 @@ def forget(sfn: Any, config: ControllerEnv, name: str) -> None:
 
 
 def file_ref(event_id: str) -> FileRef:
-    return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key="acme/x.csv", version_id="v1",
+    return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key="acme/x.csv", version_id=f"v-{event_id}",
                    size=1, etag=None, event_time="")
 
 
@@ -255,6 +258,20 @@ def test_a_duplicate_event_of_a_file_done_long_ago_is_let_go(config, sfn, ddb, s
     assert result["outcome"] == "done" and result["batchItemFailures"] == []
     assert executions(sfn, config) == {"evt-b": "SUCCEEDED"}
     assert ledger.read().execution == "evt-b"
+
+
+def test_a_replayed_event_of_a_processed_version_is_let_go(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN file A done WHEN an event with a new id announces A's version again (ops reconcile
+    --replay, a DLQ replay) THEN nothing starts and the message goes (the version marker)."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW)
+    set_status(sfn, config, "evt-a", "SUCCEEDED")
+
+    result = run(queue.record("reconcile-1", version_id="v-evt-a"), config, sfn, ddb, sqs)
+
+    assert result["outcome"] == "done" and result["batchItemFailures"] == []
+    assert executions(sfn, config) == {"evt-a": "SUCCEEDED"}
+    assert ledger.read().execution == "evt-a"
 
 
 def test_a_redelivered_message_of_the_current_finished_file_is_let_go(config, sfn, ddb, sqs, queue, ledger):
@@ -489,7 +506,7 @@ def test_handler_reports_a_waiting_message_as_an_item_failure_logged_at_info(han
     assert logs.errors() == []
     (busy,) = [r for r in logs.records() if "gate busy" in r.getMessage()]
     assert busy.levelno == logging.INFO
-    assert (busy.tenant, busy.event_id, busy.key, busy.version_id) == (TENANT, "evt-b", "acme/f.csv", "v1")
+    assert (busy.tenant, busy.event_id, busy.key, busy.version_id) == (TENANT, "evt-b", "acme/f.csv", "v-evt-b")
     assert executions(sfn, handler_env) == {"evt-a": "RUNNING"}
 
 

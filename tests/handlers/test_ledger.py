@@ -8,14 +8,14 @@ import pytest
 from conftest import TENANT
 
 from contract import FileRef
-from ledger import FAILED, RUNNING, SKIPPED, SUCCEEDED, AlreadyClaimed, Ledger, LedgerConflict
+from ledger import DUPLICATE, FAILED, RUNNING, SKIPPED, SUCCEEDED, AlreadyClaimed, Ledger, LedgerConflict, version_entry
 
 NOW = 1_700_000_000.0
 
 
-def file(event_id: str) -> FileRef:
-    return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key=f"acme/{event_id}.csv",
-                   version_id="v1", size=1, etag=None, event_time="")
+def file(event_id: str, *, key: str | None = None, version_id: str = "v1") -> FileRef:
+    return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key=key or f"acme/{event_id}.csv",
+                   version_id=version_id, size=1, etag=None, event_time="")
 
 
 @pytest.fixture
@@ -33,6 +33,63 @@ def test_claim_makes_the_file_current_and_remembers_its_event(ledger):
     assert (after.seq, after.execution, after.file_id, after.status, after.next_record) == (1, "e1", "e1", RUNNING, 0)
     with pytest.raises(AlreadyClaimed):
         ledger.claim(after, file("e1"), "e1", NOW)
+
+
+def test_a_second_event_for_a_claimed_object_version_is_already_claimed(ledger, ddb):
+    """A replay (reconcile, DLQ) carries a new event id for the same version: let go, never run."""
+    first = ledger.claim(ledger.read(), file("e1", key="acme/a.csv"), "e1", NOW)
+    closed = ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    with pytest.raises(AlreadyClaimed):
+        ledger.claim(closed, file("reconcile-1", key="acme/a.csv"), "reconcile-1", NOW + 2)
+    after = ledger.read()
+    assert (after.seq, after.execution, after.status) == (first.seq + 1, "e1", SUCCEEDED)
+    entries = {i["entry"]["S"] for i in ddb.scan(TableName=ledger.table)["Items"]}
+    assert "event#reconcile-1" not in entries  # the cancelled transaction wrote nothing
+
+
+def test_a_claimed_event_id_is_already_claimed_whatever_version_it_names(ledger):
+    """Only the event marker refuses it (the version is new): still a duplicate event."""
+    ledger.claim(ledger.read(), file("e1", version_id="v1"), "e1", NOW)
+    closed = ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    with pytest.raises(AlreadyClaimed):
+        ledger.claim(closed, file("e1", version_id="v2"), "e1", NOW + 2)
+    assert ledger.read().seq == closed.seq
+
+
+def test_another_version_of_the_same_key_is_a_new_file(ledger):
+    ledger.claim(ledger.read(), file("e1", key="acme/a.csv", version_id="v1"), "e1", NOW)
+    closed = ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    after = ledger.claim(closed, file("e2", key="acme/a.csv", version_id="v2"), "e2", NOW + 2)
+    assert (after.execution, after.status, after.file["version_id"]) == ("e2", RUNNING, "v2")
+
+
+def test_a_duplicate_version_from_a_stale_read_is_a_conflict_then_already_claimed(ledger):
+    """Only a claim whose position still holds is a duplicate; a stale one decides again."""
+    stale = ledger.read()
+    ledger.claim(stale, file("e1", key="acme/a.csv"), "e1", NOW)
+    with pytest.raises(LedgerConflict):
+        ledger.claim(stale, file("e2", key="acme/a.csv"), "e2", NOW)
+    with pytest.raises(AlreadyClaimed):
+        ledger.claim(ledger.read(), file("e2", key="acme/a.csv"), "e2", NOW)
+
+
+def test_the_version_marker_names_the_version_and_who_claimed_it(ledger, ddb):
+    ledger.claim(ledger.read(), file("e1", key="acme/dir/a b.csv", version_id="v9"), "e1-exec", NOW)
+    entry = version_entry("landing", "acme/dir/a b.csv", "v9")
+    item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": entry}})["Item"]
+    assert {k: v.get("S", v.get("N")) for k, v in item.items()} == {
+        "tenant": TENANT, "entry": entry, "bucket": "landing", "key": "acme/dir/a b.csv", "version_id": "v9",
+        "event_id": "e1", "execution": "e1-exec", "claimed_at": str(NOW), "expires_at": str(int(NOW + 400 * 86400)),
+    }
+
+
+def test_a_version_entry_is_a_hash_of_bucket_key_and_version():
+    entry = version_entry("landing", "acme/a.csv", "v1")
+    assert entry.startswith("version#") and len(entry) == len("version#") + 64
+    assert entry == version_entry("landing", "acme/a.csv", "v1")
+    # Every part counts, and the parts cannot run into each other.
+    assert len({entry, version_entry("landing2", "acme/a.csv", "v1"), version_entry("landing", "acme/b.csv", "v1"),
+                version_entry("landing", "acme/a.csv", "v2"), version_entry("landing", "acme/a.csvv", "1")}) == 5
 
 
 def test_a_claim_from_a_stale_read_is_refused(ledger):
@@ -110,7 +167,7 @@ def test_the_stored_items_keep_their_documented_shape(ledger, ddb):
     after = ledger.claim(ledger.read(), file("e1"), "e1", NOW)
     assert after.attempt == 0
     items = {i["entry"]["S"]: i for i in ddb.scan(TableName=ledger.table)["Items"]}
-    assert set(items) == {"position", "event#e1"}
+    assert set(items) == {"position", "event#e1", version_entry("landing", "acme/e1.csv", "v1")}
     assert items["position"]["status"] == {"S": "RUNNING"}
     ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1, cause="x" * 5000)
     items = {i["entry"]["S"]: i for i in ddb.scan(TableName=ledger.table)["Items"]}
@@ -138,3 +195,44 @@ def test_history_and_event_markers_expire_after_400_days(ledger, ddb):
     assert items[history]["expires_at"] == {"N": str(int(NOW + 10 + 400 * 86400))}
     assert items["event#e1"]["expires_at"] == {"N": str(int(NOW + 400 * 86400))}
     assert "expires_at" not in items["position"]  # the position never expires
+
+
+SHA = "0f" * 32
+
+
+def test_a_success_with_a_content_hash_remembers_that_file_for_the_content(ledger, ddb):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 10, content_sha256=SHA)
+    assert ledger.processed_content(SHA) == {"key": "acme/e1.csv", "version_id": "v1", "event_id": "e1"}
+    item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": f"content#{SHA}"}})["Item"]
+    assert (item["execution"], item["expires_at"]) == ({"S": "e1"}, {"N": str(int(NOW + 10 + 400 * 86400))})
+    assert ledger.processed_content("1" * 64) is None
+
+
+@pytest.mark.parametrize("status", ["FAILED", "TIMED_OUT", "ABORTED"])
+def test_a_failed_file_never_becomes_the_content_of_record(ledger, status):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_close("e1", status, halt_on_failure=False, now=NOW + 1, content_sha256=SHA)
+    assert ledger.processed_content(SHA) is None
+
+
+def test_a_duplicate_closes_as_duplicate_of_the_earlier_file_and_the_next_claim_forgets_it(ledger):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1, content_sha256=SHA)
+    ledger.claim(ledger.read(), file("e2"), "e2", NOW + 2)
+    earlier = {"key": "acme/e1.csv", "version_id": "v1", "event_id": "e1"}
+    after = ledger.record_close("e2", "SUCCEEDED", halt_on_failure=True, now=NOW + 3, content_sha256=SHA,
+                                duplicate_of=earlier)
+    assert (after.status, after.duplicate_of, after.halted, after.running) == (DUPLICATE, earlier, False, False)
+    assert ledger.processed_content(SHA)["event_id"] == "e1"  # the file of record stays the one sent
+    assert [(e["execution"], e["status"], e["duplicate_of"]) for e in ledger.history()] == [
+        ("e2", DUPLICATE, earlier), ("e1", SUCCEEDED, None)]
+    nxt = ledger.claim(after, file("e3"), "e3", NOW + 4)
+    assert (nxt.status, nxt.duplicate_of) == (RUNNING, None)
+
+
+def test_a_failure_is_never_recorded_as_a_duplicate(ledger):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    after = ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1,
+                                duplicate_of={"key": "k", "version_id": "v", "event_id": "e0"})
+    assert (after.status, after.duplicate_of, after.halted) == (FAILED, None, True)

@@ -11,6 +11,8 @@ Invariants, after every step:
   redrive is not one of them: it can never become the ledger's running execution, and the
   register function refuses any other);
 * files start in queue order, each at most once, and none while the tenant is halted;
+* a replayed event (a new event id for an object version already queued, as `ops reconcile`
+  or a DLQ replay sends it) never starts an execution: the version marker lets it go;
 * no message is let go without its file having been made current (nothing lost), and no file
   is given up without an operator's reason.
 
@@ -35,7 +37,7 @@ import operations
 from closer import Closer
 from contract import CLOSED_STATUSES, CloserEnv, ControllerEnv, execution_arn
 from controller import process_message
-from ledger import SKIPPED, Ledger, LedgerConflict
+from ledger import SKIPPED, Ledger, LedgerConflict, version_entry
 from runtime import BoundLogger, get_logger
 
 HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
@@ -109,6 +111,7 @@ class Protocol(RuleBasedStateMachine):
         self.let_go: dict[str, str] = {}  # event id -> why its message was deleted
         self.skip_reasons: dict[str, str] = {}
         self.forgotten: set[str] = set()
+        self.replays: dict[str, str] = {}  # replayed event id -> the event id it replays
 
     def teardown(self) -> None:
         self.mock.stop()
@@ -132,6 +135,7 @@ class Protocol(RuleBasedStateMachine):
                 continue
             self.ours.add(name)
             file_id = name.split("-r")[0]
+            assert file_id not in self.replays, f"replay {file_id} of {self.replays.get(file_id)} started an execution"
             if file_id not in self.started:
                 self.started.append(file_id)
 
@@ -152,17 +156,27 @@ class Protocol(RuleBasedStateMachine):
         self.a_file_arrives()
         self.a_file_arrives()
 
-    @rule()
-    def a_file_arrives(self) -> None:
-        event_id = f"evt{len(self.sent):03d}"
+    def send(self, event_id: str, key: str) -> None:
         body = json.dumps({
             "id": event_id, "source": "aws.s3", "detail-type": "Object Created", "time": "2024-01-01T00:00:00Z",
-            "detail": {"bucket": {"name": "landing"}, "object": {"key": f"acme/{event_id}.csv", "size": 1,
-                                                                 "version-id": "v1"}},
+            "detail": {"bucket": {"name": "landing"}, "object": {"key": key, "size": 1, "version-id": "v1"}},
         })
         self.sqs.send_message(QueueUrl=self.queue, MessageBody=body, MessageGroupId=TENANT,
                               MessageDeduplicationId=event_id)
+
+    @rule()
+    def a_file_arrives(self) -> None:
+        event_id = f"evt{len(self.sent):03d}"
+        self.send(event_id, f"acme/{event_id}.csv")
         self.sent.append(event_id)
+
+    @rule(data=st.data())
+    def an_operator_replays_a_queued_or_processed_file(self, data: st.DataObject) -> None:
+        """`ops reconcile --replay` or a DLQ replay: the same object version, a new event id."""
+        original = data.draw(st.sampled_from(self.sent))
+        replay = f"rpl{len(self.replays):03d}"
+        self.send(replay, f"acme/{original}.csv")
+        self.replays[replay] = original
 
     @rule()
     def the_head_message_is_delivered(self) -> None:
@@ -199,7 +213,10 @@ class Protocol(RuleBasedStateMachine):
             self.in_flight.pop(message["MessageId"], None)
 
     def ledger_knows(self, event_id: str) -> bool:
-        item = self.ddb.get_item(TableName="ledger", Key={"tenant": {"S": TENANT}, "entry": {"S": f"event#{event_id}"}})
+        entry = f"event#{event_id}"
+        if event_id in self.replays:  # a replay is let go because its version was made current
+            entry = version_entry("landing", f"acme/{self.replays[event_id]}.csv", "v1")
+        item = self.ddb.get_item(TableName="ledger", Key={"tenant": {"S": TENANT}, "entry": {"S": entry}})
         return "Item" in item
 
     @rule(seconds=st.sampled_from([40, 1, 250, 400, 4000]))

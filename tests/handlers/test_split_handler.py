@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 import contract
 import split
 from contract import KeyOutsidePrefixError, MalformedFileError, SplitEnv
+from conftest import LEDGER_TABLE
 from split import split_file
 
 TENANT = "acme"
@@ -25,9 +27,10 @@ def buckets(s3: Any) -> Any:
     return s3
 
 
-def config(fmt: str = "csv", chunk_size: int = 3) -> SplitEnv:
+def config(fmt: str = "csv", chunk_size: int = 3, duplicate_files: str = "process") -> SplitEnv:
     return SplitEnv(
-        tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK, landing_prefix="acme/"
+        tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK, landing_prefix="acme/",
+        ledger_table_name=LEDGER_TABLE, duplicate_files=duplicate_files,
     )
 
 
@@ -89,6 +92,8 @@ def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected
         "chunk_count": len(expected_chunks),
         "record_count": records,
         "chunks": list(range(len(expected_chunks))),
+        "content_sha256": hashlib.sha256(csv_file(records)).hexdigest(),
+        "duplicate_of": None,
     }
     assert chunk_records(buckets, result) == [
         [{"id": str(i), "name": f"name-{i}"} for i in chunk] for chunk in expected_chunks
@@ -314,7 +319,8 @@ def handler_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_handler_returns_only_references_and_counts(buckets, handler_env, logs):
     """GIVEN the deployed environment WHEN the handler splits 3 records
     THEN its output has no record content."""
-    result = split.handler(upload(buckets, b"id,secret\n1,TOPSECRET\n2,b\n3,c\n"), None)
+    content = b"id,secret\n1,TOPSECRET\n2,b\n3,c\n"
+    result = split.handler(upload(buckets, content), None)
 
     assert result == {
         "manifest_key": "chunks/acme/evt-1/manifest.json",
@@ -323,6 +329,8 @@ def test_handler_returns_only_references_and_counts(buckets, handler_env, logs):
         "chunk_count": 2,
         "record_count": 3,
         "chunks": [0, 1],
+        "content_sha256": hashlib.sha256(content).hexdigest(),
+        "duplicate_of": None,
     }
     assert "TOPSECRET" not in json.dumps(result) + logs.text()
     assert logs.errors() == []
@@ -399,3 +407,76 @@ def test_fails_when_start_record_is_negative(buckets):
     request = upload(buckets, csv_file(1))
     with pytest.raises(ValueError, match="start_record -1 must be >= 0"):
         split_file({**request, "start_record": -1}, config=config(), s3=buckets)
+
+
+# --- duplicate files: the content's hash, and `duplicate_files: skip` ---------------------------
+
+
+def processed(ddb: Any, content: bytes, key: str, version_id: str, event_id: str = "evt-0") -> None:
+    """The ledger after a file with `content` SUCCEEDED (its close remembers the content)."""
+    from contract import FileRef
+    from ledger import Ledger
+
+    ledger = Ledger(ddb, LEDGER_TABLE, TENANT)
+    ledger.claim(ledger.read(), FileRef(tenant=TENANT, event_id=event_id, bucket=LANDING, key=key,
+                                        version_id=version_id, size=len(content), etag=None, event_time=""),
+                 event_id, 1.0)
+    ledger.record_close(event_id, "SUCCEEDED", halt_on_failure=True, now=2.0,
+                        content_sha256=hashlib.sha256(content).hexdigest())
+
+
+def test_the_content_hash_is_of_the_bytes_streamed_and_kept_in_the_manifest(buckets):
+    """A big file read in many pieces: the hash is of every byte, not of the records."""
+    content = b"\xef\xbb\xbfid,name\r\n" + b"".join(b"%d,n\r\n" % i for i in range(200_000))
+    result = split_file(upload(buckets, content), config=config(chunk_size=50_000), s3=buckets)
+    assert result["content_sha256"] == hashlib.sha256(content).hexdigest()
+    manifest = json.loads(buckets.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
+    assert manifest["content_sha256"] == result["content_sha256"]
+
+
+def test_skip_sends_nothing_for_the_bytes_of_a_file_that_succeeded(buckets, ddb, ledger_table, logs):
+    """GIVEN acme/a.csv succeeded WHEN the same bytes arrive as acme/b.csv (duplicate_files: skip)
+    THEN no chunk is to be sent and the result names a.csv's version and event."""
+    content = csv_file(4)
+    first = upload(buckets, content, key="acme/a.csv")
+    processed(ddb, content, "acme/a.csv", first["version_id"])
+    again = upload(buckets, content, key="acme/b.csv")
+    result = split_file(again, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb, log=logs_adapter())
+    assert result["chunks"] == [] and result["record_count"] == 4
+    assert result["duplicate_of"] == {"key": "acme/a.csv", "version_id": first["version_id"], "event_id": "evt-0"}
+    assert "duplicate file" in " ".join(logs.at(20))
+
+
+def test_skip_processes_different_bytes_and_the_same_version_again(buckets, ddb, ledger_table):
+    content = csv_file(4)
+    first = upload(buckets, content, key="acme/a.csv")
+    processed(ddb, content, "acme/a.csv", first["version_id"])
+    other = split_file(upload(buckets, csv_file(5), key="acme/b.csv"), config=config(duplicate_files="skip"),
+                       s3=buckets, ddb=ddb)
+    assert (other["duplicate_of"], other["chunks"]) == (None, [0, 1])
+    same_version = split_file({**first, "event_id": "evt-9"}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb)
+    assert (same_version["duplicate_of"], same_version["chunks"]) == (None, [0, 1])
+
+
+def test_process_sends_a_duplicate_again_without_reading_the_ledger(buckets, ddb, ledger_table):
+    content = csv_file(4)
+    first = upload(buckets, content, key="acme/a.csv")
+    processed(ddb, content, "acme/a.csv", first["version_id"])
+    result = split_file(upload(buckets, content, key="acme/b.csv"), config=config(), s3=buckets, ddb=None)
+    assert (result["duplicate_of"], result["chunks"]) == (None, [0, 1])
+
+
+def test_a_resumed_file_is_never_found_a_duplicate(buckets, ddb, ledger_table):
+    """Part of it was sent already: it goes on from its start record."""
+    content = csv_file(7)
+    request = upload(buckets, content, key="acme/b.csv")
+    split_file(request, config=config(), s3=buckets)
+    processed(ddb, content, "acme/a.csv", "v-other")
+    resumed = split_file({**request, "start_record": 3}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb)
+    assert (resumed["duplicate_of"], resumed["chunks"]) == (None, [1, 2])
+
+
+def logs_adapter() -> Any:
+    from runtime import BoundLogger, get_logger
+
+    return BoundLogger(get_logger("split"), {})
