@@ -64,6 +64,7 @@ def test_a_dead_lettered_file_event_is_replayed_and_ingested_in_upload_order(pip
     with rule_delivers_to(pipe, "acme-object-created", dlq_arn):
         second, _ = pipe.put_file("acme", "f2.csv", csv_file("f2", 5))
     assert dlq_messages(pipe, tenant.intake_dlq_url) == 1
+    wait_for(lambda: "acme-intake-dlq" in pipe.alarms_in_alarm(), timeout=30, what="the intake-dlq alarm")
     pipe.wait_until_idle(timeout=120)
     assert [e["input"]["key"] for e in pipe.executions("acme")] == [first], "f2's event never reached the queue"
 

@@ -65,6 +65,9 @@ def test_a_poison_message_between_two_files_is_quarantined_and_the_files_go_on(p
     assert_records_in_file_order(pipe.sink("poison").accepted, [("first", 4), ("second", 5)])
     (delivery,) = [d for d in pipe.deliveries("poison") if d.message_id == poison_id]
     assert delivery.outcome == "deleted"
+    # The quarantine pages (its ERROR line also counts as an error-log line, as the runbook says).
+    assert "poison-quarantine" in pipe.alarms_fired()
+    assert "keys-quarantine" not in pipe.alarms_fired()
 
     s3 = pipe.client("s3")
     out = io.StringIO()

@@ -22,7 +22,9 @@ RECORDS = 4
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
     return start_pipeline(
-        [{"id": TENANT, "ordering": {"by": "key_sequence", "sequence_pattern": r"(?P<seq>\d+)\.csv$"}}],
+        # The gap alarm after 60 s: 1.8 s at the end-to-end time scale.
+        [{"id": TENANT, "ordering": {"by": "key_sequence", "sequence_pattern": r"(?P<seq>\d+)\.csv$",
+                                     "gap_alarm_after_seconds": 60}}],
         chunk_size=3,
     )
 
@@ -74,6 +76,7 @@ def test_a_missing_number_holds_the_later_file_until_it_arrives(pipe: LocalPipel
     code, out = ops(pipe, "status", TENANT)
     assert code == EXIT_OK
     assert f"{TENANT} waits for sequence number 4; files waiting: 5" in out
+    wait_for(lambda: f"{TENANT}-sequence-gap" in pipe.alarms_in_alarm(), timeout=60, what="the sequence-gap alarm")
 
     four = upload(pipe, 4)
     pipe.wait_until_idle(timeout=120, tenants=[TENANT])
