@@ -101,6 +101,9 @@ def test_an_upload_outside_every_tenant_prefix_is_listed_by_ops_status_and_count
     datapoints = pipe.client("cloudwatch").list_metrics(Namespace="OrderedIngest", MetricName="UnmatchedUploads")
     assert datapoints["Metrics"], "the metric was put into CloudWatch"
     assert pipe.publish_log_metrics() == {}, "an event is counted once"
+    wait_for(lambda: "ordered-ingest-unmatched-uploads" in pipe.alarms_fired(), timeout=30,
+             what="the unmatched-uploads alarm")
+    assert not {name for name in pipe.alarms_fired() if name.startswith("globex-")}
 
     assert [e["input"]["key"] for e in pipe.executions("globex")] == [owned]
     assert_records_in_file_order(pipe.sink("globex").accepted, [("g1", 3)])
