@@ -228,3 +228,42 @@ def test_positions_of_other_tenants_are_not_read(sequenced, sfn, ddb, sqs, queue
     other = Ledger(ddb, sequenced.ledger_table_name, "other")
     assert other.waiting_sequences() == [] and [s for s, _ in ledger.waiting_sequences()] == [3]
     assert TENANT == "acme"
+
+
+def test_a_close_between_noting_a_waiting_file_and_checking_the_position_is_never_missed(
+    sequenced, sfn, ddb, sqs, queue, ledger, monkeypatch
+):
+    """GIVEN file 1 running and file 2 arriving WHEN file 1's close (and its hand-off, which finds
+    no note yet) happens just before 2's note is written THEN the controller sees the position
+    changed, decides again and starts 2 at once instead of leaving it invisible for 4 minutes."""
+    run(queue.record("evt-1", key=file_key(1)), sequenced, sfn, ddb, sqs)
+    noted = Ledger.note_waiting_sequence
+
+    def close_first(self, *args, **kwargs):
+        monkeypatch.setattr(Ledger, "note_waiting_sequence", noted)
+        set_status(sfn, sequenced, "evt-1", "SUCCEEDED")
+        close(Ledger(ddb, sequenced.ledger_table_name, TENANT), "evt-1", sqs, sequenced.queue_url, NOW + 1)
+        return noted(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "note_waiting_sequence", close_first)
+    result = run(queue.record("evt-2", key=file_key(2)), sequenced, sfn, ddb, sqs, now=NOW + 2)
+
+    assert result["outcome"] == "started"
+    assert ledger.read().sequence == 2
+
+
+def test_the_ledger_refuses_to_skip_a_gap_while_a_file_runs_or_the_tenant_is_halted(sequenced, sfn, ddb, sqs, queue, ledger):
+    """The ledger's own condition, not only the operator command's check: a gap skip that raced a
+    claim or a failure fails (LedgerConflict) instead of moving the sequence under a running file."""
+    from ledger import LedgerConflict
+
+    before = ledger.read()
+    run(queue.record("evt-1", key=file_key(1)), sequenced, sfn, ddb, sqs)
+    with pytest.raises(LedgerConflict):
+        ledger.skip_gap(ledger.read(), 2, 4, "r", NOW)  # running
+    with pytest.raises(LedgerConflict):
+        ledger.skip_gap(before, 1, 4, "r", NOW)  # stale read: the claim came in between
+    failed = ledger.record_close("evt-1", "FAILED", halt_on_failure=True, now=NOW + 1)
+    with pytest.raises(LedgerConflict):
+        ledger.skip_gap(failed, 2, 4, "r", NOW + 2)  # halted: resume or skip the file first
+    assert ledger.read().sequence == 1
