@@ -424,25 +424,16 @@ class TenantPipeline(Construct):
 
     def metric_quarantined_messages(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """Messages the controller quarantined because they were not usable file events (EMF; Sum)."""
-        return self._controller_metric(contract.QUARANTINED_MESSAGES_METRIC, "Sum", period)
+        return self._tenant_metric(contract.QUARANTINED_MESSAGES_METRIC, "Sum", period)
 
     def metric_late_arrivals(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """File events that arrived older than the last file started (controller, EMF; Sum)."""
-        return self._controller_metric(contract.LATE_ARRIVAL_METRIC, "Sum", period)
+        return self._tenant_metric(contract.LATE_ARRIVAL_METRIC, "Sum", period)
 
     def metric_sequence_gap(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """``key_sequence`` ordering: how long a later file has waited for a missing sequence
         number (controller, EMF; Maximum)."""
-        return self._controller_metric(contract.SEQUENCE_GAP_METRIC, "Maximum", period)
-
-    def _controller_metric(self, name: str, statistic: str, period: Duration) -> cloudwatch.Metric:
-        return cloudwatch.Metric(
-            namespace=contract.METRIC_NAMESPACE,
-            metric_name=name,
-            dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
-            statistic=statistic,
-            period=period,
-        )
+        return self._tenant_metric(contract.SEQUENCE_GAP_METRIC, "Maximum", period)
 
     def metric_queue_age(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """Age of the oldest message in the queue (Maximum)."""

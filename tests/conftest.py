@@ -68,6 +68,30 @@ def initech(synthesized) -> Template:
     return synthesized.template("OrderedIngest-Tenant-initech")
 
 
+@pytest.fixture
+def moto_account(monkeypatch: pytest.MonkeyPatch):
+    """An in-process moto account with fake credentials and no endpoint override (the ops tests)."""
+    from moto import mock_aws
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield
+
+
+def create_ledger_table(ddb, name: str = "ledger") -> str:
+    """The ledger table as the shared stack declares it (partition `tenant`, sort `entry`)."""
+    ddb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
+                              {"AttributeName": "entry", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
 ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 
 

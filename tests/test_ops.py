@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
+from tests.conftest import create_ledger_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
@@ -38,13 +38,7 @@ class Deployment:
     def __init__(self) -> None:
         self.clients = lambda service: boto3.client(service, region_name=REGION)
         ddb, sqs, sfn, cfn = (self.clients(s) for s in ("dynamodb", "sqs", "stepfunctions", "cloudformation"))
-        ddb.create_table(
-            TableName="ledger",
-            KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
-            AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
-                                  {"AttributeName": "entry", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_ledger_table(ddb)
         self.queue_url = sqs.create_queue(QueueName="acme-event-queue.fifo",
                                           Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
         self.machine = sfn.create_state_machine(name="acme-file-ingest-workflow", definition=HOLD,
@@ -79,12 +73,8 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield Deployment()
+def deployment(moto_account: None) -> Any:
+    return Deployment()
 
 
 def test_status_of_an_idle_tenant(deployment):

@@ -12,7 +12,7 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
+from tests.conftest import create_ledger_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
@@ -103,12 +103,8 @@ class _Closer:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield
+def aws(moto_account: None) -> None:
+    return None
 
 
 def test_replay_puts_file_events_back_in_upload_order_with_the_tenant_group_and_the_event_id(aws):
@@ -258,10 +254,7 @@ def test_status_lists_recent_uploads_outside_every_tenant_prefix_newest_first(aw
                     "UnmatchedUploadsLogGroupName": {"Value": "/ordered-ingest/unmatched-uploads"}},
     }))
     ddb = deployment.clients("dynamodb")
-    ddb.create_table(TableName="ledger", BillingMode="PAY_PER_REQUEST",
-                     KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
-                     AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
-                                           {"AttributeName": "entry", "AttributeType": "S"}])
+    create_ledger_table(ddb)
     logs.create_log_group(logGroupName="/ordered-ingest/unmatched-uploads")
     logs.create_log_stream(logGroupName="/ordered-ingest/unmatched-uploads", logStreamName="s")
     now = time.time()  # CloudWatch Logs refuses events older than 14 days

@@ -7,7 +7,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from tests.test_ops import REGION, Deployment
 
@@ -48,12 +47,8 @@ class WithQuarantine(Deployment):
 
 
 @pytest.fixture
-def deployment(monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield WithQuarantine()
+def deployment(moto_account: None) -> Any:
+    return WithQuarantine()
 
 
 def test_list_shows_what_why_and_when_oldest_first_without_the_body(deployment):

@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
+from tests.conftest import create_ledger_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
@@ -31,13 +31,7 @@ class Deployment:
     def __init__(self, queue_name: str = "acme-event-queue.fifo") -> None:
         self.clients = lambda service: boto3.client(service, region_name=REGION)
         ddb, sqs, s3, cfn = (self.clients(s) for s in ("dynamodb", "sqs", "s3", "cloudformation"))
-        ddb.create_table(
-            TableName="ledger",
-            KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
-            AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
-                                  {"AttributeName": "entry", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_ledger_table(ddb)
         s3.create_bucket(Bucket=BUCKET)
         s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
         fifo = queue_name.endswith(".fifo")
@@ -86,12 +80,8 @@ class Deployment:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield
+def aws(moto_account: None) -> None:
+    return None
 
 
 @pytest.fixture
