@@ -1,9 +1,17 @@
-"""How records are read, stored in chunk files and identified (split writes, register reads).
+"""How records are read, where chunks start, and how a record is identified (split writes the
+index, register reads its chunk).
 
-A chunk file is JSON Lines: one record per line, UTF-8, `\\n`-terminated, at most the
-chunk size of records. A record is identified to the core system by its object version and
-its position in the file, so the key is the same on every retry and resume, and differs
-between two uploads of the same bytes.
+Records are never copied: Split validates the pinned object version in one pass and writes a
+chunk index, one fixed-width entry per chunk (the byte offset where the chunk's first record
+starts) plus one last entry (the end of the data). Register reads entries `i` and `i + 1` of
+the index with one ranged GET and then exactly those bytes of the same object version, and
+parses them with the same parser (CSV with the header Split found, kept in the manifest).
+Offsets are record boundaries as the CSV parser sees them, so a quoted newline never splits a
+record.
+
+A record is identified to the core system by its object version and its position in the file,
+so the key is the same on every retry and resume, and differs between two uploads of the same
+bytes.
 
 Reads are bounded: a body is read `READ_SIZE_BYTES` at a time and a physical line may not
 exceed `MAX_LINE_BYTES`, so memory stays flat whatever the file size.
@@ -11,24 +19,30 @@ exceed `MAX_LINE_BYTES`, so memory stays flat whatever the file size.
 
 from __future__ import annotations
 
+import codecs
+import csv
 import hashlib
 import io
-from collections.abc import Iterable, Iterator
+import json
+import struct
+from collections.abc import Iterator
 from typing import Any
+
+from contract import MalformedFileError
 
 READ_SIZE_BYTES = 64 * 1024
 MAX_LINE_BYTES = 8 * 1024 * 1024
-CONTENT_TYPE = "application/x-ndjson"
+#: One entry of a chunk index: a byte offset, big-endian unsigned 64 bits. Fixed width, so
+#: entry `i` is at `i * INDEX_ENTRY.size` and a chunk's range is one 16-byte ranged GET.
+INDEX_ENTRY = struct.Struct(">Q")
+#: Past this size the index is uploaded in parts of this size (S3's minimum part is 5 MiB);
+#: Split never holds more than one part. 10M chunks make an 80 MB index: 10 parts.
+INDEX_PART_BYTES = 8 * 1024 * 1024
 
 
 def idempotency_key(bucket: str, key: str, version_id: str, record_index: int) -> str:
     """Key the core system deduplicates on: stable across retries, distinct per version and record."""
     return hashlib.sha256(f"{bucket}/{key}?versionId={version_id}#{record_index}".encode()).hexdigest()
-
-
-def encode_chunk(lines: Iterable[str]) -> bytes:
-    """The bytes of one chunk file holding `lines` (serialized records, no line endings)."""
-    return "".join(f"{line}\n" for line in lines).encode("utf-8")
 
 
 class LineTooLongError(ValueError):
@@ -73,3 +87,204 @@ def iter_lines(body: Any) -> Iterator[tuple[int, bytes]]:
             if len(line) > MAX_LINE_BYTES:
                 raise LineTooLongError(line_number)
             yield line_number, line
+
+
+class TextLines:
+    """The body's lines decoded as UTF-8 (a leading BOM dropped), counting bytes as they go.
+
+    While a line is out, `line_start` is the byte offset where it starts and `offset` where
+    the next one starts (offsets in the body, plus `base`: where a ranged read began).
+    """
+
+    def __init__(self, body: Any, *, base: int = 0) -> None:
+        self._body = body
+        self._base = base
+        self.offset = self.line_start = base
+        self.line_number = 0
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            for line_number, raw in iter_lines(self._body):
+                self.line_number, self.line_start = line_number, self.offset
+                self.offset += len(raw)
+                if line_number == 1 and self._base == 0 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8) :]
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise MalformedFileError(line_number, f"invalid UTF-8 at byte {error.start + 1}") from None
+        except LineTooLongError as error:
+            raise MalformedFileError(error.line_number, f"longer than {MAX_LINE_BYTES} bytes") from None
+
+
+def _check_header(row: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for position, name in enumerate(row, start=1):
+        if not name:
+            raise MalformedFileError(1, f"empty column name at position {position}")
+        if name in seen:
+            raise MalformedFileError(1, f"duplicate column name at position {position}")
+        seen.add(name)
+    return row
+
+
+class CsvRecords:
+    """The records of a CSV file as `(start offset, fields)`.
+
+    Without `header` the first row is the header (checked, then kept in `header`); with it the
+    lines are a chunk read from its offset. Blank lines are fine only at the end of the file.
+    The csv module asks for one line at a time and stops at the end of a record, so the bytes
+    consumed before a record is read are where it starts, quoted newlines or not.
+    """
+
+    def __init__(self, lines: TextLines, header: list[str] | None = None) -> None:
+        self._lines = lines
+        self.header = header
+
+    def __iter__(self) -> Iterator[tuple[int, list[str]]]:
+        lines = self._lines
+        reader = csv.reader(lines, strict=True)
+        first_blank: int | None = None
+        while True:
+            offset = lines.offset
+            start = reader.line_num + 1  # physical line where the next record starts
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                raise MalformedFileError(start, f"invalid CSV ({error})") from None
+            if not row:
+                first_blank = first_blank or start
+                continue
+            if self.header is None:
+                if first_blank is not None:
+                    raise MalformedFileError(1, "empty header")
+                self.header = _check_header(row)
+                continue
+            if first_blank is not None:
+                raise MalformedFileError(first_blank, f"expected {len(self.header)} fields, found 0")
+            if len(row) != len(self.header):
+                raise MalformedFileError(start, f"expected {len(self.header)} fields, found {len(row)}")
+            yield offset, row
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def jsonl_records(lines: TextLines) -> Iterator[tuple[int, str]]:
+    """Each non-blank line as `(start offset, text)`, validated as one JSON object.
+
+    The text is passed on verbatim (stripped): numbers stay exact (no float round trip);
+    NaN/Infinity are refused because they are not JSON and the core system could not parse them.
+    """
+    for text in lines:
+        text = text.strip()
+        if not text:
+            continue
+        try:
+            value = json.loads(text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as error:
+            problem = f"invalid JSON ({error.msg} at column {error.colno})"
+            raise MalformedFileError(lines.line_number, problem) from None
+        except (ValueError, RecursionError) as error:
+            problem = str(error) if isinstance(error, ValueError) else "nested too deeply"
+            raise MalformedFileError(lines.line_number, f"invalid JSON ({problem})") from None
+        if not isinstance(value, dict):
+            raise MalformedFileError(lines.line_number, "not a JSON object")
+        yield lines.line_start, text
+
+
+def record_offsets(fmt: str, lines: TextLines) -> tuple[Iterator[int], CsvRecords | None]:
+    """Where each record of the file starts (validating every line); for CSV also the parser,
+    whose `header` is known once the first record is out (or the file ends)."""
+    if fmt == "jsonl":
+        return (offset for offset, _ in jsonl_records(lines)), None
+    records = CsvRecords(lines)
+    return (offset for offset, _ in records), records
+
+
+def chunk_records(body: Any, fmt: str, header: list[str] | None, *, base: int) -> Iterator[tuple[int, bytes]]:
+    """The records of one chunk read from its offset `base`, serialized as the core system gets
+    them (JSON, UTF-8): jsonl lines verbatim, CSV rows as objects keyed by the header.
+    Yields `(n, record)`, n counting from 1."""
+    lines = TextLines(body, base=base)
+    if fmt == "jsonl":
+        for n, (_, text) in enumerate(jsonl_records(lines), start=1):
+            yield n, text.encode("utf-8")
+        return
+    if not header:
+        raise ValueError("a CSV chunk needs the file's header")
+    for n, (_, row) in enumerate(CsvRecords(lines, header), start=1):
+        yield n, json.dumps(dict(zip(header, row)), separators=(",", ":")).encode("utf-8")
+
+
+# --- the chunk index ---------------------------------------------------------------------
+
+
+def index_entries_range(chunk_index: int) -> str:
+    """The HTTP Range of index entries `chunk_index` and `chunk_index + 1`: the chunk's bytes."""
+    first = chunk_index * INDEX_ENTRY.size
+    return f"bytes={first}-{first + 2 * INDEX_ENTRY.size - 1}"
+
+
+def chunk_byte_range(entries: bytes) -> tuple[int, int]:
+    """`(start, end)` of a chunk from its two index entries (end exclusive)."""
+    if len(entries) != 2 * INDEX_ENTRY.size:
+        raise ValueError(f"expected two index entries ({2 * INDEX_ENTRY.size} bytes), got {len(entries)} bytes")
+    start, end = INDEX_ENTRY.unpack_from(entries, 0)[0], INDEX_ENTRY.unpack_from(entries, INDEX_ENTRY.size)[0]
+    if end <= start:
+        raise ValueError(f"index entries {start}..{end} do not make a chunk")
+    return start, end
+
+
+class IndexWriter:
+    """Streams index entries to one S3 object: one PUT while it fits in a part, a multipart
+    upload past that. Holds at most one part; nothing is visible until `close` (an aborted or
+    failed split leaves no index; the bucket's lifecycle removes an incomplete upload)."""
+
+    def __init__(self, s3: Any, bucket: str, key: str, part_bytes: int = INDEX_PART_BYTES) -> None:
+        self._s3, self._bucket, self._key, self._part_bytes = s3, bucket, key, part_bytes
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+        self.entries = 0
+
+    def add(self, offset: int) -> None:
+        self._buffer += INDEX_ENTRY.pack(offset)
+        self.entries += 1
+        if len(self._buffer) >= self._part_bytes:
+            self._upload_part()
+
+    def _upload_part(self) -> None:
+        if self._upload_id is None:
+            self._upload_id = self._s3.create_multipart_upload(
+                Bucket=self._bucket, Key=self._key, ContentType="application/octet-stream"
+            )["UploadId"]
+        number = len(self._parts) + 1
+        etag = self._s3.upload_part(
+            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number, Body=bytes(self._buffer)
+        )["ETag"]
+        self._parts.append({"PartNumber": number, "ETag": etag})
+        self._buffer = bytearray()
+
+    def close(self) -> None:
+        """Write what is left and make the index visible."""
+        if self._upload_id is None:
+            self._s3.put_object(Bucket=self._bucket, Key=self._key, Body=bytes(self._buffer),
+                                ContentType="application/octet-stream")
+            return
+        if self._buffer:
+            self._upload_part()
+        self._s3.complete_multipart_upload(
+            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, MultipartUpload={"Parts": self._parts}
+        )
+
+    def abort(self) -> None:
+        """Give up an unfinished multipart upload (best effort: the lifecycle is the backstop)."""
+        if self._upload_id is not None:
+            try:
+                self._s3.abort_multipart_upload(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id)
+            except Exception:  # noqa: BLE001 - the split's own error matters, not this one
+                pass
