@@ -25,7 +25,8 @@ import hashlib
 import io
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import accumulate, chain
 from typing import Any
 
 from contract import MalformedFileError
@@ -45,76 +46,93 @@ def idempotency_key(bucket: str, key: str, version_id: str, record_index: int) -
     return hashlib.sha256(f"{bucket}/{key}?versionId={version_id}#{record_index}".encode()).hexdigest()
 
 
-class LineTooLongError(ValueError):
-    """A physical line exceeds `MAX_LINE_BYTES`."""
-
-    def __init__(self, line_number: int) -> None:
-        super().__init__(f"line {line_number}: longer than {MAX_LINE_BYTES} bytes")
-        self.line_number = line_number
-
-
-class _RawBody(io.RawIOBase):
-    """Raw-IO view of a botocore StreamingBody that only ever asks it for bounded reads."""
-
-    def __init__(self, body: Any) -> None:
-        super().__init__()
-        self._body = body
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._body.read(min(len(buffer), READ_SIZE_BYTES))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._body.close()
-        super().close()
-
-
-def iter_lines(body: Any) -> Iterator[tuple[int, bytes]]:
-    """Yield `(line_number, raw_line)` from a streaming body, 1-based, line ending kept.
-
-    Lines are split on b"\\n" only, so a CRLF line keeps its "\\r\\n" (what `csv` wants).
-    Decoding is left to the caller so an invalid UTF-8 byte can be reported with its line.
-    """
-    with io.BufferedReader(_RawBody(body), buffer_size=READ_SIZE_BYTES) as stream:
-        line_number = 0
-        while line := stream.readline(MAX_LINE_BYTES + 1):
-            line_number += 1
-            if len(line) > MAX_LINE_BYTES:
-                raise LineTooLongError(line_number)
-            yield line_number, line
-
-
 class TextLines:
-    """The body's lines decoded as UTF-8 (a leading BOM dropped), counting bytes as they go.
+    """The body's lines decoded as UTF-8 (a leading BOM dropped, line endings kept), with the
+    byte offset where each starts (in the body, plus `base`: where a ranged read began).
 
-    While a line is out, `line_start` is the byte offset where it starts and `offset` where
-    the next one starts (offsets in the body, plus `base`: where a ranged read began).
+    Works a block (`READ_SIZE_BYTES` of complete lines) at a time: one decode and one split
+    per block, not per line, which is most of Split's speed. A bad byte or an overlong line
+    still fails at its own line, after every line before it was handed out (a parse error on
+    an earlier line is reported first, as a line-by-line reader would).
     """
 
     def __init__(self, body: Any, *, base: int = 0) -> None:
         self._body = body
         self._base = base
-        self.offset = self.line_start = base
-        self.line_number = 0
+        self._first = 0  # index (0-based) of the first line of the block being read
+        self._starts = [base]  # where each line of that block starts, and where the next block does
+
+    def offset_of(self, line_index: int) -> int:
+        """Where line `line_index` (0-based, counted from the start of the body) starts: a line
+        of the block being read, or the first line after it (the next one to be read)."""
+        return self._starts[line_index - self._first]
+
+    @property
+    def end(self) -> int:
+        """Once every line was read: where the data ends."""
+        return self._starts[-1]
 
     def __iter__(self) -> Iterator[str]:
+        # Lines are handed out by C iterators (one StringIO per block): Python code runs once a
+        # block, not once a line.
+        return chain.from_iterable(self._blocks())
+
+    def _blocks(self) -> Iterator[Iterable[str]]:
+        lines_before, offset = 0, self._base
+        pending: list[bytes] = []  # a line not finished by the last read
+        pending_bytes = 0
+        while True:
+            data = self._body.read(READ_SIZE_BYTES)
+            if data:
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:  # no line ends in this read
+                    pending.append(data)
+                    pending_bytes += len(data)
+                    if pending_bytes > MAX_LINE_BYTES:
+                        raise MalformedFileError(lines_before + 1, f"longer than {MAX_LINE_BYTES} bytes")
+                    continue
+                block = b"".join([*pending, data[:cut]])
+                pending, pending_bytes = [data[cut:]], len(data) - cut
+            elif pending_bytes:  # the last line, without a line ending
+                block, pending, pending_bytes = b"".join(pending), [], 0
+            else:
+                return
+            lines, problem = self._block(block, lines_before, offset)
+            yield lines
+            if problem is not None:
+                raise problem
+            lines_before += len(self._starts) - 1
+            offset = self._starts[-1]
+
+    def _block(
+        self, block: bytes, lines_before: int, offset: int
+    ) -> tuple[Iterable[str], MalformedFileError | None]:
+        """The lines of one block of complete lines, and the problem found after them (if any);
+        records where each line starts."""
+        parts = block.split(b"\n")
+        if not parts[-1]:
+            parts.pop()  # the block ends with a line ending
+        self._first = lines_before
+        self._starts = list(accumulate((len(part) + 1 for part in parts), initial=offset))
+        self._starts[-1] = offset + len(block)  # the last line may have no line ending
+        problem: MalformedFileError | None = None
+        if max(map(len, parts)) > MAX_LINE_BYTES:
+            bad = next(i for i, part in enumerate(parts) if len(part) > MAX_LINE_BYTES)
+            problem = MalformedFileError(lines_before + bad + 1, f"longer than {MAX_LINE_BYTES} bytes")
+            block = b"".join(part + b"\n" for part in parts[:bad])
+        at_file_start = lines_before == 0 and self._base == 0
+        skip = len(codecs.BOM_UTF8) if at_file_start and block.startswith(codecs.BOM_UTF8) else 0
         try:
-            for line_number, raw in iter_lines(self._body):
-                self.line_number, self.line_start = line_number, self.offset
-                self.offset += len(raw)
-                if line_number == 1 and self._base == 0 and raw.startswith(codecs.BOM_UTF8):
-                    raw = raw[len(codecs.BOM_UTF8) :]
-                try:
-                    yield raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise MalformedFileError(line_number, f"invalid UTF-8 at byte {error.start + 1}") from None
-        except LineTooLongError as error:
-            raise MalformedFileError(error.line_number, f"longer than {MAX_LINE_BYTES} bytes") from None
+            text = block[skip:].decode("utf-8")
+        except UnicodeDecodeError as error:
+            at = skip + error.start
+            line_start = block.rfind(b"\n", 0, at) + 1
+            bad = block.count(b"\n", 0, at)
+            problem = MalformedFileError(
+                lines_before + bad + 1, f"invalid UTF-8 at byte {at - max(line_start, skip) + 1}"
+            )
+            text = block[skip:line_start].decode("utf-8")  # the lines before it are still handed out
+        return io.StringIO(text, newline="\n"), problem
 
 
 def _check_header(row: list[str]) -> list[str]:
@@ -146,7 +164,8 @@ class CsvRecords:
         reader = csv.reader(lines, strict=True)
         first_blank: int | None = None
         while True:
-            offset = lines.offset
+            # Before the read: a record that spans two blocks starts in the earlier one.
+            offset = lines.offset_of(reader.line_num)
             start = reader.line_num + 1  # physical line where the next record starts
             try:
                 row = next(reader)
@@ -179,7 +198,7 @@ def jsonl_records(lines: TextLines) -> Iterator[tuple[int, str]]:
     The text is passed on verbatim (stripped): numbers stay exact (no float round trip);
     NaN/Infinity are refused because they are not JSON and the core system could not parse them.
     """
-    for text in lines:
+    for index, text in enumerate(lines):
         text = text.strip()
         if not text:
             continue
@@ -187,13 +206,13 @@ def jsonl_records(lines: TextLines) -> Iterator[tuple[int, str]]:
             value = json.loads(text, parse_constant=_reject_constant)
         except json.JSONDecodeError as error:
             problem = f"invalid JSON ({error.msg} at column {error.colno})"
-            raise MalformedFileError(lines.line_number, problem) from None
+            raise MalformedFileError(index + 1, problem) from None
         except (ValueError, RecursionError) as error:
             problem = str(error) if isinstance(error, ValueError) else "nested too deeply"
-            raise MalformedFileError(lines.line_number, f"invalid JSON ({problem})") from None
+            raise MalformedFileError(index + 1, f"invalid JSON ({problem})") from None
         if not isinstance(value, dict):
-            raise MalformedFileError(lines.line_number, "not a JSON object")
-        yield lines.line_start, text
+            raise MalformedFileError(index + 1, "not a JSON object")
+        yield lines.offset_of(index), text
 
 
 def record_offsets(fmt: str, lines: TextLines) -> tuple[Iterator[int], CsvRecords | None]:
@@ -232,7 +251,7 @@ def index_entries_range(chunk_index: int) -> str:
 def chunk_byte_range(entries: bytes) -> tuple[int, int]:
     """`(start, end)` of a chunk from its two index entries (end exclusive)."""
     if len(entries) != 2 * INDEX_ENTRY.size:
-        raise ValueError(f"expected two index entries ({2 * INDEX_ENTRY.size} bytes), got {len(entries)} bytes")
+        raise ValueError(f"expected two index entries ({2 * INDEX_ENTRY.size} bytes), got {len(entries)}")
     start, end = INDEX_ENTRY.unpack_from(entries, 0)[0], INDEX_ENTRY.unpack_from(entries, INDEX_ENTRY.size)[0]
     if end <= start:
         raise ValueError(f"index entries {start}..{end} do not make a chunk")
@@ -264,7 +283,8 @@ class IndexWriter:
             )["UploadId"]
         number = len(self._parts) + 1
         etag = self._s3.upload_part(
-            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number, Body=bytes(self._buffer)
+            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number,
+            Body=bytes(self._buffer),
         )["ETag"]
         self._parts.append({"PartNumber": number, "ETag": etag})
         self._buffer = bytearray()

@@ -299,13 +299,14 @@ def read_manifest(s3: Any, config: RegisterEnv, task: ChunkTask) -> dict[str, An
     if (source.get("bucket"), source.get("key"), source.get("version_id")) != (
         task["bucket"], task["key"], task["version_id"]
     ):
-        raise ValueError(f"the manifest under {task['chunk_prefix']!r} is of another object version; nothing was sent")
+        raise ValueError(
+            f"the manifest under {task['chunk_prefix']!r} is of another object version; nothing was sent"
+        )
     if manifest.get("chunk_index_key") != chunk_index_key(task["chunk_prefix"]):
         raise ValueError(f"the manifest under {task['chunk_prefix']!r} has no chunk index; nothing was sent")
     if int(manifest["chunk_size"]) != int(task["chunk_size"]):
-        raise ValueError(
-            f"the index has chunks of {manifest['chunk_size']} records, the task {task['chunk_size']}; nothing was sent"
-        )
+        raise ValueError(f"the index has chunks of {manifest['chunk_size']} records, "
+                         f"the task {task['chunk_size']}; nothing was sent")
     return manifest
 
 

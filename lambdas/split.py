@@ -81,7 +81,8 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     if manifest is None:
         manifest = _split(s3, config, request, prefix)
     elif log is not None:
-        log.info("the chunk index of this file exists; reusing it", extra={"chunk_count": manifest["chunk_count"]})
+        log.info("the chunk index of this file exists; reusing it",
+                 extra={"chunk_count": manifest["chunk_count"]})
     first_chunk = start_record // manifest["chunk_size"]
     content_sha256 = manifest.get("content_sha256")
     duplicate_of = None
@@ -127,7 +128,8 @@ def _existing_manifest(
     manifest = json.loads(body.read())
     if manifest.get("source", {}).get("version_id") != version_id:
         return None
-    if manifest.get("chunk_index_key") != chunk_index_key(prefix) or not _exists(s3, config, chunk_index_key(prefix)):
+    index_key = chunk_index_key(prefix)
+    if manifest.get("chunk_index_key") != index_key or not _exists(s3, config, index_key):
         return None  # the index expired before the manifest, or chunk files of an older release
     return manifest
 
@@ -161,7 +163,7 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dic
             if record_count % chunk_size == 0:
                 index.add(offset)  # where chunk record_count // chunk_size starts
             record_count += 1
-        index.add(lines.offset)  # the end of the data: the last chunk's end
+        index.add(lines.end)  # the end of the data: the last chunk's end
         index.close()
     except BaseException:
         index.abort()

@@ -1,0 +1,94 @@
+"""The record parser and its byte offsets: whatever the read size, the same records start at
+the same bytes and the same error names the same line (reads split lines, records and
+multi-byte characters anywhere)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+import chunk_format
+from chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
+from contract import MalformedFileError
+
+READ_SIZES = [1, 2, 3, 5, 7, 13, 64 * 1024]
+
+CSV_FILES = {
+    "bom-crlf-quoted-newlines": '\ufeffid,text\r\n1,"a\r\nb"\r\n2,"Zoë, ""q"""\r\n3,"x\ny\nz"\r\n4,end\r\n\r\n'.encode(),
+    "no-final-newline": b'id,text\n1,a\n2,"b\nc"',
+    "multi-byte": "id,text\n1,ééé\n2,😀😀\n3,ü\n".encode(),
+}
+BAD_CSV = {
+    "utf8-after-a-bad-row": (b"id,t\n1,a\n2,b,c\n3,\xff\n", "line 3: expected 2 fields, found 3"),
+    "utf8": (b"id,t\n1,a\n2,\xc3(\n", "line 3: invalid UTF-8 at byte 3"),
+    "utf8-on-bom-line": (b"\xef\xbb\xbfi\xffd,t\n1,a\n", "line 1: invalid UTF-8 at byte 2"),
+    "quote-never-closed": (b'id,t\n1,"a\n2,b\n', "line 2: invalid CSV (unexpected end of data)"),
+}
+
+
+def offsets_and_rows(content: bytes, read_size: int, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[str]]]:
+    monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", read_size)
+    return list(CsvRecords(TextLines(io.BytesIO(content))))
+
+
+@pytest.mark.parametrize("name", CSV_FILES)
+def test_csv_offsets_are_record_starts_whatever_the_read_size(name, monkeypatch):
+    """GIVEN a CSV WHEN parsed with reads of 1 byte to 64 KiB THEN the same rows at the same offsets,
+    and reading each record from its offset gives that record first."""
+    content = CSV_FILES[name]
+    expected = offsets_and_rows(content, 64 * 1024, monkeypatch)
+    header = content.decode("utf-8-sig").split("\n", 1)[0].strip().split(",")
+    for size in READ_SIZES:
+        got = offsets_and_rows(content, size, monkeypatch)
+        assert got == expected, size
+        for offset, row in got:
+            (_, first), *_ = chunk_records(io.BytesIO(content[offset:]), "csv", header, base=offset)
+            assert first.decode() == __import__("json").dumps(dict(zip(header, row)), separators=(",", ":"))
+
+
+def test_csv_offsets_of_a_known_file(monkeypatch):
+    content = CSV_FILES["bom-crlf-quoted-newlines"]
+    offsets = [offset for offset, _ in offsets_and_rows(content, 3, monkeypatch)]
+    assert offsets == [content.index(b"\r\n%s," % n) + 2 for n in (b"1", b"2", b"3", b"4")]
+
+
+@pytest.mark.parametrize("name", BAD_CSV)
+def test_fails_at_the_same_line_whatever_the_read_size(name, monkeypatch):
+    """GIVEN a malformed CSV WHEN parsed with any read size THEN the first problem in file order is
+    reported, with its line (a bad byte later in the same read does not jump the queue)."""
+    content, message = BAD_CSV[name]
+    for size in READ_SIZES:
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        with pytest.raises(MalformedFileError) as raised:
+            list(CsvRecords(TextLines(io.BytesIO(content))))
+        assert str(raised.value) == message, size
+
+
+def test_fails_when_a_line_is_longer_than_the_limit(monkeypatch):
+    """GIVEN a line past MAX_LINE_BYTES (with and without a line ending in the same read)
+    WHEN read THEN the error names it, after the lines before it were handed out."""
+    monkeypatch.setattr(chunk_format, "MAX_LINE_BYTES", 10)
+    for size in (4, 64 * 1024):
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        lines = TextLines(io.BytesIO(b"short\nthis line is too long\nok\n"))
+        seen: list[str] = []
+        with pytest.raises(MalformedFileError, match="^line 2: longer than 10 bytes$"):
+            seen.extend(lines)
+        assert seen == ["short\n"]
+
+
+def test_jsonl_offsets_skip_blank_lines_whatever_the_read_size(monkeypatch):
+    content = '{"a":1}\n\n  \n{"b":"é"}\r\n{"c":3}'.encode()
+    expected = [(0, '{"a":1}'), (content.index(b'{"b"'), '{"b":"é"}'), (content.index(b'{"c"'), '{"c":3}')]
+    for size in READ_SIZES:
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        assert list(jsonl_records(TextLines(io.BytesIO(content)))) == expected, size
+
+
+def test_a_chunk_read_from_an_offset_keeps_a_leading_bom_like_character(monkeypatch):
+    """Only the file's first line may lose a BOM: a record that starts with U+FEFF read from its
+    offset keeps it (the same value Split validated)."""
+    records: Any = list(chunk_records(io.BytesIO('\ufeffx,y\n'.encode()), "csv", ["a", "b"], base=10))
+    assert records == [(1, '{"a":"\\ufeffx","b":"y"}'.encode())]
