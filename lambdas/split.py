@@ -23,7 +23,7 @@ import hashlib
 import json
 from typing import Any
 
-from chunk_format import INDEX_ENTRY, IndexWriter, TextLines, record_offsets
+from chunk_format import INDEX_ENTRY, IndexWriter, TextLines, file_records
 from contract import (
     KeyOutsidePrefixError,
     DuplicateOf,
@@ -158,8 +158,8 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dic
     index = IndexWriter(s3, config.work_bucket, chunk_index_key(prefix))
     chunk_size, record_count = config.chunk_size, 0
     try:
-        offsets, csv_records = record_offsets(config.format, lines)
-        for offset in offsets:
+        records, csv_records = file_records(config.format, lines)
+        for offset, _ in records:
             if record_count % chunk_size == 0:
                 index.add(offset)  # where chunk record_count // chunk_size starts
             record_count += 1
