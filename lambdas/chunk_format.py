@@ -25,7 +25,7 @@ import hashlib
 import io
 import json
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate, chain
 from typing import Any
 
@@ -158,38 +158,53 @@ class CsvRecords:
     def __init__(self, lines: TextLines, header: list[str] | None = None) -> None:
         self._lines = lines
         self.header = header
+        self.count = 0
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
+        return self.scan(1)
+
+    def scan(self, every: int) -> Iterator[tuple[int, list[str]]]:
+        """Validate every record; yield `(start offset, fields)` of records 0, `every`,
+        2 x `every`, ... (the first record of each chunk). `count` counts them all once the
+        scan is over."""
         # Once per record, for every record of a 10M-record file: locals only.
-        reader = csv.reader(self._lines, strict=True)
-        offset_of, header = self._lines.offset_of, self.header
+        lines = self._lines
+        reader = csv.reader(lines, strict=True)
+        header = self.header
         width = len(header) if header else -1  # no row matches until the header is known
         first_blank: int | None = None
-        while True:
-            consumed = reader.line_num
-            # Before the read: a record that spans two blocks starts in the earlier one.
-            offset = offset_of(consumed)
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as error:
-                raise MalformedFileError(consumed + 1, f"invalid CSV ({error})") from None
-            if len(row) == width and first_blank is None:
-                yield offset, row
-                continue
-            if not row:
-                first_blank = first_blank or consumed + 1
-                continue
-            if header is None:
+        count = offset = 0
+        try:
+            while True:
+                consumed = reader.line_num
+                wanted = count % every == 0
+                if wanted:  # before the read: a record that spans two blocks starts in the earlier one
+                    offset = lines.offset_of(consumed)
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as error:
+                    raise MalformedFileError(consumed + 1, f"invalid CSV ({error})") from None
+                if len(row) == width and first_blank is None:
+                    count += 1
+                    if wanted:
+                        yield offset, row
+                    continue
+                if not row:
+                    first_blank = first_blank or consumed + 1
+                    continue
+                if header is None:
+                    if first_blank is not None:
+                        raise MalformedFileError(1, "empty header")
+                    header = self.header = _check_header(row)
+                    width = len(header)
+                    continue
                 if first_blank is not None:
-                    raise MalformedFileError(1, "empty header")
-                header = self.header = _check_header(row)
-                width = len(header)
-                continue
-            if first_blank is not None:
-                raise MalformedFileError(first_blank, f"expected {width} fields, found 0")
-            raise MalformedFileError(consumed + 1, f"expected {width} fields, found {len(row)}")
+                    raise MalformedFileError(first_blank, f"expected {width} fields, found 0")
+                raise MalformedFileError(consumed + 1, f"expected {width} fields, found {len(row)}")
+        finally:
+            self.count = count
 
 
 def _reject_constant(name: str) -> Any:
@@ -219,13 +234,22 @@ def jsonl_records(lines: TextLines) -> Iterator[tuple[int, str]]:
         yield lines.offset_of(index), text
 
 
-def file_records(fmt: str, lines: TextLines) -> tuple[Iterable[tuple[int, object]], CsvRecords | None]:
-    """The records of a whole file as `(start offset, record)`, every line validated; for CSV
-    also the parser, whose `header` is known once the first record is out (or the file ends)."""
-    if fmt == "jsonl":
-        return jsonl_records(lines), None
-    records = CsvRecords(lines)
-    return records, records
+def chunk_starts(fmt: str, lines: TextLines, chunk_size: int) -> tuple[Iterator[int], Callable[[], int], CsvRecords | None]:
+    """Validate every record of a whole file; where each chunk's first record starts, the
+    number of records (once the offsets are all out), and for CSV the parser (its `header`)."""
+    if fmt == "csv":
+        records = CsvRecords(lines)
+        return (offset for offset, _ in records.scan(chunk_size)), lambda: records.count, records
+    count = 0
+
+    def starts() -> Iterator[int]:
+        nonlocal count
+        for offset, _ in jsonl_records(lines):
+            if count % chunk_size == 0:
+                yield offset
+            count += 1
+
+    return starts(), lambda: count, None
 
 
 def chunk_records(body: Any, fmt: str, header: list[str] | None, *, base: int) -> Iterator[tuple[int, bytes]]:

@@ -23,7 +23,7 @@ import hashlib
 import json
 from typing import Any
 
-from chunk_format import INDEX_ENTRY, IndexWriter, TextLines, file_records
+from chunk_format import INDEX_ENTRY, IndexWriter, TextLines, chunk_starts
 from contract import (
     KeyOutsidePrefixError,
     DuplicateOf,
@@ -156,13 +156,11 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dic
     body = _HashingBody(s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"])
     lines = TextLines(body)
     index = IndexWriter(s3, config.work_bucket, chunk_index_key(prefix))
-    chunk_size, record_count = config.chunk_size, 0
+    chunk_size = config.chunk_size
     try:
-        records, csv_records = file_records(config.format, lines)
-        for offset, _ in records:
-            if record_count % chunk_size == 0:
-                index.add(offset)  # where chunk record_count // chunk_size starts
-            record_count += 1
+        starts, record_count, csv_records = chunk_starts(config.format, lines, chunk_size)
+        for offset in starts:
+            index.add(offset)  # where the next chunk's first record starts
         index.add(lines.end)  # the end of the data: the last chunk's end
         index.close()
     except BaseException:
@@ -187,7 +185,7 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dic
         "chunk_prefix": prefix,
         "chunk_size": chunk_size,
         "chunk_count": index.entries - 1,
-        "record_count": record_count,
+        "record_count": record_count(),
         "chunk_index_key": chunk_index_key(prefix),
         "chunk_index_entry_bytes": INDEX_ENTRY.size,
         # Every byte was read: the parse reads the body to its end (or fails the file).

@@ -92,3 +92,18 @@ def test_a_chunk_read_from_an_offset_keeps_a_leading_bom_like_character(monkeypa
     offset keeps it (the same value Split validated)."""
     records: Any = list(chunk_records(io.BytesIO('\ufeffx,y\n'.encode()), "csv", ["a", "b"], base=10))
     assert records == [(1, '{"a":"\\ufeffx","b":"y"}'.encode())]
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, 7])
+def test_a_scan_for_chunk_starts_yields_every_nth_record_and_counts_them_all(every, monkeypatch):
+    """GIVEN a CSV with quoted newlines, a blank last line and reads of 1 byte to 64 KiB WHEN scanned for
+    the starts of chunks of `every` records THEN it yields records 0, every, ... of the full parse
+    at the same offsets, and counts every record."""
+    base = CSV_FILES["bom-crlf-quoted-newlines"].removesuffix(b"\r\n")  # no blank line before the new records
+    content = base + b"".join(b'%d,"x\r\ny"\r\n' % n for n in range(5, 20)) + b"\r\n"
+    full = offsets_and_rows(content, 64 * 1024, monkeypatch)
+    for size in READ_SIZES:
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        records = CsvRecords(TextLines(io.BytesIO(content)))
+        assert list(records.scan(every)) == full[::every], size
+        assert records.count == len(full) == 19
