@@ -4,6 +4,7 @@ multi-byte characters anywhere)."""
 
 from __future__ import annotations
 
+import csv
 import io
 from typing import Any
 
@@ -107,3 +108,59 @@ def test_a_scan_for_chunk_starts_yields_every_nth_record_and_counts_them_all(eve
         records = CsvRecords(TextLines(io.BytesIO(content)))
         assert list(records.scan(every)) == full[::every], size
         assert records.count == len(full) == 19
+
+
+QUOTE_FREE_CASES = {
+    "plain": b"id,t\n" + b"".join(b"%d,v%d\n" % (n, n) for n in range(40)),
+    "crlf-no-final-newline": b"id,t\r\n" + b"\r\n".join(b"%d,v" % n for n in range(40)),
+    "lone-cr-in-a-field": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(20)) + b"20,a\rb\n21,c\n",
+    "blank-lines-at-the-end": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"\n\r\n\n",
+    "blank-line-inside": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"\n31,v\n",
+    "nul": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"30,a\0b\n",
+    "one-column": b"id\n" + b"".join(b"%d\n" % n for n in range(30)) + b"x,y\n",
+    "too-few-fields-late": b"id,t,u\n" + b"".join(b"%d,v,w\n" % n for n in range(30)) + b"30,v\n",
+    "field-past-the-limit": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"30," + b"x" * 300 + b"\n",
+}
+
+
+def parse_all(content: bytes, every: int) -> tuple[list[tuple[int, list[str]]], int, str | None]:
+    records = CsvRecords(TextLines(io.BytesIO(content)))
+    got: list[tuple[int, list[str]]] = []
+    try:
+        got.extend(records.scan(every))
+    except MalformedFileError as error:
+        return got, records.count, str(error)
+    return got, records.count, None
+
+
+@pytest.mark.parametrize("name", QUOTE_FREE_CASES)
+def test_quote_free_blocks_read_exactly_as_the_csv_module_reads_them(name, monkeypatch):
+    """GIVEN quote-free CSVs, good and bad in the ways a block check could get wrong (a lone CR, NUL,
+    blank lines, one column, a short row, a field past csv's size limit) WHEN scanned with the
+    quote-free check and with the csv module alone, at many read sizes
+    THEN the same records, offsets, count and error."""
+    content = QUOTE_FREE_CASES[name]
+    previous = csv.field_size_limit(256)  # the csv module's own limit, small enough to reach
+    try:
+        for size in READ_SIZES:
+            monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+            for every in (1, 4):
+                fast = parse_all(content, every)
+                with monkeypatch.context() as slow_only:
+                    slow_only.setattr(chunk_format, "_quote_free_rows", lambda text, width: None)
+                    slow = parse_all(content, every)
+                assert fast == slow, (size, every)
+    finally:
+        csv.field_size_limit(previous)
+
+
+def test_a_quote_free_block_is_read_without_the_csv_module(monkeypatch):
+    """The check is taken (else the parity above proves nothing): a plain file's later blocks
+    never reach the csv reader."""
+    calls: list[str] = []
+    real = chunk_format._quote_free_rows
+    monkeypatch.setattr(chunk_format, "_quote_free_rows", lambda text, width: calls.append(text) or real(text, width))
+    monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", 16)
+    got, count, error = parse_all(QUOTE_FREE_CASES["plain"], 1)
+    assert (count, error) == (40, None) and len(calls) > 10
+    assert all(real(text, 2) is not None for text in calls)
