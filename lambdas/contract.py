@@ -118,6 +118,8 @@ class RegisterEnv:
     sink_timeout_seconds: float = dataclasses.field(metadata={"minimum": 0.0, "exclusive": True})
     #: How long the core system may stay unavailable (one fault episode) before the file fails.
     sink_outage_budget_seconds: float = dataclasses.field(metadata={"minimum": 0.0, "exclusive": True})
+    #: Register reads its chunk from the landing object (ranged GET): only under this prefix.
+    landing_prefix: str
 
 
 EnvT = TypeVar("EnvT")
@@ -522,18 +524,20 @@ def replayed_prefix(tenant_id: str) -> str:
 
 
 def chunk_prefix(tenant_id: str, execution_name: str) -> str:
-    """The folder of one execution's chunks and manifest."""
+    """The folder of one file's chunk index and manifest (named by its event id)."""
     return f"{work_prefix(tenant_id)}{execution_name}/"
-
-
-def chunk_key(prefix: str, index: int) -> str:
-    """Work-bucket key of one chunk file (JSON Lines, one record per line)."""
-    return f"{prefix}chunk-{index:06d}.jsonl"
 
 
 def manifest_key(prefix: str) -> str:
     """Work-bucket key of one execution's manifest."""
     return f"{prefix}manifest.json"
+
+
+def chunk_index_key(prefix: str) -> str:
+    """Work-bucket key of one file's chunk index: where each chunk starts in the pinned object
+    version (fixed-width entries, see `chunk_format`), so Register reads its chunk with a
+    ranged GET of that version instead of a chunk file."""
+    return f"{prefix}chunk-offsets.bin"
 
 
 # --- object keys in S3 events ----------------------------------------------------------------

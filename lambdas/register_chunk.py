@@ -18,17 +18,22 @@ The function works within its budget (docs/design.md §4.7):
   that each fail once cost nothing, and only an outage longer than
   `sink_outage_budget_seconds` fails the file (`SinkUnavailableError`), which halts it;
 * any other answer (4xx, 3xx) is `SinkRejectedError`: the same record cannot succeed.
+
+Its records come straight from the landing object: the chunk's two entries of Split's chunk
+index give its byte range, one ranged GET of the pinned version reads exactly those bytes, and
+the parser Split validated them with turns them into records (`chunk_format`).
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
-from chunk_format import idempotency_key, iter_lines
+from chunk_format import chunk_byte_range, chunk_records, idempotency_key, index_entries_range
 from contract import (
     METRIC_NAMESPACE,
     RECORDS_SENT_METRIC,
@@ -40,8 +45,9 @@ from contract import (
     SinkRejectedError,
     SinkUnavailableError,
     StaleExecutionError,
-    chunk_key,
+    chunk_index_key,
     keys_of,
+    manifest_key,
     work_prefix,
 )
 from ledger import Ledger, LedgerConflict
@@ -131,6 +137,10 @@ class Register:
         if not self.task["chunk_prefix"].startswith(work_prefix(self.config.tenant_id)):
             raise KeyOutsidePrefixError(
                 f"chunk_prefix {self.task['chunk_prefix']!r} is outside tenant {self.config.tenant_id!r}'s work prefix"
+            )
+        if not self.task["key"].startswith(self.config.landing_prefix):
+            raise KeyOutsidePrefixError(
+                f"key {self.task['key']!r} is outside the landing prefix {self.config.landing_prefix!r}"
             )
 
     def first_record(self) -> int:
@@ -262,20 +272,69 @@ def register_chunk(
 ) -> ChunkProgress:
     """Send the task's records in order from its first unacknowledged one; see the module docstring.
 
-    `s3` is a boto3 S3 client for the work bucket; `ledger` the tenant's ledger;
+    `s3` is a boto3 S3 client (the work bucket's manifest and chunk index, a ranged read of
+    the landing object version); `ledger` the tenant's ledger;
     `remaining_seconds` how long the invocation may still run.
     """
     register = Register(task, config=config, ledger=ledger, clock=clock, remaining_seconds=remaining_seconds,
                         sleep=sleep, log=log)
     register.check()
-    body = s3.get_object(Bucket=config.work_bucket, Key=chunk_key(task["chunk_prefix"], register.chunk_index))["Body"]
+    records = read_chunk(s3, config, task)
     sink = _SinkConnection(config.sink_url, config.sink_timeout_seconds)
     try:
-        return register.run(iter_lines(body), sink)
+        return register.run(records, sink)
     finally:
         sink.close()
-        body.close()
+        records.close()
         publish_metrics(register, config.tenant_id, clock())
+
+
+def read_manifest(s3: Any, config: RegisterEnv, task: ChunkTask) -> dict[str, Any]:
+    """The file's manifest (format, CSV header, chunk size), checked against the task: the
+    index it names must be of this very object version, split into chunks of this size."""
+    manifest: dict[str, Any] = json.loads(
+        s3.get_object(Bucket=config.work_bucket, Key=manifest_key(task["chunk_prefix"]))["Body"].read()
+    )
+    source = manifest.get("source", {})
+    if (source.get("bucket"), source.get("key"), source.get("version_id")) != (
+        task["bucket"], task["key"], task["version_id"]
+    ):
+        raise ValueError(
+            f"the manifest under {task['chunk_prefix']!r} is of another object version; nothing was sent"
+        )
+    if manifest.get("chunk_index_key") != chunk_index_key(task["chunk_prefix"]):
+        raise ValueError(f"the manifest under {task['chunk_prefix']!r} has no chunk index; nothing was sent")
+    if int(manifest["chunk_size"]) != int(task["chunk_size"]):
+        raise ValueError(f"the index has chunks of {manifest['chunk_size']} records, "
+                         f"the task {task['chunk_size']}; nothing was sent")
+    return manifest
+
+
+def read_chunk(s3: Any, config: RegisterEnv, task: ChunkTask) -> Generator[tuple[int, bytes], None, None]:
+    """The chunk's records, serialized, read lazily: nothing is read before the fence (the
+    first record asked for), so a stale execution is refused as such. Closing it closes the body."""
+    manifest = read_manifest(s3, config, task)
+    body, start = open_chunk(s3, config, task, manifest)
+    try:
+        yield from chunk_records(body, manifest["format"], manifest.get("csv_header"), base=start)
+    finally:
+        body.close()
+
+
+def open_chunk(s3: Any, config: RegisterEnv, task: ChunkTask, manifest: dict[str, Any]) -> tuple[Any, int]:
+    """The chunk's bytes of the pinned landing object version (a streaming body) and where
+    they start: two index entries by one ranged GET, then one ranged GET of the object."""
+    index = int(task["chunk_index"])
+    if index >= int(manifest["chunk_count"]):
+        raise ValueError(f"chunk {index} is past the file's {manifest['chunk_count']} chunks")
+    entries = s3.get_object(
+        Bucket=config.work_bucket, Key=chunk_index_key(task["chunk_prefix"]), Range=index_entries_range(index)
+    )["Body"].read()
+    start, end = chunk_byte_range(entries)
+    body = s3.get_object(
+        Bucket=task["bucket"], Key=task["key"], VersionId=task["version_id"], Range=f"bytes={start}-{end - 1}"
+    )["Body"]
+    return body, start
 
 
 def publish_metrics(register: Register, tenant_id: str, now: float) -> None:

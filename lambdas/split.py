@@ -1,7 +1,14 @@
-"""Split: stream one exact object version into JSON Lines chunk files plus a manifest.
+"""Split: validate one exact object version in a single streamed pass and index its chunks.
 
-Memory stays flat whatever the file size: the body is read in bounded pieces, parsed line by
-line, and only the chunk being filled is held. The output carries S3 references and counts,
+Records are not copied. The pass records the byte offset where each chunk starts (a record
+boundary as the parser sees it) in one chunk index object in the work bucket, written as it
+goes (multipart past 8 MiB), then a manifest with the counts, the format and the CSV header.
+Register reads its chunk with a ranged GET of the same pinned version (`chunk_format`). A
+10M-record file is therefore one GET and a few PUTs, not a PUT per chunk.
+
+A malformed file fails here, before any record is sent: the whole file is parsed before the
+index is visible. Memory stays flat whatever the file size: the body is read in bounded
+pieces and at most one index part is held. The output carries S3 references and counts,
 never records (it enters the execution history).
 
 The SHA-256 of the bytes is computed while they stream (kept in the manifest, returned to the
@@ -12,114 +19,23 @@ is returned with no chunks to send and `duplicate_of` naming that file.
 
 from __future__ import annotations
 
-import codecs
-import csv
 import hashlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
-from chunk_format import CONTENT_TYPE, MAX_LINE_BYTES, LineTooLongError, encode_chunk, iter_lines
+from chunk_format import INDEX_ENTRY, IndexWriter, TextLines, chunk_starts
 from contract import (
     KeyOutsidePrefixError,
-    MalformedFileError,
     DuplicateOf,
     SplitEnv,
     SplitRequest,
     SplitResult,
-    chunk_key,
+    chunk_index_key,
     chunk_prefix,
     manifest_key,
 )
 from ledger import Ledger
 from runtime import BoundLogger, aws_client, error_code, lambda_handler, pick
-
-
-def _text_lines(body: Any) -> Iterator[tuple[int, str]]:
-    """Decode the body line by line as UTF-8 (BOM dropped), naming the line of a bad byte."""
-    try:
-        for line_number, raw in iter_lines(body):
-            if line_number == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8) :]
-            try:
-                yield line_number, raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise MalformedFileError(line_number, f"invalid UTF-8 at byte {error.start + 1}") from None
-    except LineTooLongError as error:
-        raise MalformedFileError(error.line_number, f"longer than {MAX_LINE_BYTES} bytes") from None
-
-
-def _check_header(row: list[str]) -> list[str]:
-    seen: set[str] = set()
-    for position, name in enumerate(row, start=1):
-        if not name:
-            raise MalformedFileError(1, f"empty column name at position {position}")
-        if name in seen:
-            raise MalformedFileError(1, f"duplicate column name at position {position}")
-        seen.add(name)
-    return row
-
-
-def csv_records(lines: Iterator[tuple[int, str]]) -> Iterator[dict[str, str]]:
-    """Records of a CSV file whose first row is the header."""
-    reader = csv.reader((text for _, text in lines), strict=True)
-    header: list[str] | None = None
-    first_blank: int | None = None  # blank lines are fine only at the end of the file
-    while True:
-        start = reader.line_num + 1  # physical line where the next record starts
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as error:
-            raise MalformedFileError(start, f"invalid CSV ({error})") from None
-        if not row:
-            first_blank = first_blank or start
-            continue
-        if header is None:
-            if first_blank is not None:
-                raise MalformedFileError(1, "empty header")
-            header = _check_header(row)
-            continue
-        if first_blank is not None:
-            raise MalformedFileError(first_blank, f"expected {len(header)} fields, found 0")
-        if len(row) != len(header):
-            raise MalformedFileError(start, f"expected {len(header)} fields, found {len(row)}")
-        yield dict(zip(header, row))
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def jsonl_lines(lines: Iterator[tuple[int, str]]) -> Iterator[str]:
-    """Each non-blank line, validated as one JSON object and passed on verbatim.
-
-    Verbatim keeps numbers exact (no float round trip); NaN/Infinity are refused because
-    they are not JSON and the core system could not parse them.
-    """
-    for line_number, text in lines:
-        text = text.strip()
-        if not text:
-            continue
-        try:
-            value = json.loads(text, parse_constant=_reject_constant)
-        except json.JSONDecodeError as error:
-            problem = f"invalid JSON ({error.msg} at column {error.colno})"
-            raise MalformedFileError(line_number, problem) from None
-        except (ValueError, RecursionError) as error:
-            problem = str(error) if isinstance(error, ValueError) else "nested too deeply"
-            raise MalformedFileError(line_number, f"invalid JSON ({problem})") from None
-        if not isinstance(value, dict):
-            raise MalformedFileError(line_number, "not a JSON object")
-        yield text
-
-
-def _serialized_records(fmt: str, body: Any) -> Iterator[str]:
-    lines = _text_lines(body)
-    if fmt == "jsonl":
-        return jsonl_lines(lines)
-    return (json.dumps(record, separators=(",", ":")) for record in csv_records(lines))
 
 
 class _HashingBody:
@@ -138,40 +54,12 @@ class _HashingBody:
         self._body.close()
 
 
-class _ChunkWriter:
-    """Fills one chunk at a time and writes it as soon as it is full."""
-
-    def __init__(self, s3: Any, bucket: str, prefix: str, size: int) -> None:
-        self._s3, self._bucket, self._prefix, self._size = s3, bucket, prefix, size
-        self._lines: list[str] = []
-        self.chunk_count = 0
-        self.record_count = 0
-
-    def add(self, line: str) -> None:
-        self._lines.append(line)
-        self.record_count += 1
-        if len(self._lines) == self._size:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self._lines:
-            return
-        self._s3.put_object(
-            Bucket=self._bucket,
-            Key=chunk_key(self._prefix, self.chunk_count),
-            Body=encode_chunk(self._lines),
-            ContentType=CONTENT_TYPE,
-        )
-        self._lines = []
-        self.chunk_count += 1
-
-
 def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = None, ddb: Any = None) -> SplitResult:
-    """Split the object version `request` names into chunks; return the manifest reference.
+    """Validate and index the object version `request` names; return the manifest reference.
 
-    Chunks are kept per file (the event id), so an execution that resumes the file reuses
-    them; if they expired from the work bucket (or were never complete), the pinned version is
-    split again, which writes the same chunks. `chunks` lists the indexes still to register,
+    The index is kept per file (the event id), so an execution that resumes the file reuses
+    it; if it expired from the work bucket (or was never complete), the pinned version is
+    split again, which writes the same index. `chunks` lists the indexes still to register,
     from the one holding `start_record`. `s3` is a boto3 S3 client; `ddb` a DynamoDB client,
     needed with `duplicate_files: skip` only. A file is only ever found a duplicate before any
     of it was sent (`start_record` 0): a resumed file goes on.
@@ -193,7 +81,8 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     if manifest is None:
         manifest = _split(s3, config, request, prefix)
     elif log is not None:
-        log.info("chunks of this file exist; reusing them", extra={"chunk_count": manifest["chunk_count"]})
+        log.info("the chunk index of this file exists; reusing it",
+                 extra={"chunk_count": manifest["chunk_count"]})
     first_chunk = start_record // manifest["chunk_size"]
     content_sha256 = manifest.get("content_sha256")
     duplicate_of = None
@@ -226,10 +115,10 @@ def _duplicate_of(ddb: Any, config: SplitEnv, content_sha256: str, request: Spli
 def _existing_manifest(
     s3: Any, config: SplitEnv, prefix: str, version_id: str, start_record: int
 ) -> dict[str, Any] | None:
-    """The manifest of an earlier split of the same version, if the work bucket still has it and
-    every chunk from the one holding `start_record` on. Chunks are written in order and the
-    bucket's lifecycle expires objects by age, so the first chunk still needed is the first
-    to go: if it is there, so are the ones after it."""
+    """The manifest of an earlier split of the same version, if the work bucket still has it
+    and its chunk index. The index is written before the manifest and the bucket's lifecycle
+    expires objects by age, so the index goes first: if it is there, the manifest describes
+    it. A manifest of the chunk files of an older release (no index) is split again."""
     try:
         body = s3.get_object(Bucket=config.work_bucket, Key=manifest_key(prefix))["Body"]
     except Exception as error:  # botocore ClientError
@@ -239,15 +128,15 @@ def _existing_manifest(
     manifest = json.loads(body.read())
     if manifest.get("source", {}).get("version_id") != version_id:
         return None
-    first_needed = start_record // manifest["chunk_size"]
-    if first_needed < manifest["chunk_count"] and not _chunk_exists(s3, config, prefix, first_needed):
-        return None  # chunks expired before the manifest: split again
+    index_key = chunk_index_key(prefix)
+    if manifest.get("chunk_index_key") != index_key or not _exists(s3, config, index_key):
+        return None  # the index expired before the manifest, or chunk files of an older release
     return manifest
 
 
-def _chunk_exists(s3: Any, config: SplitEnv, prefix: str, index: int) -> bool:
+def _exists(s3: Any, config: SplitEnv, key: str) -> bool:
     try:
-        s3.head_object(Bucket=config.work_bucket, Key=chunk_key(prefix, index))
+        s3.head_object(Bucket=config.work_bucket, Key=key)
     except Exception as error:  # botocore ClientError
         if _not_found(error):
             return False
@@ -261,16 +150,24 @@ def _not_found(error: BaseException) -> bool:
 
 
 def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dict[str, Any]:
-    """Stream the pinned version into chunk files, then write the manifest (last: it marks completion)."""
+    """Validate the pinned version in one streamed pass, writing the chunk index as it goes,
+    then the manifest (last: it marks completion)."""
     bucket, key, version_id = request["bucket"], request["key"], request["version_id"]
     body = _HashingBody(s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"])
-    writer = _ChunkWriter(s3, config.work_bucket, prefix, config.chunk_size)
+    lines = TextLines(body)
+    index = IndexWriter(s3, config.work_bucket, chunk_index_key(prefix))
+    chunk_size = config.chunk_size
     try:
-        for line in _serialized_records(config.format, body):
-            writer.add(line)
+        starts, record_count, csv_records = chunk_starts(config.format, lines, chunk_size)
+        for offset in starts:
+            index.add(offset)  # where the next chunk's first record starts
+        index.add(lines.end)  # the end of the data: the last chunk's end
+        index.close()
+    except BaseException:
+        index.abort()
+        raise
     finally:
         body.close()
-    writer.flush()
 
     manifest = {
         "source": {
@@ -283,10 +180,14 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dic
         "tenant": config.tenant_id,
         "event_id": request["event_id"],
         "format": config.format,
+        # Register parses a CSV chunk with the header Split validated (None for jsonl).
+        "csv_header": csv_records.header if csv_records is not None else None,
         "chunk_prefix": prefix,
-        "chunk_size": config.chunk_size,
-        "chunk_count": writer.chunk_count,
-        "record_count": writer.record_count,
+        "chunk_size": chunk_size,
+        "chunk_count": index.entries - 1,
+        "record_count": record_count(),
+        "chunk_index_key": chunk_index_key(prefix),
+        "chunk_index_entry_bytes": INDEX_ENTRY.size,
         # Every byte was read: the parse reads the body to its end (or fails the file).
         "content_sha256": body.sha256.hexdigest(),
     }

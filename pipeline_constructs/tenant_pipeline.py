@@ -245,6 +245,7 @@ class TenantPipeline(Construct):
                     sink_url=props.sink_url,
                     sink_timeout_seconds=props.sink_timeout_seconds,
                     sink_outage_budget_seconds=int(props.sink_outage_budget.to_seconds()),
+                    landing_prefix=props.landing_prefix,
                 )
             ),
         )
@@ -515,7 +516,7 @@ class TenantPipeline(Construct):
     # -- permissions ----------------------------------------------------------------------------
 
     def _grant_tenant_objects(self, props: TenantPipelineProps) -> None:
-        """Split reads only this tenant's prefix; chunks live under the tenant's own folder."""
+        """Split and register read only this tenant's landing prefix; indexes live under the tenant's own folder."""
         own_work = props.work_bucket.arn_for_objects(f"{contract.work_prefix(self.tenant_id)}*")
         self.split.role.add_to_policy(
             iam.PolicyStatement(
@@ -527,8 +528,9 @@ class TenantPipeline(Construct):
         self.split.role.add_to_policy(
             iam.PolicyStatement(
                 sid="WriteOwnChunks",
-                # GetObject: a resumed file reuses its chunks and manifest.
-                actions=["s3:PutObject", "s3:GetObject"],
+                # GetObject: a resumed file reuses its chunk index and manifest. PutObject covers
+                # the multipart upload of a large index; Abort gives up one of a failed split.
+                actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
                 resources=[own_work],
             )
         )
@@ -543,9 +545,18 @@ class TenantPipeline(Construct):
         )
         self.register.role.add_to_policy(
             iam.PolicyStatement(
+                # The manifest and the chunk index (ranged GETs of its entries).
                 sid="ReadOwnChunks",
                 actions=["s3:GetObject"],
                 resources=[own_work],
+            )
+        )
+        self.register.role.add_to_policy(
+            iam.PolicyStatement(
+                # Register reads its chunk with a ranged GET of the pinned landing object version.
+                sid="ReadOwnLandingPrefix",
+                actions=["s3:GetObject", "s3:GetObjectVersion"],
+                resources=[props.landing_bucket.arn_for_objects(f"{self.landing_prefix}*")],
             )
         )
         self._grant_own_ledger(self.register.role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
@@ -647,14 +658,21 @@ class TenantPipeline(Construct):
             "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
             f"{names.STATE_MACHINE.render(tenant_id)}:*"
         )
-        chunks_reason = "Chunk files are named per execution; the wildcard stays inside this tenant's own work folder."
+        chunks_reason = ("Chunk indexes and manifests are named per execution; the wildcard stays inside this "
+                         "tenant's own work folder.")
         _acknowledge(
             self.split.role,
             ("AwsSolutions-IAM5", f"Resource::{landing}/{self.landing_prefix}*",
              "Split reads whichever file the tenant drops, and only under this tenant's landing prefix."),
             ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason),
         )
-        _acknowledge(self.register.role, ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason))
+        _acknowledge(
+            self.register.role,
+            ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason),
+            ("AwsSolutions-IAM5", f"Resource::{landing}/{self.landing_prefix}*",
+             "Register reads its chunk (a ranged GET) of whichever file the tenant dropped, and only "
+             "under this tenant's landing prefix."),
+        )
         executions_reason = (
             "Execution names are the EventBridge event ids, unknown in advance; only this "
             "tenant's state machine's executions are covered."

@@ -366,11 +366,28 @@ def test_split_reads_only_its_tenant_prefix_and_writes_only_its_tenant_chunks(in
     assert read["Resource"]["Fn::Join"][1][-1] == "/initech/incoming/*"
     assert ":s3:::ordered-ingest-landing-" in read["Resource"]["Fn::Join"][1]
     write = by_sid["WriteOwnChunks"]
-    assert sorted(write["Action"]) == ["s3:GetObject", "s3:PutObject"]
+    assert sorted(write["Action"]) == ["s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject"]
     assert write["Resource"]["Fn::Join"][1][-1] == "/chunks/initech/*"
     listing = by_sid["ListOwnChunks"]
     assert listing["Action"] == "s3:ListBucket"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["chunks/initech/*"]}}
+
+
+def test_register_reads_its_chunks_from_its_tenant_landing_prefix_and_work_folder_only(initech):
+    """Register reads its chunk with a ranged GET of the landing object version: read access
+    to the tenant's landing prefix (no write, no other tenant) and to its own work folder."""
+    by_sid = {s.get("Sid"): s for s in policy_statements_of_role(initech, "PipelineRegisterChunkRole")}
+    landing = by_sid["ReadOwnLandingPrefix"]
+    assert sorted(landing["Action"]) == ["s3:GetObject", "s3:GetObjectVersion"]
+    assert landing["Resource"]["Fn::Join"][1][-1] == "/initech/incoming/*"
+    assert ":s3:::ordered-ingest-landing-" in landing["Resource"]["Fn::Join"][1]
+    chunks = by_sid["ReadOwnChunks"]
+    assert chunks["Action"] == "s3:GetObject"
+    assert chunks["Resource"]["Fn::Join"][1][-1] == "/chunks/initech/*"
+    s3_actions = {a for a in actions_of(policy_statements_of_role(initech, "PipelineRegisterChunkRole")) if a.startswith("s3:")}
+    assert s3_actions == {"s3:GetObject", "s3:GetObjectVersion"}
+    env = function_named(initech, "initech-register-chunk")["Properties"]["Environment"]["Variables"]
+    assert env["LANDING_PREFIX"] == "initech/incoming/"
 
 
 def test_stack_outputs_let_ops_find_the_tenants_resources(acme):

@@ -71,3 +71,31 @@ def test_malformed_jsonl_names_the_line(pipe: LocalPipeline) -> None:
     )
     assert json.loads(execution["cause"])["errorMessage"].startswith("line 3: invalid JSON")
     assert pipe.sink("globex").requests == []
+
+
+def test_quoted_newlines_across_chunk_starts_arrive_exactly_and_a_bad_last_line_sends_nothing(
+    pipe: LocalPipeline,
+) -> None:
+    """GIVEN a CSV (BOM, CRLF, chunks of 3) whose records hold quoted newlines, so that a raw line
+    start is rarely a record start, then a 60-record file whose last line is malformed
+    WHEN they are processed
+    THEN the first arrives record for record, in order, values exact (Register read each chunk
+    by its byte range), and the second fails naming its last line with nothing of it sent."""
+    records = [{"file": "q", "seq": str(n), "text": f"line {n}\nmore, \"{n}\"" if n % 2 else f"plain {n}"}
+               for n in range(20)]
+    body = "\ufefffile,seq,text\r\n" + "".join(
+        f'{r["file"]},{r["seq"]},"{r["text"].replace(chr(34), chr(34) * 2)}"\r\n' for r in records
+    )
+    pipe.put_file("acme", "quoted.csv", body.encode())
+    bad = b"file,seq\n" + b"".join(b"last,%d\n" % n for n in range(60)) + b"last,60,extra\n"
+    pipe.put_file("acme", "bad-last.csv", bad)
+
+    pipe.wait_until_idle(timeout=120, tenants=["acme"])
+
+    by_name = {e["key"].rsplit("/", 1)[-1]: e for e in pipe.executions("acme")}
+    quoted, failed = by_name["quoted.csv"], by_name["bad-last.csv"]
+    assert quoted["status"] == "SUCCEEDED"
+    assert [r for r in pipe.sink("acme").accepted if r.get("file") == "q"] == records
+    assert (failed["status"], failed["error"]) == ("FAILED", contract.MalformedFileError.__name__)
+    assert json.loads(failed["cause"])["errorMessage"] == "line 62: expected 2 fields, found 3"
+    assert not [r for r in pipe.sink("acme").requests if isinstance(r.body, dict) and r.body.get("file") == "last"]

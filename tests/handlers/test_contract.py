@@ -27,7 +27,7 @@ def test_environment_round_trips_through_from_env():
     }
     assert from_env(SplitEnv, rendered) == config
     register = RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://core",
-                           sink_timeout_seconds=2.5, sink_outage_budget_seconds=3600)
+                           sink_timeout_seconds=2.5, sink_outage_budget_seconds=3600, landing_prefix="a/")
     assert from_env(RegisterEnv, environment(register)) == register
 
 
@@ -67,7 +67,7 @@ def test_fails_when_a_split_variable_is_invalid(name, value, message):
 )
 def test_fails_when_a_register_variable_is_invalid(name, value, message):
     env = environment(RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://c",
-                                  sink_timeout_seconds=1, sink_outage_budget_seconds=60))
+                                  sink_timeout_seconds=1, sink_outage_budget_seconds=60, landing_prefix="a/"))
     env[name] = value
     with pytest.raises(ConfigError, match=message):
         from_env(RegisterEnv, env)
@@ -100,7 +100,7 @@ def test_work_bucket_layout():
     """Chunks and quarantined messages live under their own top-level prefix (own lifecycle)."""
     prefix = contract.chunk_prefix("acme", "evt-1")
     assert prefix == "chunks/acme/evt-1/" and prefix.startswith(contract.work_prefix("acme"))
-    assert contract.chunk_key(prefix, 12) == "chunks/acme/evt-1/chunk-000012.jsonl"
+    assert contract.chunk_index_key(prefix) == "chunks/acme/evt-1/chunk-offsets.bin"
     assert contract.manifest_key(prefix) == "chunks/acme/evt-1/manifest.json"
     assert contract.quarantine_key("acme", 1_700_000_000.25, "m-1") == "quarantine/acme/20231114T221320.250000Z-m-1.json"
     assert contract.replayed_prefix("acme") == "quarantine/acme/replayed/"

@@ -15,14 +15,18 @@ from typing import Any
 
 import pytest
 
+import chunk_format
 import contract
 import register_chunk
+import split
 from contract import FileRef, RegisterEnv, SinkRejectedError, SinkUnavailableError, StaleExecutionError
 from ledger import Ledger
 from runtime import BoundLogger, get_logger
 
 from conftest import TENANT, Context  # noqa: E402
 WORK = "work"
+LANDING = "landing"
+KEY = "acme/f.csv"
 PREFIX = "chunks/acme/evt-1/"
 
 
@@ -97,10 +101,31 @@ class Clock:
         return self.deadline - self.now
 
 
+#: The landing object version the test put last (moto makes up version ids).
+LANDED: dict[str, str] = {}
+
+
 @pytest.fixture
 def work(s3: Any) -> Any:
+    """The work bucket and the versioned landing bucket Register reads its chunks from."""
     s3.create_bucket(Bucket=WORK)
+    s3.create_bucket(Bucket=LANDING)
+    s3.put_bucket_versioning(Bucket=LANDING, VersioningConfiguration={"Status": "Enabled"})
+    LANDED.clear()
+    LANDED["version_id"] = "v-none"
     return s3
+
+
+def put_file(s3: Any, content: bytes, *, fmt: str = "jsonl", chunk_size: int = 3) -> str:
+    """Upload `content` as acme/f.csv and split it as the workflow would (execution evt-1): its
+    chunk index and manifest under PREFIX. Returns the object version (also the tasks' default)."""
+    version_id = s3.put_object(Bucket=LANDING, Key=KEY, Body=content)["VersionId"]
+    env = contract.SplitEnv(tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK,
+                            landing_prefix="acme/", ledger_table_name="ledger", duplicate_files="process")
+    split.split_file({"tenant": TENANT, "event_id": "evt-1", "bucket": LANDING, "key": KEY, "version_id": version_id,
+                      "start_record": 0}, config=env, s3=s3)  # type: ignore[typeddict-item]
+    LANDED["version_id"] = version_id
+    return version_id
 
 
 @pytest.fixture
@@ -113,18 +138,20 @@ def ledger(ddb: Any, ledger_table: str) -> Ledger:
     return ledger
 
 
-def put_chunk(s3: Any, index: int, records: list[dict[str, Any]]) -> None:
-    body = "".join(json.dumps(r) + "\n" for r in records).encode()
-    s3.put_object(Bucket=WORK, Key=contract.chunk_key(PREFIX, index), Body=body)
+def put_chunk(s3: Any, index: int, records: list[dict[str, Any]], *, chunk_size: int = 3) -> str:
+    """A file whose chunk `index` holds `records` (earlier chunks hold filler records)."""
+    filler = [{"filler": n} for n in range(index * chunk_size)]
+    return put_file(s3, "".join(json.dumps(r) + "\n" for r in [*filler, *records]).encode(), chunk_size=chunk_size)
 
 
-def task(index: int, *, chunk_size: int = 3, version_id: str = "v1", prefix: str = PREFIX, start_record: int = 0,
-         record_count: int = 100, execution_name: str = "evt-1", fault_since: float | None = None) -> dict[str, Any]:
+def task(index: int, *, chunk_size: int = 3, version_id: str | None = None, prefix: str = PREFIX,
+         start_record: int = 0, record_count: int = 100, execution_name: str = "evt-1",
+         fault_since: float | None = None, key: str = "acme/f.csv") -> dict[str, Any]:
     return {
         "tenant": TENANT,
-        "bucket": "landing",
-        "key": "acme/f.csv",
-        "version_id": version_id,
+        "bucket": LANDING,
+        "key": key,
+        "version_id": version_id or LANDED["version_id"],
         "execution_name": execution_name,
         "chunk_prefix": prefix,
         "chunk_size": chunk_size,
@@ -138,7 +165,7 @@ def task(index: int, *, chunk_size: int = 3, version_id: str = "v1", prefix: str
 
 def config(sink: Sink, timeout: float = 2.0, budget: float = 3600) -> RegisterEnv:
     return RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger", sink_url=sink.url,
-                       sink_timeout_seconds=timeout, sink_outage_budget_seconds=budget)
+                       sink_timeout_seconds=timeout, sink_outage_budget_seconds=budget, landing_prefix="acme/")
 
 
 def register(work: Any, ledger: Ledger, the_task: dict[str, Any], cfg: RegisterEnv, clock: Clock | None = None) -> dict[str, Any]:
@@ -165,7 +192,7 @@ def test_records_arrive_in_order_with_their_headers_and_progress_is_recorded(wor
     assert (result["done"], result["start_record"], result["records_sent"], result["retry_after_seconds"]) == (True, 6, 3, 0)
     assert result["fault_since"] is None
     assert sink.bodies() == records
-    assert sink.keys() == [expected_key("v1", i) for i in (3, 4, 5)]
+    assert sink.keys() == [expected_key(LANDED["version_id"], i) for i in (3, 4, 5)]
     for request in sink.requests:
         assert request["path"] == "/records"
         assert request["headers"]["Content-Type"] == "application/json"
@@ -178,14 +205,14 @@ def test_a_record_that_fails_once_is_retried_in_place_and_costs_no_budget(work, 
     """GIVEN every record of a 10-record chunk gets one 503 (or 429) before it is accepted
     WHEN the chunk is registered THEN it is done in one invocation, each record sent twice with the
     same key, never out of order: the budget is spent per fault episode, not per chunk."""
-    put_chunk(work, 0, [{"id": i} for i in range(10)])
+    put_chunk(work, 0, [{"id": i} for i in range(10)], chunk_size=10)
     sink.respond = lambda n: (503 if n % 4 == 0 else 429) if n % 2 == 0 else 200
     clock = Clock()
 
     result = register(work, ledger, task(0, chunk_size=10), config(sink, budget=1), clock)
 
     assert result["done"] is True and result["records_sent"] == 10 and result["fault_since"] is None
-    assert sink.keys() == [expected_key("v1", i) for i in range(10) for _ in (0, 1)]
+    assert sink.keys() == [expected_key(LANDED["version_id"], i) for i in range(10) for _ in (0, 1)]
     assert clock.sleeps == [register_chunk.RETRY_BACKOFF_SECONDS[0]] * 10
 
 
@@ -246,7 +273,7 @@ def test_a_refused_connection_is_a_fault_episode_not_a_failure(work, ledger):
     put_chunk(work, 0, [{"id": 0}])
     refused = RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger",
                           sink_url=f"http://127.0.0.1:{port}/records", sink_timeout_seconds=1,
-                          sink_outage_budget_seconds=3600)
+                          sink_outage_budget_seconds=3600, landing_prefix="acme/")
 
     result = register(work, ledger, task(0), refused)
 
@@ -324,14 +351,26 @@ def test_fails_when_chunk_prefix_belongs_to_another_tenant(work, sink, ledger):
     assert sink.requests == []
 
 
-def test_fails_when_chunk_holds_more_than_chunk_size_records(work, sink, ledger):
-    """GIVEN a chunk with more records than chunk_size WHEN registered THEN it stops before reusing the next
-    chunk's idempotency keys."""
+def test_fails_when_the_index_was_split_with_another_chunk_size(work, sink, ledger):
+    """GIVEN an index of chunks of 3 WHEN a task says chunks of 2 THEN refused before anything is sent
+    (its chunk's range would hold the next chunk's records and reuse their idempotency keys)."""
     put_chunk(work, 0, [{"id": i} for i in range(3)])
 
-    with pytest.raises(ValueError, match="more than chunk_size=2"):
+    with pytest.raises(ValueError, match="^the index has chunks of 3 records, the task 2; nothing was sent$"):
         register(work, ledger, task(0, chunk_size=2), config(sink))
-    assert len(sink.requests) == 2
+    assert sink.requests == []
+
+
+def test_fails_when_a_chunk_range_holds_more_than_chunk_size_records(work, sink, ledger):
+    """GIVEN an index whose chunk 0 range covers 4 records (chunk_size 3; a damaged index)
+    WHEN registered THEN it stops before reusing the next chunk's idempotency keys."""
+    put_chunk(work, 0, [{"id": i} for i in range(6)])
+    work.put_object(Bucket=WORK, Key=contract.chunk_index_key(PREFIX),
+                    Body=chunk_format.INDEX_ENTRY.pack(0) + chunk_format.INDEX_ENTRY.pack(4 * len(b'{"id": 0}\n')))
+
+    with pytest.raises(ValueError, match="more than chunk_size=3"):
+        register(work, ledger, task(0), config(sink))
+    assert len(sink.requests) == 3
 
 
 @pytest.fixture
@@ -370,10 +409,10 @@ def test_handler_logs_a_passing_outage_below_error(work, sink, handler_env, logs
 
 def test_handler_returns_progress(work, sink, handler_env, logs):
     """GIVEN a chunk of two records WHEN the handler runs THEN both are sent and the progress returned."""
-    put_chunk(work, 4, [{"id": 0}, {"id": 1}])
+    put_chunk(work, 4, [{"id": 0}, {"id": 1}], chunk_size=2)
     result = register_chunk.handler(task(4, chunk_size=2, start_record=8), Context())
     assert (result["done"], result["records_sent"], result["start_record"]) == (True, 2, 10)
-    assert sink.keys() == [expected_key("v1", 8), expected_key("v1", 9)]
+    assert sink.keys() == [expected_key(LANDED["version_id"], 8), expected_key(LANDED["version_id"], 9)]
 
 
 def test_fails_when_sink_url_is_not_http(handler_env, monkeypatch):
@@ -405,7 +444,7 @@ def emf_records(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
 def test_publishes_records_sent_and_sink_errors_once_per_invocation(work, sink, ledger, capsys):
     """GIVEN every record of a 4-record chunk gets one 503 first WHEN registered THEN one EMF record
     says 4 records sent and 4 sink errors, with the tenant dimension."""
-    put_chunk(work, 0, [{"id": i} for i in range(4)])
+    put_chunk(work, 0, [{"id": i} for i in range(4)], chunk_size=4)
     sink.respond = lambda n: 503 if n % 2 == 0 else 200
 
     register(work, ledger, task(0, chunk_size=4), config(sink))
@@ -441,3 +480,72 @@ def test_publishes_zero_sink_errors_for_a_clean_chunk(work, sink, ledger, capsys
 
     (record,) = emf_records(capsys)
     assert (record["RecordsSent"], record["SinkErrors"]) == (3, 0)
+
+
+# --- reading the chunk: index entries, then a ranged GET of the pinned version ------------------
+
+
+class SpyS3:
+    """The S3 client, recording each GET (bucket, key, range)."""
+
+    def __init__(self, s3: Any) -> None:
+        self._s3 = s3
+        self.gets: list[tuple[str, str, str | None]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._s3, name)
+
+    def get_object(self, **kwargs: Any) -> Any:
+        self.gets.append((kwargs["Bucket"], kwargs["Key"], kwargs.get("Range")))
+        return self._s3.get_object(**kwargs)
+
+
+def test_csv_chunks_are_read_by_range_and_hold_exactly_their_records(work, sink, ledger):
+    """GIVEN a CSV whose records hold quoted newlines and CRLF, split in chunks of 2 WHEN each chunk
+    is registered THEN the core system gets exactly the file's records, in order, with the keys of
+    their positions, and each chunk read only its own bytes of the pinned landing version."""
+    rows = [("1", "a"), ("2", "two\nlines"), ("3", 'x "q"\r\ny'), ("4", "d"), ("5", "e,f")]
+    content = ("id,text\r\n" + "".join(f'{i},"{t.replace(chr(34), chr(34) * 2)}"\r\n' for i, t in rows)).encode()
+    version = put_file(work, content, fmt="csv", chunk_size=2)
+    s3 = SpyS3(work)
+
+    for index in range(3):
+        progress = register_chunk.register_chunk(
+            task(index, chunk_size=2, start_record=2 * index, record_count=5), config=config(sink), s3=s3,
+            ledger=ledger, log=BoundLogger(get_logger("register_chunk"), {}), remaining_seconds=Clock().remaining)
+        assert progress["done"] is True
+
+    assert sink.bodies() == [{"id": i, "text": t} for i, t in rows]
+    assert sink.keys() == [expected_key(version, i) for i in range(5)]
+    landing_reads = [rng for bucket, _, rng in s3.gets if bucket == LANDING]
+    starts = [content.index(f'\r\n{i},"'.encode()) + 2 for i in ("1", "3", "5")] + [len(content)]
+    assert landing_reads == [f"bytes={a}-{b - 1}" for a, b in zip(starts, starts[1:])]
+    assert {key for bucket, key, _ in s3.gets if bucket == WORK} == {PREFIX + "manifest.json", PREFIX + "chunk-offsets.bin"}
+
+
+def test_a_stale_execution_is_refused_before_anything_is_read(work, sink, ledger):
+    """GIVEN an old execution whose chunk index is gone WHEN its register runs THEN it is refused as
+    stale (the fence comes first), not with a missing-object error, and nothing is read."""
+    s3 = SpyS3(work)
+    with pytest.raises(StaleExecutionError):
+        register(s3, ledger, task(0, execution_name="evt-0"), config(sink))
+    assert s3.gets == [] and sink.requests == []
+
+
+def test_fails_when_the_key_is_outside_the_landing_prefix(work, sink, ledger):
+    """GIVEN a task naming another tenant's object WHEN registered THEN refused before any read."""
+    s3 = SpyS3(work)
+    with pytest.raises(contract.KeyOutsidePrefixError, match="'beta/f.csv' is outside the landing prefix 'acme/'"):
+        register(s3, ledger, task(0, key="beta/f.csv"), config(sink))
+    assert s3.gets == [] and sink.requests == []
+
+
+def test_fails_when_the_index_is_of_another_version(work, sink, ledger):
+    """GIVEN the folder's index was made from one version WHEN a task names another version of the key
+    THEN refused before anything is sent (offsets of other bytes would cut records anywhere)."""
+    put_chunk(work, 0, [{"id": 0}])
+    other = work.put_object(Bucket=LANDING, Key=KEY, Body=b'{"id": "other"}\n')["VersionId"]
+
+    with pytest.raises(ValueError, match="is of another object version; nothing was sent"):
+        register(work, ledger, task(0, version_id=other), config(sink))
+    assert sink.requests == []

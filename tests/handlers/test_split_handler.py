@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import chunk_format
 import contract
 import split
 from contract import KeyOutsidePrefixError, MalformedFileError, SplitEnv
@@ -55,14 +56,26 @@ def work_keys(s3: Any) -> list[str]:
 
 
 def chunk_lines(s3: Any, result: dict[str, Any]) -> list[list[str]]:
-    """Raw lines of every chunk the output lists, in order."""
-    return [
-        s3.get_object(Bucket=WORK, Key=contract.chunk_key(result["chunk_prefix"], i))["Body"]
-        .read()
-        .decode()
-        .splitlines()
-        for i in result["chunks"]
-    ]
+    """The serialized records of every chunk the output lists, in order, read as Register reads
+    them: two index entries, then a ranged GET of the pinned landing version."""
+    manifest = json.loads(s3.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
+    source = manifest["source"]
+    chunks = []
+    for index in result["chunks"]:
+        entries = s3.get_object(Bucket=WORK, Key=contract.chunk_index_key(result["chunk_prefix"]),
+                                Range=chunk_format.index_entries_range(index))["Body"].read()
+        start, end = chunk_format.chunk_byte_range(entries)
+        body = s3.get_object(Bucket=source["bucket"], Key=source["key"], VersionId=source["version_id"],
+                             Range=f"bytes={start}-{end - 1}")["Body"]
+        records = chunk_format.chunk_records(body, manifest["format"], manifest["csv_header"], base=start)
+        chunks.append([record.decode() for _, record in records])
+    return chunks
+
+
+def index_offsets(s3: Any, result: dict[str, Any]) -> list[int]:
+    """Every entry of the chunk index."""
+    data = s3.get_object(Bucket=WORK, Key=contract.chunk_index_key(result["chunk_prefix"]))["Body"].read()
+    return [offset for (offset,) in chunk_format.INDEX_ENTRY.iter_unpack(data)]
 
 
 def chunk_records(s3: Any, result: dict[str, Any]) -> list[list[dict[str, Any]]]:
@@ -98,10 +111,11 @@ def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected
     assert chunk_records(buckets, result) == [
         [{"id": str(i), "name": f"name-{i}"} for i in chunk] for chunk in expected_chunks
     ]
-    assert work_keys(buckets) == sorted(
-        ["chunks/acme/evt-1/manifest.json"]
-        + [f"chunks/acme/evt-1/chunk-{i:06d}.jsonl" for i in range(len(expected_chunks))]
-    )
+    # one index object, however many chunks: no record is copied
+    assert work_keys(buckets) == ["chunks/acme/evt-1/chunk-offsets.bin", "chunks/acme/evt-1/manifest.json"]
+    lines = csv_file(records).splitlines(keepends=True)
+    starts = [sum(map(len, lines[: 1 + i])) for i in range(records)]  # after the header
+    assert index_offsets(buckets, result) == [starts[chunk[0]] for chunk in expected_chunks] + [len(csv_file(records))]
     manifest = json.loads(buckets.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
     assert manifest["source"] == {
         "bucket": LANDING,
@@ -123,11 +137,12 @@ def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected
     ids=["empty", "header-only", "header-no-newline", "header-blank-lines"],
 )
 def test_empty_or_header_only_file_succeeds_with_zero_chunks(buckets, content):
-    """GIVEN a file with no records WHEN split THEN success, zero chunks, only the manifest written."""
+    """GIVEN a file with no records WHEN split THEN success, zero chunks: the index holds only the end."""
     result = split_file(upload(buckets, content), config=config(), s3=buckets)
 
     assert (result["chunk_count"], result["record_count"], result["chunks"]) == (0, 0, [])
-    assert work_keys(buckets) == ["chunks/acme/evt-1/manifest.json"]
+    assert work_keys(buckets) == ["chunks/acme/evt-1/chunk-offsets.bin", "chunks/acme/evt-1/manifest.json"]
+    assert index_offsets(buckets, result) == [len(content)]
 
 
 def test_csv_quoted_commas_newlines_and_quotes_survive(buckets):
@@ -144,6 +159,65 @@ def test_csv_quoted_commas_newlines_and_quotes_survive(buckets):
             {"id": "3", "text": 'say "hi"'},
         ]
     ]
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3])
+def test_csv_chunks_start_at_record_boundaries_not_at_quoted_newlines(buckets, chunk_size):
+    """GIVEN a CSV (BOM, CRLF) whose records hold quoted newlines, so that they fall where a chunk
+    would start if offsets were raw line starts WHEN split and each chunk read back by its range
+    THEN every index entry is the first byte of a record and the chunks hold exactly the records."""
+    rows = [
+        ("1", "plain"),
+        ("2", "two\r\nlines"),
+        ("3", "three\nlines\nhere"),
+        ("4", '"quoted"\nand, comma'),
+        ("5", "last"),
+    ]
+    body = "\ufeffid,text\r\n" + "".join(
+        f'{i},"{t.replace(chr(34), chr(34) * 2)}"\r\n' for i, t in rows
+    )
+    content = body.encode()
+    ref = upload(buckets, content)
+
+    result = split_file(ref, config=config(chunk_size=chunk_size), s3=buckets)
+
+    records = [{"id": i, "text": t} for i, t in rows]
+    expected = [records[i : i + chunk_size] for i in range(0, len(records), chunk_size)]
+    assert chunk_records(buckets, result) == expected
+    offsets = index_offsets(buckets, result)
+    assert offsets[-1] == len(content)
+    for chunk, offset in zip(expected, offsets):
+        assert content[offset:].startswith(f'{chunk[0]["id"]},"'.encode())
+
+
+def test_jsonl_index_points_at_the_first_record_of_each_chunk_past_blank_lines(buckets):
+    """GIVEN JSON Lines with blank lines between records WHEN split (chunks of 2)
+    THEN each entry is the start of the chunk's first record line, the last one the file's end."""
+    content = b'{"id":0}\n\n{"id":1}\n  \n{"id":2}\r\n{"id":3}\n\n{"id":4}\n\n'
+    result = split_file(upload(buckets, content, key="acme/f.jsonl"), config=config("jsonl", chunk_size=2), s3=buckets)
+
+    assert index_offsets(buckets, result) == [0, content.index(b'{"id":2}'), content.index(b'{"id":4}'), len(content)]
+    assert chunk_lines(buckets, result) == [['{"id":0}', '{"id":1}'], ['{"id":2}', '{"id":3}'], ['{"id":4}']]
+    manifest = json.loads(buckets.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
+    assert (manifest["format"], manifest["csv_header"], manifest["chunk_index_entry_bytes"]) == ("jsonl", None, 8)
+
+
+def test_a_malformed_last_line_is_found_before_any_index_is_written(buckets):
+    """GIVEN 2,000 good records and a bad last one (chunks of 10: several would be indexed)
+    WHEN split THEN the error names the last line and no index, part or manifest exists:
+    nothing can be sent."""
+    content = csv_file(2000) + b"2000,a,extra\n"
+    calls: list[str] = []
+
+    class SpyS3:
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(buckets, name)
+
+    with pytest.raises(MalformedFileError, match="^line 2002: expected 2 fields, found 3$"):
+        split_file(upload(buckets, content), config=config(chunk_size=10), s3=SpyS3())
+    assert calls == ["get_object", "get_object"]  # the manifest (absent), then the file; nothing written
+    assert work_keys(buckets) == []
 
 
 def test_bom_and_crlf_are_not_part_of_names_or_values(buckets):
@@ -190,12 +264,12 @@ def test_trailing_blank_lines_are_ignored(buckets):
 )
 def test_fails_when_csv_is_malformed(buckets, content, message):
     """GIVEN a malformed CSV WHEN split
-    THEN MalformedFileError names the physical line, and no manifest is written."""
+    THEN MalformedFileError names the physical line, and neither index nor manifest is written."""
     with pytest.raises(MalformedFileError) as raised:
         split_file(upload(buckets, content), config=config(chunk_size=1), s3=buckets)
 
     assert str(raised.value) == message
-    assert "chunks/acme/evt-1/manifest.json" not in work_keys(buckets)
+    assert work_keys(buckets) == []
 
 
 def test_jsonl_objects_pass_through_verbatim_and_blank_lines_are_skipped(buckets):
@@ -280,13 +354,13 @@ class SpyBody:
         self._body.close()
 
 
-def test_streams_the_body_and_writes_chunks_while_reading(buckets):
-    """GIVEN a ~1 MB file WHEN split THEN every read is bounded (<= 64 KiB) and the first chunk is
-    written before the body is half read (only one chunk is held at a time)."""
+def test_streams_the_body_in_bounded_reads_and_writes_no_record(buckets):
+    """GIVEN a ~1 MB file WHEN split THEN every read is bounded (<= 64 KiB), the body is read to
+    its end once, and the only objects written are the 11-entry index and the manifest."""
     content = ("id,payload\n" + "".join(f"{i},{'x' * 90}\n" for i in range(10_000))).encode()
     ref = upload(buckets, content)
     spy: dict[str, SpyBody] = {}
-    consumed_at_put: list[int] = []
+    written: list[tuple[str, int]] = []
 
     class SpyS3:
         def __getattr__(self, name: str) -> Any:
@@ -298,7 +372,7 @@ def test_streams_the_body_and_writes_chunks_while_reading(buckets):
             return response
 
         def put_object(self, **kwargs: Any) -> Any:
-            consumed_at_put.append(spy["body"].consumed)
+            written.append((kwargs["Key"], len(kwargs["Body"])))
             return buckets.put_object(**kwargs)
 
     result = split_file(ref, config=config(chunk_size=1000), s3=SpyS3())
@@ -306,8 +380,48 @@ def test_streams_the_body_and_writes_chunks_while_reading(buckets):
     assert result["chunk_count"] == 10
     assert spy["body"].consumed == len(content)
     assert max(spy["body"].sizes) <= 64 * 1024
-    assert consumed_at_put[0] < len(content) / 2
-    assert consumed_at_put == sorted(consumed_at_put)
+    assert [key for key, _ in written] == ["chunks/acme/evt-1/chunk-offsets.bin", "chunks/acme/evt-1/manifest.json"]
+    assert written[0][1] == 11 * 8
+
+
+def test_a_large_index_is_uploaded_in_parts_holding_one_part_at_most(buckets):
+    """GIVEN more entries than one part holds (S3's minimum part, 5 MiB) WHEN they are written
+    THEN a multipart upload carries them, no buffer ever exceeds a part, and the object is every
+    entry in order."""
+    part = 5 * 1024 * 1024
+    entries = part // 8 * 2 + 3  # two full parts and a short last one
+    calls: list[str] = []
+
+    class SpyS3:
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(buckets, name)
+
+    writer = chunk_format.IndexWriter(SpyS3(), WORK, "chunks/acme/evt-1/chunk-offsets.bin", part_bytes=part)
+    biggest = 0
+    for offset in range(0, entries * 100, 100):
+        writer.add(offset)
+        biggest = max(biggest, len(writer._buffer))
+    writer.close()
+
+    assert biggest < part
+    assert calls == ["create_multipart_upload", "upload_part", "upload_part", "upload_part", "complete_multipart_upload"]
+    data = buckets.get_object(Bucket=WORK, Key="chunks/acme/evt-1/chunk-offsets.bin")["Body"].read()
+    assert len(data) == entries * 8
+    assert chunk_format.chunk_byte_range(data[8 * 70_000 : 8 * 70_002]) == (7_000_000, 7_000_100)
+    assert chunk_format.INDEX_ENTRY.unpack(data[-8:]) == ((entries - 1) * 100,)
+
+
+def test_an_aborted_index_upload_leaves_nothing(buckets):
+    """GIVEN a part of the index was uploaded and the parse then failed WHEN split aborts the index
+    THEN the multipart upload is aborted and nothing is visible."""
+    writer = chunk_format.IndexWriter(buckets, WORK, "chunks/acme/evt-1/chunk-offsets.bin", part_bytes=5 * 1024 * 1024)
+    for offset in range(5 * 1024 * 1024 // 8):
+        writer.add(offset)
+    assert buckets.list_multipart_uploads(Bucket=WORK).get("Uploads")
+    writer.abort()
+    assert not buckets.list_multipart_uploads(Bucket=WORK).get("Uploads")
+    assert work_keys(buckets) == []
 
 
 @pytest.fixture
@@ -356,51 +470,69 @@ def test_fails_when_format_is_unknown(monkeypatch, handler_env):
         split.handler({}, None)
 
 
-# --- resume: chunks are kept per file ------------------------------------------------------------
+# --- resume: the chunk index is kept per file ------------------------------------------------
 
 
-def test_a_resumed_file_reuses_its_chunks_and_lists_them_from_the_start_record(buckets):
+def test_a_resumed_file_reuses_its_index_and_lists_chunks_from_the_start_record(buckets):
     """GIVEN a file split once (10 records, chunks of 3) WHEN it is split again from record 7
-    THEN nothing is read from the landing bucket, and the chunks listed start with chunk 2."""
+    THEN nothing is read from the landing bucket nor written, and the chunks listed start with chunk 2."""
     request = upload(buckets, csv_file(10))
     first = split_file(request, config=config(), s3=buckets)
     buckets.delete_object(Bucket=LANDING, Key="acme/f.csv", VersionId=request["version_id"])  # could not be read again
+    calls: list[str] = []
 
-    resumed = split_file({**request, "start_record": 7}, config=config(), s3=buckets)
+    class SpyS3:
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(buckets, name)
+
+    resumed = split_file({**request, "start_record": 7}, config=config(), s3=SpyS3())
 
     assert first["chunks"] == [0, 1, 2, 3]
     assert resumed == {**first, "chunks": [2, 3]}
+    assert calls == ["get_object", "head_object"]  # the manifest, the index's existence
 
 
-def test_a_resume_after_the_chunks_expired_splits_the_pinned_version_again(buckets):
-    """GIVEN the work bucket's lifecycle deleted the chunks (14 days) WHEN the file is resumed
-    THEN the same version is split again into the same chunks."""
+def test_a_resume_after_the_index_expired_splits_the_pinned_version_again(buckets):
+    """GIVEN the work bucket's lifecycle deleted the index (it is older than the manifest)
+    WHEN the file is resumed THEN the same version is split again into the same index."""
     request = upload(buckets, csv_file(10))
     first = split_file(request, config=config(), s3=buckets)
-    before = chunk_lines(buckets, first)
-    for key in work_keys(buckets):
-        if "chunk-" in key:
-            buckets.delete_object(Bucket=WORK, Key=key)
+    before = index_offsets(buckets, first)
+    buckets.delete_object(Bucket=WORK, Key=contract.chunk_index_key(first["chunk_prefix"]))
 
     resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
 
     assert resumed["chunks"] == [1, 2, 3]
-    assert chunk_lines(buckets, {**resumed, "chunks": [0, 1, 2, 3]}) == before
+    assert index_offsets(buckets, resumed) == before
+    assert chunk_lines(buckets, resumed)[0] == ['{"id":"3","name":"name-3"}', '{"id":"4","name":"name-4"}',
+                                               '{"id":"5","name":"name-5"}']
 
 
-def test_a_resume_after_the_first_chunks_expired_splits_again_though_later_ones_remain(buckets):
-    """GIVEN the lifecycle deleted the oldest chunks (0 and 1) but not yet the later ones (2, 3)
-    WHEN the file is resumed from record 3 (chunk 1) THEN it is split again: chunk 1 exists."""
-    request = upload(buckets, csv_file(10))
-    first = split_file(request, config=config(), s3=buckets)
-    before = chunk_lines(buckets, first)
-    for index in (0, 1):
-        buckets.delete_object(Bucket=WORK, Key=contract.chunk_key(first["chunk_prefix"], index))
+def test_a_manifest_of_chunk_files_from_an_older_release_is_split_again(buckets):
+    """GIVEN a manifest written by the release that copied records into chunk files (no index)
+    WHEN the file is resumed THEN it is split again and gets an index (Register needs one)."""
+    request = upload(buckets, csv_file(4))
+    old = {"source": {"bucket": LANDING, "key": "acme/f.csv", "version_id": request["version_id"]},
+           "chunk_size": 3, "chunk_count": 2, "record_count": 4}
+    buckets.put_object(Bucket=WORK, Key="chunks/acme/evt-1/manifest.json", Body=json.dumps(old).encode())
 
     resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
 
-    assert resumed["chunks"] == [1, 2, 3]
-    assert chunk_lines(buckets, {**resumed, "chunks": [0, 1, 2, 3]}) == before
+    assert resumed["chunks"] == [1]
+    assert chunk_lines(buckets, resumed) == [['{"id":"3","name":"name-3"}']]
+
+
+def test_an_index_of_another_version_is_not_reused(buckets):
+    """GIVEN the folder holds the index of another version (a replaced upload under the same
+    event id cannot happen, but the check costs nothing) WHEN split THEN the pinned version is split."""
+    other = upload(buckets, csv_file(2))
+    split_file(other, config=config(), s3=buckets)
+    request = {**upload(buckets, csv_file(5)), "event_id": "evt-1"}
+
+    result = split_file(request, config=config(), s3=buckets)
+
+    assert (result["record_count"], result["chunks"]) == (5, [0, 1])
 
 
 def test_fails_when_start_record_is_negative(buckets):

@@ -1,0 +1,166 @@
+"""The record parser and its byte offsets: whatever the read size, the same records start at
+the same bytes and the same error names the same line (reads split lines, records and
+multi-byte characters anywhere)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+
+import chunk_format
+from chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
+from contract import MalformedFileError
+
+READ_SIZES = [1, 2, 3, 5, 7, 13, 64 * 1024]
+
+CSV_FILES = {
+    "bom-crlf-quoted-newlines": '\ufeffid,text\r\n1,"a\r\nb"\r\n2,"Zoë, ""q"""\r\n3,"x\ny\nz"\r\n4,end\r\n\r\n'.encode(),
+    "no-final-newline": b'id,text\n1,a\n2,"b\nc"',
+    "multi-byte": "id,text\n1,ééé\n2,😀😀\n3,ü\n".encode(),
+}
+BAD_CSV = {
+    "utf8-after-a-bad-row": (b"id,t\n1,a\n2,b,c\n3,\xff\n", "line 3: expected 2 fields, found 3"),
+    "utf8": (b"id,t\n1,a\n2,\xc3(\n", "line 3: invalid UTF-8 at byte 3"),
+    "utf8-on-bom-line": (b"\xef\xbb\xbfi\xffd,t\n1,a\n", "line 1: invalid UTF-8 at byte 2"),
+    "quote-never-closed": (b'id,t\n1,"a\n2,b\n', "line 2: invalid CSV (unexpected end of data)"),
+}
+
+
+def offsets_and_rows(content: bytes, read_size: int, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[str]]]:
+    monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", read_size)
+    return list(CsvRecords(TextLines(io.BytesIO(content))))
+
+
+@pytest.mark.parametrize("name", CSV_FILES)
+def test_csv_offsets_are_record_starts_whatever_the_read_size(name, monkeypatch):
+    """GIVEN a CSV WHEN parsed with reads of 1 byte to 64 KiB THEN the same rows at the same offsets,
+    and reading each record from its offset gives that record first."""
+    content = CSV_FILES[name]
+    expected = offsets_and_rows(content, 64 * 1024, monkeypatch)
+    header = content.decode("utf-8-sig").split("\n", 1)[0].strip().split(",")
+    for size in READ_SIZES:
+        got = offsets_and_rows(content, size, monkeypatch)
+        assert got == expected, size
+        for offset, row in got:
+            (_, first), *_ = chunk_records(io.BytesIO(content[offset:]), "csv", header, base=offset)
+            assert first.decode() == __import__("json").dumps(dict(zip(header, row)), separators=(",", ":"))
+
+
+def test_csv_offsets_of_a_known_file(monkeypatch):
+    content = CSV_FILES["bom-crlf-quoted-newlines"]
+    offsets = [offset for offset, _ in offsets_and_rows(content, 3, monkeypatch)]
+    assert offsets == [content.index(b"\r\n%s," % n) + 2 for n in (b"1", b"2", b"3", b"4")]
+
+
+@pytest.mark.parametrize("name", BAD_CSV)
+def test_fails_at_the_same_line_whatever_the_read_size(name, monkeypatch):
+    """GIVEN a malformed CSV WHEN parsed with any read size THEN the first problem in file order is
+    reported, with its line (a bad byte later in the same read does not jump the queue)."""
+    content, message = BAD_CSV[name]
+    for size in READ_SIZES:
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        with pytest.raises(MalformedFileError) as raised:
+            list(CsvRecords(TextLines(io.BytesIO(content))))
+        assert str(raised.value) == message, size
+
+
+def test_fails_when_a_line_is_longer_than_the_limit(monkeypatch):
+    """GIVEN a line past MAX_LINE_BYTES (with and without a line ending in the same read)
+    WHEN read THEN the error names it, after the lines before it were handed out."""
+    monkeypatch.setattr(chunk_format, "MAX_LINE_BYTES", 10)
+    for size in (4, 64 * 1024):
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        lines = TextLines(io.BytesIO(b"short\nthis line is too long\nok\n"))
+        seen: list[str] = []
+        with pytest.raises(MalformedFileError, match="^line 2: longer than 10 bytes$"):
+            seen.extend(lines)
+        assert seen == ["short\n"]
+
+
+def test_jsonl_offsets_skip_blank_lines_whatever_the_read_size(monkeypatch):
+    content = '{"a":1}\n\n  \n{"b":"é"}\r\n{"c":3}'.encode()
+    expected = [(0, '{"a":1}'), (content.index(b'{"b"'), '{"b":"é"}'), (content.index(b'{"c"'), '{"c":3}')]
+    for size in READ_SIZES:
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        assert list(jsonl_records(TextLines(io.BytesIO(content)))) == expected, size
+
+
+def test_a_chunk_read_from_an_offset_keeps_a_leading_bom_like_character(monkeypatch):
+    """Only the file's first line may lose a BOM: a record that starts with U+FEFF read from its
+    offset keeps it (the same value Split validated)."""
+    records: Any = list(chunk_records(io.BytesIO('\ufeffx,y\n'.encode()), "csv", ["a", "b"], base=10))
+    assert records == [(1, '{"a":"\\ufeffx","b":"y"}'.encode())]
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, 7])
+def test_a_scan_for_chunk_starts_yields_every_nth_record_and_counts_them_all(every, monkeypatch):
+    """GIVEN a CSV with quoted newlines, a blank last line and reads of 1 byte to 64 KiB WHEN scanned for
+    the starts of chunks of `every` records THEN it yields records 0, every, ... of the full parse
+    at the same offsets, and counts every record."""
+    base = CSV_FILES["bom-crlf-quoted-newlines"].removesuffix(b"\r\n")  # no blank line before the new records
+    content = base + b"".join(b'%d,"x\r\ny"\r\n' % n for n in range(5, 20)) + b"\r\n"
+    full = offsets_and_rows(content, 64 * 1024, monkeypatch)
+    for size in READ_SIZES:
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        records = CsvRecords(TextLines(io.BytesIO(content)))
+        assert list(records.scan(every)) == full[::every], size
+        assert records.count == len(full) == 19
+
+
+QUOTE_FREE_CASES = {
+    "plain": b"id,t\n" + b"".join(b"%d,v%d\n" % (n, n) for n in range(40)),
+    "crlf-no-final-newline": b"id,t\r\n" + b"\r\n".join(b"%d,v" % n for n in range(40)),
+    "lone-cr-in-a-field": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(20)) + b"20,a\rb\n21,c\n",
+    "blank-lines-at-the-end": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"\n\r\n\n",
+    "blank-line-inside": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"\n31,v\n",
+    "nul": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"30,a\0b\n",
+    "one-column": b"id\n" + b"".join(b"%d\n" % n for n in range(30)) + b"x,y\n",
+    "too-few-fields-late": b"id,t,u\n" + b"".join(b"%d,v,w\n" % n for n in range(30)) + b"30,v\n",
+    "field-past-the-limit": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"30," + b"x" * 300 + b"\n",
+}
+
+
+def parse_all(content: bytes, every: int) -> tuple[list[tuple[int, list[str]]], int, str | None]:
+    records = CsvRecords(TextLines(io.BytesIO(content)))
+    got: list[tuple[int, list[str]]] = []
+    try:
+        got.extend(records.scan(every))
+    except MalformedFileError as error:
+        return got, records.count, str(error)
+    return got, records.count, None
+
+
+@pytest.mark.parametrize("name", QUOTE_FREE_CASES)
+def test_quote_free_blocks_read_exactly_as_the_csv_module_reads_them(name, monkeypatch):
+    """GIVEN quote-free CSVs, good and bad in the ways a block check could get wrong (a lone CR, NUL,
+    blank lines, one column, a short row, a field past csv's size limit) WHEN scanned with the
+    quote-free check and with the csv module alone, at many read sizes
+    THEN the same records, offsets, count and error."""
+    content = QUOTE_FREE_CASES[name]
+    previous = csv.field_size_limit(256)  # the csv module's own limit, small enough to reach
+    try:
+        for size in READ_SIZES:
+            monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+            for every in (1, 4):
+                fast = parse_all(content, every)
+                with monkeypatch.context() as slow_only:
+                    slow_only.setattr(chunk_format, "_quote_free_rows", lambda text, width: None)
+                    slow = parse_all(content, every)
+                assert fast == slow, (size, every)
+    finally:
+        csv.field_size_limit(previous)
+
+
+def test_a_quote_free_block_is_read_without_the_csv_module(monkeypatch):
+    """The check is taken (else the parity above proves nothing): a plain file's later blocks
+    never reach the csv reader."""
+    calls: list[str] = []
+    real = chunk_format._quote_free_rows
+    monkeypatch.setattr(chunk_format, "_quote_free_rows", lambda text, width: calls.append(text) or real(text, width))
+    monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", 16)
+    got, count, error = parse_all(QUOTE_FREE_CASES["plain"], 1)
+    assert (count, error) == (40, None) and len(calls) > 10
+    assert all(real(text, 2) is not None for text in calls)
