@@ -118,6 +118,9 @@ class RegisterEnv:
     sink_timeout_seconds: float = dataclasses.field(metadata={"minimum": 0.0, "exclusive": True})
     #: How long the core system may stay unavailable (one fault episode) before the file fails.
     sink_outage_budget_seconds: float = dataclasses.field(metadata={"minimum": 0.0, "exclusive": True})
+    #: Records per POST: 1 is the seed's contract (one record per POST); more sends JSON arrays
+    #: (the batch contract, `sink_client.py`).
+    sink_batch_size: int = dataclasses.field(default=1, metadata={"minimum": 1})
 
 
 EnvT = TypeVar("EnvT")
