@@ -38,6 +38,7 @@ from contract import (
     METRIC_NAMESPACE,
     RECORDS_SENT_METRIC,
     SINK_ERRORS_METRIC,
+    SINK_REQUESTS_METRIC,
     ChunkProgress,
     ChunkTask,
     KeyOutsidePrefixError,
@@ -96,6 +97,7 @@ class Register:
         self.fault_since: float | None = task.get("fault_since")
         self.sent = 0
         self.errors = 0  # failed tries of this invocation (retried, or the rejection)
+        self.requests = 0  # acknowledged POSTs of this invocation (records in record mode, batches in batch mode)
         self.saved = -1
         self.last_save = clock()
         self.margin = min(DEADLINE_MARGIN_SECONDS, remaining_seconds() / 10)
@@ -193,6 +195,7 @@ class Register:
                     self.log.info("core system answers again", extra={"outage_seconds": round(self.clock() - self.fault_since, 3)})
                 self.fault_since = None
                 self.sent += len(records)
+                self.requests += 1
                 return None
             # Raising leaves `run`, whose `finally` records the progress up to this request.
             if status and status != 429 and status < 500:
@@ -290,11 +293,12 @@ def register_chunk(
 
 def publish_metrics(register: Register, tenant_id: str, now: float) -> None:
     """One EMF record per invocation, whatever its end (done, deadline, outage, rejection):
-    `RecordsSent` and `SinkErrors`, both always present, so a period with traffic has a
-    point of each (the sink-errors alarm's rate and the dashboard divide one by the other)."""
+    `RecordsSent`, `SinkErrors` and `SinkRequests`, always present, so a period with traffic has
+    a point of each (the sink-errors alarm's rate and the dashboard divide errors by tries)."""
     emit_metrics(namespace=METRIC_NAMESPACE, tenant_id=tenant_id, now=now,
                  metrics={RECORDS_SENT_METRIC: (register.sent, "Count"),
-                          SINK_ERRORS_METRIC: (register.errors, "Count")})
+                          SINK_ERRORS_METRIC: (register.errors, "Count"),
+                          SINK_REQUESTS_METRIC: (register.requests, "Count")})
 
 
 @lambda_handler(

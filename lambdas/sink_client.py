@@ -20,8 +20,6 @@ import http.client
 import json
 import urllib.parse
 
-#: The largest `sink.batch_size` (records per POST); config.py validates against it.
-MAX_BATCH_SIZE = 1000
 #: A rejection's body is read for `rejected_index` only up to this size (never logged).
 MAX_REJECTION_BODY_BYTES = 64 * 1024
 

@@ -505,6 +505,10 @@ class TenantPipeline(Construct):
         """Records the core system acknowledged (register function, EMF; Sum)."""
         return self._tenant_metric(contract.RECORDS_SENT_METRIC, "Sum", period)
 
+    def metric_sink_requests(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """POSTs the core system acknowledged: records, or batches in batch mode (register function, EMF; Sum)."""
+        return self._tenant_metric(contract.SINK_REQUESTS_METRIC, "Sum", period)
+
     def metric_sink_errors(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """Failed tries of the core system (register function, EMF; Sum)."""
         return self._tenant_metric(contract.SINK_ERRORS_METRIC, "Sum", period)

@@ -506,8 +506,8 @@ def test_sink_errors_alarm_pages_on_the_failed_share_of_tries_past_a_count(acme)
     assert alarm["Threshold"] == 0.5
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
     (expression,) = [m for m in metrics.values() if "Expression" in m]
-    assert expression["Expression"] == "IF(errors >= 10, errors / (errors + sent), 0)"
-    for metric_id, name in (("errors", "SinkErrors"), ("sent", "RecordsSent")):
+    assert expression["Expression"] == "IF(errors >= 10, errors / (errors + acknowledged), 0)"
+    for metric_id, name in (("errors", "SinkErrors"), ("acknowledged", "SinkRequests")):
         stat = metrics[metric_id]["MetricStat"]
         assert stat["Metric"] == {"Namespace": "OrderedIngest", "MetricName": name,
                                   "Dimensions": [{"Name": "Tenant", "Value": "acme"}]}

@@ -415,7 +415,9 @@ def test_publishes_records_sent_and_sink_errors_once_per_invocation(work, sink, 
     assert (record["RecordsSent"], record["SinkErrors"], record["Tenant"]) == (4, 4, TENANT)
     (directive,) = record["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == "OrderedIngest"
-    assert directive["Metrics"] == [{"Name": "RecordsSent", "Unit": "Count"}, {"Name": "SinkErrors", "Unit": "Count"}]
+    assert directive["Metrics"] == [{"Name": "RecordsSent", "Unit": "Count"}, {"Name": "SinkErrors", "Unit": "Count"},
+                                    {"Name": "SinkRequests", "Unit": "Count"}]
+    assert record["SinkRequests"] == 4  # one acknowledged POST per record in record mode
 
 
 def test_publishes_sink_errors_when_the_outage_fails_the_file(work, sink, ledger, capsys):
@@ -468,7 +470,7 @@ def test_batches_are_json_arrays_cut_on_the_chunks_grid_with_one_key_each(work, 
     assert len({r["client"] for r in sink.requests}) == 1  # one connection for the chunk
     assert ledger.read().next_record == 14
     (metrics,) = emf_records(capsys)
-    assert (metrics["RecordsSent"], metrics["SinkErrors"]) == (7, 0)
+    assert (metrics["RecordsSent"], metrics["SinkErrors"], metrics["SinkRequests"]) == (7, 0, 3)
 
 
 def test_a_batch_key_never_equals_a_record_key():
