@@ -96,7 +96,21 @@ def tenants_file(directory: Path, chunk_size: int, batch: int, sink_timeout: int
     return path
 
 
-def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_scale: float, raw_count: int) -> dict[str, Any]:
+def split_chunk_size(size: int | None) -> Any:
+    """A `function_environment` hook that gives the split function another chunk size than the
+    tenants file allows (an experiment beyond the config's cap, never a deployment)."""
+    from lambdas import contract
+
+    variable = contract.env_name("chunk_size")
+
+    def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
+        return {**variables, variable: str(size)} if size and variable in variables else variables
+
+    return hook
+
+
+def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_scale: float, raw_count: int,
+            split_chunk: int | None = None) -> dict[str, Any]:
     """The raw client against the pipeline's own core-system stand-in while the pipeline idles
     (before and after the file: the machine is shared, so both are kept), then the file."""
     from demo import verify
@@ -104,7 +118,8 @@ def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_sca
 
     body = csv_file(count)
     with tempfile.TemporaryDirectory(prefix="bench-register-") as work, \
-            LocalPipeline(tenants_file(Path(work), chunk_size, batch, sink_timeout), time_scale=time_scale) as pipe:
+            LocalPipeline(tenants_file(Path(work), chunk_size, batch, sink_timeout), time_scale=time_scale,
+                          function_environment=split_chunk_size(split_chunk)) as pipe:
         sink = pipe.sink(TENANT)
         raw = [measure_raw(sink.url, raw_count, batch)]
         sink.reset()
@@ -144,6 +159,8 @@ def main() -> int:
     parser.add_argument("--sink-timeout", type=int, default=5, help="sink.timeout_seconds (bounds the chunk size)")
     parser.add_argument("--time-scale", type=float, default=0.1)
     parser.add_argument("--raw-records", type=int, default=50_000, help="records the raw client sends per run")
+    parser.add_argument("--split-chunk-size", type=int, default=None,
+                        help="experiment: the split function's chunk size, above the config's cap of 1000")
     parser.add_argument("--raw-client", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true", help="print the row, do not append it")
     args = parser.parse_args()
@@ -152,13 +169,14 @@ def main() -> int:
         return 0
 
     figures = measure(args.records, args.chunk_size, args.batch, args.sink_timeout, args.time_scale,
-                      min(args.records, args.raw_records))
+                      min(args.records, args.raw_records), args.split_chunk_size)
     raw, rate, register_rate = figures["raw"], figures["rate"], figures["register_rate"]
     print(f"raw client runs: {', '.join(f'{r:,.0f}' for r in figures['raw_runs'])} records/s; "
           f"first record {figures['first_record_after']:.1f} s after the upload")
     mode = "record (1 per POST)" if args.batch == 1 else f"batch ({args.batch} per POST)"
     row = (
-        f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {args.records:,} | {args.chunk_size} | "
+        f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {args.records:,} | "
+        f"{f'{args.split_chunk_size} (experiment)' if args.split_chunk_size else args.chunk_size} | "
         f"{mode} | {raw:,.0f} | {figures['seconds']:.1f} s | {rate:,.0f} ({rate / raw:.2f}) | "
         f"{register_rate:,.0f} ({register_rate / raw:.2f}) | {figures['posts']:,} |"
     )
