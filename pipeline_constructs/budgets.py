@@ -33,16 +33,23 @@ def register_timeout_seconds(chunk_size: int, sink_timeout_seconds: int, batch_s
     return min(REGISTER_MAX_TIMEOUT_SECONDS, max(REGISTER_MIN_TIMEOUT_SECONDS, worst_case))
 
 
+def requests_per_invocation(timeout_seconds: int, sink_timeout_seconds: int) -> int:
+    """Whole requests an invocation of `timeout_seconds` sends when each takes the whole sink
+    timeout: the handler starts a request only if it can finish before the deadline, so a
+    fraction of a request is never counted (at least one: the first request always goes)."""
+    return max(1, (timeout_seconds - REGISTER_MARGIN_SECONDS) // sink_timeout_seconds)
+
+
 def register_invocations_per_chunk(chunk_size: int, sink_timeout_seconds: int, batch_size: int = 1) -> int:
     """Invocations one chunk needs when every request takes the whole sink timeout."""
-    usable = register_timeout_seconds(chunk_size, sink_timeout_seconds, batch_size) - REGISTER_MARGIN_SECONDS
-    return math.ceil(requests_per_chunk(chunk_size, batch_size) * sink_timeout_seconds / usable)
+    timeout = register_timeout_seconds(chunk_size, sink_timeout_seconds, batch_size)
+    return math.ceil(requests_per_chunk(chunk_size, batch_size) / requests_per_invocation(timeout, sink_timeout_seconds))
 
 
 def max_chunk_size(sink_timeout_seconds: int, batch_size: int = 1) -> int:
     """The largest chunk size the invocation budget allows at this sink timeout and batch size."""
-    usable = REGISTER_MAX_TIMEOUT_SECONDS - REGISTER_MARGIN_SECONDS
-    return MAX_REGISTER_INVOCATIONS_PER_CHUNK * usable // sink_timeout_seconds * batch_size
+    per_invocation = requests_per_invocation(REGISTER_MAX_TIMEOUT_SECONDS, sink_timeout_seconds)
+    return MAX_REGISTER_INVOCATIONS_PER_CHUNK * per_invocation * batch_size
 
 
 # --- a file's time limit (the workflow's TimeoutSeconds) ---------------------------------------

@@ -327,8 +327,8 @@ def test_fails_when_a_chunk_at_the_slowest_answer_needs_too_many_register_invoca
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 1000: x sink.timeout_seconds 60 = 60000 s for a chunk at the slowest "
-        "answer, 69 invocations of the register function's 900 s limit (at most 10: each one adds to the "
-        "execution's history); use a chunk_size of at most 145 at this timeout, or a lower sink.timeout_seconds"
+        "answer, 72 invocations of the register function's 900 s limit (at most 10: each one adds to the "
+        "execution's history); use a chunk_size of at most 140 at this timeout, or a lower sink.timeout_seconds"
     )
 
 
@@ -522,8 +522,8 @@ def test_fails_when_a_chunks_batches_at_the_slowest_answer_need_too_many_registe
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 1000: in 200 batches of sink.batch_size 5 x sink.timeout_seconds 60 = "
-        "12000 s for a chunk at the slowest answer, 14 invocations of the register function's 900 s limit (at most "
-        "10: each one adds to the execution's history); use a chunk_size of at most 725 at this timeout, or a lower "
+        "12000 s for a chunk at the slowest answer, 15 invocations of the register function's 900 s limit (at most "
+        "10: each one adds to the execution's history); use a chunk_size of at most 700 at this timeout, or a lower "
         "sink.timeout_seconds, or a larger sink.batch_size"
     )
 

@@ -588,3 +588,38 @@ def test_handler_logs_a_batch_rejection_without_records_or_the_answer(work, sink
     (error,) = logs.errors()
     assert (error.chunk_index, error.status, error.record_index) == (0, 400, 0)
     assert "TOPSECRET" not in logs.text()
+
+
+# --- chunk size and timeouts fit together (budgets.py) ----------------------------------------------
+
+
+@pytest.mark.parametrize(("sink_timeout", "batch_size"), [(60, 1), (10, 1), (60, 5), (60, 100)])
+def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_budget(work, sink, ledger, sink_timeout, batch_size):
+    """GIVEN the largest chunk synthesis allows (at most 1000) for this sink timeout and batch size,
+    and a core system that takes the whole timeout for every request WHEN the workflow invokes the
+    register function (with the timeout synthesis gives it) until the chunk is done THEN it needs at
+    most MAX_REGISTER_INVOCATIONS_PER_CHUNK invocations, each ending before its deadline, and every
+    record is sent exactly once."""
+    from pipeline_constructs import budgets
+
+    size = min(1000, budgets.max_chunk_size(sink_timeout, batch_size))
+    function_timeout = budgets.register_timeout_seconds(size, sink_timeout, batch_size)
+    put_chunk(work, 0, [{"id": i} for i in range(size)])
+    clock = Clock()
+
+    def slowest(n: int) -> int:
+        clock.now += sink_timeout
+        return 200
+
+    sink.respond = slowest
+    cfg = config(sink, timeout=sink_timeout, batch_size=batch_size)
+    progress, invocations = task(0, chunk_size=size, record_count=size), 0
+    while not progress.get("done"):
+        clock.deadline = clock.now + function_timeout  # a fresh invocation
+        progress = register(work, ledger, progress, cfg, clock)
+        invocations += 1
+        assert clock.now <= clock.deadline  # returned before Lambda would time it out
+    assert invocations <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+    assert invocations == budgets.register_invocations_per_chunk(size, sink_timeout, batch_size)
+    assert len(sink.requests) == budgets.requests_per_chunk(size, batch_size)
+    assert len(set(sink.keys())) == len(sink.requests)
