@@ -26,6 +26,11 @@ TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 MAX_CHUNK_SIZE = 1000
 #: The largest `sink.batch_size` (records per POST, one JSON array): a batch never spans chunks.
 MAX_SINK_BATCH_SIZE = MAX_CHUNK_SIZE
+#: With batches (`sink.batch_size` > 1) a chunk may hold more records: a chunk's fixed cost (a
+#: workflow iteration, an invocation, its reads and ledger writes: about 0.1 s locally) is then
+#: what limits throughput (docs/benchmarks.md, "Register throughput"); the register budget
+#: still bounds its requests x timeout.
+MAX_BATCH_MODE_CHUNK_SIZE = 10_000
 EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
 
 
@@ -109,7 +114,7 @@ class TenantConfig(_Strict):
     id: str = Field(pattern=TENANT_ID_PATTERN)
     prefix: str = Field(min_length=1, max_length=512)
     format: Literal["csv", "jsonl"] = "csv"
-    chunk_size: int = Field(default=100, ge=1, le=MAX_CHUNK_SIZE)
+    chunk_size: int = Field(default=100, ge=1, le=MAX_BATCH_MODE_CHUNK_SIZE)  # <= MAX_CHUNK_SIZE in record mode
     sink: SinkConfig
     alarms: AlarmConfig = AlarmConfig()
     on_failure: Literal["halt", "continue"] = "halt"
@@ -175,7 +180,7 @@ FIXES: dict[str, str] = {
     ),
     "prefix": "use a key prefix such as 'acme/' that ends with '/'",
     "format": "use 'csv' (with a header row) or 'jsonl'",
-    "chunk_size": f"use a whole number from 1 to {MAX_CHUNK_SIZE}",
+    "chunk_size": f"use a whole number from 1 to {MAX_CHUNK_SIZE} (to {MAX_BATCH_MODE_CHUNK_SIZE} with a sink.batch_size above 1)",
     "url": "use the core system's https:// endpoint",
     "timeout_seconds": "use a whole number of seconds from 1 to 60",
     "outage_budget_seconds": "use a whole number of seconds from 1 to 86400 (default 3600: one hour)",
@@ -394,7 +399,15 @@ def _character(c: str) -> str:
 
 
 def _check_batch_size(tenant: TenantConfig, problems: _Problems) -> None:
-    """A batch is cut inside one chunk: a batch_size above chunk_size would never fill."""
+    """A batch is cut inside one chunk: a batch_size above chunk_size would never fill. Chunks
+    above MAX_CHUNK_SIZE are for batch mode only."""
+    if tenant.chunk_size > MAX_CHUNK_SIZE and tenant.sink.batch_size == 1:
+        problems.add(
+            f"tenant '{tenant.id}'", "chunk_size", tenant.chunk_size,
+            f"is above {MAX_CHUNK_SIZE} with one record per POST (sink.batch_size 1)",
+            f"use a chunk_size of at most {MAX_CHUNK_SIZE}, or a sink.batch_size above 1 if the core system "
+            "implements the batch contract",
+        )
     if tenant.sink.batch_size > tenant.chunk_size:
         problems.add(
             f"tenant '{tenant.id}'", "sink.batch_size", tenant.sink.batch_size,

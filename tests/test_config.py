@@ -121,7 +121,7 @@ def test_fails_when_the_format_is_unknown():
 
 @pytest.mark.parametrize(("value", "problem"), [
     (0, "Input should be greater than or equal to 1"),
-    (1001, "Input should be less than or equal to 1000"),
+    (10001, "Input should be less than or equal to 10000"),  # 1001 to 10000: test_fails_when_chunk_size_is_above_1000_in_record_mode
 ])
 def test_fails_when_chunk_size_is_out_of_range(value, problem):
     assert one_problem(
@@ -131,7 +131,8 @@ def test_fails_when_chunk_size_is_out_of_range(value, problem):
         tenants:
           - {{id: acme, prefix: a/, chunk_size: {value}}}
         """
-    ) == f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 1000"
+    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 1000 "
+          "(to 10000 with a sink.batch_size above 1)")
 
 
 def test_fails_when_a_threshold_is_negative():
@@ -551,3 +552,34 @@ def test_the_largest_allowed_chunk_in_batch_mode_passes_and_one_more_fails():
         largest = budgets.max_chunk_size(timeout, batch)
         assert budgets.register_invocations_per_chunk(largest, timeout, batch) <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
         assert budgets.register_invocations_per_chunk(largest + 1, timeout, batch) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+
+
+def test_fails_when_chunk_size_is_above_1000_in_record_mode():
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 5000, sink: {url: 'https://core.example.com', timeout_seconds: 1}}
+        """
+    ) == (
+        "tenant 'acme': field 'chunk_size' = 5000: is above 1000 with one record per POST (sink.batch_size 1); use a "
+        "chunk_size of at most 1000, or a sink.batch_size above 1 if the core system implements the batch contract"
+    )
+
+
+def test_batch_mode_allows_chunks_up_to_10000_and_no_more():
+    (tenant,) = parse_config(textwrap.dedent(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 10000, sink: {url: 'https://core.example.com', batch_size: 1000}}
+        """
+    )).tenants
+    assert tenant.chunk_size == 10000
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 10001, sink: {url: 'https://core.example.com', batch_size: 1000}}
+        """
+    ) == (
+        "tenant 'acme': field 'chunk_size' = 10001: Input should be less than or equal to 10000; use a whole number "
+        "from 1 to 1000 (to 10000 with a sink.batch_size above 1)"
+    )
