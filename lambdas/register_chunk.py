@@ -156,8 +156,8 @@ class Register:
             self._save(next_record, force=True)
 
     def _send_batch(self, records: list[bytes], first: int, sink: SinkConnection) -> ChunkProgress | None:
-        """Send the records from file position `first` on (one POST, or one per record in record
-        mode's batches of 1); None once acknowledged, else the progress to return now."""
+        """Send one batch, the records from file position `first` on, as one POST (in record mode a
+        batch is one record); None once acknowledged, else the progress to return now."""
         if self.sent and self.remaining() < self.config.sink_timeout_seconds + self.margin:
             # The next request might not finish before the deadline: continue in a new invocation.
             return self._progress(first, done=False, retry_after=0)
