@@ -135,8 +135,14 @@ def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_sca
         sink.reset()
         raw.append(measure_raw(sink.url, raw_count, batch))
     span = requests[-1].time - requests[0].time
+    size = split_chunk or chunk_size
+    chunks: dict[int, list[float]] = {}
+    for request in requests:
+        chunks.setdefault(int(request.body["seq"]) // size, []).append(request.time)
+    inside = sum(max(times) - min(times) for times in chunks.values())
     return {"raw": sum(raw) / len(raw), "raw_runs": raw, "seconds": seconds, "rate": count / seconds,
-            "register_rate": count / span, "posts": posts, "first_record_after": requests[0].time - started}
+            "register_rate": count / span, "posts": posts, "first_record_after": requests[0].time - started,
+            "inside_chunks": inside, "between_chunks": (span - inside) / max(1, len(chunks) - 1)}
 
 
 def append_row(row: str) -> None:
@@ -172,7 +178,10 @@ def main() -> int:
                       min(args.records, args.raw_records), args.split_chunk_size)
     raw, rate, register_rate = figures["raw"], figures["rate"], figures["register_rate"]
     print(f"raw client runs: {', '.join(f'{r:,.0f}' for r in figures['raw_runs'])} records/s; "
-          f"first record {figures['first_record_after']:.1f} s after the upload")
+          f"first record {figures['first_record_after']:.1f} s after the upload; "
+          f"inside chunks {args.records / figures['inside_chunks']:,.0f} records/s "
+          f"({args.records / figures['inside_chunks'] / raw:.2f} of raw); "
+          f"{figures['between_chunks'] * 1000:.0f} ms between chunks")
     mode = "record (1 per POST)" if args.batch == 1 else f"batch ({args.batch} per POST)"
     row = (
         f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {args.records:,} | "
