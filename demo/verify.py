@@ -89,12 +89,13 @@ def file_order_problems(executions: Sequence[dict[str, Any]], keys: Sequence[str
 
 def request_order_problems(requests: Iterable[Any]) -> list[str]:
     """The core system never received a record before an earlier one of its file was
-    registered. A retried chunk is resent from its start, so positions may step back."""
+    registered. A retried chunk is resent from its start, so positions may step back. In batch
+    mode a batch's first record must be due; the rest of the batch follows it (`batch_offset`)."""
     registered: dict[str, int] = {}  # file -> records registered so far
     for request in requests:
         file_id, seq = record_id(request.body)
         done = registered.get(file_id, 0)
-        if seq > done:
+        if seq - getattr(request, "batch_offset", 0) > done:
             return [f"record {file_id}#{seq} was sent before {file_id}#{done} was registered"]
         if request.registered:
             registered[file_id] = done + 1

@@ -120,6 +120,9 @@ class RegisterEnv:
     sink_outage_budget_seconds: float = dataclasses.field(metadata={"minimum": 0.0, "exclusive": True})
     #: Register reads its chunk from the landing object (ranged GET): only under this prefix.
     landing_prefix: str
+    #: Records per POST: 1 is the seed's contract (one record per POST); more sends JSON arrays
+    #: (the batch contract, `sink_client.py`).
+    sink_batch_size: int = dataclasses.field(default=1, metadata={"minimum": 1})
 
 
 EnvT = TypeVar("EnvT")
@@ -457,6 +460,10 @@ def sequence_of(key: str, pattern: str) -> int | None:
 #: or the rejection that fails the file). The sink-errors alarm and the dashboard use them.
 RECORDS_SENT_METRIC = "RecordsSent"
 SINK_ERRORS_METRIC = "SinkErrors"
+#: Published with them: POSTs the core system acknowledged (= RecordsSent in record mode, one
+#: per batch in batch mode). The failed share of tries is SinkErrors / (SinkErrors +
+#: SinkRequests): dividing by records would hide a batch core system that fails half its tries.
+SINK_REQUESTS_METRIC = "SinkRequests"
 
 #: The field the Lambda runtime itself writes in JSON log format for its own records (an
 #: unhandled exception outside the handler's wrapper, an import error): not `level`.

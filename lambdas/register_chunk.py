@@ -22,6 +22,12 @@ The function works within its budget (docs/design.md §4.7):
 Its records come straight from the landing object: the chunk's two entries of Split's chunk
 index give its byte range, one ranged GET of the pinned version reads exactly those bytes, and
 the parser Split validated them with turns them into records (`chunk_format`).
+
+With `sink.batch_size` N > 1 (the batch contract, `sink_client.py`) the unit of all of the
+above is a batch: a JSON array of up to N records cut on the chunk's grid, one idempotency key
+per batch, retried whole under the same key; progress moves per acknowledged batch; a 4xx
+rejects the whole batch (the core system registers none of it), so progress stays at its first
+record and a resumed file sends the same batch under the same key again.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from contract import (
     METRIC_NAMESPACE,
     RECORDS_SENT_METRIC,
     SINK_ERRORS_METRIC,
+    SINK_REQUESTS_METRIC,
     ChunkProgress,
     ChunkTask,
     KeyOutsidePrefixError,
@@ -52,11 +59,12 @@ from contract import (
 )
 from ledger import Ledger, LedgerConflict
 from runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
+from sink_client import SinkConnection, batch_body, batch_ends_after, batch_idempotency_key, rejected_offset
 
 #: Time kept in hand at the deadline for the last progress write and the return: this much,
 #: or a tenth of the invocation's time if that is less.
 DEADLINE_MARGIN_SECONDS = 3.0
-#: In-place retries of one record: waits before each (then the function returns and waits in the workflow).
+#: In-place retries of one request (a record, or a batch): waits before each (then the function returns and waits in the workflow).
 RETRY_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
 #: Bounds of the workflow's wait between tries while the core system is unavailable.
 MIN_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS = 1, 60
@@ -67,37 +75,6 @@ MIN_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS = 1, 60
 #: after every record: exact after a crash too, at one conditional DynamoDB write per record
 #: (measured on the local runtime: throughput fell from about 1,200 to 55 records/s).
 PROGRESS_EVERY_SECONDS = 1.0
-
-
-class _SinkConnection:
-    """One keep-alive connection to the sink for a whole chunk.
-
-    A TLS handshake per record would dominate the cost of a chunk. `http.client` does not
-    follow redirects, which is what we want: a redirected POST would lose its body.
-    """
-
-    def __init__(self, url: str, timeout: float) -> None:
-        parts = urllib.parse.urlsplit(url)
-        factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        self._connection = factory(parts.hostname, parts.port, timeout=timeout)
-        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-
-    def post(self, body: bytes, headers: dict[str, str], timeout: float) -> int:
-        """POST and return the HTTP status; transport failures raise (OSError, HTTPException)."""
-        self._connection.timeout = timeout
-        if self._connection.sock is not None:
-            self._connection.sock.settimeout(timeout)
-        try:
-            self._connection.request("POST", self._path, body=body, headers=headers)
-            response = self._connection.getresponse()
-            response.read()  # drain (never logged) so the connection can be reused
-            return response.status
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
-
-    def close(self) -> None:
-        self._connection.close()
 
 
 def _transport_problem(error: BaseException, timeout: float) -> str:
@@ -127,6 +104,7 @@ class Register:
         self.fault_since: float | None = task.get("fault_since")
         self.sent = 0
         self.errors = 0  # failed tries of this invocation (retried, or the rejection)
+        self.requests = 0  # acknowledged POSTs of this invocation (records in record mode, batches in batch mode)
         self.saved = -1
         self.last_save = clock()
         self.margin = min(DEADLINE_MARGIN_SECONDS, remaining_seconds() / 10)
@@ -155,9 +133,11 @@ class Register:
             )
         return max(int(self.task["start_record"]), self.chunk_start, position.next_record)
 
-    def run(self, lines: Any, sink: _SinkConnection) -> ChunkProgress:
+    def run(self, lines: Any, sink: SinkConnection) -> ChunkProgress:
         next_record = self.first_record()
         index = self.chunk_start  # file position of the line at hand
+        batch_size = self.config.sink_batch_size
+        batch: list[bytes] = []  # records from next_record on, not sent yet
         try:
             for _, line in lines:
                 record = line.rstrip(b"\r\n")
@@ -167,48 +147,70 @@ class Register:
                     # More records than chunk_size would reuse the next chunk's idempotency keys.
                     raise ValueError(f"chunk {self.chunk_index} holds more than chunk_size={self.chunk_size} records")
                 if index >= next_record:
-                    if self.sent and self.remaining() < self.config.sink_timeout_seconds + self.margin:
-                        # The next record might not finish before the deadline: continue in a new invocation.
-                        return self._progress(next_record, done=False, retry_after=0)
-                    retry_after = self._send(record, index, sink)
-                    if retry_after is not None:
-                        return self._progress(next_record, done=False, retry_after=retry_after)
-                    next_record = index + 1
-                    self._save(next_record)
+                    batch.append(record)
+                    if batch_ends_after(index - self.chunk_start, batch_size):
+                        stop = self._send_batch(batch, next_record, sink)
+                        if stop is not None:
+                            return stop
+                        next_record += len(batch)
+                        batch = []
+                        self._save(next_record)
                 index += 1
+            if batch:  # the chunk's last batch, short of the grid
+                stop = self._send_batch(batch, next_record, sink)
+                if stop is not None:
+                    return stop
+                next_record += len(batch)
             next_record = max(next_record, index)
             return self._progress(next_record, done=True, retry_after=0)
         finally:
             self._save(next_record, force=True)
 
-    def _send(self, record: bytes, index: int, sink: _SinkConnection) -> int | None:
-        """Send one record until acknowledged; None when it was, else seconds to wait first."""
-        where = f"chunk {self.chunk_index} record {index - self.chunk_start} (file record {index})"
-        headers = {
-            "Content-Type": "application/json",
-            "Idempotency-Key": idempotency_key(self.task["bucket"], self.task["key"], self.task["version_id"], index),
-            "X-Tenant-Id": self.config.tenant_id,
-        }
+    def _send_batch(self, records: list[bytes], first: int, sink: SinkConnection) -> ChunkProgress | None:
+        """Send one batch, the records from file position `first` on, as one POST (in record mode a
+        batch is one record); None once acknowledged, else the progress to return now."""
+        if self.sent and self.remaining() < self.config.sink_timeout_seconds + self.margin:
+            # The next request might not finish before the deadline: continue in a new invocation.
+            return self._progress(first, done=False, retry_after=0)
+        retry_after = self._send(records, first, sink)
+        if retry_after is not None:
+            return self._progress(first, done=False, retry_after=retry_after)
+        return None
+
+    def _request(self, records: list[bytes], first: int) -> tuple[bytes, str, str]:
+        """Body, idempotency key and the words naming the request in errors and logs."""
+        bucket, key, version_id = self.task["bucket"], self.task["key"], self.task["version_id"]
+        offset = first - self.chunk_start
+        if self.config.sink_batch_size == 1:
+            where = f"chunk {self.chunk_index} record {offset} (file record {first})"
+            return records[0], idempotency_key(bucket, key, version_id, first), where
+        last = first + len(records) - 1
+        where = f"chunk {self.chunk_index} batch of records {offset}-{offset + len(records) - 1} (file records {first}-{last})"
+        return batch_body(records), batch_idempotency_key(bucket, key, version_id, first, len(records)), where
+
+    def _send(self, records: list[bytes], first: int, sink: SinkConnection) -> int | None:
+        """Send one request until acknowledged; None when it was, else seconds to wait first."""
+        body, key, where = self._request(records, first)
+        headers = {"Content-Type": "application/json", "Idempotency-Key": key, "X-Tenant-Id": self.config.tenant_id}
         for backoff in (*RETRY_BACKOFF_SECONDS, None):
             timeout = max(0.1, min(self.config.sink_timeout_seconds, self.remaining() - self.margin))
             try:
-                status = sink.post(record, headers, timeout)
+                status, answer = sink.post(body, headers, timeout)
                 problem = None if 200 <= status < 300 else f"HTTP {status}"
             except (OSError, http.client.HTTPException) as error:
-                status, problem = 0, _transport_problem(error, timeout)
+                status, answer, problem = 0, b"", _transport_problem(error, timeout)
             if problem is not None:
                 self.errors += 1
             if problem is None:
                 if self.fault_since is not None:
                     self.log.info("core system answers again", extra={"outage_seconds": round(self.clock() - self.fault_since, 3)})
                 self.fault_since = None
-                self.sent += 1
+                self.sent += len(records)
+                self.requests += 1
                 return None
-            # Raising leaves `run`, whose `finally` records the progress up to this record.
+            # Raising leaves `run`, whose `finally` records the progress up to this request.
             if status and status != 429 and status < 500:
-                raise SinkRejectedError(
-                    f"{where}: {problem}", status=status, chunk_index=self.chunk_index, record_index=index
-                )
+                raise self._rejected(where, problem, status, first, len(records), answer)
             now = self.clock()
             if self.fault_since is None:
                 self.fault_since = now
@@ -217,14 +219,26 @@ class Register:
                 raise SinkUnavailableError(
                     f"{where}: core system unavailable for {outage:.0f} s, longer than the outage budget "
                     f"({self.config.sink_outage_budget_seconds:g} s); last answer: {problem}",
-                    next_record=index,
+                    next_record=first,
                 )
             if backoff is None or self.remaining() < backoff + timeout + self.margin:
                 self.log.warning("core system unavailable; waiting before the next try",
-                                 extra={"problem": problem, "outage_seconds": round(outage, 3), "file_record": index})
+                                 extra={"problem": problem, "outage_seconds": round(outage, 3), "file_record": first})
                 return int(min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS, outage / 2)))
             self.sleep(backoff)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _rejected(self, where: str, problem: str, status: int, first: int, count: int, answer: bytes) -> SinkRejectedError:
+        """The rejection of a request. A batch is rejected whole (the core system registered none
+        of it); its answer may name the offending record (`rejected_index`), which the error names."""
+        if self.config.sink_batch_size == 1:
+            return SinkRejectedError(f"{where}: {problem}", status=status, chunk_index=self.chunk_index, record_index=first)
+        offset = rejected_offset(answer, count)
+        named = "" if offset is None else f", the core system names file record {first + offset}"
+        return SinkRejectedError(
+            f"{where}: {problem}; the whole batch was rejected, none of it registered{named}",
+            status=status, chunk_index=self.chunk_index, record_index=first if offset is None else first + offset,
+        )
 
     def _save(self, next_record: int, *, force: bool = False) -> None:
         """Write progress to the ledger (at most every PROGRESS_EVERY_SECONDS unless forced)."""
@@ -280,7 +294,7 @@ def register_chunk(
                         sleep=sleep, log=log)
     register.check()
     records = read_chunk(s3, config, task)
-    sink = _SinkConnection(config.sink_url, config.sink_timeout_seconds)
+    sink = SinkConnection(config.sink_url, config.sink_timeout_seconds)
     try:
         return register.run(records, sink)
     finally:
@@ -339,11 +353,12 @@ def open_chunk(s3: Any, config: RegisterEnv, task: ChunkTask, manifest: dict[str
 
 def publish_metrics(register: Register, tenant_id: str, now: float) -> None:
     """One EMF record per invocation, whatever its end (done, deadline, outage, rejection):
-    `RecordsSent` and `SinkErrors`, both always present, so a period with traffic has a
-    point of each (the sink-errors alarm's rate and the dashboard divide one by the other)."""
+    `RecordsSent`, `SinkErrors` and `SinkRequests`, always present, so a period with traffic has
+    a point of each (the sink-errors alarm's rate and the dashboard divide errors by tries)."""
     emit_metrics(namespace=METRIC_NAMESPACE, tenant_id=tenant_id, now=now,
                  metrics={RECORDS_SENT_METRIC: (register.sent, "Count"),
-                          SINK_ERRORS_METRIC: (register.errors, "Count")})
+                          SINK_ERRORS_METRIC: (register.errors, "Count"),
+                          SINK_REQUESTS_METRIC: (register.requests, "Count")})
 
 
 @lambda_handler(

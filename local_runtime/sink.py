@@ -6,6 +6,13 @@ record, the ``Idempotency-Key`` header deduplicates (a repeated key is answered 
 registered twice). Every request is kept in arrival order so tests can check ordering and
 duplicates, and faults can be injected: 5xx/429 for a number of requests, a fixed latency,
 a fatal 4xx on chosen records.
+
+It also implements the batch contract (README, "Batch contract for core-system owners"): a
+POST whose body is a JSON array is one batch under one key, registered atomically: every
+record (201, or 200 for a key seen before) or none (the first fault that matches any of its
+records answers for the whole batch; a 4xx names the record in `rejected_index`). `requests`
+lists a batch record by record (`batch_offset` > 0 for all but its first), so the ordering and
+duplicate checks read both modes alike.
 """
 
 from __future__ import annotations
@@ -38,6 +45,12 @@ class SinkRequest:
     time: float  # epoch seconds, when the request arrived
     registered: bool  # True only the first time a record (key) was accepted
     tenant_header: str | None = None
+    #: Batch mode: the number of the POST (0-based) that carried the record, and the record's
+    #: place in it. Record mode: the POST's number and 0.
+    post: int = 0
+    batch_offset: int = 0
+    #: The number of records of the POST if it was a batch (a JSON array), else None.
+    batch_size: int | None = None
 
 
 @dataclass
@@ -66,6 +79,7 @@ class SinkServer:
     _requests: list[SinkRequest] = field(default_factory=list)
     _accepted: list[Any] = field(default_factory=list)
     _seen_keys: set[str] = field(default_factory=set)
+    _posts: int = 0
     _failures: list[_Failure] = field(default_factory=list)
     _latency: float = 0.0
     _in_flight: int = 0
@@ -89,10 +103,10 @@ class SinkServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                status = sink._handle(
+                status, answer = sink._handle(
                     raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id")
                 )
-                body = json.dumps({"status": status}).encode()
+                body = json.dumps({"status": status, **answer}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -138,6 +152,12 @@ class SinkServer:
             return list(self._accepted)
 
     @property
+    def posts(self) -> int:
+        """How many POSTs arrived (a batch is one)."""
+        with self._lock:
+            return self._posts
+
+    @property
     def max_in_flight(self) -> int:
         """The most requests that were ever being handled at the same time."""
         return self._max_in_flight
@@ -178,12 +198,13 @@ class SinkServer:
             self._seen_keys.clear()
             self._failures.clear()
             self._max_in_flight = 0
+            self._posts = 0
         self._latency = 0.0
         return self
 
     # -- request handling -------------------------------------------------------------------
 
-    def _handle(self, raw: bytes, key: str | None, tenant_header: str | None) -> int:
+    def _handle(self, raw: bytes, key: str | None, tenant_header: str | None) -> tuple[int, dict[str, Any]]:
         arrived = time.time()
         try:
             body: Any = json.loads(raw)
@@ -196,18 +217,29 @@ class SinkServer:
             if self._latency:
                 time.sleep(self._latency)
             with self._lock:
-                status, registered = self._decide(key, body)
-                request = SinkRequest(key, body, status, arrived, registered, tenant_header)
-                self._requests.append(request)
+                post = self._posts
+                self._posts += 1
+                if isinstance(body, list):
+                    status, registered, answer = self._decide_batch(key, body)
+                    requests = [
+                        SinkRequest(key, record, status, arrived, registered, tenant_header, post, offset, len(body))
+                        for offset, record in enumerate(body)
+                    ]
+                else:
+                    status, registered = self._decide(key, body)
+                    answer = {}
+                    requests = [SinkRequest(key, body, status, arrived, registered, tenant_header, post)]
+                self._requests.extend(requests)
         finally:
             with self._lock:
                 self._in_flight -= 1
-        for listener in self._listeners:
-            try:
-                listener(self.tenant, request)
-            except Exception:  # noqa: BLE001 - observers must not break the sink
-                pass
-        return status
+        for request in requests:
+            for listener in self._listeners:
+                try:
+                    listener(self.tenant, request)
+                except Exception:  # noqa: BLE001 - observers must not break the sink
+                    pass
+        return status, answer
 
     def _decide(self, key: str | None, body: Any) -> tuple[int, bool]:
         if key is not None and key in self._seen_keys:
@@ -221,6 +253,23 @@ class SinkServer:
             self._seen_keys.add(key)
         self._accepted.append(body)
         return 201, True
+
+    def _decide_batch(self, key: str | None, records: list[Any]) -> tuple[int, bool, dict[str, Any]]:
+        """All or nothing: a fault matching any record answers for the whole batch."""
+        if key is not None and key in self._seen_keys:
+            return 200, False, {}
+        for failure in self._failures:
+            if failure.remaining == 0:
+                continue
+            for offset, record in enumerate(records):
+                if _matches(failure.matcher, record, len(self._accepted) + offset):
+                    if failure.remaining is not None:
+                        failure.remaining -= 1
+                    return failure.status, False, ({"rejected_index": offset} if failure.status < 500 and failure.status != 429 else {})
+        if key is not None:
+            self._seen_keys.add(key)
+        self._accepted.extend(records)
+        return 201, True, {}
 
 
 def point_register_at(

@@ -75,8 +75,8 @@ def sink_error_rate(pipeline: TenantPipeline, threshold: int) -> cloudwatch.Math
     ``threshold`` tries failed (a blip retried in place makes at most 5). No point while the
     register function did not run (missing data: not breaching)."""
     return cloudwatch.MathExpression(
-        expression=f"IF(errors >= {threshold}, errors / (errors + sent), 0)",
-        using_metrics={"errors": pipeline.metric_sink_errors(), "sent": pipeline.metric_records_sent()},
+        expression=f"IF(errors >= {threshold}, errors / (errors + acknowledged), 0)",
+        using_metrics={"errors": pipeline.metric_sink_errors(), "acknowledged": pipeline.metric_sink_requests()},
         label="Failed share of the core system's tries",
         period=pipeline.metric_sink_errors().period,
     )

@@ -24,6 +24,13 @@ from pipeline_constructs import budgets, names
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 MAX_CHUNK_SIZE = 1000
+#: The largest `sink.batch_size` (records per POST, one JSON array): a batch never spans chunks.
+MAX_SINK_BATCH_SIZE = MAX_CHUNK_SIZE
+#: With batches (`sink.batch_size` > 1) a chunk may hold more records: a chunk's fixed cost (a
+#: workflow iteration, an invocation, its reads and ledger writes: about 0.1 s locally) is then
+#: what limits throughput (docs/benchmarks.md, "Register throughput"); the register budget
+#: still bounds its requests x timeout.
+MAX_BATCH_MODE_CHUNK_SIZE = 10_000
 EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
 
 
@@ -38,6 +45,9 @@ class SinkConfig(_Strict):
     timeout_seconds: int = Field(default=10, ge=1, le=60)
     #: How long the core system may stay unavailable before the file fails (and halts).
     outage_budget_seconds: int = Field(default=3600, ge=1, le=86400)
+    #: Records per POST: 1 (the seed's contract) or a JSON array of up to this many records,
+    #: with one idempotency key per batch (README, "Batch contract for core-system owners").
+    batch_size: int = Field(default=1, ge=1, le=MAX_SINK_BATCH_SIZE)
 
     @field_validator("url")
     @classmethod
@@ -104,7 +114,7 @@ class TenantConfig(_Strict):
     id: str = Field(pattern=TENANT_ID_PATTERN)
     prefix: str = Field(min_length=1, max_length=512)
     format: Literal["csv", "jsonl"] = "csv"
-    chunk_size: int = Field(default=100, ge=1, le=MAX_CHUNK_SIZE)
+    chunk_size: int = Field(default=100, ge=1, le=MAX_BATCH_MODE_CHUNK_SIZE)  # <= MAX_CHUNK_SIZE in record mode
     sink: SinkConfig
     alarms: AlarmConfig = AlarmConfig()
     on_failure: Literal["halt", "continue"] = "halt"
@@ -170,10 +180,12 @@ FIXES: dict[str, str] = {
     ),
     "prefix": "use a key prefix such as 'acme/' that ends with '/'",
     "format": "use 'csv' (with a header row) or 'jsonl'",
-    "chunk_size": f"use a whole number from 1 to {MAX_CHUNK_SIZE}",
+    "chunk_size": f"use a whole number from 1 to {MAX_CHUNK_SIZE} (to {MAX_BATCH_MODE_CHUNK_SIZE} with a sink.batch_size above 1)",
     "url": "use the core system's https:// endpoint",
     "timeout_seconds": "use a whole number of seconds from 1 to 60",
     "outage_budget_seconds": "use a whole number of seconds from 1 to 86400 (default 3600: one hour)",
+    "batch_size": f"use a whole number from 1 (one record per POST, the default) to {MAX_SINK_BATCH_SIZE} (a JSON "
+    "array per POST: only for a core system that implements the batch contract)",
     "on_failure": "use 'halt' (a failed file stops the tenant until `ops resume` or `ops skip`) or 'continue'",
     "duplicate_files": "use 'process' (a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)",
     "queue_age_seconds": "use a whole number of seconds, at least 60",
@@ -285,6 +297,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
     _check_prefix_overlaps(declared, problems)
     _check_prefix_characters(declared, problems)
     for tenant in tenants:
+        _check_batch_size(tenant, problems)
         _check_register_budget(tenant, problems)
         _check_file_time_limit(tenant, problems)
 
@@ -385,18 +398,40 @@ def _character(c: str) -> str:
     return names.get(c, f"'{c}'" if c.isprintable() else f"U+{ord(c):04X}")
 
 
+def _check_batch_size(tenant: TenantConfig, problems: _Problems) -> None:
+    """A batch is cut inside one chunk: a batch_size above chunk_size would never fill. Chunks
+    above MAX_CHUNK_SIZE are for batch mode only."""
+    if tenant.chunk_size > MAX_CHUNK_SIZE and tenant.sink.batch_size == 1:
+        problems.add(
+            f"tenant '{tenant.id}'", "chunk_size", tenant.chunk_size,
+            f"is above {MAX_CHUNK_SIZE} with one record per POST (sink.batch_size 1)",
+            f"use a chunk_size of at most {MAX_CHUNK_SIZE}, or a sink.batch_size above 1 if the core system "
+            "implements the batch contract",
+        )
+    if tenant.sink.batch_size > tenant.chunk_size:
+        problems.add(
+            f"tenant '{tenant.id}'", "sink.batch_size", tenant.sink.batch_size,
+            f"is larger than chunk_size {tenant.chunk_size}: a batch never spans two chunks",
+            f"use a sink.batch_size of at most {tenant.chunk_size}, or a chunk_size of at least "
+            f"{tenant.sink.batch_size}",
+        )
+
+
 def _check_register_budget(tenant: TenantConfig, problems: _Problems) -> None:
-    """`chunk_size x sink.timeout_seconds` must fit the register function's invocations per chunk."""
-    size, timeout = tenant.chunk_size, tenant.sink.timeout_seconds
-    invocations = budgets.register_invocations_per_chunk(size, timeout)
+    """A chunk's requests (`ceil(chunk_size / sink.batch_size)`) times `sink.timeout_seconds`
+    must fit the register function's invocations per chunk."""
+    size, timeout, batch = tenant.chunk_size, tenant.sink.timeout_seconds, tenant.sink.batch_size
+    invocations = budgets.register_invocations_per_chunk(size, timeout, batch)
     if invocations > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK:
+        requests = budgets.requests_per_chunk(size, batch)
+        per = "" if batch == 1 else f"in {requests} batches of sink.batch_size {batch} "
         problems.add(
             f"tenant '{tenant.id}'", "chunk_size", size,
-            f"x sink.timeout_seconds {timeout} = {size * timeout} s for a chunk at the slowest answer, "
+            f"{per}x sink.timeout_seconds {timeout} = {requests * timeout} s for a chunk at the slowest answer, "
             f"{invocations} invocations of the register function's {budgets.REGISTER_MAX_TIMEOUT_SECONDS} s "
             f"limit (at most {budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK}: each one adds to the execution's history)",
-            f"use a chunk_size of at most {budgets.max_chunk_size(timeout)} at this timeout, or a lower "
-            "sink.timeout_seconds",
+            f"use a chunk_size of at most {budgets.max_chunk_size(timeout, batch)} at this timeout, or a lower "
+            "sink.timeout_seconds" + ("" if batch == 1 else ", or a larger sink.batch_size"),
         )
 
 

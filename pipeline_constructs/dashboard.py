@@ -101,10 +101,10 @@ def tenant_row(scope: Construct, tenant: DashboardTenant) -> list[cloudwatch.IWi
                                       height=GRAPH_HEIGHT, **options)  # type: ignore[arg-type]
 
     error_rate = cloudwatch.MathExpression(
-        expression="IF(errors + sent > 0, 100 * errors / (errors + sent), 0)",
+        expression="IF(errors + acknowledged > 0, 100 * errors / (errors + acknowledged), 0)",
         using_metrics={
             "errors": own(contract.SINK_ERRORS_METRIC, "Sum", "failed tries"),
-            "sent": own(contract.RECORDS_SENT_METRIC, "Sum", "records sent"),
+            "acknowledged": own(contract.SINK_REQUESTS_METRIC, "Sum", "acknowledged tries"),
         },
         label="failed tries (%)",
         period=PERIOD,

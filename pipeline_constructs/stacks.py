@@ -100,6 +100,7 @@ class TenantStack(_IngestStack):
                 chunk_size=tenant.chunk_size,
                 sink_timeout_seconds=tenant.sink.timeout_seconds,
                 sink_outage_budget=Duration.seconds(tenant.sink.outage_budget_seconds),
+                sink_batch_size=tenant.sink.batch_size,
                 on_failure=tenant.on_failure,
                 duplicate_files=tenant.duplicate_files,
                 queue_age_alarm_after=Duration.seconds(tenant.alarms.queue_age_seconds),

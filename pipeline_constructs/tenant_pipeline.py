@@ -49,9 +49,9 @@ INTAKE_MAX_EVENT_AGE = Duration.hours(24)
 INTAKE_DLQ_RETENTION = Duration.days(14)
 
 
-def register_timeout(chunk_size: int, sink_timeout_seconds: int) -> Duration:
+def register_timeout(chunk_size: int, sink_timeout_seconds: int, sink_batch_size: int = 1) -> Duration:
     """See `budgets.register_timeout_seconds`."""
-    return Duration.seconds(budgets.register_timeout_seconds(chunk_size, sink_timeout_seconds))
+    return Duration.seconds(budgets.register_timeout_seconds(chunk_size, sink_timeout_seconds, sink_batch_size))
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ class TenantPipelineProps:
     ``format``: ``csv`` (first row is the header) or ``jsonl``. Default: ``csv``.
     ``chunk_size``: records per chunk; a failing chunk stops every later one. Default: 100.
     ``sink_timeout_seconds``: how long one POST may take. Default: 10.
+    ``sink_batch_size``: records per POST: 1 is one record per POST (the seed's contract), more
+    sends JSON arrays of up to this many records (the batch contract). Default: 1.
     ``sink_outage_budget``: how long the core system may stay unavailable (one fault episode)
     before the file fails. Default: 1 hour.
     ``on_failure``: ``halt`` (a failed file stops the tenant until ``ops resume`` or ``ops
@@ -103,6 +105,7 @@ class TenantPipelineProps:
     chunk_size: int = 100
     sink_timeout_seconds: int = 10
     sink_outage_budget: Duration = field(default_factory=lambda: Duration.hours(1))
+    sink_batch_size: int = 1
     on_failure: str = "halt"
     duplicate_files: str = "process"
     queue_age_alarm_after: Duration = field(default_factory=lambda: Duration.hours(6))
@@ -234,7 +237,7 @@ class TenantPipeline(Construct):
                 role="register",
                 function_name=names.REGISTER_FUNCTION.render(tenant_id),
                 handler="register_chunk.handler",
-                timeout=register_timeout(props.chunk_size, props.sink_timeout_seconds),
+                timeout=register_timeout(props.chunk_size, props.sink_timeout_seconds, props.sink_batch_size),
                 description=f"Sends tenant {tenant_id}'s records to the core system, in order",
             ),
             environment=contract.environment(
@@ -246,6 +249,7 @@ class TenantPipeline(Construct):
                     sink_timeout_seconds=props.sink_timeout_seconds,
                     sink_outage_budget_seconds=int(props.sink_outage_budget.to_seconds()),
                     landing_prefix=props.landing_prefix,
+                    sink_batch_size=props.sink_batch_size,
                 )
             ),
         )
@@ -492,6 +496,10 @@ class TenantPipeline(Construct):
     def metric_records_sent(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """Records the core system acknowledged (register function, EMF; Sum)."""
         return self._tenant_metric(contract.RECORDS_SENT_METRIC, "Sum", period)
+
+    def metric_sink_requests(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """POSTs the core system acknowledged: records, or batches in batch mode (register function, EMF; Sum)."""
+        return self._tenant_metric(contract.SINK_REQUESTS_METRIC, "Sum", period)
 
     def metric_sink_errors(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """Failed tries of the core system (register function, EMF; Sum)."""

@@ -121,7 +121,7 @@ def test_fails_when_the_format_is_unknown():
 
 @pytest.mark.parametrize(("value", "problem"), [
     (0, "Input should be greater than or equal to 1"),
-    (1001, "Input should be less than or equal to 1000"),
+    (10001, "Input should be less than or equal to 10000"),  # 1001 to 10000: test_fails_when_chunk_size_is_above_1000_in_record_mode
 ])
 def test_fails_when_chunk_size_is_out_of_range(value, problem):
     assert one_problem(
@@ -131,7 +131,8 @@ def test_fails_when_chunk_size_is_out_of_range(value, problem):
         tenants:
           - {{id: acme, prefix: a/, chunk_size: {value}}}
         """
-    ) == f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 1000"
+    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 1000 "
+          "(to 10000 with a sink.batch_size above 1)")
 
 
 def test_fails_when_a_threshold_is_negative():
@@ -327,8 +328,8 @@ def test_fails_when_a_chunk_at_the_slowest_answer_needs_too_many_register_invoca
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 1000: x sink.timeout_seconds 60 = 60000 s for a chunk at the slowest "
-        "answer, 69 invocations of the register function's 900 s limit (at most 10: each one adds to the "
-        "execution's history); use a chunk_size of at most 145 at this timeout, or a lower sink.timeout_seconds"
+        "answer, 72 invocations of the register function's 900 s limit (at most 10: each one adds to the "
+        "execution's history); use a chunk_size of at most 140 at this timeout, or a lower sink.timeout_seconds"
     )
 
 
@@ -462,4 +463,123 @@ def test_fails_when_duplicate_files_is_unknown():
     ) == (
         "tenant 'acme': field 'duplicate_files' = 'ignore': Input should be 'process' or 'skip'; use 'process' "
         "(a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)"
+    )
+
+
+# --- the batch contract (sink.batch_size) ------------------------------------------------------
+
+
+def test_batch_size_defaults_to_one_record_per_post():
+    (tenant,) = parse_config(textwrap.dedent(
+        """
+        tenants:
+          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com'}}
+        """
+    )).tenants
+    assert tenant.sink.batch_size == 1
+
+
+def test_fails_when_batch_size_is_zero():
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', batch_size: 0}}
+        """
+    ) == (
+        "tenant 'acme': field 'sink.batch_size' = 0: Input should be greater than or equal to 1; use a whole number "
+        "from 1 (one record per POST, the default) to 1000 (a JSON array per POST: only for a core system that "
+        "implements the batch contract)"
+    )
+
+
+def test_fails_when_batch_size_is_above_the_largest():
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', batch_size: 1001}}
+        """
+    ).startswith("tenant 'acme': field 'sink.batch_size' = 1001: Input should be less than or equal to 1000; ")
+
+
+def test_fails_when_batch_size_is_larger_than_chunk_size():
+    """A batch is cut inside one chunk: it could never fill."""
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 100, sink: {url: 'https://core.example.com', batch_size: 250}}
+        """
+    ) == (
+        "tenant 'acme': field 'sink.batch_size' = 250: is larger than chunk_size 100: a batch never spans two "
+        "chunks; use a sink.batch_size of at most 100, or a chunk_size of at least 250"
+    )
+
+
+def test_fails_when_a_chunks_batches_at_the_slowest_answer_need_too_many_register_invocations():
+    """In batch mode the bound is ceil(chunk_size / batch_size) x sink.timeout_seconds."""
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', timeout_seconds: 60, batch_size: 5}}
+        """
+    ) == (
+        "tenant 'acme': field 'chunk_size' = 1000: in 200 batches of sink.batch_size 5 x sink.timeout_seconds 60 = "
+        "12000 s for a chunk at the slowest answer, 15 invocations of the register function's 900 s limit (at most "
+        "10: each one adds to the execution's history); use a chunk_size of at most 700 at this timeout, or a lower "
+        "sink.timeout_seconds, or a larger sink.batch_size"
+    )
+
+
+def test_batches_let_the_largest_chunk_through_at_the_slowest_timeout():
+    """GIVEN chunk_size 1000 and a 60 s sink timeout, which record mode refuses (69 invocations)
+    WHEN the core system takes batches of 100 THEN 10 requests of 60 s fit one invocation."""
+    from pipeline_constructs import budgets
+
+    (tenant,) = parse_config(textwrap.dedent(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', timeout_seconds: 60, batch_size: 100}}
+        """
+    )).tenants
+    assert budgets.register_timeout_seconds(1000, 60, 100) == 10 * 60 + budgets.REGISTER_MARGIN_SECONDS
+    assert budgets.register_invocations_per_chunk(1000, 60, 100) == 1
+    assert tenant.sink.batch_size == 100
+
+
+def test_the_largest_allowed_chunk_in_batch_mode_passes_and_one_more_fails():
+    from pipeline_constructs import budgets
+
+    for timeout, batch in ((60, 2), (60, 3), (30, 7), (10, 1)):
+        largest = budgets.max_chunk_size(timeout, batch)
+        assert budgets.register_invocations_per_chunk(largest, timeout, batch) <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+        assert budgets.register_invocations_per_chunk(largest + 1, timeout, batch) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+
+
+def test_fails_when_chunk_size_is_above_1000_in_record_mode():
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 5000, sink: {url: 'https://core.example.com', timeout_seconds: 1}}
+        """
+    ) == (
+        "tenant 'acme': field 'chunk_size' = 5000: is above 1000 with one record per POST (sink.batch_size 1); use a "
+        "chunk_size of at most 1000, or a sink.batch_size above 1 if the core system implements the batch contract"
+    )
+
+
+def test_batch_mode_allows_chunks_up_to_10000_and_no_more():
+    (tenant,) = parse_config(textwrap.dedent(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 10000, sink: {url: 'https://core.example.com', batch_size: 1000}}
+        """
+    )).tenants
+    assert tenant.chunk_size == 10000
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 10001, sink: {url: 'https://core.example.com', batch_size: 1000}}
+        """
+    ) == (
+        "tenant 'acme': field 'chunk_size' = 10001: Input should be less than or equal to 10000; use a whole number "
+        "from 1 to 1000 (to 10000 with a sink.batch_size above 1)"
     )

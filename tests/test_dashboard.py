@@ -63,10 +63,10 @@ def test_each_graph_reads_the_tenants_own_metrics_by_their_deterministic_names(s
     assert graphs["head wait (s)"][0][:4] == ["OrderedIngest", "HeadMessageWaitSeconds", "Tenant", "acme"]
     assert graphs["records per minute"][0][:4] == ["OrderedIngest", "RecordsSent", "Tenant", "acme"]
     assert graphs["records per minute"][0][4]["period"] == 60
-    expression, errors, sent = graphs["core system error rate (%)"]
-    assert expression[0]["expression"] == "IF(errors + sent > 0, 100 * errors / (errors + sent), 0)"
+    expression, errors, acknowledged = graphs["core system error rate (%)"]
+    assert expression[0]["expression"] == "IF(errors + acknowledged > 0, 100 * errors / (errors + acknowledged), 0)"
     assert errors[:4] == ["OrderedIngest", "SinkErrors", "Tenant", "acme"] and errors[4]["id"] == "errors"
-    assert sent[:4] == ["OrderedIngest", "RecordsSent", "Tenant", "acme"] and sent[4]["id"] == "sent"
+    assert acknowledged[:4] == ["OrderedIngest", "SinkRequests", "Tenant", "acme"] and acknowledged[4]["id"] == "acknowledged"
 
 
 def test_head_wait_graph_shows_the_tenants_stall_threshold(shared_template):

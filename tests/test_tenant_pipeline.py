@@ -156,6 +156,7 @@ def test_tenant_options_reach_the_functions(initech):
     assert register["SINK_URL"] == "https://initech-core.example.com/v2/records"
     assert register["SINK_TIMEOUT_SECONDS"] == "20"
     assert register["SINK_OUTAGE_BUDGET_SECONDS"] == "3600"
+    assert register["SINK_BATCH_SIZE"] == "1"  # the seed's contract: one record per POST
 
 
 # --- the workflow ------------------------------------------------------------------------------
@@ -284,6 +285,32 @@ def test_register_timeout_is_derived_from_chunk_size_and_sink_timeout():
     assert register_timeout(3, 1).to_seconds() == 60  # at least a minute
     assert register_timeout(10, 10).to_seconds() == 130
     assert register_timeout(1000, 60).to_seconds() == 900  # Lambda's limit
+    assert register_timeout(1000, 60, 100).to_seconds() == 10 * 60 + 30  # 10 batches of 100 at the slowest answer
+    assert register_timeout(1000, 60, 1000).to_seconds() == 90  # one batch
+
+
+def test_batch_size_reaches_the_register_function_and_sets_its_timeout(tmp_path):
+    """GIVEN chunk_size 1000, sink timeout 60 s and batches of 100 WHEN synthesized THEN the register
+    function gets SINK_BATCH_SIZE 100 and a timeout of 10 requests x 60 s + 30 s."""
+    from aws_cdk import App, Stack
+
+    from pipeline_constructs.shared import SharedResources, SharedResourcesProps
+    from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+
+    stack = Stack(App(outdir=str(tmp_path)), "MyStack")
+    shared = SharedResources(stack, "Shared", SharedResourcesProps())
+    TenantPipeline(
+        stack, "Batched",
+        TenantPipelineProps(
+            tenant_id="batched", landing_prefix="b/", sink_url="https://core.example.com",
+            landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
+            ledger_table=shared.ledger_table, alarm_topic=shared.alarm_topic, alarm_topic_key=shared.alarm_key,
+            chunk_size=1000, sink_timeout_seconds=60, sink_batch_size=100,
+        ),
+    )
+    register = function_named(Template.from_stack(stack), "batched-register-chunk")["Properties"]
+    assert register["Environment"]["Variables"]["SINK_BATCH_SIZE"] == "100"
+    assert register["Timeout"] == 630
 
 
 # --- least privilege -----------------------------------------------------------------------------
@@ -496,8 +523,8 @@ def test_sink_errors_alarm_pages_on_the_failed_share_of_tries_past_a_count(acme)
     assert alarm["Threshold"] == 0.5
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
     (expression,) = [m for m in metrics.values() if "Expression" in m]
-    assert expression["Expression"] == "IF(errors >= 10, errors / (errors + sent), 0)"
-    for metric_id, name in (("errors", "SinkErrors"), ("sent", "RecordsSent")):
+    assert expression["Expression"] == "IF(errors >= 10, errors / (errors + acknowledged), 0)"
+    for metric_id, name in (("errors", "SinkErrors"), ("acknowledged", "SinkRequests")):
         stat = metrics[metric_id]["MetricStat"]
         assert stat["Metric"] == {"Namespace": "OrderedIngest", "MetricName": name,
                                   "Dimensions": [{"Name": "Tenant", "Value": "acme"}]}

@@ -38,6 +38,7 @@ class Sink:
     requests: list[dict[str, Any]] = field(default_factory=list)
     respond: Callable[[int], int] = lambda n: 200
     release: threading.Event = field(default_factory=threading.Event)
+    answer: bytes = b"TOPSECRETRSP"  # the response body (never logged)
 
     def bodies(self) -> list[dict[str, Any]]:
         return [json.loads(r["body"]) for r in self.requests]
@@ -65,9 +66,9 @@ def sink() -> Iterator[Sink]:
             self.send_response(status)
             if 300 <= status < 400:
                 self.send_header("Location", "/elsewhere")
-            self.send_header("Content-Length", "12")
+            self.send_header("Content-Length", str(len(state.answer)))
             self.end_headers()
-            self.wfile.write(b"TOPSECRETRSP")
+            self.wfile.write(state.answer)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -163,9 +164,10 @@ def task(index: int, *, chunk_size: int = 3, version_id: str | None = None, pref
     }
 
 
-def config(sink: Sink, timeout: float = 2.0, budget: float = 3600) -> RegisterEnv:
+def config(sink: Sink, timeout: float = 2.0, budget: float = 3600, batch_size: int = 1) -> RegisterEnv:
     return RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger", sink_url=sink.url,
-                       sink_timeout_seconds=timeout, sink_outage_budget_seconds=budget, landing_prefix="acme/")
+                       sink_timeout_seconds=timeout, sink_outage_budget_seconds=budget, landing_prefix="acme/",
+                       sink_batch_size=batch_size)
 
 
 def register(work: Any, ledger: Ledger, the_task: dict[str, Any], cfg: RegisterEnv, clock: Clock | None = None) -> dict[str, Any]:
@@ -453,7 +455,9 @@ def test_publishes_records_sent_and_sink_errors_once_per_invocation(work, sink, 
     assert (record["RecordsSent"], record["SinkErrors"], record["Tenant"]) == (4, 4, TENANT)
     (directive,) = record["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == "OrderedIngest"
-    assert directive["Metrics"] == [{"Name": "RecordsSent", "Unit": "Count"}, {"Name": "SinkErrors", "Unit": "Count"}]
+    assert directive["Metrics"] == [{"Name": "RecordsSent", "Unit": "Count"}, {"Name": "SinkErrors", "Unit": "Count"},
+                                    {"Name": "SinkRequests", "Unit": "Count"}]
+    assert record["SinkRequests"] == 4  # one acknowledged POST per record in record mode
 
 
 def test_publishes_sink_errors_when_the_outage_fails_the_file(work, sink, ledger, capsys):
@@ -549,3 +553,182 @@ def test_fails_when_the_index_is_of_another_version(work, sink, ledger):
     with pytest.raises(ValueError, match="is of another object version; nothing was sent"):
         register(work, ledger, task(0, version_id=other), config(sink))
     assert sink.requests == []
+
+
+# --- the batch contract (sink.batch_size > 1) -------------------------------------------------------
+
+
+def expected_batch_key(version_id: str, first: int, count: int) -> str:
+    """The documented derivation (README, "Batch contract for core-system owners")."""
+    return hashlib.sha256(f"landing/acme/f.csv?versionId={version_id}#{first}+{count}".encode()).hexdigest()
+
+
+def test_batches_are_json_arrays_cut_on_the_chunks_grid_with_one_key_each(work, sink, ledger, capsys):
+    """GIVEN chunk 1 of 7 records (file records 7-13) and batch_size 3 WHEN registered THEN three POSTs
+    carry the arrays [7-9], [10-12], [13] in order, each under the key of its first record and count;
+    the chunk is done, 7 records sent, the ledger at 14; RecordsSent counts records, not POSTs."""
+    records = [{"id": i} for i in range(7, 14)]
+    version = put_chunk(work, 1, records, chunk_size=7)
+
+    result = register(work, ledger, task(1, chunk_size=7, start_record=7), config(sink, batch_size=3))
+
+    assert (result["done"], result["start_record"], result["records_sent"]) == (True, 14, 7)
+    assert sink.bodies() == [records[0:3], records[3:6], records[6:7]]
+    assert sink.keys() == [expected_batch_key(version, 7, 3), expected_batch_key(version, 10, 3), expected_batch_key(version, 13, 1)]
+    assert all(r["headers"]["Content-Type"] == "application/json" for r in sink.requests)
+    assert len({r["client"] for r in sink.requests}) == 1  # one connection for the chunk
+    assert ledger.read().next_record == 14
+    (metrics,) = emf_records(capsys)
+    assert (metrics["RecordsSent"], metrics["SinkErrors"], metrics["SinkRequests"]) == (7, 0, 3)
+
+
+def test_a_batch_key_never_equals_a_record_key():
+    """A tenant switched from record to batch mode must not see a batch deduplicated against the
+    single record registered under `...#first`: the count is part of the batch key."""
+    from chunk_format import idempotency_key
+    from sink_client import batch_idempotency_key
+
+    assert batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 1) != idempotency_key("landing", "acme/f.csv", "v1", 5)
+    assert batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 3) != batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 2)
+    assert batch_idempotency_key("landing", "acme/f.csv", "v2", 5, 3) != batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 3)
+
+
+def test_a_resumed_chunk_sends_the_rest_of_its_batch_then_keeps_the_grid(work, sink, ledger):
+    """GIVEN the ledger says records before 9 are acknowledged (inside the batch 7-9) WHEN chunk 1 is
+    registered THEN it sends [9] first (its own key), then [10-12] and [13]: the same batches, under
+    the same keys, that a first run would have sent from there (a crash resends identical batches)."""
+    records = [{"id": i} for i in range(7, 14)]
+    version = put_chunk(work, 1, records, chunk_size=7)
+    ledger.record_progress("evt-1", 9)
+
+    result = register(work, ledger, task(1, chunk_size=7, start_record=7), config(sink, batch_size=3))
+
+    assert (result["done"], result["records_sent"]) == (True, 5)
+    assert sink.bodies() == [records[2:3], records[3:6], records[6:7]]
+    assert sink.keys() == [expected_batch_key(version, 9, 1), expected_batch_key(version, 10, 3), expected_batch_key(version, 13, 1)]
+
+
+def test_a_failed_batch_is_retried_whole_under_the_same_key(work, sink, ledger):
+    """GIVEN the core system answers 503 then 429 to the second batch WHEN the chunk is registered THEN
+    that batch is sent three times, identical body and key, before the third batch; done in one try."""
+    version = put_chunk(work, 0, [{"id": i} for i in range(6)], chunk_size=6)
+    sink.respond = lambda n: {1: 503, 2: 429}.get(n, 200)
+    clock = Clock()
+
+    result = register(work, ledger, task(0, chunk_size=6), config(sink, batch_size=2, budget=1), clock)
+
+    assert (result["done"], result["records_sent"], result["fault_since"]) == (True, 6, None)
+    bodies = [r["body"] for r in sink.requests]
+    assert bodies[1] == bodies[2] == bodies[3] == b'{"id": 2},{"id": 3}'.join([b"[", b"]"])
+    assert sink.keys() == [expected_batch_key(version, 0, 2)] + [expected_batch_key(version, 2, 2)] * 3 + [expected_batch_key(version, 4, 2)]
+    assert clock.sleeps == list(register_chunk.RETRY_BACKOFF_SECONDS[:2])
+
+
+def test_a_rejected_batch_stops_the_chunk_and_progress_stays_at_its_first_record(work, sink, ledger):
+    """GIVEN the core system rejects the second batch (422) naming its second record (`rejected_index` 1)
+    WHEN the chunk is registered THEN SinkRejectedError names the batch and file record 11, nothing after
+    it is sent, and the ledger keeps the batch's first record (10) as the first unacknowledged one: the
+    whole batch was rejected, so a resume sends it again under the same key."""
+    version = put_chunk(work, 1, [{"id": i} for i in range(8, 16)], chunk_size=8)
+    sink.respond = lambda n: 422 if n == 1 else 200
+    sink.answer = b'{"rejected_index": 1, "reason": "TOPSECRET"}'
+
+    with pytest.raises(SinkRejectedError) as raised:
+        register(work, ledger, task(1, chunk_size=8, start_record=8), config(sink, batch_size=2))
+
+    assert str(raised.value) == (
+        "chunk 1 batch of records 2-3 (file records 10-11): HTTP 422; the whole batch was rejected, none of it "
+        "registered, the core system names file record 11"
+    )
+    assert (raised.value.status, raised.value.record_index) == (422, 11)
+    assert len(sink.requests) == 2
+    assert ledger.read().next_record == 10
+
+    sink.respond = lambda n: 200  # the core system is fixed; the operator resumes
+    sink.answer = b"{}"
+    result = register(work, ledger, task(1, chunk_size=8, start_record=8), config(sink, batch_size=2))
+    assert result["done"] is True
+    assert sink.keys()[1] == sink.keys()[2] == expected_batch_key(version, 10, 2)  # the same batch, the same key
+    assert [b["id"] for body in sink.bodies()[2:] for b in body] == list(range(10, 16))
+
+
+@pytest.mark.parametrize("answer", [b"", b"not json", b'{"rejected_index": 7}', b'{"rejected_index": true}', b"[1]"])
+def test_a_rejection_without_a_usable_index_names_the_batchs_first_record(work, sink, ledger, answer):
+    put_chunk(work, 0, [{"id": i} for i in range(4)], chunk_size=4)
+    sink.respond = lambda n: 400
+    sink.answer = answer
+
+    with pytest.raises(SinkRejectedError) as raised:
+        register(work, ledger, task(0, chunk_size=4), config(sink, batch_size=4))
+
+    assert raised.value.record_index == 0
+    assert str(raised.value).endswith("HTTP 400; the whole batch was rejected, none of it registered")
+
+
+def test_a_batch_that_might_not_finish_before_the_deadline_waits_for_the_next_invocation(work, sink, ledger):
+    """GIVEN each batch takes 3 s of an 8 s invocation WHEN the chunk is registered THEN it returns after
+    two batches, and the next try sends the third batch only: no record twice, none skipped."""
+    put_chunk(work, 0, [{"id": i} for i in range(6)], chunk_size=6)
+    clock = Clock(deadline_in=8)
+
+    def slow(n: int) -> int:
+        clock.now += 3
+        return 200
+
+    sink.respond = slow
+    first = register(work, ledger, task(0, chunk_size=6), config(sink, timeout=2, batch_size=2), clock)
+    assert (first["done"], first["start_record"]) == (False, 4)
+    assert ledger.read().next_record == 4
+
+    second = register(work, ledger, first, config(sink, timeout=2, batch_size=2), Clock())
+    assert (second["done"], second["start_record"]) == (True, 6)
+    assert [[r["id"] for r in body] for body in sink.bodies()] == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_handler_logs_a_batch_rejection_without_records_or_the_answer(work, sink, handler_env, logs, monkeypatch):
+    monkeypatch.setenv(contract.env_name("sink_batch_size"), "2")
+    put_chunk(work, 0, [{"secret": "TOPSECRET"}, {"secret": "TOPSECRET2"}], chunk_size=2)
+    sink.respond = lambda n: 400
+    sink.answer = b'{"rejected_index": 0, "reason": "TOPSECRET in field secret"}'
+
+    with pytest.raises(SinkRejectedError):
+        register_chunk.handler(task(0, chunk_size=2), Context())
+
+    (error,) = logs.errors()
+    assert (error.chunk_index, error.status, error.record_index) == (0, 400, 0)
+    assert "TOPSECRET" not in logs.text()
+
+
+# --- chunk size and timeouts fit together (budgets.py) ----------------------------------------------
+
+
+@pytest.mark.parametrize(("sink_timeout", "batch_size"), [(60, 1), (60, 5), (60, 100)])
+def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_budget(work, sink, ledger, sink_timeout, batch_size):
+    """GIVEN the largest chunk synthesis allows (at most 1000) for this sink timeout and batch size,
+    and a core system that takes the whole timeout for every request WHEN the workflow invokes the
+    register function (with the timeout synthesis gives it) until the chunk is done THEN it needs at
+    most MAX_REGISTER_INVOCATIONS_PER_CHUNK invocations, each ending before its deadline, and every
+    record is sent exactly once."""
+    from pipeline_constructs import budgets
+
+    size = min(1000 if batch_size == 1 else 10_000, budgets.max_chunk_size(sink_timeout, batch_size))
+    function_timeout = budgets.register_timeout_seconds(size, sink_timeout, batch_size)
+    put_chunk(work, 0, [{"id": i} for i in range(size)], chunk_size=size)
+    clock = Clock()
+
+    def slowest(n: int) -> int:
+        clock.now += sink_timeout
+        return 200
+
+    sink.respond = slowest
+    cfg = config(sink, timeout=sink_timeout, batch_size=batch_size)
+    progress, invocations = task(0, chunk_size=size, record_count=size), 0
+    while not progress.get("done"):
+        clock.deadline = clock.now + function_timeout  # a fresh invocation
+        progress = register(work, ledger, progress, cfg, clock)
+        invocations += 1
+        assert clock.now <= clock.deadline  # returned before Lambda would time it out
+    assert invocations <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+    assert invocations == budgets.register_invocations_per_chunk(size, sink_timeout, batch_size)
+    assert len(sink.requests) == budgets.requests_per_chunk(size, batch_size)
+    assert len(set(sink.keys())) == len(sink.requests)
