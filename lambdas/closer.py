@@ -54,13 +54,17 @@ def error_summary(error: str | None, cause: str | None) -> tuple[str, str]:
     """(error type, message) of a failure, without the stack trace or escaped JSON.
 
     A Lambda task's cause is the runtime's JSON (`errorType`, `errorMessage`, `stackTrace`);
-    other causes are text.
+    a failed page execution (`RunPage`, `startExecution.sync:2`) fails the parent with
+    `States.TaskFailed` and the child's DescribeExecution output as cause: its own `error` and
+    `cause` are what happened (e.g. `SinkRejectedError`); other causes are text.
     """
     if cause:
         try:
             parsed = json.loads(cause)
         except ValueError:
             parsed = None
+        if isinstance(parsed, dict) and "executionArn" in parsed and parsed.get("error"):
+            return error_summary(str(parsed["error"]), parsed.get("cause"))
         if isinstance(parsed, dict) and ("errorMessage" in parsed or "errorType" in parsed):
             return str(parsed.get("errorType") or error or "Error"), str(parsed.get("errorMessage") or "")
         return error or "Error", cause

@@ -27,11 +27,16 @@ def buckets(s3: Any) -> Any:
     return s3
 
 
-def config(fmt: str = "csv", chunk_size: int = 3, duplicate_files: str = "process") -> SplitEnv:
+def config(fmt: str = "csv", chunk_size: int = 3, duplicate_files: str = "process", max_chunks: int = 1000) -> SplitEnv:
     return SplitEnv(
         tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK, landing_prefix="acme/",
-        ledger_table_name=LEDGER_TABLE, duplicate_files=duplicate_files,
+        ledger_table_name=LEDGER_TABLE, duplicate_files=duplicate_files, max_chunks=max_chunks,
     )
+
+
+def chunks_of(result: dict[str, Any]) -> list[int]:
+    """The chunk indexes a result's range names (still to register)."""
+    return list(range(result["first_chunk"], result["last_chunk"] + 1))
 
 
 def upload(s3: Any, content: bytes, key: str = "acme/f.csv") -> dict[str, Any]:
@@ -61,7 +66,7 @@ def chunk_lines(s3: Any, result: dict[str, Any]) -> list[list[str]]:
         .read()
         .decode()
         .splitlines()
-        for i in result["chunks"]
+        for i in chunks_of(result)
     ]
 
 
@@ -91,7 +96,8 @@ def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected
         "chunk_size": 3,
         "chunk_count": len(expected_chunks),
         "record_count": records,
-        "chunks": list(range(len(expected_chunks))),
+        "first_chunk": 0,
+        "last_chunk": len(expected_chunks) - 1,
         "content_sha256": hashlib.sha256(csv_file(records)).hexdigest(),
         "duplicate_of": None,
     }
@@ -126,7 +132,7 @@ def test_empty_or_header_only_file_succeeds_with_zero_chunks(buckets, content):
     """GIVEN a file with no records WHEN split THEN success, zero chunks, only the manifest written."""
     result = split_file(upload(buckets, content), config=config(), s3=buckets)
 
-    assert (result["chunk_count"], result["record_count"], result["chunks"]) == (0, 0, [])
+    assert (result["chunk_count"], result["record_count"], chunks_of(result)) == (0, 0, [])
     assert work_keys(buckets) == ["chunks/acme/evt-1/manifest.json"]
 
 
@@ -328,7 +334,8 @@ def test_handler_returns_only_references_and_counts(buckets, handler_env, logs):
         "chunk_size": 2,
         "chunk_count": 2,
         "record_count": 3,
-        "chunks": [0, 1],
+        "first_chunk": 0,
+        "last_chunk": 1,
         "content_sha256": hashlib.sha256(content).hexdigest(),
         "duplicate_of": None,
     }
@@ -368,8 +375,8 @@ def test_a_resumed_file_reuses_its_chunks_and_lists_them_from_the_start_record(b
 
     resumed = split_file({**request, "start_record": 7}, config=config(), s3=buckets)
 
-    assert first["chunks"] == [0, 1, 2, 3]
-    assert resumed == {**first, "chunks": [2, 3]}
+    assert chunks_of(first) == [0, 1, 2, 3]
+    assert resumed == {**first, "first_chunk": 2}
 
 
 def test_a_resume_after_the_chunks_expired_splits_the_pinned_version_again(buckets):
@@ -384,8 +391,8 @@ def test_a_resume_after_the_chunks_expired_splits_the_pinned_version_again(bucke
 
     resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
 
-    assert resumed["chunks"] == [1, 2, 3]
-    assert chunk_lines(buckets, {**resumed, "chunks": [0, 1, 2, 3]}) == before
+    assert chunks_of(resumed) == [1, 2, 3]
+    assert chunk_lines(buckets, {**resumed, "first_chunk": 0}) == before
 
 
 def test_a_resume_after_the_first_chunks_expired_splits_again_though_later_ones_remain(buckets):
@@ -399,8 +406,8 @@ def test_a_resume_after_the_first_chunks_expired_splits_again_though_later_ones_
 
     resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
 
-    assert resumed["chunks"] == [1, 2, 3]
-    assert chunk_lines(buckets, {**resumed, "chunks": [0, 1, 2, 3]}) == before
+    assert chunks_of(resumed) == [1, 2, 3]
+    assert chunk_lines(buckets, {**resumed, "first_chunk": 0}) == before
 
 
 def test_fails_when_start_record_is_negative(buckets):
@@ -442,7 +449,7 @@ def test_skip_sends_nothing_for_the_bytes_of_a_file_that_succeeded(buckets, ddb,
     processed(ddb, content, "acme/a.csv", first["version_id"])
     again = upload(buckets, content, key="acme/b.csv")
     result = split_file(again, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb, log=logs_adapter())
-    assert result["chunks"] == [] and result["record_count"] == 4
+    assert chunks_of(result) == [] and result["record_count"] == 4
     assert result["duplicate_of"] == {"key": "acme/a.csv", "version_id": first["version_id"], "event_id": "evt-0"}
     assert "duplicate file" in " ".join(logs.at(20))
 
@@ -453,9 +460,9 @@ def test_skip_processes_different_bytes_and_the_same_version_again(buckets, ddb,
     processed(ddb, content, "acme/a.csv", first["version_id"])
     other = split_file(upload(buckets, csv_file(5), key="acme/b.csv"), config=config(duplicate_files="skip"),
                        s3=buckets, ddb=ddb)
-    assert (other["duplicate_of"], other["chunks"]) == (None, [0, 1])
+    assert (other["duplicate_of"], chunks_of(other)) == (None, [0, 1])
     same_version = split_file({**first, "event_id": "evt-9"}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb)
-    assert (same_version["duplicate_of"], same_version["chunks"]) == (None, [0, 1])
+    assert (same_version["duplicate_of"], chunks_of(same_version)) == (None, [0, 1])
 
 
 def test_process_sends_a_duplicate_again_without_reading_the_ledger(buckets, ddb, ledger_table):
@@ -463,7 +470,7 @@ def test_process_sends_a_duplicate_again_without_reading_the_ledger(buckets, ddb
     first = upload(buckets, content, key="acme/a.csv")
     processed(ddb, content, "acme/a.csv", first["version_id"])
     result = split_file(upload(buckets, content, key="acme/b.csv"), config=config(), s3=buckets, ddb=None)
-    assert (result["duplicate_of"], result["chunks"]) == (None, [0, 1])
+    assert (result["duplicate_of"], chunks_of(result)) == (None, [0, 1])
 
 
 def test_a_resumed_file_is_never_found_a_duplicate(buckets, ddb, ledger_table):
@@ -473,7 +480,7 @@ def test_a_resumed_file_is_never_found_a_duplicate(buckets, ddb, ledger_table):
     split_file(request, config=config(), s3=buckets)
     processed(ddb, content, "acme/a.csv", "v-other")
     resumed = split_file({**request, "start_record": 3}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb)
-    assert (resumed["duplicate_of"], resumed["chunks"]) == (None, [1, 2])
+    assert (resumed["duplicate_of"], chunks_of(resumed)) == (None, [1, 2])
 
 
 def logs_adapter() -> Any:
