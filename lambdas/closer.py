@@ -63,8 +63,10 @@ def error_summary(error: str | None, cause: str | None) -> tuple[str, str]:
             parsed = json.loads(cause)
         except ValueError:
             parsed = None
-        if isinstance(parsed, dict) and "executionArn" in parsed and parsed.get("error"):
-            return error_summary(str(parsed["error"]), parsed.get("cause"))
+        if isinstance(parsed, dict) and ("executionArn" in parsed or "ExecutionArn" in parsed):
+            child_error = parsed.get("error") or parsed.get("Error")
+            if child_error:
+                return error_summary(str(child_error), parsed.get("cause") or parsed.get("Cause"))
         if isinstance(parsed, dict) and ("errorMessage" in parsed or "errorType" in parsed):
             return str(parsed.get("errorType") or error or "Error"), str(parsed.get("errorMessage") or "")
         return error or "Error", cause
