@@ -120,28 +120,31 @@ def register_invocation_budget(chunk_size: int, sink_timeout_seconds: int, outag
 
 def page_events_per_chunk(invocation_budget: int) -> int:
     """History events one chunk may add to its page execution: the Map iteration, then per
-    invocation the task (with every retry), the ChunkDone choice and a wait; the last state."""
+    invocation the task (with every retry), the ChunkDone choice and a wait; the last state
+    (counted for both ends, ChunkRegistered and ChunkOverBudget: an upper bound)."""
     per_invocation = TASK_EVENTS + REGISTER_RETRIES_PER_INVOCATION * RETRY_EVENTS + 2 * STATE_EVENTS
-    return MAP_ITERATION_EVENTS + invocation_budget * per_invocation + STATE_EVENTS
+    return MAP_ITERATION_EVENTS + invocation_budget * per_invocation + 2 * STATE_EVENTS
 
 
-#: A page execution's events besides its chunks: the execution, the page range (2 Pass, 1
-#: Choice), the Map.
-PAGE_FIXED_EVENTS = EXECUTION_EVENTS + 3 * STATE_EVENTS + MAP_EVENTS
+#: A page execution's events besides its chunks: the execution, the page range (PageEnd,
+#: LastPage, ClampToFile, PageChunks), the Map.
+PAGE_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
 #: Retries of the parent's page task (StartExecution.sync: throttling, service errors).
 PAGE_TASK_RETRIES = 3
-#: History events one page adds to the parent: the Map iteration and the `.sync` task.
-PARENT_EVENTS_PER_PAGE = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + PAGE_TASK_RETRIES * RETRY_EVENTS
-#: The parent's events besides its pages: the execution, Split (3 + 3 retries), the choice,
-#: the pages Pass, the Map, the closer (3 retries) and its catch, the last state; at most
-#: once each on either path (success or failure).
+#: History events one page adds to the parent: the Map iteration and the `.sync` task (each
+#: attempt of a `.sync` task also has a TaskSubmitted event).
+PARENT_EVENTS_PER_PAGE = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + PAGE_TASK_RETRIES * (RETRY_EVENTS + 1)
+#: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): `_retry`.
+PARENT_TASK_RETRIES = 3
+#: The parent's events besides its pages, both paths counted (an upper bound of either): the
+#: execution, Split, AnyChunks, Pages, the Map, RecordSuccess and RecordFailure, FileIngested
+#: and IngestFailed.
 PARENT_FIXED_EVENTS = (
     EXECUTION_EVENTS
-    + TASK_EVENTS + 6 * RETRY_EVENTS  # Split
-    + 2 * STATE_EVENTS  # HasChunks, Pages
+    + 3 * (TASK_EVENTS + PARENT_TASK_RETRIES * RETRY_EVENTS)
+    + 2 * STATE_EVENTS
     + MAP_EVENTS
-    + TASK_EVENTS + 7 * RETRY_EVENTS  # RecordSuccess | RecordFailure
-    + STATE_EVENTS  # FileIngested | IngestFailed
+    + 2 * STATE_EVENTS
 )
 
 
