@@ -463,3 +463,37 @@ def test_fails_when_duplicate_files_is_unknown():
         "tenant 'acme': field 'duplicate_files' = 'ignore': Input should be 'process' or 'skip'; use 'process' "
         "(a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)"
     )
+
+
+# --- pages of chunks (issue 9) -------------------------------------------------------------------
+
+
+def test_fails_when_chunks_per_page_is_more_than_a_pages_history_holds():
+    """GIVEN chunks_per_page 9 where the history budget allows 8 (chunk_size 100, timeout 10 s,
+    outage budget 1 h) WHEN validated THEN refused with the most that fits; 8 is fine."""
+    text = """
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, chunks_per_page: {value}}}
+        """
+    assert one_problem(text.format(SINK=SINK, value=9)) == (
+        "tenant 'acme': field 'chunks_per_page' = 9: is more than the 8 chunks a page's history holds at "
+        "these settings; use at most 8, or leave it out"
+    )
+    assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=8))).tenants[0].chunks_per_page == 8
+
+
+def test_fails_when_the_outage_budget_is_too_long_for_a_pages_history():
+    """GIVEN an outage budget of 24 h (one chunk may wait it out in its page: about 1,450 waits)
+    WHEN validated THEN refused: not even one chunk would fit a page's history budget."""
+    problem = one_problem(
+        """
+        defaults:
+          sink: {url: https://core.example.com/records, outage_budget_seconds: 86400}
+        tenants:
+          - {id: acme, prefix: a/}
+        """
+    )
+    assert problem.startswith("tenant 'acme': field 'outage_budget_seconds' = 86400: is too long for one page")
+    assert "use a shorter sink.outage_budget_seconds" in problem

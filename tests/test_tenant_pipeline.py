@@ -323,6 +323,35 @@ def test_register_timeout_is_derived_from_chunk_size_and_sink_timeout():
 # --- least privilege -----------------------------------------------------------------------------
 
 
+def test_the_workflow_may_start_wait_for_and_stop_only_its_own_page_executions(acme):
+    """`.sync:2` needs StartExecution on the page state machine, Describe/StopExecution on its
+    executions, and the managed rule through which Step Functions learns that a child closed."""
+    statements = policy_statements_of_role(acme, "PipelineWorkflowRole")
+    (page_id,) = [k for k in acme.find_resources("AWS::StepFunctions::StateMachine") if k.startswith("PipelinePageWorkflow")]
+    start = next(s for s in statements if s["Action"] == "states:StartExecution")
+    assert start["Resource"] == {"Ref": page_id}
+    wait = next(s for s in statements if s["Action"] == ["states:DescribeExecution", "states:StopExecution"])
+    assert page_id in json.dumps(wait["Resource"]) and ":execution:" in json.dumps(wait["Resource"])
+    rule = next(s for s in statements if "events:PutRule" in s["Action"])
+    assert json.dumps(rule["Resource"]).endswith(':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"]]}')
+    assert "lambda:InvokeFunction" in actions_of(statements)  # split and closer
+    page_role = policy_statements_of_role(acme, "PipelinePageWorkflowRole")
+    invoke = [s for s in page_role if s["Action"] == "lambda:InvokeFunction"]
+    assert len(invoke) == 1 and "RegisterChunk" in json.dumps(invoke[0]["Resource"])
+    assert "states:StartExecution" not in actions_of(page_role)
+
+
+def test_the_page_state_machine_logs_errors_without_data_and_traces_like_the_parent(acme):
+    machines = acme.find_resources("AWS::StepFunctions::StateMachine")
+    (props,) = [m["Properties"] for k, m in machines.items() if k.startswith("PipelinePageWorkflow")]
+    assert props["StateMachineName"] == "acme-file-ingest-page"
+    assert props["LoggingConfiguration"]["Level"] == "ERROR"
+    assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    # a page never outlives its file: the same time limit as the parent
+    assert page_definition(acme)["TimeoutSeconds"] == definition(acme)["TimeoutSeconds"] > 0
+
+
 def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_own_ledger_items(acme):
     statements = policy_statements_of_role(acme, "PipelineControllerRole")
     by_sid = {s.get("Sid"): s for s in statements}

@@ -174,6 +174,15 @@ def test_records_arrive_in_order_with_their_headers_and_progress_is_recorded(wor
     assert (position.next_record, position.chunk_size, position.record_count) == (6, 3, 100)
 
 
+def test_the_workflows_invocation_count_comes_back_unchanged(work, sink, ledger):
+    """GIVEN a task that carries the page workflow's count of the chunk's invocations (issue 9)
+    WHEN registered THEN the progress carries the same count: the workflow adds 1 in its
+    ResultSelector and fails the chunk at its budget, so the handler must neither drop nor change it."""
+    put_chunk(work, 0, [{"id": "0"}, {"id": "1"}, {"id": "2"}])
+    result = register(work, ledger, {**task(0), "invocation": 41}, config(sink))
+    assert result["done"] and result["invocation"] == 41
+
+
 def test_a_record_that_fails_once_is_retried_in_place_and_costs_no_budget(work, sink, ledger):
     """GIVEN every record of a 10-record chunk gets one 503 (or 429) before it is accepted
     WHEN the chunk is registered THEN it is done in one invocation, each record sent twice with the

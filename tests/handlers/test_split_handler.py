@@ -410,6 +410,16 @@ def test_a_resume_after_the_first_chunks_expired_splits_again_though_later_ones_
     assert chunk_lines(buckets, {**resumed, "first_chunk": 0}) == before
 
 
+def test_fails_when_the_file_has_more_chunks_than_the_workflow_may_run(buckets):
+    """GIVEN max_chunks 3 (chunks of 3 records) WHEN a file of 10 records (4 chunks) is split
+    THEN FileTooLargeError names the chunks, the limit in records and what to do; nothing was
+    sent (Split runs before the first record is registered)."""
+    request = upload(buckets, csv_file(10))
+    with pytest.raises(contract.FileTooLargeError, match=r"the file has 4 chunks of 3 records; at most 3 chunks \(9 records\)"):
+        split_file(request, config=config(max_chunks=3), s3=buckets)
+    assert split_file(upload(buckets, csv_file(9)), config=config(max_chunks=3), s3=buckets)["chunk_count"] == 3
+
+
 def test_fails_when_start_record_is_negative(buckets):
     request = upload(buckets, csv_file(1))
     with pytest.raises(ValueError, match="start_record -1 must be >= 0"):
