@@ -178,6 +178,7 @@ def moto_patches(*, invoker: LambdaInvoker, time_scale: float) -> Iterator[None]
         stack.enter_context(_cfn_state_machines_in_the_executing_backend())
         stack.enter_context(_sfn_start_execution_task_calls_boto_with_its_member_names())
         stack.enter_context(_states_errors_pass_through_fail_states_and_maps())
+        stack.enter_context(_sync_tasks_poll_often())
         yield
 
 
@@ -375,3 +376,17 @@ def _states_errors_pass_through_fail_states_and_maps() -> Iterator[None]:
     with _patched(state_fail, "CustomErrorName", _PassedOnErrorName), \
             _patched(iteration_worker, "CustomErrorName", _PassedOnErrorName):
         yield
+
+
+#: How often a `.sync` task asks whether its child execution closed (moto: every 0.5 s).
+SYNC_POLL_SECONDS = 0.05
+
+
+def _sync_tasks_poll_often() -> Any:
+    """moto 5.2.5 polls a `.sync` task's child execution every 0.5 s: with a page of a few
+    hundred records registered in about half a second, that wait would be a large share of a
+    file's time on the local runtime. Poll every `SYNC_POLL_SECONDS` (one DescribeExecution
+    on loopback) so local throughput figures measure the pipeline, not the poll."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_callback
+
+    return _patched(state_task_service_callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", SYNC_POLL_SECONDS)
