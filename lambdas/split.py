@@ -174,7 +174,8 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     them; if they expired from the work bucket (or were never complete), the pinned version is
     split again, which writes the same chunks. `first_chunk`..`last_chunk` is the range still
     to register, from the one holding `start_record`; a file of more than `max_chunks` chunks
-    is refused (`FileTooLargeError`) before any record is sent. `s3` is a boto3 S3 client; `ddb` a DynamoDB client,
+    is refused (`FileTooLargeError`) before any record is sent. `s3` is a boto3 S3 client;
+    `ddb` a DynamoDB client,
     needed with `duplicate_files: skip` only. A file is only ever found a duplicate before any
     of it was sent (`start_record` 0): a resumed file goes on.
     """

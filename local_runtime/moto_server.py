@@ -387,6 +387,8 @@ def _sync_tasks_poll_often() -> Any:
     hundred records registered in about half a second, that wait would be a large share of a
     file's time on the local runtime. Poll every `SYNC_POLL_SECONDS` (one DescribeExecution
     on loopback) so local throughput figures measure the pipeline, not the poll."""
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_callback
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_callback as callback,
+    )
 
-    return _patched(state_task_service_callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", SYNC_POLL_SECONDS)
+    return _patched(callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", SYNC_POLL_SECONDS)

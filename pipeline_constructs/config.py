@@ -195,7 +195,8 @@ FIXES: dict[str, str] = {
     ),
     "first_sequence": "use the sequence number of the tenant's first file (a whole number, 0 or more; default 1)",
     "gap_alarm_after_seconds": "use a whole number of seconds, at least 60 (default 900)",
-    "chunks_per_page": "leave it out (the default is the most a page's history allows), or use a smaller whole number",
+    "chunks_per_page": "leave it out (the default is the most a page's history allows), "
+    "or use a smaller whole number",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.

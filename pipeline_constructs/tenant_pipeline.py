@@ -572,7 +572,9 @@ class TenantPipeline(Construct):
     def _page_budget(self, props: TenantPipelineProps) -> None:
         """`chunks_per_page` and the register invocations per chunk: what bounds a page's history."""
         outage = int(props.sink_outage_budget.to_seconds())
-        self.invocation_budget = budgets.register_invocation_budget(props.chunk_size, props.sink_timeout_seconds, outage)
+        self.invocation_budget = budgets.register_invocation_budget(
+            props.chunk_size, props.sink_timeout_seconds, outage
+        )
         most = budgets.max_chunks_per_page(props.chunk_size, props.sink_timeout_seconds, outage)
         if most < 1:
             raise ValueError(

@@ -24,8 +24,9 @@ most its invocation budget (counted in `invocation`); a file has at most `max_pa
 
 Only S3 references, counts and index ranges travel between states: the execution history
 never holds a record, and no state holds a list that grows with the file (the page list has
-at most `budgets.max_pages()` entries, a page's chunk list at most `chunks_per_page`). Each payload's keys come from its `TypedDict` in
-`lambdas/contract.py`; `_select` refuses a selector that does not cover exactly those keys.
+at most `budgets.max_pages()` entries, a page's chunk list at most `chunks_per_page`). Each
+payload's keys come from its `TypedDict` in `lambdas/contract.py`; `_select` refuses a
+selector that does not cover exactly those keys.
 """
 
 from __future__ import annotations
