@@ -54,13 +54,19 @@ def error_summary(error: str | None, cause: str | None) -> tuple[str, str]:
     """(error type, message) of a failure, without the stack trace or escaped JSON.
 
     A Lambda task's cause is the runtime's JSON (`errorType`, `errorMessage`, `stackTrace`);
-    other causes are text.
+    a failed page execution (`RunPage`, `startExecution.sync:2`) fails the parent with
+    `States.TaskFailed` and the child's DescribeExecution output as cause: its own `error` and
+    `cause` are what happened (e.g. `SinkRejectedError`); other causes are text.
     """
     if cause:
         try:
             parsed = json.loads(cause)
         except ValueError:
             parsed = None
+        if isinstance(parsed, dict) and ("executionArn" in parsed or "ExecutionArn" in parsed):
+            child_error = parsed.get("error") or parsed.get("Error")
+            if child_error:
+                return error_summary(str(child_error), parsed.get("cause") or parsed.get("Cause"))
         if isinstance(parsed, dict) and ("errorMessage" in parsed or "errorType" in parsed):
             return str(parsed.get("errorType") or error or "Error"), str(parsed.get("errorMessage") or "")
         return error or "Error", cause

@@ -104,6 +104,10 @@ class SplitEnv:
     landing_prefix: str
     ledger_table_name: str
     duplicate_files: str = dataclasses.field(metadata={"choices": DUPLICATE_FILES})
+    #: The most chunks a file may have: the workflow runs at most this many (pages of chunks,
+    #: each page a child execution), so that every execution's history stays bounded. Split
+    #: refuses a bigger file before any record is sent (`FileTooLargeError`).
+    max_chunks: int = dataclasses.field(metadata={"minimum": 1})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,8 +232,10 @@ class DuplicateOf(TypedDict):
 class SplitResult(TypedDict):
     """What the split function returns (kept in the execution under `$.split`).
 
-    `chunks`: the indexes still to register, from the chunk that holds `start_record` (none
-    for a duplicate). `content_sha256`: the SHA-256 of the object's bytes (None for chunks
+    `first_chunk`..`last_chunk` (inclusive): the chunk indexes still to register, from the
+    chunk that holds `start_record`; `first_chunk > last_chunk` when there is nothing to send
+    (a duplicate, an empty file). A range, not a list: nothing in the execution's state grows
+    with the file. `content_sha256`: the SHA-256 of the object's bytes (None for chunks
     split before it was recorded). `duplicate_of`: with `duplicate_files: skip`, the processed
     file this one repeats byte for byte (then nothing is sent); else None."""
 
@@ -238,7 +244,8 @@ class SplitResult(TypedDict):
     chunk_size: int
     chunk_count: int
     record_count: int
-    chunks: list[int]
+    first_chunk: int
+    last_chunk: int
     content_sha256: str | None
     duplicate_of: DuplicateOf | None
 
@@ -263,6 +270,36 @@ class ChunkTask(TypedDict):
     chunk_index: int
     start_record: int
     fault_since: NotRequired[float | None]
+    #: Register invocations of this chunk so far, counted by the workflow (the handler passes
+    #: it back unchanged): a chunk that reaches its invocation budget fails, which bounds the
+    #: page execution's history (`pipeline_constructs/budgets.py`).
+    invocation: NotRequired[int]
+
+
+class PageTask(TypedDict):
+    """The input of one page execution (the child state machine): the chunks `first_chunk` to
+    `min(first_chunk + chunks per page - 1, last_chunk)` of a file, in order.
+
+    `execution_name` is the PARENT execution's name: the register function's fence checks it
+    against the ledger's running execution (the page execution has its own name)."""
+
+    tenant: str
+    bucket: str
+    key: str
+    version_id: str
+    execution_name: str
+    chunk_prefix: str
+    chunk_size: int
+    chunk_count: int
+    record_count: int
+    start_record: int
+    first_chunk: int
+    last_chunk: int
+
+
+#: A page execution's name: `<parent execution name>-p<first chunk of the page>` (unique per
+#: parent execution; a resumed file's parent has a new name, so its pages do too).
+PAGE_EXECUTION_NAME_FORMAT = "{}-p{}"
 
 
 class ChunkProgress(ChunkTask):
@@ -364,6 +401,22 @@ class MalformedFileError(PipelineError):
     @property
     def log_fields(self) -> dict[str, Any]:
         return {"line_number": self.line_number}
+
+
+class FileTooLargeError(PipelineError):
+    """The file has more chunks than the workflow may run with a bounded history; refused by
+    Split before any record is sent. The message says the limit and what to change."""
+
+    log_message = "file is too large"
+
+    def __init__(self, message: str, *, chunk_count: int, max_chunks: int) -> None:
+        super().__init__(message)
+        self.chunk_count = chunk_count
+        self.max_chunks = max_chunks
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        return {"chunk_count": self.chunk_count, "max_chunks": self.max_chunks}
 
 
 class KeyOutsidePrefixError(PipelineError, ValueError):

@@ -25,6 +25,7 @@ from typing import Any
 
 from chunk_format import INDEX_ENTRY, IndexWriter, TextLines, chunk_starts
 from contract import (
+    FileTooLargeError,
     KeyOutsidePrefixError,
     DuplicateOf,
     SplitEnv,
@@ -59,8 +60,10 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
 
     The index is kept per file (the event id), so an execution that resumes the file reuses
     it; if it expired from the work bucket (or was never complete), the pinned version is
-    split again, which writes the same index. `chunks` lists the indexes still to register,
-    from the one holding `start_record`. `s3` is a boto3 S3 client; `ddb` a DynamoDB client,
+    split again, which writes the same index. `first_chunk`..`last_chunk` is the range still
+    to register, from the one holding `start_record`; a file of more than `max_chunks` chunks
+    is refused (`FileTooLargeError`) before any record is sent. `s3` is a boto3 S3 client;
+    `ddb` a DynamoDB client,
     needed with `duplicate_files: skip` only. A file is only ever found a duplicate before any
     of it was sent (`start_record` 0): a resumed file goes on.
     """
@@ -83,6 +86,7 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     elif log is not None:
         log.info("the chunk index of this file exists; reusing it",
                  extra={"chunk_count": manifest["chunk_count"]})
+    check_size(manifest["chunk_count"], manifest["chunk_size"], config)
     first_chunk = start_record // manifest["chunk_size"]
     content_sha256 = manifest.get("content_sha256")
     duplicate_of = None
@@ -98,10 +102,23 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
         chunk_size=manifest["chunk_size"],
         chunk_count=manifest["chunk_count"],
         record_count=manifest["record_count"],
-        chunks=[] if duplicate_of else list(range(first_chunk, manifest["chunk_count"])),
+        first_chunk=manifest["chunk_count"] if duplicate_of else min(first_chunk, manifest["chunk_count"]),
+        last_chunk=manifest["chunk_count"] - 1,
         content_sha256=content_sha256,
         duplicate_of=duplicate_of,
     )
+
+
+def check_size(chunk_count: int, chunk_size: int, config: SplitEnv) -> None:
+    """Refuse a file of more chunks than the workflow may run with a bounded history."""
+    if chunk_count > config.max_chunks:
+        raise FileTooLargeError(
+            f"the file has {chunk_count} chunks of {chunk_size} records; at most {config.max_chunks} chunks "
+            f"({config.max_chunks * chunk_size} records) fit the workflow's bounded history. Nothing was sent: "
+            "split the file into smaller files, or raise chunk_size (see README, 'Largest file')",
+            chunk_count=chunk_count,
+            max_chunks=config.max_chunks,
+        )
 
 
 def _duplicate_of(ddb: Any, config: SplitEnv, content_sha256: str, request: SplitRequest) -> DuplicateOf | None:

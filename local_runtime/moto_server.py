@@ -176,6 +176,9 @@ def moto_patches(*, invoker: LambdaInvoker, time_scale: float) -> Iterator[None]
         stack.enter_context(_scaled_retry_sleeps(time_scale))
         stack.enter_context(_sqs_long_poll_sleeps())
         stack.enter_context(_cfn_state_machines_in_the_executing_backend())
+        stack.enter_context(_sfn_start_execution_task_calls_boto_with_its_member_names())
+        stack.enter_context(_states_errors_pass_through_fail_states_and_maps())
+        stack.enter_context(_sync_tasks_poll_often())
         yield
 
 
@@ -330,3 +333,62 @@ def _cfn_state_machines_in_the_executing_backend() -> Any:
         )
 
     return _patched(StateMachine, "create_from_cloudformation_json", classmethod(create))
+
+
+def _sfn_start_execution_task_calls_boto_with_its_member_names() -> Any:
+    """moto 5.2.5's `states:startExecution(.sync|.sync:2)` task passes the state's parameter
+    names (`Input`, `Name`, `StateMachineArn`) to boto3, whose members are `input`, `name`,
+    `stateMachineArn` (botocore raises KeyError 'Input'), and its `.sync` resolvers then read
+    `ExecutionArn` from boto3's `executionArn` answer. Rename both ways, as Step Functions does;
+    the parent's page task (issue 9: pages of chunks as child executions) runs on it."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
+        StateTaskServiceSfn,
+    )
+
+    original = StateTaskServiceSfn._eval_service_task
+
+    def _eval_service_task(self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict,
+                           state_credentials: Any) -> None:
+        renamed = {key[:1].lower() + key[1:]: value for key, value in normalised_parameters.items()}
+        original(self, env, resource_runtime_part, renamed, state_credentials)
+        response = env.stack.pop()
+        env.stack.append({key[:1].upper() + key[1:]: value for key, value in response.items()})
+
+    return _patched(StateTaskServiceSfn, "_eval_service_task", _eval_service_task)
+
+
+@contextmanager
+def _states_errors_pass_through_fail_states_and_maps() -> Iterator[None]:
+    """moto 5.2.5 checks a `States.*` error name as if it were a custom one (which must not
+    start with "States.") in two places, and fails the execution with States.Runtime instead:
+    a Fail state whose `ErrorPath` yields it, and an inline Map iteration that ends with it.
+    Step Functions passes such an error on: a failed page execution fails the parent's
+    `RunPage` with `States.TaskFailed`, the `PagesInOrder` Map's Catch takes it, and
+    `IngestFailed` re-throws it."""
+    from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
+    from moto.stepfunctions.parser.asl.component.state.fail import state_fail
+
+    class _PassedOnErrorName(ErrorName):
+        def __init__(self, error_name: str | None) -> None:
+            super().__init__(error_name=error_name)
+
+    with _patched(state_fail, "CustomErrorName", _PassedOnErrorName), \
+            _patched(iteration_worker, "CustomErrorName", _PassedOnErrorName):
+        yield
+
+
+#: How often a `.sync` task asks whether its child execution closed (moto: every 0.5 s).
+SYNC_POLL_SECONDS = 0.05
+
+
+def _sync_tasks_poll_often() -> Any:
+    """moto 5.2.5 polls a `.sync` task's child execution every 0.5 s: with a page of a few
+    hundred records registered in about half a second, that wait would be a large share of a
+    file's time on the local runtime. Poll every `SYNC_POLL_SECONDS` (one DescribeExecution
+    on loopback) so local throughput figures measure the pipeline, not the poll."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_callback as callback,
+    )
+
+    return _patched(callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", SYNC_POLL_SECONDS)

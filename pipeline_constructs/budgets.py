@@ -66,3 +66,117 @@ def default_file_time_limit_seconds(outage_budget_seconds: int) -> int:
     outage budget plus `FILE_TIME_LIMIT_MARGIN_SECONDS`, so a file that waits out a whole
     outage budget is never timed out by this limit first."""
     return outage_budget_seconds + FILE_TIME_LIMIT_MARGIN_SECONDS
+
+
+# --- execution history: pages of chunks (issue 9) ------------------------------------------------
+#
+# Step Functions fails an execution at 25,000 history events. The file workflow (the parent)
+# runs a Map (MaxConcurrency 1) over PAGES; each page is a child execution (`.sync:2`) whose
+# own Map (MaxConcurrency 1) registers at most `chunks_per_page` chunks. Each execution's
+# history then has a bound that does not depend on the file's size:
+#
+# * a page: per chunk, at most `register_invocation_budget` rounds of the register loop (the
+#   workflow counts them and fails the chunk past the budget), each with its retries;
+# * the parent: per page, one `.sync` task with its retries; at most `max_pages` pages (Split
+#   refuses a bigger file before anything is sent).
+#
+# The numbers below are the design's; `tests/test_history_bound.py` recounts the bound from
+# the synthesized definitions, state by state.
+
+HISTORY_EVENT_LIMIT = 25_000
+#: What one execution may use by design: a fifth of the limit is kept as margin.
+HISTORY_EVENT_BUDGET = 20_000
+#: `States.ArrayRange` makes at most 1,000 items: the pages of a file, and a page's chunks.
+MAX_ARRAY_RANGE_ITEMS = 1_000
+
+#: History events of one entry into a state (entered + exited, and what happens in between).
+TASK_EVENTS = 5  # TaskStateEntered, TaskScheduled, TaskStarted, TaskSucceeded|TaskFailed, TaskStateExited
+SYNC_TASK_EVENTS = 6  # ... plus TaskSubmitted
+RETRY_EVENTS = 3  # TaskScheduled, TaskStarted, TaskFailed of each retried attempt
+STATE_EVENTS = 2  # Pass, Choice, Wait, Succeed, Fail: entered + exited
+MAP_EVENTS = 4  # MapStateEntered, MapStateStarted, MapStateSucceeded|Failed, MapStateExited
+MAP_ITERATION_EVENTS = 2  # MapIterationStarted, MapIterationSucceeded|Failed
+EXECUTION_EVENTS = 2  # ExecutionStarted, ExecutionSucceeded|Failed
+
+#: The register function's waits while the core system is unavailable (its
+#: `MIN_RETRY_AFTER_SECONDS`, `MAX_RETRY_AFTER_SECONDS`; a test keeps them equal): each wait is
+#: half the outage so far, within these bounds.
+REGISTER_MIN_RETRY_AFTER_SECONDS, REGISTER_MAX_RETRY_AFTER_SECONDS = 1, 60
+#: Invocations a chunk may use beyond one whole outage and its deadline continuations: room
+#: for a core system that fails now and then (each fault episode costs at least one).
+REGISTER_SPARE_INVOCATIONS = 10
+#: Retries of one register invocation the workflow may make (two retriers of 3 attempts:
+#: Lambda service errors, timeouts); `workflow._retry`.
+REGISTER_RETRIES_PER_INVOCATION = 6
+
+
+def outage_waits(outage_budget_seconds: int) -> int:
+    """How many times the register loop waits in the workflow during one outage as long as the
+    budget (counted without the time the function itself spends: an upper bound)."""
+    outage, waits = 0.0, 0
+    while outage < outage_budget_seconds:
+        outage += min(REGISTER_MAX_RETRY_AFTER_SECONDS, max(REGISTER_MIN_RETRY_AFTER_SECONDS, outage / 2))
+        waits += 1
+    return waits
+
+
+def register_invocation_budget(chunk_size: int, sink_timeout_seconds: int, outage_budget_seconds: int,
+                               batch_size: int = 1) -> int:
+    """The most register invocations the workflow runs for one chunk before it fails the file
+    (which halts the tenant; `ops resume` continues at the first unacknowledged record): the
+    deadline continuations at the slowest answer, one whole outage, and spare ones."""
+    return (
+        register_invocations_per_chunk(chunk_size, sink_timeout_seconds, batch_size)
+        + outage_waits(outage_budget_seconds)
+        + 1
+        + REGISTER_SPARE_INVOCATIONS
+    )
+
+
+def page_events_per_chunk(invocation_budget: int) -> int:
+    """History events one chunk may add to its page execution: the Map iteration, then per
+    invocation the task (with every retry), the ChunkDone choice and a wait; the last state
+    (counted for both ends, ChunkRegistered and ChunkOverBudget: an upper bound)."""
+    per_invocation = TASK_EVENTS + REGISTER_RETRIES_PER_INVOCATION * RETRY_EVENTS + 2 * STATE_EVENTS
+    return MAP_ITERATION_EVENTS + invocation_budget * per_invocation + 2 * STATE_EVENTS
+
+
+#: A page execution's events besides its chunks: the execution, the page range (PageEnd,
+#: LastPage, ClampToFile, PageChunks), the Map.
+PAGE_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
+#: Retries of the parent's page task (StartExecution.sync: throttling, service errors).
+PAGE_TASK_RETRIES = 3
+#: History events one page adds to the parent: the Map iteration and the `.sync` task (each
+#: attempt of a `.sync` task also has a TaskSubmitted event).
+PARENT_EVENTS_PER_PAGE = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + PAGE_TASK_RETRIES * (RETRY_EVENTS + 1)
+#: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): `_retry`.
+PARENT_TASK_RETRIES = 3
+#: The parent's events besides its pages, both paths counted (an upper bound of either): the
+#: execution, Split, AnyChunks, Pages, the Map, RecordSuccess and RecordFailure, FileIngested
+#: and IngestFailed.
+PARENT_FIXED_EVENTS = (
+    EXECUTION_EVENTS
+    + 3 * (TASK_EVENTS + PARENT_TASK_RETRIES * RETRY_EVENTS)
+    + 2 * STATE_EVENTS
+    + MAP_EVENTS
+    + 2 * STATE_EVENTS
+)
+
+
+def max_chunks_per_page(chunk_size: int, sink_timeout_seconds: int, outage_budget_seconds: int,
+                        batch_size: int = 1) -> int:
+    """The most chunks a page may have so its execution stays within `HISTORY_EVENT_BUDGET`
+    (0: not even one chunk fits; config validation refuses such settings)."""
+    budget = register_invocation_budget(chunk_size, sink_timeout_seconds, outage_budget_seconds, batch_size)
+    fits = (HISTORY_EVENT_BUDGET - PAGE_FIXED_EVENTS) // page_events_per_chunk(budget)
+    return max(0, min(MAX_ARRAY_RANGE_ITEMS, fits))
+
+
+def max_pages() -> int:
+    """The most pages of one file: the parent's history budget, and `States.ArrayRange`'s limit."""
+    return min(MAX_ARRAY_RANGE_ITEMS, (HISTORY_EVENT_BUDGET - PARENT_FIXED_EVENTS) // PARENT_EVENTS_PER_PAGE)
+
+
+def max_file_chunks(chunks_per_page: int) -> int:
+    """The most chunks of one file (Split refuses more)."""
+    return chunks_per_page * max_pages()

@@ -130,6 +130,9 @@ class TenantConfig(_Strict):
             return self.file_time_limit_seconds
         return budgets.default_file_time_limit_seconds(self.sink.outage_budget_seconds)
     duplicate_files: Literal["process", "skip"] = "process"
+    #: Chunks per page execution (issue 9). Default: the most that keep a page's history in
+    #: budget; smaller values only make more, shorter pages (tests use 2 or 3).
+    chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS)
 
     @field_validator("id")
     @classmethod
@@ -204,6 +207,8 @@ FIXES: dict[str, str] = {
     ),
     "first_sequence": "use the sequence number of the tenant's first file (a whole number, 0 or more; default 1)",
     "gap_alarm_after_seconds": "use a whole number of seconds, at least 60 (default 900)",
+    "chunks_per_page": "leave it out (the default is the most a page's history allows), "
+    "or use a smaller whole number",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.
@@ -300,6 +305,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
         _check_batch_size(tenant, problems)
         _check_register_budget(tenant, problems)
         _check_file_time_limit(tenant, problems)
+        _check_page_budget(tenant, problems)
 
     if problems.lines:
         raise ConfigError(source, problems.lines)
@@ -444,6 +450,26 @@ def _check_file_time_limit(tenant: TenantConfig, problems: _Problems) -> None:
             f"is not longer than sink.outage_budget_seconds {budget}: an outage would time the file out "
             "before its budget ends",
             f"use more than {budget} seconds, or leave it out (default: the outage budget plus 6 hours)",
+        )
+
+
+def _check_page_budget(tenant: TenantConfig, problems: _Problems) -> None:
+    """A page execution must hold at least one chunk (and `chunks_per_page` at most what fits)
+    within the history budget: a chunk may wait out one whole outage in its page."""
+    size, timeout, outage = tenant.chunk_size, tenant.sink.timeout_seconds, tenant.sink.outage_budget_seconds
+    most = budgets.max_chunks_per_page(size, timeout, outage, tenant.sink.batch_size)
+    if most < 1:
+        problems.add(
+            f"tenant '{tenant.id}'", "outage_budget_seconds", outage,
+            "is too long for one page execution's history: waiting out such an outage in one chunk "
+            f"could take more than {budgets.HISTORY_EVENT_BUDGET} history events",
+            "use a shorter sink.outage_budget_seconds (about 12 hours at most)",
+        )
+    elif tenant.chunks_per_page is not None and tenant.chunks_per_page > most:
+        problems.add(
+            f"tenant '{tenant.id}'", "chunks_per_page", tenant.chunks_per_page,
+            f"is more than the {most} chunks a page's history holds at these settings",
+            f"use at most {most}, or leave it out",
         )
 
 

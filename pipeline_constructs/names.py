@@ -40,6 +40,8 @@ RULE = DerivedName("EventBridge rule name", "{id}-object-created", 64)
 STATUS_RULE = DerivedName("EventBridge rule name", "{id}-sfn-status", 64)
 #: Standard, not FIFO: EventBridge refuses a FIFO queue as a target's dead-letter queue.
 INTAKE_DLQ = DerivedName("SQS queue name", "{id}-intake-dlq", 80)
+#: The child state machine that registers one page of a file's chunks (issue 9).
+PAGE_STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-page", 80)
 
 ALL: tuple[DerivedName, ...] = (
     QUEUE,
@@ -53,6 +55,7 @@ ALL: tuple[DerivedName, ...] = (
     RULE,
     STATUS_RULE,
     INTAKE_DLQ,
+    PAGE_STATE_MACHINE,
 )
 
 #: The longest tenant id every derived name accepts.

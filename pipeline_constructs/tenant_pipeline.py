@@ -25,7 +25,7 @@ from pipeline_constructs import budgets, names
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge
-from pipeline_constructs.workflow import build_definition
+from pipeline_constructs.workflow import build_definition, build_page_definition
 
 # The seed's queue and controller timings. The controller's timeout must stay below the
 # visibility timeout, or a message still being handled is redelivered (double start).
@@ -91,6 +91,9 @@ class TenantPipelineProps:
     they are also at least half of all tries). Default: 10.
     ``file_time_limit``: the workflow's ``TimeoutSeconds``: one execution that runs longer
     times out (and halts the tenant like a failure). Default: the outage budget plus 6 hours.
+    ``chunks_per_page``: chunks per page execution (the child state machine). Default (None):
+    the most that keep a page's history within budget (``budgets.max_chunks_per_page``); a
+    value above that is refused. Small values make multi-page files cheap to test.
     """
 
     tenant_id: str
@@ -118,6 +121,7 @@ class TenantPipelineProps:
     sequence_gap_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(15))
     sink_errors_threshold: int = 10
     file_time_limit: Duration | None = None
+    chunks_per_page: int | None = None
 
 
 class TenantPipeline(Construct):
@@ -138,6 +142,7 @@ class TenantPipeline(Construct):
         tenant_id = props.tenant_id
         self.tenant_id = tenant_id
         self.landing_prefix = props.landing_prefix
+        self._page_budget(props)
 
         # Arrival order is the FIFO queue's order (one message group per tenant); key-sequence
         # order is the controller's, so that queue is a standard one: a file whose turn has not
@@ -226,6 +231,7 @@ class TenantPipeline(Construct):
                     landing_prefix=props.landing_prefix,
                     ledger_table_name=props.ledger_table.table_name,
                     duplicate_files=props.duplicate_files,
+                    max_chunks=budgets.max_file_chunks(self.chunks_per_page),
                 )
             ),
         )
@@ -294,6 +300,7 @@ class TenantPipeline(Construct):
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
         )
+        self._page_state_machine(props)
         self.state_machine = sfn.StateMachine(
             self,
             "Workflow",
@@ -303,8 +310,9 @@ class TenantPipeline(Construct):
                 build_definition(
                     Construct(self, "Steps"),  # state names are construct ids: keep them apart
                     split_function=self.split.function,
-                    register_function=self.register.function,
+                    page_state_machine=self.page_state_machine,
                     closer_function=self.closer.function,
+                    chunks_per_page=self.chunks_per_page,
                 )
             ),
             # Without a limit an execution may run a year, and the timed-out alarm could only
@@ -571,6 +579,57 @@ class TenantPipeline(Construct):
         if props.duplicate_files == "skip":  # split looks up the content of files that succeeded
             self._grant_own_ledger(self.split.role, props, "dynamodb:GetItem")
 
+    def _page_budget(self, props: TenantPipelineProps) -> None:
+        """`chunks_per_page` and the register invocations per chunk: what bounds a page's history."""
+        outage = int(props.sink_outage_budget.to_seconds())
+        self.invocation_budget = budgets.register_invocation_budget(
+            props.chunk_size, props.sink_timeout_seconds, outage, props.sink_batch_size
+        )
+        most = budgets.max_chunks_per_page(props.chunk_size, props.sink_timeout_seconds, outage, props.sink_batch_size)
+        if most < 1:
+            raise ValueError(
+                f"tenant {props.tenant_id}: not one chunk fits a page's history budget with a "
+                f"{outage} s outage budget; use a shorter sink.outage_budget_seconds"
+            )
+        wanted = most if props.chunks_per_page is None else props.chunks_per_page
+        if not 1 <= wanted <= most:
+            raise ValueError(f"tenant {props.tenant_id}: chunks_per_page {wanted} must be from 1 to {most}")
+        self.chunks_per_page = wanted
+
+    def _page_state_machine(self, props: TenantPipelineProps) -> None:
+        """The child state machine: one page of a file's chunks per execution, started (and
+        waited for) by the parent's `RunPage`. Its executions are not watched by the status
+        rule: the parent's close is the file's close, and the register function's fence
+        checks the parent's execution name, which the page carries."""
+        name = names.PAGE_STATE_MACHINE.render(self.tenant_id)
+        self.page_log_group = logs.LogGroup(
+            self,
+            "PageWorkflowLogs",
+            log_group_name=f"/aws/vendedlogs/states/{name}",
+            retention=logs.RetentionDays.THREE_MONTHS,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.page_state_machine = sfn.StateMachine(
+            self,
+            "PageWorkflow",
+            state_machine_name=name,
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            definition_body=sfn.DefinitionBody.from_chainable(
+                build_page_definition(
+                    Construct(self, "PageSteps"),
+                    register_function=self.register.function,
+                    chunks_per_page=self.chunks_per_page,
+                    invocation_budget=self.invocation_budget,
+                )
+            ),
+            # A page never outlives its file (the parent has the same limit).
+            timeout=self._file_time_limit(props),
+            logs=sfn.LogOptions(
+                destination=self.page_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
+            ),
+            tracing_enabled=True,
+        )
+
     def _grant_own_ledger(self, role: iam.IRole, props: TenantPipelineProps, *actions: str) -> None:
         """Only this tenant's items of the ledger (its partition)."""
         role.add_to_principal_policy(
@@ -700,11 +759,28 @@ class TenantPipeline(Construct):
         _acknowledge(
             self.state_machine.role,
             ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.split.function)}.Arn>:*", invoke_reason),
-            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*", invoke_reason),
             ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.closer.function)}.Arn>:*", invoke_reason),
             ("AwsSolutions-IAM5", "Resource::*",
              "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
              "resource-level permissions."),
+            ("AwsSolutions-IAM5",
+             "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+             '{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + _logical_id(self.page_state_machine) + '"}]}]}*',
+             "CDK's StepFunctionsStartExecution (.sync) grant: describe and stop the executions of this "
+             "tenant's page state machine only; their names derive from the parent's, unknown in advance."),
+        )
+        _acknowledge(
+            self.page_state_machine.role,
+            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", "Resource::*",
+             "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
+             "resource-level permissions."),
+        )
+        _acknowledge(
+            self.page_state_machine,
+            ("AwsSolutions-SF1", None,
+             "ERROR level on purpose, as the parent: ALL would log every chunk's transitions that the "
+             "execution history already keeps; execution data is excluded (no record content in logs)."),
         )
         _acknowledge(
             self.state_machine,
@@ -720,6 +796,6 @@ def _acknowledge(scope: Construct, *findings: tuple[str, str | None, str]) -> No
         acknowledge(scope, rule, reason, finding)
 
 
-def _logical_id(function: lambda_.Function) -> str:
-    stack = Stack.of(function)
-    return stack.resolve(stack.get_logical_id(function.node.default_child))
+def _logical_id(construct: Construct) -> str:
+    stack = Stack.of(construct)
+    return stack.resolve(stack.get_logical_id(construct.node.default_child))

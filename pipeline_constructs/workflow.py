@@ -1,15 +1,32 @@
-"""The file-ingest workflow of one tenant.
+"""The file-ingest workflow of one tenant: a parent state machine over pages of chunks, and
+a page state machine (the child) over one page's chunks.
 
-    Split -> ChunksInOrder (Map, MaxConcurrency 1; no chunks for a duplicate file)
-               RegisterChunk -> ChunkDone? -- done ---------------> ChunkRegistered
-                                           -- core system down --> WaitForCoreSystem -> RegisterChunk
-                                           -- deadline ----------------------------> RegisterChunk
+Parent (`<id>-file-ingest-workflow`, one execution per file attempt):
+    Split -> AnyChunks? -- none (duplicate, empty) ---------------------------> RecordSuccess
+                        -- else -> Pages (first chunk of each page: States.ArrayRange)
+                                -> PagesInOrder (Map, MaxConcurrency 1)
+                                     RunPage (StartExecution.sync:2 of the page state machine)
           -> RecordSuccess (closer) -> FileIngested
-    Catch (Split, ChunksInOrder) -> RecordFailure (closer: ledger, notification, halt) -> IngestFailed
+    Catch (Split, PagesInOrder) -> RecordFailure (closer: ledger, notification, halt) -> IngestFailed
 
-Only S3 references and counts travel between states: the execution history never holds a
-record (docs/design.md §4.4). Each payload's keys come from its `TypedDict` in
-`lambdas/contract.py`; `_select` refuses a selector that does not cover exactly those keys.
+Page (`<id>-file-ingest-page`, one execution per page, named `<parent>-p<first chunk>`):
+    PageEnd -> LastPage? -> (ClampToFile) -> PageChunks (States.ArrayRange) ->
+    ChunksInOrder (Map, MaxConcurrency 1)
+      RegisterChunk -> ChunkDone? -- done ---------------> ChunkRegistered
+                                  -- over budget --------> ChunkOverBudget (fails the page)
+                                  -- core system down --> WaitForCoreSystem -> RegisterChunk
+                                  -- deadline ----------------------------> RegisterChunk
+
+Every execution's history has a bound that does not grow with the file
+(`pipeline_constructs/budgets.py`, recounted from the synthesized definitions by
+`tests/test_history_bound.py`): a page holds at most `chunks_per_page` chunks and a chunk at
+most its invocation budget (counted in `invocation`); a file has at most `max_pages` pages.
+
+Only S3 references, counts and index ranges travel between states: the execution history
+never holds a record, and no state holds a list that grows with the file (the page list has
+at most `budgets.max_pages()` entries, a page's chunk list at most `chunks_per_page`). Each
+payload's keys come from its `TypedDict` in `lambdas/contract.py`; `_select` refuses a
+selector that does not cover exactly those keys.
 """
 
 from __future__ import annotations
@@ -21,6 +38,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from lambdas import contract
+from pipeline_constructs import budgets
 
 #: Transient errors of the Lambda service itself. The seed's retrier, plus SDK client errors.
 LAMBDA_TRANSIENT_ERRORS = (
@@ -52,7 +70,7 @@ def _select(payload_type: type, values: dict[str, object]) -> dict[str, object]:
         )
     absent = {key for key in keys if values[key] is None}
     return {
-        (f"{key}.$" if isinstance(values[key], str) and str(values[key]).startswith("$") else key): values[key]
+        (f"{key}.$" if isinstance(values[key], str) and str(values[key]).startswith(("$", "States.")) else key): values[key]
         for key in keys
         if key not in absent
     }
@@ -66,7 +84,19 @@ def _from_input(*keys: str) -> dict[str, object]:
     return {key: f"$.{key}" for key in keys}
 
 
-def _retry(task: tasks.LambdaInvoke, errors: tuple[str, ...]) -> None:
+#: The error of a chunk that used its whole invocation budget (the page fails, so does the file).
+CHUNK_OVER_BUDGET_ERROR = "ChunkInvocationBudgetExhausted"
+
+#: Errors of StartExecution (the parent's page task) worth another try: throttling and the
+#: service's own faults. A failed page is not retried: the file fails and halts the tenant.
+PAGE_START_ERRORS = (
+    "StepFunctions.ExecutionLimitExceededException",
+    "StepFunctions.SdkClientException",
+    "StepFunctions.AWSStepFunctionsException",
+)
+
+
+def _retry(task: sfn.TaskStateBase, errors: tuple[str, ...]) -> None:
     task.add_retry(
         errors=list(errors),
         interval=Duration.seconds(1),
@@ -76,14 +106,111 @@ def _retry(task: tasks.LambdaInvoke, errors: tuple[str, ...]) -> None:
     )
 
 
+def build_page_definition(
+    scope: Construct,
+    *,
+    register_function: lambda_.IFunction,
+    chunks_per_page: int,
+    invocation_budget: int,
+) -> sfn.IChainable:
+    """The page state machine: the chunks `first_chunk` .. `min(first_chunk + chunks_per_page
+    - 1, last_chunk)` of a file, one at a time (input: `contract.PageTask`)."""
+    if not 1 <= chunks_per_page <= budgets.MAX_ARRAY_RANGE_ITEMS:
+        raise ValueError(f"chunks_per_page {chunks_per_page} must be from 1 to {budgets.MAX_ARRAY_RANGE_ITEMS}")
+    register = tasks.LambdaInvoke(
+        scope,
+        "RegisterChunk",
+        comment="Send the chunk's records in order from the first unacknowledged one; returns before its deadline",
+        lambda_function=register_function,
+        payload=sfn.TaskInput.from_json_path_at("$"),
+        result_selector=_select(
+            contract.ChunkProgress,
+            {
+                **{key: f"$.Payload.{key}" for key in contract.keys_of(contract.ChunkProgress)},
+                # the workflow counts the chunk's invocations (the handler passes it back)
+                "invocation": "States.MathAdd($.Payload.invocation, 1)",
+            },
+        ),
+        result_path="$",
+        retry_on_service_exceptions=False,
+    )
+    _retry(register, LAMBDA_TRANSIENT_ERRORS)
+    _retry(register, LAMBDA_TIMEOUT_ERRORS)
+    wait = sfn.Wait(
+        scope,
+        "WaitForCoreSystem",
+        comment="The core system is unavailable: wait, then try the same record again",
+        time=sfn.WaitTime.seconds_path("$.retry_after_seconds"),
+    )
+    over_budget = sfn.Fail(
+        scope,
+        "ChunkOverBudget",
+        error=CHUNK_OVER_BUDGET_ERROR,
+        cause=f"the chunk used its {invocation_budget} register invocations (a bounded history); nothing is lost: "
+        "`ops resume` continues at the first unacknowledged record",
+    )
+    chunk_done = (
+        sfn.Choice(scope, "ChunkDone")
+        .when(sfn.Condition.boolean_equals("$.done", True), sfn.Succeed(scope, "ChunkRegistered"))
+        .when(sfn.Condition.number_greater_than_equals("$.invocation", invocation_budget), over_budget)
+        .when(sfn.Condition.number_greater_than("$.retry_after_seconds", 0), wait.next(register))
+        .otherwise(register)
+    )
+
+    # The page's last chunk: min(first_chunk + chunks_per_page - 1, the file's last chunk).
+    page_end = sfn.Pass(
+        scope,
+        "PageEnd",
+        parameters={"last.$": f"States.MathAdd($.first_chunk, {chunks_per_page - 1})"},
+        result_path="$.page",
+    )
+    clamp = sfn.Pass(scope, "ClampToFile", parameters={"last.$": "$.last_chunk"}, result_path="$.page")
+    page_chunks = sfn.Pass(
+        scope,
+        "PageChunks",
+        comment="This page's chunk indexes (at most chunks_per_page)",
+        parameters={"chunks.$": "States.ArrayRange($.first_chunk, $.page.last, 1)"},
+        result_path="$.page",
+    )
+    chunks = sfn.Map(
+        scope,
+        "ChunksInOrder",
+        comment="One chunk at a time: a failing chunk stops every later chunk",
+        items_path="$.page.chunks",
+        max_concurrency=1,
+        item_selector=_select(
+            contract.ChunkTask,
+            {
+                **{key: f"$.{key}" for key in ("tenant", "bucket", "key", "version_id", "start_record",
+                                               "chunk_prefix", "chunk_size", "chunk_count", "record_count")},
+                # the parent's execution: the register function's fence checks it
+                "execution_name": "$.execution_name",
+                "chunk_index": "$$.Map.Item.Value",
+                "fault_since": None,
+                "invocation": 0,
+            },
+        ),
+        result_path=sfn.JsonPath.DISCARD,
+    )
+    chunks.item_processor(register.next(chunk_done))
+    last_page = (
+        sfn.Choice(scope, "LastPage")
+        .when(sfn.Condition.number_greater_than_json_path("$.page.last", "$.last_chunk"), clamp.next(page_chunks))
+        .otherwise(page_chunks)
+    )
+    page_chunks.next(chunks)
+    return page_end.next(last_page)
+
+
 def build_definition(
     scope: Construct,
     *,
     split_function: lambda_.IFunction,
-    register_function: lambda_.IFunction,
+    page_state_machine: sfn.IStateMachine,
     closer_function: lambda_.IFunction,
+    chunks_per_page: int,
 ) -> sfn.IChainable:
-    """The state machine definition of one tenant."""
+    """The parent state machine definition of one tenant (one execution per file attempt)."""
     split_result = contract.SPLIT_RESULT_PATH
     split = tasks.LambdaInvoke(
         scope,
@@ -101,41 +228,44 @@ def build_definition(
     )
     _retry(split, LAMBDA_TRANSIENT_ERRORS)
 
-    register = tasks.LambdaInvoke(
+    pages = sfn.Pass(
         scope,
-        "RegisterChunk",
-        comment="Send the chunk's records in order from the first unacknowledged one; returns before its deadline",
-        lambda_function=register_function,
-        payload=sfn.TaskInput.from_json_path_at("$"),
-        result_selector=_select(
-            contract.ChunkProgress, {key: f"$.Payload.{key}" for key in contract.keys_of(contract.ChunkProgress)}
+        "Pages",
+        comment="The first chunk of each page (at most budgets.max_pages(): Split refuses a bigger file)",
+        parameters={
+            "first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, {chunks_per_page})"
+        },
+        result_path="$.pages",
+    )
+    run_page = tasks.StepFunctionsStartExecution(
+        scope,
+        "RunPage",
+        comment="Register one page of chunks in a child execution and wait for it (its own bounded history)",
+        state_machine=page_state_machine,
+        integration_pattern=sfn.IntegrationPattern.RUN_JOB,
+        name=sfn.JsonPath.format(
+            contract.PAGE_EXECUTION_NAME_FORMAT,
+            sfn.JsonPath.string_at("$$.Execution.Name"),
+            sfn.JsonPath.string_at("$.first_chunk"),
         ),
-        result_path="$",
-        retry_on_service_exceptions=False,
+        input=sfn.TaskInput.from_json_path_at("$"),
+        result_path=sfn.JsonPath.DISCARD,
     )
-    _retry(register, LAMBDA_TRANSIENT_ERRORS)
-    _retry(register, LAMBDA_TIMEOUT_ERRORS)
-    wait = sfn.Wait(
+    run_page.add_retry(
+        errors=list(PAGE_START_ERRORS),
+        interval=Duration.seconds(1),
+        max_attempts=budgets.PAGE_TASK_RETRIES,
+        backoff_rate=2,
+        jitter_strategy=sfn.JitterType.FULL,
+    )
+    pages_in_order = sfn.Map(
         scope,
-        "WaitForCoreSystem",
-        comment="The core system is unavailable: wait, then try the same record again",
-        time=sfn.WaitTime.seconds_path("$.retry_after_seconds"),
-    )
-    chunk_done = (
-        sfn.Choice(scope, "ChunkDone")
-        .when(sfn.Condition.boolean_equals("$.done", True), sfn.Succeed(scope, "ChunkRegistered"))
-        .when(sfn.Condition.number_greater_than("$.retry_after_seconds", 0), wait.next(register))
-        .otherwise(register)
-    )
-
-    chunks = sfn.Map(
-        scope,
-        "ChunksInOrder",
-        comment="One chunk at a time: a failing chunk stops every later chunk",
-        items_path=f"{split_result}.chunks",
+        "PagesInOrder",
+        comment="One page at a time: a failing page stops every later page",
+        items_path="$.pages.first_chunks",
         max_concurrency=1,
         item_selector=_select(
-            contract.ChunkTask,
+            contract.PageTask,
             {
                 **_from_input("tenant", "bucket", "key", "version_id", "start_record"),
                 "execution_name": "$$.Execution.Name",
@@ -143,13 +273,13 @@ def build_definition(
                 "chunk_size": f"{split_result}.chunk_size",
                 "chunk_count": f"{split_result}.chunk_count",
                 "record_count": f"{split_result}.record_count",
-                "chunk_index": "$$.Map.Item.Value",
-                "fault_since": None,
+                "first_chunk": "$$.Map.Item.Value",
+                "last_chunk": f"{split_result}.last_chunk",
             },
         ),
         result_path=sfn.JsonPath.DISCARD,
     )
-    chunks.item_processor(register.next(chunk_done))
+    pages_in_order.item_processor(run_page)
 
     def record_close(construct_id: str, status: str, error_paths: bool) -> tasks.LambdaInvoke:
         close = {"execution_name": "$$.Execution.Name", "status": status, "error": None, "cause": None,
@@ -186,5 +316,14 @@ def build_definition(
     on_error = record_failure.next(failed)
 
     split.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
-    chunks.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
-    return split.next(chunks).next(record_success).next(done)
+    pages_in_order.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
+    record_success.next(done)
+    any_chunks = (
+        sfn.Choice(scope, "AnyChunks")
+        .when(
+            sfn.Condition.number_greater_than_json_path(f"{split_result}.first_chunk", f"{split_result}.last_chunk"),
+            record_success,
+        )
+        .otherwise(pages.next(pages_in_order).next(record_success))
+    )
+    return split.next(any_chunks)

@@ -583,3 +583,35 @@ def test_batch_mode_allows_chunks_up_to_10000_and_no_more():
         "tenant 'acme': field 'chunk_size' = 10001: Input should be less than or equal to 10000; use a whole number "
         "from 1 to 1000 (to 10000 with a sink.batch_size above 1)"
     )
+# --- pages of chunks (issue 9) -------------------------------------------------------------------
+
+
+def test_fails_when_chunks_per_page_is_more_than_a_pages_history_holds():
+    """GIVEN chunks_per_page 9 where the history budget allows 8 (chunk_size 100, timeout 10 s,
+    outage budget 1 h) WHEN validated THEN refused with the most that fits; 8 is fine."""
+    text = """
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, chunks_per_page: {value}}}
+        """
+    assert one_problem(text.format(SINK=SINK, value=9)) == (
+        "tenant 'acme': field 'chunks_per_page' = 9: is more than the 8 chunks a page's history holds at "
+        "these settings; use at most 8, or leave it out"
+    )
+    assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=8))).tenants[0].chunks_per_page == 8
+
+
+def test_fails_when_the_outage_budget_is_too_long_for_a_pages_history():
+    """GIVEN an outage budget of 24 h (one chunk may wait it out in its page: about 1,450 waits)
+    WHEN validated THEN refused: not even one chunk would fit a page's history budget."""
+    problem = one_problem(
+        """
+        defaults:
+          sink: {url: https://core.example.com/records, outage_budget_seconds: 86400}
+        tenants:
+          - {id: acme, prefix: a/}
+        """
+    )
+    assert problem.startswith("tenant 'acme': field 'outage_budget_seconds' = 86400: is too long for one page")
+    assert "use a shorter sink.outage_budget_seconds" in problem

@@ -15,11 +15,18 @@ LAMBDA_TRANSIENTS = [
 ]
 
 
-def definition(template: Template) -> dict:
-    """The state machine definition with intrinsics replaced by placeholders."""
-    (machine,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
+def definition(template: Template, machine_id: str = "PipelineWorkflow") -> dict:
+    """A state machine's definition (the parent's by default; `PipelinePageWorkflow`: the page
+    state machine's) with intrinsics replaced by placeholders."""
+    machines = template.find_resources("AWS::StepFunctions::StateMachine")
+    (machine,) = [m for logical_id, m in machines.items() if logical_id.startswith(machine_id)]
     parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
     return json.loads("".join(p if isinstance(p, str) else "<ref>" for p in parts))
+
+
+def page_definition(template: Template) -> dict:
+    """The page state machine's definition (the child: one page of chunks per execution)."""
+    return definition(template, "PipelinePageWorkflow")
 
 
 def only(template: Template, resource_type: str, **properties) -> dict:
@@ -132,7 +139,8 @@ def test_controller_environment_names_its_own_workflow_queue_and_the_ledger(acme
 
 
 def _machine_id(template: Template) -> str:
-    (machine_id,) = template.find_resources("AWS::StepFunctions::StateMachine").keys()
+    """The parent state machine's logical id (the page state machine's is `PipelinePageWorkflow...`)."""
+    (machine_id,) = [k for k in template.find_resources("AWS::StepFunctions::StateMachine") if k.startswith("PipelineWorkflow")]
     return machine_id
 
 
@@ -163,7 +171,7 @@ def test_tenant_options_reach_the_functions(initech):
 
 
 def test_state_machine_is_standard_named_after_the_tenant_and_logs_errors_without_data(acme):
-    props = only(acme, "AWS::StepFunctions::StateMachine")["Properties"]
+    props = acme.find_resources("AWS::StepFunctions::StateMachine")[_machine_id(acme)]["Properties"]
     assert props["StateMachineName"] == "acme-file-ingest-workflow"
     assert props["StateMachineType"] == "STANDARD"
     assert props["LoggingConfiguration"]["Level"] == "ERROR"
@@ -171,21 +179,41 @@ def test_state_machine_is_standard_named_after_the_tenant_and_logs_errors_withou
     assert props["TracingConfiguration"] == {"Enabled": True}
 
 
-def test_chunks_run_one_at_a_time_in_order(acme):
+def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(acme):
     states = definition(acme)["States"]
     assert definition(acme)["StartAt"] == "Split"
-    assert states["Split"]["Next"] == "ChunksInOrder"
+    assert states["Split"]["Next"] == "AnyChunks"
+    assert states["AnyChunks"]["Choices"] == [
+        {"Variable": "$.split.first_chunk", "NumericGreaterThanPath": "$.split.last_chunk", "Next": "RecordSuccess"}
+    ]
+    assert states["AnyChunks"]["Default"] == "Pages"
+    assert states["Pages"]["Next"] == "PagesInOrder"
+    pages = states["PagesInOrder"]
+    assert pages["Type"] == "Map"
+    assert pages["MaxConcurrency"] == 1
+    assert pages["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
+    assert pages["ItemsPath"] == "$.pages.first_chunks"
+    run_page = pages["ItemProcessor"]["States"]["RunPage"]
+    assert run_page["Resource"].endswith(":states:startExecution.sync:2")
+    assert run_page["Parameters"]["Name.$"] == "States.Format('{}-p{}', $$.Execution.Name, $.first_chunk)"
+
+
+def test_chunks_of_a_page_run_one_at_a_time_in_order(acme):
+    states = page_definition(acme)["States"]
     chunks = states["ChunksInOrder"]
     assert chunks["Type"] == "Map"
     assert chunks["MaxConcurrency"] == 1
     assert chunks["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
     assert chunks["ItemProcessor"]["StartAt"] == "RegisterChunk"
-    assert chunks["ItemsPath"] == "$.split.chunks"
+    assert chunks["ItemsPath"] == "$.page.chunks"
+    assert states["PageChunks"]["Parameters"] == {"chunks.$": "States.ArrayRange($.first_chunk, $.page.last, 1)"}
+    # the register function's fence checks the PARENT's execution name, which the page carries
+    assert chunks["ItemSelector"]["execution_name.$"] == "$.execution_name"
 
 
 def test_lambda_tasks_retry_only_transient_lambda_errors_with_the_seed_settings(acme):
     states = definition(acme)["States"]
-    register = states["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
+    register = page_definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
     for task in (states["Split"], register):
         transient = [r for r in task["Retry"] if "Lambda.ServiceException" in r["ErrorEquals"]]
         assert transient == [
@@ -205,19 +233,21 @@ def test_lambda_tasks_retry_only_transient_lambda_errors_with_the_seed_settings(
 def test_register_timeouts_are_retried_and_the_core_system_is_retried_by_the_handler_not_the_workflow(acme):
     """A timed-out invocation is retried (it continues at the first unacknowledged record); a
     core-system fault is not a workflow retry (the handler spends its budget per fault episode)."""
-    register = definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
+    register = page_definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
     errors = [e for r in register["Retry"] for e in r["ErrorEquals"]]
     assert {"Sandbox.Timedout", "Lambda.Unknown", "Lambda.ClientExecutionTimeoutException", "States.Timeout"} <= set(errors)
     assert "SinkRetryableError" not in errors and "States.ALL" not in errors and "States.TaskFailed" not in errors
 
 
 def test_a_chunk_loops_until_done_and_waits_while_the_core_system_is_down(acme):
-    processor = definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]
+    processor = page_definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]
     assert processor["RegisterChunk"]["Next"] == "ChunkDone"
     assert processor["RegisterChunk"]["ResultPath"] == "$"  # the progress is the next try's task
     choice = processor["ChunkDone"]
     assert choice["Choices"][0] == {"Variable": "$.done", "BooleanEquals": True, "Next": "ChunkRegistered"}
-    assert choice["Choices"][1] == {"Variable": "$.retry_after_seconds", "NumericGreaterThan": 0, "Next": "WaitForCoreSystem"}
+    assert choice["Choices"][1] == {"Variable": "$.invocation", "NumericGreaterThanEquals": 84, "Next": "ChunkOverBudget"}
+    assert choice["Choices"][2] == {"Variable": "$.retry_after_seconds", "NumericGreaterThan": 0, "Next": "WaitForCoreSystem"}
+    assert processor["RegisterChunk"]["ResultSelector"]["invocation.$"] == "States.MathAdd($.Payload.invocation, 1)"
     assert choice["Default"] == "RegisterChunk"
     assert processor["WaitForCoreSystem"] == {
         "Type": "Wait", "Comment": processor["WaitForCoreSystem"]["Comment"],
@@ -227,9 +257,9 @@ def test_a_chunk_loops_until_done_and_waits_while_the_core_system_is_down(acme):
 
 def test_every_close_is_recorded_then_failures_fail_the_execution(acme):
     states = definition(acme)["States"]
-    for name in ("Split", "ChunksInOrder"):
+    for name in ("Split", "PagesInOrder"):
         assert states[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "RecordFailure"}]
-    assert states["ChunksInOrder"]["Next"] == "RecordSuccess"
+    assert states["PagesInOrder"]["Next"] == "RecordSuccess"
     assert states["RecordSuccess"]["Next"] == "FileIngested"
     assert states["RecordSuccess"]["Parameters"]["Payload"] == {
         "execution_name.$": "$$.Execution.Name", "status": "SUCCEEDED",
@@ -262,13 +292,17 @@ def test_records_never_travel_between_states_only_references(acme):
     states = definition(acme)["States"]
     split_output = states["Split"]["ResultSelector"]
     assert set(split_output) == {
-        "manifest_key.$", "chunk_prefix.$", "chunk_size.$", "chunk_count.$", "record_count.$", "chunks.$",
+        "manifest_key.$", "chunk_prefix.$", "chunk_size.$", "chunk_count.$", "record_count.$",
+        "first_chunk.$", "last_chunk.$",  # a range, never a list of every chunk
         "content_sha256.$", "duplicate_of.$",  # a hash and an object reference, never content
     }
-    assert states["ChunksInOrder"]["ResultPath"] is None, "chunk results must not pile up in the state"
-    assert {k.removesuffix(".$") for k in states["ChunksInOrder"]["ItemSelector"]} == {
+    assert states["PagesInOrder"]["ResultPath"] is None, "page results must not pile up in the state"
+    assert states["PagesInOrder"]["ItemProcessor"]["States"]["RunPage"]["ResultPath"] is None
+    chunks = page_definition(acme)["States"]["ChunksInOrder"]
+    assert chunks["ResultPath"] is None, "chunk results must not pile up in the state"
+    assert {k.removesuffix(".$") for k in chunks["ItemSelector"]} == {
         "tenant", "bucket", "key", "version_id", "execution_name", "chunk_prefix", "chunk_size", "chunk_count",
-        "record_count", "chunk_index", "start_record",  # fault_since: absent, no fault yet
+        "record_count", "chunk_index", "start_record", "invocation",  # fault_since: absent, no fault yet
     }
 
 
@@ -314,6 +348,35 @@ def test_batch_size_reaches_the_register_function_and_sets_its_timeout(tmp_path)
 
 
 # --- least privilege -----------------------------------------------------------------------------
+
+
+def test_the_workflow_may_start_wait_for_and_stop_only_its_own_page_executions(acme):
+    """`.sync:2` needs StartExecution on the page state machine, Describe/StopExecution on its
+    executions, and the managed rule through which Step Functions learns that a child closed."""
+    statements = policy_statements_of_role(acme, "PipelineWorkflowRole")
+    (page_id,) = [k for k in acme.find_resources("AWS::StepFunctions::StateMachine") if k.startswith("PipelinePageWorkflow")]
+    start = next(s for s in statements if s["Action"] == "states:StartExecution")
+    assert start["Resource"] == {"Ref": page_id}
+    wait = next(s for s in statements if s["Action"] == ["states:DescribeExecution", "states:StopExecution"])
+    assert page_id in json.dumps(wait["Resource"]) and ":execution:" in json.dumps(wait["Resource"])
+    rule = next(s for s in statements if "events:PutRule" in s["Action"])
+    assert json.dumps(rule["Resource"]).endswith(':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"]]}')
+    assert "lambda:InvokeFunction" in actions_of(statements)  # split and closer
+    page_role = policy_statements_of_role(acme, "PipelinePageWorkflowRole")
+    invoke = [s for s in page_role if s["Action"] == "lambda:InvokeFunction"]
+    assert len(invoke) == 1 and "RegisterChunk" in json.dumps(invoke[0]["Resource"])
+    assert "states:StartExecution" not in actions_of(page_role)
+
+
+def test_the_page_state_machine_logs_errors_without_data_and_traces_like_the_parent(acme):
+    machines = acme.find_resources("AWS::StepFunctions::StateMachine")
+    (props,) = [m["Properties"] for k, m in machines.items() if k.startswith("PipelinePageWorkflow")]
+    assert props["StateMachineName"] == "acme-file-ingest-page"
+    assert props["LoggingConfiguration"]["Level"] == "ERROR"
+    assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    # a page never outlives its file: the same time limit as the parent
+    assert page_definition(acme)["TimeoutSeconds"] == definition(acme)["TimeoutSeconds"] > 0
 
 
 def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_own_ledger_items(acme):

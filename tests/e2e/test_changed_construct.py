@@ -40,7 +40,7 @@ def test_the_deployed_definition_is_the_changed_one(pipe: LocalPipeline) -> None
             stateMachineArn=pipe.tenants["acme"].state_machine_arn
         )["definition"]
     )
-    assert definition["States"]["ChunksInOrder"]["MaxConcurrency"] == 2
+    assert definition["States"]["PagesInOrder"]["MaxConcurrency"] == 2  # and the page machine's ChunksInOrder
 
 
 def test_map_concurrency_two_breaks_record_order_and_the_checks_catch_it(pipe: LocalPipeline) -> None:

@@ -68,7 +68,7 @@ def test_functions_and_workflow_are_as_declared(pipe: LocalPipeline) -> None:
     )
     split_arn = lambda_.get_function_configuration(FunctionName=acme.functions["split"])["FunctionArn"]
     assert definition["States"]["Split"]["Parameters"]["FunctionName"] == split_arn
-    assert definition["States"]["ChunksInOrder"]["MaxConcurrency"] == 1
+    assert definition["States"]["PagesInOrder"]["MaxConcurrency"] == 1
 
 
 def test_what_moto_cannot_create_is_listed_and_topics_are_captured(pipe: LocalPipeline) -> None:

@@ -192,7 +192,10 @@ def test_an_execution_started_by_hand_is_refused_before_it_sends_anything(pipe: 
     pipe.wait_until_idle(timeout=60, tenants=["byhand"])
 
     by_hand = next(e for e in pipe.executions("byhand") if e["name"] == "by-hand")
-    assert by_hand["status"] == "FAILED" and by_hand["error"] == contract.StaleExecutionError.__name__
+    # The refusal happens in the first page execution: the parent fails with the page task's
+    # States.TaskFailed, whose cause is the page's DescribeExecution naming the refusal.
+    assert by_hand["status"] == "FAILED" and by_hand["error"] == "States.TaskFailed"
+    assert contract.StaleExecutionError.__name__ in by_hand["cause"]
     assert len(pipe.sink("byhand").requests) == requests
     after = status(pipe, "byhand")
     assert after["current_file"] == before["current_file"] and after["state"] == "idle"

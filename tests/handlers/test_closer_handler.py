@@ -197,6 +197,17 @@ def test_the_running_event_of_the_current_execution_is_fine(machine, ledger_tabl
     ("SinkRejectedError", LAMBDA_CAUSE, ("SinkRejectedError", "chunk 3 record 4 (file record 304): HTTP 400")),
     ("States.Timeout", "Task timed out", ("States.Timeout", "Task timed out")),
     (None, None, ("Error", "")),
+    # a failed page execution (startExecution.sync:2): the child's own error, as moto (lower
+    # camel case) or as the service's integration (Pascal case) writes its DescribeExecution
+    ("States.TaskFailed", json.dumps({"executionArn": "arn:x:p2", "status": "FAILED", "error": "SinkRejectedError",
+                                      "cause": LAMBDA_CAUSE}),
+     ("SinkRejectedError", "chunk 3 record 4 (file record 304): HTTP 400")),
+    ("States.TaskFailed", json.dumps({"ExecutionArn": "arn:x:p2", "Status": "FAILED", "Error": "ChunkInvocationBudgetExhausted",
+                                      "Cause": "the chunk used its 84 register invocations"}),
+     ("ChunkInvocationBudgetExhausted", "the chunk used its 84 register invocations")),
+    # an aborted page has no error of its own: the wrapper stays
+    ("States.TaskFailed", json.dumps({"executionArn": "arn:x:p2", "status": "ABORTED"}),
+     ("States.TaskFailed", json.dumps({"executionArn": "arn:x:p2", "status": "ABORTED"}))),
 ])
 def test_error_summary_drops_stack_traces_and_json(error, cause, expected):
     assert error_summary(error, cause) == expected

@@ -14,7 +14,7 @@ from contract import ConfigError, ControllerEnv, RegisterEnv, SplitEnv, environm
 def test_environment_round_trips_through_from_env():
     """GIVEN a config as the construct renders it WHEN the handler reads it back THEN it is equal, typed."""
     config = SplitEnv(tenant_id="acme", format="jsonl", chunk_size=250, work_bucket="work", landing_prefix="acme/",
-                      ledger_table_name="ledger", duplicate_files="skip")
+                      ledger_table_name="ledger", duplicate_files="skip", max_chunks=8000)
     rendered = environment(config)
     assert rendered == {
         "TENANT_ID": "acme",
@@ -24,6 +24,7 @@ def test_environment_round_trips_through_from_env():
         "LANDING_PREFIX": "acme/",
         "LEDGER_TABLE_NAME": "ledger",
         "DUPLICATE_FILES": "skip",
+        "MAX_CHUNKS": "8000",
     }
     assert from_env(SplitEnv, rendered) == config
     register = RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://core",
@@ -34,7 +35,7 @@ def test_environment_round_trips_through_from_env():
 def test_fails_when_required_variable_is_missing():
     """GIVEN WORK_BUCKET unset WHEN read THEN the error names the variable."""
     env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/",
-                                   ledger_table_name="l", duplicate_files="process"))
+                                   ledger_table_name="l", duplicate_files="process", max_chunks=1))
     del env["WORK_BUCKET"]
     with pytest.raises(ConfigError, match="^environment variable WORK_BUCKET is not set"):
         from_env(SplitEnv, env)
@@ -51,7 +52,7 @@ def test_fails_when_required_variable_is_missing():
 )
 def test_fails_when_a_split_variable_is_invalid(name, value, message):
     env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/",
-                                   ledger_table_name="l", duplicate_files="process"))
+                                   ledger_table_name="l", duplicate_files="process", max_chunks=1))
     env[name] = value
     with pytest.raises(ConfigError, match=message):
         from_env(SplitEnv, env)
@@ -82,7 +83,7 @@ def test_every_function_knows_its_tenant():
 def test_payload_keys_are_the_typed_dicts_keys_in_order():
     assert contract.keys_of(contract.ChunkTask) == (
         "tenant", "bucket", "key", "version_id", "execution_name", "chunk_prefix", "chunk_size", "chunk_count",
-        "record_count", "chunk_index", "start_record", "fault_since",
+        "record_count", "chunk_index", "start_record", "fault_since", "invocation",
     )
     # The register function's output is its next input: the progress extends the task.
     assert set(contract.keys_of(contract.ChunkTask)) < set(contract.keys_of(contract.ChunkProgress))

@@ -122,7 +122,8 @@ def put_file(s3: Any, content: bytes, *, fmt: str = "jsonl", chunk_size: int = 3
     chunk index and manifest under PREFIX. Returns the object version (also the tasks' default)."""
     version_id = s3.put_object(Bucket=LANDING, Key=KEY, Body=content)["VersionId"]
     env = contract.SplitEnv(tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK,
-                            landing_prefix="acme/", ledger_table_name="ledger", duplicate_files="process")
+                            landing_prefix="acme/", ledger_table_name="ledger", duplicate_files="process",
+                            max_chunks=10**9)
     split.split_file({"tenant": TENANT, "event_id": "evt-1", "bucket": LANDING, "key": KEY, "version_id": version_id,
                       "start_record": 0}, config=env, s3=s3)  # type: ignore[typeddict-item]
     LANDED["version_id"] = version_id
@@ -201,6 +202,15 @@ def test_records_arrive_in_order_with_their_headers_and_progress_is_recorded(wor
         assert request["headers"]["X-Tenant-Id"] == TENANT
     position = ledger.read()
     assert (position.next_record, position.chunk_size, position.record_count) == (6, 3, 100)
+
+
+def test_the_workflows_invocation_count_comes_back_unchanged(work, sink, ledger):
+    """GIVEN a task that carries the page workflow's count of the chunk's invocations (issue 9)
+    WHEN registered THEN the progress carries the same count: the workflow adds 1 in its
+    ResultSelector and fails the chunk at its budget, so the handler must neither drop nor change it."""
+    put_chunk(work, 0, [{"id": "0"}, {"id": "1"}, {"id": "2"}])
+    result = register(work, ledger, {**task(0), "invocation": 41}, config(sink))
+    assert result["done"] and result["invocation"] == 41
 
 
 def test_a_record_that_fails_once_is_retried_in_place_and_costs_no_budget(work, sink, ledger):

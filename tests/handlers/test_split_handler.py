@@ -28,11 +28,16 @@ def buckets(s3: Any) -> Any:
     return s3
 
 
-def config(fmt: str = "csv", chunk_size: int = 3, duplicate_files: str = "process") -> SplitEnv:
+def config(fmt: str = "csv", chunk_size: int = 3, duplicate_files: str = "process", max_chunks: int = 1000) -> SplitEnv:
     return SplitEnv(
         tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK, landing_prefix="acme/",
-        ledger_table_name=LEDGER_TABLE, duplicate_files=duplicate_files,
+        ledger_table_name=LEDGER_TABLE, duplicate_files=duplicate_files, max_chunks=max_chunks,
     )
+
+
+def chunks_of(result: dict[str, Any]) -> list[int]:
+    """The chunk indexes a result's range names (still to register)."""
+    return list(range(result["first_chunk"], result["last_chunk"] + 1))
 
 
 def upload(s3: Any, content: bytes, key: str = "acme/f.csv") -> dict[str, Any]:
@@ -61,7 +66,7 @@ def chunk_lines(s3: Any, result: dict[str, Any]) -> list[list[str]]:
     manifest = json.loads(s3.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
     source = manifest["source"]
     chunks = []
-    for index in result["chunks"]:
+    for index in chunks_of(result):
         entries = s3.get_object(Bucket=WORK, Key=contract.chunk_index_key(result["chunk_prefix"]),
                                 Range=chunk_format.index_entries_range(index))["Body"].read()
         start, end = chunk_format.chunk_byte_range(entries)
@@ -104,7 +109,8 @@ def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected
         "chunk_size": 3,
         "chunk_count": len(expected_chunks),
         "record_count": records,
-        "chunks": list(range(len(expected_chunks))),
+        "first_chunk": 0,
+        "last_chunk": len(expected_chunks) - 1,
         "content_sha256": hashlib.sha256(csv_file(records)).hexdigest(),
         "duplicate_of": None,
     }
@@ -140,7 +146,7 @@ def test_empty_or_header_only_file_succeeds_with_zero_chunks(buckets, content):
     """GIVEN a file with no records WHEN split THEN success, zero chunks: the index holds only the end."""
     result = split_file(upload(buckets, content), config=config(), s3=buckets)
 
-    assert (result["chunk_count"], result["record_count"], result["chunks"]) == (0, 0, [])
+    assert (result["chunk_count"], result["record_count"], chunks_of(result)) == (0, 0, [])
     assert work_keys(buckets) == ["chunks/acme/evt-1/chunk-offsets.bin", "chunks/acme/evt-1/manifest.json"]
     assert index_offsets(buckets, result) == [len(content)]
 
@@ -442,7 +448,8 @@ def test_handler_returns_only_references_and_counts(buckets, handler_env, logs):
         "chunk_size": 2,
         "chunk_count": 2,
         "record_count": 3,
-        "chunks": [0, 1],
+        "first_chunk": 0,
+        "last_chunk": 1,
         "content_sha256": hashlib.sha256(content).hexdigest(),
         "duplicate_of": None,
     }
@@ -488,8 +495,8 @@ def test_a_resumed_file_reuses_its_index_and_lists_chunks_from_the_start_record(
 
     resumed = split_file({**request, "start_record": 7}, config=config(), s3=SpyS3())
 
-    assert first["chunks"] == [0, 1, 2, 3]
-    assert resumed == {**first, "chunks": [2, 3]}
+    assert chunks_of(first) == [0, 1, 2, 3]
+    assert resumed == {**first, "first_chunk": 2}
     assert calls == ["get_object", "head_object"]  # the manifest, the index's existence
 
 
@@ -503,7 +510,7 @@ def test_a_resume_after_the_index_expired_splits_the_pinned_version_again(bucket
 
     resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
 
-    assert resumed["chunks"] == [1, 2, 3]
+    assert chunks_of(resumed) == [1, 2, 3]
     assert index_offsets(buckets, resumed) == before
     assert chunk_lines(buckets, resumed)[0] == ['{"id":"3","name":"name-3"}', '{"id":"4","name":"name-4"}',
                                                '{"id":"5","name":"name-5"}']
@@ -519,7 +526,7 @@ def test_a_manifest_of_chunk_files_from_an_older_release_is_split_again(buckets)
 
     resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
 
-    assert resumed["chunks"] == [1]
+    assert chunks_of(resumed) == [1]
     assert chunk_lines(buckets, resumed) == [['{"id":"3","name":"name-3"}']]
 
 
@@ -532,7 +539,17 @@ def test_an_index_of_another_version_is_not_reused(buckets):
 
     result = split_file(request, config=config(), s3=buckets)
 
-    assert (result["record_count"], result["chunks"]) == (5, [0, 1])
+    assert (result["record_count"], chunks_of(result)) == (5, [0, 1])
+
+
+def test_fails_when_the_file_has_more_chunks_than_the_workflow_may_run(buckets):
+    """GIVEN max_chunks 3 (chunks of 3 records) WHEN a file of 10 records (4 chunks) is split
+    THEN FileTooLargeError names the chunks, the limit in records and what to do; nothing was
+    sent (Split runs before the first record is registered)."""
+    request = upload(buckets, csv_file(10))
+    with pytest.raises(contract.FileTooLargeError, match=r"the file has 4 chunks of 3 records; at most 3 chunks \(9 records\)"):
+        split_file(request, config=config(max_chunks=3), s3=buckets)
+    assert split_file(upload(buckets, csv_file(9)), config=config(max_chunks=3), s3=buckets)["chunk_count"] == 3
 
 
 def test_fails_when_start_record_is_negative(buckets):
@@ -574,7 +591,7 @@ def test_skip_sends_nothing_for_the_bytes_of_a_file_that_succeeded(buckets, ddb,
     processed(ddb, content, "acme/a.csv", first["version_id"])
     again = upload(buckets, content, key="acme/b.csv")
     result = split_file(again, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb, log=logs_adapter())
-    assert result["chunks"] == [] and result["record_count"] == 4
+    assert chunks_of(result) == [] and result["record_count"] == 4
     assert result["duplicate_of"] == {"key": "acme/a.csv", "version_id": first["version_id"], "event_id": "evt-0"}
     assert "duplicate file" in " ".join(logs.at(20))
 
@@ -585,9 +602,9 @@ def test_skip_processes_different_bytes_and_the_same_version_again(buckets, ddb,
     processed(ddb, content, "acme/a.csv", first["version_id"])
     other = split_file(upload(buckets, csv_file(5), key="acme/b.csv"), config=config(duplicate_files="skip"),
                        s3=buckets, ddb=ddb)
-    assert (other["duplicate_of"], other["chunks"]) == (None, [0, 1])
+    assert (other["duplicate_of"], chunks_of(other)) == (None, [0, 1])
     same_version = split_file({**first, "event_id": "evt-9"}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb)
-    assert (same_version["duplicate_of"], same_version["chunks"]) == (None, [0, 1])
+    assert (same_version["duplicate_of"], chunks_of(same_version)) == (None, [0, 1])
 
 
 def test_process_sends_a_duplicate_again_without_reading_the_ledger(buckets, ddb, ledger_table):
@@ -595,7 +612,7 @@ def test_process_sends_a_duplicate_again_without_reading_the_ledger(buckets, ddb
     first = upload(buckets, content, key="acme/a.csv")
     processed(ddb, content, "acme/a.csv", first["version_id"])
     result = split_file(upload(buckets, content, key="acme/b.csv"), config=config(), s3=buckets, ddb=None)
-    assert (result["duplicate_of"], result["chunks"]) == (None, [0, 1])
+    assert (result["duplicate_of"], chunks_of(result)) == (None, [0, 1])
 
 
 def test_a_resumed_file_is_never_found_a_duplicate(buckets, ddb, ledger_table):
@@ -605,7 +622,7 @@ def test_a_resumed_file_is_never_found_a_duplicate(buckets, ddb, ledger_table):
     split_file(request, config=config(), s3=buckets)
     processed(ddb, content, "acme/a.csv", "v-other")
     resumed = split_file({**request, "start_record": 3}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb)
-    assert (resumed["duplicate_of"], resumed["chunks"]) == (None, [1, 2])
+    assert (resumed["duplicate_of"], chunks_of(resumed)) == (None, [1, 2])
 
 
 def logs_adapter() -> Any:

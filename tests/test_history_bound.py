@@ -1,0 +1,263 @@
+"""Every execution's history has a bound that does not grow with the file (issue 9).
+
+The bound is recounted here from the SYNTHESIZED state machine definitions, state by state,
+independently of the arithmetic in `pipeline_constructs/budgets.py`: each state's events per
+entry (with every retry its Retry allows), how often a state may be entered (once; a Map's
+processor once per item, the items bounded by the `States.ArrayRange` that makes them; a loop
+only if the workflow counts it and leaves it at a budget), summed over EVERY state (both the
+success and the failure path: an upper bound of any one path). Nothing in it depends on the
+file's size: a bigger file needs more pages, and Split refuses more than `MAX_CHUNKS` chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Template
+
+from lambdas import contract
+from pipeline_constructs import budgets
+
+LIMIT = 25_000
+#: The bound must stay this far below Step Functions' limit.
+MARGIN = 0.2
+
+TASK_EVENTS = 5  # TaskStateEntered, TaskScheduled, TaskStarted, TaskSucceeded|Failed, TaskStateExited
+SYNC_EXTRA = 1  # TaskSubmitted (a .sync task), on the first attempt and on every retry
+RETRY_EVENTS = 3  # TaskScheduled, TaskStarted, TaskFailed of a retried attempt
+SIMPLE_EVENTS = 2  # entered + exited (Pass, Choice, Wait, Succeed; Fail has one: counted as 2)
+MAP_EVENTS = 4  # MapStateEntered, MapStateStarted, MapStateSucceeded|Failed, MapStateExited
+ITERATION_EVENTS = 2  # MapIterationStarted, MapIterationSucceeded|Failed
+EXECUTION_EVENTS = 2  # ExecutionStarted, ExecutionSucceeded|Failed|TimedOut|Aborted
+
+
+def machines(template: Template) -> dict[str, dict[str, Any]]:
+    """{"parent": definition, "page": definition} with intrinsics replaced by placeholders."""
+    found = {}
+    for logical_id, machine in template.find_resources("AWS::StepFunctions::StateMachine").items():
+        parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+        definition = json.loads("".join(p if isinstance(p, str) else "<ref>" for p in parts))
+        found["page" if logical_id.startswith("PipelinePageWorkflow") else "parent"] = definition
+    assert set(found) == {"parent", "page"}
+    return found
+
+
+def split_max_chunks(template: Template) -> int:
+    for function in template.find_resources("AWS::Lambda::Function").values():
+        variables = function["Properties"].get("Environment", {}).get("Variables", {})
+        if "MAX_CHUNKS" in variables:
+            return int(variables["MAX_CHUNKS"])
+    raise AssertionError("the split function has no MAX_CHUNKS")
+
+
+def task_events(state: dict[str, Any]) -> int:
+    """One entry into a Task, with every retry its Retry allows."""
+    sync = SYNC_EXTRA if re.search(r"\.sync(:2)?$", state["Resource"]) else 0
+    retries = sum(retrier.get("MaxAttempts", 3) for retrier in state.get("Retry", []))
+    return TASK_EVENTS + sync + retries * (RETRY_EVENTS + sync)
+
+
+def successors(state: dict[str, Any]) -> set[str]:
+    nexts = {state["Next"]} if "Next" in state else set()
+    nexts |= {choice["Next"] for choice in state.get("Choices", [])}
+    nexts |= {state["Default"]} if "Default" in state else set()
+    nexts |= {catch["Next"] for catch in state.get("Catch", [])}
+    return nexts
+
+
+def cycles(states: dict[str, dict[str, Any]]) -> list[set[str]]:
+    """The strongly connected components with a cycle (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for nxt in successors(states[name]):
+            if nxt not in index:
+                visit(nxt)
+                low[name] = min(low[name], low[nxt])
+            elif nxt in stack:
+                low[name] = min(low[name], index[nxt])
+        if low[name] == index[name]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == name:
+                    break
+            if len(component) > 1 or name in successors(states[name]):
+                found.append(component)
+
+    for name in states:
+        if name not in index:
+            visit(name)
+    return found
+
+
+def loop_budget(states: dict[str, dict[str, Any]], loop: set[str], item_selector: dict[str, Any]) -> int:
+    """How often a loop may run: the workflow must count it (a task's ResultSelector adds 1 to
+    `invocation`, which the Map starts at 0) and leave it (a Choice in the loop goes out of it
+    once `invocation` reaches a constant). Anything else is an unbounded loop: the test fails."""
+    counted = [n for n in loop if states[n].get("ResultSelector", {}).get("invocation.$")
+               == "States.MathAdd($.Payload.invocation, 1)"]
+    assert len(counted) == 1, f"loop {sorted(loop)} is not counted"
+    assert item_selector.get("invocation") == 0, "the count must start at 0 for each item"
+    exits = [
+        rule["NumericGreaterThanEquals"]
+        for n in loop if states[n]["Type"] == "Choice"
+        for rule in states[n]["Choices"]
+        if rule.get("Variable") == "$.invocation" and "NumericGreaterThanEquals" in rule and rule["Next"] not in loop
+    ]
+    assert exits, f"loop {sorted(loop)} has no exit at a budget"
+    # every way round the loop passes the counted task: without it, no cycle is left
+    rest = {n: s for n, s in states.items() if n != counted[0]}
+    rest = {n: {**s, "Next": s["Next"]} if s.get("Next") in rest else {k: v for k, v in s.items() if k != "Next"}
+            for n, s in rest.items()}
+    for state in rest.values():
+        if "Choices" in state:
+            state["Choices"] = [c for c in state["Choices"] if c["Next"] in rest]
+        if state.get("Default") not in rest:
+            state.pop("Default", None)
+        state["Catch"] = [c for c in state.get("Catch", []) if c["Next"] in rest]
+    assert not cycles(rest), f"loop {sorted(loop)} has a way round that does not pass {counted[0]}"
+    return min(exits)
+
+
+def array_range(expression: str) -> tuple[str, str, str]:
+    match = re.fullmatch(r"States\.ArrayRange\(([^,]+), ([^,]+), ([^)]+)\)", expression)
+    assert match, f"not an ArrayRange: {expression}"
+    return match.group(1), match.group(2), match.group(3)
+
+
+def items_of_page_map(page: dict[str, Any]) -> int:
+    """A page's chunks: ArrayRange(first_chunk, page end, 1), the end at most first_chunk + K."""
+    states = page["States"]
+    first, end, step = array_range(states["PageChunks"]["Parameters"]["chunks.$"])
+    assert (first, end, step) == ("$.first_chunk", "$.page.last", "1")
+    match = re.fullmatch(r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", states["PageEnd"]["Parameters"]["last.$"])
+    assert match, "the page's end must be first_chunk + a constant"
+    # ClampToFile may only lower it (to the file's last chunk, taken when that is smaller)
+    assert states["LastPage"]["Choices"] == [
+        {"Variable": "$.page.last", "NumericGreaterThanPath": "$.last_chunk", "Next": "ClampToFile"}
+    ]
+    return int(match.group(1)) + 1
+
+
+def items_of_parent_map(parent: dict[str, Any], max_chunks: int) -> tuple[int, int]:
+    """(pages, chunks per page): ArrayRange(first_chunk, last_chunk, P) over at most max_chunks."""
+    first, last, step = array_range(parent["States"]["Pages"]["Parameters"]["first_chunks.$"])
+    assert (first, last) == ("$.split.first_chunk", "$.split.last_chunk")
+    per_page = int(step)
+    return -(-max_chunks // per_page), per_page
+
+
+def bound(states: dict[str, dict[str, Any]], items: dict[str, int], item_selector: dict[str, Any] | None = None) -> int:
+    """Events of every state of `states` entered as often as it may be (see the module docstring)."""
+    entries = dict.fromkeys(states, 1)
+    for loop in cycles(states):
+        assert item_selector is not None, f"a loop outside a Map's processor: {sorted(loop)}"
+        times = loop_budget(states, loop, item_selector)
+        entries.update(dict.fromkeys(loop, times))
+    total = 0
+    for name, state in states.items():
+        kind = state["Type"]
+        if kind == "Task":
+            events = task_events(state)
+        elif kind == "Map":
+            processor = state["ItemProcessor"]
+            assert processor["ProcessorConfig"]["Mode"] == "INLINE" and state["MaxConcurrency"] == 1
+            per_item = ITERATION_EVENTS + bound(processor["States"], items, state.get("ItemSelector", {}))
+            events = MAP_EVENTS + items[name] * per_item
+        else:
+            assert kind in ("Pass", "Choice", "Wait", "Succeed", "Fail"), kind
+            events = SIMPLE_EVENTS
+        total += entries[name] * events
+    return total
+
+
+def bounds(template: Template) -> dict[str, int]:
+    found = machines(template)
+    max_chunks = split_max_chunks(template)
+    pages, per_page = items_of_parent_map(found["parent"], max_chunks)
+    assert items_of_page_map(found["page"]) == per_page, "the parent's pages and the page's chunks must agree"
+    assert pages <= budgets.MAX_ARRAY_RANGE_ITEMS, "States.ArrayRange makes at most 1,000 items"
+    return {
+        "parent": EXECUTION_EVENTS + bound(found["parent"]["States"], {"PagesInOrder": pages}),
+        "page": EXECUTION_EVENTS + bound(found["page"]["States"], {"ChunksInOrder": per_page}),
+        "pages": pages,
+        "chunks_per_page": per_page,
+        "max_chunks": max_chunks,
+    }
+
+
+@pytest.mark.parametrize("tenant", ["acme", "globex", "initech"])
+def test_every_execution_has_a_history_bound_far_below_the_limit_whatever_the_file_size(synthesized, tenant):
+    """GIVEN the synthesized definitions of a tenant WHEN the worst case of each execution is
+    counted (every retry, every loop at its budget, both paths, the most pages Split lets
+    through) THEN the parent's and a page's history stay below 25,000 events with a 20 % margin;
+    a file with more chunks is refused by Split, so no file size exceeds it."""
+    found = bounds(synthesized.template(f"OrderedIngest-Tenant-{tenant}"))
+    assert found["parent"] <= LIMIT * (1 - MARGIN), found
+    assert found["page"] <= LIMIT * (1 - MARGIN), found
+    assert found["max_chunks"] == found["pages"] * found["chunks_per_page"]
+
+
+def test_the_design_arithmetic_is_at_least_the_recount(synthesized):
+    """budgets.py sizes the pages; the recount from the definitions must not exceed its budget."""
+    found = bounds(synthesized.template("OrderedIngest-Tenant-acme"))
+    assert found["page"] <= budgets.HISTORY_EVENT_BUDGET and found["parent"] <= budgets.HISTORY_EVENT_BUDGET
+    assert found["chunks_per_page"] == budgets.max_chunks_per_page(100, 10, 3600)
+    assert found["max_chunks"] == budgets.max_file_chunks(found["chunks_per_page"])
+
+
+def test_fails_when_a_loop_is_not_counted(synthesized):
+    """GIVEN the page definition with the invocation count removed WHEN bounded THEN refused:
+    the recount does not take a loop for bounded unless the workflow itself bounds it."""
+    page = machines(synthesized.template("OrderedIngest-Tenant-acme"))["page"]
+    processor = page["States"]["ChunksInOrder"]["ItemProcessor"]["States"]
+    processor["RegisterChunk"]["ResultSelector"]["invocation.$"] = "$.Payload.invocation"
+    with pytest.raises(AssertionError, match="is not counted"):
+        bound(page["States"], {"ChunksInOrder": 1})
+
+
+def test_fails_when_a_loop_has_no_exit_at_its_budget(synthesized):
+    page = machines(synthesized.template("OrderedIngest-Tenant-acme"))["page"]
+    choice = page["States"]["ChunksInOrder"]["ItemProcessor"]["States"]["ChunkDone"]
+    choice["Choices"] = [c for c in choice["Choices"] if c.get("Variable") != "$.invocation"]
+    with pytest.raises(AssertionError, match="has no exit at a budget"):
+        bound(page["States"], {"ChunksInOrder": 1})
+
+
+def test_no_state_input_or_output_holds_a_list_that_grows_with_the_file(synthesized):
+    """The payloads are counts, names and ranges; the only lists are the ArrayRanges checked
+    above (at most max_pages page starts, at most chunks_per_page chunk indexes)."""
+    for payload in (contract.SplitResult, contract.PageTask, contract.ChunkTask, contract.ChunkProgress,
+                    contract.ExecutionInput, contract.CloseEvent):
+        annotations = {key: str(value) for key, value in payload.__annotations__.items()}
+        assert not [key for key, kind in annotations.items() if "list" in kind], (payload.__name__, annotations)
+    found = machines(synthesized.template("OrderedIngest-Tenant-acme"))
+    assert found["parent"]["States"]["PagesInOrder"]["ResultPath"] is None
+    assert found["page"]["States"]["ChunksInOrder"]["ResultPath"] is None
+
+
+def test_largest_file_per_chunk_size_at_the_default_sink_settings():
+    """What README's table states (sink timeout 10 s, outage budget 1 h)."""
+    largest = {size: budgets.max_file_chunks(budgets.max_chunks_per_page(size, 10, 3600)) * size
+               for size in (1, 100, 250, 870)}
+    assert largest == {1: 7_976, 100: 797_600, 250: 1_994_000, 870: 6_939_120}
+
+
+def test_batch_mode_pages_are_budgeted_by_requests_not_records():
+    """GIVEN chunks of 10,000 records sent in batches of 1,000 (10 requests a chunk) WHEN the page
+    budget is computed THEN it counts the batch requests: pages hold as many chunks as record mode
+    at chunk size 10 does, so a 10M-record file fits; counting records would fit far fewer."""
+    assert budgets.register_invocation_budget(10_000, 10, 3600, 1000) == budgets.register_invocation_budget(10, 10, 3600)
+    per_page = budgets.max_chunks_per_page(10_000, 10, 3600, 1000)
+    assert per_page >= 1 and budgets.max_file_chunks(per_page) * 10_000 >= 10_000_000
+    assert budgets.max_chunks_per_page(10_000, 10, 3600) < per_page
