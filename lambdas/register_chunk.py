@@ -35,7 +35,6 @@ from __future__ import annotations
 import http.client
 import json
 import time
-import urllib.parse
 from collections.abc import Callable, Generator
 from typing import Any
 

@@ -43,6 +43,33 @@ def records_of(file_id: str, records: int) -> list[dict[str, str]]:
     return [{"file": file_id, "seq": str(seq)} for seq in range(records)]
 
 
+def ops(pipe: Any, *args: str) -> tuple[int, str]:
+    """Run `python -m ops` against the pipeline's endpoint, as an operator would: (exit code, output)."""
+    import io
+
+    from ops.cli import main as ops_main
+
+    out = io.StringIO()
+    code = ops_main(["--endpoint-url", pipe.endpoint_url, *args], out=out)
+    return code, out.getvalue()
+
+
+def status(pipe: Any, tenant: str) -> dict[str, Any]:
+    """`ops status TENANT --json` (it must succeed)."""
+    code, out = ops(pipe, "status", tenant, "--json")
+    assert code == 0, out
+    import json
+
+    return json.loads(out)[0]
+
+
+def halted(pipe: Any, tenant: str) -> bool:
+    """The tenant is halted and none of its executions runs any more."""
+    return status(pipe, tenant)["state"] == "halted" and not any(
+        e["status"] == "RUNNING" for e in pipe.executions(tenant)
+    )
+
+
 def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll until ``predicate()`` is truthy (never a fixed sleep); return its value."""
     deadline = time.monotonic() + timeout

@@ -4,8 +4,6 @@ same batch again and registers nothing twice."""
 
 from __future__ import annotations
 
-import io
-import json
 
 import pytest
 from pipeline_checks import (
@@ -13,13 +11,14 @@ from pipeline_checks import (
     assert_records_in_file_order,
     assert_requests_in_order,
     csv_file,
+    ops,
+    status,
     wait_for,
 )
 
 from lambdas import contract
 from local_runtime import LocalPipeline
 from ops.cli import EXIT_OK
-from ops.cli import main as ops_main
 
 BATCH = 4
 
@@ -30,18 +29,6 @@ def pipe(start_pipeline) -> LocalPipeline:
         [{"id": "batched", "sink": {"batch_size": BATCH}}, {"id": "rejects", "sink": {"batch_size": BATCH}}],
         chunk_size=10,
     )
-
-
-def ops(pipe: LocalPipeline, *args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = ops_main(["--endpoint-url", pipe.endpoint_url, *args], out=out)
-    return code, out.getvalue()
-
-
-def status(pipe: LocalPipeline, tenant: str) -> dict:
-    code, out = ops(pipe, "status", tenant, "--json")
-    assert code == EXIT_OK, out
-    return json.loads(out)[0]
 
 
 def posts(requests: list) -> list[list[str]]:

@@ -3,27 +3,16 @@ recorded as a duplicate and sent nowhere with `skip`, and processed again with `
 
 from __future__ import annotations
 
-import io
-import json
 
 import pytest
-from pipeline_checks import assert_no_overlap, assert_records_in_file_order, csv_file
+from pipeline_checks import assert_no_overlap, assert_records_in_file_order, csv_file, status
 
 from local_runtime import LocalPipeline
-from ops.cli import EXIT_OK
-from ops.cli import main as ops_main
 
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
     return start_pipeline([{"id": "skips", "duplicate_files": "skip"}, {"id": "sends"}], chunk_size=3)
-
-
-def status(pipe: LocalPipeline, tenant: str) -> dict:
-    out = io.StringIO()
-    code = ops_main(["--endpoint-url", pipe.endpoint_url, "status", tenant, "--json"], out=out)
-    assert code == EXIT_OK
-    return json.loads(out.getvalue())[0]
 
 
 def test_with_skip_the_same_bytes_are_delivered_once_and_the_copies_recorded_as_duplicates(pipe: LocalPipeline) -> None:

@@ -8,29 +8,22 @@ intake DLQ (a standard queue, so no message group), then the target is restored 
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
+from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, ops, wait_for
 
 from demo.__main__ import StrayUploads
-from ops.cli import EXIT_OK, main
+from ops.cli import EXIT_OK
 from ops.discovery import discover
 
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline: Any) -> Any:
     return start_pipeline([{"id": "acme"}, {"id": "globex", "prefix": "globex/in/"}])
-
-
-def ops(pipe: Any, *argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(["--endpoint-url", pipe.endpoint_url, *argv], out=out)
-    return code, out.getvalue()
 
 
 @contextmanager

@@ -4,16 +4,14 @@ gap metric and shows in `ops status`, until the file comes or `ops skip-gap` giv
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
-from pipeline_checks import assert_no_overlap, assert_records_in_file_order, csv_file, wait_for
+from pipeline_checks import assert_no_overlap, assert_records_in_file_order, csv_file, ops, wait_for
 
 from lambdas import contract
 from local_runtime import LocalPipeline
 from ops.cli import EXIT_OK
-from ops.cli import main as ops_main
 
 TENANT = "seqco"
 RECORDS = 4
@@ -27,12 +25,6 @@ def pipe(start_pipeline) -> LocalPipeline:
                                      "gap_alarm_after_seconds": 60}}],
         chunk_size=3,
     )
-
-
-def ops(pipe: LocalPipeline, *args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = ops_main(["--endpoint-url", pipe.endpoint_url, *args], out=out)
-    return code, out.getvalue()
 
 
 def upload(pipe: LocalPipeline, number: int) -> str:

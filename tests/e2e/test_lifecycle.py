@@ -5,7 +5,6 @@ constructs' templates and handlers; `ops` is driven as an operator would, by its
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
@@ -14,14 +13,16 @@ from pipeline_checks import (
     assert_no_overlap,
     assert_records_in_file_order,
     csv_file,
+    halted,
+    ops,
     records_of,
+    status,
     wait_for,
 )
 
 from lambdas import contract
 from local_runtime import LocalPipeline
 from ops.cli import EXIT_NOTHING_TO_DO, EXIT_OK
-from ops.cli import main as ops_main
 
 
 @pytest.fixture(scope="module")
@@ -37,23 +38,6 @@ def pipe(start_pipeline) -> LocalPipeline:
         ],
         chunk_size=3,
     )
-
-
-def ops(pipe: LocalPipeline, *args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = ops_main(["--endpoint-url", pipe.endpoint_url, *args], out=out)
-    return code, out.getvalue()
-
-
-def status(pipe: LocalPipeline, tenant: str) -> dict:
-    code, out = ops(pipe, "status", tenant, "--json")
-    assert code == EXIT_OK, out
-    return json.loads(out)[0]
-
-
-def halted(pipe: LocalPipeline, tenant: str) -> bool:
-    state = status(pipe, tenant)
-    return state["state"] == "halted" and not any(e["status"] == "RUNNING" for e in pipe.executions(tenant))
 
 
 def test_a_rejected_record_halts_the_tenant_and_resume_completes_everything_in_order(pipe: LocalPipeline) -> None:

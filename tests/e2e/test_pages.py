@@ -6,7 +6,6 @@ several pages.
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
@@ -16,13 +15,15 @@ from pipeline_checks import (
     assert_no_overlap,
     assert_records_in_file_order,
     csv_file,
+    halted,
+    ops,
+    status,
     wait_for,
 )
 
 from lambdas import contract
 from local_runtime import LocalPipeline
 from ops.cli import EXIT_OK
-from ops.cli import main as ops_main
 
 RECORDS_PER_PAGE = 6  # chunks_per_page 2 x chunk_size 3
 
@@ -37,23 +38,6 @@ def pipe(start_pipeline) -> LocalPipeline:
         ],
         chunk_size=3,
     )
-
-
-def ops(pipe: LocalPipeline, *args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = ops_main(["--endpoint-url", pipe.endpoint_url, *args], out=out)
-    return code, out.getvalue()
-
-
-def status(pipe: LocalPipeline, tenant: str) -> dict:
-    code, out = ops(pipe, "status", tenant, "--json")
-    assert code == EXIT_OK, out
-    return json.loads(out)[0]
-
-
-def halted(pipe: LocalPipeline, tenant: str) -> bool:
-    state = status(pipe, tenant)
-    return state["state"] == "halted" and not any(e["status"] == "RUNNING" for e in pipe.executions(tenant))
 
 
 def page_executions(pipe: LocalPipeline, tenant: str) -> list[str]:

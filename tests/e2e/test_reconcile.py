@@ -4,26 +4,25 @@ whose own event is still queued is processed once (the ledger's version marker).
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
-from pipeline_checks import assert_files_in_order, assert_no_duplicates, assert_records_in_file_order, csv_file, wait_for
+from pipeline_checks import (
+    assert_files_in_order,
+    assert_no_duplicates,
+    assert_records_in_file_order,
+    csv_file,
+    ops,
+    wait_for,
+)
 
 from local_runtime import LocalPipeline
 from ops.cli import EXIT_NOT_COMPLETED, EXIT_OK
-from ops.cli import main as ops_main
 
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
     return start_pipeline([{"id": "lost"}, {"id": "twice"}], chunk_size=3)
-
-
-def ops(pipe: LocalPipeline, *args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = ops_main(["--endpoint-url", pipe.endpoint_url, *args], out=out)
-    return code, out.getvalue()
 
 
 def reconcile(pipe: LocalPipeline, tenant: str, *args: str) -> tuple[int, dict]:
