@@ -553,6 +553,19 @@ def execution_arn(state_machine_arn: str, execution_name: str) -> str:
     return ":".join([*parts[:5], "execution", parts[6], execution_name])
 
 
+# --- the tenant's queue ------------------------------------------------------------------
+
+
+def queue_message(queue_url: str, tenant_id: str, body: str, deduplication_id: str) -> dict[str, str]:
+    """`SendMessage` arguments of a message for a tenant's queue: on a FIFO queue (ordering
+    `arrival`) it joins the tenant's one message group under `deduplication_id`; a standard queue
+    (ordering `key_sequence`) refuses both fields."""
+    message = {"QueueUrl": queue_url, "MessageBody": body}
+    if queue_url.endswith(".fifo"):
+        message.update(MessageGroupId=tenant_id, MessageDeduplicationId=deduplication_id)
+    return message
+
+
 # --- work bucket layout --------------------------------------------------------------------
 
 

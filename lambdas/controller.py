@@ -211,7 +211,7 @@ class Gate:
                     "processed or given up already (upload it under a new sequence number)"
                 )
             if sequence > expected:
-                self._publish(SEQUENCE_GAP_METRIC, self.now() - max(position.closed_at or 0.0, self.message.sent_at))
+                self._publish(SEQUENCE_GAP_METRIC, self._idle_wait(position))
                 return self._wait(position, f"sequence number {expected} has not arrived; file {sequence} waits "
                                             f"(upload it, or run ops skip-gap)", sequence=sequence)
         execution = file["event_id"]
@@ -290,14 +290,12 @@ class Gate:
         last close (`closed_at`), so a halted tenant's head message accrues wait from the
         failure on, and a message handed off by a close starts near 0. The stall alarm watches
         its Maximum (`TenantPipeline.metric_head_message_wait`)."""
-        now = self.now()
-        if position.running or self.closing_seen:
-            wait = 0.0
-        else:
-            since = max(self.message.sent_at, position.closed_at or 0.0)
-            wait = max(0.0, now - since)
-        emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=now,
-                     metrics={HEAD_WAIT_METRIC: (round(wait, 3), "Seconds")})
+        self._publish(HEAD_WAIT_METRIC, 0.0 if position.running or self.closing_seen else self._idle_wait(position))
+
+    def _idle_wait(self, position: Position) -> float:
+        """How long this message has waited since the tenant could have gone on: since the later
+        of its send and the last close."""
+        return max(0.0, self.now() - max(self.message.sent_at, position.closed_at or 0.0))
 
     # -- Step Functions -------------------------------------------------------------------------
 

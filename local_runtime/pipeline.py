@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from lambdas import contract
 from local_runtime.alarms import LocalAlarms, moto_log_events, moto_queue_stats
 from local_runtime.deploy import Deployment, FunctionEnvironmentHook, Tenant
 from local_runtime.faults import Faults
@@ -196,10 +197,8 @@ class LocalPipeline:
         A fresh deduplication id by default: the copy reaches the consumer as a redelivery
         from outside SQS's 5-minute deduplication window would.
         """
-        queue_url = self.tenants[tenant].queue_url
-        fifo = {"MessageGroupId": tenant, "MessageDeduplicationId": deduplication_id or uuid.uuid4().hex}
         response = self.client("sqs").send_message(
-            QueueUrl=queue_url, MessageBody=body, **(fifo if queue_url.endswith(".fifo") else {})
+            **contract.queue_message(self.tenants[tenant].queue_url, tenant, body, deduplication_id or uuid.uuid4().hex)
         )
         return response["MessageId"]
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract import queue_message
 from ops.discovery import DiscoveryError, TenantResources
 
 #: How long the messages a command reads stay invisible to anyone else (they are made visible
@@ -165,13 +166,11 @@ def replay_tenant(tenant: TenantResources, *, sqs: Any, lambda_: Any) -> ReplayR
     dlq_url = _dlq_url(tenant)
     letters = _in_replay_order(read_all(sqs, dlq_url))
     report, pending = ReplayReport(), list(letters)
-    fifo = tenant.queue_url.endswith(".fifo")
     try:
         while pending:
             letter = pending[0]
             if letter.kind == FILE_EVENT:
-                ordering = {"MessageGroupId": tenant.tenant_id, "MessageDeduplicationId": letter.event_id} if fifo else {}
-                sqs.send_message(QueueUrl=tenant.queue_url, MessageBody=letter.body, **ordering)
+                sqs.send_message(**queue_message(tenant.queue_url, tenant.tenant_id, letter.body, letter.event_id))
                 report.files.append(letter.key)
             elif letter.kind == STATUS_EVENT:
                 _invoke_closer(lambda_, tenant, letter)

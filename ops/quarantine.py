@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract import quarantine_prefix, replayed_prefix
+from contract import quarantine_prefix, queue_message, replayed_prefix
 from operations import NothingToDo
 
 
@@ -77,9 +77,7 @@ def replay(s3: Any, sqs: Any, *, bucket: str, tenant_id: str, queue_url: str, me
     """
     if not isinstance(message.body, str) or not message.body:
         raise ValueError(f"{message.key} holds no message body to replay")
-    fifo = {"MessageGroupId": tenant_id, "MessageDeduplicationId": f"replay-{message.message_id}"[:128]}
-    sent = sqs.send_message(QueueUrl=queue_url, MessageBody=message.body,
-                            **(fifo if queue_url.endswith(".fifo") else {}))
+    sent = sqs.send_message(**queue_message(queue_url, tenant_id, message.body, f"replay-{message.message_id}"[:128]))
     target = replayed_prefix(tenant_id) + message.key[len(quarantine_prefix(tenant_id)):]
     s3.copy_object(Bucket=bucket, Key=target, CopySource={"Bucket": bucket, "Key": message.key})
     s3.delete_object(Bucket=bucket, Key=message.key)

@@ -28,6 +28,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from contract import queue_message
 from ledger import FAILED, HISTORY_PREFIX, RUNNING, Ledger, version_entry
 from ops.discovery import TenantResources
 
@@ -198,11 +199,8 @@ def replay(sqs: Any, queue_url: str, tenant: str, versions: list[ObjectVersion])
     sent = []
     for version in versions:
         event = synthetic_event(version)
-        kwargs: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": json.dumps(event)}
-        if queue_url.endswith(".fifo"):  # a FIFO queue needs the group; a standard queue refuses it
-            kwargs.update(MessageGroupId=tenant,
-                          MessageDeduplicationId=hashlib.sha256(event["id"].encode()).hexdigest())
-        sqs.send_message(**kwargs)
+        deduplication_id = hashlib.sha256(event["id"].encode()).hexdigest()
+        sqs.send_message(**queue_message(queue_url, tenant, json.dumps(event), deduplication_id))
         sent.append(event["id"])
     return sent
 
