@@ -203,7 +203,7 @@ class Gate:
         else:
             expected = position.next_sequence(self.config.first_sequence)
             if sequence < expected:
-                if self.ledger.claimed_before(file["event_id"]):
+                if self.ledger.claimed_before(file):
                     self.log.info("file was processed before (duplicate event); letting the message go")
                     return _result("done", None)
                 raise UnusableMessageError(

@@ -297,11 +297,14 @@ class Ledger:
              ":observed": _n(observed.seq)},
         )
 
-    def claimed_before(self, event_id: str) -> bool:
-        """True if a file with this event id was ever made current (a duplicate event)."""
-        item = self.ddb.get_item(TableName=self.table, Key=self._key(f"{EVENT_PREFIX}{event_id}"),
-                                 ConsistentRead=True).get("Item")
-        return item is not None
+    def claimed_before(self, file: FileRef) -> bool:
+        """True if this file was ever made current: its event id, or its object version under
+        another event id (a replay); the same markers the claim refuses a duplicate on."""
+        entries = (f"{EVENT_PREFIX}{file['event_id']}", version_entry(file["bucket"], file["key"], file["version_id"]))
+        return any(
+            self.ddb.get_item(TableName=self.table, Key=self._key(entry), ConsistentRead=True).get("Item") is not None
+            for entry in entries
+        )
 
     def note_waiting_sequence(self, sequence: int, message_id: str, receipt: str, now: float) -> None:
         """`key_sequence` ordering: note the message whose file has `sequence`, so that the close of

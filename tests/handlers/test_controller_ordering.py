@@ -136,6 +136,10 @@ def test_a_file_behind_the_sequence_is_unusable_unless_it_is_a_duplicate_event(s
     (stored,) = quarantined(s3)
     assert stored["reason"].startswith("sequence number 1 is behind the tenant's next one, 2")
     assert run(queue.record("evt-1", key=file_key(1)), sequenced, sfn, ddb, sqs, now=NOW + 2)["outcome"] == "done"
+    # A replay of the same object version under a new event id (ops reconcile / dlq) is a duplicate too.
+    version = json.loads(described_input(sfn, sequenced, "evt-1"))["version_id"]
+    replayed = queue.record("reconcile-x", key=file_key(1), version_id=version)
+    assert run(replayed, sequenced, sfn, ddb, sqs, now=NOW + 2)["outcome"] == "done"
     assert ledger.read().sequence == 1
 
 
@@ -187,6 +191,12 @@ def test_skip_gap_refuses_while_a_file_runs_or_when_nothing_waits(sequenced, sfn
 
 
 # --- arrival -------------------------------------------------------------------------------------
+
+
+def described_input(sfn: Any, config: ControllerEnv, name: str) -> str:
+    from contract import execution_arn
+
+    return sfn.describe_execution(executionArn=execution_arn(config.state_machine_arn, name))["input"]
 
 
 def late_event(event_id: str, key: str, time: str) -> str:
