@@ -133,6 +133,9 @@ class TenantConfig(_Strict):
     #: Chunks per page execution (issue 9). Default: the most that keep a page's history in
     #: budget; smaller values only make more, shorter pages (tests use 2 or 3).
     chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS)
+    #: Pages per section execution (a file of more pages runs them in sections). Default: the
+    #: most a section's history holds; smaller values only make more, shorter sections.
+    pages_per_section: int | None = Field(default=None, ge=1, le=budgets.max_pages_per_section())
 
     @field_validator("id")
     @classmethod
@@ -209,6 +212,8 @@ FIXES: dict[str, str] = {
     "gap_alarm_after_seconds": "use a whole number of seconds, at least 60 (default 900)",
     "chunks_per_page": "leave it out (the default is the most a page's history allows), "
     "or use a smaller whole number",
+    "pages_per_section": "leave it out (the default is the most a section's history allows), "
+    f"or use a whole number from 1 to {budgets.max_pages_per_section()}",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.
