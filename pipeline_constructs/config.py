@@ -184,7 +184,7 @@ class AccountLimits(_Strict):
     #: CloudFormation stacks of the account in the Region.
     cloudformation_stacks: int = Field(default=2000, ge=1)
     #: Step Functions state machines of the account in the Region.
-    state_machines: int = Field(default=10000, ge=1)
+    state_machines: int = Field(default=100_000, ge=1)
 
 
 ACCOUNT_ID_PATTERN = r"^[0-9]{12}$"
@@ -273,7 +273,7 @@ FIXES: dict[str, str] = {
     "(default 1000)",
     "iam_roles": "use the account's quota (IAM, roles per account), or leave it out (default 1000)",
     "cloudformation_stacks": "use the account's quota (CloudFormation, stack count), or leave it out (default 2000)",
-    "state_machines": "use the account's quota (Step Functions, state machines), or leave it out (default 10000)",
+    "state_machines": "use the account's quota (Step Functions, state machines), or leave it out (default 100000)",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.

@@ -85,7 +85,7 @@ def test_the_default_tenants_file_needs_what_its_templates_hold():
         "lambda_concurrent_executions": (103, 1000),
         "iam_roles": (18, 1000),
         "cloudformation_stacks": (4, 2000),
-        "state_machines": (6, 10000),
+        "state_machines": (6, 100000),
     }
     assert by_field["lambda_concurrent_executions"].need.how == (
         "1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved")
@@ -308,7 +308,7 @@ def test_fails_when_a_target_has_no_tenant():
 def test_fails_when_an_account_limit_is_unknown_or_not_positive():
     assert problems_of(tenants_yaml(1, head="account_limits: {iam_role: 2000, state_machines: 0}\n")) == [
         "account_limits: field 'state_machines' = 0: Input should be greater than or equal to 1; use the account's "
-        "quota (Step Functions, state machines), or leave it out (default 10000)",
+        "quota (Step Functions, state machines), or leave it out (default 100000)",
         "account_limits: field 'iam_role' = 2000: unknown key; remove it or fix its spelling (did you mean "
         "'iam_roles'?)",
     ]

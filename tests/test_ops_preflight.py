@@ -97,7 +97,7 @@ def test_a_fitting_account_passes_and_this_apps_deployed_resources_are_not_count
         "lambda_concurrent_executions": (1000, "Lambda account settings", 100, 1, 103, 202),
         "iam_roles": (1000, "IAM account summary", 8, 6, 18, 20),
         "cloudformation_stacks": (2000, "Service Quotas L-0485CB21 (applied)", 3, 2, 4, 5),
-        "state_machines": (10000, "tenants.yaml (declared: not read from the account)", 3, 2, 6, 7),
+        "state_machines": (100000, "tenants.yaml (declared: not read from the account)", 3, 2, 6, 7),
     }
     for stub in stubs:
         stub.assert_no_pending_responses()

@@ -98,7 +98,7 @@ def test_capacity_is_computed_per_target(two_targets):
     assert found[("eventbridge_rules_per_bus", "target 'dr' (222222222222/us-east-1)")] == (3, 300)
     # dr's own limit overrides the top-level default; prod keeps the default
     assert found[("state_machines", "target 'dr' (222222222222/us-east-1)")] == (2, 500)
-    assert found[("state_machines", "target 'prod' (111111111111/eu-west-1)")] == (4, 10000)
+    assert found[("state_machines", "target 'prod' (111111111111/eu-west-1)")] == (4, 100000)
     # the top-level account_limits apply to every target
     assert found[("iam_roles", "target 'prod' (111111111111/eu-west-1)")] == (12, 2000)
 
