@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import boto3
-
 import operations
 from ledger import Ledger, LedgerConflict
+
 from ops import dlq, preflight, quarantine, reconcile, unmatched
 from ops.discovery import DiscoveryError, TenantResources, discover
 from ops.status import render, tenant_status

@@ -49,7 +49,6 @@ def account(moto_account):
     trust = json.dumps({"Version": "2012-10-17", "Statement": []})
     for i in range(8):  # acme's 6 and 2 of the other application
         iam.create_role(RoleName=f"role-{i}", AssumeRolePolicyDocument=trust)
-    return None
 
 
 def clients_with(*, concurrency: int, unreserved: int, rules_quota: float | None, stacks_quota: float = 2000.0):
@@ -114,14 +113,14 @@ def test_fails_when_the_accounts_real_quotas_cannot_hold_the_tenants(account, tm
     assert code == EXIT_DOES_NOT_FIT
     verdicts = [line for line in output.splitlines() if line.startswith("does not fit")]
     assert verdicts == [
-        "does not fit: EventBridge rules on the default bus: 8 after the deploy (4 in use, 3 of them this app's, "
-        "+ need 7: 2 per tenant x 3 tenants + 1), limit 5; fix: shard the rules over event buses (README, Scaling), "
-        "or move tenants to another target (targets:, README, Scaling), or raise the quota and set "
-        "account_limits.eventbridge_rules_per_bus",
-        "does not fit: Lambda concurrent executions: 1002 after the deploy (900 in use, 1 of them this app's, "
-        "+ need 103: 1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved), limit 1000; fix: raise the "
-        "Lambda concurrent executions quota and set account_limits.lambda_concurrent_executions, or move tenants "
-        "to another target (targets:, README, Scaling)",
+        ("does not fit: EventBridge rules on the default bus: 8 after the deploy (4 in use, 3 of them this app's, "
+         "+ need 7: 2 per tenant x 3 tenants + 1), limit 5; fix: shard the rules over event buses (README, Scaling), "
+         "or move tenants to another target (targets:, README, Scaling), or raise the quota and set "
+         "account_limits.eventbridge_rules_per_bus"),
+        ("does not fit: Lambda concurrent executions: 1002 after the deploy (900 in use, 1 of them this app's, "
+         "+ need 103: 1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved), limit 1000; fix: raise the "
+         "Lambda concurrent executions quota and set account_limits.lambda_concurrent_executions, or move tenants "
+         "to another target (targets:, README, Scaling)"),
     ]
     # and the table has one row per quota
     assert output.splitlines()[0] == (
