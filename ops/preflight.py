@@ -84,10 +84,9 @@ def preflight(target: capacity.Target, clients: Any) -> list[Reading]:
         return quotas[field].need(tenants)
 
     rules = _default_bus_rules(clients("events"))
-    own_rules = {names.UNMATCHED_UPLOADS_RULE} | {
-        rule.render(t.id) for t in tenants for rule in (names.RULE, names.STATUS_RULE)}
+    own_rules = {names.UNMATCHED_UPLOADS_RULE} | {rule.render(t.id) for t in tenants for rule in capacity.TENANT_RULES}
     machines = _state_machines(clients("stepfunctions"))
-    own_machines = {m.render(t.id) for t in tenants for m in (names.STATE_MACHINE, names.PAGE_STATE_MACHINE)}
+    own_machines = {m.render(t.id) for t in tenants for m in capacity.TENANT_STATE_MACHINES}
     settings = clients("lambda").get_account_settings()["AccountLimit"]
     summary = clients("iam").get_account_summary()["SummaryMap"]
     quotas_client = clients("service-quotas")

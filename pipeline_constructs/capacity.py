@@ -17,11 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pipeline_constructs import names
+
 if TYPE_CHECKING:  # config imports this module: types only
     from pipeline_constructs.config import AccountLimits, AppConfig, TenantConfig
 
-#: Per tenant stack (`TenantPipeline`): the object-created rule and the execution-status rule.
-RULES_PER_TENANT = 2
+#: A tenant's rules on the default bus: the object-created rule and the execution-status rule.
+TENANT_RULES = (names.RULE, names.STATUS_RULE)
+RULES_PER_TENANT = len(TENANT_RULES)
 #: The shared stack's catch-all rule of uploads outside every tenant prefix.
 SHARED_RULES = 1
 #: The controller's reserved concurrency of 1 (batch size 1: one message of the tenant at a time).
@@ -29,14 +32,15 @@ RESERVED_CONCURRENCY_PER_TENANT = 1
 #: Lambda keeps this much of the account's concurrency unreserved: a reservation that would
 #: leave less is refused at deploy time.
 MIN_UNRESERVED_CONCURRENCY = 100
-#: Roles of a tenant stack: controller, split, register, closer, workflow, page workflow.
-ROLES_PER_TENANT = 6
+#: Roles of a tenant stack: controller, split, register, closer, and one per state machine.
+ROLES_PER_TENANT = 7
 #: The shared stack creates no role (no Lambda, no custom resource).
 SHARED_ROLES = 0
 STACKS_PER_TENANT = 1
 SHARED_STACKS = 1
-#: The file workflow and its page child workflow.
-STATE_MACHINES_PER_TENANT = 2
+#: A tenant's state machines: the file workflow, its section and page child workflows.
+TENANT_STATE_MACHINES = (names.STATE_MACHINE, names.SECTION_STATE_MACHINE, names.PAGE_STATE_MACHINE)
+STATE_MACHINES_PER_TENANT = len(TENANT_STATE_MACHINES)
 SHARED_STATE_MACHINES = 0
 
 #: Regions where the default "rules per event bus" is 100, not 300 (AWS docs, EventBridge quotas).

@@ -135,6 +135,9 @@ class TenantConfig(_Strict):
     chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS)
     #: The deployment target (a name under `targets:`) this tenant is deployed to (README, Scaling).
     target: str | None = None
+    #: Pages per section execution (a file of more pages runs them in sections). Default: the
+    #: most a section's history holds; smaller values only make more, shorter sections.
+    pages_per_section: int | None = Field(default=None, ge=1, le=budgets.max_pages_per_section())
 
     @field_validator("id")
     @classmethod
@@ -274,6 +277,8 @@ FIXES: dict[str, str] = {
     "iam_roles": "use the account's quota (IAM, roles per account), or leave it out (default 1000)",
     "cloudformation_stacks": "use the account's quota (CloudFormation, stack count), or leave it out (default 2000)",
     "state_machines": "use the account's quota (Step Functions, state machines), or leave it out (default 100000)",
+    "pages_per_section": "leave it out (the default is the most a section's history allows), "
+    f"or use a whole number from 1 to {budgets.max_pages_per_section()}",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.

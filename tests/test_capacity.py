@@ -63,6 +63,13 @@ def test_per_tenant_and_shared_counts_match_the_synthesized_templates(synthesize
         assert count(template, "AWS::IAM::Role") == capacity.ROLES_PER_TENANT, name
         assert count(template, "AWS::StepFunctions::StateMachine") == capacity.STATE_MACHINES_PER_TENANT, name
         assert reserved(template) == capacity.RESERVED_CONCURRENCY_PER_TENANT, name
+        # preflight tells this app's rules and state machines by these names
+        assert sorted(r["Properties"]["Name"] for r in template["Resources"].values()
+                      if r["Type"] == "AWS::Events::Rule") == sorted(n.render(name.split("-", 2)[2])
+                                                                      for n in capacity.TENANT_RULES), name
+        assert sorted(r["Properties"]["StateMachineName"] for r in template["Resources"].values()
+                      if r["Type"] == "AWS::StepFunctions::StateMachine") == sorted(
+            n.render(name.split("-", 2)[2]) for n in capacity.TENANT_STATE_MACHINES), name
         # a custom resource would bring a provider role the model does not count
         assert not [r for r in template["Resources"].values() if r["Type"].startswith("Custom::")
                     or r["Type"] == "AWS::CloudFormation::CustomResource"], name
@@ -83,9 +90,9 @@ def test_the_default_tenants_file_needs_what_its_templates_hold():
     assert {f: (u.need.count, u.limit) for f, u in by_field.items()} == {
         "eventbridge_rules_per_bus": (7, 300),
         "lambda_concurrent_executions": (103, 1000),
-        "iam_roles": (18, 1000),
+        "iam_roles": (21, 1000),
         "cloudformation_stacks": (4, 2000),
-        "state_machines": (6, 100000),
+        "state_machines": (9, 100000),
     }
     assert by_field["lambda_concurrent_executions"].need.how == (
         "1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved")
@@ -95,7 +102,7 @@ def test_the_default_tenants_file_needs_what_its_templates_hold():
 
 
 def test_fails_when_the_default_bus_would_hold_more_rules_than_the_quota():
-    # (301 tenants also need 1,806 IAM roles: the account's quota is raised to its 5,000 ceiling)
+    # (301 tenants also need 2,107 IAM roles: the account's quota is raised to its 5,000 ceiling)
     head = PROD + "account_limits: {iam_roles: 5000}\n"
     assert one_problem(tenants_yaml(301, head=head, target="prod")) == (
         "target 'prod' (111111111111/eu-west-1): EventBridge rules on the default bus: need 603 "
@@ -114,7 +121,7 @@ def test_fails_when_a_region_with_a_100_rule_default_gets_50_tenants():
 
 
 def test_a_raised_rules_quota_declared_in_account_limits_lets_301_tenants_synthesize():
-    config = parse_config(tenants_yaml(301, head="account_limits: {eventbridge_rules_per_bus: 700, iam_roles: 2000}\n"))
+    config = parse_config(tenants_yaml(301, head="account_limits: {eventbridge_rules_per_bus: 700, iam_roles: 3000}\n"))
     assert len(config.tenants) == 301
 
 
@@ -127,26 +134,25 @@ def test_fails_when_reserved_concurrency_would_leave_less_than_100_unreserved():
     )
 
 
-def test_fails_when_167_tenants_need_more_iam_roles_than_the_default_quota():
-    # past the rules (2 per tenant: 149 tenants fit 300), IAM roles are next: 6 per tenant
-    head = "account_limits: {eventbridge_rules_per_bus: 1000}\n"
-    assert one_problem(tenants_yaml(167, head=head)).startswith(
-        "the deployment (the account and Region cdk deploy uses): IAM roles: need 1002 (6 per tenant x 167 tenants), "
+def test_fails_when_143_tenants_need_more_iam_roles_than_the_default_quota():
+    # IAM roles are the first default quota a growing account meets: 7 per tenant
+    assert one_problem(tenants_yaml(143)).startswith(
+        "the deployment (the account and Region cdk deploy uses): IAM roles: need 1001 (7 per tenant x 143 tenants), "
         "limit 1000; fix: ")
-    parse_config(tenants_yaml(166, head=head))  # 996 roles fit
+    parse_config(tenants_yaml(142))  # 994 roles fit
 
 
 def test_fails_when_150_tenants_need_more_rules_than_the_default_bus_holds():
-    assert one_problem(tenants_yaml(150)).startswith(
+    assert one_problem(tenants_yaml(150, head="account_limits: {iam_roles: 5000}\n")).startswith(
         "the deployment (the account and Region cdk deploy uses): EventBridge rules on the default bus: need 301 "
         "(2 per tenant x 150 tenants + 1), limit 300; fix: ")
-    parse_config(tenants_yaml(149))  # 299 rules fit
+    parse_config(tenants_yaml(149, head="account_limits: {iam_roles: 5000}\n"))  # 299 rules fit
 
 
 def test_fails_when_the_tenants_need_more_iam_roles_than_the_account_has():
-    assert one_problem(tenants_yaml(3, head="account_limits: {iam_roles: 17}\n")) == (
-        "the deployment (the account and Region cdk deploy uses): IAM roles: need 18 (6 per tenant x 3 tenants), "
-        "limit 17; fix: raise the IAM roles quota (at most 5,000) and set account_limits.iam_roles, or move "
+    assert one_problem(tenants_yaml(3, head="account_limits: {iam_roles: 20}\n")) == (
+        "the deployment (the account and Region cdk deploy uses): IAM roles: need 21 (7 per tenant x 3 tenants), "
+        "limit 20; fix: raise the IAM roles quota (at most 5,000) and set account_limits.iam_roles, or move "
         "tenants to a target in another account (targets:, README, Scaling)"
     )
 
@@ -160,9 +166,9 @@ def test_fails_when_the_tenants_need_more_stacks_than_the_quota():
 
 
 def test_fails_when_the_tenants_need_more_state_machines_than_the_quota():
-    assert one_problem(tenants_yaml(3, head="account_limits: {state_machines: 5}\n")) == (
-        "the deployment (the account and Region cdk deploy uses): Step Functions state machines: need 6 "
-        "(2 per tenant x 3 tenants), limit 5; fix: raise the Step Functions state machines quota and set "
+    assert one_problem(tenants_yaml(3, head="account_limits: {state_machines: 8}\n")) == (
+        "the deployment (the account and Region cdk deploy uses): Step Functions state machines: need 9 "
+        "(3 per tenant x 3 tenants), limit 8; fix: raise the Step Functions state machines quota and set "
         "account_limits.state_machines, or move tenants to another target (targets:, README, Scaling)"
     )
 
@@ -179,19 +185,19 @@ def test_fails_once_listing_every_quota_that_does_not_fit():
 
 def test_a_targets_own_limits_override_the_top_level_ones_for_that_target_only():
     head = """
-    account_limits: {state_machines: 4}
+    account_limits: {state_machines: 6}
     targets:
       big: {account: '111111111111', region: eu-west-1, account_limits: {state_machines: 100}}
       small: {account: '222222222222', region: eu-west-1}
     """
     text = tenants_yaml(2, head=head, target="big") + tenants_yaml(2, target="small", start=2).split("tenants:\n")[1]
-    # 2 tenants x 2 = 4 state machines fit 'small's inherited limit of 4; 'big' declares its own
+    # 2 tenants x 3 = 6 state machines fit 'small's inherited limit of 6; 'big' declares its own
     assert len(parse_config(text).tenants) == 4
     # a third tenant on 'small' does not fit; two more on 'big' would
     text += "  - {id: t0099, prefix: t0099/, target: small}\n"
     assert one_problem(text) == (
-        "target 'small' (222222222222/eu-west-1): Step Functions state machines: need 6 (2 per tenant x 3 tenants), "
-        "limit 4; fix: raise the Step Functions state machines quota and set account_limits.state_machines, or "
+        "target 'small' (222222222222/eu-west-1): Step Functions state machines: need 9 (3 per tenant x 3 tenants), "
+        "limit 6; fix: raise the Step Functions state machines quota and set account_limits.state_machines, or "
         "move tenants to another target (targets:, README, Scaling)"
     )
 
@@ -214,8 +220,8 @@ def test_capacity_is_computed_per_target_and_iam_roles_per_account():
     assert found[("eventbridge_rules_per_bus", "target 'us' (111111111111/us-east-1)")] == 5
     assert found[("cloudformation_stacks", "target 'other' (222222222222/eu-west-1)")] == 2
     # and IAM, global to an account, adds the two targets of account 111111111111
-    assert found[("iam_roles", "account 111111111111 (targets 'eu', 'us')")] == 30
-    assert found[("iam_roles", "target 'other' (222222222222/eu-west-1)")] == 6
+    assert found[("iam_roles", "account 111111111111 (targets 'eu', 'us')")] == 35
+    assert found[("iam_roles", "target 'other' (222222222222/eu-west-1)")] == 7
 
 
 def test_fails_when_two_targets_of_one_account_together_need_more_roles_than_it_has():
@@ -227,7 +233,7 @@ def test_fails_when_two_targets_of_one_account_together_need_more_roles_than_it_
     """
     text = tenants_yaml(2, head=head, target="eu") + tenants_yaml(2, target="us", start=2).split("tenants:\n")[1]
     assert one_problem(text).startswith(
-        "account 111111111111 (targets 'eu', 'us'): IAM roles: need 24 (6 per tenant x 4 tenants), limit 20; fix: ")
+        "account 111111111111 (targets 'eu', 'us'): IAM roles: need 28 (7 per tenant x 4 tenants), limit 20; fix: ")
 
 
 # --- deployment targets: validation ------------------------------------------------------------

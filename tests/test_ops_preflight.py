@@ -43,11 +43,12 @@ def account(moto_account):
     for rule in ("acme-object-created", "acme-sfn-status", "ordered-ingest-unmatched-uploads", "another-rule"):
         events.put_rule(Name=rule, EventPattern=json.dumps({"source": ["aws.s3"]}))
     definition = json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}})
-    for machine in ("acme-file-ingest-workflow", "acme-file-ingest-page", "another-workflow"):
+    for machine in ("acme-file-ingest-workflow", "acme-file-ingest-section", "acme-file-ingest-page",
+                    "another-workflow"):
         sfn.create_state_machine(name=machine, definition=definition,
                                  roleArn=f"arn:aws:iam::{MOTO_ACCOUNT}:role/sfn")
     trust = json.dumps({"Version": "2012-10-17", "Statement": []})
-    for i in range(8):  # acme's 6 and 2 of the other application
+    for i in range(9):  # acme's 7 and 2 of the other application
         iam.create_role(RoleName=f"role-{i}", AssumeRolePolicyDocument=trust)
 
 
@@ -94,9 +95,9 @@ def test_a_fitting_account_passes_and_this_apps_deployed_resources_are_not_count
     assert got == {
         "eventbridge_rules_per_bus": (300, "Service Quotas L-244521F2 (default)", 4, 3, 7, 8),
         "lambda_concurrent_executions": (1000, "Lambda account settings", 100, 1, 103, 202),
-        "iam_roles": (1000, "IAM account summary", 8, 6, 18, 20),
+        "iam_roles": (1000, "IAM account summary", 9, 7, 21, 23),
         "cloudformation_stacks": (2000, "Service Quotas L-0485CB21 (applied)", 3, 2, 4, 5),
-        "state_machines": (100000, "tenants.yaml (declared: not read from the account)", 3, 2, 6, 7),
+        "state_machines": (100000, "tenants.yaml (declared: not read from the account)", 4, 3, 9, 10),
     }
     for stub in stubs:
         stub.assert_no_pending_responses()

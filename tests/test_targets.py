@@ -97,10 +97,10 @@ def test_capacity_is_computed_per_target(two_targets):
     assert found[("eventbridge_rules_per_bus", "target 'prod' (111111111111/eu-west-1)")] == (5, 300)
     assert found[("eventbridge_rules_per_bus", "target 'dr' (222222222222/us-east-1)")] == (3, 300)
     # dr's own limit overrides the top-level default; prod keeps the default
-    assert found[("state_machines", "target 'dr' (222222222222/us-east-1)")] == (2, 500)
-    assert found[("state_machines", "target 'prod' (111111111111/eu-west-1)")] == (4, 100000)
+    assert found[("state_machines", "target 'dr' (222222222222/us-east-1)")] == (3, 500)
+    assert found[("state_machines", "target 'prod' (111111111111/eu-west-1)")] == (6, 100000)
     # the top-level account_limits apply to every target
-    assert found[("iam_roles", "target 'prod' (111111111111/eu-west-1)")] == (12, 2000)
+    assert found[("iam_roles", "target 'prod' (111111111111/eu-west-1)")] == (14, 2000)
 
 
 def test_without_targets_the_stacks_stay_at_the_top_env_agnostic():
