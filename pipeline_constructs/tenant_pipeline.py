@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
@@ -763,9 +763,10 @@ class TenantPipeline(Construct):
 
     @staticmethod
     def _child_executions_finding(child: sfn.StateMachine, kind: str) -> tuple[str, str, str]:
+        partition, region, account = _as_nag_shows(Stack.of(child))
         return (
             "AwsSolutions-IAM5",
-            "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+            f"Resource::arn:{partition}:states:{region}:{account}:execution:"
             '{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + _logical_id(child) + '"}]}]}*',
             "CDK's StepFunctionsStartExecution (.sync) grant: describe and stop the executions of this "
             f"tenant's {kind} state machine only; their names derive from the parent's, unknown in advance.",
@@ -774,10 +775,13 @@ class TenantPipeline(Construct):
     def _acknowledge_findings(self, props: TenantPipelineProps) -> None:
         """Every wildcard left in this pipeline's policies is scoped to the tenant; each says why."""
         tenant_id, own_work = self.tenant_id, contract.work_prefix(self.tenant_id)
-        landing = f"arn:<AWS::Partition>:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
-        work = f"arn:<AWS::Partition>:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
+        # cdk-nag shows pseudo parameters as <AWS::...>, or their values in a stack with an
+        # explicit environment (a deployment target's Stage).
+        partition, region, account = _as_nag_shows(Stack.of(self))
+        landing = f"arn:{partition}:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
+        work = f"arn:{partition}:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
         executions = (
-            "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+            f"arn:{partition}:states:{region}:{account}:execution:"
             f"{names.STATE_MACHINE.render(tenant_id)}:*"
         )
         chunks_reason = ("Chunk indexes and manifests are named per execution; the wildcard stays inside this "
@@ -854,6 +858,15 @@ class TenantPipeline(Construct):
              "every transition of every chunk (cost) that the execution history already keeps. "
              "Execution data is excluded so no record content reaches the logs."),
         )
+
+
+def _as_nag_shows(stack: Stack) -> tuple[str, str, str]:
+    """The stack's partition, Region and account as they appear in cdk-nag's findings."""
+    def shown(value: str, pseudo: str) -> str:
+        return pseudo if Token.is_unresolved(value) else value
+
+    return (shown(stack.partition, "<AWS::Partition>"), shown(stack.region, "<AWS::Region>"),
+            shown(stack.account, "<AWS::AccountId>"))
 
 
 def _acknowledge(scope: Construct, *findings: tuple[str, str | None, str]) -> None:
