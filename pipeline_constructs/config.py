@@ -142,6 +142,11 @@ class TenantConfig(_Strict):
     @field_validator("id")
     @classmethod
     def _id_fits_every_derived_name(cls, tenant_id: str) -> str:
+        if names.RESERVED_ID_PART in f"-{tenant_id}-":
+            # 'a' would own the IAM wildcard `execution:a-file-ingest-page*`, which names the
+            # executions of tenant 'a-file-ingest-page-b' too.
+            raise ValueError(f"contains '{names.RESERVED_ID_PART.strip('-')}', the part every tenant's state "
+                             "machine names share (another tenant's permissions could then cover this one's)")
         broken = names.tightest_broken(tenant_id)
         if broken is not None:
             derived = broken.render(tenant_id)

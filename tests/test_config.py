@@ -68,6 +68,25 @@ def test_fails_when_an_id_has_bad_characters():
     )
 
 
+def test_fails_when_an_id_contains_the_part_every_state_machine_name_shares():
+    """GIVEN tenant 'a' and tenant 'a-file-ingest-page-b' WHEN validated THEN the second is
+    refused: CDK's grant of 'a's child executions (`execution:a-file-ingest-page*`) would also
+    name the executions of 'a-file-ingest-page-b-file-ingest-page'."""
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: a, prefix: a/}}
+          - {{id: a-file-ingest-page-b, prefix: b/}}
+        """
+    ) == (
+        "tenant 'a-file-ingest-page-b': field 'id' = 'a-file-ingest-page-b': contains 'file-ingest', the part "
+        "every tenant's state machine names share (another tenant's permissions could then cover this one's); "
+        "use lowercase letters, digits and single hyphens, starting with a letter (at most 49 characters)"
+    )
+
+
 def test_fails_when_an_id_is_too_long_for_a_derived_resource_name():
     tenant_id = "a" * (names.MAX_TENANT_ID_LENGTH + 1)
     assert names.MAX_TENANT_ID_LENGTH == 49  # "<id>-register-chunk" must fit Lambda's 64 characters
