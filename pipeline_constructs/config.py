@@ -424,8 +424,39 @@ def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems
     if kind == "missing":
         problems.add(where, field, _MISSING, "is required", FIXES.get(leaf, f"add '{leaf}'"))
         return
-    message = PROBLEMS.get(kind) or error["msg"].removeprefix("Value error, ")
-    problems.add(where, field, value, message, FIXES.get(leaf, "see the tenants.yaml reference in the README"))
+    problems.add(where, field, value, _plain_words(error), FIXES.get(leaf, "see the tenants.yaml reference in the README"))
+
+
+#: pydantic's error types in the project's own words (the fix says what a valid value is).
+_BOUNDS = {"greater_than_equal": "is less than {ge}", "less_than_equal": "is more than {le}",
+           "greater_than": "must be more than {gt}", "less_than": "must be less than {lt}",
+           "string_too_short": "is too short (at least {min_length} characters)",
+           "string_too_long": "is too long (at most {max_length} characters)",
+           "too_short": "has too few entries (at least {min_length})",
+           "too_long": "has too many entries (at most {max_length})"}
+_TYPES = {"int_type": "is not a whole number", "int_parsing": "is not a whole number",
+          "int_from_float": "is not a whole number", "float_type": "is not a number",
+          "string_type": "is not text (quote it)", "bool_type": "is not true or false",
+          "bool_parsing": "is not true or false", "dict_type": "is not a mapping",
+          "model_type": "is not a mapping", "model_attributes_type": "is not a mapping",
+          "list_type": "is not a list", "none_required": "must be left out"}
+
+
+def _plain_words(error: dict) -> str:
+    """One problem in the tenant/field/value/fix form's words: never pydantic's own wording
+    ("Input should be ..."). Our validators' messages (value errors) are kept as they are."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind in PROBLEMS:
+        return PROBLEMS[kind]
+    if kind in _BOUNDS:
+        return _BOUNDS[kind].format(**ctx)
+    if kind in _TYPES:
+        return _TYPES[kind]
+    if kind == "literal_error":
+        return f"is not one of {ctx.get('expected', 'the allowed values')}"
+    if kind in ("value_error", "assertion_error"):
+        return str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return "is not a valid value here"
 
 
 def _valid_keys_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:

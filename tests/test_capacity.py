@@ -300,7 +300,7 @@ def test_fails_when_an_account_id_is_not_12_digits_or_not_quoted():
     assert problems_of(text) == [
         ("target 'short': field 'account' = '12345': is not a 12-digit AWS account id; quote the 12-digit account "
          "id, e.g. account: '111111111111'"),
-        ("target 'number': field 'account' = 111111111111: Input should be a valid string; quote the 12-digit "
+        ("target 'number': field 'account' = 111111111111: is not text (quote it); quote the 12-digit "
          "account id, e.g. account: '111111111111'"),
     ]
 
@@ -322,7 +322,7 @@ def test_fails_when_a_target_has_no_tenant():
 
 def test_fails_when_an_account_limit_is_unknown_or_not_positive():
     assert problems_of(tenants_yaml(1, head="account_limits: {iam_role: 2000, state_machines: 0}\n")) == [
-        ("account_limits: field 'state_machines' = 0: Input should be greater than or equal to 1; use the account's "
+        ("account_limits: field 'state_machines' = 0: is less than 1; use the account's "
          "quota (Step Functions, state machines), or leave it out (default 100000)"),
         ("account_limits: field 'iam_role' = 2000: unknown key; remove it or fix its spelling (did you mean "
          "'iam_roles'?)"),
