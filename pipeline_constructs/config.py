@@ -122,6 +122,10 @@ class TenantConfig(_Strict):
     #: How long one execution (one attempt at a file) may run before Step Functions times it
     #: out (it then halts the tenant like a failure). Default: the outage budget plus 6 hours.
     file_time_limit_seconds: int | None = Field(default=None, ge=60, le=budgets.MAX_FILE_TIME_LIMIT_SECONDS)
+    #: X-Ray tracing of the tenant's state machines and functions (seed 003). Off by default:
+    #: traces cost per trace recorded (README, "Tracing"), and the execution history and logs
+    #: already show where a file is.
+    tracing: bool = False
 
     @property
     def file_time_limit(self) -> int:
@@ -282,6 +286,7 @@ FIXES: dict[str, str] = {
     "iam_roles": "use the account's quota (IAM, roles per account), or leave it out (default 1000)",
     "cloudformation_stacks": "use the account's quota (CloudFormation, stack count), or leave it out (default 2000)",
     "state_machines": "use the account's quota (Step Functions, state machines), or leave it out (default 100000)",
+    "tracing": "use true (X-Ray traces of the state machines and functions) or false (the default)",
     "pages_per_section": "leave it out (the default is the most a section's history allows), "
     f"or use a whole number from 1 to {budgets.max_pages_per_section()}",
 }

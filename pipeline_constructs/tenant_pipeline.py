@@ -97,6 +97,7 @@ class TenantPipelineProps:
     ``pages_per_section``: pages per section execution (a file of more pages runs them in
     sections). Default (None): the most that keep a section's history within budget
     (``budgets.max_pages_per_section``). Small values make multi-section files cheap to test.
+    ``tracing``: X-Ray tracing of the state machines and the functions. Default: off (cost).
     """
 
     tenant_id: str
@@ -126,6 +127,7 @@ class TenantPipelineProps:
     file_time_limit: Duration | None = None
     chunks_per_page: int | None = None
     pages_per_section: int | None = None
+    tracing: bool = False
 
 
 class TenantPipeline(Construct):
@@ -249,6 +251,7 @@ class TenantPipeline(Construct):
                 )
             ),
             role=self.data_role,
+            tracing=props.tracing,
         )
         self.register = pipeline_function(
             self,
@@ -274,6 +277,7 @@ class TenantPipeline(Construct):
                 )
             ),
             role=self.data_role,
+            tracing=props.tracing,
         )
         self._grant_tenant_objects(props)
 
@@ -307,6 +311,7 @@ class TenantPipeline(Construct):
                     on_failure=props.on_failure,
                 )
             ),
+            tracing=props.tracing,
         )
 
         self.workflow_log_group = logs.LogGroup(
@@ -349,7 +354,7 @@ class TenantPipeline(Construct):
             logs=sfn.LogOptions(
                 destination=self.workflow_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
-            tracing_enabled=True,
+            tracing_enabled=props.tracing,
         )
 
         # Backstop of the workflow's last state (status-change events are best effort, and the
@@ -407,6 +412,7 @@ class TenantPipeline(Construct):
                     first_sequence=props.first_sequence,
                 )
             ),
+            tracing=props.tracing,
         )
         # Partial batch responses: a waiting message is a reported item failure, not a function
         # error, so Lambda does not back off its polling.
@@ -649,7 +655,7 @@ class TenantPipeline(Construct):
             logs=sfn.LogOptions(
                 destination=self.page_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
-            tracing_enabled=True,
+            tracing_enabled=props.tracing,
         )
 
     def _section_state_machine(self, props: TenantPipelineProps) -> None:
@@ -683,7 +689,7 @@ class TenantPipeline(Construct):
             logs=sfn.LogOptions(
                 destination=self.section_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
-            tracing_enabled=True,
+            tracing_enabled=props.tracing,
         )
 
     def _grant_own_ledger(self, role: iam.IRole, props: TenantPipelineProps, *actions: str) -> None:
@@ -841,6 +847,17 @@ class TenantPipeline(Construct):
             self._child_executions_finding(names.PAGE_STATE_MACHINE, "page"),
             self._child_executions_finding(names.SECTION_STATE_MACHINE, "section"),
         )
+        if props.tracing:
+            for role in (self.data_role, self.controller.role, self.closer.role):
+                _acknowledge(role, ("AwsSolutions-IAM5", "Resource::*",
+                                    "X-Ray trace segments (the tenant's `tracing: true`) do not support "
+                                    "resource-level permissions."))
+        if not props.tracing:
+            for machine in (self.state_machine, self.section_state_machine, self.page_state_machine):
+                _acknowledge(machine, ("AwsSolutions-SF2", None,
+                                       "X-Ray tracing is the tenant's choice (`tracing: true`), off by default: "
+                                       "traces cost per trace recorded, and the execution history, the ledger and "
+                                       "`ops status` already show where each file is (README, Tracing)."))
         _acknowledge(
             self.section_state_machine,
             ("AwsSolutions-SF1", None,

@@ -183,7 +183,7 @@ def test_state_machine_is_standard_named_after_the_tenant_and_logs_errors_withou
     assert props["StateMachineType"] == "STANDARD"
     assert props["LoggingConfiguration"]["Level"] == "ERROR"
     assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
-    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["TracingConfiguration"] == {"Enabled": False}  # tracing is opt-in (`tracing: true`)
 
 
 def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(acme):
@@ -410,7 +410,7 @@ def test_the_child_state_machines_log_errors_without_data_and_trace_like_the_par
     assert props["StateMachineName"] == f"acme-file-ingest-{kind.lower()}"
     assert props["LoggingConfiguration"]["Level"] == "ERROR"
     assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
-    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["TracingConfiguration"] == {"Enabled": False}  # as the parent: opt-in
     # a child never outlives its file: the same time limit as the parent
     child = page_definition(acme) if kind == "Page" else section_definition(acme)
     assert child["TimeoutSeconds"] == definition(acme)["TimeoutSeconds"] > 0
@@ -777,3 +777,37 @@ def test_stack_outputs_let_ops_find_the_intake_dlq_and_the_closer(acme):
                      if v["Properties"]["FunctionName"] == "acme-close-file")
     assert next(v for k, v in outputs.items() if k.startswith("PipelineIntakeDlqUrl")) == {"Ref": _intake_dlq_id(acme)}
     assert next(v for k, v in outputs.items() if k.startswith("PipelineCloserFunctionName")) == {"Ref": closer_id}
+
+
+TRACED = """
+defaults:
+  sink: {url: "https://core.example.com/records"}
+tenants:
+  - {id: traced, prefix: traced/, tracing: true}
+  - {id: plain, prefix: plain/}
+"""
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory) -> dict[str, Template]:
+    """A tenant with `tracing: true` beside one without, synthesized with cdk-nag on."""
+    from aws_cdk import App
+
+    from pipeline_constructs.application import build_app
+
+    root = tmp_path_factory.mktemp("traced")
+    (root / "tenants.yaml").write_text(TRACED)
+    built = build_app(root / "tenants.yaml", app=App(outdir=str(root / "cdk.out")))
+    built.app.synth()  # cdk-nag runs here: tracing must leave no unacknowledged finding
+    return {tenant: Template.from_stack(stack) for tenant, stack in built.tenants.items()}
+
+
+def test_tracing_is_opt_in_per_tenant_on_every_state_machine_and_function(traced):
+    """GIVEN `tracing: true` on one tenant WHEN synthesized THEN its three state machines trace
+    and its four functions trace actively; the other tenant's trace nothing (cost)."""
+    for tenant, on in (("traced", True), ("plain", False)):
+        machines = traced[tenant].find_resources("AWS::StepFunctions::StateMachine").values()
+        assert [m["Properties"]["TracingConfiguration"] for m in machines] == [{"Enabled": on}] * 3, tenant
+        functions = traced[tenant].find_resources("AWS::Lambda::Function").values()
+        assert [f["Properties"].get("TracingConfig") for f in functions] == [
+            {"Mode": "Active"} if on else None] * 4, tenant
