@@ -67,8 +67,8 @@ class ResourceChange:
     @property
     def destructive(self) -> bool:
         """Removes or replaces a resource that holds data (see STATEFUL_TYPES)."""
-        ends = self.impact in DESTRUCTIVE_IMPACTS or self.change == "removed"
-        return ends and self.resource_type in STATEFUL_TYPES
+        # A removal the CLI calls "orphan" (DeletionPolicy Retain) leaves the resource in place.
+        return self.impact in DESTRUCTIVE_IMPACTS and self.resource_type in STATEFUL_TYPES
 
     def describe(self) -> str:
         verb = "replaced" if self.replaced else ("removed" if self.change == "removed" else self.change)

@@ -333,7 +333,8 @@ def base_tenants_file(repo: Path, base_source: Path, tenants: Path) -> Path:
     return candidate if candidate.exists() else tenants.resolve()
 
 
-def run(args: argparse.Namespace, out=sys.stdout) -> int:
+def run(args: argparse.Namespace) -> int:
+    out = sys.stdout
     repo = Path(args.repo).resolve()
     head_tenants = Path(args.tenants)
     head_tenants = (head_tenants if head_tenants.is_absolute() else repo / head_tenants).resolve()
