@@ -117,7 +117,10 @@ def test_pull_request_diff_comments_once_then_gates_destructive_changes_on_the_l
     gate = order.index(step_running(diff, "python -m tools.cdk_diff_output cdk-diff.log")["name"])
     assert synth < cdk_diff < comment < gate
     # Every stack, Stages included, into the log that the comment and the gate read.
-    assert step_running(diff, "cdk diff")["run"].endswith("'**' 2>&1 | tee cdk-diff.log")
+    command = step_running(diff, "cdk diff")["run"]
+    assert command.endswith("'**' 2>&1 | tee cdk-diff.log")
+    # The read-only lookup role, never the deploy role, with code from a pull request.
+    assert "--method template" in command
     # One comment, found again by its tag on each push.
     assert "--tag-id cdk-diff" in step_running(diff, "--tag-id")["run"]
     gate_step = step_running(diff, "tools.cdk_diff_output")
