@@ -7,6 +7,7 @@ git-revision path end to end on a throwaway repository of two commits.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -145,11 +146,12 @@ def _git(repo: Path, *args: str) -> None:
 @pytest.fixture(scope="module")
 def throwaway_repo(tmp_path_factory) -> Path:
     """The app's code in a new repository: commit 1 has BASE_TENANTS, commit 2 HEAD_TENANTS."""
-    repo = tmp_path_factory.mktemp("repo")
-    for name in ("app.py", "cdk.json"):
-        shutil.copy(ROOT / name, repo / name)
-    for name in ("pipeline_constructs", "lambdas"):
-        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    repo = tmp_path_factory.mktemp("repo") / "app"
+    # The whole working tree but what is installed, generated or git's own.
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "node_modules", "cdk.out", "__pycache__", ".pytest_cache", ".hypothesis",
+        "mutants", ".local", "run", "tests", "bench", "docs", "tenants.yaml",
+    ))
     _git(repo, "init", "--quiet", "--initial-branch=main")
     (repo / "tenants.yaml").write_text(BASE_TENANTS)
     _git(repo, "add", "-A")
@@ -169,6 +171,8 @@ def test_git_revision_path_synthesizes_both_revisions(throwaway_repo, capsys):
     assert "base: HEAD~1 (" in out and "tenants tenants.yaml" in out
     assert "Tenants\n  added:    beta\n  removed:  -\n  changed:  acme\n" in out
     assert "[~] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5 replace" in out
+    # The CLI's synth adds path metadata: the summary names the construct as the CLI does.
+    assert re.search(r"replaced +AWS::SQS::Queue +PipelineQueueC13966F5  \(Pipeline/Queue\)  DESTRUCTIVE\n", out)
 
 
 def test_fails_when_the_base_revision_does_not_exist(throwaway_repo, capsys):

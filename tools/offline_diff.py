@@ -116,9 +116,12 @@ def read_assembly(outdir: Path, prefix: str = "") -> dict[str, StackTemplate]:
 
 # --- comparing ----------------------------------------------------------------------------
 
-def _construct_path(resource: dict) -> str:
+def _construct_path(stack: str, resource: dict) -> str:
+    """The resource's construct path inside its stack, as the CLI shows it (`Pipeline/Queue`).
+    Empty when the template has no path metadata (the CLI adds it; an in-process App does not)."""
     path = resource.get("Metadata", {}).get("aws:cdk:path", "")
-    return path.split("/", 1)[1] if "/" in path else path
+    path = path[len(stack) + 1:] if path.startswith(stack + "/") else path.split("/", 1)[-1]
+    return path.removesuffix("/Resource")
 
 
 def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate]) -> list[StackDiff]:
@@ -141,7 +144,7 @@ def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate
             resources.append(ResourceDelta(
                 logical_id=logical_id,
                 resource_type=resource.get("Type", "?"),
-                construct_path=_construct_path(resource),
+                construct_path=_construct_path(name, resource),
                 change=change,
                 destructive=change == "removed" and _lost_on_removal(resource),
             ))
@@ -317,7 +320,9 @@ def export_revision(repo: Path, revision: str, target: Path) -> str:
     _git(repo, "archive", "--format=tar", f"--output={archive}", commit)
     target.mkdir(parents=True)
     with tarfile.open(archive) as tar:
-        tar.extractall(target, filter="data")
+        # The "data" filter (Python 3.11.4+) refuses absolute paths and links out of `target`.
+        extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(target, **extra)
     archive.unlink()
     return commit[:12]
 
@@ -370,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--base", default="origin/main", help="git revision to compare with (default origin/main)")
     parser.add_argument("--tenants", default="tenants.yaml",
-                        help="tenants file of the head (default tenants.yaml); the base uses its own "
-                             "copy of the same path when the file is in the repository")
+                        help="tenants file of the head (default tenants.yaml, relative to --repo); the "
+                             "base uses its own copy of the same path when the file is in the repository")
     parser.add_argument("--base-tenants", default=None,
                         help="compare two tenants files on the working tree's code instead of two revisions")
     parser.add_argument("--repo", default=".", help="the repository (default: the current directory)")
