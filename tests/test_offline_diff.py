@@ -17,7 +17,16 @@ from aws_cdk import App, Stack, Stage
 from aws_cdk import aws_sqs as sqs
 
 from tests.conftest import ROOT, synthesize
-from tools.offline_diff import EXIT_DIFFERENT, EXIT_ERROR, build_report, main, read_assembly, render_full, render_summary
+from tools.offline_diff import (
+    EXIT_DIFFERENT,
+    EXIT_ERROR,
+    base_tenants_file,
+    build_report,
+    main,
+    read_assembly,
+    render_full,
+    render_summary,
+)
 
 BASE_TENANTS = """\
 defaults:
@@ -182,3 +191,18 @@ def test_fails_when_the_base_revision_does_not_exist(throwaway_repo, capsys):
         f"offline diff: base revision 'origin/main' not found in {throwaway_repo}; fetch it first "
         "(e.g. `git fetch origin main`) or pass BASE=<branch, tag or commit>\n"
     )
+
+
+def test_the_base_uses_its_own_copy_of_a_tenants_file_in_the_repository(tmp_path):
+    repo, base = tmp_path / "repo", tmp_path / "base"
+    for root in (repo, base):
+        (root / "config").mkdir(parents=True)
+        (root / "config" / "tenants.yaml").write_text(root.name)
+    outside = tmp_path / "mine.yaml"
+    outside.write_text("mine")
+    # In the repository: the base revision's version of the same path.
+    assert base_tenants_file(repo, base, repo / "config" / "tenants.yaml") == base / "config" / "tenants.yaml"
+    # Not in the base revision (a new file) or outside the repository: the same file for both.
+    (repo / "new.yaml").write_text("new")
+    assert base_tenants_file(repo, base, repo / "new.yaml") == (repo / "new.yaml").resolve()
+    assert base_tenants_file(repo, base, outside) == outside.resolve()

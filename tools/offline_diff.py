@@ -218,7 +218,7 @@ def cli_diff(head_outdir: Path, stack: str, base_template: Path) -> str:
     result = subprocess.run(
         [cdk_executable(), "diff", "--no-color", "--no-notices", "--app", str(head_outdir),
          "--exclusively", "--template", str(base_template), stack],
-        env=_env(), capture_output=True, text=True,
+        env=_env(), capture_output=True, text=True, check=False,
     )
     output = (result.stdout + result.stderr).strip()
     if result.returncode not in (0, 1):
@@ -283,8 +283,8 @@ def render_summary(report: Report) -> str:
         for diff in others:
             lines += [f"{_SIGN[diff.status]} stack {diff.name} ({diff.status})", *_resource_lines(diff)]
     destructive = report.destructive
-    lines += ["", f"Destructive changes (a queue, table, bucket, key or log group replaced or removed): "
-                  f"{len(destructive) or 'none'}"]
+    lines += ["", (f"Destructive changes (a queue, table, bucket, key or log group replaced or removed): "
+                   f"{len(destructive) or 'none'}")]
     lines += [f"  {stack}: {r.resource_type} {r.logical_id} {r.change}" for stack, r in destructive]
     return "\n".join(lines)
 
@@ -303,7 +303,7 @@ def render_full(report: Report) -> str:
 # --- revisions ----------------------------------------------------------------------------
 
 def _git(repo: Path, *args: str) -> str:
-    result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    result = subprocess.run(["git", *args], check=False, cwd=repo, capture_output=True, text=True)
     if result.returncode != 0:
         raise DiffError(f"git {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout.strip()
