@@ -338,32 +338,36 @@ def base_tenants_file(repo: Path, base_source: Path, tenants: Path) -> Path:
     return candidate if candidate.exists() else tenants.resolve()
 
 
+def _in_repo(repo: Path, path: str) -> Path:
+    given = Path(path)
+    return (given if given.is_absolute() else repo / given).resolve()
+
+
 def run(args: argparse.Namespace) -> int:
-    out = sys.stdout
     repo = Path(args.repo).resolve()
-    head_tenants = Path(args.tenants)
-    head_tenants = (head_tenants if head_tenants.is_absolute() else repo / head_tenants).resolve()
+    head_tenants = _in_repo(repo, args.tenants)
     if not head_tenants.exists():
         raise DiffError(f"tenants file {head_tenants} not found; pass TENANTS=path/to/tenants.yaml")
     with tempfile.TemporaryDirectory(prefix="offline-diff-") as scratch_dir:
         scratch = Path(scratch_dir)
         if args.base_tenants:
-            base_source, base_tenants = repo, Path(args.base_tenants).resolve()
-            base_label = f"tenants {base_tenants}"
+            base_source, base_tenants = repo, _in_repo(repo, args.base_tenants)
+            base_label = f"working tree, tenants {base_tenants}"
         else:
             base_source = scratch / "base"
             commit = export_revision(repo, args.base, base_source)
             base_tenants = base_tenants_file(repo, base_source, head_tenants)
-            base_label = f"{args.base} ({commit}), tenants {base_tenants.relative_to(base_source) if base_tenants.is_relative_to(base_source) else base_tenants}"
+            shown = base_tenants.relative_to(base_source) if base_tenants.is_relative_to(base_source) else base_tenants
+            base_label = f"{args.base} ({commit}), tenants {shown}"
         print(f"Offline diff\n  base: {base_label}\n  head: working tree {repo}, tenants {head_tenants}\n",
-              file=out, flush=True)
+              flush=True)
         synthesize([("the base", base_source, base_tenants, scratch / "base.out"),
                     ("the head", repo, head_tenants, scratch / "head.out")])
         report = build_report(scratch / "base.out", scratch / "head.out", scratch)
-    print(render_summary(report), file=out)
+    print(render_summary(report))
     if report.different:
-        print("\nFull template diffs (cdk diff --template <base template>)\n", file=out)
-        print(render_full(report), file=out)
+        print("\nFull template diffs (cdk diff --template <base template>)\n")
+        print(render_full(report))
     return EXIT_DIFFERENT if report.different else EXIT_SAME
 
 
@@ -378,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="tenants file of the head (default tenants.yaml, relative to --repo); the "
                              "base uses its own copy of the same path when the file is in the repository")
     parser.add_argument("--base-tenants", default=None,
-                        help="compare two tenants files on the working tree's code instead of two revisions")
+                        help="compare this tenants file (relative to --repo) with --tenants on the working "
+                             "tree's code, instead of two revisions")
     parser.add_argument("--repo", default=".", help="the repository (default: the current directory)")
     args = parser.parse_args(argv)
     try:
