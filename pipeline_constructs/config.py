@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from lambdas import contract
-from pipeline_constructs import budgets, names
+from pipeline_constructs import budgets, capacity, names
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 MAX_CHUNK_SIZE = 1000
@@ -133,6 +133,8 @@ class TenantConfig(_Strict):
     #: Chunks per page execution (issue 9). Default: the most that keep a page's history in
     #: budget; smaller values only make more, shorter pages (tests use 2 or 3).
     chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS)
+    #: The deployment target (a name under `targets:`) this tenant is deployed to (README, Scaling).
+    target: str | None = None
     #: Pages per section execution (a file of more pages runs them in sections). Default: the
     #: most a section's history holds; smaller values only make more, shorter sections.
     pages_per_section: int | None = Field(default=None, ge=1, le=budgets.max_pages_per_section())
@@ -140,6 +142,11 @@ class TenantConfig(_Strict):
     @field_validator("id")
     @classmethod
     def _id_fits_every_derived_name(cls, tenant_id: str) -> str:
+        if names.RESERVED_ID_PART in f"-{tenant_id}-":
+            # 'a' would own the IAM wildcard `execution:a-file-ingest-page*`, which names the
+            # executions of tenant 'a-file-ingest-page-b' too.
+            raise ValueError(f"contains '{names.RESERVED_ID_PART.strip('-')}', the part every tenant's state "
+                             "machine names share (another tenant's permissions could then cover this one's)")
         broken = names.tightest_broken(tenant_id)
         if broken is not None:
             derived = broken.render(tenant_id)
@@ -171,11 +178,64 @@ class NotificationsConfig(_Strict):
         return emails
 
 
+class AccountLimits(_Strict):
+    """The account quotas synthesis checks the tenants against (it has no credentials: these
+    are declared, AWS's defaults unless raised; `python -m ops preflight` reads the real ones).
+    Sources of the defaults: README, "Scaling"."""
+
+    #: EventBridge rules per event bus. Default: 300, 100 in af-south-1 and eu-south-1.
+    eventbridge_rules_per_bus: int | None = Field(default=None, ge=1)
+    #: Lambda concurrent executions of the account in the Region (new accounts may have less).
+    lambda_concurrent_executions: int = Field(default=1000, ge=1)
+    #: IAM roles of the account (global to the account: every target in it shares them).
+    iam_roles: int = Field(default=1000, ge=1)
+    #: CloudFormation stacks of the account in the Region.
+    cloudformation_stacks: int = Field(default=2000, ge=1)
+    #: Step Functions state machines of the account in the Region.
+    state_machines: int = Field(default=100_000, ge=1)
+
+
+ACCOUNT_ID_PATTERN = r"^[0-9]{12}$"
+REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+$"
+TARGET_NAME_PATTERN = r"^[a-zA-Z][a-zA-Z0-9-]*$"
+
+
+class TargetConfig(_Strict):
+    """A deployment target: one account and Region, a CDK Stage of its own (README, Scaling)."""
+
+    account: str
+    region: str
+    #: Overrides of the top-level `account_limits`, key by key.
+    account_limits: AccountLimits = AccountLimits()
+
+    @field_validator("account")
+    @classmethod
+    def _account_id(cls, account: str) -> str:
+        if not re.match(ACCOUNT_ID_PATTERN, account):
+            raise ValueError("is not a 12-digit AWS account id")
+        return account
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, region: str) -> str:
+        if not re.match(REGION_PATTERN, region):
+            raise ValueError("is not an AWS Region code")
+        return region
+
+
 class AppConfig(_Strict):
     """The whole file: notifications and the validated tenants."""
 
     notifications: NotificationsConfig = NotificationsConfig()
     tenants: tuple[TenantConfig, ...]
+    account_limits: AccountLimits = AccountLimits()
+    #: Deployment targets by name; empty: one deployment to the CLI's account and Region.
+    targets: dict[str, TargetConfig] = Field(default_factory=dict)
+
+    def limits_of(self, target: str) -> AccountLimits:
+        """The top-level limits with the target's own overrides."""
+        own = self.targets[target].account_limits
+        return self.account_limits.model_copy(update=own.model_dump(exclude_unset=True))
 
 
 # Per field: what a valid value looks like. Used as the "fix" of a message.
@@ -212,6 +272,16 @@ FIXES: dict[str, str] = {
     "gap_alarm_after_seconds": "use a whole number of seconds, at least 60 (default 900)",
     "chunks_per_page": "leave it out (the default is the most a page's history allows), "
     "or use a smaller whole number",
+    "target": "use the name of a target declared under 'targets:'",
+    "account": "quote the 12-digit account id, e.g. account: '111111111111'",
+    "region": "use a Region code such as 'eu-west-1'",
+    "eventbridge_rules_per_bus": "use the account's quota (Service Quotas: EventBridge, rules per event bus), "
+    "or leave it out (default 300; 100 in af-south-1 and eu-south-1)",
+    "lambda_concurrent_executions": "use the account's quota (Lambda, concurrent executions), or leave it out "
+    "(default 1000)",
+    "iam_roles": "use the account's quota (IAM, roles per account), or leave it out (default 1000)",
+    "cloudformation_stacks": "use the account's quota (CloudFormation, stack count), or leave it out (default 2000)",
+    "state_machines": "use the account's quota (Step Functions, state machines), or leave it out (default 100000)",
     "pages_per_section": "leave it out (the default is the most a section's history allows), "
     f"or use a whole number from 1 to {budgets.max_pages_per_section()}",
 }
@@ -224,7 +294,7 @@ PROBLEMS: dict[str, str] = {
 
 TENANT_KEYS = tuple(TenantConfig.model_fields)
 DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix"))
-TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants")
+TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets")
 _MISSING = object()
 
 
@@ -248,17 +318,19 @@ class _Problems:
             self.lines.append(line)
 
 
-def load_config(path: str | Path) -> AppConfig:
-    """Read and validate a tenants file, raising :class:`ConfigError` with every problem."""
+def load_config(path: str | Path, *, check_capacity: bool = True) -> AppConfig:
+    """Read and validate a tenants file, raising :class:`ConfigError` with every problem.
+
+    ``check_capacity=False`` skips the declared account limits (`ops preflight` reads the real ones)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read the file: {exc.strerror}; check the path"]) from None
-    return parse_config(text, source=path.name)
+    return parse_config(text, source=path.name, check_capacity=check_capacity)
 
 
-def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
+def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: bool = True) -> AppConfig:
     """Validate the YAML text of a tenants file."""
     try:
         raw = yaml.safe_load(text)
@@ -278,6 +350,8 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
     defaults = {k: v for k, v in defaults.items() if k in DEFAULTS_KEYS}
 
     notifications = _validate(NotificationsConfig, raw.get("notifications") or {}, "notifications", problems)
+    account_limits = _validate(AccountLimits, raw.get("account_limits") or {}, "account_limits", problems)
+    targets = _validate_targets(raw.get("targets"), problems)
 
     tenants_raw = raw.get("tenants")
     if not isinstance(tenants_raw, list) or not tenants_raw:
@@ -312,10 +386,18 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
         _check_file_time_limit(tenant, problems)
         _check_page_budget(tenant, problems)
 
+    _check_tenant_targets(tenants, targets, problems, every_tenant_valid=len(tenants) == len(tenants_raw))
+
     if problems.lines:
         raise ConfigError(source, problems.lines)
-    assert notifications is not None
-    return AppConfig(notifications=notifications, tenants=tuple(tenants))
+    assert notifications is not None and account_limits is not None and targets is not None
+    config = AppConfig(notifications=notifications, tenants=tuple(tenants), account_limits=account_limits,
+                       targets=targets)
+    # Capacity last, on a file otherwise valid: the counts need every tenant and its target.
+    over = capacity.problems(config) if check_capacity else []
+    if over:
+        raise ConfigError(source, over)
+    return config
 
 
 def _validate(model: type[BaseModel], data: Any, where: str, problems: _Problems, own: dict | None = None):
@@ -342,8 +424,39 @@ def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems
     if kind == "missing":
         problems.add(where, field, _MISSING, "is required", FIXES.get(leaf, f"add '{leaf}'"))
         return
-    message = PROBLEMS.get(kind) or error["msg"].removeprefix("Value error, ")
-    problems.add(where, field, value, message, FIXES.get(leaf, "see the tenants.yaml reference in the README"))
+    problems.add(where, field, value, _plain_words(error), FIXES.get(leaf, "see the tenants.yaml reference in the README"))
+
+
+#: pydantic's error types in the project's own words (the fix says what a valid value is).
+_BOUNDS = {"greater_than_equal": "is less than {ge}", "less_than_equal": "is more than {le}",
+           "greater_than": "must be more than {gt}", "less_than": "must be less than {lt}",
+           "string_too_short": "is too short (at least {min_length} characters)",
+           "string_too_long": "is too long (at most {max_length} characters)",
+           "too_short": "has too few entries (at least {min_length})",
+           "too_long": "has too many entries (at most {max_length})"}
+_TYPES = {"int_type": "is not a whole number", "int_parsing": "is not a whole number",
+          "int_from_float": "is not a whole number", "float_type": "is not a number",
+          "string_type": "is not text (quote it)", "bool_type": "is not true or false",
+          "bool_parsing": "is not true or false", "dict_type": "is not a mapping",
+          "model_type": "is not a mapping", "model_attributes_type": "is not a mapping",
+          "list_type": "is not a list", "none_required": "must be left out"}
+
+
+def _plain_words(error: dict) -> str:
+    """One problem in the tenant/field/value/fix form's words: never pydantic's own wording
+    ("Input should be ..."). Our validators' messages (value errors) are kept as they are."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind in PROBLEMS:
+        return PROBLEMS[kind]
+    if kind in _BOUNDS:
+        return _BOUNDS[kind].format(**ctx)
+    if kind in _TYPES:
+        return _TYPES[kind]
+    if kind == "literal_error":
+        return f"is not one of {ctx.get('expected', 'the allowed values')}"
+    if kind in ("value_error", "assertion_error"):
+        return str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return "is not a valid value here"
 
 
 def _valid_keys_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:
@@ -476,6 +589,73 @@ def _check_page_budget(tenant: TenantConfig, problems: _Problems) -> None:
             f"is more than the {most} chunks a page's history holds at these settings",
             f"use at most {most}, or leave it out",
         )
+
+
+def _validate_targets(raw: Any, problems: _Problems) -> dict[str, TargetConfig] | None:
+    """`targets:` (name -> account, region, account_limits); None when one is invalid."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.add("targets", "targets", raw, "must be a mapping of target names",
+                     "write 'targets:' followed by 'NAME: {account: ..., region: ...}' lines")
+        return None
+    targets: dict[str, TargetConfig] = {}
+    valid = True
+    for name, entry in raw.items():
+        where = f"target '{name}'"
+        if not isinstance(name, str) or not re.match(TARGET_NAME_PATTERN, name):
+            problems.add(where, "(name)", name, "is not a usable target name (it names a CDK Stage)",
+                         "use letters, digits and hyphens, starting with a letter, e.g. 'prod-eu'")
+            valid = False
+            continue
+        if not isinstance(entry, dict):
+            problems.add(where, "(entry)", entry, "must be a mapping",
+                         f"write '{name}: {{account: \'111111111111\', region: eu-west-1}}'")
+            valid = False
+            continue
+        target = _validate(TargetConfig, entry, where, problems)
+        if target is None:
+            valid = False
+            continue
+        for other_name, other in targets.items():
+            if (other.account, other.region) == (target.account, target.region):
+                problems.add(
+                    where, "region", target.region,
+                    f"is in the same account and Region as target '{other_name}' ({other.account}/{other.region}): "
+                    "both would deploy the same stacks there",
+                    "give each target its own account or Region, or assign its tenants to one target",
+                )
+        targets[name] = target
+    return targets if valid else None
+
+
+def _check_tenant_targets(tenants: list[TenantConfig], targets: dict[str, TargetConfig] | None,
+                          problems: _Problems, *, every_tenant_valid: bool) -> None:
+    """With `targets:`, every tenant names a declared one (in itself or in defaults); without,
+    none does. Every target gets at least one tenant."""
+    if targets is None:
+        return
+    declared = ", ".join(targets)
+    before = len(problems.lines)
+    for tenant in tenants:
+        where = f"tenant '{tenant.id}'"
+        if not targets and tenant.target is not None:
+            problems.add(where, "target", tenant.target, "is set, but no targets are declared",
+                         "declare it under 'targets:' (account and region), or remove it")
+        elif targets and tenant.target is None:
+            problems.add(where, "target", _MISSING, "is required when targets are declared",
+                         f"set 'target:' in the tenant or in defaults (declared: {declared})")
+        elif targets and tenant.target not in targets:
+            close = difflib.get_close_matches(tenant.target or "", list(targets), n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            problems.add(where, "target", tenant.target, "is not a declared target",
+                         f"{hint}use one of: {declared}")
+    used = {tenant.target for tenant in tenants}
+    if every_tenant_valid and len(problems.lines) == before:  # else some tenant's target is unknown
+        for name in targets:
+            if name not in used:
+                problems.add(f"target '{name}'", "tenants", _MISSING, "has no tenant",
+                             f"set 'target: {name}' on its tenants, or remove the target")
 
 
 def _merge(defaults: dict, entry: dict) -> dict:

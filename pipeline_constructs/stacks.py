@@ -32,7 +32,9 @@ FEATURE_FLAGS = {
 
 class _IngestStack(Stack):
     def __init__(self, scope: Construct, stack_id: str, *, description: str) -> None:
-        super().__init__(scope, stack_id, description=description)
+        # The same stack names inside a target's Stage (not `<stage>-<id>`): each target is its
+        # own account/Region, where `ops` finds the stacks by these names.
+        super().__init__(scope, stack_id, description=description, stack_name=stack_id)
         for flag, value in FEATURE_FLAGS.items():
             self.node.set_context(flag, value)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
@@ -214,6 +214,16 @@ class TenantPipeline(Construct):
             ],
         )
 
+        # Split and register share one role: the tenant's data plane (its landing prefix, its work
+        # folder, its ledger items). IAM roles are an account quota (1,000 by default, 5,000 at
+        # most): four roles a tenant (this one, the controller's, the closer's, the workflow's)
+        # let 1,000 tenants share an account. Neither function can reach another tenant's data.
+        self.data_role = iam.Role(
+            self,
+            "DataRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Execution role of tenant {tenant_id}'s split and register functions",
+        )
         self.split = pipeline_function(
             self,
             "Split",
@@ -238,6 +248,7 @@ class TenantPipeline(Construct):
                     max_chunks=budgets.max_file_chunks(self.chunks_per_page, self.pages_per_section),
                 )
             ),
+            role=self.data_role,
         )
         self.register = pipeline_function(
             self,
@@ -262,6 +273,7 @@ class TenantPipeline(Construct):
                     sink_batch_size=props.sink_batch_size,
                 )
             ),
+            role=self.data_role,
         )
         self._grant_tenant_objects(props)
 
@@ -304,19 +316,28 @@ class TenantPipeline(Construct):
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
         )
+        # The file's, its sections' and its pages' state machines are one workflow: one role
+        # (IAM roles are an account quota; see `data_role`).
+        self.workflow_role = iam.Role(
+            self,
+            "WorkflowRole",
+            assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+            description=f"Execution role of tenant {tenant_id}'s file, section and page state machines",
+        )
         self._page_state_machine(props)
         self._section_state_machine(props)
         self.state_machine = sfn.StateMachine(
             self,
             "Workflow",
             state_machine_name=state_machine_name,
+            role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_definition(
                     Construct(self, "Steps"),  # state names are construct ids: keep them apart
                     split_function=self.split.function,
-                    page_state_machine=self.page_state_machine,
-                    section_state_machine=self.section_state_machine,
+                    page_state_machine=self._child_by_name(names.PAGE_STATE_MACHINE, "PageByName"),
+                    section_state_machine=self._child_by_name(names.SECTION_STATE_MACHINE, "SectionByName"),
                     closer_function=self.closer.function,
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
@@ -539,25 +560,29 @@ class TenantPipeline(Construct):
     # -- permissions ----------------------------------------------------------------------------
 
     def _grant_tenant_objects(self, props: TenantPipelineProps) -> None:
-        """Split and register read only this tenant's landing prefix; indexes live under the tenant's own folder."""
+        """Split and register (one role) read only this tenant's landing prefix; indexes live
+        under the tenant's own folder."""
         own_work = props.work_bucket.arn_for_objects(f"{contract.work_prefix(self.tenant_id)}*")
-        self.split.role.add_to_policy(
+        self.data_role.add_to_policy(
             iam.PolicyStatement(
+                # Split reads whichever file the tenant drops; register reads its chunk with a
+                # ranged GET of the pinned landing object version.
                 sid="ReadOwnLandingPrefix",
                 actions=["s3:GetObject", "s3:GetObjectVersion"],
                 resources=[props.landing_bucket.arn_for_objects(f"{self.landing_prefix}*")],
             )
         )
-        self.split.role.add_to_policy(
+        self.data_role.add_to_policy(
             iam.PolicyStatement(
-                sid="WriteOwnChunks",
-                # GetObject: a resumed file reuses its chunk index and manifest. PutObject covers
-                # the multipart upload of a large index; Abort gives up one of a failed split.
+                sid="OwnChunks",
+                # Split writes the chunk index and manifest (PutObject covers the multipart upload
+                # of a large index; Abort gives up one of a failed split) and reads them when a
+                # resumed file reuses them; register reads them (ranged GETs of the index).
                 actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
                 resources=[own_work],
             )
         )
-        self.split.role.add_to_policy(
+        self.data_role.add_to_policy(
             iam.PolicyStatement(
                 # Without it a missing manifest answers 403 instead of 404.
                 sid="ListOwnChunks",
@@ -566,25 +591,9 @@ class TenantPipeline(Construct):
                 conditions={"StringLike": {"s3:prefix": [f"{contract.work_prefix(self.tenant_id)}*"]}},
             )
         )
-        self.register.role.add_to_policy(
-            iam.PolicyStatement(
-                # The manifest and the chunk index (ranged GETs of its entries).
-                sid="ReadOwnChunks",
-                actions=["s3:GetObject"],
-                resources=[own_work],
-            )
-        )
-        self.register.role.add_to_policy(
-            iam.PolicyStatement(
-                # Register reads its chunk with a ranged GET of the pinned landing object version.
-                sid="ReadOwnLandingPrefix",
-                actions=["s3:GetObject", "s3:GetObjectVersion"],
-                resources=[props.landing_bucket.arn_for_objects(f"{self.landing_prefix}*")],
-            )
-        )
-        self._grant_own_ledger(self.register.role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
-        if props.duplicate_files == "skip":  # split looks up the content of files that succeeded
-            self._grant_own_ledger(self.split.role, props, "dynamodb:GetItem")
+        # Register's fence and progress; split looks up the content of files that succeeded
+        # (duplicate_files: skip).
+        self._grant_own_ledger(self.data_role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
 
     def _page_budget(self, props: TenantPipelineProps) -> None:
         """`chunks_per_page` and the register invocations per chunk: what bounds a page's history."""
@@ -625,6 +634,7 @@ class TenantPipeline(Construct):
             self,
             "PageWorkflow",
             state_machine_name=name,
+            role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_page_definition(
@@ -658,11 +668,12 @@ class TenantPipeline(Construct):
             self,
             "SectionWorkflow",
             state_machine_name=name,
+            role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_section_definition(
                     Construct(self, "SectionSteps"),
-                    page_state_machine=self.page_state_machine,
+                    page_state_machine=self._child_by_name(names.PAGE_STATE_MACHINE, "PageBySectionName"),
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
                 )
@@ -761,39 +772,47 @@ class TenantPipeline(Construct):
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
 
-    @staticmethod
-    def _child_executions_finding(child: sfn.StateMachine, kind: str) -> tuple[str, str, str]:
+    def _child_by_name(self, name: names.DerivedName, construct_id: str) -> sfn.IStateMachine:
+        """A child state machine by its fixed name's ARN, not by reference: the three state
+        machines share one role, whose policy names the children; a reference would make each
+        child depend on the policy that depends on it (a cycle)."""
+        arn = Stack.of(self).format_arn(
+            service="states",
+            resource="stateMachine",
+            resource_name=name.render(self.tenant_id),
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        return sfn.StateMachine.from_state_machine_arn(self, construct_id, arn)
+
+    def _child_executions_finding(self, child: names.DerivedName, kind: str) -> tuple[str, str, str]:
+        partition, region, account = _as_nag_shows(Stack.of(self))
         return (
             "AwsSolutions-IAM5",
-            "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
-            '{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + _logical_id(child) + '"}]}]}*',
+            f"Resource::arn:{partition}:states:{region}:{account}:execution:{child.render(self.tenant_id)}*",
             "CDK's StepFunctionsStartExecution (.sync) grant: describe and stop the executions of this "
-            f"tenant's {kind} state machine only; their names derive from the parent's, unknown in advance.",
+            f"tenant's {kind} state machine; their names derive from the parent's, unknown in advance.",
         )
 
     def _acknowledge_findings(self, props: TenantPipelineProps) -> None:
         """Every wildcard left in this pipeline's policies is scoped to the tenant; each says why."""
         tenant_id, own_work = self.tenant_id, contract.work_prefix(self.tenant_id)
-        landing = f"arn:<AWS::Partition>:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
-        work = f"arn:<AWS::Partition>:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
+        # cdk-nag shows pseudo parameters as <AWS::...>, or their values in a stack with an
+        # explicit environment (a deployment target's Stage).
+        partition, region, account = _as_nag_shows(Stack.of(self))
+        landing = f"arn:{partition}:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
+        work = f"arn:{partition}:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
         executions = (
-            "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+            f"arn:{partition}:states:{region}:{account}:execution:"
             f"{names.STATE_MACHINE.render(tenant_id)}:*"
         )
         chunks_reason = ("Chunk indexes and manifests are named per execution; the wildcard stays inside this "
                          "tenant's own work folder.")
         _acknowledge(
-            self.split.role,
+            self.data_role,
             ("AwsSolutions-IAM5", f"Resource::{landing}/{self.landing_prefix}*",
-             "Split reads whichever file the tenant drops, and only under this tenant's landing prefix."),
+             "Split reads whichever file the tenant drops, register its chunk of it (a ranged GET), and "
+             "only under this tenant's landing prefix."),
             ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason),
-        )
-        _acknowledge(
-            self.register.role,
-            ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason),
-            ("AwsSolutions-IAM5", f"Resource::{landing}/{self.landing_prefix}*",
-             "Register reads its chunk (a ranged GET) of whichever file the tenant dropped, and only "
-             "under this tenant's landing prefix."),
         )
         executions_reason = (
             "Execution names are the EventBridge event ids, unknown in advance; only this "
@@ -812,34 +831,21 @@ class TenantPipeline(Construct):
             "it is still this tenant's function only."
         )
         _acknowledge(
-            self.state_machine.role,
+            self.workflow_role,
             ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.split.function)}.Arn>:*", invoke_reason),
             ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.closer.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*", invoke_reason),
             ("AwsSolutions-IAM5", "Resource::*",
              "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
              "resource-level permissions."),
-            self._child_executions_finding(self.page_state_machine, "page"),
-            self._child_executions_finding(self.section_state_machine, "section"),
-        )
-        _acknowledge(
-            self.section_state_machine.role,
-            ("AwsSolutions-IAM5", "Resource::*",
-             "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
-             "resource-level permissions."),
-            self._child_executions_finding(self.page_state_machine, "page"),
+            self._child_executions_finding(names.PAGE_STATE_MACHINE, "page"),
+            self._child_executions_finding(names.SECTION_STATE_MACHINE, "section"),
         )
         _acknowledge(
             self.section_state_machine,
             ("AwsSolutions-SF1", None,
              "ERROR level on purpose, as the parent: ALL would log every page's transitions that the "
              "execution history already keeps; execution data is excluded (no record content in logs)."),
-        )
-        _acknowledge(
-            self.page_state_machine.role,
-            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*", invoke_reason),
-            ("AwsSolutions-IAM5", "Resource::*",
-             "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
-             "resource-level permissions."),
         )
         _acknowledge(
             self.page_state_machine,
@@ -854,6 +860,15 @@ class TenantPipeline(Construct):
              "every transition of every chunk (cost) that the execution history already keeps. "
              "Execution data is excluded so no record content reaches the logs."),
         )
+
+
+def _as_nag_shows(stack: Stack) -> tuple[str, str, str]:
+    """The stack's partition, Region and account as they appear in cdk-nag's findings."""
+    def shown(value: str, pseudo: str) -> str:
+        return pseudo if Token.is_unresolved(value) else value
+
+    return (shown(stack.partition, "<AWS::Partition>"), shown(stack.region, "<AWS::Region>"),
+            shown(stack.account, "<AWS::AccountId>"))
 
 
 def _acknowledge(scope: Construct, *findings: tuple[str, str | None, str]) -> None:
