@@ -20,26 +20,34 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
-## demo: the main job: the default tenants.yaml running end to end on a local moto server,
-## with sample files, live progress and a verification table (exit 1 if a guarantee broke).
-## Pass options with ARGS, e.g. make demo ARGS="--scenario malformed" (python -m demo --help).
+## Every target reads the tenants file TENANTS (default tenants.yaml): make demo TENANTS=my.yaml
+TENANTS ?= tenants.yaml
+export TENANTS
+
+## demo: the main job: the tenants file running end to end on a local moto server, with
+## sample files, live progress and a verification table. python -m demo exits 0 when every
+## guarantee held, 1 when one broke (or the run timed out), 2 for a bad tenants file; make
+## reports any non-zero exit as its own 2. Options go in ARGS, e.g.
+## make demo ARGS="--scenario malformed" (python -m demo --help).
 demo: setup
-	python -m demo $(ARGS)
+	python -m demo --tenants $(TENANTS) $(ARGS)
 
-## synth: synthesize every stack of the default tenants.yaml with the pinned CDK CLI (no credentials needed)
+## synth: synthesize every stack of the tenants file with the pinned CDK CLI (no credentials
+## needed); more CDK CLI options in ARGS.
 synth: setup
-	cdk synth --quiet
+	cdk synth --quiet -c tenants=$(TENANTS) $(ARGS)
 
-## test: the whole test suite (template assertions, snapshots, cdk-nag, cfn-lint, handlers)
+## test: the whole test suite (template assertions, snapshots, cdk-nag, cfn-lint, handlers,
+## end to end); the generic checks of tests/test_user_tenants.py run on the tenants file.
 test: setup
-	pytest
+	pytest $(ARGS)
 
 ## diff: offline diff of BASE (default origin/main) and the working tree, per tenant then per
 ## stack, no AWS credentials (python -m tools.offline_diff: exit 0 same, 1 different, 2 error;
 ## make turns any non-zero exit into its own 2). TENANTS=path picks the tenants file.
 BASE ?= origin/main
 diff: setup
-	python -m tools.offline_diff --base $(BASE) $(if $(TENANTS),--tenants $(TENANTS))
+	python -m tools.offline_diff --base $(BASE) --tenants $(TENANTS)
 
 clean:
 	rm -rf cdk.out .pytest_cache

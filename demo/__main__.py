@@ -273,13 +273,38 @@ def serve(pipe, console: Console) -> None:
                     key = execution["name"]
                     if execution["status"] in contract.CLOSED_STATUSES and seen.get(key) != 1:
                         seen[key] = 1
-                        console.print(
-                            f"{tenant}: {execution['input']['key']} {execution['status']}, "
-                            f"{len(pipe.sink(tenant).accepted):,} records registered so far"
-                        )
+                        console.print(file_outcome(tenant, execution), markup=False)
             time.sleep(1)
     except KeyboardInterrupt:
         console.print("stopping")
+
+
+def file_outcome(tenant: str, execution: dict) -> str:
+    """One line per closed file for `--serve`: its records, or why it failed (never a record's
+    content: the cause names a line or a record index)."""
+    where = f"{tenant}: s3://.../{execution['input'].get('key')}"
+    if execution["status"] == "SUCCEEDED":
+        split = (execution.get("output") or {}).get("split") or {}
+        start, total = int(execution["input"].get("start_record") or 0), split.get("record_count")
+        if split.get("duplicate_of"):
+            return f"{where} SUCCEEDED: a duplicate of {split['duplicate_of'].get('key')}, nothing sent"
+        if total is None:
+            return f"{where} SUCCEEDED"
+        sent = f"records {start:,} to {total - 1:,}" if start else f"{total:,} records"
+        return f"{where} SUCCEEDED: {sent} registered" if total else f"{where} SUCCEEDED: no records"
+    cause = " ".join(str(execution.get("cause") or "").split())
+    cause = cause if len(cause) <= 300 else cause[:297] + "..."
+    return f"{where} {execution['status']}: {execution.get('error') or 'no error given'}: {cause or 'no cause given'}"
+
+
+def finish_times(pipe, tenants: list[str], run_started_at: float) -> str:
+    """When each tenant's last file closed, in seconds from the first upload: a slow tenant's
+    core system delays only that tenant (G4)."""
+    parts = []
+    for tenant in tenants:
+        stops = [e["stopDate"].timestamp() for e in pipe.executions(tenant) if e.get("stopDate")]
+        parts.append(f"{tenant} {max(stops) - run_started_at:.1f} s" if stops else f"{tenant} -")
+    return "Each tenant's last file closed at (from the first upload): " + ", ".join(parts)
 
 
 class StrayUploads:
@@ -340,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         inject(pipe, args.scenario, config.tenants[0].id)
         uploads: dict[str, list[Upload]] = {t.id: [] for t in config.tenants}
         chunks = ChunkProgress(pipe)
-        run_started = time.monotonic()
+        run_started, run_started_wall = time.monotonic(), time.time()
         uploader = threading.Thread(target=upload_all, args=(pipe, plan, uploads))
         uploader.start()
         from ops.discovery import discover
@@ -369,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
             verify_tenant(t, uploads[t], pipe.executions(t), pipe.sink(t).accepted) for t in plan.files
         ]
         console.print(verdict_table(verdicts))
+        console.print(finish_times(pipe, list(plan.files), run_started_wall), markup=False)
+        if args.scenario == "slow-tenant":
+            console.print(f"({config.tenants[0].id}'s core system was slow; the other tenants did not wait for it)",
+                          markup=False)
         report_faults(pipe, console)
         total = sum(v.records_delivered for v in verdicts)
         console.print(f"{total:,} records delivered in {elapsed:.1f} s; total run {time.monotonic() - started:.1f} s")

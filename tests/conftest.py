@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # machine's Node may be end-of-life); put it first however pytest was started.
 os.environ["PATH"] = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
-DEFAULT_TENANTS = ROOT / "tenants.yaml"
+#: The tests' own tenants file (acme, globex, initech): construct tests and snapshots use it,
+#: so editing the root tenants.yaml changes none of them. The user's file gets the generic
+#: checks of tests/test_user_tenants.py.
+FIXTURE_TENANTS = ROOT / "tests" / "fixtures" / "tenants.yaml"
+DEFAULT_TENANTS = FIXTURE_TENANTS
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import sys
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from tests.conftest import ROOT, normalise_asset_hashes
+from tests.conftest import FIXTURE_TENANTS, ROOT, normalise_asset_hashes
 
 TENANT_STACKS = ["OrderedIngest-Tenant-acme", "OrderedIngest-Tenant-globex", "OrderedIngest-Tenant-initech"]
 
@@ -63,7 +63,7 @@ def test_cdk_nag_runs_on_every_synth_and_fails_it_on_a_finding(tmp_path):
 
     from pipeline_constructs.application import build_app
 
-    built = build_app(ROOT / "tenants.yaml", app=App(outdir=str(tmp_path)))
+    built = build_app(FIXTURE_TENANTS, app=App(outdir=str(tmp_path)))
     sqs.Queue(Stack(built.app, "Extra"), "QueueWithoutTls")  # AwsSolutions-SQS3 and SQS4
     with pytest.raises(RuntimeError, match="ValidationFailed(.|\n)*AwsSolutions-SQS4"):
         built.app.synth()
@@ -130,7 +130,7 @@ def test_the_pinned_cdk_cli_synthesizes_without_credentials(tmp_path):
         AWS_CONFIG_FILE=str(tmp_path / "none"),
     )
     result = subprocess.run(
-        [str(cdk), "synth", "--quiet", "--output", str(tmp_path / "cdk.out")],
+        [str(cdk), "synth", "--quiet", "-c", f"tenants={FIXTURE_TENANTS}", "--output", str(tmp_path / "cdk.out")],
         cwd=ROOT, capture_output=True, text=True, env=env, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -26,8 +27,8 @@ def one_problem(yaml_text: str) -> str:
     return problems[0]
 
 
-def test_the_default_tenants_file_is_valid_and_applies_defaults():
-    config = load_config("tenants.yaml")
+def test_the_fixture_tenants_file_is_valid_and_applies_defaults():
+    config = load_config(Path(__file__).resolve().parent / "fixtures" / "tenants.yaml")
     by_id = {t.id: t for t in config.tenants}
     assert list(by_id) == ["acme", "globex", "initech"]
     assert by_id["acme"].format == "csv" and by_id["acme"].chunk_size == 100

@@ -87,3 +87,33 @@ def test_a_record_from_no_expected_file_and_a_record_sent_early_are_reported():
 
     assert request_order_problems([Request(0, True), Request(0, False), Request(1, True)]) == []
     assert request_order_problems([Request(1, True)]) == ["record a#1 was sent before a#0 was registered"]
+
+
+def test_serve_prints_each_files_records_or_its_failure_cause():
+    """`--serve` says, per closed file, how many records it registered (or which, for a resumed
+    file), or why it failed, without record content and on one line."""
+    from demo.__main__ import file_outcome
+
+    done = {"status": "SUCCEEDED", "input": {"key": "acme/a.csv"}, "output": {"split": {"record_count": 1200}}}
+    assert file_outcome("acme", done) == "acme: s3://.../acme/a.csv SUCCEEDED: 1,200 records registered"
+    resumed = {**done, "input": {"key": "acme/a.csv", "start_record": 42}}
+    assert file_outcome("acme", resumed) == "acme: s3://.../acme/a.csv SUCCEEDED: records 42 to 1,199 registered"
+    failed = {"status": "FAILED", "input": {"key": "acme/b.csv"}, "error": "MalformedFileError",
+              "cause": "line 7:\n has 3 fields, the header 2 " + "x" * 400}
+    line = file_outcome("acme", failed)
+    assert line.startswith("acme: s3://.../acme/b.csv FAILED: MalformedFileError: line 7: has 3 fields, the header 2 x")
+    assert "\n" not in line and line.endswith("...") and len(line) < 400
+
+
+def test_finish_times_name_every_tenant_from_the_first_upload():
+    from datetime import datetime, timezone
+
+    from demo.__main__ import finish_times
+
+    class Pipe:
+        def executions(self, tenant):
+            stops = {"slow": [130.0, 160.5], "fast": [104.2], "idle": []}[tenant]
+            return [{"stopDate": datetime.fromtimestamp(t, tz=timezone.utc)} for t in stops]
+
+    assert finish_times(Pipe(), ["slow", "fast", "idle"], 100.0) == (
+        "Each tenant's last file closed at (from the first upload): slow 60.5 s, fast 4.2 s, idle -")

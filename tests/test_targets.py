@@ -108,7 +108,7 @@ def test_without_targets_the_stacks_stay_at_the_top_env_agnostic():
 
     from pipeline_constructs.application import build_app
 
-    built = build_app(Path(__file__).resolve().parent.parent / "tenants.yaml", app=App(), nag=False)
+    built = build_app(Path(__file__).resolve().parent / "fixtures" / "tenants.yaml", app=App(), nag=False)
     assert built.stages == {}
     assert built.shared.node.scope is built.app
     assert built.shared.stack_name == "OrderedIngest-Shared"

@@ -15,7 +15,7 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys):
     status = main(
         [
             "--tenants",
-            str(ROOT / "tenants.yaml"),
+            str(ROOT / "tests" / "fixtures" / "tenants.yaml"),
             "--files",
             "2",
             "--records",
@@ -45,7 +45,7 @@ def test_the_demo_halts_and_resumes(capsys):
     and every record arrives once, in order."""
     status = main(
         [
-            "--tenants", str(ROOT / "tenants.yaml"), "--files", "3", "--records", "60", "--big-records", "0",
+            "--tenants", str(ROOT / "tests" / "fixtures" / "tenants.yaml"), "--files", "3", "--records", "60", "--big-records", "0",
             "--scenario", "halt-resume", "--time-scale", "0.03",
         ]
     )
