@@ -164,38 +164,41 @@ class UnmatchedDoesNotFit(ValueError):
 def unmatched_layout(prefixes: Sequence[str], *, limit: int = MAX_EVENT_PATTERN_CHARS) -> UnmatchedLayout:
     """The catch-all for ``prefixes`` within ``limit`` characters per pattern.
 
-    The key space is cut into subtrees (roots): from the empty key prefix, a subtree whose
-    tenant prefixes fit one ``anything-but`` pattern is a root, otherwise it is cut by its next
-    character (a subtree with no tenant prefix needs no root: the default bus's rule logs it).
-    Consecutive roots share a catch-all bus while both of its patterns fit."""
+    One rule excluding every prefix when they fit one pattern. Otherwise the key space is cut
+    into subtrees (roots): from the empty key prefix, a subtree whose prefixes fit one
+    ``anything-but`` pattern is a root, otherwise it is cut by its next character (a subtree
+    with no prefix needs no root). Consecutive roots share a catch-all bus while both of its
+    patterns fit, and the roots are then what the default bus's rule must exclude: the same cut
+    again, one level up, until they fit one pattern. Every level's buses are fed by the default
+    bus (EventBridge forwards an event only once)."""
     ordered = tuple(sorted(set(prefixes)))
     if _unmatched_size(ordered) <= limit:
         return UnmatchedLayout(excluded=ordered)
     roots = _roots("", list(ordered), limit)
-    groups: list[UnmatchedGroup] = []
+    if len(roots) >= len(ordered):
+        raise UnmatchedDoesNotFit(
+            f"the {len(ordered)} prefixes have no common folders to group them by, and excluding them takes "
+            f"{_unmatched_size(ordered)} characters (limit {limit})"
+        )
+    groups: list[list[tuple[str, list[str]]]] = []
     current: list[tuple[str, list[str]]] = []
     for root in roots:
-        candidate = current + [root]
-        if _group_fits(candidate, limit):
-            current = candidate
+        if not current or _group_fits(current + [root], limit):
+            current.append(root)
             continue
-        groups.append(_group(len(groups), current))
+        groups.append(current)
         current = [root]
-    if current:
-        groups.append(_group(len(groups), current))
-    excluded = tuple(r for r, _ in roots)
-    size = _unmatched_size(excluded)
-    if size > limit:
-        raise UnmatchedDoesNotFit(
-            f"the {len(excluded)} key-prefix subtrees of the catch-all make a pattern of {size} characters "
-            f"(limit {limit})"
-        )
-    return UnmatchedLayout(excluded=excluded, groups=tuple(groups))
+    groups.append(current)
+    upper = unmatched_layout([r for r, _ in roots], limit=limit)
+    own = tuple(_group(len(upper.groups) + n, members) for n, members in enumerate(groups))
+    return UnmatchedLayout(excluded=upper.excluded, groups=upper.groups + own)
 
 
 def _roots(path: str, prefixes: list[str], limit: int) -> list[tuple[str, list[str]]]:
     if path and _unmatched_size(prefixes) <= limit:
         return [(path, prefixes)]
+    if len(prefixes) == 1:
+        return [(prefixes[0], prefixes)]
     under: dict[str, list[str]] = {}
     for prefix in prefixes:
         under.setdefault(prefix[: len(path) + 1], []).append(prefix)
