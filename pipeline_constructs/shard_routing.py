@@ -23,7 +23,11 @@ from constructs import Construct
 from pipeline_constructs import names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
 from pipeline_constructs.nag import acknowledge
-from pipeline_constructs.tenant_pipeline import INTAKE_DLQ_RETENTION, INTAKE_MAX_EVENT_AGE, INTAKE_RETRY_ATTEMPTS
+from pipeline_constructs.tenant_pipeline import (
+    INTAKE_DLQ_RETENTION,
+    INTAKE_MAX_EVENT_AGE,
+    INTAKE_RETRY_ATTEMPTS,
+)
 
 METRIC_PERIOD = Duration.minutes(5)
 ALARM_PREFIX = "ordered-ingest"

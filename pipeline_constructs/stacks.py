@@ -15,9 +15,9 @@ from constructs import Construct
 from pipeline_constructs import names, routing
 from pipeline_constructs.config import AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards
+from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
-from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
 
 

@@ -23,9 +23,8 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import names
+from pipeline_constructs import names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
-from pipeline_constructs import routing
 from pipeline_constructs.nag import acknowledge
 
 if TYPE_CHECKING:

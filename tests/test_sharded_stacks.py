@@ -193,8 +193,9 @@ def test_the_catch_all_of_400_prefixes_forwards_subtrees_to_its_buses_each_withi
         forward = rules[f"ordered-ingest-unmatched-{n}-forward"]
         assert forward["EventPattern"]["detail"]["object"]["key"] == [{"prefix": r} for r in group.roots]
         logged = rules[f"ordered-ingest-unmatched-uploads-{n}"]
-        assert logged["EventBusName"] == {"Ref": [k for k, b in resources(template, "AWS::Events::EventBus").items()
-                                                  if b["Properties"]["Name"] == f"ordered-ingest-unmatched-{n}"][0]}
+        (bus_id,) = [k for k, b in resources(template, "AWS::Events::EventBus").items()
+                     if b["Properties"]["Name"] == f"ordered-ingest-unmatched-{n}"]
+        assert logged["EventBusName"] == {"Ref": bus_id}
         assert logged["EventPattern"]["detail"]["object"]["key"] == [{"anything-but": {"prefix": list(group.prefixes)}}]
     for rule in rules.values():
         assert len(json.dumps(rule["EventPattern"])) <= routing.MAX_EVENT_PATTERN_CHARS
