@@ -199,3 +199,58 @@ def test_the_catch_all_of_400_prefixes_forwards_subtrees_to_its_buses_each_withi
         assert logged["EventPattern"]["detail"]["object"]["key"] == [{"anything-but": {"prefix": list(group.prefixes)}}]
     for rule in rules.values():
         assert len(json.dumps(rule["EventPattern"])) <= routing.MAX_EVENT_PATTERN_CHARS
+
+
+def shared_stack_only(tmp_path, tenants_yaml: str):
+    """The shared stack of a big tenants file, synthesized with cdk-nag (no tenant stacks: fast)."""
+    from aws_cdk import Validations
+    from cdk_nag import AwsSolutionsChecks
+
+    from pipeline_constructs.config import parse_config
+    from pipeline_constructs.stacks import SharedStack
+
+    app = App(outdir=str(tmp_path))
+    shared = SharedStack(app, parse_config(tenants_yaml))
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    assembly = app.synth()
+    return shared, assembly.get_stack_by_name(shared.stack_name).template, json.loads(
+        (tmp_path / "validation-report.json").read_text()
+    )
+
+
+def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_hop(tmp_path):
+    """GIVEN 200 tenants and no shards (their rules stay on the default bus: the capacity model's
+    concern) THEN the catch-all still fits: its buses, forwards, the one role, cdk-nag clean."""
+    tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(200))
+    shared, template, report = shared_stack_only(
+        tmp_path, f"defaults:\n  sink: {{url: https://core.example.com/r}}\ntenants:\n{tenants}"
+    )
+    groups = routing.unmatched_layout([f"tenant-{i:04d}/" for i in range(200)]).groups
+    assert len(groups) >= 2 and shared.shard_routing is None
+    buses = sorted(b["Properties"]["Name"] for b in resources(template, "AWS::Events::EventBus").values())
+    assert buses == sorted(names.unmatched_bus_name(g.index + 1) for g in groups)
+    assert len(resources(template, "AWS::IAM::Role")) == 1
+    alarms = {a["Properties"]["AlarmName"] for a in resources(template, "AWS::CloudWatch::Alarm").values()}
+    assert {f"ordered-ingest-unmatched-{g.index + 1}-routing-failed" for g in groups} <= alarms
+    assert "ordered-ingest-routing-dlq" in alarms
+    (nag,) = [r for r in report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert nag["conclusion"] == "success" and nag["violations"] == []
+
+
+def test_a_1000_tenant_sharded_shared_stack_fits_cloudformation_and_every_pattern(tmp_path):
+    """The shared stack is the one template that grows with sharding: 40 buses, 80 forwards,
+    the catch-all's buses and the alarms, far below 500 resources, and what routing adds far
+    below 1 MB. (The dashboards, a row per tenant, are 3.5 MB at 1,000 tenants: issue 10's
+    synth-at-scale work, not routing's.)"""
+    tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(1000))
+    _, template, report = shared_stack_only(
+        tmp_path, f"defaults:\n  sink: {{url: https://core.example.com/r}}\nrouting: {{shards: 40}}\ntenants:\n{tenants}"
+    )
+    assert len(resources(template, "AWS::Events::EventBus")) == 40 + 10
+    assert len(template["Resources"]) < 500
+    without_dashboards = {k: r for k, r in template["Resources"].items() if r["Type"] != "AWS::CloudWatch::Dashboard"}
+    assert len(json.dumps(without_dashboards)) < 400_000
+    for rule in rules_by_name(template).values():
+        assert len(json.dumps(rule["EventPattern"])) <= routing.MAX_EVENT_PATTERN_CHARS
+    (nag,) = [r for r in report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert nag["conclusion"] == "success"
