@@ -274,9 +274,16 @@ def max_shard_bus_rules(tenants: Sequence[RoutedTenant], shards: int = 0) -> int
     return max(shard.bus_rules for shard in layout(tenants, shards))
 
 
-def shard_bus_count(shards: int) -> int:
-    """Custom event buses the app creates (one per shard; the quota is per account)."""
-    return shards
+def custom_event_buses(tenants: Sequence[RoutedTenant], shards: int = 0) -> int:
+    """Custom event buses the app creates: one per shard, and the catch-all's ("Event buses"
+    quota: 100 per account and Region)."""
+    return shards + len(unmatched_layout([t.prefix for t in tenants]).groups)
+
+
+def routing_roles(tenants: Sequence[RoutedTenant], shards: int = 0) -> int:
+    """IAM roles routing adds to the shared stack: one for every default-bus -> custom-bus
+    forward, when there is any (EventBridge needs a role for an event-bus target)."""
+    return 1 if custom_event_buses(tenants, shards) else 0
 
 
 def problems(

@@ -83,6 +83,16 @@ def test_rules_on_the_default_bus_and_on_the_fullest_shard_bus():
     assert routing.max_shard_bus_rules(tenants, 4) == 2 * max(len(m) for m in by_shard.values())
 
 
+def test_buses_and_roles_routing_adds():
+    few, many = flat_tenants(10), flat_tenants(1000)
+    assert (routing.custom_event_buses(few), routing.routing_roles(few)) == (0, 0)  # today's layout
+    assert (routing.custom_event_buses(few, 4), routing.routing_roles(few, 4)) == (4, 1)
+    groups = len(routing.unmatched_layout([t.prefix for t in many]).groups)
+    assert groups == 10
+    assert (routing.custom_event_buses(many), routing.routing_roles(many)) == (groups, 1)
+    assert routing.custom_event_buses(many, 40) == 40 + groups
+
+
 def test_a_status_forward_matches_the_workflow_arn_by_its_suffix_only():
     pattern = routing.status_pattern(["acme"])
     assert pattern["detail"] == {"stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}]}
