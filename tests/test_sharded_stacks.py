@@ -235,6 +235,11 @@ def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_
     assert "ordered-ingest-routing-dlq" in alarms
     (nag,) = [r for r in report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
     assert nag["conclusion"] == "success" and nag["violations"] == []
+    from cfnlint.api import lint_all
+
+    findings = [f"{m.rule.id} {m.message}" for m in lint_all(json.dumps(template))
+                if m.rule.id[0] in "EW" and m.rule.id != "W3005"]
+    assert findings == []
 
 
 def test_a_1000_tenant_sharded_shared_stack_fits_cloudformation_and_every_pattern(tmp_path):
