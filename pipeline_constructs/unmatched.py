@@ -162,13 +162,15 @@ class UnmatchedUploads(Construct):
                 ),
                 bus=bus,
             )
+            # By its literal name (and a dependency), as the tenants' rules name their shard bus.
             rule = events.Rule(
                 self, f"Rule{n}",
-                event_bus=bus,
+                event_bus=events.EventBus.from_event_bus_name(self, f"BusByName{n}", names.unmatched_bus_name(n)),
                 rule_name=names.unmatched_uploads_rule_name(n),
                 description="Uploads of these subtrees outside every tenant prefix go to the log group",
                 event_pattern=unmatched_pattern(bucket, group.prefixes),
             )
+            rule.node.add_dependency(bus)
             rule.add_target(_LogGroupTarget(self.log_group, self.dead_letter_queue, sid=f"UnmatchedUploadsRule{n}DeadLetters"))
             props.forwarding.failed_alarm(
                 f"unmatched-{n}-routing-failed", [names.unmatched_forward_rule_name(n)],

@@ -195,7 +195,10 @@ def test_the_catch_all_of_400_prefixes_forwards_subtrees_to_its_buses_each_withi
         logged = rules[f"ordered-ingest-unmatched-uploads-{n}"]
         (bus_id,) = [k for k, b in resources(template, "AWS::Events::EventBus").items()
                      if b["Properties"]["Name"] == f"ordered-ingest-unmatched-{n}"]
-        assert logged["EventBusName"] == {"Ref": bus_id}
+        (logged_id,) = [k for k, r in resources(template, "AWS::Events::Rule").items()
+                        if r["Properties"]["Name"] == f"ordered-ingest-unmatched-uploads-{n}"]
+        assert logged["EventBusName"] == f"ordered-ingest-unmatched-{n}"
+        assert bus_id in template["Resources"][logged_id]["DependsOn"]
         assert logged["EventPattern"]["detail"]["object"]["key"] == [{"anything-but": {"prefix": list(group.prefixes)}}]
     for rule in rules.values():
         assert len(json.dumps(rule["EventPattern"])) <= routing.MAX_EVENT_PATTERN_CHARS
