@@ -94,8 +94,8 @@ SHARD_OBJECTS_RULE = "ordered-ingest-shard-{index}-objects"
 SHARD_STATUS_RULE = "ordered-ingest-shard-{index}-status"
 #: Where EventBridge puts an event it could not forward to a shard bus for a day.
 ROUTING_DLQ = "ordered-ingest-routing-dlq"
-#: The catch-all's rules past the first (the first keeps `UNMATCHED_UPLOADS_RULE`).
-UNMATCHED_UPLOADS_SLICE_RULE = "ordered-ingest-unmatched-uploads-{index}"
+#: The rule on the catch-all's bus n (the default bus's keeps `UNMATCHED_UPLOADS_RULE`).
+UNMATCHED_UPLOADS_BUS_RULE = "ordered-ingest-unmatched-uploads-{index}"
 
 
 def shard_bus_name(index: int) -> str:
@@ -111,8 +111,8 @@ def shard_status_rule_name(index: int) -> str:
 
 
 def unmatched_uploads_rule_name(index: int) -> str:
-    """The catch-all's rule ``index``: 0 is the one rule of an unsliced catch-all."""
-    return UNMATCHED_UPLOADS_RULE if index == 0 else UNMATCHED_UPLOADS_SLICE_RULE.format(index=index)
+    """The catch-all's rule on its bus ``index`` (0: the default bus's rule)."""
+    return UNMATCHED_UPLOADS_RULE if index == 0 else UNMATCHED_UPLOADS_BUS_RULE.format(index=index)
 
 
 #: The catch-all's buses past one pattern's worth of prefixes (`routing.unmatched_layout`).

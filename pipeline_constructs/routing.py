@@ -40,8 +40,8 @@ RULES_PER_TENANT = 2
 FORWARD_RULES_PER_SHARD = 2
 #: The landing bucket's name is a token at synthesis; measure patterns with S3's longest name.
 LONGEST_BUCKET_NAME = "b" * 63
-#: The first character of a key as S3 writes it into an event: the characters it never
-#: encodes, '+' (a space) and '%' (any other character, as %XX).
+#: The characters of a key as S3 writes it into an event: those it never encodes, '+' (a
+#: space) and '%' (any other character, as %XX). The tests draw keys from it.
 KEY_ALPHABET = "".join(sorted(contract.S3_EVENT_KEY_SAFE_CHARACTERS)) + "%+"
 STATE_MACHINE_SUFFIX = names.STATE_MACHINE.template.removeprefix("{id}")
 
