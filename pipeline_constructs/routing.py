@@ -257,10 +257,12 @@ def layout(tenants: Sequence[RoutedTenant], shards: int) -> list[ShardLayout]:
     ]
 
 
-def default_bus_rules(tenants: Sequence[RoutedTenant], shards: int = 0) -> int:
+def default_bus_rules(
+    tenants: Sequence[RoutedTenant], shards: int = 0, *, pattern_limit: int = MAX_EVENT_PATTERN_CHARS
+) -> int:
     """Rules this app puts on the default bus: 2 per tenant unsharded, 2 per non-empty shard
     sharded, plus the rules of the catch-all of unmatched uploads."""
-    catch_all = unmatched_layout([t.prefix for t in tenants]).default_bus_rules
+    catch_all = unmatched_layout([t.prefix for t in tenants], limit=pattern_limit).default_bus_rules
     if not shards:
         return RULES_PER_TENANT * len(tenants) + catch_all
     used = sum(1 for shard in layout(tenants, shards) if shard.tenant_ids)
@@ -274,16 +276,20 @@ def max_shard_bus_rules(tenants: Sequence[RoutedTenant], shards: int = 0) -> int
     return max(shard.bus_rules for shard in layout(tenants, shards))
 
 
-def custom_event_buses(tenants: Sequence[RoutedTenant], shards: int = 0) -> int:
+def custom_event_buses(
+    tenants: Sequence[RoutedTenant], shards: int = 0, *, pattern_limit: int = MAX_EVENT_PATTERN_CHARS
+) -> int:
     """Custom event buses the app creates: one per shard, and the catch-all's ("Event buses"
     quota: 100 per account and Region)."""
-    return shards + len(unmatched_layout([t.prefix for t in tenants]).groups)
+    return shards + len(unmatched_layout([t.prefix for t in tenants], limit=pattern_limit).groups)
 
 
-def routing_roles(tenants: Sequence[RoutedTenant], shards: int = 0) -> int:
+def routing_roles(
+    tenants: Sequence[RoutedTenant], shards: int = 0, *, pattern_limit: int = MAX_EVENT_PATTERN_CHARS
+) -> int:
     """IAM roles routing adds to the shared stack: one for every default-bus -> custom-bus
     forward, when there is any (EventBridge needs a role for an event-bus target)."""
-    return 1 if custom_event_buses(tenants, shards) else 0
+    return 1 if custom_event_buses(tenants, shards, pattern_limit=pattern_limit) else 0
 
 
 def problems(
@@ -315,14 +321,18 @@ def problems(
             ))
     if not shards:
         return found
-    for shard in layout(tenants, shards):
+    shard_layout = layout(tenants, shards)
+    for shard in shard_layout:
         if not shard.tenant_ids:
             continue
-        rooms = _rooms(tenants, shards, pattern_limit, exclude=shard.index)
+        too_big = max(shard.object_pattern_size, shard.status_pattern_size) > pattern_limit
+        if not too_big and shard.bus_rules <= rules_per_bus:
+            continue
         where = f"shard {shard.index}"
         pin_fix = (
             f"pin some of its tenants ({_listed(shard.tenant_ids)}) to a shard with room with 'shard:' "
-            f"({rooms}), or raise routing.shards (that moves tenants: README, Sharded routing)"
+            f"({_rooms(shard_layout, pattern_limit, exclude=shard.index)}), or raise routing.shards "
+            "(that moves tenants: README, Sharded routing)"
         )
         if shard.object_pattern_size > pattern_limit:
             found.append((
@@ -348,11 +358,11 @@ def problems(
     return found
 
 
-def _rooms(tenants: Sequence[RoutedTenant], shards: int, limit: int, *, exclude: int) -> str:
+def _rooms(shard_layout: Sequence[ShardLayout], limit: int, *, exclude: int) -> str:
     """The shards with the most room left, for the fix of a message."""
     free = sorted(
         ((limit - max(s.object_pattern_size, s.status_pattern_size), s.index)
-         for s in layout(tenants, shards) if s.index != exclude),
+         for s in shard_layout if s.index != exclude),
         reverse=True,
     )[:3]
     shown = [f"shard {index}: {room} characters free" for room, index in free if room > 0]
