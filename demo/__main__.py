@@ -309,6 +309,13 @@ def _stop_on_sigterm(*_: object) -> None:
     raise KeyboardInterrupt  # unwinds through LocalPipeline.close(): no process or temp dir left
 
 
+#: The local runtime runs one deployment (the layout without `targets:`), like one target.
+TARGETS_NOT_LOCAL = (
+    "{file} declares deployment targets: the local runtime runs the single-deployment layout only; "
+    "run the demo on a tenants file without 'targets:' (and without 'target:' on the tenants)"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
@@ -317,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.tenants)
     except ConfigError as error:
         console.print(str(error), markup=False)
+        return 2
+    if config.targets:
+        console.print(TARGETS_NOT_LOCAL.format(file=args.tenants), markup=False)
         return 2
     plan = make_plan(config, args)
 

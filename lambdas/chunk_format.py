@@ -336,6 +336,25 @@ def index_entries_range(chunk_index: int) -> str:
     return f"bytes={first}-{first + 2 * INDEX_ENTRY.size - 1}"
 
 
+#: Index entries read at once by a warm register function: one ranged GET serves this many
+#: chunks of a file (8 KiB), not one GET per chunk.
+INDEX_BLOCK_ENTRIES = 1024
+
+
+def index_block_range(block: int) -> str:
+    """The HTTP Range of index block `block`: entries `block x INDEX_BLOCK_ENTRIES` up to and
+    including the first entry of the next block (the block's last chunk's end). S3 returns
+    what exists of a range that runs past the object's end."""
+    first = block * INDEX_BLOCK_ENTRIES * INDEX_ENTRY.size
+    return f"bytes={first}-{first + (INDEX_BLOCK_ENTRIES + 1) * INDEX_ENTRY.size - 1}"
+
+
+def chunk_entries_from_block(block_bytes: bytes, chunk_index: int) -> bytes:
+    """The two index entries of `chunk_index` out of its block (`index_block_range`)."""
+    offset = (chunk_index % INDEX_BLOCK_ENTRIES) * INDEX_ENTRY.size
+    return block_bytes[offset:offset + 2 * INDEX_ENTRY.size]
+
+
 def chunk_byte_range(entries: bytes) -> tuple[int, int]:
     """`(start, end)` of a chunk from its two index entries (end exclusive)."""
     if len(entries) != 2 * INDEX_ENTRY.size:

@@ -300,6 +300,10 @@ class PageTask(TypedDict):
 #: A page execution's name: `<parent execution name>-p<first chunk of the page>` (unique per
 #: parent execution; a resumed file's parent has a new name, so its pages do too).
 PAGE_EXECUTION_NAME_FORMAT = "{}-p{}"
+#: A section execution's name (a file of more than one section): `<parent execution
+#: name>-s<first chunk of the section>`. Its input is a `PageTask` whose `first_chunk` is the
+#: section's first chunk.
+SECTION_EXECUTION_NAME_FORMAT = "{}-s{}"
 
 
 class ChunkProgress(ChunkTask):
@@ -417,6 +421,23 @@ class FileTooLargeError(PipelineError):
     @property
     def log_fields(self) -> dict[str, Any]:
         return {"chunk_count": self.chunk_count, "max_chunks": self.max_chunks}
+
+
+class SplitTimeLimitError(PipelineError):
+    """Validating the file would not finish within Split's time limit: refused before the
+    deadline (rather than timed out by Lambda), before any record is sent, with how far the
+    pass got. The message says what to change."""
+
+    log_message = "file could not be validated within the time limit"
+
+    def __init__(self, message: str, *, bytes_read: int, chunks_indexed: int) -> None:
+        super().__init__(message)
+        self.bytes_read = bytes_read
+        self.chunks_indexed = chunks_indexed
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        return {"bytes_read": self.bytes_read, "chunks_indexed": self.chunks_indexed}
 
 
 class KeyOutsidePrefixError(PipelineError, ValueError):

@@ -38,7 +38,16 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
-from chunk_format import chunk_byte_range, chunk_records, idempotency_key, index_entries_range
+from collections import OrderedDict
+
+from chunk_format import (
+    INDEX_BLOCK_ENTRIES,
+    chunk_byte_range,
+    chunk_entries_from_block,
+    chunk_records,
+    idempotency_key,
+    index_block_range,
+)
 from contract import (
     METRIC_NAMESPACE,
     RECORDS_SENT_METRIC,
@@ -302,11 +311,42 @@ def register_chunk(
         publish_metrics(register, config.tenant_id, clock())
 
 
+class _WarmCache:
+    """What a warm register function keeps between invocations: a file's manifest and blocks of
+    its chunk index, so that a chunk costs one ranged GET of the landing object instead of
+    three GETs. Both are immutable for a key: the work prefix is the file's event id, and a
+    split of the same object version into chunks of the same size writes the same bytes (the
+    keys hold the version and the chunk size). Bounded (least recently used out)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[tuple[str, ...], Any] = OrderedDict()
+
+    def get(self, key: tuple[str, ...], load: Callable[[], Any]) -> Any:
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        value = self.items[key] = load()
+        if len(self.items) > self.size:
+            self.items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self.items.clear()
+
+
+_MANIFESTS = _WarmCache(size=4)
+_INDEX_BLOCKS = _WarmCache(size=8)  # 8 KiB each
+
+
 def read_manifest(s3: Any, config: RegisterEnv, task: ChunkTask) -> dict[str, Any]:
     """The file's manifest (format, CSV header, chunk size), checked against the task: the
     index it names must be of this very object version, split into chunks of this size."""
-    manifest: dict[str, Any] = json.loads(
-        s3.get_object(Bucket=config.work_bucket, Key=manifest_key(task["chunk_prefix"]))["Body"].read()
+    manifest: dict[str, Any] = _MANIFESTS.get(
+        (config.work_bucket, task["chunk_prefix"], task["version_id"], str(task["chunk_size"])),
+        lambda: json.loads(
+            s3.get_object(Bucket=config.work_bucket, Key=manifest_key(task["chunk_prefix"]))["Body"].read()
+        ),
     )
     source = manifest.get("source", {})
     if (source.get("bucket"), source.get("key"), source.get("version_id")) != (
@@ -336,13 +376,16 @@ def read_chunk(s3: Any, config: RegisterEnv, task: ChunkTask) -> Generator[tuple
 
 def open_chunk(s3: Any, config: RegisterEnv, task: ChunkTask, manifest: dict[str, Any]) -> tuple[Any, int]:
     """The chunk's bytes of the pinned landing object version (a streaming body) and where
-    they start: two index entries by one ranged GET, then one ranged GET of the object."""
+    they start: its two index entries (out of a block of the index read by one ranged GET,
+    kept while the function is warm), then one ranged GET of the object."""
     index = int(task["chunk_index"])
     if index >= int(manifest["chunk_count"]):
         raise ValueError(f"chunk {index} is past the file's {manifest['chunk_count']} chunks")
-    entries = s3.get_object(
-        Bucket=config.work_bucket, Key=chunk_index_key(task["chunk_prefix"]), Range=index_entries_range(index)
-    )["Body"].read()
+    index_key, block = chunk_index_key(task["chunk_prefix"]), index // INDEX_BLOCK_ENTRIES
+    entries = chunk_entries_from_block(_INDEX_BLOCKS.get(
+        (config.work_bucket, index_key, task["version_id"], str(task["chunk_size"]), str(block)),
+        lambda: s3.get_object(Bucket=config.work_bucket, Key=index_key, Range=index_block_range(block))["Body"].read(),
+    ), index)
     start, end = chunk_byte_range(entries)
     body = s3.get_object(
         Bucket=task["bucket"], Key=task["key"], VersionId=task["version_id"], Range=f"bytes={start}-{end - 1}"

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Callable
 
 from chunk_format import INDEX_ENTRY, IndexWriter, TextLines, chunk_starts
 from contract import (
     FileTooLargeError,
+    SplitTimeLimitError,
     KeyOutsidePrefixError,
     DuplicateOf,
     SplitEnv,
@@ -55,7 +56,16 @@ class _HashingBody:
         self._body.close()
 
 
-def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = None, ddb: Any = None) -> SplitResult:
+#: Split stops this long before its deadline when the pass is not done (the error, the abort
+#: of the index upload and the return must fit in it).
+DEADLINE_MARGIN_SECONDS = 20
+#: The remaining time is read every this many chunks (cheap, and often enough: a chunk of
+#: the largest size is read in well under a second).
+DEADLINE_CHECK_EVERY_CHUNKS = 64
+
+
+def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = None, ddb: Any = None,
+               remaining_seconds: Callable[[], float] | None = None) -> SplitResult:
     """Validate and index the object version `request` names; return the manifest reference.
 
     The index is kept per file (the event id), so an execution that resumes the file reuses
@@ -64,7 +74,9 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     to register, from the one holding `start_record`; a file of more than `max_chunks` chunks
     is refused (`FileTooLargeError`) before any record is sent. `s3` is a boto3 S3 client;
     `ddb` a DynamoDB client,
-    needed with `duplicate_files: skip` only. A file is only ever found a duplicate before any
+    needed with `duplicate_files: skip` only. The pass stops as soon as the file has more than
+    `max_chunks` chunks, and, given `remaining_seconds` (the invocation's time left), before
+    the deadline (`SplitTimeLimitError`): never a Lambda timeout half-way. A file is only ever found a duplicate before any
     of it was sent (`start_record` 0): a resumed file goes on.
     """
     key, version_id = request["key"], request["version_id"]
@@ -82,7 +94,7 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     prefix = chunk_prefix(config.tenant_id, file_id)
     manifest = _existing_manifest(s3, config, prefix, version_id, start_record)
     if manifest is None:
-        manifest = _split(s3, config, request, prefix)
+        manifest = _split(s3, config, request, prefix, remaining_seconds)
     elif log is not None:
         log.info("the chunk index of this file exists; reusing it",
                  extra={"chunk_count": manifest["chunk_count"]})
@@ -166,9 +178,11 @@ def _not_found(error: BaseException) -> bool:
     return error_code(error) in ("NoSuchKey", "404", "NotFound")
 
 
-def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dict[str, Any]:
+def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str,
+           remaining_seconds: Callable[[], float] | None = None) -> dict[str, Any]:
     """Validate the pinned version in one streamed pass, writing the chunk index as it goes,
-    then the manifest (last: it marks completion)."""
+    then the manifest (last: it marks completion). Refuses a file as soon as it has one chunk
+    more than `max_chunks`, and stops before the deadline."""
     bucket, key, version_id = request["bucket"], request["key"], request["version_id"]
     body = _HashingBody(s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"])
     lines = TextLines(body)
@@ -178,6 +192,24 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str) -> dic
         starts, record_count, csv_records = chunk_starts(config.format, lines, chunk_size)
         for offset in starts:
             index.add(offset)  # where the next chunk's first record starts
+            if index.entries > config.max_chunks:
+                raise FileTooLargeError(
+                    f"the file has more than {config.max_chunks} chunks of {chunk_size} records (Split stopped "
+                    f"reading at byte {offset}); at most {config.max_chunks} chunks "
+                    f"({config.max_chunks * chunk_size} records) fit the workflow's bounded history. Nothing was "
+                    "sent: split the file into smaller files, or raise chunk_size (see README, 'Largest file')",
+                    chunk_count=index.entries,
+                    max_chunks=config.max_chunks,
+                )
+            if (remaining_seconds is not None and index.entries % DEADLINE_CHECK_EVERY_CHUNKS == 0
+                    and remaining_seconds() < DEADLINE_MARGIN_SECONDS):
+                raise SplitTimeLimitError(
+                    f"validating the file did not finish within Split's time limit: {index.entries} chunks "
+                    f"({offset} bytes) were read. Nothing was sent: split the file into smaller files "
+                    "(see README, 'Largest file')",
+                    bytes_read=offset,
+                    chunks_indexed=index.entries,
+                )
         index.add(lines.end)  # the end of the data: the last chunk's end
         index.close()
     except BaseException:
@@ -222,6 +254,7 @@ def handler(event: SplitRequest, config: SplitEnv, log: BoundLogger, context: An
     """Step Functions task entry point (`SplitRequest` in, `SplitResult` out)."""
     log.info("split started")
     ddb = aws_client("dynamodb") if config.duplicate_files == "skip" else None
-    result = split_file(event, config=config, s3=aws_client("s3"), log=log, ddb=ddb)
+    result = split_file(event, config=config, s3=aws_client("s3"), log=log, ddb=ddb,
+                        remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000)
     log.info("split finished", extra=pick(result, "chunk_count", "record_count"))
     return result

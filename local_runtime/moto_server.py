@@ -183,6 +183,7 @@ def moto_patches(*, invoker: LambdaInvoker, time_scale: float, status_events: bo
         stack.enter_context(_event_bus_targets_forward_the_event())
         if status_events:
             stack.enter_context(_sfn_status_change_events())
+        stack.enter_context(_map_iterations_loop())
         yield
 
 
@@ -533,3 +534,34 @@ def _emit_status(models: Any, execution: Any) -> None:
                 logging.getLogger(__name__).exception("status event delivery failed")
 
     threading.Thread(target=deliver, daemon=True, name="sfn-status-event").start()
+def _map_iterations_loop() -> Any:
+    """moto 5.2.5's inline Map worker goes on to each next item by calling itself
+    (`IterationWorker._eval_pool`), one Python frame per item, so a Map of about 970 items
+    exceeds the interpreter's recursion limit (a `RecursionError`, seen as `States.Runtime`).
+    Step Functions has no such limit: a section's Map runs up to 996 pages. The same steps,
+    in the same order, as a loop."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.iteration_worker import (
+        IterationWorker,
+    )
+
+    def _eval_pool(self: Any, job: Any, worker_frame: Any) -> None:
+        while job is not None:
+            job_frame = worker_frame.open_inner_frame()
+            self._eval_job(env=job_frame, job=job)
+            worker_frame.close_frame(job_frame)
+            if isinstance(job.job_output, Exception) or self.stopped():
+                break  # a failed item, or a stopped worker: the Map ends here
+            next_job = self._job_pool.next_job()
+            if next_job is None:
+                # the last item's events are the source of the states that follow
+                worker_frame.event_history_context.source_event_id = (
+                    job_frame.event_history_context.last_published_event_id
+                )
+                break
+            self._job_pool.close_job(job)
+            job = next_job
+        self._env.close_frame(worker_frame)
+        if job is not None:
+            self._job_pool.close_job(job)
+
+    return _patched(IterationWorker, "_eval_pool", _eval_pool)

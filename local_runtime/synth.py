@@ -91,7 +91,11 @@ def synthesize(tenants_file: str | Path, outdir: str | Path) -> Synthesized:
     from pipeline_constructs.application import build_app
 
     outdir = Path(outdir)
-    app = build_app(tenants_file, app=App(outdir=str(outdir)), nag=False).app
+    built = build_app(tenants_file, app=App(outdir=str(outdir)), nag=False)
+    if built.config.targets:
+        raise ValueError(f"{tenants_file} declares deployment targets: the local runtime runs the layout "
+                         "without 'targets:' only (one deployment); use a tenants file without them")
+    app = built.app
     assembly = app.synth()
     stacks = tuple(
         SynthesizedStack(stack.stack_name, stack.template, tuple(dep.id for dep in stack.dependencies))

@@ -8,13 +8,15 @@
     python -m ops skip-gap TENANT --reason TEXT [--to N]
     python -m ops dlq list|replay TENANT
     python -m ops reconcile TENANT [--since DATE] [--replay] [--json]
+    python -m ops preflight [--tenants FILE] [--target NAME] [--json]
 
 Exit codes: 0 done; 1 an AWS call or something unexpected failed; 2 bad usage; 3 refused:
 nothing to resume or skip (the message says the tenant's state); 4 the tenant's ledger changed
 while acting (run the command again); 5 the tenant or the deployment was not found; 6 `dlq`:
 messages that are not replayable events are in the tenant's dead-letter queue (listed, left
 there); 7 `reconcile` found object versions not completed and did not replay them (never seen
-without --replay, or failed: resume or skip them).
+without --replay, or failed: resume or skip them); 8 `preflight`: a quota of the account cannot
+hold what the tenants file needs (the table says which and the fix).
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import boto3
-
 import operations
 from ledger import Ledger, LedgerConflict
-from ops import dlq, quarantine, reconcile, unmatched
+
+from ops import dlq, preflight, quarantine, reconcile, unmatched
 from ops.discovery import DiscoveryError, TenantResources, discover
 from ops.status import render, tenant_status
+from pipeline_constructs import capacity
+from pipeline_constructs.config import AppConfig, ConfigError, load_config
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_CONFLICT, EXIT_NOT_FOUND = 0, 1, 2, 3, 4, 5
 EXIT_LEFT_IN_DLQ = 6
 EXIT_NOT_COMPLETED = 7
+EXIT_DOES_NOT_FIT = 8
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Operate the ordered ingestion pipelines: see where tenants stand, resume or skip a failed file.",
         epilog="Exit codes: 0 done, 1 error, 2 usage, 3 nothing to resume/skip, 4 ledger changed (run again), "
         "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events, "
-        "7 reconcile found versions not completed (and did not replay them).",
+        "7 reconcile found versions not completed (and did not replay them), "
+        "8 preflight: a quota of the account cannot hold what the tenants file needs.",
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--endpoint-url", help="a local runtime's endpoint (make demo ARGS=--serve prints it)")
@@ -71,7 +77,17 @@ def _parser() -> argparse.ArgumentParser:
                          ("replay", "put file events back into the queue in upload order, status changes to the closer")):
         dlq_action.add_parser(action, help=text).add_argument("tenant")
     _reconcile_parser(commands)
+    _preflight_parser(commands)
     return parser
+
+
+def _preflight_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "preflight", help="before a deploy: do the account's quotas hold what the tenants file needs?")
+    parser.add_argument("--tenants", default="tenants.yaml", help="the tenants file (default: tenants.yaml)")
+    parser.add_argument("--target", help="the deployment target to check (required when the file declares several); "
+                        "its Region is the default --region")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _quarantine_parser(commands: Any) -> None:
@@ -118,6 +134,8 @@ def main(argv: Sequence[str] | None = None, *, clients: Any = None, out: Any = N
         args = _parser().parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
+    if args.command == "preflight":
+        return _preflight(args, clients, out)
     clients = clients or Clients(args.region, args.endpoint_url)
     try:
         tenants = discover(clients("cloudformation"))
@@ -240,3 +258,46 @@ def _reconcile(args: argparse.Namespace, tenant: TenantResources, clients: Any, 
     unreplayed = [f for f in findings if f.state != reconcile.SEEN_RUNNING and not (
         replayed is not None and f.state == reconcile.NEVER_SEEN)]
     return EXIT_NOT_COMPLETED if unreplayed else EXIT_OK
+
+
+def _preflight(args: argparse.Namespace, clients: Any, out: Any) -> int:
+    """`preflight`: 0 every quota fits, 8 one does not, 2 a bad tenants file or target, 1 an AWS error."""
+    try:
+        config = load_config(args.tenants, check_capacity=False)
+        target = _preflight_target(config, args.target)
+    except (ConfigError, ValueError) as error:
+        print(f"ops: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    clients = clients or Clients(args.region or target.region, args.endpoint_url)
+    try:
+        readings = preflight.preflight(target, clients)
+    except preflight.WrongAccount as error:
+        print(f"ops: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as error:  # noqa: BLE001 - an operator's tool says what failed, with its exit code
+        print(f"ops: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    fits = all(r.fits for r in readings)
+    if args.json:
+        print(json.dumps({"target": target.name or None, "account": target.account, "region": target.region,
+                          "tenants": len(target.tenants), "fits": fits,
+                          "quotas": [r.as_dict() for r in readings]}, indent=2), file=out)
+    else:
+        print(preflight.render(target, readings, target.tenants), file=out)
+    return EXIT_OK if fits else EXIT_DOES_NOT_FIT
+
+
+def _preflight_target(config: AppConfig, name: str | None) -> capacity.Target:
+    """The target named, the only one, or the single deployment of a file without targets."""
+    found = {t.name: t for t in capacity.targets(config)}
+    if not config.targets:
+        if name is not None:
+            raise ValueError(f"--target {name}: the tenants file declares no targets; leave --target out")
+        return found[""]
+    if name is None:
+        if len(found) == 1:
+            return next(iter(found.values()))
+        raise ValueError(f"the tenants file declares several targets: give --target (one of: {', '.join(found)})")
+    if name not in found:
+        raise ValueError(f"--target {name}: no such target in the tenants file (targets: {', '.join(found)})")
+    return found[name]

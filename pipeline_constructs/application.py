@@ -2,30 +2,68 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from aws_cdk import App, Validations
+from aws_cdk import App, Environment, Stage, Validations
 from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
 
 from pipeline_constructs.config import AppConfig, load_config
 from pipeline_constructs.stacks import SharedStack, TenantStack
 
 
 @dataclass(frozen=True)
-class IngestApp:
-    app: App
-    config: AppConfig
+class TargetStage:
+    """One deployment target: a CDK Stage (`cdk deploy '<name>/*'`) with its own shared stack
+    and its tenants' stacks, bound to the target's account and Region."""
+
+    stage: Stage
     shared: SharedStack
     tenants: dict[str, TenantStack]
 
 
+@dataclass(frozen=True)
+class IngestApp:
+    app: App
+    config: AppConfig
+    #: Without `targets:`, the one shared stack; with targets, the first target's (see `stages`).
+    shared: SharedStack
+    #: Every tenant's stack, whatever its target.
+    tenants: dict[str, TenantStack]
+    #: With `targets:`, one Stage per target by name; empty without.
+    stages: dict[str, TargetStage] = field(default_factory=dict)
+
+
 def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True) -> IngestApp:
-    """One shared stack and one stack per tenant; cdk-nag AwsSolutions runs on every synth."""
+    """One shared stack and one stack per tenant; cdk-nag AwsSolutions runs on every synth.
+
+    With `targets:` in the tenants file, the same layout once per target, each in a Stage of
+    its own; without, the stacks sit at the top of the app, environment-agnostic."""
     config = load_config(tenants_file)
     app = app or App()
-    shared = SharedStack(app, config)
-    stacks = {t.id: TenantStack(app, t, shared) for t in config.tenants}
+    if not config.targets:
+        shared, stacks = _stacks(app, config)
+        stages: dict[str, TargetStage] = {}
+    else:
+        stages = {name: _stage(app, name, config) for name in config.targets}
+        shared = next(iter(stages.values())).shared
+        stacks = {tenant: stack for stage in stages.values() for tenant, stack in stage.tenants.items()}
     if nag:
         Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return IngestApp(app=app, config=config, shared=shared, tenants=stacks)
+    return IngestApp(app=app, config=config, shared=shared, tenants=stacks, stages=stages)
+
+
+def _stacks(scope: Construct, config: AppConfig) -> tuple[SharedStack, dict[str, TenantStack]]:
+    shared = SharedStack(scope, config)
+    return shared, {t.id: TenantStack(scope, t, shared) for t in config.tenants}
+
+
+def _stage(app: App, name: str, config: AppConfig) -> TargetStage:
+    """The target's Stage: explicit account and Region (no lookup: synth needs no credentials)."""
+    target = config.targets[name]
+    stage = Stage(app, name, env=Environment(account=target.account, region=target.region))
+    # The shared stack of a target knows its tenants only (catch-all prefixes, dashboards).
+    own = config.model_copy(update={"tenants": tuple(t for t in config.tenants if t.target == name)})
+    shared, stacks = _stacks(stage, own)
+    return TargetStage(stage=stage, shared=shared, tenants=stacks)

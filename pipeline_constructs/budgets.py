@@ -68,25 +68,31 @@ def default_file_time_limit_seconds(outage_budget_seconds: int) -> int:
     return outage_budget_seconds + FILE_TIME_LIMIT_MARGIN_SECONDS
 
 
-# --- execution history: pages of chunks (issue 9) ------------------------------------------------
+# --- execution history: sections of pages of chunks (issue 9) -------------------------------------
 #
-# Step Functions fails an execution at 25,000 history events. The file workflow (the parent)
-# runs a Map (MaxConcurrency 1) over PAGES; each page is a child execution (`.sync:2`) whose
-# own Map (MaxConcurrency 1) registers at most `chunks_per_page` chunks. Each execution's
-# history then has a bound that does not depend on the file's size:
+# Step Functions fails an execution at 25,000 history events. A file runs in up to three
+# levels of executions, each a Map (MaxConcurrency 1) over the level below:
 #
-# * a page: per chunk, at most `register_invocation_budget` rounds of the register loop (the
-#   workflow counts them and fails the chunk past the budget), each with its retries;
-# * the parent: per page, one `.sync` task with its retries; at most `max_pages` pages (Split
-#   refuses a bigger file before anything is sent).
+# * a PAGE execution (`<id>-file-ingest-page`) registers at most `chunks_per_page` chunks;
+#   per chunk, at most `register_invocation_budget` rounds of the register loop (the workflow
+#   counts them and fails the chunk past the budget), each with its retries;
+# * a SECTION execution (`<id>-file-ingest-section`) runs at most `pages_per_section` pages,
+#   each one `.sync` task (with its retries) starting a page execution;
+# * the file's PARENT execution runs the pages itself when the file fits one section, and
+#   otherwise at most `max_sections()` sections, each one `.sync` task starting a section.
 #
-# The numbers below are the design's; `tests/test_history_bound.py` recounts the bound from
-# the synthesized definitions, state by state.
+# Each execution's history then has a bound that does not depend on the file's size, and a
+# file holds at most `chunks_per_page x pages_per_section x max_sections()` chunks (Split
+# refuses a bigger file before anything is sent). At the default settings a page holds 8
+# chunks, a section 996 pages, a file 996 sections: about 7.9M chunks (793M records at the
+# default chunk_size 100). The numbers below are the design's; `tests/test_history_bound.py`
+# recounts the bound from the synthesized definitions, state by state.
 
 HISTORY_EVENT_LIMIT = 25_000
 #: What one execution may use by design: a fifth of the limit is kept as margin.
 HISTORY_EVENT_BUDGET = 20_000
-#: `States.ArrayRange` makes at most 1,000 items: the pages of a file, and a page's chunks.
+#: `States.ArrayRange` makes at most 1,000 items: the sections of a file, the pages of a
+#: section, and a page's chunks.
 MAX_ARRAY_RANGE_ITEMS = 1_000
 
 #: History events of one entry into a state (entered + exited, and what happens in between).
@@ -144,21 +150,28 @@ def page_events_per_chunk(invocation_budget: int) -> int:
 #: A page execution's events besides its chunks: the execution, the page range (PageEnd,
 #: LastPage, ClampToFile, PageChunks), the Map.
 PAGE_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
-#: Retries of the parent's page task (StartExecution.sync: throttling, service errors).
-PAGE_TASK_RETRIES = 3
-#: History events one page adds to the parent: the Map iteration and the `.sync` task (each
-#: attempt of a `.sync` task also has a TaskSubmitted event).
-PARENT_EVENTS_PER_PAGE = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + PAGE_TASK_RETRIES * (RETRY_EVENTS + 1)
+#: Retries of a `.sync` task that starts a child execution (a page or a section):
+#: StartExecution's throttling and service errors.
+CHILD_TASK_RETRIES = 3
+PAGE_TASK_RETRIES = CHILD_TASK_RETRIES
+#: History events one child (a page, or a section) adds to the execution that runs it: the
+#: Map iteration and the `.sync` task (each attempt of a `.sync` task also has a TaskSubmitted
+#: event).
+EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES * (RETRY_EVENTS + 1)
+PARENT_EVENTS_PER_PAGE = EVENTS_PER_CHILD
+#: A section execution's events besides its pages: the execution, the section range
+#: (SectionEnd, LastSection, ClampSection, SectionPages), the Map.
+SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
 #: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): `_retry`.
 PARENT_TASK_RETRIES = 3
-#: The parent's events besides its pages, both paths counted (an upper bound of either): the
-#: execution, Split, AnyChunks, Pages, the Map, RecordSuccess and RecordFailure, FileIngested
-#: and IngestFailed.
+#: The parent's events besides its pages or sections, every path counted (an upper bound of
+#: any one): the execution, Split, AnyChunks, Sections, OneSection, Pages, both Maps,
+#: RecordSuccess and RecordFailure, FileIngested and IngestFailed.
 PARENT_FIXED_EVENTS = (
     EXECUTION_EVENTS
     + 3 * (TASK_EVENTS + PARENT_TASK_RETRIES * RETRY_EVENTS)
-    + 2 * STATE_EVENTS
-    + MAP_EVENTS
+    + 4 * STATE_EVENTS
+    + 2 * MAP_EVENTS
     + 2 * STATE_EVENTS
 )
 
@@ -172,11 +185,24 @@ def max_chunks_per_page(chunk_size: int, sink_timeout_seconds: int, outage_budge
     return max(0, min(MAX_ARRAY_RANGE_ITEMS, fits))
 
 
+def max_pages_per_section() -> int:
+    """The most pages a section (or a parent that runs its pages itself) may run: its history
+    budget, and `States.ArrayRange`'s limit."""
+    fixed = max(SECTION_FIXED_EVENTS, PARENT_FIXED_EVENTS)
+    return min(MAX_ARRAY_RANGE_ITEMS, (HISTORY_EVENT_BUDGET - fixed) // EVENTS_PER_CHILD)
+
+
+def max_sections() -> int:
+    """The most sections of one file: the parent's history budget, and `States.ArrayRange`'s limit."""
+    return min(MAX_ARRAY_RANGE_ITEMS, (HISTORY_EVENT_BUDGET - PARENT_FIXED_EVENTS) // EVENTS_PER_CHILD)
+
+
 def max_pages() -> int:
-    """The most pages of one file: the parent's history budget, and `States.ArrayRange`'s limit."""
-    return min(MAX_ARRAY_RANGE_ITEMS, (HISTORY_EVENT_BUDGET - PARENT_FIXED_EVENTS) // PARENT_EVENTS_PER_PAGE)
+    """The most pages the parent runs itself (a file of one section)."""
+    return max_pages_per_section()
 
 
-def max_file_chunks(chunks_per_page: int) -> int:
+def max_file_chunks(chunks_per_page: int, pages_per_section: int | None = None) -> int:
     """The most chunks of one file (Split refuses more)."""
-    return chunks_per_page * max_pages()
+    pages = max_pages_per_section() if pages_per_section is None else pages_per_section
+    return chunks_per_page * pages * max_sections()

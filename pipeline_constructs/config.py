@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from lambdas import contract
-from pipeline_constructs import budgets, names
+from pipeline_constructs import budgets, capacity, names
 from pipeline_constructs import routing as routing_rules
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
@@ -137,6 +137,11 @@ class TenantConfig(_Strict):
     #: Sharded routing only (`routing.shards`): the shard whose event bus holds the tenant's
     #: rules. Default: sha256(id) modulo routing.shards (pipeline_constructs/routing.py).
     shard: int | None = Field(default=None, ge=0, lt=routing_rules.MAX_SHARDS)
+    #: The deployment target (a name under `targets:`) this tenant is deployed to (README, Scaling).
+    target: str | None = None
+    #: Pages per section execution (a file of more pages runs them in sections). Default: the
+    #: most a section's history holds; smaller values only make more, shorter sections.
+    pages_per_section: int | None = Field(default=None, ge=1, le=budgets.max_pages_per_section())
 
     @field_validator("id")
     @classmethod
@@ -185,6 +190,49 @@ class RoutingConfig(_Strict):
     rules_per_bus: int = Field(default=routing_rules.RULES_PER_BUS, ge=2)
     #: The account's "Event pattern size" quota, in characters (default: AWS's 2,048).
     event_pattern_chars: int = Field(default=routing_rules.MAX_EVENT_PATTERN_CHARS, ge=256)
+class AccountLimits(_Strict):
+    """The account quotas synthesis checks the tenants against (it has no credentials: these
+    are declared, AWS's defaults unless raised; `python -m ops preflight` reads the real ones).
+    Sources of the defaults: README, "Scaling"."""
+
+    #: EventBridge rules per event bus. Default: 300, 100 in af-south-1 and eu-south-1.
+    eventbridge_rules_per_bus: int | None = Field(default=None, ge=1)
+    #: Lambda concurrent executions of the account in the Region (new accounts may have less).
+    lambda_concurrent_executions: int = Field(default=1000, ge=1)
+    #: IAM roles of the account (global to the account: every target in it shares them).
+    iam_roles: int = Field(default=1000, ge=1)
+    #: CloudFormation stacks of the account in the Region.
+    cloudformation_stacks: int = Field(default=2000, ge=1)
+    #: Step Functions state machines of the account in the Region.
+    state_machines: int = Field(default=100_000, ge=1)
+
+
+ACCOUNT_ID_PATTERN = r"^[0-9]{12}$"
+REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+$"
+TARGET_NAME_PATTERN = r"^[a-zA-Z][a-zA-Z0-9-]*$"
+
+
+class TargetConfig(_Strict):
+    """A deployment target: one account and Region, a CDK Stage of its own (README, Scaling)."""
+
+    account: str
+    region: str
+    #: Overrides of the top-level `account_limits`, key by key.
+    account_limits: AccountLimits = AccountLimits()
+
+    @field_validator("account")
+    @classmethod
+    def _account_id(cls, account: str) -> str:
+        if not re.match(ACCOUNT_ID_PATTERN, account):
+            raise ValueError("is not a 12-digit AWS account id")
+        return account
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, region: str) -> str:
+        if not re.match(REGION_PATTERN, region):
+            raise ValueError("is not an AWS Region code")
+        return region
 
 
 class AppConfig(_Strict):
@@ -193,6 +241,14 @@ class AppConfig(_Strict):
     notifications: NotificationsConfig = NotificationsConfig()
     tenants: tuple[TenantConfig, ...]
     routing: RoutingConfig = RoutingConfig()
+    account_limits: AccountLimits = AccountLimits()
+    #: Deployment targets by name; empty: one deployment to the CLI's account and Region.
+    targets: dict[str, TargetConfig] = Field(default_factory=dict)
+
+    def limits_of(self, target: str) -> AccountLimits:
+        """The top-level limits with the target's own overrides."""
+        own = self.targets[target].account_limits
+        return self.account_limits.model_copy(update=own.model_dump(exclude_unset=True))
 
 
 # Per field: what a valid value looks like. Used as the "fix" of a message.
@@ -234,6 +290,18 @@ FIXES: dict[str, str] = {
     "shards": f"use 0 (every rule on the default bus) or a number of shard event buses up to {routing_rules.MAX_SHARDS}",
     "rules_per_bus": "use the account's 'Rules per event bus' quota (default 300)",
     "event_pattern_chars": "use the account's 'Event pattern size' quota in characters (default 2048)",
+    "target": "use the name of a target declared under 'targets:'",
+    "account": "quote the 12-digit account id, e.g. account: '111111111111'",
+    "region": "use a Region code such as 'eu-west-1'",
+    "eventbridge_rules_per_bus": "use the account's quota (Service Quotas: EventBridge, rules per event bus), "
+    "or leave it out (default 300; 100 in af-south-1 and eu-south-1)",
+    "lambda_concurrent_executions": "use the account's quota (Lambda, concurrent executions), or leave it out "
+    "(default 1000)",
+    "iam_roles": "use the account's quota (IAM, roles per account), or leave it out (default 1000)",
+    "cloudformation_stacks": "use the account's quota (CloudFormation, stack count), or leave it out (default 2000)",
+    "state_machines": "use the account's quota (Step Functions, state machines), or leave it out (default 100000)",
+    "pages_per_section": "leave it out (the default is the most a section's history allows), "
+    f"or use a whole number from 1 to {budgets.max_pages_per_section()}",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.
@@ -244,7 +312,7 @@ PROBLEMS: dict[str, str] = {
 
 TENANT_KEYS = tuple(TenantConfig.model_fields)
 DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard"))
-TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "routing")
+TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing")
 _MISSING = object()
 
 
@@ -268,17 +336,19 @@ class _Problems:
             self.lines.append(line)
 
 
-def load_config(path: str | Path) -> AppConfig:
-    """Read and validate a tenants file, raising :class:`ConfigError` with every problem."""
+def load_config(path: str | Path, *, check_capacity: bool = True) -> AppConfig:
+    """Read and validate a tenants file, raising :class:`ConfigError` with every problem.
+
+    ``check_capacity=False`` skips the declared account limits (`ops preflight` reads the real ones)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read the file: {exc.strerror}; check the path"]) from None
-    return parse_config(text, source=path.name)
+    return parse_config(text, source=path.name, check_capacity=check_capacity)
 
 
-def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
+def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: bool = True) -> AppConfig:
     """Validate the YAML text of a tenants file."""
     try:
         raw = yaml.safe_load(text)
@@ -299,6 +369,8 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
 
     notifications = _validate(NotificationsConfig, raw.get("notifications") or {}, "notifications", problems)
     routing = _validate(RoutingConfig, raw.get("routing") or {}, "routing", problems)
+    account_limits = _validate(AccountLimits, raw.get("account_limits") or {}, "account_limits", problems)
+    targets = _validate_targets(raw.get("targets"), problems)
 
     tenants_raw = raw.get("tenants")
     if not isinstance(tenants_raw, list) or not tenants_raw:
@@ -333,13 +405,21 @@ def parse_config(text: str, *, source: str = "tenants.yaml") -> AppConfig:
         _check_file_time_limit(tenant, problems)
         _check_page_budget(tenant, problems)
 
+    _check_tenant_targets(tenants, targets, problems, every_tenant_valid=len(tenants) == len(tenants_raw))
     if routing is not None and not problems.lines:
         _check_routing(tenants, routing, problems)
 
     if problems.lines:
         raise ConfigError(source, problems.lines)
-    assert notifications is not None and routing is not None
-    return AppConfig(notifications=notifications, tenants=tuple(tenants), routing=routing)
+    assert notifications is not None and account_limits is not None and targets is not None
+    assert routing is not None
+    config = AppConfig(notifications=notifications, tenants=tuple(tenants), account_limits=account_limits,
+                       targets=targets, routing=routing)
+    # Capacity last, on a file otherwise valid: the counts need every tenant and its target.
+    over = capacity.problems(config) if check_capacity else []
+    if over:
+        raise ConfigError(source, over)
+    return config
 
 
 def _validate(model: type[BaseModel], data: Any, where: str, problems: _Problems, own: dict | None = None):
@@ -520,10 +600,80 @@ def _check_routing(tenants: list[TenantConfig], routing: RoutingConfig, problems
             )
     if problems.lines:
         return
-    for where, field, value, problem, fix in routing_rules.problems(
-        tenants, routing.shards, rules_per_bus=routing.rules_per_bus, pattern_limit=routing.event_pattern_chars
-    ):
-        problems.add(where, field, value, problem, fix)
+    # Each deployment target has its own shared stack, shard buses and catch-all.
+    by_target: dict[str | None, list[TenantConfig]] = {}
+    for tenant in tenants:
+        by_target.setdefault(tenant.target, []).append(tenant)
+    for target, own in by_target.items():
+        for where, field, value, problem, fix in routing_rules.problems(
+            own, routing.shards, rules_per_bus=routing.rules_per_bus, pattern_limit=routing.event_pattern_chars
+        ):
+            problems.add(where if target is None else f"target '{target}' {where}", field, value, problem, fix)
+def _validate_targets(raw: Any, problems: _Problems) -> dict[str, TargetConfig] | None:
+    """`targets:` (name -> account, region, account_limits); None when one is invalid."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.add("targets", "targets", raw, "must be a mapping of target names",
+                     "write 'targets:' followed by 'NAME: {account: ..., region: ...}' lines")
+        return None
+    targets: dict[str, TargetConfig] = {}
+    valid = True
+    for name, entry in raw.items():
+        where = f"target '{name}'"
+        if not isinstance(name, str) or not re.match(TARGET_NAME_PATTERN, name):
+            problems.add(where, "(name)", name, "is not a usable target name (it names a CDK Stage)",
+                         "use letters, digits and hyphens, starting with a letter, e.g. 'prod-eu'")
+            valid = False
+            continue
+        if not isinstance(entry, dict):
+            problems.add(where, "(entry)", entry, "must be a mapping",
+                         f"write '{name}: {{account: \'111111111111\', region: eu-west-1}}'")
+            valid = False
+            continue
+        target = _validate(TargetConfig, entry, where, problems)
+        if target is None:
+            valid = False
+            continue
+        for other_name, other in targets.items():
+            if (other.account, other.region) == (target.account, target.region):
+                problems.add(
+                    where, "region", target.region,
+                    f"is in the same account and Region as target '{other_name}' ({other.account}/{other.region}): "
+                    "both would deploy the same stacks there",
+                    "give each target its own account or Region, or assign its tenants to one target",
+                )
+        targets[name] = target
+    return targets if valid else None
+
+
+def _check_tenant_targets(tenants: list[TenantConfig], targets: dict[str, TargetConfig] | None,
+                          problems: _Problems, *, every_tenant_valid: bool) -> None:
+    """With `targets:`, every tenant names a declared one (in itself or in defaults); without,
+    none does. Every target gets at least one tenant."""
+    if targets is None:
+        return
+    declared = ", ".join(targets)
+    before = len(problems.lines)
+    for tenant in tenants:
+        where = f"tenant '{tenant.id}'"
+        if not targets and tenant.target is not None:
+            problems.add(where, "target", tenant.target, "is set, but no targets are declared",
+                         "declare it under 'targets:' (account and region), or remove it")
+        elif targets and tenant.target is None:
+            problems.add(where, "target", _MISSING, "is required when targets are declared",
+                         f"set 'target:' in the tenant or in defaults (declared: {declared})")
+        elif targets and tenant.target not in targets:
+            close = difflib.get_close_matches(tenant.target or "", list(targets), n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            problems.add(where, "target", tenant.target, "is not a declared target",
+                         f"{hint}use one of: {declared}")
+    used = {tenant.target for tenant in tenants}
+    if every_tenant_valid and len(problems.lines) == before:  # else some tenant's target is unknown
+        for name in targets:
+            if name not in used:
+                problems.add(f"target '{name}'", "tenants", _MISSING, "has no tenant",
+                             f"set 'target: {name}' on its tenants, or remove the target")
 
 
 def _merge(defaults: dict, entry: dict) -> dict:

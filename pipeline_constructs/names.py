@@ -42,6 +42,7 @@ STATUS_RULE = DerivedName("EventBridge rule name", "{id}-sfn-status", 64)
 INTAKE_DLQ = DerivedName("SQS queue name", "{id}-intake-dlq", 80)
 #: The child state machine that registers one page of a file's chunks (issue 9).
 PAGE_STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-page", 80)
+SECTION_STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-section", 80)
 
 ALL: tuple[DerivedName, ...] = (
     QUEUE,
@@ -56,6 +57,7 @@ ALL: tuple[DerivedName, ...] = (
     STATUS_RULE,
     INTAKE_DLQ,
     PAGE_STATE_MACHINE,
+    SECTION_STATE_MACHINE,
 )
 
 #: The longest tenant id every derived name accepts.

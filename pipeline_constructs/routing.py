@@ -269,6 +269,18 @@ def default_bus_rules(
     return FORWARD_RULES_PER_SHARD * used + catch_all
 
 
+def default_bus_rule_names(
+    tenants: Sequence[RoutedTenant], shards: int = 0, *, pattern_limit: int = MAX_EVENT_PATTERN_CHARS
+) -> set[str]:
+    """The names of the rules `default_bus_rules` counts (`ops preflight` finds them deployed)."""
+    catch_all = unmatched_layout([t.prefix for t in tenants], limit=pattern_limit)
+    found = {names.UNMATCHED_UPLOADS_RULE} | {names.unmatched_forward_rule_name(g.index + 1) for g in catch_all.groups}
+    if not shards:
+        return found | {rule.render(t.id) for t in tenants for rule in (names.RULE, names.STATUS_RULE)}
+    used = [s.index for s in layout(tenants, shards) if s.tenant_ids]
+    return found | {name(k) for k in used for name in (names.shard_objects_rule_name, names.shard_status_rule_name)}
+
+
 def max_shard_bus_rules(tenants: Sequence[RoutedTenant], shards: int = 0) -> int:
     """The most rules on any shard bus (0 unsharded)."""
     if not shards:

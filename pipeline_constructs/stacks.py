@@ -34,7 +34,9 @@ FEATURE_FLAGS = {
 
 class _IngestStack(Stack):
     def __init__(self, scope: Construct, stack_id: str, *, description: str) -> None:
-        super().__init__(scope, stack_id, description=description)
+        # The same stack names inside a target's Stage (not `<stage>-<id>`): each target is its
+        # own account/Region, where `ops` finds the stacks by these names.
+        super().__init__(scope, stack_id, description=description, stack_name=stack_id)
         for flag, value in FEATURE_FLAGS.items():
             self.node.set_context(flag, value)
 
@@ -149,6 +151,7 @@ class TenantStack(_IngestStack):
                 sink_errors_threshold=tenant.alarms.sink_errors_threshold,
                 file_time_limit=Duration.seconds(tenant.file_time_limit),
                 chunks_per_page=tenant.chunks_per_page,
+                pages_per_section=tenant.pages_per_section,
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),

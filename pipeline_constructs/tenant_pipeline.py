@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
@@ -25,7 +25,7 @@ from pipeline_constructs import budgets, names
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge
-from pipeline_constructs.workflow import build_definition, build_page_definition
+from pipeline_constructs.workflow import build_definition, build_page_definition, build_section_definition
 
 # The seed's queue and controller timings. The controller's timeout must stay below the
 # visibility timeout, or a message still being handled is redelivered (double start).
@@ -94,6 +94,9 @@ class TenantPipelineProps:
     ``chunks_per_page``: chunks per page execution (the child state machine). Default (None):
     the most that keep a page's history within budget (``budgets.max_chunks_per_page``); a
     value above that is refused. Small values make multi-page files cheap to test.
+    ``pages_per_section``: pages per section execution (a file of more pages runs them in
+    sections). Default (None): the most that keep a section's history within budget
+    (``budgets.max_pages_per_section``). Small values make multi-section files cheap to test.
     """
 
     tenant_id: str
@@ -125,6 +128,7 @@ class TenantPipelineProps:
     #: The bus that holds the tenant's two rules: its shard's bus with ``routing.shards``.
     #: Default (None): the account's default event bus.
     event_bus: events.IEventBus | None = None
+    pages_per_section: int | None = None
 
 
 class TenantPipeline(Construct):
@@ -236,7 +240,7 @@ class TenantPipeline(Construct):
                     landing_prefix=props.landing_prefix,
                     ledger_table_name=props.ledger_table.table_name,
                     duplicate_files=props.duplicate_files,
-                    max_chunks=budgets.max_file_chunks(self.chunks_per_page),
+                    max_chunks=budgets.max_file_chunks(self.chunks_per_page, self.pages_per_section),
                 )
             ),
         )
@@ -306,6 +310,7 @@ class TenantPipeline(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
         self._page_state_machine(props)
+        self._section_state_machine(props)
         self.state_machine = sfn.StateMachine(
             self,
             "Workflow",
@@ -316,8 +321,10 @@ class TenantPipeline(Construct):
                     Construct(self, "Steps"),  # state names are construct ids: keep them apart
                     split_function=self.split.function,
                     page_state_machine=self.page_state_machine,
+                    section_state_machine=self.section_state_machine,
                     closer_function=self.closer.function,
                     chunks_per_page=self.chunks_per_page,
+                    pages_per_section=self.pages_per_section,
                 )
             ),
             # Without a limit an execution may run a year, and the timed-out alarm could only
@@ -603,6 +610,11 @@ class TenantPipeline(Construct):
         if not 1 <= wanted <= most:
             raise ValueError(f"tenant {props.tenant_id}: chunks_per_page {wanted} must be from 1 to {most}")
         self.chunks_per_page = wanted
+        most_pages = budgets.max_pages_per_section()
+        pages = most_pages if props.pages_per_section is None else props.pages_per_section
+        if not 1 <= pages <= most_pages:
+            raise ValueError(f"tenant {props.tenant_id}: pages_per_section {pages} must be from 1 to {most_pages}")
+        self.pages_per_section = pages
 
     def _page_state_machine(self, props: TenantPipelineProps) -> None:
         """The child state machine: one page of a file's chunks per execution, started (and
@@ -634,6 +646,39 @@ class TenantPipeline(Construct):
             timeout=self._file_time_limit(props),
             logs=sfn.LogOptions(
                 destination=self.page_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
+            ),
+            tracing_enabled=True,
+        )
+
+    def _section_state_machine(self, props: TenantPipelineProps) -> None:
+        """The middle state machine: one section of a file's pages per execution, started (and
+        waited for) by the parent's `RunSection` when a file has more pages than one section
+        holds. Like pages, its executions are not watched by the status rule."""
+        name = names.SECTION_STATE_MACHINE.render(self.tenant_id)
+        self.section_log_group = logs.LogGroup(
+            self,
+            "SectionWorkflowLogs",
+            log_group_name=f"/aws/vendedlogs/states/{name}",
+            retention=logs.RetentionDays.THREE_MONTHS,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.section_state_machine = sfn.StateMachine(
+            self,
+            "SectionWorkflow",
+            state_machine_name=name,
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            definition_body=sfn.DefinitionBody.from_chainable(
+                build_section_definition(
+                    Construct(self, "SectionSteps"),
+                    page_state_machine=self.page_state_machine,
+                    chunks_per_page=self.chunks_per_page,
+                    pages_per_section=self.pages_per_section,
+                )
+            ),
+            # A section never outlives its file (the parent has the same limit).
+            timeout=self._file_time_limit(props),
+            logs=sfn.LogOptions(
+                destination=self.section_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
             tracing_enabled=True,
         )
@@ -724,13 +769,27 @@ class TenantPipeline(Construct):
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
 
+    @staticmethod
+    def _child_executions_finding(child: sfn.StateMachine, kind: str) -> tuple[str, str, str]:
+        partition, region, account = _as_nag_shows(Stack.of(child))
+        return (
+            "AwsSolutions-IAM5",
+            f"Resource::arn:{partition}:states:{region}:{account}:execution:"
+            '{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + _logical_id(child) + '"}]}]}*',
+            "CDK's StepFunctionsStartExecution (.sync) grant: describe and stop the executions of this "
+            f"tenant's {kind} state machine only; their names derive from the parent's, unknown in advance.",
+        )
+
     def _acknowledge_findings(self, props: TenantPipelineProps) -> None:
         """Every wildcard left in this pipeline's policies is scoped to the tenant; each says why."""
         tenant_id, own_work = self.tenant_id, contract.work_prefix(self.tenant_id)
-        landing = f"arn:<AWS::Partition>:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
-        work = f"arn:<AWS::Partition>:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
+        # cdk-nag shows pseudo parameters as <AWS::...>, or their values in a stack with an
+        # explicit environment (a deployment target's Stage).
+        partition, region, account = _as_nag_shows(Stack.of(self))
+        landing = f"arn:{partition}:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
+        work = f"arn:{partition}:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
         executions = (
-            "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+            f"arn:{partition}:states:{region}:{account}:execution:"
             f"{names.STATE_MACHINE.render(tenant_id)}:*"
         )
         chunks_reason = ("Chunk indexes and manifests are named per execution; the wildcard stays inside this "
@@ -771,11 +830,21 @@ class TenantPipeline(Construct):
             ("AwsSolutions-IAM5", "Resource::*",
              "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
              "resource-level permissions."),
-            ("AwsSolutions-IAM5",
-             "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
-             '{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + _logical_id(self.page_state_machine) + '"}]}]}*',
-             "CDK's StepFunctionsStartExecution (.sync) grant: describe and stop the executions of this "
-             "tenant's page state machine only; their names derive from the parent's, unknown in advance."),
+            self._child_executions_finding(self.page_state_machine, "page"),
+            self._child_executions_finding(self.section_state_machine, "section"),
+        )
+        _acknowledge(
+            self.section_state_machine.role,
+            ("AwsSolutions-IAM5", "Resource::*",
+             "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
+             "resource-level permissions."),
+            self._child_executions_finding(self.page_state_machine, "page"),
+        )
+        _acknowledge(
+            self.section_state_machine,
+            ("AwsSolutions-SF1", None,
+             "ERROR level on purpose, as the parent: ALL would log every page's transitions that the "
+             "execution history already keeps; execution data is excluded (no record content in logs)."),
         )
         _acknowledge(
             self.page_state_machine.role,
@@ -797,6 +866,15 @@ class TenantPipeline(Construct):
              "every transition of every chunk (cost) that the execution history already keeps. "
              "Execution data is excluded so no record content reaches the logs."),
         )
+
+
+def _as_nag_shows(stack: Stack) -> tuple[str, str, str]:
+    """The stack's partition, Region and account as they appear in cdk-nag's findings."""
+    def shown(value: str, pseudo: str) -> str:
+        return pseudo if Token.is_unresolved(value) else value
+
+    return (shown(stack.partition, "<AWS::Partition>"), shown(stack.region, "<AWS::Region>"),
+            shown(stack.account, "<AWS::AccountId>"))
 
 
 def _acknowledge(scope: Construct, *findings: tuple[str, str | None, str]) -> None:

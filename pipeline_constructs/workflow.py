@@ -1,15 +1,25 @@
-"""The file-ingest workflow of one tenant: a parent state machine over pages of chunks, and
-a page state machine (the child) over one page's chunks.
+"""The file-ingest workflow of one tenant: a parent state machine, a section state machine
+and a page state machine, each a Map (MaxConcurrency 1) over the level below.
 
 Parent (`<id>-file-ingest-workflow`, one execution per file attempt):
     Split -> AnyChunks? -- none (duplicate, empty) ---------------------------> RecordSuccess
-                        -- else -> Pages (first chunk of each page: States.ArrayRange)
-                                -> PagesInOrder (Map, MaxConcurrency 1)
-                                     RunPage (StartExecution.sync:2 of the page state machine)
+                        -- else -> Sections (first chunk of each section: States.ArrayRange)
+                                -> OneSection? -- yes -> Pages (first chunk of each page)
+                                                         -> PagesInOrder (Map, MaxConcurrency 1)
+                                                              RunPage (StartExecution.sync:2, page)
+                                               -- no --> SectionsInOrder (Map, MaxConcurrency 1)
+                                                              RunSection (StartExecution.sync:2, section)
           -> RecordSuccess (closer) -> FileIngested
-    Catch (Split, PagesInOrder) -> RecordFailure (closer: ledger, notification, halt) -> IngestFailed
+    Catch (Split, PagesInOrder, SectionsInOrder) -> RecordFailure (closer: ledger,
+          notification, halt) -> IngestFailed
 
-Page (`<id>-file-ingest-page`, one execution per page, named `<parent>-p<first chunk>`):
+Section (`<id>-file-ingest-section`, one execution per section of a file of more than one,
+named `<parent>-s<first chunk>`):
+    SectionEnd -> LastSection? -> (ClampSection) -> SectionPages (States.ArrayRange) ->
+    PagesInOrder (Map, MaxConcurrency 1) -> RunPage (StartExecution.sync:2, page)
+
+Page (`<id>-file-ingest-page`, one execution per page, named `<parent>-p<first chunk>`
+whichever execution starts it):
     PageEnd -> LastPage? -> (ClampToFile) -> PageChunks (States.ArrayRange) ->
     ChunksInOrder (Map, MaxConcurrency 1)
       RegisterChunk -> ChunkDone? -- done ---------------> ChunkRegistered
@@ -20,13 +30,15 @@ Page (`<id>-file-ingest-page`, one execution per page, named `<parent>-p<first c
 Every execution's history has a bound that does not grow with the file
 (`pipeline_constructs/budgets.py`, recounted from the synthesized definitions by
 `tests/test_history_bound.py`): a page holds at most `chunks_per_page` chunks and a chunk at
-most its invocation budget (counted in `invocation`); a file has at most `max_pages` pages.
+most its invocation budget (counted in `invocation`); a section at most
+`pages_per_section` pages; a file at most `budgets.max_sections()` sections. Most files fit
+one section and never start a section execution.
 
 Only S3 references, counts and index ranges travel between states: the execution history
-never holds a record, and no state holds a list that grows with the file (the page list has
-at most `budgets.max_pages()` entries, a page's chunk list at most `chunks_per_page`). Each
-payload's keys come from its `TypedDict` in `lambdas/contract.py`; `_select` refuses a
-selector that does not cover exactly those keys.
+never holds a record, and no state holds a list that grows with the file (the section list
+has at most `budgets.max_sections()` entries, a page list at most `pages_per_section`, a
+page's chunk list at most `chunks_per_page`). Each payload's keys come from its `TypedDict`
+in `lambdas/contract.py`; `_select` refuses a selector that does not cover exactly those keys.
 """
 
 from __future__ import annotations
@@ -202,13 +214,101 @@ def build_page_definition(
     return page_end.next(last_page)
 
 
+def _run_child(scope: Construct, construct_id: str, state_machine: sfn.IStateMachine, name_format: str,
+               comment: str) -> tasks.StepFunctionsStartExecution:
+    """A `.sync:2` task that starts a child execution named `name_format` of the file's parent
+    execution (`$.execution_name`) and the child's first chunk, and waits for it. A failed
+    child is not retried: the file fails and halts the tenant (resume continues it)."""
+    run = tasks.StepFunctionsStartExecution(
+        scope,
+        construct_id,
+        comment=comment,
+        state_machine=state_machine,
+        integration_pattern=sfn.IntegrationPattern.RUN_JOB,
+        name=sfn.JsonPath.format(
+            name_format,
+            sfn.JsonPath.string_at("$.execution_name"),
+            sfn.JsonPath.string_at("$.first_chunk"),
+        ),
+        input=sfn.TaskInput.from_json_path_at("$"),
+        result_path=sfn.JsonPath.DISCARD,
+    )
+    run.add_retry(
+        errors=list(PAGE_START_ERRORS),
+        interval=Duration.seconds(1),
+        max_attempts=budgets.CHILD_TASK_RETRIES,
+        backoff_rate=2,
+        jitter_strategy=sfn.JitterType.FULL,
+    )
+    return run
+
+
+def _pages_in_order(scope: Construct, page_state_machine: sfn.IStateMachine, items_path: str,
+                    page_fields: dict[str, object]) -> sfn.Map:
+    """`PagesInOrder`: one page execution at a time over the page starts at `items_path`."""
+    run_page = _run_child(scope, "RunPage", page_state_machine, contract.PAGE_EXECUTION_NAME_FORMAT,
+                          "Register one page of chunks in a child execution and wait for it (its own bounded history)")
+    pages_in_order = sfn.Map(
+        scope,
+        "PagesInOrder",
+        comment="One page at a time: a failing page stops every later page",
+        items_path=items_path,
+        max_concurrency=1,
+        item_selector=_select(contract.PageTask, page_fields),
+        result_path=sfn.JsonPath.DISCARD,
+    )
+    return pages_in_order.item_processor(run_page)
+
+
+def build_section_definition(
+    scope: Construct,
+    *,
+    page_state_machine: sfn.IStateMachine,
+    chunks_per_page: int,
+    pages_per_section: int,
+) -> sfn.IChainable:
+    """The section state machine: the pages of chunks `first_chunk` .. `min(first_chunk +
+    chunks_per_page x pages_per_section - 1, last_chunk)` of a file, one page execution at a
+    time (input: `contract.PageTask`; a section starts on a page boundary, so its pages never
+    cross into the next section)."""
+    if not 1 <= pages_per_section <= budgets.MAX_ARRAY_RANGE_ITEMS:
+        raise ValueError(f"pages_per_section {pages_per_section} must be from 1 to {budgets.MAX_ARRAY_RANGE_ITEMS}")
+    section_end = sfn.Pass(
+        scope,
+        "SectionEnd",
+        parameters={"last.$": f"States.MathAdd($.first_chunk, {chunks_per_page * pages_per_section - 1})"},
+        result_path="$.section",
+    )
+    clamp = sfn.Pass(scope, "ClampSection", parameters={"last.$": "$.last_chunk"}, result_path="$.section")
+    section_pages = sfn.Pass(
+        scope,
+        "SectionPages",
+        comment="The first chunk of each page of this section (at most pages_per_section)",
+        parameters={"first_chunks.$": f"States.ArrayRange($.first_chunk, $.section.last, {chunks_per_page})"},
+        result_path="$.section",
+    )
+    pages_in_order = _pages_in_order(scope, page_state_machine, "$.section.first_chunks", {
+        **{key: f"$.{key}" for key in contract.keys_of(contract.PageTask)},
+        "first_chunk": "$$.Map.Item.Value",
+    })
+    last_section = (
+        sfn.Choice(scope, "LastSection")
+        .when(sfn.Condition.number_greater_than_json_path("$.section.last", "$.last_chunk"), clamp.next(section_pages))
+        .otherwise(section_pages)
+    )
+    section_pages.next(pages_in_order)
+    return section_end.next(last_section)
+
+
 def build_definition(
     scope: Construct,
     *,
     split_function: lambda_.IFunction,
     page_state_machine: sfn.IStateMachine,
+    section_state_machine: sfn.IStateMachine,
     closer_function: lambda_.IFunction,
     chunks_per_page: int,
+    pages_per_section: int,
 ) -> sfn.IChainable:
     """The parent state machine definition of one tenant (one execution per file attempt)."""
     split_result = contract.SPLIT_RESULT_PATH
@@ -228,58 +328,48 @@ def build_definition(
     )
     _retry(split, LAMBDA_TRANSIENT_ERRORS)
 
+    page_fields = {
+        **_from_input("tenant", "bucket", "key", "version_id", "start_record"),
+        "execution_name": "$$.Execution.Name",
+        "chunk_prefix": f"{split_result}.chunk_prefix",
+        "chunk_size": f"{split_result}.chunk_size",
+        "chunk_count": f"{split_result}.chunk_count",
+        "record_count": f"{split_result}.record_count",
+        "first_chunk": "$$.Map.Item.Value",
+        "last_chunk": f"{split_result}.last_chunk",
+    }
+    chunks_per_section = chunks_per_page * pages_per_section
+    sections = sfn.Pass(
+        scope,
+        "Sections",
+        comment="The first chunk of each section (at most budgets.max_sections(): Split refuses a bigger file)",
+        parameters={
+            "first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, {chunks_per_section})"
+        },
+        result_path="$.sections",
+    )
     pages = sfn.Pass(
         scope,
         "Pages",
-        comment="The first chunk of each page (at most budgets.max_pages(): Split refuses a bigger file)",
+        comment="The first chunk of each page (the file fits one section: at most pages_per_section)",
         parameters={
             "first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, {chunks_per_page})"
         },
         result_path="$.pages",
     )
-    run_page = tasks.StepFunctionsStartExecution(
+    pages_in_order = _pages_in_order(scope, page_state_machine, "$.pages.first_chunks", page_fields)
+    run_section = _run_child(scope, "RunSection", section_state_machine, contract.SECTION_EXECUTION_NAME_FORMAT,
+                             "Run one section of pages in a child execution and wait for it (its own bounded history)")
+    sections_in_order = sfn.Map(
         scope,
-        "RunPage",
-        comment="Register one page of chunks in a child execution and wait for it (its own bounded history)",
-        state_machine=page_state_machine,
-        integration_pattern=sfn.IntegrationPattern.RUN_JOB,
-        name=sfn.JsonPath.format(
-            contract.PAGE_EXECUTION_NAME_FORMAT,
-            sfn.JsonPath.string_at("$$.Execution.Name"),
-            sfn.JsonPath.string_at("$.first_chunk"),
-        ),
-        input=sfn.TaskInput.from_json_path_at("$"),
-        result_path=sfn.JsonPath.DISCARD,
-    )
-    run_page.add_retry(
-        errors=list(PAGE_START_ERRORS),
-        interval=Duration.seconds(1),
-        max_attempts=budgets.PAGE_TASK_RETRIES,
-        backoff_rate=2,
-        jitter_strategy=sfn.JitterType.FULL,
-    )
-    pages_in_order = sfn.Map(
-        scope,
-        "PagesInOrder",
-        comment="One page at a time: a failing page stops every later page",
-        items_path="$.pages.first_chunks",
+        "SectionsInOrder",
+        comment="One section at a time: a failing section stops every later section",
+        items_path="$.sections.first_chunks",
         max_concurrency=1,
-        item_selector=_select(
-            contract.PageTask,
-            {
-                **_from_input("tenant", "bucket", "key", "version_id", "start_record"),
-                "execution_name": "$$.Execution.Name",
-                "chunk_prefix": f"{split_result}.chunk_prefix",
-                "chunk_size": f"{split_result}.chunk_size",
-                "chunk_count": f"{split_result}.chunk_count",
-                "record_count": f"{split_result}.record_count",
-                "first_chunk": "$$.Map.Item.Value",
-                "last_chunk": f"{split_result}.last_chunk",
-            },
-        ),
+        item_selector=_select(contract.PageTask, page_fields),
         result_path=sfn.JsonPath.DISCARD,
     )
-    pages_in_order.item_processor(run_page)
+    sections_in_order.item_processor(run_section)
 
     def record_close(construct_id: str, status: str, error_paths: bool) -> tasks.LambdaInvoke:
         close = {"execution_name": "$$.Execution.Name", "status": status, "error": None, "cause": None,
@@ -315,15 +405,20 @@ def build_definition(
     record_failure.add_catch(failed, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
     on_error = record_failure.next(failed)
 
-    split.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
-    pages_in_order.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
+    for step in (split, pages_in_order, sections_in_order):
+        step.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
     record_success.next(done)
+    one_section = (
+        sfn.Choice(scope, "OneSection")
+        .when(sfn.Condition.is_present("$.sections.first_chunks[1]"), sections_in_order.next(record_success))
+        .otherwise(pages.next(pages_in_order).next(record_success))
+    )
     any_chunks = (
         sfn.Choice(scope, "AnyChunks")
         .when(
             sfn.Condition.number_greater_than_json_path(f"{split_result}.first_chunk", f"{split_result}.last_chunk"),
             record_success,
         )
-        .otherwise(pages.next(pages_in_order).next(record_success))
+        .otherwise(sections.next(one_section))
     )
     return split.next(any_chunks)

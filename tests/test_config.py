@@ -602,6 +602,23 @@ def test_fails_when_chunks_per_page_is_more_than_a_pages_history_holds():
     assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=8))).tenants[0].chunks_per_page == 8
 
 
+def test_fails_when_pages_per_section_is_more_than_a_sections_history_holds():
+    """GIVEN pages_per_section 997 where a section's history holds 996 WHEN validated THEN
+    refused with the range; 996 (and a small value for tests) is fine."""
+    text = """
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, pages_per_section: {value}}}
+        """
+    assert one_problem(text.format(SINK=SINK, value=997)) == (
+        "tenant 'acme': field 'pages_per_section' = 997: Input should be less than or equal to 996; leave it out (the default is "
+        "the most a section's history allows), or use a whole number from 1 to 996"
+    )
+    assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=996))).tenants[0].pages_per_section == 996
+    assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=2))).tenants[0].pages_per_section == 2
+
+
 def test_fails_when_the_outage_budget_is_too_long_for_a_pages_history():
     """GIVEN an outage budget of 24 h (one chunk may wait it out in its page: about 1,450 waits)
     WHEN validated THEN refused: not even one chunk would fit a page's history budget."""

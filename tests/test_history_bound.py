@@ -35,13 +35,14 @@ EXECUTION_EVENTS = 2  # ExecutionStarted, ExecutionSucceeded|Failed|TimedOut|Abo
 
 
 def machines(template: Template) -> dict[str, dict[str, Any]]:
-    """{"parent": definition, "page": definition} with intrinsics replaced by placeholders."""
+    """{"parent": ..., "section": ..., "page": definition} with intrinsics replaced by placeholders."""
     found = {}
+    kinds = {"PipelinePageWorkflow": "page", "PipelineSectionWorkflow": "section", "PipelineWorkflow": "parent"}
     for logical_id, machine in template.find_resources("AWS::StepFunctions::StateMachine").items():
         parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
         definition = json.loads("".join(p if isinstance(p, str) else "<ref>" for p in parts))
-        found["page" if logical_id.startswith("PipelinePageWorkflow") else "parent"] = definition
-    assert set(found) == {"parent", "page"}
+        found[next(kind for prefix, kind in kinds.items() if logical_id.startswith(prefix))] = definition
+    assert set(found) == {"parent", "section", "page"}
     return found
 
 
@@ -66,6 +67,18 @@ def successors(state: dict[str, Any]) -> set[str]:
     nexts |= {state["Default"]} if "Default" in state else set()
     nexts |= {catch["Next"] for catch in state.get("Catch", [])}
     return nexts
+
+
+def reachable(states: dict[str, dict[str, Any]], start: str) -> set[str]:
+    """The states a path from `start` may enter after it."""
+    seen: set[str] = set()
+    todo = list(successors(states[start]))
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(successors(states[name]))
+    return seen
 
 
 def cycles(states: dict[str, dict[str, Any]]) -> list[set[str]]:
@@ -149,12 +162,39 @@ def items_of_page_map(page: dict[str, Any]) -> int:
     return int(match.group(1)) + 1
 
 
-def items_of_parent_map(parent: dict[str, Any], max_chunks: int) -> tuple[int, int]:
-    """(pages, chunks per page): ArrayRange(first_chunk, last_chunk, P) over at most max_chunks."""
-    first, last, step = array_range(parent["States"]["Pages"]["Parameters"]["first_chunks.$"])
+def items_of_parent_map(parent: dict[str, Any], max_chunks: int) -> tuple[int, int, int]:
+    """(sections, pages of a one-section file, chunks per page): the parent's two Maps. Sections
+    are ArrayRange(first_chunk, last_chunk, S) over at most max_chunks; the parent runs pages
+    itself (ArrayRange(first_chunk, last_chunk, P)) only when there is no second section, so
+    at most S / P of them."""
+    states = parent["States"]
+    first, last, per_section = array_range(states["Sections"]["Parameters"]["first_chunks.$"])
     assert (first, last) == ("$.split.first_chunk", "$.split.last_chunk")
-    per_page = int(step)
-    return -(-max_chunks // per_page), per_page
+    first, last, per_page = array_range(states["Pages"]["Parameters"]["first_chunks.$"])
+    assert (first, last) == ("$.split.first_chunk", "$.split.last_chunk")
+    assert states["Sections"]["Next"] == "OneSection"
+    assert states["OneSection"]["Choices"] == [
+        {"Variable": "$.sections.first_chunks[1]", "IsPresent": True, "Next": "SectionsInOrder"}
+    ]
+    assert states["OneSection"]["Default"] == "Pages" and states["Pages"]["Next"] == "PagesInOrder"
+    assert int(per_section) % int(per_page) == 0, "a section must start on a page boundary"
+    assert not {"Pages", "PagesInOrder"} & reachable(states, "SectionsInOrder"), "the sections path runs pages"
+    assert not {"Sections", "SectionsInOrder"} & reachable(states, "PagesInOrder"), "the pages path runs sections"
+    return -(-max_chunks // int(per_section)), int(per_section) // int(per_page), int(per_page)
+
+
+def items_of_section_map(section: dict[str, Any]) -> tuple[int, int]:
+    """(pages per section, chunks per page): ArrayRange(first_chunk, section end, P), the end at
+    most first_chunk + S - 1."""
+    states = section["States"]
+    first, end, per_page = array_range(states["SectionPages"]["Parameters"]["first_chunks.$"])
+    assert (first, end) == ("$.first_chunk", "$.section.last")
+    match = re.fullmatch(r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", states["SectionEnd"]["Parameters"]["last.$"])
+    assert match, "the section's end must be first_chunk + a constant"
+    assert states["LastSection"]["Choices"] == [
+        {"Variable": "$.section.last", "NumericGreaterThanPath": "$.last_chunk", "Next": "ClampSection"}
+    ]
+    return -(-(int(match.group(1)) + 1) // int(per_page)), int(per_page)
 
 
 def bound(states: dict[str, dict[str, Any]], items: dict[str, int], item_selector: dict[str, Any] | None = None) -> int:
@@ -184,13 +224,19 @@ def bound(states: dict[str, dict[str, Any]], items: dict[str, int], item_selecto
 def bounds(template: Template) -> dict[str, int]:
     found = machines(template)
     max_chunks = split_max_chunks(template)
-    pages, per_page = items_of_parent_map(found["parent"], max_chunks)
-    assert items_of_page_map(found["page"]) == per_page, "the parent's pages and the page's chunks must agree"
-    assert pages <= budgets.MAX_ARRAY_RANGE_ITEMS, "States.ArrayRange makes at most 1,000 items"
+    sections, parent_pages, per_page = items_of_parent_map(found["parent"], max_chunks)
+    pages, section_per_page = items_of_section_map(found["section"])
+    assert section_per_page == per_page and parent_pages == pages, "the parent and the section must agree on pages"
+    assert items_of_page_map(found["page"]) == per_page, "the pages and the page's chunks must agree"
+    assert max(sections, pages, per_page) <= budgets.MAX_ARRAY_RANGE_ITEMS, "States.ArrayRange makes at most 1,000 items"
     return {
-        "parent": EXECUTION_EVENTS + bound(found["parent"]["States"], {"PagesInOrder": pages}),
+        # OneSection takes one of the two Maps, and neither leads to the other: the worst of both
+        "parent": EXECUTION_EVENTS + max(bound(found["parent"]["States"], {"PagesInOrder": pages, "SectionsInOrder": 0}),
+                                         bound(found["parent"]["States"], {"PagesInOrder": 0, "SectionsInOrder": sections})),
+        "section": EXECUTION_EVENTS + bound(found["section"]["States"], {"PagesInOrder": pages}),
         "page": EXECUTION_EVENTS + bound(found["page"]["States"], {"ChunksInOrder": per_page}),
-        "pages": pages,
+        "sections": sections,
+        "pages_per_section": pages,
         "chunks_per_page": per_page,
         "max_chunks": max_chunks,
     }
@@ -200,19 +246,21 @@ def bounds(template: Template) -> dict[str, int]:
 def test_every_execution_has_a_history_bound_far_below_the_limit_whatever_the_file_size(synthesized, tenant):
     """GIVEN the synthesized definitions of a tenant WHEN the worst case of each execution is
     counted (every retry, every loop at its budget, both paths, the most pages Split lets
-    through) THEN the parent's and a page's history stay below 25,000 events with a 20 % margin;
-    a file with more chunks is refused by Split, so no file size exceeds it."""
+    through) THEN the parent's, a section's and a page's history stay below 25,000 events with a
+    20 % margin; a file with more chunks is refused by Split, so no file size exceeds it."""
     found = bounds(synthesized.template(f"OrderedIngest-Tenant-{tenant}"))
-    assert found["parent"] <= LIMIT * (1 - MARGIN), found
-    assert found["page"] <= LIMIT * (1 - MARGIN), found
-    assert found["max_chunks"] == found["pages"] * found["chunks_per_page"]
+    for execution in ("parent", "section", "page"):
+        assert found[execution] <= LIMIT * (1 - MARGIN), (execution, found)
+    assert found["max_chunks"] == found["sections"] * found["pages_per_section"] * found["chunks_per_page"]
 
 
 def test_the_design_arithmetic_is_at_least_the_recount(synthesized):
     """budgets.py sizes the pages; the recount from the definitions must not exceed its budget."""
     found = bounds(synthesized.template("OrderedIngest-Tenant-acme"))
-    assert found["page"] <= budgets.HISTORY_EVENT_BUDGET and found["parent"] <= budgets.HISTORY_EVENT_BUDGET
+    assert max(found["page"], found["section"], found["parent"]) <= budgets.HISTORY_EVENT_BUDGET
     assert found["chunks_per_page"] == budgets.max_chunks_per_page(100, 10, 3600)
+    assert found["pages_per_section"] == budgets.max_pages_per_section()
+    assert found["sections"] == budgets.max_sections()
     assert found["max_chunks"] == budgets.max_file_chunks(found["chunks_per_page"])
 
 
@@ -243,6 +291,8 @@ def test_no_state_input_or_output_holds_a_list_that_grows_with_the_file(synthesi
         assert not [key for key, kind in annotations.items() if "list" in kind], (payload.__name__, annotations)
     found = machines(synthesized.template("OrderedIngest-Tenant-acme"))
     assert found["parent"]["States"]["PagesInOrder"]["ResultPath"] is None
+    assert found["parent"]["States"]["SectionsInOrder"]["ResultPath"] is None
+    assert found["section"]["States"]["PagesInOrder"]["ResultPath"] is None
     assert found["page"]["States"]["ChunksInOrder"]["ResultPath"] is None
 
 
@@ -250,7 +300,16 @@ def test_largest_file_per_chunk_size_at_the_default_sink_settings():
     """What README's table states (sink timeout 10 s, outage budget 1 h)."""
     largest = {size: budgets.max_file_chunks(budgets.max_chunks_per_page(size, 10, 3600)) * size
                for size in (1, 100, 250, 870)}
-    assert largest == {1: 7_976, 100: 797_600, 250: 1_994_000, 870: 6_939_120}
+    assert largest == {1: 7_936_128, 100: 793_612_800, 250: 1_984_032_000, 870: 6_904_431_360}
+
+
+def test_ten_million_records_fit_at_the_default_chunk_size_even_with_a_long_outage_budget():
+    """GIVEN chunk_size 100 in record mode WHEN the core system's outage budget is the default
+    hour, or 6 hours (one chunk per page) THEN a 10M-record file (100,000 chunks) still fits:
+    sections multiply what one parent's history holds by about a thousand."""
+    for outage in (3600, 6 * 3600):
+        per_page = budgets.max_chunks_per_page(100, 10, outage)
+        assert per_page >= 1 and budgets.max_file_chunks(per_page) >= 100_000, outage
 
 
 def test_batch_mode_pages_are_budgeted_by_requests_not_records():

@@ -249,3 +249,37 @@ def test_fails_when_routing_has_an_unknown_key():
     assert problems_of(f"defaults:\n{SINK}routing: {{shard: 2}}\ntenants:\n  - {{id: acme, prefix: acme/}}\n") == [
         "routing: field 'shard' = 2: unknown key; remove it or fix its spelling (did you mean 'shards'?)"
     ]
+
+
+# -- the capacity model counts the sharded layout ---------------------------------------------
+
+
+def many_tenants_yaml(count: int, routing_block: str) -> str:
+    tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(count))
+    return (f"defaults:\n{SINK}{routing_block}"
+            "account_limits: {iam_roles: 5000, lambda_concurrent_executions: 2000}\n"
+            f"tenants:\n{tenants}")
+
+
+def test_fails_when_301_tenants_share_the_default_bus_without_shards():
+    (problem,) = problems_of(many_tenants_yaml(301, ""))
+    assert problem.startswith(
+        "the deployment (the account and Region cdk deploy uses): EventBridge rules on the default bus: need 606 "
+        "(2 per tenant x 301 tenants + 4 (the catch-all of unmatched uploads)), limit 300; fix: shard the rules "
+        "over event buses with routing.shards (README, Sharded routing)"
+    )
+
+
+def test_with_shards_the_capacity_model_counts_forwards_and_the_forwarding_role():
+    """GIVEN the same 301 tenants on 20 shards THEN the file is valid: the default bus holds the
+    forwards and the catch-all's rules; the IAM need counts the forwarding role once."""
+    from pipeline_constructs import capacity
+
+    config = parse_config(many_tenants_yaml(301, "routing: {shards: 20}\n"))
+    (target,) = capacity.targets(config)
+    rules = capacity.default_bus_rules(target.tenants, target.routing)
+    assert rules.count == routing.default_bus_rules(config.tenants, 20) == 2 * 20 + 4
+    assert rules.how == "2 forwarding rules x 20 shards with tenants + 4 (the catch-all of unmatched uploads)"
+    roles = capacity.iam_roles(target.tenants, target.routing)
+    assert roles.count == capacity.ROLES_PER_TENANT * 301 + 1
+    assert roles.how.endswith("+ 1 (the event-bus forwarding role)")

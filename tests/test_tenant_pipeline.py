@@ -7,6 +7,8 @@ import json
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from pipeline_constructs import budgets
+
 LAMBDA_TRANSIENTS = [
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
@@ -27,6 +29,11 @@ def definition(template: Template, machine_id: str = "PipelineWorkflow") -> dict
 def page_definition(template: Template) -> dict:
     """The page state machine's definition (the child: one page of chunks per execution)."""
     return definition(template, "PipelinePageWorkflow")
+
+
+def section_definition(template: Template) -> dict:
+    """The section state machine's definition (a file of more pages than one section holds)."""
+    return definition(template, "PipelineSectionWorkflow")
 
 
 def only(template: Template, resource_type: str, **properties) -> dict:
@@ -186,16 +193,40 @@ def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(a
     assert states["AnyChunks"]["Choices"] == [
         {"Variable": "$.split.first_chunk", "NumericGreaterThanPath": "$.split.last_chunk", "Next": "RecordSuccess"}
     ]
-    assert states["AnyChunks"]["Default"] == "Pages"
+    assert states["AnyChunks"]["Default"] == "Sections"
+    assert states["Sections"]["Next"] == "OneSection"
+    # a file of one section runs its pages in the parent; otherwise sections run them
+    assert states["OneSection"]["Default"] == "Pages"
+    assert states["OneSection"]["Choices"][0]["Next"] == "SectionsInOrder"
     assert states["Pages"]["Next"] == "PagesInOrder"
+    for maps, items_path, task, kind in (("PagesInOrder", "$.pages.first_chunks", "RunPage", "p"),
+                                         ("SectionsInOrder", "$.sections.first_chunks", "RunSection", "s")):
+        children = states[maps]
+        assert children["Type"] == "Map"
+        assert children["MaxConcurrency"] == 1
+        assert children["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
+        assert children["ItemsPath"] == items_path
+        assert children["Next"] == "RecordSuccess"
+        assert [c["Next"] for c in children["Catch"]] == ["RecordFailure"]
+        run = children["ItemProcessor"]["States"][task]
+        assert run["Resource"].endswith(":states:startExecution.sync:2")
+        # named after the file's parent execution, whichever execution starts it
+        assert run["Parameters"]["Name.$"] == f"States.Format('{{}}-{kind}{{}}', $.execution_name, $.first_chunk)"
+        assert children["ItemSelector"]["execution_name.$"] == "$$.Execution.Name"
+
+
+def test_a_section_runs_its_pages_one_at_a_time_within_its_range(acme):
+    states = section_definition(acme)["States"]
+    per_section = budgets.max_chunks_per_page(100, 10, 3600) * budgets.max_pages_per_section()
+    assert states["SectionEnd"]["Parameters"] == {"last.$": f"States.MathAdd($.first_chunk, {per_section - 1})"}
     pages = states["PagesInOrder"]
-    assert pages["Type"] == "Map"
-    assert pages["MaxConcurrency"] == 1
-    assert pages["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
-    assert pages["ItemsPath"] == "$.pages.first_chunks"
-    run_page = pages["ItemProcessor"]["States"]["RunPage"]
-    assert run_page["Resource"].endswith(":states:startExecution.sync:2")
-    assert run_page["Parameters"]["Name.$"] == "States.Format('{}-p{}', $$.Execution.Name, $.first_chunk)"
+    assert pages["MaxConcurrency"] == 1 and pages["ItemsPath"] == "$.section.first_chunks"
+    run = pages["ItemProcessor"]["States"]["RunPage"]
+    assert run["Resource"].endswith(":states:startExecution.sync:2")
+    assert run["Parameters"]["Name.$"] == "States.Format('{}-p{}', $.execution_name, $.first_chunk)"
+    # the page carries the PARENT's execution name (the register function's fence)
+    assert pages["ItemSelector"]["execution_name.$"] == "$.execution_name"
+    assert "Retry" not in run or all("States.TaskFailed" not in r["ErrorEquals"] for r in run["Retry"])
 
 
 def test_chunks_of_a_page_run_one_at_a_time_in_order(acme):
@@ -351,32 +382,41 @@ def test_batch_size_reaches_the_register_function_and_sets_its_timeout(tmp_path)
 
 
 def test_the_workflow_may_start_wait_for_and_stop_only_its_own_page_executions(acme):
-    """`.sync:2` needs StartExecution on the page state machine, Describe/StopExecution on its
-    executions, and the managed rule through which Step Functions learns that a child closed."""
-    statements = policy_statements_of_role(acme, "PipelineWorkflowRole")
-    (page_id,) = [k for k in acme.find_resources("AWS::StepFunctions::StateMachine") if k.startswith("PipelinePageWorkflow")]
-    start = next(s for s in statements if s["Action"] == "states:StartExecution")
-    assert start["Resource"] == {"Ref": page_id}
-    wait = next(s for s in statements if s["Action"] == ["states:DescribeExecution", "states:StopExecution"])
-    assert page_id in json.dumps(wait["Resource"]) and ":execution:" in json.dumps(wait["Resource"])
-    rule = next(s for s in statements if "events:PutRule" in s["Action"])
-    assert json.dumps(rule["Resource"]).endswith(':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"]]}')
-    assert "lambda:InvokeFunction" in actions_of(statements)  # split and closer
+    """`.sync:2` needs StartExecution on the child state machine, Describe/StopExecution on its
+    executions, and the managed rule through which Step Functions learns that a child closed.
+    The parent starts pages and sections; a section starts pages only; a page nothing."""
+    machines = acme.find_resources("AWS::StepFunctions::StateMachine")
+    (page_id,) = [k for k in machines if k.startswith("PipelinePageWorkflow")]
+    (section_id,) = [k for k in machines if k.startswith("PipelineSectionWorkflow")]
+    for role, children in (("PipelineWorkflowRole", [page_id, section_id]), ("PipelineSectionWorkflowRole", [page_id])):
+        statements = policy_statements_of_role(acme, role)
+        start = next(s for s in statements if s["Action"] == "states:StartExecution")
+        resources = start["Resource"] if isinstance(start["Resource"], list) else [start["Resource"]]
+        assert sorted(r["Ref"] for r in resources) == sorted(children), role
+        wait = next(s for s in statements if s["Action"] == ["states:DescribeExecution", "states:StopExecution"])
+        assert all(child in json.dumps(wait["Resource"]) for child in children)
+        assert ":execution:" in json.dumps(wait["Resource"])
+        rule = next(s for s in statements if "events:PutRule" in s["Action"])
+        assert json.dumps(rule["Resource"]).endswith(':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"]]}')
+    assert "lambda:InvokeFunction" in actions_of(policy_statements_of_role(acme, "PipelineWorkflowRole"))
+    assert "lambda:InvokeFunction" not in actions_of(policy_statements_of_role(acme, "PipelineSectionWorkflowRole"))
     page_role = policy_statements_of_role(acme, "PipelinePageWorkflowRole")
     invoke = [s for s in page_role if s["Action"] == "lambda:InvokeFunction"]
     assert len(invoke) == 1 and "RegisterChunk" in json.dumps(invoke[0]["Resource"])
     assert "states:StartExecution" not in actions_of(page_role)
 
 
-def test_the_page_state_machine_logs_errors_without_data_and_traces_like_the_parent(acme):
+@pytest.mark.parametrize("kind", ["Page", "Section"])
+def test_the_child_state_machines_log_errors_without_data_and_trace_like_the_parent(acme, kind):
     machines = acme.find_resources("AWS::StepFunctions::StateMachine")
-    (props,) = [m["Properties"] for k, m in machines.items() if k.startswith("PipelinePageWorkflow")]
-    assert props["StateMachineName"] == "acme-file-ingest-page"
+    (props,) = [m["Properties"] for k, m in machines.items() if k.startswith(f"Pipeline{kind}Workflow")]
+    assert props["StateMachineName"] == f"acme-file-ingest-{kind.lower()}"
     assert props["LoggingConfiguration"]["Level"] == "ERROR"
     assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
     assert props["TracingConfiguration"] == {"Enabled": True}
-    # a page never outlives its file: the same time limit as the parent
-    assert page_definition(acme)["TimeoutSeconds"] == definition(acme)["TimeoutSeconds"] > 0
+    # a child never outlives its file: the same time limit as the parent
+    child = page_definition(acme) if kind == "Page" else section_definition(acme)
+    assert child["TimeoutSeconds"] == definition(acme)["TimeoutSeconds"] > 0
 
 
 def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_own_ledger_items(acme):

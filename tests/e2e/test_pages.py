@@ -1,7 +1,9 @@
 """Pages of chunks on the local runtime (issue 9): a file runs as a parent execution whose Map
-starts one child execution (`startExecution.sync:2`) per page. Pages are made small here
-(`chunks_per_page: 2`, chunks of 3 records: 6 records a page) so that small files need
-several pages.
+starts one child execution (`startExecution.sync:2`) per page; a file of more pages than one
+section holds runs its pages in section executions (the parent's Map starts one section per
+`pages_per_section` pages, each section's Map one page at a time). Pages are made small here
+(`chunks_per_page: 2`, chunks of 3 records: 6 records a page; sections of 2 pages: 12
+records) so that small files need several pages and sections.
 """
 
 from __future__ import annotations
@@ -35,16 +37,18 @@ def pipe(start_pipeline) -> LocalPipeline:
             {"id": "paged", "chunks_per_page": 2},
             {"id": "pagefail", "chunks_per_page": 2},
             {"id": "lastpage", "chunks_per_page": 2},
+            {"id": "sectioned", "chunks_per_page": 2, "pages_per_section": 2},
+            {"id": "sectionfail", "chunks_per_page": 2, "pages_per_section": 2},
         ],
         chunk_size=3,
     )
 
 
-def page_executions(pipe: LocalPipeline, tenant: str) -> list[str]:
-    """Names of the tenant's page (child) executions, oldest first."""
+def page_executions(pipe: LocalPipeline, tenant: str, kind: str = "page") -> list[str]:
+    """Names of the tenant's page (or section) executions, oldest first."""
     sfn = pipe.client("stepfunctions")
     machine = next(m["stateMachineArn"] for m in sfn.list_state_machines()["stateMachines"]
-                   if m["name"] == f"{tenant}-file-ingest-page")
+                   if m["name"] == f"{tenant}-file-ingest-{kind}")
     listed = sfn.list_executions(stateMachineArn=machine)["executions"]
     return [e["name"] for e in sorted(listed, key=lambda e: e["startDate"])]
 
@@ -115,3 +119,61 @@ def test_a_malformed_line_in_the_last_page_is_refused_before_any_record_is_sent(
     assert "line 22" in json.dumps(state["last_failure"])
     assert pipe.sink("lastpage").requests == []
     assert page_executions(pipe, "lastpage") == []
+
+
+def test_a_file_of_several_sections_runs_its_pages_section_by_section_in_order(pipe: LocalPipeline) -> None:
+    """GIVEN sections of 2 pages of 2 chunks of 3 records WHEN a file of 40 records (14 chunks,
+    7 pages, 4 sections) and then a file of 4 records arrive THEN every record is registered
+    once, in file order; the first file ran 4 section executions and 7 page executions, named
+    after it, each page once; the second file (one section) ran its page without a section."""
+    sink = pipe.sink("sectioned")
+    uploads = [pipe.put_file("sectioned", "a.csv", csv_file("a", 40)),
+               pipe.put_file("sectioned", "b.csv", csv_file("b", 4))]
+    pipe.wait_until_idle(timeout=180, tenants=["sectioned"])
+
+    executions = pipe.executions("sectioned")
+    assert [e["status"] for e in executions] == ["SUCCEEDED", "SUCCEEDED"]
+    assert_files_in_order(executions, [key for key, _ in uploads])
+    assert_records_in_file_order(sink.accepted, [("a", 40), ("b", 4)])
+    assert_no_duplicates(sink.accepted)
+    first, second = executions[0]["name"], executions[1]["name"]
+    assert page_executions(pipe, "sectioned", "section") == [f"{first}-s{c}" for c in (0, 4, 8, 12)]
+    assert [n for n in page_executions(pipe, "sectioned") if n.startswith(first)] == [
+        f"{first}-p{c}" for c in (0, 2, 4, 6, 8, 10, 12)
+    ]
+    assert [n for n in page_executions(pipe, "sectioned") if n.startswith(second)] == [f"{second}-p0"]
+
+
+def test_a_failure_in_section_2_halts_and_resume_continues_there_with_nothing_registered_twice(
+        pipe: LocalPipeline) -> None:
+    """GIVEN a core system that rejects record 15 (chunk 5: section 2, its first page's second
+    chunk) of a 40-record file WHEN it arrives THEN the file fails at record 15 with the core
+    system's error through both child levels, and the tenant halts; later sections never ran.
+    WHEN the core system is fixed and the operator resumes THEN records 15-39 follow in order
+    and records 0-14 are never sent again."""
+    sink = pipe.sink("sectionfail").reject(on_record={"file": "a", "seq": "15"}, status=400)
+    upload = pipe.put_file("sectionfail", "a.csv", csv_file("a", 40))
+
+    wait_for(lambda: halted(pipe, "sectionfail"), timeout=120, what="the tenant to halt")
+    state = status(pipe, "sectionfail")
+    assert state["current_file"]["key"] == upload[0] and state["current_file"]["next_record"] == 15
+    assert state["last_failure"]["error"] == contract.SinkRejectedError.__name__
+    failed = pipe.executions("sectionfail")[0]["name"]
+    assert page_executions(pipe, "sectionfail", "section") == [f"{failed}-s0", f"{failed}-s4"]
+
+    sink.clear_faults()
+    resumed_at = len(sink.requests)
+    code, out = ops(pipe, "resume", "sectionfail")
+    assert code == EXIT_OK and "at record 15" in out
+    pipe.wait_until_idle(timeout=180, tenants=["sectionfail"])
+
+    executions = pipe.executions("sectionfail")
+    assert [e["status"] for e in executions] == ["FAILED", "SUCCEEDED"]
+    assert_records_in_file_order(sink.accepted, [("a", 40)])
+    assert_no_duplicates(sink.accepted)
+    after_resume = [int(r.body["seq"]) for r in sink.requests[resumed_at:] if r.body["file"] == "a"]
+    assert after_resume == list(range(15, 40))
+    resumed = executions[1]["name"]
+    assert [n for n in page_executions(pipe, "sectionfail", "section") if n.startswith(resumed)] == [
+        f"{resumed}-s{c}" for c in (5, 9, 13)
+    ]

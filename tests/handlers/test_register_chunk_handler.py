@@ -130,6 +130,28 @@ def put_file(s3: Any, content: bytes, *, fmt: str = "jsonl", chunk_size: int = 3
     return version_id
 
 
+@pytest.fixture(autouse=True)
+def cold_function() -> Iterator[None]:
+    """Each test starts as a cold function: nothing kept from another test's file."""
+    register_chunk._MANIFESTS.clear()
+    register_chunk._INDEX_BLOCKS.clear()
+    yield
+
+
+class CountingS3:
+    """The S3 client, counting GETs by bucket."""
+
+    def __init__(self, s3: Any) -> None:
+        self._s3, self.gets = s3, []
+
+    def get_object(self, **kwargs: Any) -> Any:
+        self.gets.append(kwargs["Bucket"])
+        return self._s3.get_object(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._s3, name)
+
+
 @pytest.fixture
 def ledger(ddb: Any, ledger_table: str) -> Ledger:
     """The tenant's ledger with execution `evt-1` running the file."""
@@ -742,3 +764,32 @@ def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_bud
     assert invocations == budgets.register_invocations_per_chunk(size, sink_timeout, batch_size)
     assert len(sink.requests) == budgets.requests_per_chunk(size, batch_size)
     assert len(set(sink.keys())) == len(sink.requests)
+
+
+def test_a_warm_function_reads_a_files_manifest_and_index_once_then_one_ranged_get_per_chunk(work, sink, ledger):
+    """GIVEN a file of 2,100 records in chunks of 1 (the index spans three blocks of 1,024
+    entries) WHEN chunks 0-2,099 are registered by one warm function THEN each record arrives
+    once, in order, with its own key, and the work bucket was read 1 (manifest) + 3 (index
+    blocks) times, not 2 x 2,100: a chunk costs one ranged GET of the landing object."""
+    put_file(work, "".join(json.dumps({"id": n}) + "\n" for n in range(2100)).encode(), chunk_size=1)
+    counting = CountingS3(work)
+    for index in range(2100):
+        result = register(counting, ledger, task(index, chunk_size=1, start_record=index, record_count=2100), config(sink))
+        assert result["done"] and result["start_record"] == index + 1
+    assert [body["id"] for body in sink.bodies()] == list(range(2100))
+    assert sink.keys() == [expected_key(LANDED["version_id"], n) for n in range(2100)]
+    assert counting.gets.count(WORK) == 1 + 3 and counting.gets.count(LANDING) == 2100
+
+
+def test_a_warm_function_does_not_serve_another_version_or_chunk_size_from_what_it_kept(work, sink):
+    """GIVEN a warm function that read chunk 0 of one version WHEN the same work prefix holds
+    another version's split (a re-upload replayed with the same event id), in chunks of another
+    size THEN it reads that version's manifest and index anew: the chunk's records are the new
+    version's."""
+    def records(the_task: dict[str, Any]) -> list[bytes]:
+        return [record for _, record in register_chunk.read_chunk(work, config(sink), the_task)]
+
+    first = put_chunk(work, 0, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+    assert [json.loads(r)["id"] for r in records(task(0, version_id=first))] == ["a", "b", "c"]
+    second = put_file(work, b'{"id": "x"}\n{"id": "y"}\n', chunk_size=2)
+    assert [json.loads(r)["id"] for r in records(task(0, version_id=second, chunk_size=2, record_count=2))] == ["x", "y"]

@@ -544,12 +544,39 @@ def test_an_index_of_another_version_is_not_reused(buckets):
 
 def test_fails_when_the_file_has_more_chunks_than_the_workflow_may_run(buckets):
     """GIVEN max_chunks 3 (chunks of 3 records) WHEN a file of 10 records (4 chunks) is split
-    THEN FileTooLargeError names the chunks, the limit in records and what to do; nothing was
-    sent (Split runs before the first record is registered)."""
+    THEN FileTooLargeError names the limit in chunks and records and what to do; nothing was
+    sent (Split runs before the first record is registered), and no manifest was written."""
     request = upload(buckets, csv_file(10))
-    with pytest.raises(contract.FileTooLargeError, match=r"the file has 4 chunks of 3 records; at most 3 chunks \(9 records\)"):
+    with pytest.raises(contract.FileTooLargeError,
+                       match=r"the file has more than 3 chunks of 3 records \(Split stopped reading at byte \d+\); "
+                             r"at most 3 chunks \(9 records\) fit the workflow's bounded history"):
         split_file(request, config=config(max_chunks=3), s3=buckets)
     assert split_file(upload(buckets, csv_file(9)), config=config(max_chunks=3), s3=buckets)["chunk_count"] == 3
+
+
+def test_a_too_large_file_is_refused_as_soon_as_its_chunks_pass_the_limit_not_after_a_full_pass(buckets):
+    """GIVEN max_chunks 3 (chunks of 3 records) and a file whose 20th line is malformed WHEN it
+    is split THEN the refusal is FileTooLargeError (reading stopped at the 4th chunk), not
+    the malformed line further on: a file far over the limit is not read to its end."""
+    lines = csv_file(30).decode().splitlines()
+    lines[20] = "not,a,valid,row,with,too,many,fields"
+    request = upload(buckets, ("\n".join(lines) + "\n").encode())
+    with pytest.raises(contract.FileTooLargeError) as refused:
+        split_file(request, config=config(max_chunks=3), s3=buckets)
+    assert refused.value.chunk_count == 4
+
+
+def test_fails_before_the_deadline_when_the_pass_would_not_finish_in_time(buckets):
+    """GIVEN an invocation whose time left drops below Split's margin part-way WHEN a file of
+    200 chunks is split THEN SplitTimeLimitError says how far the pass got and what to do,
+    before Lambda would time the function out; no manifest is left to reuse."""
+    request = upload(buckets, csv_file(600))  # 200 chunks of 3
+    clock = iter([60.0] * 2 + [5.0] * 100)
+    with pytest.raises(contract.SplitTimeLimitError,
+                       match=r"did not finish within Split's time limit: 192 chunks \(\d+ bytes\) were read\. "
+                             r"Nothing was sent: split the file into smaller files"):
+        split_file(request, config=config(), s3=buckets, remaining_seconds=lambda: next(clock))
+    assert split_file(request, config=config(), s3=buckets, remaining_seconds=lambda: 60.0)["chunk_count"] == 200
 
 
 def test_fails_when_start_record_is_negative(buckets):

@@ -1,0 +1,236 @@
+"""What a set of tenants consumes of the account quotas that limit this app, per deployment
+target (account and Region), and the synth-time check against the limits declared in
+``tenants.yaml``.
+
+A stack per tenant keeps every template small whatever the number of tenants; what stops the
+app at scale are account quotas (README, "Scaling"). Synthesis has no credentials, so the
+limits it checks are the ones declared in ``tenants.yaml`` (AWS defaults unless raised);
+`python -m ops preflight` reads the real ones from the account.
+
+Pure model: no CDK import. The per-tenant counts are kept honest by
+``tests/test_capacity.py``, which counts the resource types in the synthesized templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pipeline_constructs import names, routing
+
+if TYPE_CHECKING:  # config imports this module: types only
+    from pipeline_constructs.config import AccountLimits, AppConfig, RoutingConfig, TenantConfig
+
+#: A tenant's rules on the default bus: the object-created rule and the execution-status rule.
+TENANT_RULES = (names.RULE, names.STATUS_RULE)
+RULES_PER_TENANT = len(TENANT_RULES)
+#: The shared stack's catch-all rule of uploads outside every tenant prefix.
+SHARED_RULES = 1
+#: The controller's reserved concurrency of 1 (batch size 1: one message of the tenant at a time).
+RESERVED_CONCURRENCY_PER_TENANT = 1
+#: Lambda keeps this much of the account's concurrency unreserved: a reservation that would
+#: leave less is refused at deploy time.
+MIN_UNRESERVED_CONCURRENCY = 100
+#: Roles of a tenant stack: controller, split, register, closer, and one per state machine.
+ROLES_PER_TENANT = 7
+#: The shared stack creates no role (no Lambda, no custom resource).
+SHARED_ROLES = 0
+STACKS_PER_TENANT = 1
+SHARED_STACKS = 1
+#: A tenant's state machines: the file workflow, its section and page child workflows.
+TENANT_STATE_MACHINES = (names.STATE_MACHINE, names.SECTION_STATE_MACHINE, names.PAGE_STATE_MACHINE)
+STATE_MACHINES_PER_TENANT = len(TENANT_STATE_MACHINES)
+SHARED_STATE_MACHINES = 0
+
+#: Regions where the default "rules per event bus" is 100, not 300 (AWS docs, EventBridge quotas).
+REGIONS_WITH_100_RULES_PER_BUS = frozenset({"af-south-1", "eu-south-1"})
+DEFAULT_RULES_PER_BUS = 300
+
+
+@dataclass(frozen=True)
+class Need:
+    """How much of a quota a deployment needs, and how that figure is made (shown to users)."""
+
+    count: int
+    how: str
+
+
+def _per_tenant(per_tenant: int, tenants: int, shared: int, extra: str = "") -> Need:
+    how = f"{per_tenant} per tenant x {tenants} tenant{'s' if tenants != 1 else ''}"
+    if shared:
+        how += f" + {shared}{extra}"
+    return Need(per_tenant * tenants + shared, how)
+
+
+def default_bus_rules(tenants: Sequence[TenantConfig], routing_config: RoutingConfig | None = None) -> Need:
+    """EventBridge rules this app puts on the default event bus of one target.
+
+    The one place that counts them: with ``routing.shards`` (README, "Sharded routing") two
+    forwarding rules per shard replace the tenants' rules, and past one pattern's worth of
+    prefixes the catch-all of unmatched uploads has a rule per catch-all bus (`routing.py`).
+    """
+    shards, limit = _routing(routing_config)
+    catch_all = routing.unmatched_layout([t.prefix for t in tenants], limit=limit).default_bus_rules
+    extra = "" if catch_all == SHARED_RULES else " (the catch-all of unmatched uploads)"
+    if not shards:
+        return _per_tenant(RULES_PER_TENANT, len(tenants), catch_all, extra)
+    count = routing.default_bus_rules(tenants, shards, pattern_limit=limit)
+    used = (count - catch_all) // routing.FORWARD_RULES_PER_SHARD
+    return Need(count, f"{routing.FORWARD_RULES_PER_SHARD} forwarding rules x {used} shard{'s' if used != 1 else ''} "
+                       f"with tenants + {catch_all}{extra}")
+
+
+def _routing(routing_config: RoutingConfig | None) -> tuple[int, int]:
+    if routing_config is None:
+        return 0, routing.MAX_EVENT_PATTERN_CHARS
+    return routing_config.shards, routing_config.event_pattern_chars
+
+
+def lambda_concurrency(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    """Account concurrency needed: the controllers' reservations plus the unreserved minimum."""
+    reserved = RESERVED_CONCURRENCY_PER_TENANT * len(tenants)
+    return Need(
+        reserved + MIN_UNRESERVED_CONCURRENCY,
+        f"{RESERVED_CONCURRENCY_PER_TENANT} reserved per tenant x {len(tenants)} tenant{'s' if len(tenants) != 1 else ''}"
+        f" + {MIN_UNRESERVED_CONCURRENCY} Lambda keeps unreserved",
+    )
+
+
+def iam_roles(tenants: Sequence[TenantConfig], routing_config: RoutingConfig | None = None) -> Need:
+    shards, limit = _routing(routing_config)
+    forwarding = routing.routing_roles(tenants, shards, pattern_limit=limit)  # the shared stack's one role
+    return _per_tenant(ROLES_PER_TENANT, len(tenants), SHARED_ROLES + forwarding,
+                       " (the event-bus forwarding role)" if forwarding else "")
+
+
+def cloudformation_stacks(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    return _per_tenant(STACKS_PER_TENANT, len(tenants), SHARED_STACKS, " shared stack")
+
+
+def state_machines(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    return _per_tenant(STATE_MACHINES_PER_TENANT, len(tenants), SHARED_STATE_MACHINES)
+
+
+_MOVE = "or move tenants to another target (targets:, README, Scaling)"
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One account quota the app consumes."""
+
+    #: The `account_limits` field that declares it.
+    field: str
+    title: str
+    #: "region": per account and Region; "account": IAM, global to the account.
+    scope: str
+    #: (the target's tenants, the file's `routing`) -> the need.
+    need: Callable[[Sequence[Any], Any], Need]
+    fix: str
+
+
+QUOTAS: tuple[Quota, ...] = (
+    Quota("eventbridge_rules_per_bus", "EventBridge rules on the default bus", "region", default_bus_rules,
+          "shard the rules over event buses with routing.shards (README, Sharded routing), " + _MOVE
+          + ", or raise the quota and set account_limits.eventbridge_rules_per_bus"),
+    Quota("lambda_concurrent_executions", "Lambda concurrent executions", "region", lambda_concurrency,
+          "raise the Lambda concurrent executions quota and set account_limits.lambda_concurrent_executions, "
+          + _MOVE),
+    Quota("iam_roles", "IAM roles", "account", iam_roles,
+          "raise the IAM roles quota (at most 5,000) and set account_limits.iam_roles, or move tenants to a "
+          "target in another account (targets:, README, Scaling)"),
+    Quota("cloudformation_stacks", "CloudFormation stacks", "region", cloudformation_stacks,
+          "raise the CloudFormation stack count quota and set account_limits.cloudformation_stacks, " + _MOVE),
+    Quota("state_machines", "Step Functions state machines", "region", state_machines,
+          "raise the Step Functions state machines quota and set account_limits.state_machines, " + _MOVE),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One deployment target: its tenants and the limits declared for it."""
+
+    #: "" when tenants.yaml declares no `targets:` (one deployment, the CLI's account/Region).
+    name: str
+    account: str | None
+    region: str | None
+    limits: AccountLimits
+    tenants: tuple[TenantConfig, ...]
+    #: The file's `routing:` block (shards: which rules sit on the default bus). None: no shards.
+    routing: RoutingConfig | None = None
+
+    @property
+    def label(self) -> str:
+        if not self.name:
+            return "the deployment (the account and Region cdk deploy uses)"
+        return f"target '{self.name}' ({self.account}/{self.region})"
+
+    def limit(self, field: str) -> int:
+        """The declared limit; the rules-per-bus default depends on the Region."""
+        value = getattr(self.limits, field)
+        if value is None and field == "eventbridge_rules_per_bus":
+            return default_rules_per_bus(self.region)
+        return int(value)
+
+
+def default_rules_per_bus(region: str | None) -> int:
+    return 100 if region in REGIONS_WITH_100_RULES_PER_BUS else DEFAULT_RULES_PER_BUS
+
+
+def targets(config: AppConfig) -> list[Target]:
+    """The deployment targets of a valid config, each with its tenants, in declaration order."""
+    if not config.targets:
+        return [Target("", None, None, config.account_limits, config.tenants, config.routing)]
+    return [
+        Target(name, target.account, target.region, config.limits_of(name),
+               tuple(t for t in config.tenants if t.target == name), config.routing)
+        for name, target in config.targets.items()
+    ]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One quota of one target (or, for IAM, one account): what is needed against the limit."""
+
+    quota: Quota
+    where: str
+    need: Need
+    limit: int
+
+    @property
+    def fits(self) -> bool:
+        return self.need.count <= self.limit
+
+    def problem(self) -> str:
+        return (f"{self.where}: {self.quota.title}: need {self.need.count} ({self.need.how}), limit {self.limit}; "
+                f"fix: {self.quota.fix}")
+
+
+def usage(deployment: Sequence[Target]) -> list[Usage]:
+    """Every quota of every target; IAM roles once per account (IAM is global to an account),
+    with the smallest limit its targets declare."""
+    found: list[Usage] = []
+    for quota in QUOTAS:
+        if quota.scope == "region":
+            found += [Usage(quota, t.label, quota.need(t.tenants, t.routing), t.limit(quota.field)) for t in deployment]
+            continue
+        by_account: dict[str | None, list[Target]] = {}
+        for t in deployment:
+            by_account.setdefault(t.account, []).append(t)
+        for group in by_account.values():
+            tenants = [tenant for t in group for tenant in t.tenants]
+            where = group[0].label if len(group) == 1 else (
+                f"account {group[0].account} (targets {', '.join(repr(t.name) for t in group)})")
+            # Each target's shared stack may add its forwarding role: count it per target.
+            need = quota.need(tenants, group[0].routing)
+            extra = sum(quota.need(t.tenants, t.routing).count for t in group) - sum(
+                quota.need(t.tenants, None).count for t in group) - (need.count - quota.need(tenants, None).count)
+            if extra:
+                need = Need(need.count + extra, f"{need.how} + {extra} (the other targets' forwarding roles)")
+            found.append(Usage(quota, where, need, min(t.limit(quota.field) for t in group)))
+    return found
+
+
+def problems(config: AppConfig) -> list[str]:
+    """One line per quota, per target, that the declared limits cannot hold."""
+    return [u.problem() for u in usage(targets(config)) if not u.fits]
