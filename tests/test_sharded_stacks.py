@@ -263,3 +263,55 @@ def test_a_1000_tenant_sharded_shared_stack_fits_cloudformation_and_every_patter
         assert len(json.dumps(rule["EventPattern"])) <= routing.MAX_EVENT_PATTERN_CHARS
     (nag,) = [r for r in report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
     assert nag["conclusion"] == "success"
+
+
+def test_each_deployment_target_shards_its_own_tenants_on_its_own_buses(tmp_path):
+    """GIVEN two targets and routing.shards 2 THEN each Stage's shared stack has its own two shard
+    buses, forwarding only its own tenants' prefixes, and each tenant's rules sit on its Stage's
+    shard bus (buses are per account and Region: the names repeat across targets)."""
+    from pipeline_constructs.application import build_app
+
+    (tmp_path / "tenants.yaml").write_text(textwrap.dedent(
+        """
+        targets:
+          prod: {account: '111111111111', region: eu-west-1}
+          dr: {account: '222222222222', region: us-east-1}
+        routing: {shards: 2}
+        defaults:
+          sink: {url: https://core.example.com/records}
+          target: prod
+        tenants:
+          - {id: acme, prefix: acme/}
+          - {id: globex, prefix: globex/, target: dr}
+        """
+    ))
+    built = build_app(tmp_path / "tenants.yaml", app=App(outdir=str(tmp_path / "cdk.out")), nag=False)
+    for target, tenant in (("prod", "acme"), ("dr", "globex")):
+        stage = built.stages[target]
+        shared = Template.from_stack(stage.shared).to_json()
+        assert sorted(b["Properties"]["Name"] for b in resources(shared, "AWS::Events::EventBus").values()) == [
+            "ordered-ingest-shard-0", "ordered-ingest-shard-1"
+        ]
+        forwarded = [k["prefix"] for name, rule in rules_by_name(shared).items() if name.endswith("-objects")
+                     for k in rule["EventPattern"]["detail"]["object"]["key"]]
+        assert forwarded == [f"{tenant}/"]
+        own = rules_by_name(Template.from_stack(stage.tenants[tenant]).to_json())
+        assert {r["EventBusName"] for r in own.values()} == {f"ordered-ingest-shard-{SHARD_OF[tenant]}"}
+
+
+def test_fails_when_a_targets_shard_does_not_fit_naming_the_target():
+    from pipeline_constructs.config import ConfigError, parse_config
+
+    tenants = "".join(f"  - {{id: t{i}, prefix: t{i}/}}\n" for i in range(6))
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            "targets:\n  prod: {account: '111111111111', region: eu-west-1}\n"
+            "routing: {shards: 1, rules_per_bus: 10}\n"
+            f"defaults:\n  sink: {{url: https://core.example.com/r}}\n  target: prod\ntenants:\n{tenants}"
+        )
+    assert caught.value.problems == [
+        "target 'prod' shard 0: field 'shard' = 6: its 6 tenants need 12 rules on bus ordered-ingest-shard-0 (2 each; "
+        "the quota is 10 per bus); pin some of its tenants ('t0', 't1', 't2' and 3 more) to a shard with room with "
+        "'shard:' (none has room: raise routing.shards), or raise routing.shards (that moves tenants: README, "
+        "Sharded routing)"
+    ]
