@@ -113,7 +113,10 @@ def unmatched_pattern(bucket_name: str, excluded_prefixes: Sequence[str]) -> dic
     return {
         "source": ["aws.s3"],
         "detail-type": ["Object Created"],
-        "detail": {"bucket": {"name": [bucket_name]}, "object": {"key": [{"anything-but": {"prefix": excluded}}]}},
+        "detail": {
+            "bucket": {"name": [bucket_name]},
+            "object": {"key": [{"anything-but": {"prefix": excluded}}]},
+        },
     }
 
 
@@ -177,8 +180,8 @@ def unmatched_layout(prefixes: Sequence[str], *, limit: int = MAX_EVENT_PATTERN_
     roots = _roots("", list(ordered), limit)
     if len(roots) >= len(ordered):
         raise UnmatchedDoesNotFit(
-            f"the {len(ordered)} prefixes have no common folders to group them by, and excluding them takes "
-            f"{_unmatched_size(ordered)} characters (limit {limit})"
+            f"the {len(ordered)} prefixes have no common folders to group them by, and excluding them "
+            f"takes {_unmatched_size(ordered)} characters (limit {limit})"
         )
     groups: list[list[tuple[str, list[str]]]] = []
     current: list[tuple[str, list[str]]] = []
@@ -211,7 +214,9 @@ def _roots(path: str, prefixes: list[str], limit: int) -> list[tuple[str, list[s
 
 def _group(index: int, roots: list[tuple[str, list[str]]]) -> UnmatchedGroup:
     return UnmatchedGroup(
-        index=index, roots=tuple(r for r, _ in roots), prefixes=tuple(p for _, members in roots for p in members)
+        index=index,
+        roots=tuple(r for r, _ in roots),
+        prefixes=tuple(p for _, members in roots for p in members),
     )
 
 
@@ -252,7 +257,9 @@ class ShardLayout:
 def layout(tenants: Sequence[RoutedTenant], shards: int) -> list[ShardLayout]:
     """Every shard of a sharded config (``shards`` >= 1)."""
     return [
-        ShardLayout(index=k, tenant_ids=tuple(t.id for t in members), prefixes=tuple(t.prefix for t in members))
+        ShardLayout(
+            index=k, tenant_ids=tuple(t.id for t in members), prefixes=tuple(t.prefix for t in members)
+        )
         for k, members in sorted(assign(tenants, shards).items())
     ]
 
@@ -274,11 +281,15 @@ def default_bus_rule_names(
 ) -> set[str]:
     """The names of the rules `default_bus_rules` counts (`ops preflight` finds them deployed)."""
     catch_all = unmatched_layout([t.prefix for t in tenants], limit=pattern_limit)
-    found = {names.UNMATCHED_UPLOADS_RULE} | {names.unmatched_forward_rule_name(g.index + 1) for g in catch_all.groups}
+    found = {names.UNMATCHED_UPLOADS_RULE} | {
+        names.unmatched_forward_rule_name(g.index + 1) for g in catch_all.groups
+    }
     if not shards:
         return found | {rule.render(t.id) for t in tenants for rule in (names.RULE, names.STATUS_RULE)}
     used = [s.index for s in layout(tenants, shards) if s.tenant_ids]
-    return found | {name(k) for k in used for name in (names.shard_objects_rule_name, names.shard_status_rule_name)}
+    return found | {
+        name(k) for k in used for name in (names.shard_objects_rule_name, names.shard_status_rule_name)
+    }
 
 
 def max_shard_bus_rules(tenants: Sequence[RoutedTenant], shards: int = 0) -> int:
@@ -319,18 +330,30 @@ def problems(
     try:
         catch_all = unmatched_layout([t.prefix for t in tenants], limit=pattern_limit)
     except UnmatchedDoesNotFit as exc:
-        found.append((
-            "file", "prefix", len(tenants), f"the catch-all of uploads outside every tenant prefix does not fit: {exc}",
-            "give the tenants prefixes under fewer common folders",
-        ))
+        found.append(
+            (
+                "file",
+                "prefix",
+                len(tenants),
+                f"the catch-all of uploads outside every tenant prefix does not fit: {exc}",
+                "give the tenants prefixes under fewer common folders",
+            )
+        )
     else:
         if len(catch_all.groups) + shards > MAX_SHARDS:
-            found.append((
-                "routing", "shards", shards,
-                f"with the catch-all's {len(catch_all.groups)} buses the app would create "
-                f"{len(catch_all.groups) + shards} event buses (the quota is 100 per account and Region)",
-                f"use at most {MAX_SHARDS - len(catch_all.groups)} shards",
-            ))
+            found.append(
+                (
+                    "routing",
+                    "shards",
+                    shards,
+                    (
+                        f"with the catch-all's {len(catch_all.groups)} buses the app would create "
+                        f"{len(catch_all.groups) + shards} event buses (the quota is 100 per account and "
+                        "Region)"
+                    ),
+                    f"use at most {MAX_SHARDS - len(catch_all.groups)} shards",
+                )
+            )
     if not shards:
         return found
     shard_layout = layout(tenants, shards)
@@ -343,38 +366,61 @@ def problems(
         where = f"shard {shard.index}"
         pin_fix = (
             f"pin some of its tenants ({_listed(shard.tenant_ids)}) to a shard with room with 'shard:' "
-            f"({_rooms(shard_layout, pattern_limit, exclude=shard.index)}), or raise routing.shards "
-            "(that moves tenants: README, Sharded routing)"
+            f"({_rooms(shard_layout, pattern_limit, exclude=shard.index)}), or raise routing.shards (that "
+            "moves tenants: README, Sharded routing)"
         )
         if shard.object_pattern_size > pattern_limit:
-            found.append((
-                where, "prefix", len(shard.prefixes),
-                f"its tenants' prefixes make a forwarding pattern of {shard.object_pattern_size} characters "
-                f"(EventBridge's event pattern limit is {pattern_limit})",
-                pin_fix + ", or shorten the prefixes",
-            ))
+            found.append(
+                (
+                    where,
+                    "prefix",
+                    len(shard.prefixes),
+                    (
+                        f"its tenants' prefixes make a forwarding pattern of {shard.object_pattern_size} "
+                        f"characters (EventBridge's event pattern limit is {pattern_limit})"
+                    ),
+                    pin_fix + ", or shorten the prefixes",
+                )
+            )
         if shard.status_pattern_size > pattern_limit:
-            found.append((
-                where, "id", len(shard.tenant_ids),
-                f"its tenants' state machines make a forwarding pattern of {shard.status_pattern_size} characters "
-                f"(EventBridge's event pattern limit is {pattern_limit})",
-                pin_fix,
-            ))
+            found.append(
+                (
+                    where,
+                    "id",
+                    len(shard.tenant_ids),
+                    (
+                        "its tenants' state machines make a forwarding pattern of "
+                        f"{shard.status_pattern_size} characters (EventBridge's event pattern limit is "
+                        f"{pattern_limit})"
+                    ),
+                    pin_fix,
+                )
+            )
         if shard.bus_rules > rules_per_bus:
-            found.append((
-                where, "shard", len(shard.tenant_ids),
-                f"its {len(shard.tenant_ids)} tenants need {shard.bus_rules} rules on bus "
-                f"{names.shard_bus_name(shard.index)} ({RULES_PER_TENANT} each; the quota is {rules_per_bus} per bus)",
-                pin_fix,
-            ))
+            found.append(
+                (
+                    where,
+                    "shard",
+                    len(shard.tenant_ids),
+                    (
+                        f"its {len(shard.tenant_ids)} tenants need {shard.bus_rules} rules on bus "
+                        f"{names.shard_bus_name(shard.index)} ({RULES_PER_TENANT} each; the quota is "
+                        f"{rules_per_bus} per bus)"
+                    ),
+                    pin_fix,
+                )
+            )
     return found
 
 
 def _rooms(shard_layout: Sequence[ShardLayout], limit: int, *, exclude: int) -> str:
     """The shards with the most room left, for the fix of a message."""
     free = sorted(
-        ((limit - max(s.object_pattern_size, s.status_pattern_size), s.index)
-         for s in shard_layout if s.index != exclude),
+        (
+            (limit - max(s.object_pattern_size, s.status_pattern_size), s.index)
+            for s in shard_layout
+            if s.index != exclude
+        ),
         reverse=True,
     )[:3]
     shown = [f"shard {index}: {room} characters free" for room, index in free if room > 0]

@@ -72,9 +72,13 @@ class Forwarding(Construct):
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 actions=["sqs:SendMessage"],
                 resources=[self.dead_letter_queue.queue_arn],
-                conditions={"ArnLike": {"aws:SourceArn": stack.format_arn(
-                    service="events", resource="rule", resource_name=f"{ALARM_PREFIX}-*"
-                )}},
+                conditions={
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="events", resource="rule", resource_name=f"{ALARM_PREFIX}-*"
+                        )
+                    }
+                },
             )
         )
         self._factory = AlarmFactory(self, name_prefix=ALARM_PREFIX, topic=alarm_topic, evaluation_periods=1)
@@ -93,14 +97,22 @@ class Forwarding(Construct):
         self.rules: list[events.Rule] = []
 
     def forward(
-        self, scope: Construct, rule_id: str, *, rule_name: str, description: str,
-        event_pattern: events.EventPattern, bus: events.IEventBus,
+        self,
+        scope: Construct,
+        rule_id: str,
+        *,
+        rule_name: str,
+        description: str,
+        event_pattern: events.EventPattern,
+        bus: events.IEventBus,
     ) -> events.Rule:
         """A default-bus rule that forwards what ``event_pattern`` matches to ``bus``."""
         self._policy.add_statements(
             iam.PolicyStatement(actions=["events:PutEvents"], resources=[bus.event_bus_arn])
         )
-        rule = events.Rule(scope, rule_id, rule_name=rule_name, description=description, event_pattern=event_pattern)
+        rule = events.Rule(
+            scope, rule_id, rule_name=rule_name, description=description, event_pattern=event_pattern
+        )
         rule.add_target(_EventBusTarget(bus, self.role, self.dead_letter_queue))
         self.rules.append(rule)
         return rule
@@ -110,10 +122,16 @@ class Forwarding(Construct):
         dead-lettered (AWS/Events by RuleName: rules of the default bus)."""
         metrics: dict[str, cloudwatch.IMetric] = {}
         for n, rule_name in enumerate(rules):
-            for metric_id, metric_name in (("failed", "FailedInvocations"), ("lost", "InvocationsFailedToBeSentToDlq")):
+            for metric_id, metric_name in (
+                ("failed", "FailedInvocations"),
+                ("lost", "InvocationsFailedToBeSentToDlq"),
+            ):
                 metrics[f"{metric_id}{n}"] = cloudwatch.Metric(
-                    namespace="AWS/Events", metric_name=metric_name, dimensions_map={"RuleName": rule_name},
-                    statistic="Sum", period=METRIC_PERIOD,
+                    namespace="AWS/Events",
+                    metric_name=metric_name,
+                    dimensions_map={"RuleName": rule_name},
+                    statistic="Sum",
+                    period=METRIC_PERIOD,
                 )
         expression = cloudwatch.MathExpression(
             expression=" + ".join(f"FILL({m}, 0)" for m in metrics),
@@ -125,8 +143,10 @@ class Forwarding(Construct):
             key,
             expression,
             1,
-            f"A forward of {what} from the default bus failed for good (then it is in {names.ROUTING_DLQ}) or "
-            "could not even be dead-lettered (then the event is lost: python -m ops reconcile TENANT finds the "
+            f"A forward of {what} from the default bus failed for good (then it is in {names.ROUTING_DLQ}) "
+            "or "
+            "could not even be dead-lettered (then the event is lost: python -m ops reconcile TENANT finds "
+            "the "
             f"file). First: read {names.ROUTING_DLQ}. {runbook_link('routing-dlq')}",
         )
 
@@ -158,16 +178,24 @@ class ShardRouting(Construct):
             if not shard.tenant_ids:
                 continue  # created anyway: pinning a tenant to it later needs no new bus first
             objects = props.forwarding.forward(
-                self, f"Shard{k}Objects",
+                self,
+                f"Shard{k}Objects",
                 rule_name=names.shard_objects_rule_name(k),
-                description=f"Uploads under the prefixes of shard {k}'s tenants go to bus {bus.event_bus_name}",
-                event_pattern=_pattern(routing.object_created_pattern(props.landing_bucket_name, shard.prefixes)),
+                description=(
+                    f"Uploads under the prefixes of shard {k}'s tenants go to bus {bus.event_bus_name}"
+                ),
+                event_pattern=_pattern(
+                    routing.object_created_pattern(props.landing_bucket_name, shard.prefixes)
+                ),
                 bus=bus,
             )
             status = props.forwarding.forward(
-                self, f"Shard{k}Status",
+                self,
+                f"Shard{k}Status",
                 rule_name=names.shard_status_rule_name(k),
-                description=f"Status changes of shard {k}'s tenants' workflows go to bus {bus.event_bus_name}",
+                description=(
+                    f"Status changes of shard {k}'s tenants' workflows go to bus {bus.event_bus_name}"
+                ),
                 event_pattern=_pattern(routing.status_pattern(shard.tenant_ids)),
                 bus=bus,
             )

@@ -27,9 +27,10 @@ def random_ids(count: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     ids: set[str] = set()
     while len(ids) < count:
-        ids.add(rng.choice(string.ascii_lowercase) + "".join(
-            rng.choice(string.ascii_lowercase + string.digits) for _ in range(rng.randint(2, 20))
-        ))
+        ids.add(
+            rng.choice(string.ascii_lowercase)
+            + "".join(rng.choice(string.ascii_lowercase + string.digits) for _ in range(rng.randint(2, 20)))
+        )
     return sorted(ids)
 
 
@@ -42,8 +43,16 @@ def flat_tenants(count: int) -> list[Tenant]:
 
 def test_a_shard_is_the_same_on_every_run_and_machine():
     """sha256, not Python's salted hash(): pinned values (a changed function would move tenants)."""
-    assert {t: routing.shard_of(t, 4) for t in ("acme", "globex", "initech")} == {"acme": 0, "globex": 3, "initech": 3}
-    assert {t: routing.shard_of(t, 2) for t in ("acme", "globex", "initech")} == {"acme": 0, "globex": 1, "initech": 1}
+    assert {t: routing.shard_of(t, 4) for t in ("acme", "globex", "initech")} == {
+        "acme": 0,
+        "globex": 3,
+        "initech": 3,
+    }
+    assert {t: routing.shard_of(t, 2) for t in ("acme", "globex", "initech")} == {
+        "acme": 0,
+        "globex": 1,
+        "initech": 1,
+    }
     assert routing.shard_of("acme", 4, pinned=2) == 2
 
 
@@ -55,7 +64,9 @@ def test_adding_tenants_never_moves_another(seed):
     ids = random_ids(600, seed)
     before_ids, added_ids = ids[:400], ids[400:]
     shards = rng.randint(2, 60)
-    before = [Tenant(t, f"{t}/", shard=rng.randrange(shards) if rng.random() < 0.1 else None) for t in before_ids]
+    before = [
+        Tenant(t, f"{t}/", shard=rng.randrange(shards) if rng.random() < 0.1 else None) for t in before_ids
+    ]
     after = list(before)
     for t in added_ids:
         after.insert(rng.randrange(len(after) + 1), Tenant(t, f"{t}/"))
@@ -103,7 +114,8 @@ def test_pattern_sizes_are_measured_with_the_longest_bucket_name():
     shard = routing.layout([Tenant("acme", "acme/")], 1)[0]
     assert shard.object_pattern_size == len(
         '{"source": ["aws.s3"], "detail-type": ["Object Created"], "detail": {"bucket": {"name": ["'
-        + "b" * 63 + '"]}, "object": {"key": [{"prefix": "acme/"}]}}}'
+        + "b" * 63
+        + '"]}, "object": {"key": [{"prefix": "acme/"}]}}}'
     )
 
 
@@ -119,9 +131,18 @@ def test_a_1000_tenant_config_fits_every_limit_without_synthesis():
     for shard in routing.layout(tenants, 40):
         assert max(shard.object_pattern_size, shard.status_pattern_size) <= routing.MAX_EVENT_PATTERN_CHARS
     for group in catch_all.groups:
-        assert routing.pattern_size(routing.object_created_pattern(routing.LONGEST_BUCKET_NAME, group.roots)) <= 2048
-        assert routing.pattern_size(routing.unmatched_pattern(routing.LONGEST_BUCKET_NAME, group.prefixes)) <= 2048
-    assert routing.pattern_size(routing.unmatched_pattern(routing.LONGEST_BUCKET_NAME, catch_all.excluded)) <= 2048
+        assert (
+            routing.pattern_size(routing.object_created_pattern(routing.LONGEST_BUCKET_NAME, group.roots))
+            <= 2048
+        )
+        assert (
+            routing.pattern_size(routing.unmatched_pattern(routing.LONGEST_BUCKET_NAME, group.prefixes))
+            <= 2048
+        )
+    assert (
+        routing.pattern_size(routing.unmatched_pattern(routing.LONGEST_BUCKET_NAME, catch_all.excluded))
+        <= 2048
+    )
     assert 40 + len(catch_all.groups) <= routing.MAX_SHARDS
 
 
@@ -157,8 +178,12 @@ def test_the_catch_all_logs_every_unmatched_upload_once_and_no_matched_one(shape
     layout = routing.unmatched_layout(prefixes)
     assert layout.groups, "1,000 prefixes do not fit one pattern"
     alphabet = routing.KEY_ALPHABET
-    matched = [p + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8))) for p in rng.sample(prefixes, 200)]
-    near = [p[: rng.randint(1, len(p) - 1)] + rng.choice(alphabet) + "x.csv" for p in rng.sample(prefixes, 300)]
+    matched = [
+        p + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8))) for p in rng.sample(prefixes, 200)
+    ]
+    near = [
+        p[: rng.randint(1, len(p) - 1)] + rng.choice(alphabet) + "x.csv" for p in rng.sample(prefixes, 300)
+    ]
     outside = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(300)]
     for key in matched:
         assert logged(layout, key) == 0, key
@@ -205,8 +230,10 @@ def test_fails_when_a_pin_is_not_a_shard():
           - {{id: acme, prefix: acme/, shard: 2}}
         """
     ) == [
-        "tenant 'acme': field 'shard' = 2: is not a shard of routing.shards 2; use a shard number from 0 to "
-        "routing.shards - 1 (at most 98), or leave it out (sha256 of the id picks one)"
+        (
+            "tenant 'acme': field 'shard' = 2: is not a shard of routing.shards 2; use a shard number "
+            "from 0 to routing.shards - 1 (at most 98), or leave it out (sha256 of the id picks one)"
+        )
     ]
 
 
@@ -218,7 +245,12 @@ def test_fails_when_a_pin_is_set_without_shards():
         tenants:
           - {{id: acme, prefix: acme/, shard: 0}}
         """
-    ) == ["tenant 'acme': field 'shard' = 0: is set, but routing.shards is 0 (no shard buses); remove it, or set routing.shards"]
+    ) == [
+        (
+            "tenant 'acme': field 'shard' = 0: is set, but routing.shards is 0 (no shard buses); remove "
+            "it, or set routing.shards"
+        )
+    ]
 
 
 def test_fails_when_a_shards_forwarding_pattern_would_exceed_the_limit():
@@ -227,10 +259,13 @@ def test_fails_when_a_shards_forwarding_pattern_would_exceed_the_limit():
     tenants = "".join(f"  - {{id: t{i:02d}, prefix: {'p' * 56}{i:02d}/}}\n" for i in range(40))
     problems = problems_of(f"defaults:\n{SINK}routing: {{shards: 1}}\ntenants:\n{tenants}")
     assert problems == [
-        "shard 0: field 'prefix' = 40: its tenants' prefixes make a forwarding pattern of 3179 characters "
-        "(EventBridge's event pattern limit is 2048); pin some of its tenants ('t00', 't01', 't02' and 37 more) "
-        "to a shard with room with 'shard:' (none has room: raise routing.shards), or raise routing.shards "
-        "(that moves tenants: README, Sharded routing), or shorten the prefixes",
+        (
+            "shard 0: field 'prefix' = 40: its tenants' prefixes make a forwarding pattern of 3179 "
+            "characters (EventBridge's event pattern limit is 2048); pin some of its tenants ('t00', "
+            "'t01', 't02' and 37 more) to a shard with room with 'shard:' (none has room: raise "
+            "routing.shards), or raise routing.shards (that moves tenants: README, Sharded routing), or "
+            "shorten the prefixes"
+        ),
     ]
 
 
@@ -238,17 +273,19 @@ def test_fails_when_a_shard_bus_would_exceed_its_rule_quota():
     tenants = "".join(f"  - {{id: t{i}, prefix: t{i}/}}\n" for i in range(6))
     problems = problems_of(f"defaults:\n{SINK}routing: {{shards: 1, rules_per_bus: 10}}\ntenants:\n{tenants}")
     assert problems == [
-        "shard 0: field 'shard' = 6: its 6 tenants need 12 rules on bus ordered-ingest-shard-0 (2 each; the quota "
-        "is 10 per bus); pin some of its tenants ('t0', 't1', 't2' and 3 more) to a shard with room with "
-        "'shard:' (none has room: raise routing.shards), or raise routing.shards (that moves tenants: README, "
-        "Sharded routing)",
+        (
+            "shard 0: field 'shard' = 6: its 6 tenants need 12 rules on bus ordered-ingest-shard-0 (2 "
+            "each; the quota is 10 per bus); pin some of its tenants ('t0', 't1', 't2' and 3 more) to a "
+            "shard with room with 'shard:' (none has room: raise routing.shards), or raise routing.shards "
+            "(that moves tenants: README, Sharded routing)"
+        ),
     ]
 
 
 def test_fails_when_routing_has_an_unknown_key():
-    assert problems_of(f"defaults:\n{SINK}routing: {{shard: 2}}\ntenants:\n  - {{id: acme, prefix: acme/}}\n") == [
-        "routing: field 'shard' = 2: unknown key; remove it or fix its spelling (did you mean 'shards'?)"
-    ]
+    assert problems_of(
+        f"defaults:\n{SINK}routing: {{shard: 2}}\ntenants:\n  - {{id: acme, prefix: acme/}}\n"
+    ) == ["routing: field 'shard' = 2: unknown key; remove it or fix its spelling (did you mean 'shards'?)"]
 
 
 # -- the capacity model counts the sharded layout ---------------------------------------------
@@ -256,17 +293,19 @@ def test_fails_when_routing_has_an_unknown_key():
 
 def many_tenants_yaml(count: int, routing_block: str) -> str:
     tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(count))
-    return (f"defaults:\n{SINK}{routing_block}"
-            "account_limits: {iam_roles: 5000, lambda_concurrent_executions: 2000}\n"
-            f"tenants:\n{tenants}")
+    return (
+        f"defaults:\n{SINK}{routing_block}"
+        "account_limits: {iam_roles: 5000, lambda_concurrent_executions: 2000}\n"
+        f"tenants:\n{tenants}"
+    )
 
 
 def test_fails_when_301_tenants_share_the_default_bus_without_shards():
     (problem,) = problems_of(many_tenants_yaml(301, ""))
     assert problem.startswith(
-        "the deployment (the account and Region cdk deploy uses): EventBridge rules on the default bus: need 606 "
-        "(2 per tenant x 301 tenants + 4 (the catch-all of unmatched uploads)), limit 300; fix: shard the rules "
-        "over event buses with routing.shards (README, Sharded routing)"
+        "the deployment (the account and Region cdk deploy uses): EventBridge rules on the default bus: "
+        "need 606 (2 per tenant x 301 tenants + 4 (the catch-all of unmatched uploads)), limit 300; fix: "
+        "shard the rules over event buses with routing.shards (README, Sharded routing)"
     )
 
 

@@ -45,7 +45,9 @@ def resources(template: dict, resource_type: str) -> dict[str, dict]:
 
 
 def rules_by_name(template: dict) -> dict[str, dict]:
-    return {r["Properties"]["Name"]: r["Properties"] for r in resources(template, "AWS::Events::Rule").values()}
+    return {
+        r["Properties"]["Name"]: r["Properties"] for r in resources(template, "AWS::Events::Rule").values()
+    }
 
 
 def test_the_shared_stack_has_one_bus_per_shard_and_two_forwarding_rules_per_shard(sharded):
@@ -54,11 +56,15 @@ def test_the_shared_stack_has_one_bus_per_shard_and_two_forwarding_rules_per_sha
     assert sorted(buses) == ["ordered-ingest-shard-0", "ordered-ingest-shard-1"]
     rules = rules_by_name(shared)
     assert sorted(rules) == [
-        "ordered-ingest-shard-0-objects", "ordered-ingest-shard-0-status",
-        "ordered-ingest-shard-1-objects", "ordered-ingest-shard-1-status",
+        "ordered-ingest-shard-0-objects",
+        "ordered-ingest-shard-0-status",
+        "ordered-ingest-shard-1-objects",
+        "ordered-ingest-shard-1-status",
         "ordered-ingest-unmatched-uploads",
     ]
-    assert all("EventBusName" not in rule for rule in rules.values()), "every shared rule is on the default bus"
+    assert all("EventBusName" not in rule for rule in rules.values()), (
+        "every shared rule is on the default bus"
+    )
     assert rules["ordered-ingest-shard-1-objects"]["EventPattern"]["detail"]["object"] == {
         "key": [{"prefix": "globex/"}, {"prefix": "initech/incoming/"}]
     }
@@ -75,8 +81,11 @@ def test_the_shared_stack_has_one_bus_per_shard_and_two_forwarding_rules_per_sha
 
 def test_every_forward_retries_for_a_day_then_dead_letters_with_the_one_routing_role(sharded):
     shared = sharded.templates["OrderedIngest-Shared"]
-    (dlq_id,) = [k for k, q in resources(shared, "AWS::SQS::Queue").items()
-                 if q["Properties"].get("QueueName") == names.ROUTING_DLQ]
+    (dlq_id,) = [
+        k
+        for k, q in resources(shared, "AWS::SQS::Queue").items()
+        if q["Properties"].get("QueueName") == names.ROUTING_DLQ
+    ]
     (role_id,) = resources(shared, "AWS::IAM::Role")
     for name, rule in rules_by_name(shared).items():
         if not name.startswith("ordered-ingest-shard-"):
@@ -93,8 +102,11 @@ def test_the_routing_role_may_only_put_events_on_the_shard_buses(sharded):
     assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "events.amazonaws.com"
     }
-    statements = [s for p in resources(shared, "AWS::IAM::Policy").values()
-                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        s
+        for p in resources(shared, "AWS::IAM::Policy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
     assert {json.dumps(s["Action"]) for s in statements} == {'"events:PutEvents"'}
     buses = sorted(resources(shared, "AWS::Events::EventBus"))
     assert sorted(r["Fn::GetAtt"][0] for s in statements for r in s["Resource"]) == buses
@@ -102,8 +114,11 @@ def test_the_routing_role_may_only_put_events_on_the_shard_buses(sharded):
 
 def test_only_this_apps_rules_may_dead_letter_into_the_routing_queue(sharded):
     shared = sharded.templates["OrderedIngest-Shared"]
-    (policy,) = [p["Properties"]["PolicyDocument"] for p in resources(shared, "AWS::SQS::QueuePolicy").values()
-                 if "ForwardingRulesDeadLetters" in json.dumps(p)]
+    (policy,) = [
+        p["Properties"]["PolicyDocument"]
+        for p in resources(shared, "AWS::SQS::QueuePolicy").values()
+        if "ForwardingRulesDeadLetters" in json.dumps(p)
+    ]
     (allow,) = [s for s in policy["Statement"] if s["Effect"] == "Allow"]
     assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sqs:SendMessage"
     assert allow["Condition"]["ArnLike"]["aws:SourceArn"]["Fn::Join"][1][-1] == ":rule/ordered-ingest-*"
@@ -111,17 +126,24 @@ def test_only_this_apps_rules_may_dead_letter_into_the_routing_queue(sharded):
 
 def test_a_lost_or_dead_lettered_forward_pages(sharded):
     shared = sharded.templates["OrderedIngest-Shared"]
-    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(shared, "AWS::CloudWatch::Alarm").values()}
+    alarms = {
+        a["Properties"]["AlarmName"]: a["Properties"]
+        for a in resources(shared, "AWS::CloudWatch::Alarm").values()
+    }
     dlq = alarms["ordered-ingest-routing-dlq"]
     assert dlq["MetricName"] == "ApproximateNumberOfMessagesVisible" and dlq["Threshold"] == 1
     assert dlq["AlarmActions"], "the alarm notifies the topic"
     for k in (0, 1):
         failed = alarms[f"ordered-ingest-shard-{k}-routing-failed"]
-        watched = {(m["MetricStat"]["Metric"]["MetricName"], m["MetricStat"]["Metric"]["Dimensions"][0]["Value"])
-                   for m in failed["Metrics"] if "MetricStat" in m}
+        watched = {
+            (m["MetricStat"]["Metric"]["MetricName"], m["MetricStat"]["Metric"]["Dimensions"][0]["Value"])
+            for m in failed["Metrics"]
+            if "MetricStat" in m
+        }
         assert watched == {
             (metric, f"ordered-ingest-shard-{k}-{kind}")
-            for metric in ("FailedInvocations", "InvocationsFailedToBeSentToDlq") for kind in ("objects", "status")
+            for metric in ("FailedInvocations", "InvocationsFailedToBeSentToDlq")
+            for kind in ("objects", "status")
         }
         assert failed["AlarmActions"]
 
@@ -142,8 +164,11 @@ def test_each_tenants_rules_sit_on_its_shard_bus_with_their_own_targets_unchange
 def test_a_tenants_intake_failed_alarm_watches_its_rules_on_the_shard_bus(sharded):
     """AWS/Events publishes a custom bus's rule metrics with EventBusName and RuleName."""
     template = sharded.templates["OrderedIngest-Tenant-acme"]
-    (alarm,) = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()
-                if a["Properties"]["AlarmName"] == "acme-intake-failed"]
+    (alarm,) = [
+        a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["AlarmName"] == "acme-intake-failed"
+    ]
     for metric in (m for m in alarm["Metrics"] if "MetricStat" in m):
         dims = {d["Name"]: d["Value"] for d in metric["MetricStat"]["Metric"]["Dimensions"]}
         assert dims["EventBusName"] == "ordered-ingest-shard-0"
@@ -159,8 +184,11 @@ def test_sharded_templates_pass_cfn_lint(sharded):
     from cfnlint.api import lint_all
 
     for name, template in sharded.templates.items():
-        findings = [f"{m.rule.id} {m.message}" for m in lint_all(json.dumps(template))
-                    if m.rule.id[0] in "EW" and m.rule.id != "W3005"]
+        findings = [
+            f"{m.rule.id} {m.message}"
+            for m in lint_all(json.dumps(template))
+            if m.rule.id[0] in "EW" and m.rule.id != "W3005"
+        ]
         assert findings == [], name
 
 
@@ -178,28 +206,44 @@ def test_the_catch_all_of_400_prefixes_forwards_subtrees_to_its_buses_each_withi
     stack = Stack(App(), "Catch")
     prefixes = [f"tenant-{i:04d}/" for i in range(400)]
     topic = sns.Topic(stack, "Topic")
-    catch_all = UnmatchedUploads(stack, "UnmatchedUploads", UnmatchedUploadsProps(
-        landing_bucket=s3.Bucket.from_bucket_name(stack, "Landing", "landing"),
-        tenant_prefixes=prefixes, alarm_topic=topic, forwarding=Forwarding(stack, "Forwarding", alarm_topic=topic),
-    ))
+    catch_all = UnmatchedUploads(
+        stack,
+        "UnmatchedUploads",
+        UnmatchedUploadsProps(
+            landing_bucket=s3.Bucket.from_bucket_name(stack, "Landing", "landing"),
+            tenant_prefixes=prefixes,
+            alarm_topic=topic,
+            forwarding=Forwarding(stack, "Forwarding", alarm_topic=topic),
+        ),
+    )
     layout = routing.unmatched_layout(prefixes)
     template = Template.from_stack(stack).to_json()
     rules = rules_by_name(template)
     assert len(layout.groups) == len(catch_all.buses) >= 2
     top = rules["ordered-ingest-unmatched-uploads"]
-    assert top["EventPattern"]["detail"]["object"]["key"] == [{"anything-but": {"prefix": list(layout.excluded)}}]
+    assert top["EventPattern"]["detail"]["object"]["key"] == [
+        {"anything-but": {"prefix": list(layout.excluded)}}
+    ]
     for group in layout.groups:
         n = group.index + 1
         forward = rules[f"ordered-ingest-unmatched-{n}-forward"]
         assert forward["EventPattern"]["detail"]["object"]["key"] == [{"prefix": r} for r in group.roots]
         logged = rules[f"ordered-ingest-unmatched-uploads-{n}"]
-        (bus_id,) = [k for k, b in resources(template, "AWS::Events::EventBus").items()
-                     if b["Properties"]["Name"] == f"ordered-ingest-unmatched-{n}"]
-        (logged_id,) = [k for k, r in resources(template, "AWS::Events::Rule").items()
-                        if r["Properties"]["Name"] == f"ordered-ingest-unmatched-uploads-{n}"]
+        (bus_id,) = [
+            k
+            for k, b in resources(template, "AWS::Events::EventBus").items()
+            if b["Properties"]["Name"] == f"ordered-ingest-unmatched-{n}"
+        ]
+        (logged_id,) = [
+            k
+            for k, r in resources(template, "AWS::Events::Rule").items()
+            if r["Properties"]["Name"] == f"ordered-ingest-unmatched-uploads-{n}"
+        ]
         assert logged["EventBusName"] == f"ordered-ingest-unmatched-{n}"
         assert bus_id in template["Resources"][logged_id]["DependsOn"]
-        assert logged["EventPattern"]["detail"]["object"]["key"] == [{"anything-but": {"prefix": list(group.prefixes)}}]
+        assert logged["EventPattern"]["detail"]["object"]["key"] == [
+            {"anything-but": {"prefix": list(group.prefixes)}}
+        ]
     for rule in rules.values():
         assert len(json.dumps(rule["EventPattern"])) <= routing.MAX_EVENT_PATTERN_CHARS
 
@@ -217,8 +261,10 @@ def shared_stack_only(tmp_path, tenants_yaml: str):
     shared = SharedStack(app, parse_config(tenants_yaml, check_capacity=False))
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     assembly = app.synth()
-    return shared, assembly.get_stack_by_name(shared.stack_name).template, json.loads(
-        (tmp_path / "validation-report.json").read_text()
+    return (
+        shared,
+        assembly.get_stack_by_name(shared.stack_name).template,
+        json.loads((tmp_path / "validation-report.json").read_text()),
     )
 
 
@@ -241,8 +287,11 @@ def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_
     assert nag["conclusion"] == "success" and nag["violations"] == []
     from cfnlint.api import lint_all
 
-    findings = [f"{m.rule.id} {m.message}" for m in lint_all(json.dumps(template))
-                if m.rule.id[0] in "EW" and m.rule.id != "W3005"]
+    findings = [
+        f"{m.rule.id} {m.message}"
+        for m in lint_all(json.dumps(template))
+        if m.rule.id[0] in "EW" and m.rule.id != "W3005"
+    ]
     assert findings == []
 
 
@@ -253,11 +302,15 @@ def test_a_1000_tenant_sharded_shared_stack_fits_cloudformation_and_every_patter
     synth-at-scale work, not routing's.)"""
     tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(1000))
     _, template, report = shared_stack_only(
-        tmp_path, f"defaults:\n  sink: {{url: https://core.example.com/r}}\nrouting: {{shards: 40}}\ntenants:\n{tenants}"
+        tmp_path,
+        f"defaults:\n  sink: {{url: https://core.example.com/r}}\nrouting: "
+        f"{{shards: 40}}\ntenants:\n{tenants}",
     )
     assert len(resources(template, "AWS::Events::EventBus")) == 40 + 10
     assert len(template["Resources"]) < 500
-    without_dashboards = {k: r for k, r in template["Resources"].items() if r["Type"] != "AWS::CloudWatch::Dashboard"}
+    without_dashboards = {
+        k: r for k, r in template["Resources"].items() if r["Type"] != "AWS::CloudWatch::Dashboard"
+    }
     assert len(json.dumps(without_dashboards)) < 400_000
     for rule in rules_by_name(template).values():
         assert len(json.dumps(rule["EventPattern"])) <= routing.MAX_EVENT_PATTERN_CHARS
@@ -271,8 +324,9 @@ def test_each_deployment_target_shards_its_own_tenants_on_its_own_buses(tmp_path
     shard bus (buses are per account and Region: the names repeat across targets)."""
     from pipeline_constructs.application import build_app
 
-    (tmp_path / "tenants.yaml").write_text(textwrap.dedent(
-        """
+    (tmp_path / "tenants.yaml").write_text(
+        textwrap.dedent(
+            """
         targets:
           prod: {account: '111111111111', region: eu-west-1}
           dr: {account: '222222222222', region: us-east-1}
@@ -284,16 +338,21 @@ def test_each_deployment_target_shards_its_own_tenants_on_its_own_buses(tmp_path
           - {id: acme, prefix: acme/}
           - {id: globex, prefix: globex/, target: dr}
         """
-    ))
+        )
+    )
     built = build_app(tmp_path / "tenants.yaml", app=App(outdir=str(tmp_path / "cdk.out")), nag=False)
     for target, tenant in (("prod", "acme"), ("dr", "globex")):
         stage = built.stages[target]
         shared = Template.from_stack(stage.shared).to_json()
-        assert sorted(b["Properties"]["Name"] for b in resources(shared, "AWS::Events::EventBus").values()) == [
-            "ordered-ingest-shard-0", "ordered-ingest-shard-1"
+        assert sorted(
+            b["Properties"]["Name"] for b in resources(shared, "AWS::Events::EventBus").values()
+        ) == ["ordered-ingest-shard-0", "ordered-ingest-shard-1"]
+        forwarded = [
+            k["prefix"]
+            for name, rule in rules_by_name(shared).items()
+            if name.endswith("-objects")
+            for k in rule["EventPattern"]["detail"]["object"]["key"]
         ]
-        forwarded = [k["prefix"] for name, rule in rules_by_name(shared).items() if name.endswith("-objects")
-                     for k in rule["EventPattern"]["detail"]["object"]["key"]]
         assert forwarded == [f"{tenant}/"]
         own = rules_by_name(Template.from_stack(stage.tenants[tenant]).to_json())
         assert {r["EventBusName"] for r in own.values()} == {f"ordered-ingest-shard-{SHARD_OF[tenant]}"}
@@ -310,8 +369,10 @@ def test_fails_when_a_targets_shard_does_not_fit_naming_the_target():
             f"defaults:\n  sink: {{url: https://core.example.com/r}}\n  target: prod\ntenants:\n{tenants}"
         )
     assert caught.value.problems == [
-        "target 'prod' shard 0: field 'shard' = 6: its 6 tenants need 12 rules on bus ordered-ingest-shard-0 (2 each; "
-        "the quota is 10 per bus); pin some of its tenants ('t0', 't1', 't2' and 3 more) to a shard with room with "
-        "'shard:' (none has room: raise routing.shards), or raise routing.shards (that moves tenants: README, "
-        "Sharded routing)"
+        (
+            "target 'prod' shard 0: field 'shard' = 6: its 6 tenants need 12 rules on bus "
+            "ordered-ingest-shard-0 (2 each; the quota is 10 per bus); pin some of its tenants ('t0', "
+            "'t1', 't2' and 3 more) to a shard with room with 'shard:' (none has room: raise "
+            "routing.shards), or raise routing.shards (that moves tenants: README, Sharded routing)"
+        )
     ]

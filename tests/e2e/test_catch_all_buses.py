@@ -15,14 +15,19 @@ from pipeline_checks import csv_file, wait_for
 from local_runtime import LocalPipeline
 from pipeline_constructs import names, routing
 
-TENANTS = {"acme": "acme/", "globex": "globex/", "initech": "initech/incoming/", "umbrella": "umbrella/",
-           "umbra": "umbra/"}
+TENANTS = {
+    "acme": "acme/",
+    "globex": "globex/",
+    "initech": "initech/incoming/",
+    "umbrella": "umbrella/",
+    "umbra": "umbra/",
+}
 LIMIT = 256
 STRAYS = [
-    "stray/a.csv",            # under no subtree: the default bus's rule
-    "acme-old/b.csv",         # in the subtree 'a' (acme's bus), under no prefix
-    "initech/other/c.csv",    # in the subtree 'i', a parent folder of initech's prefix
-    "umbr/d.csv",             # in the subtree 'u' (the second bus)
+    "stray/a.csv",  # under no subtree: the default bus's rule
+    "acme-old/b.csv",  # in the subtree 'a' (acme's bus), under no prefix
+    "initech/other/c.csv",  # in the subtree 'i', a parent folder of initech's prefix
+    "umbr/d.csv",  # in the subtree 'u' (the second bus)
 ]
 
 

@@ -35,8 +35,12 @@ class StatusEvents:
         self.by_tenant: dict[str, list[dict[str, Any]]] = {}
 
     def __call__(self, function: Any, event: Any, result: Any) -> None:
-        if result is None and function.role == "closer" and isinstance(event, dict) \
-                and event.get("detail-type") == STATUS_CHANGE:
+        if (
+            result is None
+            and function.role == "closer"
+            and isinstance(event, dict)
+            and event.get("detail-type") == STATUS_CHANGE
+        ):
             with self._lock:
                 self.by_tenant.setdefault(function.tenant, []).append(event["detail"])
 
@@ -76,14 +80,19 @@ def test_each_tenants_rules_are_on_its_shard_bus_and_the_default_bus_only_forwar
     events = pipe.client("events")
     on_default = {r["Name"] for r in events.list_rules()["Rules"]}
     assert on_default == {
-        "ordered-ingest-shard-0-objects", "ordered-ingest-shard-0-status",
-        "ordered-ingest-shard-1-objects", "ordered-ingest-shard-1-status",
+        "ordered-ingest-shard-0-objects",
+        "ordered-ingest-shard-0-status",
+        "ordered-ingest-shard-1-objects",
+        "ordered-ingest-shard-1-status",
         names.UNMATCHED_UPLOADS_RULE,
     }
     for k in (0, 1):
         on_shard = {r["Name"] for r in events.list_rules(EventBusName=names.shard_bus_name(k))["Rules"]}
         assert on_shard == {
-            f"{t}-{kind}" for t, shard in SHARD_OF.items() if shard == k for kind in ("object-created", "sfn-status")
+            f"{t}-{kind}"
+            for t, shard in SHARD_OF.items()
+            if shard == k
+            for kind in ("object-created", "sfn-status")
         }
 
 
@@ -97,7 +106,9 @@ def test_files_of_each_tenant_are_ingested_in_order_through_its_shard_bus(pipe, 
     assert [e["status"] for e in executions] == ["SUCCEEDED"] * FILES
     assert_no_overlap(executions)
     assert_files_in_order(executions, [key for key, _ in ingested[tenant]])
-    assert_records_in_file_order(pipe.sink(tenant).accepted, [(f"{tenant}-f{n}", RECORDS) for n in range(FILES)])
+    assert_records_in_file_order(
+        pipe.sink(tenant).accepted, [(f"{tenant}-f{n}", RECORDS) for n in range(FILES)]
+    )
 
 
 @pytest.mark.parametrize("tenant", sorted(SHARD_OF))
@@ -108,8 +119,11 @@ def test_status_changes_reach_the_tenants_closer_through_its_shard_bus(pipe, ing
     started promptly after the close before it (the hand-off, not the 240 s fallback)."""
     executions = pipe.executions(tenant)
     expected = {(e["name"], status) for e in executions for status in ("RUNNING", "SUCCEEDED")}
-    wait_for(lambda: expected <= status_events.statuses(tenant), timeout=30,
-             what=f"status changes of {tenant}'s executions at its closer")
+    wait_for(
+        lambda: expected <= status_events.statuses(tenant),
+        timeout=30,
+        what=f"status changes of {tenant}'s executions at its closer",
+    )
     assert status_events.statuses(tenant) == expected, "only the tenant's own executions reach its closer"
     fallback = WAITING_VISIBILITY.to_seconds() * pipe.time_scale
     for before, after in zip(executions, executions[1:]):
