@@ -6,7 +6,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup demo synth test clean
+.PHONY: setup demo synth test clean diff
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -33,6 +33,13 @@ synth: setup
 ## test: the whole test suite (template assertions, snapshots, cdk-nag, cfn-lint, handlers)
 test: setup
 	pytest
+
+## diff: offline diff of BASE (default origin/main) and the working tree, per tenant then per
+## stack, no AWS credentials (python -m tools.offline_diff: exit 0 same, 1 different, 2 error;
+## make turns any non-zero exit into its own 2). TENANTS=path picks the tenants file.
+BASE ?= origin/main
+diff: setup
+	python -m tools.offline_diff --base $(BASE) $(if $(TENANTS),--tenants $(TENANTS))
 
 clean:
 	rm -rf cdk.out .pytest_cache

@@ -32,8 +32,10 @@ RESERVED_CONCURRENCY_PER_TENANT = 1
 #: Lambda keeps this much of the account's concurrency unreserved: a reservation that would
 #: leave less is refused at deploy time.
 MIN_UNRESERVED_CONCURRENCY = 100
-#: Roles of a tenant stack: controller, split, register, closer, and one per state machine.
-ROLES_PER_TENANT = 7
+#: Roles of a tenant stack: the controller's, the closer's, the data plane's (split and
+#: register) and the workflow's (its three state machines). Four, so that 1,000 tenants fit
+#: an account at IAM's ceiling of 5,000 roles.
+ROLES_PER_TENANT = 4
 #: The shared stack creates no role (no Lambda, no custom resource).
 SHARED_ROLES = 0
 STACKS_PER_TENANT = 1

@@ -123,6 +123,10 @@ class TenantConfig(_Strict):
     #: How long one execution (one attempt at a file) may run before Step Functions times it
     #: out (it then halts the tenant like a failure). Default: the outage budget plus 6 hours.
     file_time_limit_seconds: int | None = Field(default=None, ge=60, le=budgets.MAX_FILE_TIME_LIMIT_SECONDS)
+    #: X-Ray tracing of the tenant's state machines and functions (seed 003). Off by default:
+    #: traces cost per trace recorded (README, "Tracing"), and the execution history and logs
+    #: already show where a file is.
+    tracing: bool = False
 
     @property
     def file_time_limit(self) -> int:
@@ -146,6 +150,11 @@ class TenantConfig(_Strict):
     @field_validator("id")
     @classmethod
     def _id_fits_every_derived_name(cls, tenant_id: str) -> str:
+        if names.RESERVED_ID_PART in f"-{tenant_id}-":
+            # 'a' would own the IAM wildcard `execution:a-file-ingest-page*`, which names the
+            # executions of tenant 'a-file-ingest-page-b' too.
+            raise ValueError(f"contains '{names.RESERVED_ID_PART.strip('-')}', the part every tenant's state "
+                             "machine names share (another tenant's permissions could then cover this one's)")
         broken = names.tightest_broken(tenant_id)
         if broken is not None:
             derived = broken.render(tenant_id)
@@ -300,6 +309,7 @@ FIXES: dict[str, str] = {
     "iam_roles": "use the account's quota (IAM, roles per account), or leave it out (default 1000)",
     "cloudformation_stacks": "use the account's quota (CloudFormation, stack count), or leave it out (default 2000)",
     "state_machines": "use the account's quota (Step Functions, state machines), or leave it out (default 100000)",
+    "tracing": "use true (X-Ray traces of the state machines and functions) or false (the default)",
     "pages_per_section": "leave it out (the default is the most a section's history allows), "
     f"or use a whole number from 1 to {budgets.max_pages_per_section()}",
 }
@@ -446,8 +456,39 @@ def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems
     if kind == "missing":
         problems.add(where, field, _MISSING, "is required", FIXES.get(leaf, f"add '{leaf}'"))
         return
-    message = PROBLEMS.get(kind) or error["msg"].removeprefix("Value error, ")
-    problems.add(where, field, value, message, FIXES.get(leaf, "see the tenants.yaml reference in the README"))
+    problems.add(where, field, value, _plain_words(error), FIXES.get(leaf, "see the tenants.yaml reference in the README"))
+
+
+#: pydantic's error types in the project's own words (the fix says what a valid value is).
+_BOUNDS = {"greater_than_equal": "is less than {ge}", "less_than_equal": "is more than {le}",
+           "greater_than": "must be more than {gt}", "less_than": "must be less than {lt}",
+           "string_too_short": "is too short (at least {min_length} characters)",
+           "string_too_long": "is too long (at most {max_length} characters)",
+           "too_short": "has too few entries (at least {min_length})",
+           "too_long": "has too many entries (at most {max_length})"}
+_TYPES = {"int_type": "is not a whole number", "int_parsing": "is not a whole number",
+          "int_from_float": "is not a whole number", "float_type": "is not a number",
+          "string_type": "is not text (quote it)", "bool_type": "is not true or false",
+          "bool_parsing": "is not true or false", "dict_type": "is not a mapping",
+          "model_type": "is not a mapping", "model_attributes_type": "is not a mapping",
+          "list_type": "is not a list", "none_required": "must be left out"}
+
+
+def _plain_words(error: dict) -> str:
+    """One problem in the tenant/field/value/fix form's words: never pydantic's own wording
+    ("Input should be ..."). Our validators' messages (value errors) are kept as they are."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind in PROBLEMS:
+        return PROBLEMS[kind]
+    if kind in _BOUNDS:
+        return _BOUNDS[kind].format(**ctx)
+    if kind in _TYPES:
+        return _TYPES[kind]
+    if kind == "literal_error":
+        return f"is not one of {ctx.get('expected', 'the allowed values')}"
+    if kind in ("value_error", "assertion_error"):
+        return str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return "is not a valid value here"
 
 
 def _valid_keys_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:

@@ -69,8 +69,12 @@ def pipeline_function(
     spec: FunctionSpec,
     environment: dict[str, str],
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
+    role: iam.Role | None = None,
+    tracing: bool = False,
 ) -> PipelineFunction:
-    """A function whose role can do nothing but write its own logs until granted more."""
+    """A function whose role can do nothing but write its own logs until granted more. Given
+    `role`, the function runs with it (a role shared by functions that need the same access:
+    IAM roles are an account quota)."""
     log_group_name = f"/aws/lambda/{spec.function_name}"
     log_group = logs.LogGroup(
         scope,
@@ -92,7 +96,7 @@ def pipeline_function(
         metric_value="1",
         filter_name=f"{spec.tenant_id}-{spec.role}-error-logs",
     )
-    role = iam.Role(
+    role = role or iam.Role(
         scope,
         f"{construct_id}Role",
         assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
@@ -118,6 +122,8 @@ def pipeline_function(
         # INFO, not WARN: a timeout is reported in the `platform.report` record (status
         # "timeout"), which is an INFO system record; the error-log filter counts it.
         system_log_level_v2=lambda_.SystemLogLevel.INFO,
+        # X-Ray (the tenant's `tracing`): active tracing, or no tracing setting at all.
+        tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED,
     )
     log_group.grant_write(role)
     return PipelineFunction(

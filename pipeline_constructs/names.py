@@ -43,6 +43,9 @@ INTAKE_DLQ = DerivedName("SQS queue name", "{id}-intake-dlq", 80)
 #: The child state machine that registers one page of a file's chunks (issue 9).
 PAGE_STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-page", 80)
 SECTION_STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-section", 80)
+#: What every tenant's state machine names share after the tenant id: a tenant id may not
+#: contain it (IAM wildcards on one tenant's child executions would cover another's).
+RESERVED_ID_PART = "-file-ingest-"
 
 ALL: tuple[DerivedName, ...] = (
     QUEUE,

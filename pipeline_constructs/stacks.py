@@ -152,6 +152,7 @@ class TenantStack(_IngestStack):
                 file_time_limit=Duration.seconds(tenant.file_time_limit),
                 chunks_per_page=tenant.chunks_per_page,
                 pages_per_section=tenant.pages_per_section,
+                tracing=tenant.tracing,
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),

@@ -97,6 +97,7 @@ class TenantPipelineProps:
     ``pages_per_section``: pages per section execution (a file of more pages runs them in
     sections). Default (None): the most that keep a section's history within budget
     (``budgets.max_pages_per_section``). Small values make multi-section files cheap to test.
+    ``tracing``: X-Ray tracing of the state machines and the functions. Default: off (cost).
     """
 
     tenant_id: str
@@ -129,6 +130,7 @@ class TenantPipelineProps:
     #: Default (None): the account's default event bus.
     event_bus: events.IEventBus | None = None
     pages_per_section: int | None = None
+    tracing: bool = False
 
 
 class TenantPipeline(Construct):
@@ -219,6 +221,16 @@ class TenantPipeline(Construct):
             ],
         )
 
+        # Split and register share one role: the tenant's data plane (its landing prefix, its work
+        # folder, its ledger items). IAM roles are an account quota (1,000 by default, 5,000 at
+        # most): four roles a tenant (this one, the controller's, the closer's, the workflow's)
+        # let 1,000 tenants share an account. Neither function can reach another tenant's data.
+        self.data_role = iam.Role(
+            self,
+            "DataRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Execution role of tenant {tenant_id}'s split and register functions",
+        )
         self.split = pipeline_function(
             self,
             "Split",
@@ -243,6 +255,8 @@ class TenantPipeline(Construct):
                     max_chunks=budgets.max_file_chunks(self.chunks_per_page, self.pages_per_section),
                 )
             ),
+            role=self.data_role,
+            tracing=props.tracing,
         )
         self.register = pipeline_function(
             self,
@@ -267,6 +281,8 @@ class TenantPipeline(Construct):
                     sink_batch_size=props.sink_batch_size,
                 )
             ),
+            role=self.data_role,
+            tracing=props.tracing,
         )
         self._grant_tenant_objects(props)
 
@@ -300,6 +316,7 @@ class TenantPipeline(Construct):
                     on_failure=props.on_failure,
                 )
             ),
+            tracing=props.tracing,
         )
 
         self.workflow_log_group = logs.LogGroup(
@@ -309,19 +326,28 @@ class TenantPipeline(Construct):
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
         )
+        # The file's, its sections' and its pages' state machines are one workflow: one role
+        # (IAM roles are an account quota; see `data_role`).
+        self.workflow_role = iam.Role(
+            self,
+            "WorkflowRole",
+            assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+            description=f"Execution role of tenant {tenant_id}'s file, section and page state machines",
+        )
         self._page_state_machine(props)
         self._section_state_machine(props)
         self.state_machine = sfn.StateMachine(
             self,
             "Workflow",
             state_machine_name=state_machine_name,
+            role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_definition(
                     Construct(self, "Steps"),  # state names are construct ids: keep them apart
                     split_function=self.split.function,
-                    page_state_machine=self.page_state_machine,
-                    section_state_machine=self.section_state_machine,
+                    page_state_machine=self._child_by_name(names.PAGE_STATE_MACHINE, "PageByName"),
+                    section_state_machine=self._child_by_name(names.SECTION_STATE_MACHINE, "SectionByName"),
                     closer_function=self.closer.function,
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
@@ -333,7 +359,7 @@ class TenantPipeline(Construct):
             logs=sfn.LogOptions(
                 destination=self.workflow_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
-            tracing_enabled=True,
+            tracing_enabled=props.tracing,
         )
 
         # Backstop of the workflow's last state (status-change events are best effort, and the
@@ -392,6 +418,7 @@ class TenantPipeline(Construct):
                     first_sequence=props.first_sequence,
                 )
             ),
+            tracing=props.tracing,
         )
         # Partial batch responses: a waiting message is a reported item failure, not a function
         # error, so Lambda does not back off its polling.
@@ -547,25 +574,29 @@ class TenantPipeline(Construct):
     # -- permissions ----------------------------------------------------------------------------
 
     def _grant_tenant_objects(self, props: TenantPipelineProps) -> None:
-        """Split and register read only this tenant's landing prefix; indexes live under the tenant's own folder."""
+        """Split and register (one role) read only this tenant's landing prefix; indexes live
+        under the tenant's own folder."""
         own_work = props.work_bucket.arn_for_objects(f"{contract.work_prefix(self.tenant_id)}*")
-        self.split.role.add_to_policy(
+        self.data_role.add_to_policy(
             iam.PolicyStatement(
+                # Split reads whichever file the tenant drops; register reads its chunk with a
+                # ranged GET of the pinned landing object version.
                 sid="ReadOwnLandingPrefix",
                 actions=["s3:GetObject", "s3:GetObjectVersion"],
                 resources=[props.landing_bucket.arn_for_objects(f"{self.landing_prefix}*")],
             )
         )
-        self.split.role.add_to_policy(
+        self.data_role.add_to_policy(
             iam.PolicyStatement(
-                sid="WriteOwnChunks",
-                # GetObject: a resumed file reuses its chunk index and manifest. PutObject covers
-                # the multipart upload of a large index; Abort gives up one of a failed split.
+                sid="OwnChunks",
+                # Split writes the chunk index and manifest (PutObject covers the multipart upload
+                # of a large index; Abort gives up one of a failed split) and reads them when a
+                # resumed file reuses them; register reads them (ranged GETs of the index).
                 actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
                 resources=[own_work],
             )
         )
-        self.split.role.add_to_policy(
+        self.data_role.add_to_policy(
             iam.PolicyStatement(
                 # Without it a missing manifest answers 403 instead of 404.
                 sid="ListOwnChunks",
@@ -574,25 +605,9 @@ class TenantPipeline(Construct):
                 conditions={"StringLike": {"s3:prefix": [f"{contract.work_prefix(self.tenant_id)}*"]}},
             )
         )
-        self.register.role.add_to_policy(
-            iam.PolicyStatement(
-                # The manifest and the chunk index (ranged GETs of its entries).
-                sid="ReadOwnChunks",
-                actions=["s3:GetObject"],
-                resources=[own_work],
-            )
-        )
-        self.register.role.add_to_policy(
-            iam.PolicyStatement(
-                # Register reads its chunk with a ranged GET of the pinned landing object version.
-                sid="ReadOwnLandingPrefix",
-                actions=["s3:GetObject", "s3:GetObjectVersion"],
-                resources=[props.landing_bucket.arn_for_objects(f"{self.landing_prefix}*")],
-            )
-        )
-        self._grant_own_ledger(self.register.role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
-        if props.duplicate_files == "skip":  # split looks up the content of files that succeeded
-            self._grant_own_ledger(self.split.role, props, "dynamodb:GetItem")
+        # Register's fence and progress; split looks up the content of files that succeeded
+        # (duplicate_files: skip).
+        self._grant_own_ledger(self.data_role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
 
     def _page_budget(self, props: TenantPipelineProps) -> None:
         """`chunks_per_page` and the register invocations per chunk: what bounds a page's history."""
@@ -633,6 +648,7 @@ class TenantPipeline(Construct):
             self,
             "PageWorkflow",
             state_machine_name=name,
+            role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_page_definition(
@@ -647,7 +663,7 @@ class TenantPipeline(Construct):
             logs=sfn.LogOptions(
                 destination=self.page_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
-            tracing_enabled=True,
+            tracing_enabled=props.tracing,
         )
 
     def _section_state_machine(self, props: TenantPipelineProps) -> None:
@@ -666,11 +682,12 @@ class TenantPipeline(Construct):
             self,
             "SectionWorkflow",
             state_machine_name=name,
+            role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_section_definition(
                     Construct(self, "SectionSteps"),
-                    page_state_machine=self.page_state_machine,
+                    page_state_machine=self._child_by_name(names.PAGE_STATE_MACHINE, "PageBySectionName"),
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
                 )
@@ -680,7 +697,7 @@ class TenantPipeline(Construct):
             logs=sfn.LogOptions(
                 destination=self.section_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
-            tracing_enabled=True,
+            tracing_enabled=props.tracing,
         )
 
     def _grant_own_ledger(self, role: iam.IRole, props: TenantPipelineProps, *actions: str) -> None:
@@ -769,15 +786,25 @@ class TenantPipeline(Construct):
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
 
-    @staticmethod
-    def _child_executions_finding(child: sfn.StateMachine, kind: str) -> tuple[str, str, str]:
-        partition, region, account = _as_nag_shows(Stack.of(child))
+    def _child_by_name(self, name: names.DerivedName, construct_id: str) -> sfn.IStateMachine:
+        """A child state machine by its fixed name's ARN, not by reference: the three state
+        machines share one role, whose policy names the children; a reference would make each
+        child depend on the policy that depends on it (a cycle)."""
+        arn = Stack.of(self).format_arn(
+            service="states",
+            resource="stateMachine",
+            resource_name=name.render(self.tenant_id),
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        return sfn.StateMachine.from_state_machine_arn(self, construct_id, arn)
+
+    def _child_executions_finding(self, child: names.DerivedName, kind: str) -> tuple[str, str, str]:
+        partition, region, account = _as_nag_shows(Stack.of(self))
         return (
             "AwsSolutions-IAM5",
-            f"Resource::arn:{partition}:states:{region}:{account}:execution:"
-            '{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + _logical_id(child) + '"}]}]}*',
+            f"Resource::arn:{partition}:states:{region}:{account}:execution:{child.render(self.tenant_id)}*",
             "CDK's StepFunctionsStartExecution (.sync) grant: describe and stop the executions of this "
-            f"tenant's {kind} state machine only; their names derive from the parent's, unknown in advance.",
+            f"tenant's {kind} state machine; their names derive from the parent's, unknown in advance.",
         )
 
     def _acknowledge_findings(self, props: TenantPipelineProps) -> None:
@@ -795,17 +822,11 @@ class TenantPipeline(Construct):
         chunks_reason = ("Chunk indexes and manifests are named per execution; the wildcard stays inside this "
                          "tenant's own work folder.")
         _acknowledge(
-            self.split.role,
+            self.data_role,
             ("AwsSolutions-IAM5", f"Resource::{landing}/{self.landing_prefix}*",
-             "Split reads whichever file the tenant drops, and only under this tenant's landing prefix."),
+             "Split reads whichever file the tenant drops, register its chunk of it (a ranged GET), and "
+             "only under this tenant's landing prefix."),
             ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason),
-        )
-        _acknowledge(
-            self.register.role,
-            ("AwsSolutions-IAM5", f"Resource::{work}/{own_work}*", chunks_reason),
-            ("AwsSolutions-IAM5", f"Resource::{landing}/{self.landing_prefix}*",
-             "Register reads its chunk (a ranged GET) of whichever file the tenant dropped, and only "
-             "under this tenant's landing prefix."),
         )
         executions_reason = (
             "Execution names are the EventBridge event ids, unknown in advance; only this "
@@ -824,34 +845,32 @@ class TenantPipeline(Construct):
             "it is still this tenant's function only."
         )
         _acknowledge(
-            self.state_machine.role,
+            self.workflow_role,
             ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.split.function)}.Arn>:*", invoke_reason),
             ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.closer.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*", invoke_reason),
             ("AwsSolutions-IAM5", "Resource::*",
              "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
              "resource-level permissions."),
-            self._child_executions_finding(self.page_state_machine, "page"),
-            self._child_executions_finding(self.section_state_machine, "section"),
+            self._child_executions_finding(names.PAGE_STATE_MACHINE, "page"),
+            self._child_executions_finding(names.SECTION_STATE_MACHINE, "section"),
         )
-        _acknowledge(
-            self.section_state_machine.role,
-            ("AwsSolutions-IAM5", "Resource::*",
-             "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
-             "resource-level permissions."),
-            self._child_executions_finding(self.page_state_machine, "page"),
-        )
+        if props.tracing:
+            for role in (self.data_role, self.controller.role, self.closer.role):
+                _acknowledge(role, ("AwsSolutions-IAM5", "Resource::*",
+                                    "X-Ray trace segments (the tenant's `tracing: true`) do not support "
+                                    "resource-level permissions."))
+        if not props.tracing:
+            for machine in (self.state_machine, self.section_state_machine, self.page_state_machine):
+                _acknowledge(machine, ("AwsSolutions-SF2", None,
+                                       "X-Ray tracing is the tenant's choice (`tracing: true`), off by default: "
+                                       "traces cost per trace recorded, and the execution history, the ledger and "
+                                       "`ops status` already show where each file is (README, Tracing)."))
         _acknowledge(
             self.section_state_machine,
             ("AwsSolutions-SF1", None,
              "ERROR level on purpose, as the parent: ALL would log every page's transitions that the "
              "execution history already keeps; execution data is excluded (no record content in logs)."),
-        )
-        _acknowledge(
-            self.page_state_machine.role,
-            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*", invoke_reason),
-            ("AwsSolutions-IAM5", "Resource::*",
-             "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
-             "resource-level permissions."),
         )
         _acknowledge(
             self.page_state_machine,

@@ -53,7 +53,7 @@ def test_cdk_nag_aws_solutions_reports_no_unacknowledged_finding(synthesized):
     assert nag["conclusion"] == "success"
     assert nag["violations"] == []
     assert {v["ruleName"].split("[")[0] for v in nag["suppressedViolations"]} == {
-        "AwsSolutions-SQS3", "AwsSolutions-SF1", "AwsSolutions-IAM5",
+        "AwsSolutions-SQS3", "AwsSolutions-SF1", "AwsSolutions-SF2", "AwsSolutions-IAM5",
     }
 
 
@@ -85,6 +85,7 @@ def test_every_acknowledgement_names_a_nag_rule_and_carries_a_real_reason(synthe
     assert rules == {
         "AwsSolutions::AwsSolutions-SQS3",
         "AwsSolutions::AwsSolutions-SF1",
+        "AwsSolutions::AwsSolutions-SF2",  # X-Ray is opt-in per tenant (`tracing: true`)
         "AwsSolutions::AwsSolutions-IAM5",
     }
     for path, rule, reason in found:

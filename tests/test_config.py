@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -68,6 +69,25 @@ def test_fails_when_an_id_has_bad_characters():
     )
 
 
+def test_fails_when_an_id_contains_the_part_every_state_machine_name_shares():
+    """GIVEN tenant 'a' and tenant 'a-file-ingest-page-b' WHEN validated THEN the second is
+    refused: CDK's grant of 'a's child executions (`execution:a-file-ingest-page*`) would also
+    name the executions of 'a-file-ingest-page-b-file-ingest-page'."""
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: a, prefix: a/}}
+          - {{id: a-file-ingest-page-b, prefix: b/}}
+        """
+    ) == (
+        "tenant 'a-file-ingest-page-b': field 'id' = 'a-file-ingest-page-b': contains 'file-ingest', the part "
+        "every tenant's state machine names share (another tenant's permissions could then cover this one's); "
+        "use lowercase letters, digits and single hyphens, starting with a letter (at most 49 characters)"
+    )
+
+
 def test_fails_when_an_id_is_too_long_for_a_derived_resource_name():
     tenant_id = "a" * (names.MAX_TENANT_ID_LENGTH + 1)
     assert names.MAX_TENANT_ID_LENGTH == 49  # "<id>-register-chunk" must fit Lambda's 64 characters
@@ -116,12 +136,12 @@ def test_fails_when_the_format_is_unknown():
         tenants:
           - {{id: acme, prefix: a/, format: xml}}
         """
-    ) == "tenant 'acme': field 'format' = 'xml': Input should be 'csv' or 'jsonl'; use 'csv' (with a header row) or 'jsonl'"
+    ) == "tenant 'acme': field 'format' = 'xml': is not one of 'csv' or 'jsonl'; use 'csv' (with a header row) or 'jsonl'"
 
 
 @pytest.mark.parametrize(("value", "problem"), [
-    (0, "Input should be greater than or equal to 1"),
-    (10001, "Input should be less than or equal to 10000"),  # 1001 to 10000: test_fails_when_chunk_size_is_above_1000_in_record_mode
+    (0, "is less than 1"),
+    (10001, "is more than 10000"),  # 1001 to 10000: test_fails_when_chunk_size_is_above_1000_in_record_mode
 ])
 def test_fails_when_chunk_size_is_out_of_range(value, problem):
     assert one_problem(
@@ -146,7 +166,7 @@ def test_fails_when_a_threshold_is_negative():
             alarms: {{stall_after_seconds: -1}}
         """
     ) == (
-        "tenant 'acme': field 'alarms.stall_after_seconds' = -1: Input should be greater than or equal to 60; "
+        "tenant 'acme': field 'alarms.stall_after_seconds' = -1: is less than 60; "
         "use a whole number of seconds, at least 60"
     )
 
@@ -302,7 +322,7 @@ def test_fails_when_on_failure_is_unknown():
           - {{id: acme, prefix: a/, on_failure: retry}}
         """
     ) == (
-        "tenant 'acme': field 'on_failure' = 'retry': Input should be 'halt' or 'continue'; use 'halt' (a failed "
+        "tenant 'acme': field 'on_failure' = 'retry': is not one of 'halt' or 'continue'; use 'halt' (a failed "
         "file stops the tenant until `ops resume` or `ops skip`) or 'continue'"
     )
 
@@ -314,7 +334,7 @@ def test_fails_when_the_outage_budget_is_not_positive():
           - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', outage_budget_seconds: 0}}
         """
     ) == (
-        "tenant 'acme': field 'sink.outage_budget_seconds' = 0: Input should be greater than or equal to 1; "
+        "tenant 'acme': field 'sink.outage_budget_seconds' = 0: is less than 1; "
         "use a whole number of seconds from 1 to 86400 (default 3600: one hour)"
     )
 
@@ -461,7 +481,7 @@ def test_fails_when_duplicate_files_is_unknown():
           - {{id: acme, prefix: a/, duplicate_files: ignore}}
         """
     ) == (
-        "tenant 'acme': field 'duplicate_files' = 'ignore': Input should be 'process' or 'skip'; use 'process' "
+        "tenant 'acme': field 'duplicate_files' = 'ignore': is not one of 'process' or 'skip'; use 'process' "
         "(a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)"
     )
 
@@ -486,7 +506,7 @@ def test_fails_when_batch_size_is_zero():
           - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', batch_size: 0}}
         """
     ) == (
-        "tenant 'acme': field 'sink.batch_size' = 0: Input should be greater than or equal to 1; use a whole number "
+        "tenant 'acme': field 'sink.batch_size' = 0: is less than 1; use a whole number "
         "from 1 (one record per POST, the default) to 1000 (a JSON array per POST: only for a core system that "
         "implements the batch contract)"
     )
@@ -498,7 +518,7 @@ def test_fails_when_batch_size_is_above_the_largest():
         tenants:
           - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', batch_size: 1001}}
         """
-    ).startswith("tenant 'acme': field 'sink.batch_size' = 1001: Input should be less than or equal to 1000; ")
+    ).startswith("tenant 'acme': field 'sink.batch_size' = 1001: is more than 1000; ")
 
 
 def test_fails_when_batch_size_is_larger_than_chunk_size():
@@ -580,7 +600,7 @@ def test_batch_mode_allows_chunks_up_to_10000_and_no_more():
           - {id: acme, prefix: a/, chunk_size: 10001, sink: {url: 'https://core.example.com', batch_size: 1000}}
         """
     ) == (
-        "tenant 'acme': field 'chunk_size' = 10001: Input should be less than or equal to 10000; use a whole number "
+        "tenant 'acme': field 'chunk_size' = 10001: is more than 10000; use a whole number "
         "from 1 to 1000 (to 10000 with a sink.batch_size above 1)"
     )
 # --- pages of chunks (issue 9) -------------------------------------------------------------------
@@ -612,7 +632,7 @@ def test_fails_when_pages_per_section_is_more_than_a_sections_history_holds():
           - {{id: acme, prefix: a/, pages_per_section: {value}}}
         """
     assert one_problem(text.format(SINK=SINK, value=997)) == (
-        "tenant 'acme': field 'pages_per_section' = 997: Input should be less than or equal to 996; leave it out (the default is "
+        "tenant 'acme': field 'pages_per_section' = 997: is more than 996; leave it out (the default is "
         "the most a section's history allows), or use a whole number from 1 to 996"
     )
     assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=996))).tenants[0].pages_per_section == 996
@@ -632,3 +652,19 @@ def test_fails_when_the_outage_budget_is_too_long_for_a_pages_history():
     )
     assert problem.startswith("tenant 'acme': field 'outage_budget_seconds' = 86400: is too long for one page")
     assert "use a shorter sink.outage_budget_seconds" in problem
+
+
+@pytest.mark.parametrize("entry", [
+    "chunk_size: 'ten'", "chunk_size: 1.5", "chunk_size: true", "chunk_size: -3", "format: 7",
+    "on_failure: [halt]", "duplicate_files: {a: 1}", "sink: {url: 5}", "sink: {url: 'https://x', timeout_seconds: 0}",
+    "sink: {url: 'https://x', batch_size: 'big'}", "alarms: {evaluation_periods: 99}", "alarms: 3",
+    "ordering: {by: sequence}", "chunks_per_page: 0", "pages_per_section: 'many'", "prefix: 5",
+])
+def test_no_problem_is_worded_by_the_validation_library(entry):
+    """GIVEN a wrong value of any kind (type, bound, choice, shape) WHEN validated THEN every
+    problem line is in the project's tenant/field/value/fix form, never pydantic's wording."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(f"tenants:\n  - {{id: acme, prefix: a/, {entry}}}\n")
+    for line in refused.value.problems:
+        assert not re.search(r"Input should|Value error|validation error|pydantic|Field required", line), line
+        assert re.match(r"tenant 'acme': field '[\w.]+' = .+: .+; .+", line), line

@@ -100,7 +100,7 @@ def test_capacity_is_computed_per_target(two_targets):
     assert found[("state_machines", "target 'dr' (222222222222/us-east-1)")] == (3, 500)
     assert found[("state_machines", "target 'prod' (111111111111/eu-west-1)")] == (6, 100000)
     # the top-level account_limits apply to every target
-    assert found[("iam_roles", "target 'prod' (111111111111/eu-west-1)")] == (14, 2000)
+    assert found[("iam_roles", "target 'prod' (111111111111/eu-west-1)")] == (8, 2000)
 
 
 def test_without_targets_the_stacks_stay_at_the_top_env_agnostic():

@@ -183,7 +183,7 @@ def test_state_machine_is_standard_named_after_the_tenant_and_logs_errors_withou
     assert props["StateMachineType"] == "STANDARD"
     assert props["LoggingConfiguration"]["Level"] == "ERROR"
     assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
-    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["TracingConfiguration"] == {"Enabled": False}  # tracing is opt-in (`tracing: true`)
 
 
 def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(acme):
@@ -381,29 +381,26 @@ def test_batch_size_reaches_the_register_function_and_sets_its_timeout(tmp_path)
 # --- least privilege -----------------------------------------------------------------------------
 
 
-def test_the_workflow_may_start_wait_for_and_stop_only_its_own_page_executions(acme):
+def test_the_workflow_may_start_wait_for_and_stop_only_its_own_child_executions(acme):
     """`.sync:2` needs StartExecution on the child state machine, Describe/StopExecution on its
     executions, and the managed rule through which Step Functions learns that a child closed.
-    The parent starts pages and sections; a section starts pages only; a page nothing."""
-    machines = acme.find_resources("AWS::StepFunctions::StateMachine")
-    (page_id,) = [k for k in machines if k.startswith("PipelinePageWorkflow")]
-    (section_id,) = [k for k in machines if k.startswith("PipelineSectionWorkflow")]
-    for role, children in (("PipelineWorkflowRole", [page_id, section_id]), ("PipelineSectionWorkflowRole", [page_id])):
-        statements = policy_statements_of_role(acme, role)
-        start = next(s for s in statements if s["Action"] == "states:StartExecution")
-        resources = start["Resource"] if isinstance(start["Resource"], list) else [start["Resource"]]
-        assert sorted(r["Ref"] for r in resources) == sorted(children), role
-        wait = next(s for s in statements if s["Action"] == ["states:DescribeExecution", "states:StopExecution"])
-        assert all(child in json.dumps(wait["Resource"]) for child in children)
-        assert ":execution:" in json.dumps(wait["Resource"])
-        rule = next(s for s in statements if "events:PutRule" in s["Action"])
-        assert json.dumps(rule["Resource"]).endswith(':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"]]}')
-    assert "lambda:InvokeFunction" in actions_of(policy_statements_of_role(acme, "PipelineWorkflowRole"))
-    assert "lambda:InvokeFunction" not in actions_of(policy_statements_of_role(acme, "PipelineSectionWorkflowRole"))
-    page_role = policy_statements_of_role(acme, "PipelinePageWorkflowRole")
-    invoke = [s for s in page_role if s["Action"] == "lambda:InvokeFunction"]
-    assert len(invoke) == 1 and "RegisterChunk" in json.dumps(invoke[0]["Resource"])
-    assert "states:StartExecution" not in actions_of(page_role)
+    The workflow role (the three state machines) may start the tenant's page and section state
+    machines, named by their fixed names (no reference: the children share the role), and
+    invoke the tenant's split, register and closer functions; nothing else."""
+    statements = policy_statements_of_role(acme, "PipelineWorkflowRole")
+    starts = [s for s in statements if s["Action"] == "states:StartExecution"]
+    started = json.dumps([s["Resource"] for s in starts])
+    assert ":stateMachine:acme-file-ingest-page" in started and ":stateMachine:acme-file-ingest-section" in started
+    assert ":stateMachine:acme-file-ingest-workflow" not in started  # the controller starts files
+    wait = [s for s in statements if s["Action"] == ["states:DescribeExecution", "states:StopExecution"]]
+    waited = json.dumps([s["Resource"] for s in wait])
+    assert ":execution:acme-file-ingest-page*" in waited and ":execution:acme-file-ingest-section*" in waited
+    rule = next(s for s in statements if "events:PutRule" in s["Action"])
+    assert json.dumps(rule["Resource"]).endswith(':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"]]}')
+    invoked = json.dumps([s["Resource"] for s in statements if s["Action"] == "lambda:InvokeFunction"])
+    for function in ("Split", "RegisterChunk", "Closer"):
+        assert f"Pipeline{function}" in invoked, function
+    assert "PipelineController" not in invoked
 
 
 @pytest.mark.parametrize("kind", ["Page", "Section"])
@@ -413,7 +410,7 @@ def test_the_child_state_machines_log_errors_without_data_and_trace_like_the_par
     assert props["StateMachineName"] == f"acme-file-ingest-{kind.lower()}"
     assert props["LoggingConfiguration"]["Level"] == "ERROR"
     assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
-    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["TracingConfiguration"] == {"Enabled": False}  # as the parent: opt-in
     # a child never outlives its file: the same time limit as the parent
     child = page_definition(acme) if kind == "Page" else section_definition(acme)
     assert child["TimeoutSeconds"] == definition(acme)["TimeoutSeconds"] > 0
@@ -450,7 +447,7 @@ def test_quarantine_alarm_pages_on_the_first_quarantined_message_of_the_tenant(a
 
 def test_register_and_closer_touch_only_their_tenants_ledger_items(acme):
     for role, actions in (
-        ("PipelineRegisterChunkRole", ["dynamodb:GetItem", "dynamodb:UpdateItem"]),
+        ("PipelineDataRole", ["dynamodb:GetItem", "dynamodb:UpdateItem"]),
         ("PipelineCloserRole", ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"]),
     ):
         ledger = {s.get("Sid"): s for s in policy_statements_of_role(acme, role)}["OwnLedgerItemsOnly"]
@@ -467,17 +464,29 @@ def test_closer_can_hand_off_on_its_own_queue_notify_and_stop_only_its_own_execu
     assert by_sid["NotifyFailures"]["Action"] == "sns:Publish"
 
 
-def test_duplicate_files_reaches_split_with_its_own_ledger_items_only_when_skipping(acme, initech):
-    """initech skips duplicate files: its split reads its own ledger items (the content of
-    files that succeeded); acme processes them, its split has no ledger access at all."""
+def test_duplicate_files_reaches_split_with_its_tenants_ledger(acme, initech):
+    """initech skips duplicate files, acme processes them: both splits know the ledger (they
+    share the data-plane role with register, which reads and writes the tenant's items only)."""
     for template, tenant, mode in ((acme, "acme", "process"), (initech, "initech", "skip")):
         env = function_named(template, f"{tenant}-split")["Properties"]["Environment"]["Variables"]
         assert env["DUPLICATE_FILES"] == mode
         assert "LEDGER_TABLE_NAME" in env
-    ledger = {s.get("Sid"): s for s in policy_statements_of_role(initech, "PipelineSplitRole")}["OwnLedgerItemsOnly"]
-    assert ledger["Action"] == "dynamodb:GetItem"
-    assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["initech"]}}
-    assert not {a for a in actions_of(policy_statements_of_role(acme, "PipelineSplitRole")) if a.startswith("dynamodb:")}
+        ledger = {s.get("Sid"): s for s in policy_statements_of_role(template, "PipelineDataRole")}["OwnLedgerItemsOnly"]
+        assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [tenant]}}
+
+
+def test_split_and_register_share_one_data_role_and_the_workflow_one_role(acme):
+    """Four roles a tenant (IAM roles are an account quota): the controller's, the closer's,
+    the data plane's (split and register), the workflow's (its three state machines)."""
+    roles = acme.find_resources("AWS::IAM::Role")
+    assert len(roles) == 4
+    functions = {f["Properties"]["FunctionName"]: f["Properties"]["Role"]["Fn::GetAtt"][0]
+                 for f in acme.find_resources("AWS::Lambda::Function").values()}
+    assert functions["acme-split"] == functions["acme-register-chunk"]
+    assert len({functions["acme-split"], functions["acme-controller"], functions["acme-close-file"]}) == 3
+    machines = {m["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+                for m in acme.find_resources("AWS::StepFunctions::StateMachine").values()}
+    assert len(machines) == 1 and machines.pop().startswith("PipelineWorkflowRole")
 
 
 def test_a_success_close_carries_splits_content_hash_and_duplicate_a_failure_does_not(acme):
@@ -489,33 +498,24 @@ def test_a_success_close_carries_splits_content_hash_and_duplicate_a_failure_doe
     assert not {"content_sha256", "content_sha256.$", "duplicate_of", "duplicate_of.$"} & set(failure)
 
 
-def test_split_reads_only_its_tenant_prefix_and_writes_only_its_tenant_chunks(initech):
-    by_sid = {s.get("Sid"): s for s in policy_statements_of_role(initech, "PipelineSplitRole")}
+def test_split_and_register_read_only_their_tenant_prefix_and_write_only_their_tenant_chunks(initech):
+    """Split reads whichever file the tenant drops and writes its chunk index; register reads
+    its chunk with a ranged GET of the landing object version: read access to the tenant's
+    landing prefix (no write, no other tenant), read and write to its own work folder only."""
+    statements = policy_statements_of_role(initech, "PipelineDataRole")
+    by_sid = {s.get("Sid"): s for s in statements}
     read = by_sid["ReadOwnLandingPrefix"]
     assert sorted(read["Action"]) == ["s3:GetObject", "s3:GetObjectVersion"]
     assert read["Resource"]["Fn::Join"][1][-1] == "/initech/incoming/*"
     assert ":s3:::ordered-ingest-landing-" in read["Resource"]["Fn::Join"][1]
-    write = by_sid["WriteOwnChunks"]
+    write = by_sid["OwnChunks"]
     assert sorted(write["Action"]) == ["s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject"]
     assert write["Resource"]["Fn::Join"][1][-1] == "/chunks/initech/*"
     listing = by_sid["ListOwnChunks"]
     assert listing["Action"] == "s3:ListBucket"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["chunks/initech/*"]}}
-
-
-def test_register_reads_its_chunks_from_its_tenant_landing_prefix_and_work_folder_only(initech):
-    """Register reads its chunk with a ranged GET of the landing object version: read access
-    to the tenant's landing prefix (no write, no other tenant) and to its own work folder."""
-    by_sid = {s.get("Sid"): s for s in policy_statements_of_role(initech, "PipelineRegisterChunkRole")}
-    landing = by_sid["ReadOwnLandingPrefix"]
-    assert sorted(landing["Action"]) == ["s3:GetObject", "s3:GetObjectVersion"]
-    assert landing["Resource"]["Fn::Join"][1][-1] == "/initech/incoming/*"
-    assert ":s3:::ordered-ingest-landing-" in landing["Resource"]["Fn::Join"][1]
-    chunks = by_sid["ReadOwnChunks"]
-    assert chunks["Action"] == "s3:GetObject"
-    assert chunks["Resource"]["Fn::Join"][1][-1] == "/chunks/initech/*"
-    s3_actions = {a for a in actions_of(policy_statements_of_role(initech, "PipelineRegisterChunkRole")) if a.startswith("s3:")}
-    assert s3_actions == {"s3:GetObject", "s3:GetObjectVersion"}
+    s3_statements = [s for s in statements if any(a.startswith("s3:") for a in actions_of([s]))]
+    assert {s["Sid"] for s in s3_statements} == {"ReadOwnLandingPrefix", "OwnChunks", "ListOwnChunks"}
     env = function_named(initech, "initech-register-chunk")["Properties"]["Environment"]["Variables"]
     assert env["LANDING_PREFIX"] == "initech/incoming/"
 
@@ -777,3 +777,37 @@ def test_stack_outputs_let_ops_find_the_intake_dlq_and_the_closer(acme):
                      if v["Properties"]["FunctionName"] == "acme-close-file")
     assert next(v for k, v in outputs.items() if k.startswith("PipelineIntakeDlqUrl")) == {"Ref": _intake_dlq_id(acme)}
     assert next(v for k, v in outputs.items() if k.startswith("PipelineCloserFunctionName")) == {"Ref": closer_id}
+
+
+TRACED = """
+defaults:
+  sink: {url: "https://core.example.com/records"}
+tenants:
+  - {id: traced, prefix: traced/, tracing: true}
+  - {id: plain, prefix: plain/}
+"""
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory) -> dict[str, Template]:
+    """A tenant with `tracing: true` beside one without, synthesized with cdk-nag on."""
+    from aws_cdk import App
+
+    from pipeline_constructs.application import build_app
+
+    root = tmp_path_factory.mktemp("traced")
+    (root / "tenants.yaml").write_text(TRACED)
+    built = build_app(root / "tenants.yaml", app=App(outdir=str(root / "cdk.out")))
+    built.app.synth()  # cdk-nag runs here: tracing must leave no unacknowledged finding
+    return {tenant: Template.from_stack(stack) for tenant, stack in built.tenants.items()}
+
+
+def test_tracing_is_opt_in_per_tenant_on_every_state_machine_and_function(traced):
+    """GIVEN `tracing: true` on one tenant WHEN synthesized THEN its three state machines trace
+    and its four functions trace actively; the other tenant's trace nothing (cost)."""
+    for tenant, on in (("traced", True), ("plain", False)):
+        machines = traced[tenant].find_resources("AWS::StepFunctions::StateMachine").values()
+        assert [m["Properties"]["TracingConfiguration"] for m in machines] == [{"Enabled": on}] * 3, tenant
+        functions = traced[tenant].find_resources("AWS::Lambda::Function").values()
+        assert [f["Properties"].get("TracingConfig") for f in functions] == [
+            {"Mode": "Active"} if on else None] * 4, tenant

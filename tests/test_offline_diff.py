@@ -1,0 +1,208 @@
+"""The offline diff (`make diff`): two revisions that differ by one tenant and by one queue
+setting (acme's `ordering`, which replaces its FIFO queue by a standard one).
+
+The fast path synthesizes two tenants files in-process once for the module; one test runs the
+git-revision path end to end on a throwaway repository of two commits.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from aws_cdk import App, Stack, Stage
+from aws_cdk import aws_sqs as sqs
+
+from tests.conftest import ROOT, synthesize
+from tools.offline_diff import (
+    EXIT_DIFFERENT,
+    EXIT_ERROR,
+    base_tenants_file,
+    build_report,
+    main,
+    read_assembly,
+    render_full,
+    render_summary,
+)
+
+BASE_TENANTS = """\
+defaults:
+  sink:
+    url: https://core.example.com/api/records
+tenants:
+  - id: acme
+    prefix: acme/
+"""
+
+#: One tenant more (beta) and acme ordered by key sequence: its FIFO queue is replaced.
+HEAD_TENANTS = """\
+defaults:
+  sink:
+    url: https://core.example.com/api/records
+tenants:
+  - id: acme
+    prefix: acme/
+    ordering:
+      by: key_sequence
+      sequence_pattern: '(?P<seq>[0-9]+)'
+  - id: beta
+    prefix: beta/
+"""
+
+
+@pytest.fixture(scope="module")
+def assemblies(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("offline-diff")
+    (root / "base.yaml").write_text(BASE_TENANTS)
+    (root / "head.yaml").write_text(HEAD_TENANTS)
+    synthesize(root / "base.yaml", root / "base.out")
+    synthesize(root / "head.yaml", root / "head.out")
+    return root / "base.out", root / "head.out"
+
+
+@pytest.fixture(scope="module")
+def report(assemblies, tmp_path_factory):
+    base, head = assemblies
+    return build_report(base, head, tmp_path_factory.mktemp("scratch"))
+
+
+def test_summary_lists_the_added_tenant_and_the_changed_one(report):
+    # GIVEN a head revision with one tenant more and acme ordered by key sequence
+    # WHEN the summary is rendered
+    summary = render_summary(report)
+    # THEN the tenants are named by what happened to them, before any stack detail
+    assert "Tenants\n  added:    beta\n  removed:  -\n  changed:  acme\n" in summary
+    assert "+ tenant beta (stack OrderedIngest-Tenant-beta, added)" in summary
+    assert "~ tenant acme (stack OrderedIngest-Tenant-acme, changed)" in summary
+
+
+def test_summary_marks_the_replaced_queue_as_destructive(report):
+    (acme,) = [stack for stack in report.stacks if stack.tenant == "acme"]
+    changes = {r.logical_id: (r.resource_type, r.change, r.destructive) for r in acme.resources}
+    # The CLI's verdict: FifoQueue and QueueName change, the queue is replaced.
+    assert changes["PipelineQueueC13966F5"] == ("AWS::SQS::Queue", "replaced", True)
+    # The key-sequence gap alarm is new, the controller only changes (no replacement).
+    assert changes["PipelineSequenceGapAlarmCDC58933"] == ("AWS::CloudWatch::Alarm", "added", False)
+    assert changes["PipelineController2FC8D912"] == ("AWS::Lambda::Function", "changed", False)
+    summary = render_summary(report)
+    assert "Destructive changes (a queue, table, bucket, key or log group replaced or removed): 1\n" \
+           "  OrderedIngest-Tenant-acme: AWS::SQS::Queue PipelineQueueC13966F5 replaced" in summary
+
+
+def test_summary_lists_the_shared_stack_under_other_stacks(report):
+    summary = render_summary(report)
+    # The catch-all rule excludes the new tenant's prefix; the dashboard gains its row.
+    other = summary.split("Other stacks\n", 1)[1]
+    assert other.startswith("~ stack OrderedIngest-Shared (changed)")
+    assert "AWS::Events::Rule           UnmatchedUploadsRuleB6721D96" in other
+    assert "AWS::CloudWatch::Dashboard  DashboardsDashboard0712AF28" in other
+
+
+def test_full_diff_is_the_cli_template_diff_of_each_changed_stack(report):
+    full = render_full(report)
+    assert "Stack OrderedIngest-Tenant-acme" in full
+    assert "[~] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5 replace" in full
+    assert "(requires replacement)" in full
+    # An added stack is diffed against an empty template: all of it is new.
+    assert "Stack OrderedIngest-Tenant-beta" in full
+    assert "[+] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5" in full
+
+
+def test_swapped_revisions_report_the_tenant_as_removed(assemblies, tmp_path):
+    base, head = assemblies
+    report = build_report(head, base, tmp_path)
+    assert "Tenants\n  added:    -\n  removed:  beta\n  changed:  acme\n" in render_summary(report)
+    # cdk deploy leaves a stack that left the app in place: the full diff says so.
+    assert "Stack OrderedIngest-Tenant-beta\n(removed: not in the head revision; `cdk deploy` does " \
+           "not delete it, `cdk destroy OrderedIngest-Tenant-beta` does)" in render_full(report)
+
+
+def test_identical_revisions_report_no_difference(assemblies, tmp_path):
+    base, _ = assemblies
+    report = build_report(base, base, tmp_path)
+    assert not report.different
+    assert render_summary(report) == "No difference: every stack's template is identical."
+
+
+def test_stacks_inside_stages_are_named_by_stage_and_diffed(tmp_path):
+    # GIVEN an app that puts a tenant stack in a Stage (a deployment target), twice, with the
+    # queue turned into a FIFO queue in the second
+    def stage_app(outdir: Path, fifo: bool) -> Path:
+        app = App(outdir=str(outdir))
+        stack = Stack(Stage(app, "prod"), "OrderedIngest-Tenant-zeta")
+        sqs.Queue(stack, "Queue", fifo=fifo or None, enforce_ssl=True)
+        app.synth()
+        return outdir
+
+    base, head = stage_app(tmp_path / "base", False), stage_app(tmp_path / "head", True)
+    # WHEN the two nested assemblies are compared
+    assert list(read_assembly(head)) == ["prod/OrderedIngest-Tenant-zeta"]
+    report = build_report(base, head, tmp_path)
+    # THEN the tenant is named with its stage and the CLI selected the stack inside it
+    assert "changed:  zeta (stage prod)" in render_summary(report)
+    (stack,) = report.stacks
+    assert [(r.resource_type, r.change) for r in stack.resources] == [("AWS::SQS::Queue", "replaced")]
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+                   cwd=repo, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def throwaway_repo(tmp_path_factory) -> Path:
+    """The app's code in a new repository: commit 1 has BASE_TENANTS, commit 2 HEAD_TENANTS."""
+    repo = tmp_path_factory.mktemp("repo") / "app"
+    # The whole working tree but what is installed, generated or git's own.
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "node_modules", "cdk.out", "__pycache__", ".pytest_cache", ".hypothesis",
+        "mutants", ".local", "run", "tests", "bench", "docs", "tenants.yaml",
+    ))
+    _git(repo, "init", "--quiet", "--initial-branch=main")
+    (repo / "tenants.yaml").write_text(BASE_TENANTS)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "--quiet", "-m", "one tenant")
+    (repo / "tenants.yaml").write_text(HEAD_TENANTS)
+    _git(repo, "commit", "--quiet", "-am", "beta, and acme by key sequence")
+    return repo
+
+
+def test_git_revision_path_synthesizes_both_revisions(throwaway_repo, capsys):
+    # GIVEN a repository whose last commit adds beta and changes acme's ordering
+    # WHEN the previous commit is diffed against the working tree (the last commit)
+    code = main(["--base", "HEAD~1", "--repo", str(throwaway_repo)])
+    out = capsys.readouterr().out
+    # THEN the base is the previous commit's own tenants.yaml and the diff exits 1 (like diff)
+    assert code == EXIT_DIFFERENT, out
+    assert "base: HEAD~1 (" in out and "tenants tenants.yaml" in out
+    assert "Tenants\n  added:    beta\n  removed:  -\n  changed:  acme\n" in out
+    assert "[~] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5 replace" in out
+    # The CLI's synth adds path metadata: the summary names the construct as the CLI does.
+    assert re.search(r"replaced +AWS::SQS::Queue +PipelineQueueC13966F5  \(Pipeline/Queue\)  DESTRUCTIVE\n", out)
+
+
+def test_fails_when_the_base_revision_does_not_exist(throwaway_repo, capsys):
+    code = main(["--base", "origin/main", "--repo", str(throwaway_repo)])
+    assert code == EXIT_ERROR
+    assert capsys.readouterr().err == (
+        f"offline diff: base revision 'origin/main' not found in {throwaway_repo}; fetch it first "
+        "(e.g. `git fetch origin main`) or pass BASE=<branch, tag or commit>\n"
+    )
+
+
+def test_the_base_uses_its_own_copy_of_a_tenants_file_in_the_repository(tmp_path):
+    repo, base = tmp_path / "repo", tmp_path / "base"
+    for root in (repo, base):
+        (root / "config").mkdir(parents=True)
+        (root / "config" / "tenants.yaml").write_text(root.name)
+    outside = tmp_path / "mine.yaml"
+    outside.write_text("mine")
+    # In the repository: the base revision's version of the same path.
+    assert base_tenants_file(repo, base, repo / "config" / "tenants.yaml") == base / "config" / "tenants.yaml"
+    # Not in the base revision (a new file) or outside the repository: the same file for both.
+    (repo / "new.yaml").write_text("new")
+    assert base_tenants_file(repo, base, repo / "new.yaml") == (repo / "new.yaml").resolve()
+    assert base_tenants_file(repo, base, outside) == outside.resolve()

@@ -1,0 +1,397 @@
+"""Offline diff of two revisions: what a pull request changes, per tenant, without AWS access.
+
+`make diff BASE=origin/main` (or `python -m tools.offline_diff --base REV`) synthesizes the
+base revision and the working tree, then prints
+
+1. a per-tenant summary: added, removed and changed tenants, and for each the resources
+   (logical id, type, construct path) that are added, removed, changed or replaced, then the
+   other stacks (shared, dashboards) the same way, and every destructive change (a queue,
+   table, bucket, key or log group replaced or removed);
+2. the full template diff of every added or changed stack, by the pinned CDK CLI comparing
+   the head assembly with the base template (`cdk diff --template`), which needs no
+   credentials.
+
+Which resources are *replaced* is the CLI's verdict (its bundled CloudFormation resource
+specification), not a list kept here. Stacks inside CDK Stages (nested cloud assemblies) are
+found and named by their hierarchical id (`prod/OrderedIngest-Tenant-acme`).
+
+The base revision is exported with `git archive` into a temporary directory rather than
+checked out with `git worktree add`: nothing is written into the repository's `.git`
+(worktrees of this repository are shared), and nothing is left behind if the run is
+interrupted. Both revisions are synthesized by the CDK CLI with this environment's Python
+and packages, so the base revision is synthesized with today's dependencies.
+
+Exit code, like `diff`: 0 no difference, 1 differences, 2 error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.cdk_diff_output import STATEFUL_TYPES, ResourceChange, parse
+
+#: A tenant's stack, whatever Stage holds it (`OrderedIngest-Tenant-<id>`, see names.py).
+TENANT_STACK = re.compile(r"^(?:(?P<stage>.+)/)?OrderedIngest-Tenant-(?P<tenant>[^/]+)$")
+SECTIONS = ("Parameters", "Conditions", "Mappings", "Outputs", "Rules")
+EXIT_SAME, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+
+
+class DiffError(Exception):
+    """A revision cannot be read or synthesized; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class StackTemplate:
+    name: str  # the hierarchical id the CLI selects by: `Stack` or `Stage/Stack`
+    path: Path
+    template: dict
+
+
+@dataclass(frozen=True)
+class ResourceDelta:
+    logical_id: str
+    resource_type: str
+    construct_path: str
+    change: str  # added | removed | changed | replaced
+    destructive: bool = False
+
+
+@dataclass
+class StackDiff:
+    name: str
+    status: str  # added | removed | changed
+    resources: list[ResourceDelta]
+    sections: list[str]  # other template sections that differ (Outputs, Parameters, ...)
+    cli_output: str = ""
+
+    @property
+    def tenant(self) -> str | None:
+        found = TENANT_STACK.match(self.name)
+        if not found:
+            return None
+        return found["tenant"] + (f" (stage {found['stage']})" if found["stage"] else "")
+
+
+@dataclass
+class Report:
+    stacks: list[StackDiff] = field(default_factory=list)
+
+    @property
+    def different(self) -> bool:
+        return bool(self.stacks)
+
+    @property
+    def destructive(self) -> list[tuple[str, ResourceDelta]]:
+        return [(s.name, r) for s in self.stacks for r in s.resources if r.destructive]
+
+
+# --- reading cloud assemblies ------------------------------------------------------------
+
+def read_assembly(outdir: Path, prefix: str = "") -> dict[str, StackTemplate]:
+    """Every stack of a cloud assembly, nested assemblies (CDK Stages) included."""
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    stacks: dict[str, StackTemplate] = {}
+    for artifact_id, artifact in manifest.get("artifacts", {}).items():
+        properties = artifact.get("properties", {})
+        if artifact["type"] == "aws:cloudformation:stack":
+            name = artifact.get("displayName") or f"{prefix}{artifact_id}"
+            path = outdir / properties["templateFile"]
+            stacks[name] = StackTemplate(name, path, json.loads(path.read_text()))
+        elif artifact["type"] == "cdk:cloud-assembly":
+            nested = outdir / properties["directoryName"]
+            stage = properties.get("displayName") or artifact_id
+            stacks.update(read_assembly(nested, prefix=f"{prefix}{stage}/"))
+    return stacks
+
+
+# --- comparing ----------------------------------------------------------------------------
+
+def _construct_path(stack: str, resource: dict) -> str:
+    """The resource's construct path inside its stack, as the CLI shows it (`Pipeline/Queue`).
+    Empty when the template has no path metadata (the CLI adds it; an in-process App does not)."""
+    path = resource.get("Metadata", {}).get("aws:cdk:path", "")
+    path = path[len(stack) + 1:] if path.startswith(stack + "/") else path.split("/", 1)[-1]
+    return path.removesuffix("/Resource")
+
+
+def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate]) -> list[StackDiff]:
+    """Added, removed and changed stacks, with their resources' deltas (without the CLI's
+    replacement verdict: see `apply_cli_verdict`)."""
+    diffs: list[StackDiff] = []
+    for name in sorted(set(base) | set(head)):
+        old = base[name].template if name in base else {}
+        new = head[name].template if name in head else {}
+        if old == new:
+            continue
+        old_resources, new_resources = old.get("Resources", {}), new.get("Resources", {})
+        resources = []
+        for logical_id in sorted(set(old_resources) | set(new_resources)):
+            before, after = old_resources.get(logical_id), new_resources.get(logical_id)
+            if before == after:
+                continue
+            change = "added" if before is None else "removed" if after is None else "changed"
+            resource = after or before
+            resources.append(ResourceDelta(
+                logical_id=logical_id,
+                resource_type=resource.get("Type", "?"),
+                construct_path=_construct_path(name, resource),
+                change=change,
+                destructive=change == "removed" and _lost_on_removal(resource),
+            ))
+        status = "added" if name not in base else "removed" if name not in head else "changed"
+        sections = [s for s in SECTIONS if old.get(s) != new.get(s)] if status == "changed" else []
+        diffs.append(StackDiff(name=name, status=status, resources=resources, sections=sections))
+    return diffs
+
+
+def _lost_on_removal(resource: dict) -> bool:
+    """A removed stateful resource is deleted with its data unless CloudFormation retains it."""
+    retained = resource.get("DeletionPolicy") in ("Retain", "RetainExceptOnCreate")
+    return resource.get("Type", "") in STATEFUL_TYPES and not retained
+
+
+def apply_cli_verdict(diff: StackDiff, cli_changes: list[ResourceChange]) -> None:
+    """Mark the resources the CLI says are replaced (its resource specification knows which
+    property changes replace a resource) and the destructive ones."""
+    verdict = {change.logical_id: change for change in cli_changes}
+    resources = []
+    for delta in diff.resources:
+        change = verdict.get(delta.logical_id)
+        if change is not None and change.replaced and delta.change == "changed":
+            delta = ResourceDelta(delta.logical_id, delta.resource_type, delta.construct_path,
+                                  "replaced", destructive=change.destructive)
+        resources.append(delta)
+    diff.resources = resources
+
+
+# --- synthesizing and the CLI ------------------------------------------------------------
+
+def cdk_executable() -> str:
+    found = shutil.which("cdk")
+    if not found:
+        raise DiffError("the CDK CLI is not on PATH; run `make setup` (it installs node_modules/.bin/cdk)")
+    return found
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["CDK_DISABLE_CLI_TELEMETRY"] = "true"
+    # No credentials are needed; do not wait on the instance metadata service for some.
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    return env
+
+
+def synth_command(source: Path, tenants: Path, outdir: Path) -> list[str]:
+    """The CLI synth of one revision, with this environment's Python (the base revision has no
+    virtual environment of its own)."""
+    return [cdk_executable(), "synth", "--quiet", "--no-notices", "--app", f"{sys.executable} app.py",
+            "--output", str(outdir), "--context", f"tenants={tenants}"]
+
+
+def synthesize(revisions: list[tuple[str, Path, Path, Path]]) -> None:
+    """Synthesize (label, source dir, tenants file, outdir) revisions side by side."""
+    running = [(label, subprocess.Popen(synth_command(source, tenants, outdir), cwd=source, env=_env(),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+               for label, source, tenants, outdir in revisions]
+    failures = []
+    for label, process in running:
+        output, _ = process.communicate()
+        if process.returncode != 0:
+            tail = "\n".join(output.strip().splitlines()[-15:])
+            failures.append(f"synth of {label} failed (exit {process.returncode}):\n{tail}")
+    if failures:
+        raise DiffError("\n".join(failures))
+
+
+def cli_diff(head_outdir: Path, stack: str, base_template: Path) -> str:
+    """`cdk diff` of one head stack against a base template: offline, no credentials."""
+    result = subprocess.run(
+        [cdk_executable(), "diff", "--no-color", "--no-notices", "--app", str(head_outdir),
+         "--exclusively", "--template", str(base_template), stack],
+        env=_env(), capture_output=True, text=True, check=False,
+    )
+    output = (result.stdout + result.stderr).strip()
+    if result.returncode not in (0, 1):
+        raise DiffError(f"cdk diff of {stack} failed (exit {result.returncode}):\n{output}")
+    return output
+
+
+def build_report(base_outdir: Path, head_outdir: Path, scratch: Path) -> Report:
+    """Compare two synthesized assemblies; run the CLI on every added or changed stack."""
+    base, head = read_assembly(base_outdir), read_assembly(head_outdir)
+    report = Report(stacks=compare_stacks(base, head))
+    empty = scratch / "empty.template.json"
+    empty.write_text(json.dumps({"Resources": {}}))
+    for diff in report.stacks:
+        if diff.status == "removed":
+            continue
+        diff.cli_output = cli_diff(head_outdir, diff.name, base[diff.name].path if diff.name in base else empty)
+        apply_cli_verdict(diff, parse(diff.cli_output))
+    return report
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+_SIGN = {"added": "+", "removed": "-", "changed": "~"}
+
+
+def _resource_lines(diff: StackDiff) -> list[str]:
+    if diff.status != "changed":
+        # A whole stack added or removed: its resources by type, and the destructive ones.
+        counts: dict[str, int] = {}
+        for r in diff.resources:
+            counts[r.resource_type] = counts.get(r.resource_type, 0) + 1
+        listed = ", ".join(f"{n} {t}" for t, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+        lines = [f"    {diff.status} {len(diff.resources)} resources: {listed}"]
+        return lines + [f"    {r.change:<8}  {r.resource_type}  {r.logical_id}  ({r.construct_path})  DESTRUCTIVE"
+                        for r in diff.resources if r.destructive]
+    width = max((len(r.resource_type) for r in diff.resources), default=0)
+    lines = []
+    for r in diff.resources:
+        flag = "  DESTRUCTIVE" if r.destructive else ""
+        where = f"  ({r.construct_path})" if r.construct_path else ""
+        lines.append(f"    {r.change:<8}  {r.resource_type:<{width}}  {r.logical_id}{where}{flag}")
+    if diff.sections:
+        lines.append(f"    also changed: {', '.join(diff.sections)}")
+    return lines
+
+
+def render_summary(report: Report) -> str:
+    if not report.different:
+        return "No difference: every stack's template is identical."
+    tenants = [d for d in report.stacks if d.tenant]
+    others = [d for d in report.stacks if not d.tenant]
+    lines = ["Tenants"]
+    for status in ("added", "removed", "changed"):
+        names = [d.tenant for d in tenants if d.status == status]
+        lines.append(f"  {status + ':':<9} {', '.join(names) if names else '-'}")
+    for diff in tenants:
+        lines += ["", f"{_SIGN[diff.status]} tenant {diff.tenant} (stack {diff.name}, {diff.status})",
+                  *_resource_lines(diff)]
+    if others:
+        lines += ["", "Other stacks"]
+        for diff in others:
+            lines += [f"{_SIGN[diff.status]} stack {diff.name} ({diff.status})", *_resource_lines(diff)]
+    destructive = report.destructive
+    lines += ["", (f"Destructive changes (a queue, table, bucket, key or log group replaced or removed): "
+                   f"{len(destructive) or 'none'}")]
+    lines += [f"  {stack}: {r.resource_type} {r.logical_id} {r.change}" for stack, r in destructive]
+    return "\n".join(lines)
+
+
+def render_full(report: Report) -> str:
+    parts = []
+    for diff in report.stacks:
+        if diff.status == "removed":
+            parts.append(f"Stack {diff.name}\n(removed: not in the head revision; `cdk deploy` does not "
+                         f"delete it, `cdk destroy {diff.name}` does)")
+        else:
+            parts.append(diff.cli_output)
+    return "\n\n".join(parts)
+
+
+# --- revisions ----------------------------------------------------------------------------
+
+def _git(repo: Path, *args: str) -> str:
+    result = subprocess.run(["git", *args], check=False, cwd=repo, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise DiffError(f"git {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def export_revision(repo: Path, revision: str, target: Path) -> str:
+    """Write the files of `revision` into `target`; return its short commit id."""
+    try:
+        commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+    except DiffError:
+        raise DiffError(f"base revision {revision!r} not found in {repo}; fetch it first "
+                        f"(e.g. `git fetch origin main`) or pass BASE=<branch, tag or commit>") from None
+    archive = target.with_suffix(".tar")
+    _git(repo, "archive", "--format=tar", f"--output={archive}", commit)
+    target.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        # The "data" filter (Python 3.11.4+) refuses absolute paths and links out of `target`.
+        extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(target, **extra)
+    archive.unlink()
+    return commit[:12]
+
+
+def base_tenants_file(repo: Path, base_source: Path, tenants: Path) -> Path:
+    """The base revision's copy of the tenants file when it is a file of the repository, else
+    the same file (a tenants file kept outside the repository: only the code differs)."""
+    try:
+        relative = tenants.resolve().relative_to(repo.resolve())
+    except ValueError:
+        return tenants.resolve()
+    candidate = base_source / relative
+    return candidate if candidate.exists() else tenants.resolve()
+
+
+def _in_repo(repo: Path, path: str) -> Path:
+    given = Path(path)
+    return (given if given.is_absolute() else repo / given).resolve()
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = Path(args.repo).resolve()
+    head_tenants = _in_repo(repo, args.tenants)
+    if not head_tenants.exists():
+        raise DiffError(f"tenants file {head_tenants} not found; pass TENANTS=path/to/tenants.yaml")
+    with tempfile.TemporaryDirectory(prefix="offline-diff-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        if args.base_tenants:
+            base_source, base_tenants = repo, _in_repo(repo, args.base_tenants)
+            base_label = f"working tree, tenants {base_tenants}"
+        else:
+            base_source = scratch / "base"
+            commit = export_revision(repo, args.base, base_source)
+            base_tenants = base_tenants_file(repo, base_source, head_tenants)
+            shown = base_tenants.relative_to(base_source) if base_tenants.is_relative_to(base_source) else base_tenants
+            base_label = f"{args.base} ({commit}), tenants {shown}"
+        print(f"Offline diff\n  base: {base_label}\n  head: working tree {repo}, tenants {head_tenants}\n",
+              flush=True)
+        synthesize([("the base", base_source, base_tenants, scratch / "base.out"),
+                    ("the head", repo, head_tenants, scratch / "head.out")])
+        report = build_report(scratch / "base.out", scratch / "head.out", scratch)
+    print(render_summary(report))
+    if report.different:
+        print("\nFull template diffs (cdk diff --template <base template>)\n")
+        print(render_full(report))
+    return EXIT_DIFFERENT if report.different else EXIT_SAME
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.offline_diff",
+        description="Synthesize a base revision and the working tree and diff every stack, offline. "
+                    "Exit 0: no difference, 1: differences, 2: error.",
+    )
+    parser.add_argument("--base", default="origin/main", help="git revision to compare with (default origin/main)")
+    parser.add_argument("--tenants", default="tenants.yaml",
+                        help="tenants file of the head (default tenants.yaml, relative to --repo); the "
+                             "base uses its own copy of the same path when the file is in the repository")
+    parser.add_argument("--base-tenants", default=None,
+                        help="compare this tenants file (relative to --repo) with --tenants on the working "
+                             "tree's code, instead of two revisions")
+    parser.add_argument("--repo", default=".", help="the repository (default: the current directory)")
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except DiffError as error:
+        print(f"offline diff: {error}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
