@@ -270,12 +270,14 @@ def _function(
 
 
 def _landing_bucket(events: Any, queue_arn: str) -> str:
-    """The bucket named in the event pattern of the rule that feeds the queue."""
-    for rule in events.list_rule_names_by_target(TargetArn=queue_arn)["RuleNames"]:
-        pattern = json.loads(events.describe_rule(Name=rule).get("EventPattern") or "{}")
-        names = pattern.get("detail", {}).get("bucket", {}).get("name")
-        if names:
-            return names[0]
+    """The bucket named in the event pattern of the rule that feeds the queue, on whichever bus
+    holds it (the default bus, or the tenant's shard bus with `routing.shards`)."""
+    for bus in [b["Name"] for b in events.list_event_buses()["EventBuses"]]:
+        for rule in events.list_rule_names_by_target(TargetArn=queue_arn, EventBusName=bus)["RuleNames"]:
+            pattern = json.loads(events.describe_rule(Name=rule, EventBusName=bus).get("EventPattern") or "{}")
+            names = pattern.get("detail", {}).get("bucket", {}).get("name")
+            if names:
+                return names[0]
     raise DeployError(f"no EventBridge rule sends a bucket's events to {queue_arn}")
 
 

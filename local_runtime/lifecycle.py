@@ -35,7 +35,9 @@ class Runtime:
         region: str,
         workdir: Path | None,
         function_environment: FunctionEnvironmentHook | None,
+        status_events: bool = False,
     ) -> None:
+        self._status_events = status_events
         self._tenants_file = tenants_file
         self._time_scale = time_scale
         self._region = region
@@ -74,7 +76,9 @@ class Runtime:
 
         # Patched before moto starts and restored after it stopped: while moto can run a
         # state machine, a Lambda invocation never reaches moto's Docker path.
-        self._exit.enter_context(moto_patches(invoker=self._invoke, time_scale=self._time_scale))
+        self._exit.enter_context(moto_patches(
+            invoker=self._invoke, time_scale=self._time_scale, status_events=self._status_events
+        ))
         self.server = MotoServer(region=self._region)
         self.server.start()
         self._exit.callback(self.server.stop)

@@ -167,8 +167,9 @@ class MotoServer:
 
 
 @contextmanager
-def moto_patches(*, invoker: LambdaInvoker, time_scale: float) -> Iterator[None]:
-    """Apply every patch of the local run for the duration of the block."""
+def moto_patches(*, invoker: LambdaInvoker, time_scale: float, status_events: bool = False) -> Iterator[None]:
+    """Apply every patch of the local run for the duration of the block; ``status_events``:
+    Step Functions' status-change events reach the default bus (`_sfn_status_change_events`)."""
     with ExitStack() as stack:
         stack.enter_context(_lambda_runs_local_workers(invoker))
         stack.enter_context(_s3_events_get_fresh_ids())
@@ -179,6 +180,9 @@ def moto_patches(*, invoker: LambdaInvoker, time_scale: float) -> Iterator[None]
         stack.enter_context(_sfn_start_execution_task_calls_boto_with_its_member_names())
         stack.enter_context(_states_errors_pass_through_fail_states_and_maps())
         stack.enter_context(_sync_tasks_poll_often())
+        stack.enter_context(_event_bus_targets_forward_the_event())
+        if status_events:
+            stack.enter_context(_sfn_status_change_events())
         stack.enter_context(_map_iterations_loop())
         yield
 
@@ -395,6 +399,141 @@ def _sync_tasks_poll_often() -> Any:
     return _patched(callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", SYNC_POLL_SECONDS)
 
 
+_forwarding = threading.local()
+
+
+def _event_bus_targets_forward_the_event() -> Any:
+    """A rule whose target is an event bus (sharded routing, `routing.shards`) forwards the
+    event itself, as EventBridge does, not a new one; a rule whose target is a Lambda function
+    (the tenants' status rules) invokes it asynchronously, as EventBridge does.
+
+    Also, an AWS service's event reaches the default bus only (`_service_event_off_the_default_bus`).
+    moto 5.2.5 re-publishes only `source`, `detail-type` and `detail` through `PutEvents`: the
+    forwarded event loses its `time` (the controller's late-arrival check reads it), its
+    `resources`, and the S3 event's account and Region become the receiving backend's. Here the
+    receiving bus's rules get the whole event with a fresh `id` (one per forward; whether a
+    classic bus-to-bus delivery keeps the id is not documented, and a new one is the case the
+    pipeline must survive: the ledger's version marker makes a second event for the same object
+    version a duplicate). As on AWS, an event a bus received from another bus is not forwarded
+    to a third one. moto has no Lambda target at all (it raises); other targets are delivered by
+    moto as before."""
+    from moto.events import models
+    from moto.utilities.arns import parse_arn
+
+    original = models.Rule.send_to_targets
+
+    def ours(target: dict[str, Any]) -> bool:
+        return ":event-bus/" in target["Arn"] or ":lambda:" in target["Arn"]
+
+    def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
+        if _service_event_off_the_default_bus(self, original_event):
+            return None
+        handled = [t for t in self.targets if ours(t)]
+        if not handled:
+            return original(self, original_event, transform_input)
+        if not self.event_pattern.matches_event(original_event):
+            return None
+        others = copy.copy(self)
+        others.targets = [t for t in self.targets if not ours(t)]
+        if others.targets:
+            original(others, original_event, transform_input)
+        for target in handled:
+            if ":lambda:" in target["Arn"]:
+                _invoke_async(target["Arn"], copy.deepcopy(dict(original_event)))
+            elif not getattr(_forwarding, "active", False):  # AWS: never on to a third bus
+                _forward(models, parse_arn(target["Arn"]), original_event)
+        return None
+
+    return _patched(models.Rule, "send_to_targets", send_to_targets)
+
+
+def _forward(models: Any, bus_arn: Any, original_event: Any) -> None:
+    bus = models.events_backends[bus_arn.account][bus_arn.region].describe_event_bus(bus_arn.resource_id)
+    event = copy.deepcopy(dict(original_event))
+    event["id"] = str(uuid.uuid4())
+    _forwarding.active = True
+    try:
+        for rule in list(bus.rules.values()):
+            rule.send_to_targets(copy.deepcopy(event), transform_input=False)
+    finally:
+        _forwarding.active = False
+
+
+def _service_event_off_the_default_bus(rule: Any, event: Any) -> bool:
+    """moto 5.2.5's S3 sends its events to the rules of every bus; AWS services send theirs to
+    the account's default bus only (a custom bus gets them only when a rule forwards them)."""
+    source = str(event.get("source", "")) if isinstance(event, dict) else ""
+    return (source.startswith("aws.") and getattr(rule, "event_bus_name", "default") != "default"
+            and not getattr(_forwarding, "active", False))
+
+
+def _invoke_async(function_arn: str, event: dict[str, Any]) -> None:
+    """EventBridge invokes a Lambda target asynchronously: the caller never waits for it."""
+    from moto.awslambda.models import lambda_backends
+    from moto.utilities.arns import parse_arn
+
+    arn = parse_arn(function_arn)
+    function = lambda_backends[arn.account][arn.region].get_function(arn.resource_id.split(":")[0])
+    threading.Thread(target=function._invoke_lambda, args=(event,), daemon=True,
+                     name=f"eventbridge-{function.function_name}").start()
+
+
+def _sfn_status_change_events() -> Any:
+    """Step Functions sends a "Step Functions Execution Status Change" event to the default bus
+    when an execution starts running and when it closes; moto 5.2.5 sends none, so the tenants'
+    status rules (the closer's backstop) never fired locally. Emitted here from moto's execution
+    (start, and its worker's end), on a thread of their own as the events are asynchronous."""
+    from moto.events import models
+    from moto.stepfunctions.parser.backend import execution as executions
+
+    start, terminated = executions.Execution.start, executions.BaseExecutionWorkerCommunication.terminated
+
+    def started(self: Any) -> None:
+        start(self)
+        _emit_status(models, self)
+
+    def ended(self: Any) -> None:
+        terminated(self)
+        _emit_status(models, self.execution)
+
+    stack = ExitStack()
+    stack.enter_context(_patched(executions.Execution, "start", started))
+    stack.enter_context(_patched(executions.BaseExecutionWorkerCommunication, "terminated", ended))
+    return stack
+
+
+def _emit_status(models: Any, execution: Any) -> None:
+    def millis(when: Any) -> int | None:
+        return int(when.timestamp() * 1000) if when is not None else None
+
+    status = execution.exec_status.value
+    detail = {
+        "executionArn": execution.exec_arn,
+        "stateMachineArn": execution.state_machine_arn,
+        "name": execution.name,
+        "status": status,
+        "startDate": millis(execution.start_date),
+        "stopDate": millis(execution.stop_date) if status != "RUNNING" else None,
+        "input": json.dumps(execution.input_data),
+        "output": json.dumps(execution.output) if execution.output is not None else None,
+        "error": execution.error,
+        "cause": execution.cause,
+    }
+    event = {
+        "version": "0", "id": str(uuid.uuid4()), "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states", "account": execution.account_id, "time": time.time(),
+        "region": execution.region_name, "resources": [execution.exec_arn], "detail": detail,
+    }
+    bus = models.events_backends[execution.account_id][execution.region_name].describe_event_bus("default")
+
+    def deliver() -> None:
+        for rule in list(bus.rules.values()):
+            try:
+                rule.send_to_targets(copy.deepcopy(event))
+            except Exception:  # noqa: BLE001 - one rule's failure must not stop the others
+                logging.getLogger(__name__).exception("status event delivery failed")
+
+    threading.Thread(target=deliver, daemon=True, name="sfn-status-event").start()
 def _map_iterations_loop() -> Any:
     """moto 5.2.5's inline Map worker goes on to each next item by calling itself
     (`IterationWorker._eval_pool`), one Python frame per item, so a Map of about 970 items

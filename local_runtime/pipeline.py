@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ class LocalPipeline:
         region: str = "us-east-1",
         workdir: str | Path | None = None,
         function_environment: FunctionEnvironmentHook | None = None,
+        status_events: bool = False,
     ) -> None:
         if not 0 < time_scale <= 1:
             raise ValueError("time_scale must be in (0, 1]")
@@ -64,6 +66,7 @@ class LocalPipeline:
             region=region,
             workdir=Path(workdir) if workdir else None,
             function_environment=function_environment,
+            status_events=status_events,
         )
         self._region = region
         self._alarms: LocalAlarms | None = None
@@ -207,6 +210,12 @@ class LocalPipeline:
     def sink(self, tenant: str) -> SinkServer:
         """The tenant's core-system stand-in (requests, accepted records, fault injection)."""
         return self._runtime.sinks[tenant]
+
+    def add_invocation_listener(self, listener: Callable[[Any, Any, Any], None]) -> None:
+        """``listener(function, event, result)`` around every Lambda invocation (``result`` None
+        before it runs); it must not raise."""
+        assert self._runtime.dispatcher is not None, "start the pipeline first"
+        self._runtime.dispatcher.add_listener(listener)
 
     def deliveries(self, tenant: str) -> list[Delivery]:
         """Every message the tenant's poller handed to the controller, with the outcome."""

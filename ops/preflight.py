@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from pipeline_constructs import capacity, names
+from pipeline_constructs import capacity, names, routing
 from pipeline_constructs.config import TenantConfig
 
 #: Service Quotas codes of the quotas not readable from the service's own account API.
@@ -81,10 +81,14 @@ def preflight(target: capacity.Target, clients: Any) -> list[Reading]:
     quotas = {q.field: q for q in capacity.QUOTAS}
 
     def need(field: str) -> capacity.Need:
-        return quotas[field].need(tenants)
+        return quotas[field].need(tenants, target.routing)
 
     rules = _default_bus_rules(clients("events"))
-    own_rules = {names.UNMATCHED_UPLOADS_RULE} | {rule.render(t.id) for t in tenants for rule in capacity.TENANT_RULES}
+    shards = target.routing.shards if target.routing is not None else 0
+    limit = target.routing.event_pattern_chars if target.routing is not None else routing.MAX_EVENT_PATTERN_CHARS
+    # Whatever layout is deployed now (tenant rules before sharding, forwards after), all are this app's.
+    own_rules = routing.default_bus_rule_names(tenants, shards, pattern_limit=limit) | routing.default_bus_rule_names(
+        tenants, 0, pattern_limit=limit)
     machines = _state_machines(clients("stepfunctions"))
     own_machines = {m.render(t.id) for t in tenants for m in capacity.TENANT_STATE_MACHINES}
     settings = clients("lambda").get_account_settings()["AccountLimit"]
@@ -106,7 +110,8 @@ def preflight(target: capacity.Target, clients: Any) -> list[Reading]:
                 concurrency - int(settings["UnreservedConcurrentExecutions"]),
                 capacity.RESERVED_CONCURRENCY_PER_TENANT * len(deployed), need("lambda_concurrent_executions")),
         Reading(quotas["iam_roles"], int(summary["RolesQuota"]), "IAM account summary", int(summary["Roles"]),
-                capacity.ROLES_PER_TENANT * len(deployed) + capacity.SHARED_ROLES * shared_deployed,
+                capacity.ROLES_PER_TENANT * len(deployed)
+                + (capacity.SHARED_ROLES + routing.routing_roles(tenants, shards, pattern_limit=limit)) * shared_deployed,
                 need("iam_roles")),
         Reading(quotas["cloudformation_stacks"], stacks_limit, stacks_source, len(stacks), len(stacks & own_stacks),
                 need("cloudformation_stacks")),

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipeline_constructs import names
+from pipeline_constructs import names, routing
 
 if TYPE_CHECKING:  # config imports this module: types only
-    from pipeline_constructs.config import AccountLimits, AppConfig, TenantConfig
+    from pipeline_constructs.config import AccountLimits, AppConfig, RoutingConfig, TenantConfig
 
 #: A tenant's rules on the default bus: the object-created rule and the execution-status rule.
 TENANT_RULES = (names.RULE, names.STATUS_RULE)
@@ -65,15 +65,31 @@ def _per_tenant(per_tenant: int, tenants: int, shared: int, extra: str = "") -> 
     return Need(per_tenant * tenants + shared, how)
 
 
-def default_bus_rules(tenants: Sequence[TenantConfig]) -> Need:
+def default_bus_rules(tenants: Sequence[TenantConfig], routing_config: RoutingConfig | None = None) -> Need:
     """EventBridge rules this app puts on the default event bus of one target.
 
-    The one place that counts them: rule sharding (README, "Scaling") changes this count.
+    The one place that counts them: with ``routing.shards`` (README, "Sharded routing") two
+    forwarding rules per shard replace the tenants' rules, and past one pattern's worth of
+    prefixes the catch-all of unmatched uploads has a rule per catch-all bus (`routing.py`).
     """
-    return _per_tenant(RULES_PER_TENANT, len(tenants), SHARED_RULES)
+    shards, limit = _routing(routing_config)
+    catch_all = routing.unmatched_layout([t.prefix for t in tenants], limit=limit).default_bus_rules
+    extra = "" if catch_all == SHARED_RULES else " (the catch-all of unmatched uploads)"
+    if not shards:
+        return _per_tenant(RULES_PER_TENANT, len(tenants), catch_all, extra)
+    count = routing.default_bus_rules(tenants, shards, pattern_limit=limit)
+    used = (count - catch_all) // routing.FORWARD_RULES_PER_SHARD
+    return Need(count, f"{routing.FORWARD_RULES_PER_SHARD} forwarding rules x {used} shard{'s' if used != 1 else ''} "
+                       f"with tenants + {catch_all}{extra}")
 
 
-def lambda_concurrency(tenants: Sequence[TenantConfig]) -> Need:
+def _routing(routing_config: RoutingConfig | None) -> tuple[int, int]:
+    if routing_config is None:
+        return 0, routing.MAX_EVENT_PATTERN_CHARS
+    return routing_config.shards, routing_config.event_pattern_chars
+
+
+def lambda_concurrency(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
     """Account concurrency needed: the controllers' reservations plus the unreserved minimum."""
     reserved = RESERVED_CONCURRENCY_PER_TENANT * len(tenants)
     return Need(
@@ -83,15 +99,18 @@ def lambda_concurrency(tenants: Sequence[TenantConfig]) -> Need:
     )
 
 
-def iam_roles(tenants: Sequence[TenantConfig]) -> Need:
-    return _per_tenant(ROLES_PER_TENANT, len(tenants), SHARED_ROLES)
+def iam_roles(tenants: Sequence[TenantConfig], routing_config: RoutingConfig | None = None) -> Need:
+    shards, limit = _routing(routing_config)
+    forwarding = routing.routing_roles(tenants, shards, pattern_limit=limit)  # the shared stack's one role
+    return _per_tenant(ROLES_PER_TENANT, len(tenants), SHARED_ROLES + forwarding,
+                       " (the event-bus forwarding role)" if forwarding else "")
 
 
-def cloudformation_stacks(tenants: Sequence[TenantConfig]) -> Need:
+def cloudformation_stacks(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
     return _per_tenant(STACKS_PER_TENANT, len(tenants), SHARED_STACKS, " shared stack")
 
 
-def state_machines(tenants: Sequence[TenantConfig]) -> Need:
+def state_machines(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
     return _per_tenant(STATE_MACHINES_PER_TENANT, len(tenants), SHARED_STATE_MACHINES)
 
 
@@ -107,13 +126,14 @@ class Quota:
     title: str
     #: "region": per account and Region; "account": IAM, global to the account.
     scope: str
-    need: Callable[[Sequence[Any]], Need]
+    #: (the target's tenants, the file's `routing`) -> the need.
+    need: Callable[[Sequence[Any], Any], Need]
     fix: str
 
 
 QUOTAS: tuple[Quota, ...] = (
     Quota("eventbridge_rules_per_bus", "EventBridge rules on the default bus", "region", default_bus_rules,
-          "shard the rules over event buses (README, Scaling), " + _MOVE
+          "shard the rules over event buses with routing.shards (README, Sharded routing), " + _MOVE
           + ", or raise the quota and set account_limits.eventbridge_rules_per_bus"),
     Quota("lambda_concurrent_executions", "Lambda concurrent executions", "region", lambda_concurrency,
           "raise the Lambda concurrent executions quota and set account_limits.lambda_concurrent_executions, "
@@ -138,6 +158,8 @@ class Target:
     region: str | None
     limits: AccountLimits
     tenants: tuple[TenantConfig, ...]
+    #: The file's `routing:` block (shards: which rules sit on the default bus). None: no shards.
+    routing: RoutingConfig | None = None
 
     @property
     def label(self) -> str:
@@ -160,10 +182,10 @@ def default_rules_per_bus(region: str | None) -> int:
 def targets(config: AppConfig) -> list[Target]:
     """The deployment targets of a valid config, each with its tenants, in declaration order."""
     if not config.targets:
-        return [Target("", None, None, config.account_limits, config.tenants)]
+        return [Target("", None, None, config.account_limits, config.tenants, config.routing)]
     return [
         Target(name, target.account, target.region, config.limits_of(name),
-               tuple(t for t in config.tenants if t.target == name))
+               tuple(t for t in config.tenants if t.target == name), config.routing)
         for name, target in config.targets.items()
     ]
 
@@ -192,7 +214,7 @@ def usage(deployment: Sequence[Target]) -> list[Usage]:
     found: list[Usage] = []
     for quota in QUOTAS:
         if quota.scope == "region":
-            found += [Usage(quota, t.label, quota.need(t.tenants), t.limit(quota.field)) for t in deployment]
+            found += [Usage(quota, t.label, quota.need(t.tenants, t.routing), t.limit(quota.field)) for t in deployment]
             continue
         by_account: dict[str | None, list[Target]] = {}
         for t in deployment:
@@ -201,7 +223,13 @@ def usage(deployment: Sequence[Target]) -> list[Usage]:
             tenants = [tenant for t in group for tenant in t.tenants]
             where = group[0].label if len(group) == 1 else (
                 f"account {group[0].account} (targets {', '.join(repr(t.name) for t in group)})")
-            found.append(Usage(quota, where, quota.need(tenants), min(t.limit(quota.field) for t in group)))
+            # Each target's shared stack may add its forwarding role: count it per target.
+            need = quota.need(tenants, group[0].routing)
+            extra = sum(quota.need(t.tenants, t.routing).count for t in group) - sum(
+                quota.need(t.tenants, None).count for t in group) - (need.count - quota.need(tenants, None).count)
+            if extra:
+                need = Need(need.count + extra, f"{need.how} + {extra} (the other targets' forwarding roles)")
+            found.append(Usage(quota, where, need, min(t.limit(quota.field) for t in group)))
     return found
 
 

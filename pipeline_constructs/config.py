@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from lambdas import contract
 from pipeline_constructs import budgets, capacity, names
+from pipeline_constructs import routing as routing_rules
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 MAX_CHUNK_SIZE = 1000
@@ -137,6 +138,9 @@ class TenantConfig(_Strict):
     #: Chunks per page execution (issue 9). Default: the most that keep a page's history in
     #: budget; smaller values only make more, shorter pages (tests use 2 or 3).
     chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS)
+    #: Sharded routing only (`routing.shards`): the shard whose event bus holds the tenant's
+    #: rules. Default: sha256(id) modulo routing.shards (pipeline_constructs/routing.py).
+    shard: int | None = Field(default=None, ge=0, lt=routing_rules.MAX_SHARDS)
     #: The deployment target (a name under `targets:`) this tenant is deployed to (README, Scaling).
     target: str | None = None
     #: Pages per section execution (a file of more pages runs them in sections). Default: the
@@ -182,6 +186,19 @@ class NotificationsConfig(_Strict):
         return emails
 
 
+class RoutingConfig(_Strict):
+    """Where the tenants' EventBridge rules live (README, "Sharded routing").
+
+    ``shards`` 0 (the default): on the account's default bus, two per tenant (at most 149
+    tenants under the default 300 rules per bus). ``shards`` N: on N shard event buses of the
+    shared stack; the default bus holds two forwarding rules per shard. Choose N once: changing
+    it moves tenants between buses."""
+
+    shards: int = Field(default=0, ge=0, le=routing_rules.MAX_SHARDS)
+    #: The account's "Rules per event bus" quota for the shard buses (default: AWS's 300).
+    rules_per_bus: int = Field(default=routing_rules.RULES_PER_BUS, ge=2)
+    #: The account's "Event pattern size" quota, in characters (default: AWS's 2,048).
+    event_pattern_chars: int = Field(default=routing_rules.MAX_EVENT_PATTERN_CHARS, ge=256)
 class AccountLimits(_Strict):
     """The account quotas synthesis checks the tenants against (it has no credentials: these
     are declared, AWS's defaults unless raised; `python -m ops preflight` reads the real ones).
@@ -232,6 +249,7 @@ class AppConfig(_Strict):
 
     notifications: NotificationsConfig = NotificationsConfig()
     tenants: tuple[TenantConfig, ...]
+    routing: RoutingConfig = RoutingConfig()
     account_limits: AccountLimits = AccountLimits()
     #: Deployment targets by name; empty: one deployment to the CLI's account and Region.
     targets: dict[str, TargetConfig] = Field(default_factory=dict)
@@ -276,6 +294,11 @@ FIXES: dict[str, str] = {
     "gap_alarm_after_seconds": "use a whole number of seconds, at least 60 (default 900)",
     "chunks_per_page": "leave it out (the default is the most a page's history allows), "
     "or use a smaller whole number",
+    "shard": f"use a shard number from 0 to routing.shards - 1 (at most {routing_rules.MAX_SHARDS - 1}), "
+    "or leave it out (sha256 of the id picks one)",
+    "shards": f"use 0 (every rule on the default bus) or a number of shard event buses up to {routing_rules.MAX_SHARDS}",
+    "rules_per_bus": "use the account's 'Rules per event bus' quota (default 300)",
+    "event_pattern_chars": "use the account's 'Event pattern size' quota in characters (default 2048)",
     "target": "use the name of a target declared under 'targets:'",
     "account": "quote the 12-digit account id, e.g. account: '111111111111'",
     "region": "use a Region code such as 'eu-west-1'",
@@ -298,8 +321,8 @@ PROBLEMS: dict[str, str] = {
 }
 
 TENANT_KEYS = tuple(TenantConfig.model_fields)
-DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix"))
-TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets")
+DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard"))
+TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing")
 _MISSING = object()
 
 
@@ -355,6 +378,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     defaults = {k: v for k, v in defaults.items() if k in DEFAULTS_KEYS}
 
     notifications = _validate(NotificationsConfig, raw.get("notifications") or {}, "notifications", problems)
+    routing = _validate(RoutingConfig, raw.get("routing") or {}, "routing", problems)
     account_limits = _validate(AccountLimits, raw.get("account_limits") or {}, "account_limits", problems)
     targets = _validate_targets(raw.get("targets"), problems)
 
@@ -392,12 +416,15 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
         _check_page_budget(tenant, problems)
 
     _check_tenant_targets(tenants, targets, problems, every_tenant_valid=len(tenants) == len(tenants_raw))
+    if routing is not None and not problems.lines:
+        _check_routing(tenants, routing, problems)
 
     if problems.lines:
         raise ConfigError(source, problems.lines)
     assert notifications is not None and account_limits is not None and targets is not None
+    assert routing is not None
     config = AppConfig(notifications=notifications, tenants=tuple(tenants), account_limits=account_limits,
-                       targets=targets)
+                       targets=targets, routing=routing)
     # Capacity last, on a file otherwise valid: the counts need every tenant and its target.
     over = capacity.problems(config) if check_capacity else []
     if over:
@@ -596,6 +623,33 @@ def _check_page_budget(tenant: TenantConfig, problems: _Problems) -> None:
         )
 
 
+def _check_routing(tenants: list[TenantConfig], routing: RoutingConfig, problems: _Problems) -> None:
+    """Shard pins within routing.shards; every routing pattern and shard bus within its quota."""
+    pinned = [t for t in tenants if t.shard is not None]
+    if not routing.shards and pinned:
+        for tenant in pinned:
+            problems.add(
+                f"tenant '{tenant.id}'", "shard", tenant.shard, "is set, but routing.shards is 0 (no shard buses)",
+                "remove it, or set routing.shards",
+            )
+        return
+    for tenant in pinned:
+        if tenant.shard >= routing.shards:
+            problems.add(
+                f"tenant '{tenant.id}'", "shard", tenant.shard,
+                f"is not a shard of routing.shards {routing.shards}", FIXES["shard"],
+            )
+    if problems.lines:
+        return
+    # Each deployment target has its own shared stack, shard buses and catch-all.
+    by_target: dict[str | None, list[TenantConfig]] = {}
+    for tenant in tenants:
+        by_target.setdefault(tenant.target, []).append(tenant)
+    for target, own in by_target.items():
+        for where, field, value, problem, fix in routing_rules.problems(
+            own, routing.shards, rules_per_bus=routing.rules_per_bus, pattern_limit=routing.event_pattern_chars
+        ):
+            problems.add(where if target is None else f"target '{target}' {where}", field, value, problem, fix)
 def _validate_targets(raw: Any, problems: _Problems) -> dict[str, TargetConfig] | None:
     """`targets:` (name -> account, region, account_limits); None when one is invalid."""
     if raw is None:

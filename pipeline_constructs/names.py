@@ -87,3 +87,47 @@ def landing_bucket_name(account: str, region: str) -> str:
 
 def work_bucket_name(account: str, region: str) -> str:
     return f"ordered-ingest-work-{account}-{region}"
+
+
+# -- sharded routing (issue 10, `routing.shards`) ----------------------------------------------
+
+#: The event bus of shard k (shared stack); the tenants of the shard put their rules on it.
+SHARD_BUS = "ordered-ingest-shard-{index}"
+#: The default bus's forwarding rules of shard k: S3 uploads under its tenants' prefixes, and
+#: status changes of its tenants' workflows.
+SHARD_OBJECTS_RULE = "ordered-ingest-shard-{index}-objects"
+SHARD_STATUS_RULE = "ordered-ingest-shard-{index}-status"
+#: Where EventBridge puts an event it could not forward to a shard bus for a day.
+ROUTING_DLQ = "ordered-ingest-routing-dlq"
+#: The rule on the catch-all's bus n (the default bus's keeps `UNMATCHED_UPLOADS_RULE`).
+UNMATCHED_UPLOADS_BUS_RULE = "ordered-ingest-unmatched-uploads-{index}"
+
+
+def shard_bus_name(index: int) -> str:
+    return SHARD_BUS.format(index=index)
+
+
+def shard_objects_rule_name(index: int) -> str:
+    return SHARD_OBJECTS_RULE.format(index=index)
+
+
+def shard_status_rule_name(index: int) -> str:
+    return SHARD_STATUS_RULE.format(index=index)
+
+
+def unmatched_uploads_rule_name(index: int) -> str:
+    """The catch-all's rule on its bus ``index`` (0: the default bus's rule)."""
+    return UNMATCHED_UPLOADS_RULE if index == 0 else UNMATCHED_UPLOADS_BUS_RULE.format(index=index)
+
+
+#: The catch-all's buses past one pattern's worth of prefixes (`routing.unmatched_layout`).
+UNMATCHED_BUS = "ordered-ingest-unmatched-{index}"
+UNMATCHED_FORWARD_RULE = "ordered-ingest-unmatched-{index}-forward"
+
+
+def unmatched_bus_name(index: int) -> str:
+    return UNMATCHED_BUS.format(index=index)
+
+
+def unmatched_forward_rule_name(index: int) -> str:
+    return UNMATCHED_FORWARD_RULE.format(index=index)

@@ -8,12 +8,14 @@ limits whatever the number of tenants, lets one tenant deploy or roll back alone
 from __future__ import annotations
 
 from aws_cdk import Aws, CfnOutput, Duration, Stack, Tags
+from aws_cdk import aws_events as events
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from pipeline_constructs import names
+from pipeline_constructs import names, routing
 from pipeline_constructs.config import AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards
+from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
@@ -59,6 +61,7 @@ class SharedStack(_IngestStack):
                   description="Where tenants drop their files (read by ops)")
         CfnOutput(self, "WorkBucketName", value=self.resources.work_bucket.bucket_name,
                   description="Chunks and quarantined messages (read by ops quarantine)")
+        self._routing(config)
         # Uploads outside every tenant prefix: logged, counted, alarmed, listed by `ops status`.
         self.unmatched_uploads = UnmatchedUploads(
             self,
@@ -67,6 +70,8 @@ class SharedStack(_IngestStack):
                 landing_bucket=self.resources.landing_bucket,
                 tenant_prefixes=[tenant.prefix for tenant in config.tenants],
                 alarm_topic=self.resources.alarm_topic,
+                forwarding=self.forwarding,
+                event_pattern_chars=config.routing.event_pattern_chars,
             ),
         )
         CfnOutput(self, "UnmatchedUploadsLogGroupName", value=self.unmatched_uploads.log_group_name,
@@ -75,6 +80,36 @@ class SharedStack(_IngestStack):
         self.dashboards = IngestDashboards(self, "Dashboards", tenants=[
             DashboardTenant(tenant.id, tenant.alarms.stall_after_seconds) for tenant in config.tenants
         ])
+
+
+    def _routing(self, config: AppConfig) -> None:
+        """Sharded routing (``routing.shards``) and the forwarding hop it and a large catch-all
+        of unmatched uploads need; nothing of it without shards and with few tenants."""
+        shards = config.routing.shards
+        prefixes = [tenant.prefix for tenant in config.tenants]
+        needs_hop = bool(shards) or bool(routing.unmatched_layout(prefixes, limit=config.routing.event_pattern_chars).groups)
+        self.forwarding = Forwarding(self, "Forwarding", alarm_topic=self.resources.alarm_topic) if needs_hop else None
+        self.shard_routing: ShardRouting | None = None
+        self.shard_of: dict[str, int] = {}
+        if not shards:
+            return
+        assert self.forwarding is not None
+        layout = routing.layout(config.tenants, shards)
+        self.shard_of = {tenant_id: shard.index for shard in layout for tenant_id in shard.tenant_ids}
+        self.shard_routing = ShardRouting(
+            self,
+            "ShardRouting",
+            ShardRoutingProps(
+                landing_bucket_name=self.resources.landing_bucket.bucket_name,
+                shards=layout,
+                forwarding=self.forwarding,
+            ),
+        )
+
+    def shard_bus_name(self, tenant_id: str) -> str | None:
+        """The name of the bus that holds the tenant's rules (None: the default bus)."""
+        shard = self.shard_of.get(tenant_id)
+        return None if shard is None else names.shard_bus_name(shard)
 
 
 class TenantStack(_IngestStack):
@@ -127,5 +162,10 @@ class TenantStack(_IngestStack):
                 ledger_table=shared.ledger_table,
                 alarm_topic=shared.alarm_topic,
                 alarm_topic_key=shared.alarm_key,
+                event_bus=self._event_bus(shared_stack.shard_bus_name(tenant.id)),
             ),
         )
+
+    def _event_bus(self, name: str | None) -> events.IEventBus | None:
+        """The tenant's shard bus, by its fixed name (no cross-stack reference), or the default bus."""
+        return None if name is None else events.EventBus.from_event_bus_name(self, "ShardBus", name)

@@ -126,6 +126,9 @@ class TenantPipelineProps:
     sink_errors_threshold: int = 10
     file_time_limit: Duration | None = None
     chunks_per_page: int | None = None
+    #: The bus that holds the tenant's two rules: its shard's bus with ``routing.shards``.
+    #: Default (None): the account's default event bus.
+    event_bus: events.IEventBus | None = None
     pages_per_section: int | None = None
     tracing: bool = False
 
@@ -192,9 +195,11 @@ class TenantPipeline(Construct):
             "its depth is alarmed (intake-dlq) and ops dlq replay empties it.",
         )
 
+        self.event_bus_name = props.event_bus.event_bus_name if props.event_bus is not None else None
         self.rule = events.Rule(
             self,
             "ObjectCreatedRule",
+            event_bus=props.event_bus,
             rule_name=names.RULE.render(tenant_id),
             description=f"Files created under s3://<landing>/{props.landing_prefix} go to tenant {tenant_id}'s queue",
             event_pattern=events.EventPattern(
@@ -363,6 +368,7 @@ class TenantPipeline(Construct):
         self.status_rule = events.Rule(
             self,
             "ExecutionStatusRule",
+            event_bus=props.event_bus,
             rule_name=names.STATUS_RULE.render(tenant_id),
             description=f"Status changes of tenant {tenant_id}'s executions go to its closer",
             event_pattern=events.EventPattern(
@@ -503,10 +509,12 @@ class TenantPipeline(Construct):
         metrics: dict[str, cloudwatch.IMetric] = {}
         for rule_id, rule_name in zip(("objectcreated", "status"), self.rule_names):
             for metric_id, metric_name in (("failed", "FailedInvocations"), ("undelivered", "InvocationsFailedToBeSentToDlq")):
+                # A rule on a custom bus (a shard's) publishes with the EventBusName dimension too.
+                bus = {"EventBusName": self.event_bus_name} if self.event_bus_name else {}
                 metrics[f"{metric_id}{rule_id}"] = cloudwatch.Metric(
                     namespace="AWS/Events",
                     metric_name=metric_name,
-                    dimensions_map={"RuleName": rule_name},
+                    dimensions_map={**bus, "RuleName": rule_name},
                     statistic="Sum",
                     period=period,
                 )

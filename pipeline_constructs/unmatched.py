@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import jsii
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
@@ -22,9 +23,12 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import names
+from pipeline_constructs import names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
 from pipeline_constructs.nag import acknowledge
+
+if TYPE_CHECKING:
+    from pipeline_constructs.shard_routing import Forwarding
 
 #: EventBridge's maximum, as for the tenants' rules: an upload nobody expects is still worth a day.
 RETRY_ATTEMPTS = 185
@@ -44,6 +48,11 @@ class UnmatchedUploadsProps:
     tenant_prefixes: Sequence[str]
     alarm_topic: sns.ITopic
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+    #: Needed when the prefixes do not fit one pattern (`routing.unmatched_layout`): the hop to
+    #: the catch-all's buses. Default: none (one rule, as with few tenants).
+    forwarding: Forwarding | None = None
+    #: The account's event pattern size quota, in characters.
+    event_pattern_chars: int = routing.MAX_EVENT_PATTERN_CHARS
 
 
 class UnmatchedUploads(Construct):
@@ -80,14 +89,16 @@ class UnmatchedUploads(Construct):
             "This queue is itself the dead-letter queue of the unmatched-uploads rule's target; its "
             "depth is alarmed (unmatched-uploads-dlq).",
         )
+        self.layout = routing.unmatched_layout(props.tenant_prefixes, limit=props.event_pattern_chars)
         self.rule = events.Rule(
             self,
             "Rule",
             rule_name=names.UNMATCHED_UPLOADS_RULE,
             description="Files created in the landing bucket outside every tenant prefix go to a log group",
-            event_pattern=unmatched_pattern(props.landing_bucket.bucket_name, props.tenant_prefixes),
+            event_pattern=unmatched_pattern(props.landing_bucket.bucket_name, self.layout.excluded),
         )
         self.rule.add_target(_LogGroupTarget(self.log_group, self.dead_letter_queue))
+        self._groups(props)
         # A native resource policy (CDK's CloudWatchLogGroup target writes it with a custom
         # resource, i.e. a Lambda function in this stack).
         self.log_group.add_to_resource_policy(
@@ -127,6 +138,45 @@ class UnmatchedUploads(Construct):
         )
         self.alarms = factory.alarms
 
+    def _groups(self, props: UnmatchedUploadsProps) -> None:
+        """Past one pattern's worth of prefixes: per group of key-prefix subtrees (roots), a bus
+        the default bus forwards the roots' uploads to, whose one rule logs those under none of
+        the group's tenant prefixes (the default bus's rule above then excludes the roots)."""
+        self.buses: list[events.EventBus] = []
+        if not self.layout.groups:
+            return
+        if props.forwarding is None:
+            raise ValueError("UnmatchedUploads needs forwarding when the tenant prefixes do not fit one pattern")
+        bucket = props.landing_bucket.bucket_name
+        for group in self.layout.groups:
+            n = group.index + 1
+            bus = events.EventBus(self, f"Bus{n}", event_bus_name=names.unmatched_bus_name(n))
+            self.buses.append(bus)
+            props.forwarding.forward(
+                self, f"Forward{n}",
+                rule_name=names.unmatched_forward_rule_name(n),
+                description=f"Uploads under {len(group.roots)} key-prefix subtrees go to bus {bus.event_bus_name}",
+                event_pattern=events.EventPattern(
+                    source=["aws.s3"], detail_type=["Object Created"],
+                    detail={"bucket": {"name": [bucket]}, "object": {"key": [{"prefix": r} for r in group.roots]}},
+                ),
+                bus=bus,
+            )
+            # By its literal name (and a dependency), as the tenants' rules name their shard bus.
+            rule = events.Rule(
+                self, f"Rule{n}",
+                event_bus=events.EventBus.from_event_bus_name(self, f"BusByName{n}", names.unmatched_bus_name(n)),
+                rule_name=names.unmatched_uploads_rule_name(n),
+                description="Uploads of these subtrees outside every tenant prefix go to the log group",
+                event_pattern=unmatched_pattern(bucket, group.prefixes),
+            )
+            rule.node.add_dependency(bus)
+            rule.add_target(_LogGroupTarget(self.log_group, self.dead_letter_queue, sid=f"UnmatchedUploadsRule{n}DeadLetters"))
+            props.forwarding.failed_alarm(
+                f"unmatched-{n}-routing-failed", [names.unmatched_forward_rule_name(n)],
+                f"uploads to the catch-all's bus {bus.event_bus_name}",
+            )
+
     def metric_unmatched_uploads(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """Uploads outside every tenant prefix (the metric filter's count, Sum)."""
         return cloudwatch.Metric(
@@ -164,15 +214,18 @@ class _LogGroupTarget:
     Not `targets.CloudWatchLogGroup`: it writes the log group's resource policy through a custom
     resource (a Lambda function); the policy is a native resource here."""
 
-    def __init__(self, log_group: logs.ILogGroup, dead_letter_queue: sqs.IQueue) -> None:
+    def __init__(
+        self, log_group: logs.ILogGroup, dead_letter_queue: sqs.IQueue, *, sid: str = "UnmatchedUploadsRuleDeadLetters"
+    ) -> None:
         self._log_group = log_group
         self._dlq = dead_letter_queue
+        self._sid = sid
 
     def bind(self, rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
         # Let only this rule send to the DLQ.
         self._dlq.add_to_resource_policy(
             iam.PolicyStatement(
-                sid="UnmatchedUploadsRuleDeadLetters",
+                sid=self._sid,
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 actions=["sqs:SendMessage"],
                 resources=[self._dlq.queue_arn],

@@ -105,8 +105,9 @@ def test_fails_when_the_default_bus_would_hold_more_rules_than_the_quota():
     # (301 tenants also need 2,107 IAM roles: the account's quota is raised to its 5,000 ceiling)
     head = PROD + "account_limits: {iam_roles: 5000}\n"
     assert one_problem(tenants_yaml(301, head=head, target="prod")) == (
-        "target 'prod' (111111111111/eu-west-1): EventBridge rules on the default bus: need 603 "
-        "(2 per tenant x 301 tenants + 1), limit 300; fix: shard the rules over event buses (README, Scaling), "
+        "target 'prod' (111111111111/eu-west-1): EventBridge rules on the default bus: need 606 "
+        "(2 per tenant x 301 tenants + 4 (the catch-all of unmatched uploads)), limit 300; fix: shard the rules over "
+        "event buses with routing.shards (README, Sharded routing), "
         "or move tenants to another target (targets:, README, Scaling), or raise the quota and set "
         "account_limits.eventbridge_rules_per_bus"
     )
@@ -137,10 +138,11 @@ def test_fails_when_reserved_concurrency_would_leave_less_than_100_unreserved():
 def test_fails_when_251_tenants_need_more_iam_roles_than_the_default_quota():
     # 4 roles a tenant: with the rules on the default bus raised, roles are the next limit
     head = "account_limits: {eventbridge_rules_per_bus: 1000}\n"
+    # (251 prefixes do not fit one catch-all pattern: its buses add the shared forwarding role)
     assert one_problem(tenants_yaml(251, head=head)).startswith(
-        "the deployment (the account and Region cdk deploy uses): IAM roles: need 1004 (4 per tenant x 251 tenants), "
-        "limit 1000; fix: ")
-    parse_config(tenants_yaml(250, head=head))  # 1,000 roles fit
+        "the deployment (the account and Region cdk deploy uses): IAM roles: need 1005 (4 per tenant x 251 tenants "
+        "+ 1 (the event-bus forwarding role)), limit 1000; fix: ")
+    parse_config(tenants_yaml(249, head=head))  # 996 + 1 roles fit
 
 
 def test_a_thousand_tenants_fit_one_account_at_the_iam_ceiling():

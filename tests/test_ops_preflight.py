@@ -95,7 +95,7 @@ def test_a_fitting_account_passes_and_this_apps_deployed_resources_are_not_count
     assert got == {
         "eventbridge_rules_per_bus": (300, "Service Quotas L-244521F2 (default)", 4, 3, 7, 8),
         "lambda_concurrent_executions": (1000, "Lambda account settings", 100, 1, 103, 202),
-        "iam_roles": (1000, "IAM account summary", 9, 7, 21, 23),
+        "iam_roles": (1000, "IAM account summary", 9, 4, 12, 17),
         "cloudformation_stacks": (2000, "Service Quotas L-0485CB21 (applied)", 3, 2, 4, 5),
         "state_machines": (100000, "tenants.yaml (declared: not read from the account)", 4, 3, 9, 10),
     }
@@ -115,7 +115,8 @@ def test_fails_when_the_accounts_real_quotas_cannot_hold_the_tenants(account, tm
     verdicts = [line for line in output.splitlines() if line.startswith("does not fit")]
     assert verdicts == [
         ("does not fit: EventBridge rules on the default bus: 8 after the deploy (4 in use, 3 of them this app's, "
-         "+ need 7: 2 per tenant x 3 tenants + 1), limit 5; fix: shard the rules over event buses (README, Scaling), "
+         "+ need 7: 2 per tenant x 3 tenants + 1), limit 5; fix: shard the rules over event buses with "
+         "routing.shards (README, Sharded routing), "
          "or move tenants to another target (targets:, README, Scaling), or raise the quota and set "
          "account_limits.eventbridge_rules_per_bus"),
         ("does not fit: Lambda concurrent executions: 1002 after the deploy (900 in use, 1 of them this app's, "

@@ -22,12 +22,17 @@ E2E_TIME_SCALE = 0.03
 UNUSED_SINK = "http://127.0.0.1:9/unused"
 
 
-def write_tenants(directory: Path, tenants: Sequence[dict[str, Any]], *, chunk_size: int = 3) -> Path:
-    """A small tenants file; each tenant dict needs at least ``id`` (prefix defaults to ``<id>/``)."""
-    document = {
+def write_tenants(
+    directory: Path, tenants: Sequence[dict[str, Any]], *, chunk_size: int = 3, routing: dict[str, Any] | None = None
+) -> Path:
+    """A small tenants file; each tenant dict needs at least ``id`` (prefix defaults to ``<id>/``);
+    ``routing``: the file's ``routing:`` block (e.g. ``{"shards": 2}``)."""
+    document: dict[str, Any] = {
         "defaults": {"format": "csv", "chunk_size": chunk_size, "sink": {"url": UNUSED_SINK}},
         "tenants": [{"prefix": f"{t['id']}/", **t} for t in tenants],
     }
+    if routing is not None:
+        document["routing"] = routing
     path = directory / "tenants.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     return path

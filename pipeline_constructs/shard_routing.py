@@ -1,0 +1,235 @@
+"""``ShardRouting``: the shard event buses and the default bus's rules that forward to them.
+
+Built only with ``routing.shards`` (``routing.py`` decides which tenant goes where). The hop
+from the default bus to a shard bus is one more EventBridge delivery, so it gets what the
+tenants' own rule targets have: EventBridge's longest retry (185 attempts, 24 hours), a
+dead-letter queue and alarms. A lost hop is a lost file: it must page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jsii
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from pipeline_constructs import names, routing
+from pipeline_constructs.alarms import AlarmFactory, runbook_link
+from pipeline_constructs.nag import acknowledge
+from pipeline_constructs.tenant_pipeline import (
+    INTAKE_DLQ_RETENTION,
+    INTAKE_MAX_EVENT_AGE,
+    INTAKE_RETRY_ATTEMPTS,
+)
+
+METRIC_PERIOD = Duration.minutes(5)
+ALARM_PREFIX = "ordered-ingest"
+
+
+class Forwarding(Construct):
+    """What every default-bus -> custom-bus hop of the app shares: one role (``events:PutEvents``
+    on the app's buses only; EventBridge needs a role for an event-bus target, even in the same
+    account and Region), one dead-letter queue and its alarm.
+
+    Attributes: ``role``, ``dead_letter_queue``, ``alarms``; ``forward(...)`` adds a rule."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic) -> None:
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("events.amazonaws.com"),
+            description="EventBridge forwards this app's events from the default bus to its shard buses",
+        )
+        self._policy = iam.Policy(self, "PutEventsOnAppBuses", roles=[self.role])
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "Dlq",
+            queue_name=names.ROUTING_DLQ,
+            retention_period=INTAKE_DLQ_RETENTION,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        acknowledge(
+            self.dead_letter_queue,
+            "AwsSolutions-SQS3",
+            "This queue is itself the dead-letter queue of the default bus's forwarding rules; its depth "
+            "is alarmed (routing-dlq).",
+        )
+        # One statement for every forwarding rule (a statement per rule would outgrow the
+        # queue policy's size limit with many shards): rules of this app's names only.
+        stack = Stack.of(self)
+        self.dead_letter_queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="ForwardingRulesDeadLetters",
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["sqs:SendMessage"],
+                resources=[self.dead_letter_queue.queue_arn],
+                conditions={
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="events", resource="rule", resource_name=f"{ALARM_PREFIX}-*"
+                        )
+                    }
+                },
+            )
+        )
+        self._factory = AlarmFactory(self, name_prefix=ALARM_PREFIX, topic=alarm_topic, evaluation_periods=1)
+        self._factory.alarm(
+            "routing-dlq",
+            self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                period=METRIC_PERIOD, statistic="Maximum"
+            ),
+            1,
+            "EventBridge gave up forwarding an event from the default bus to a shard bus (after 24 h of "
+            f"retries): a file upload or a status change that no tenant received. It is in queue "
+            f"{names.ROUTING_DLQ}. First: read it there (source, key or execution), then python -m ops "
+            f"reconcile TENANT --replay for an upload. {runbook_link('routing-dlq')}",
+        )
+        self.alarms = self._factory.alarms
+        self.rules: list[events.Rule] = []
+
+    def forward(
+        self,
+        scope: Construct,
+        rule_id: str,
+        *,
+        rule_name: str,
+        description: str,
+        event_pattern: events.EventPattern,
+        bus: events.IEventBus,
+    ) -> events.Rule:
+        """A default-bus rule that forwards what ``event_pattern`` matches to ``bus``."""
+        self._policy.add_statements(
+            iam.PolicyStatement(actions=["events:PutEvents"], resources=[bus.event_bus_arn])
+        )
+        rule = events.Rule(
+            scope, rule_id, rule_name=rule_name, description=description, event_pattern=event_pattern
+        )
+        rule.add_target(_EventBusTarget(bus, self.role, self.dead_letter_queue))
+        self.rules.append(rule)
+        return rule
+
+    def failed_alarm(self, key: str, rules: Sequence[str], what: str) -> cloudwatch.Alarm:
+        """An alarm on the forwarding rules' deliveries that failed for good or could not even be
+        dead-lettered (AWS/Events by RuleName: rules of the default bus)."""
+        metrics: dict[str, cloudwatch.IMetric] = {}
+        for n, rule_name in enumerate(rules):
+            for metric_id, metric_name in (
+                ("failed", "FailedInvocations"),
+                ("lost", "InvocationsFailedToBeSentToDlq"),
+            ):
+                metrics[f"{metric_id}{n}"] = cloudwatch.Metric(
+                    namespace="AWS/Events",
+                    metric_name=metric_name,
+                    dimensions_map={"RuleName": rule_name},
+                    statistic="Sum",
+                    period=METRIC_PERIOD,
+                )
+        expression = cloudwatch.MathExpression(
+            expression=" + ".join(f"FILL({m}, 0)" for m in metrics),
+            using_metrics=metrics,
+            label=f"Failed forwards: {what}",
+            period=METRIC_PERIOD,
+        )
+        return self._factory.alarm(
+            key,
+            expression,
+            1,
+            f"A forward of {what} from the default bus failed for good (then it is in {names.ROUTING_DLQ}) "
+            "or "
+            "could not even be dead-lettered (then the event is lost: python -m ops reconcile TENANT finds "
+            "the "
+            f"file). First: read {names.ROUTING_DLQ}. {runbook_link('routing-dlq')}",
+        )
+
+
+@dataclass(frozen=True)
+class ShardRoutingProps:
+    """``landing_bucket_name``: the bucket whose uploads are forwarded. ``shards``: the layout
+    (`routing.layout`). ``forwarding``: the hop's role, dead-letter queue and alarms."""
+
+    landing_bucket_name: str
+    shards: Sequence[routing.ShardLayout]
+    forwarding: Forwarding
+
+
+class ShardRouting(Construct):
+    """One event bus per shard; per non-empty shard two default-bus rules forwarding to it (its
+    tenants' uploads, its tenants' workflow status changes) and an alarm on their failures.
+
+    Attributes: ``buses`` (shard -> bus), ``rules`` (shard -> (objects rule, status rule))."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: ShardRoutingProps) -> None:
+        super().__init__(scope, construct_id)
+        self.buses: dict[int, events.EventBus] = {}
+        self.rules: dict[int, tuple[events.Rule, events.Rule]] = {}
+        for shard in props.shards:
+            k = shard.index
+            bus = events.EventBus(self, f"Bus{k}", event_bus_name=names.shard_bus_name(k))
+            self.buses[k] = bus
+            if not shard.tenant_ids:
+                continue  # created anyway: pinning a tenant to it later needs no new bus first
+            objects = props.forwarding.forward(
+                self,
+                f"Shard{k}Objects",
+                rule_name=names.shard_objects_rule_name(k),
+                description=(
+                    f"Uploads under the prefixes of shard {k}'s tenants go to bus {bus.event_bus_name}"
+                ),
+                event_pattern=_pattern(
+                    routing.object_created_pattern(props.landing_bucket_name, shard.prefixes)
+                ),
+                bus=bus,
+            )
+            status = props.forwarding.forward(
+                self,
+                f"Shard{k}Status",
+                rule_name=names.shard_status_rule_name(k),
+                description=(
+                    f"Status changes of shard {k}'s tenants' workflows go to bus {bus.event_bus_name}"
+                ),
+                event_pattern=_pattern(routing.status_pattern(shard.tenant_ids)),
+                bus=bus,
+            )
+            self.rules[k] = (objects, status)
+            props.forwarding.failed_alarm(
+                f"shard-{k}-routing-failed",
+                [names.shard_objects_rule_name(k), names.shard_status_rule_name(k)],
+                f"shard {k}'s events (tenants {', '.join(shard.tenant_ids[:5])}"
+                f"{' ...' if len(shard.tenant_ids) > 5 else ''})",
+            )
+
+
+def _pattern(pattern: dict) -> events.EventPattern:
+    return events.EventPattern(
+        source=pattern["source"], detail_type=pattern["detail-type"], detail=pattern["detail"]
+    )
+
+
+@jsii.implements(events.IRuleTarget)
+class _EventBusTarget:
+    """An event bus as a rule's target with a role, a dead-letter queue and the tenants' retry
+    policy (CDK's `targets.EventBus` has no retry settings, and adds a queue policy statement
+    per rule; `Forwarding` writes one for all)."""
+
+    def __init__(self, bus: events.IEventBus, role: iam.IRole, dead_letter_queue: sqs.IQueue) -> None:
+        self._bus, self._role, self._dlq = bus, role, dead_letter_queue
+
+    def bind(self, _rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+        return events.RuleTargetConfig(
+            arn=self._bus.event_bus_arn,
+            role=self._role,
+            dead_letter_config=events.CfnRule.DeadLetterConfigProperty(arn=self._dlq.queue_arn),
+            retry_policy=events.CfnRule.RetryPolicyProperty(
+                maximum_retry_attempts=INTAKE_RETRY_ATTEMPTS,
+                maximum_event_age_in_seconds=int(INTAKE_MAX_EVENT_AGE.to_seconds()),
+            ),
+        )

@@ -1,0 +1,143 @@
+"""Sharded routing (``routing.shards``) on the local runtime: uploads and Step Functions status
+changes reach each tenant through its shard's event bus, one EventBridge hop from the default
+bus, with the real handlers; the guarantees hold as without shards."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from pipeline_checks import (
+    assert_files_in_order,
+    assert_no_overlap,
+    assert_records_in_file_order,
+    csv_file,
+    wait_for,
+)
+
+from local_runtime import LocalPipeline
+from pipeline_constructs import names
+from pipeline_constructs.tenant_pipeline import WAITING_VISIBILITY
+
+# sha256 modulo 2 (tests/test_routing.py pins it): acme on shard 0, globex and initech on 1.
+SHARD_OF = {"acme": 0, "globex": 1, "initech": 1}
+FILES = 4
+RECORDS = 5
+STATUS_CHANGE = "Step Functions Execution Status Change"
+
+
+class StatusEvents:
+    """The status-change events each closer received from EventBridge (not from the workflow)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_tenant: dict[str, list[dict[str, Any]]] = {}
+
+    def __call__(self, function: Any, event: Any, result: Any) -> None:
+        if (
+            result is None
+            and function.role == "closer"
+            and isinstance(event, dict)
+            and event.get("detail-type") == STATUS_CHANGE
+        ):
+            with self._lock:
+                self.by_tenant.setdefault(function.tenant, []).append(event["detail"])
+
+    def statuses(self, tenant: str) -> set[tuple[str, str]]:
+        with self._lock:
+            return {(d["name"], d["status"]) for d in self.by_tenant.get(tenant, [])}
+
+
+@pytest.fixture(scope="module")
+def pipe(start_pipeline) -> LocalPipeline:
+    return start_pipeline(
+        [{"id": "acme"}, {"id": "globex"}, {"id": "initech", "prefix": "initech/incoming/"}],
+        routing={"shards": 2},
+        status_events=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def status_events(pipe) -> StatusEvents:
+    recorder = StatusEvents()
+    pipe.add_invocation_listener(recorder)
+    return recorder
+
+
+@pytest.fixture(scope="module")
+def ingested(pipe, status_events) -> dict[str, list[tuple[str, str]]]:
+    """Every tenant gets a burst of files, interleaved across tenants."""
+    uploads: dict[str, list[tuple[str, str]]] = {t: [] for t in SHARD_OF}
+    for n in range(FILES):
+        for tenant in SHARD_OF:
+            uploads[tenant].append(pipe.put_file(tenant, f"f{n}.csv", csv_file(f"{tenant}-f{n}", RECORDS)))
+    pipe.wait_until_idle(timeout=180)
+    return uploads
+
+
+def test_each_tenants_rules_are_on_its_shard_bus_and_the_default_bus_only_forwards(pipe):
+    events = pipe.client("events")
+    on_default = {r["Name"] for r in events.list_rules()["Rules"]}
+    assert on_default == {
+        "ordered-ingest-shard-0-objects",
+        "ordered-ingest-shard-0-status",
+        "ordered-ingest-shard-1-objects",
+        "ordered-ingest-shard-1-status",
+        names.UNMATCHED_UPLOADS_RULE,
+    }
+    for k in (0, 1):
+        on_shard = {r["Name"] for r in events.list_rules(EventBusName=names.shard_bus_name(k))["Rules"]}
+        assert on_shard == {
+            f"{t}-{kind}"
+            for t, shard in SHARD_OF.items()
+            if shard == k
+            for kind in ("object-created", "sfn-status")
+        }
+
+
+@pytest.mark.parametrize("tenant", sorted(SHARD_OF))
+def test_files_of_each_tenant_are_ingested_in_order_through_its_shard_bus(pipe, ingested, tenant):
+    """GIVEN three tenants on two shard buses WHEN each gets a burst of files, interleaved
+    THEN each tenant's files run one at a time in upload order and the core system gets every
+    record once, in order (the events came through the shard bus: no tenant rule is left on
+    the default bus)."""
+    executions = pipe.executions(tenant)
+    assert [e["status"] for e in executions] == ["SUCCEEDED"] * FILES
+    assert_no_overlap(executions)
+    assert_files_in_order(executions, [key for key, _ in ingested[tenant]])
+    assert_records_in_file_order(
+        pipe.sink(tenant).accepted, [(f"{tenant}-f{n}", RECORDS) for n in range(FILES)]
+    )
+
+
+@pytest.mark.parametrize("tenant", sorted(SHARD_OF))
+def test_status_changes_reach_the_tenants_closer_through_its_shard_bus(pipe, ingested, status_events, tenant):
+    """GIVEN the files above WHEN their executions started and closed THEN the tenant's closer
+    received each one's RUNNING and SUCCEEDED status change from EventBridge (default bus ->
+    shard bus -> the tenant's status rule), and none of another tenant's; and each next file
+    started promptly after the close before it (the hand-off, not the 240 s fallback)."""
+    executions = pipe.executions(tenant)
+    expected = {(e["name"], status) for e in executions for status in ("RUNNING", "SUCCEEDED")}
+    wait_for(
+        lambda: expected <= status_events.statuses(tenant),
+        timeout=30,
+        what=f"status changes of {tenant}'s executions at its closer",
+    )
+    assert status_events.statuses(tenant) == expected, "only the tenant's own executions reach its closer"
+    fallback = WAITING_VISIBILITY.to_seconds() * pipe.time_scale
+    for before, after in zip(executions, executions[1:]):
+        assert (after["startDate"] - before["stopDate"]).total_seconds() < fallback
+
+
+def test_an_upload_outside_every_prefix_is_still_logged(pipe, ingested):
+    """The catch-all stays on the default bus: a stray file is logged once, a tenant's never."""
+    pipe.client("s3").put_object(Bucket=pipe.landing_bucket, Key="stray/file.csv", Body=b"x\n")
+    logs = pipe.client("logs")
+
+    def logged() -> list[str]:
+        found = logs.filter_log_events(logGroupName=names.UNMATCHED_UPLOADS_LOG_GROUP).get("events", [])
+        return [e["message"] for e in found]
+
+    messages = wait_for(logged, timeout=20, what="the stray upload in the unmatched-uploads log group")
+    assert len(messages) == 1 and "stray/file.csv" in messages[0]
