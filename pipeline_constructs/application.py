@@ -9,7 +9,7 @@ from aws_cdk import App, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from pipeline_constructs.config import AppConfig, load_config
-from pipeline_constructs.stacks import SharedStack, TenantStack
+from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack, dashboard_stacks
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,8 @@ class IngestApp:
     config: AppConfig
     shared: SharedStack
     tenants: dict[str, TenantStack]
+    #: The second and later dashboards (none up to `dashboard.TENANTS_PER_DASHBOARD` tenants).
+    dashboards: tuple[DashboardStack, ...] = ()
 
 
 def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True) -> IngestApp:
@@ -26,6 +28,7 @@ def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = T
     app = app or App()
     shared = SharedStack(app, config)
     stacks = {t.id: TenantStack(app, t, shared) for t in config.tenants}
+    dashboards = tuple(dashboard_stacks(app, config, shared))
     if nag:
         Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return IngestApp(app=app, config=config, shared=shared, tenants=stacks)
+    return IngestApp(app=app, config=config, shared=shared, tenants=stacks, dashboards=dashboards)
