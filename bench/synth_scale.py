@@ -171,15 +171,34 @@ def lint(outdir: Path) -> tuple[Run, int, list[str]]:
     return Run(seconds=seconds, peak_rss_mb=0.0, load_before=load), len(templates), findings
 
 
+#: CloudFormation's largest template (uploaded through S3, as the CDK CLI does).
+TEMPLATE_LIMIT_BYTES = 1_000_000
+#: EventBridge's default largest event pattern (characters; adjustable).
+EVENT_PATTERN_LIMIT = 2048
+#: A landing bucket name as long as a real one (`ordered-ingest-landing-<12 digits>-<region>`).
+SAMPLE_BUCKET = "ordered-ingest-landing-123456789012-ap-northeast-1"
+
+
+def unmatched_pattern_characters(shared: dict[str, Any]) -> int:
+    """The unmatched-uploads rule's pattern as EventBridge receives it (the bucket name resolved)."""
+    (rule,) = [r for r in shared["Resources"].values() if r["Type"] == "AWS::Events::Rule"
+               and r["Properties"].get("Name") == "ordered-ingest-unmatched-uploads"]
+    pattern = rule["Properties"]["EventPattern"]
+    pattern["detail"]["bucket"]["name"] = [SAMPLE_BUCKET]
+    return len(json.dumps(pattern, separators=(",", ":")))
+
+
 def assembly_figures(outdir: Path) -> dict[str, Any]:
-    """Stacks, the largest template and the shared stack's size: what grows with the tenants."""
+    """Stacks, the largest templates and the shared stack's size: what grows with the tenants."""
     templates = {p.name.removesuffix(".template.json"): p.stat().st_size for p in outdir.glob("*.template.json")}
     shared = json.loads((outdir / "OrderedIngest-Shared.template.json").read_text())
     return {
         "stacks": len(templates),
         "shared_kb": templates["OrderedIngest-Shared"] / 1024,
-        "largest_tenant_kb": max(v for k, v in templates.items() if k != "OrderedIngest-Shared") / 1024,
+        "largest_tenant_kb": max(v for k, v in templates.items() if k.startswith("OrderedIngest-Tenant-")) / 1024,
+        "over_limit": sorted(k for k, v in templates.items() if v > TEMPLATE_LIMIT_BYTES),
         "shared_resources": len(shared["Resources"]),
+        "unmatched_pattern": unmatched_pattern_characters(shared),
         "assembly_mb": sum(p.stat().st_size for p in outdir.rglob("*") if p.is_file()) / 2**20,
     }
 
@@ -213,7 +232,8 @@ def table(rows: list[dict[str, Any]], paths: Sequence[str]) -> str:
     header = ["date", "machine", "tenants", "stacks"]
     for path in paths:
         header += [f"{path} synth", f"{path} peak RSS", f"{path} load"]
-    header += ["cfn-lint (all templates)", "lint findings", "shared template", "largest tenant template"]
+    header += ["cfn-lint (all templates)", "lint findings", "shared template", "largest tenant template",
+               "templates over 1 MB", "unmatched-uploads pattern"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:
         cells = [today, machine, f"{row['tenants']:,}", f"{row['stacks']:,}"]
@@ -224,7 +244,9 @@ def table(rows: list[dict[str, Any]], paths: Sequence[str]) -> str:
         cells += [f"{lint_run.seconds:.1f} s" if lint_run else "-",
                   f"{len(row['lint_findings'])}" if lint_run else "-",
                   f"{row['shared_kb']:.0f} KB ({row['shared_resources']} resources)",
-                  f"{row['largest_tenant_kb']:.0f} KB"]
+                  f"{row['largest_tenant_kb']:.0f} KB", f"{len(row['over_limit'])}",
+                  f"{row['unmatched_pattern']:,} chars" + (f" (over {EVENT_PATTERN_LIMIT:,})"
+                                                          if row["unmatched_pattern"] > EVENT_PATTERN_LIMIT else "")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -262,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.print_only:
         command = ".venv/bin/python bench/synth_scale.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
         record(rows, args.paths, command)
-    failed = [row["tenants"] for row in rows if row.get("lint_findings")]
+    failed = [row["tenants"] for row in rows if row.get("lint_findings") or row["over_limit"]]
     return 1 if failed else 0
 
 
