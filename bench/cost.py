@@ -338,9 +338,7 @@ def seed_burst(files: int, file_seconds: float) -> tuple[int, int]:
 
 
 def synthesize(scenarios: Sequence[Scenario]) -> dict[str, TenantFacts]:
-    from aws_cdk import App
-
-    from pipeline_constructs.application import build_app
+    from pipeline_constructs.application import build_app, new_app
 
     configs = sorted({(s.chunk_size, s.batch_size) for s in scenarios})
     document = {
@@ -351,7 +349,7 @@ def synthesize(scenarios: Sequence[Scenario]) -> dict[str, TenantFacts]:
     with tempfile.TemporaryDirectory(prefix="cost-") as scratch:
         tenants = Path(scratch) / "tenants.yaml"
         tenants.write_text(yaml.safe_dump(document), encoding="utf-8")
-        assembly = build_app(tenants, app=App(outdir=str(Path(scratch) / "out")), nag=False).app.synth()
+        assembly = build_app(tenants, app=new_app(outdir=str(Path(scratch) / "out")), nag=False).app.synth()
         templates = {stack.stack_name: stack.template for stack in assembly.stacks}
     return {f"c{c}b{b}": tenant_facts(templates[f"OrderedIngest-Tenant-c{c}b{b}"], f"c{c}b{b}") for c, b in configs}
 

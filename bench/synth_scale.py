@@ -61,9 +61,8 @@ EXTRA_BLOCKS: dict[str, Any] = {}
 INPROCESS_CHILD = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from aws_cdk import App
-from pipeline_constructs.application import build_app
-build_app(sys.argv[2], app=App(outdir=sys.argv[3])).app.synth()
+from pipeline_constructs.application import build_app, new_app
+build_app(sys.argv[2], app=new_app(outdir=sys.argv[3])).app.synth()
 """
 
 
