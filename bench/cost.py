@@ -75,9 +75,10 @@ ASSUMPTIONS = {
 PER_FILE = {
     # EventBridge's SendMessage, the event source mapping's ReceiveMessage that returns it, its DeleteMessage.
     "sqs_requests": 3,
-    # controller: position read (ledger.read); split: processed_content; closer: read on the RUNNING
-    # status event, read after the backstop's refused close (LedgerConflict) on the SUCCEEDED one.
-    "ddb_rru": 4,
+    # controller: position read (ledger.read); closer: read on the RUNNING status event, read after
+    # the backstop's refused close (LedgerConflict) on the SUCCEEDED one. (`duplicate_files: skip`
+    # adds Split's processed_content.)
+    "ddb_rru": 3,
     # controller: the claim's TransactWriteItems of 3 items (2 WRU each); closer: record_close's
     # update, its file# history item and the content# item; the backstop's refused conditional update.
     "ddb_wru": 6 + 3 + 1,
