@@ -361,8 +361,8 @@ def money(value: float) -> str:
 
 def tables(facts: Mapping[str, TenantFacts], scenarios: Sequence[Scenario] = SCENARIOS) -> str:
     out = ["Per file (success path; files spaced so that none waits):", "",
-           "| scenario | F/day | R/file | chunk | batch | chunks | pages | transitions (file + pages) | "
-           "Lambda invocations | Lambda GB-s | SQS requests | DynamoDB RRU / WRU | S3 PUT / GET |",
+           ("| scenario | F/day | R/file | chunk | batch | chunks | pages | transitions (file + pages) | "
+            "Lambda invocations | Lambda GB-s | SQS requests | DynamoDB RRU / WRU | S3 PUT / GET |"),
            "|" + " --- |" * 13]
     priced: list[tuple[Scenario, dict[str, float]]] = []
     for s in scenarios:
@@ -398,8 +398,8 @@ def tables(facts: Mapping[str, TenantFacts], scenarios: Sequence[Scenario] = SCE
         out.append(f"| {service} | " + " | ".join(
             f"{money(seed[service])} (here {money(m[service])})" for seed, (_, m) in zip(seeds, priced)) + " |")
     seed_calls, own_calls = seed_burst(10, 600)
-    out += ["", f"A burst of 10 files of 10 minutes each: the seed's controller runs {seed_calls:,} times "
-            f"(each a ListExecutions), this one at most {own_calls}."]
+    out += ["", (f"A burst of 10 files of 10 minutes each: the seed's controller runs {seed_calls:,} times "
+                 f"(each a ListExecutions), this one at most {own_calls}.")]
     return "\n".join(out)
 
 

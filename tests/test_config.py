@@ -632,12 +632,12 @@ def test_fails_when_prefixes_nest_three_deep_reporting_every_pair_on_the_later_t
           - {{id: top, prefix: in/}}
         """
     ) == [
-        "tenant 'mid': field 'prefix' = 'in/a/': overlaps tenant 'deep' prefix 'in/a/b/'; "
-        "give each tenant a prefix that is not inside another's",
-        "tenant 'top': field 'prefix' = 'in/': overlaps tenant 'deep' prefix 'in/a/b/'; "
-        "give each tenant a prefix that is not inside another's",
-        "tenant 'top': field 'prefix' = 'in/': overlaps tenant 'mid' prefix 'in/a/'; "
-        "give each tenant a prefix that is not inside another's",
+        ("tenant 'mid': field 'prefix' = 'in/a/': overlaps tenant 'deep' prefix 'in/a/b/'; "
+         "give each tenant a prefix that is not inside another's"),
+        ("tenant 'top': field 'prefix' = 'in/': overlaps tenant 'deep' prefix 'in/a/b/'; "
+         "give each tenant a prefix that is not inside another's"),
+        ("tenant 'top': field 'prefix' = 'in/': overlaps tenant 'mid' prefix 'in/a/'; "
+         "give each tenant a prefix that is not inside another's"),
     ]
 
 
