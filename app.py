@@ -4,12 +4,10 @@ context value `tenants` (`cdk synth -c tenants=path/to/tenants.yaml`)."""
 
 import sys
 
-from aws_cdk import App
-
-from pipeline_constructs.application import build_app
+from pipeline_constructs.application import build_app, new_app
 from pipeline_constructs.config import ConfigError
 
-app = App()
+app = new_app()
 try:
     build_app(app.node.try_get_context("tenants") or "tenants.yaml", app=app)
 except ConfigError as error:

@@ -86,12 +86,11 @@ def synthesize(tenants_file: str | Path, outdir: str | Path) -> Synthesized:
     cdk-nag is left out (it only adds a report; the templates are the same).
     """
     ensure_node_on_path()
-    from aws_cdk import App  # deferred: importing aws_cdk starts the jsii Node process
-
-    from pipeline_constructs.application import build_app
+    # deferred: importing aws_cdk starts the jsii Node process
+    from pipeline_constructs.application import build_app, new_app
 
     outdir = Path(outdir)
-    built = build_app(tenants_file, app=App(outdir=str(outdir)), nag=False)
+    built = build_app(tenants_file, app=new_app(outdir=str(outdir)), nag=False)
     if built.config.targets:
         raise ValueError(f"{tenants_file} declares deployment targets: the local runtime runs the layout "
                          "without 'targets:' only (one deployment); use a tenants file without them")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import App, Environment, Stage, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from pipeline_constructs.config import AppConfig, load_config
-from pipeline_constructs.stacks import SharedStack, TenantStack
+from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack, dashboard_stacks
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,18 @@ class TargetStage:
     stage: Stage
     shared: SharedStack
     tenants: dict[str, TenantStack]
+    #: The second and later dashboards (none up to `dashboard.TENANTS_PER_DASHBOARD` tenants).
+    dashboards: tuple[DashboardStack, ...] = ()
+
+
+def new_app(**props: Any) -> App:
+    """An `App` (``props``: its options, such as ``outdir``) without CDK's built-in CloudFormation
+    validation. That plugin runs a WASM validator over every template on every synth and only
+    warns (its findings fail nothing unless `@aws-cdk/core:validateAgainstDefaultRules` is
+    set); it was about 70 % of the synth phase here (0.1 s a template, plus 4 s to load it),
+    growing with the tenants. The templates are checked by cfn-lint instead, errors failing
+    (`tests/test_app.py`, `bench/synth_scale.py`). cdk-nag is not affected."""
+    return App(builtin_cloud_formation_validation=False, **props)
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,8 @@ class IngestApp:
     tenants: dict[str, TenantStack]
     #: With `targets:`, one Stage per target by name; empty without.
     stages: dict[str, TargetStage] = field(default_factory=dict)
+    #: The second and later dashboards' stacks (of every target).
+    dashboards: tuple[DashboardStack, ...] = ()
 
 
 def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True) -> IngestApp:
@@ -41,22 +56,24 @@ def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = T
     With `targets:` in the tenants file, the same layout once per target, each in a Stage of
     its own; without, the stacks sit at the top of the app, environment-agnostic."""
     config = load_config(tenants_file)
-    app = app or App()
+    app = app or new_app()
     if not config.targets:
-        shared, stacks = _stacks(app, config)
+        shared, stacks, dashboards = _stacks(app, config)
         stages: dict[str, TargetStage] = {}
     else:
         stages = {name: _stage(app, name, config) for name in config.targets}
         shared = next(iter(stages.values())).shared
         stacks = {tenant: stack for stage in stages.values() for tenant, stack in stage.tenants.items()}
+        dashboards = tuple(d for stage in stages.values() for d in stage.dashboards)
     if nag:
         Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return IngestApp(app=app, config=config, shared=shared, tenants=stacks, stages=stages)
+    return IngestApp(app=app, config=config, shared=shared, tenants=stacks, stages=stages, dashboards=dashboards)
 
 
-def _stacks(scope: Construct, config: AppConfig) -> tuple[SharedStack, dict[str, TenantStack]]:
+def _stacks(scope: Construct, config: AppConfig) -> tuple[SharedStack, dict[str, TenantStack], tuple[DashboardStack, ...]]:
     shared = SharedStack(scope, config)
-    return shared, {t.id: TenantStack(scope, t, shared) for t in config.tenants}
+    tenants = {t.id: TenantStack(scope, t, shared) for t in config.tenants}
+    return shared, tenants, tuple(dashboard_stacks(scope, config, shared))
 
 
 def _stage(app: App, name: str, config: AppConfig) -> TargetStage:
@@ -65,5 +82,5 @@ def _stage(app: App, name: str, config: AppConfig) -> TargetStage:
     stage = Stage(app, name, env=Environment(account=target.account, region=target.region))
     # The shared stack of a target knows its tenants only (catch-all prefixes, dashboards).
     own = config.model_copy(update={"tenants": tuple(t for t in config.tenants if t.target == name)})
-    shared, stacks = _stacks(stage, own)
-    return TargetStage(stage=stage, shared=shared, tenants=stacks)
+    shared, stacks, dashboards = _stacks(stage, own)
+    return TargetStage(stage=stage, shared=shared, tenants=stacks, dashboards=dashboards)

@@ -522,14 +522,25 @@ def _check_unique_ids(declared: list[tuple[str, str]], problems: _Problems) -> N
 
 
 def _check_prefix_overlaps(declared: list[tuple[str, str]], problems: _Problems) -> None:
-    for i, (a_id, a_prefix) in enumerate(declared):
-        for b_id, b_prefix in declared[i + 1 :]:
-            if a_id != b_id and (a_prefix.startswith(b_prefix) or b_prefix.startswith(a_prefix)):
-                problems.add(
-                    f"tenant '{b_id}'", "prefix", b_prefix,
-                    f"overlaps tenant '{a_id}' prefix '{a_prefix}'",
-                    "give each tenant a prefix that is not inside another's",
-                )
+    """Every pair of tenants where one prefix starts with the other, reported on the later one,
+    in declaration order. In sorted order the prefixes that start with a prefix follow it
+    directly, so this is O(n log n) plus the overlaps, not O(n^2): 10,000 tenants took 10 s."""
+    ordered = sorted(range(len(declared)), key=lambda index: declared[index][1])
+    pairs: list[tuple[int, int]] = []
+    for position, index in enumerate(ordered):
+        prefix = declared[index][1]
+        for other in ordered[position + 1:]:
+            if not declared[other][1].startswith(prefix):
+                break
+            pairs.append((min(index, other), max(index, other)))
+    for i, j in sorted(pairs):
+        (a_id, a_prefix), (b_id, b_prefix) = declared[i], declared[j]
+        if a_id != b_id:
+            problems.add(
+                f"tenant '{b_id}'", "prefix", b_prefix,
+                f"overlaps tenant '{a_id}' prefix '{a_prefix}'",
+                "give each tenant a prefix that is not inside another's",
+            )
 
 
 def _check_prefix_characters(declared: list[tuple[str, str]], problems: _Problems) -> None:

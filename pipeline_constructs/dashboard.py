@@ -14,6 +14,11 @@ dashboard shows at most `TENANTS_PER_DASHBOARD` tenants; more tenants continue o
 `OrderedIngest-2`, `OrderedIngest-3`, ... in the order of `tenants.yaml` (at 300 tenants, 5
 dashboards). A dashboard with many rows is slow to open: past a few dozen tenants, the
 alarms (one set per tenant) are the way to watch, the dashboards the way to look closer.
+
+A full dashboard's body is about 240 KB of template (3.4 KB a row), and CloudFormation refuses
+a template over 1 MB: the shared stack holds only the first dashboard, and each further one is
+a stack of its own (`DashboardStack`, `OrderedIngest-Dashboard-<n>`), so no template grows with
+the number of tenants (1,000 tenants put 4 MB of dashboards in one template before).
 """
 
 from __future__ import annotations
@@ -53,12 +58,17 @@ def dashboard_names(tenant_count: int) -> list[str]:
 
 
 class IngestDashboards(Construct):
-    """The dashboards of a deployment (one up to `TENANTS_PER_DASHBOARD` tenants)."""
+    """The dashboards of a deployment (one up to `TENANTS_PER_DASHBOARD` tenants).
 
-    def __init__(self, scope: Construct, construct_id: str, *, tenants: Sequence[DashboardTenant]) -> None:
+    ``pages``: which of them to build here (indexes into `dashboard_names`; default: all)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, tenants: Sequence[DashboardTenant],
+                 pages: Sequence[int] | None = None) -> None:
         super().__init__(scope, construct_id)
         self.dashboards: list[cloudwatch.Dashboard] = []
         for index, name in enumerate(dashboard_names(len(tenants))):
+            if pages is not None and index not in pages:
+                continue
             page = tenants[index * TENANTS_PER_DASHBOARD:(index + 1) * TENANTS_PER_DASHBOARD]
             dashboard = cloudwatch.Dashboard(
                 self,

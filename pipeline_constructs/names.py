@@ -67,6 +67,8 @@ ALL: tuple[DerivedName, ...] = (
 MAX_TENANT_ID_LENGTH = min(name.max_id_length for name in ALL)
 
 SHARED_STACK_NAME = APP_NAME + "-Shared"
+#: The second and later dashboards, a stack each (the first is in the shared stack).
+DASHBOARD_STACK_NAME = APP_NAME + "-Dashboard-{number}"
 
 #: The shared stack's catch-all for uploads outside every tenant prefix (not per tenant).
 UNMATCHED_UPLOADS_RULE = "ordered-ingest-unmatched-uploads"

@@ -16,6 +16,15 @@ from constructs import Construct
 from lambdas import contract
 from pipeline_constructs import names
 
+#: How long a superseded landing-file version is kept (the landing bucket's lifecycle rule for
+#: noncurrent versions). A file is always read from the version its event announced (Split
+#: validates it, Register reads each chunk from it by a ranged GET), so an overwritten or
+#: deleted file stays processable, resumable (`ops resume`) and visible to `ops reconcile` for
+#: this long. It must outlive the longest a file's message can wait in its queue (14 days) and
+#: gives an operator three months to resume a halted file; it matches how long Step Functions
+#: keeps a closed execution. docs/operations.md, docs/design.md and docs/cost.md quote it.
+LANDING_NONCURRENT_VERSION_DAYS = 90
+
 
 @dataclass(frozen=True)
 class SharedResourcesProps:
@@ -23,7 +32,8 @@ class SharedResourcesProps:
 
     ``alarm_emails``: addresses subscribed to the alarm topic (default: none).
     ``noncurrent_version_retention``: how long superseded landing-file versions are kept
-    (default 90 days); the landing bucket is the source of truth for replays.
+    (default `LANDING_NONCURRENT_VERSION_DAYS`, 90 days); the landing bucket is the source of
+    truth for replays and resumes.
     ``work_object_expiry``: how long chunks and manifests stay in the work bucket (under
     ``chunks/``; default 14 days, the longest a message can wait in a queue).
     ``quarantine_retention``: how long quarantined messages stay in the work bucket (under
@@ -31,7 +41,9 @@ class SharedResourcesProps:
     """
 
     alarm_emails: tuple[str, ...] = ()
-    noncurrent_version_retention: Duration = field(default_factory=lambda: Duration.days(90))
+    noncurrent_version_retention: Duration = field(
+        default_factory=lambda: Duration.days(LANDING_NONCURRENT_VERSION_DAYS)
+    )
     work_object_expiry: Duration = field(default_factory=lambda: Duration.days(14))
     quarantine_retention: Duration = field(default_factory=lambda: Duration.days(400))
 

@@ -14,7 +14,7 @@ from constructs import Construct
 
 from pipeline_constructs import names, routing
 from pipeline_constructs.config import AppConfig, TenantConfig
-from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards
+from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
@@ -76,10 +76,9 @@ class SharedStack(_IngestStack):
         )
         CfnOutput(self, "UnmatchedUploadsLogGroupName", value=self.unmatched_uploads.log_group_name,
                   description="Where uploads outside every tenant prefix are logged (read by ops)")
-        # Built from the tenants' deterministic names: no reference to a tenant stack.
-        self.dashboards = IngestDashboards(self, "Dashboards", tenants=[
-            DashboardTenant(tenant.id, tenant.alarms.stall_after_seconds) for tenant in config.tenants
-        ])
+        # Built from the tenants' deterministic names: no reference to a tenant stack. Only the
+        # first dashboard: the others are stacks of their own (`dashboard_stacks`).
+        self.dashboards = IngestDashboards(self, "Dashboards", tenants=dashboard_tenants(config), pages=[0])
 
 
     def _routing(self, config: AppConfig) -> None:
@@ -169,3 +168,30 @@ class TenantStack(_IngestStack):
     def _event_bus(self, name: str | None) -> events.IEventBus | None:
         """The tenant's shard bus, by its fixed name (no cross-stack reference), or the default bus."""
         return None if name is None else events.EventBus.from_event_bus_name(self, "ShardBus", name)
+
+
+def dashboard_tenants(config: AppConfig) -> list[DashboardTenant]:
+    return [DashboardTenant(tenant.id, tenant.alarms.stall_after_seconds) for tenant in config.tenants]
+
+
+class DashboardStack(_IngestStack):
+    """The `number`th dashboard (2, 3, ...): a stack each keeps every template far below
+    CloudFormation's 1 MB whatever the number of tenants (a full dashboard is about 240 KB)."""
+
+    def __init__(self, scope: Construct, number: int, config: AppConfig, shared_stack: SharedStack) -> None:
+        super().__init__(
+            scope,
+            names.DASHBOARD_STACK_NAME.format(number=number),
+            description=f"Ordered per-tenant file ingestion: dashboard {number}",
+        )
+        # After the shared stack: a deployment that kept this dashboard there drops it first,
+        # so that this stack can create it under the same name.
+        self.add_stack_dependency(shared_stack)
+        self.dashboards = IngestDashboards(self, "Dashboards", tenants=dashboard_tenants(config), pages=[number - 1])
+
+
+def dashboard_stacks(scope: Construct, config: AppConfig, shared_stack: SharedStack) -> list[DashboardStack]:
+    """One `DashboardStack` for each dashboard after the first (none up to
+    `TENANTS_PER_DASHBOARD` tenants)."""
+    count = len(dashboard_names(len(config.tenants)))
+    return [DashboardStack(scope, number, config, shared_stack) for number in range(2, count + 1)]

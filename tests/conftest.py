@@ -42,9 +42,9 @@ class Synthesized:
 
 
 def synthesize(tenants_file: Path, outdir: Path) -> Synthesized:
-    from aws_cdk import App
+    from pipeline_constructs.application import new_app
 
-    built = build_app(tenants_file, app=App(outdir=str(outdir)))
+    built = build_app(tenants_file, app=new_app(outdir=str(outdir)))
     assembly = built.app.synth()
     templates = {stack.stack_name: stack.template for stack in assembly.stacks}
     return Synthesized(templates=templates, outdir=outdir)

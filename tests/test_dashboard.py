@@ -98,3 +98,56 @@ def test_more_tenants_than_one_dashboard_holds_continue_on_numbered_dashboards(t
     assert [w["properties"]["markdown"] for w in found["OrderedIngest-2"]["widgets"] if w["type"] == "text"] == [
         f"### Tenant t{i}" for i in range(TENANTS_PER_DASHBOARD, TENANTS_PER_DASHBOARD + 3)
     ]
+
+
+def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows_with_the_tenants(tmp_path):
+    """GIVEN more tenants than two dashboards hold WHEN the shared stack and the dashboard stacks
+    are built THEN the shared stack keeps the first dashboard only, each later one is its own
+    stack (deployed after the shared stack) with its page of tenants, and every template stays
+    far below CloudFormation's 1 MB: before, all of them were in the shared template (1,000
+    tenants: 4 MB, a failed deployment)."""
+    import yaml
+    from aws_cdk import App
+
+    from pipeline_constructs.config import parse_config
+    from pipeline_constructs.stacks import SharedStack, dashboard_stacks
+
+    count = 2 * TENANTS_PER_DASHBOARD + 1
+    config = parse_config(yaml.safe_dump({
+        "defaults": {"sink": {"url": "https://core.example.com/records"}},
+        "tenants": [{"id": f"t{i:04d}", "prefix": f"t{i:04d}/"} for i in range(count)],
+    }))
+    app = App(outdir=str(tmp_path))
+    shared = SharedStack(app, config)
+    extra = dashboard_stacks(app, config, shared)
+
+    assert [stack.stack_name for stack in extra] == ["OrderedIngest-Dashboard-2", "OrderedIngest-Dashboard-3"]
+    assert all(shared in stack.dependencies for stack in extra)
+    shared_template = Template.from_stack(shared)
+    assert list(bodies(shared_template)) == ["OrderedIngest"]
+    second, third = (bodies(Template.from_stack(stack)) for stack in extra)
+    assert list(second) == ["OrderedIngest-2"] and list(third) == ["OrderedIngest-3"]
+    first_titles = [w["properties"]["markdown"] for w in bodies(shared_template)["OrderedIngest"]["widgets"]
+                    if w["type"] == "text"]
+    third_titles = [w["properties"]["markdown"] for w in third["OrderedIngest-3"]["widgets"] if w["type"] == "text"]
+    assert first_titles[0] == "### Tenant t0000" and len(first_titles) == TENANTS_PER_DASHBOARD
+    assert third_titles == [f"### Tenant t{count - 1:04d}"]
+    for stack in (shared, *extra):
+        assert len(json.dumps(Template.from_stack(stack).to_json())) < 400_000, stack.stack_name
+
+
+def test_up_to_one_dashboard_of_tenants_there_is_no_dashboard_stack(tmp_path):
+    """GIVEN as many tenants as one dashboard holds THEN no extra stack: existing deployments of
+    up to `TENANTS_PER_DASHBOARD` tenants keep their stacks as they are."""
+    import yaml
+    from aws_cdk import App
+
+    from pipeline_constructs.config import parse_config
+    from pipeline_constructs.stacks import SharedStack, dashboard_stacks
+
+    config = parse_config(yaml.safe_dump({
+        "defaults": {"sink": {"url": "https://core.example.com/records"}},
+        "tenants": [{"id": f"t{i:04d}", "prefix": f"t{i:04d}/"} for i in range(TENANTS_PER_DASHBOARD)],
+    }))
+    app = App(outdir=str(tmp_path))
+    assert dashboard_stacks(app, config, SharedStack(app, config)) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from aws_cdk.assertions import Match, Template
@@ -243,3 +244,23 @@ def test_fails_when_the_unmatched_uploads_catch_all_gets_no_tenant_prefix(tmp_pa
     assert str(raised.value) == (
         "UnmatchedUploads needs at least one tenant prefix; without tenants every upload is unmatched"
     )
+
+
+def test_landing_noncurrent_versions_outlive_the_queue_and_the_docs_quote_the_same_window(shared_template):
+    """GIVEN the named retention of superseded landing versions WHEN the shared stack is
+    synthesized THEN its lifecycle rule keeps them exactly that long, longer than any file's
+    message can wait (a queued file reads its pinned version when it starts), and every doc that
+    states the window states this number."""
+    from pipeline_constructs.shared import LANDING_NONCURRENT_VERSION_DAYS
+    from pipeline_constructs.tenant_pipeline import QUEUE_RETENTION
+    from tests.conftest import ROOT
+
+    landing = bucket_named(shared_template, "ordered-ingest-landing-")
+    (rule,) = landing["LifecycleConfiguration"]["Rules"]
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": LANDING_NONCURRENT_VERSION_DAYS}
+    assert LANDING_NONCURRENT_VERSION_DAYS > QUEUE_RETENTION.to_days()
+    for doc in ("docs/operations.md", "docs/cost.md"):
+        text = (ROOT / doc).read_text()
+        assert "LANDING_NONCURRENT_VERSION_DAYS" in text, doc
+        stated = set(re.findall(r"LANDING_NONCURRENT_VERSION_DAYS`?,? (\d+) days", text))
+        assert stated == {str(LANDING_NONCURRENT_VERSION_DAYS)}, (doc, stated)

@@ -1,0 +1,72 @@
+"""docs/cost.md: its tables are what bench/cost.py computes from the synthesized templates."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def load_cost_module():
+    spec = importlib.util.spec_from_file_location("bench_cost", ROOT / "bench" / "cost.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_cost"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+cost = load_cost_module()
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return cost.synthesize(cost.SCENARIOS)
+
+
+def test_the_docs_tables_are_what_the_script_computes_from_the_templates(facts):
+    """GIVEN the templates of today's code WHEN bench/cost.py prices the scenarios THEN
+    docs/cost.md shows exactly those figures (run `bench/cost.py --write` after a change)."""
+    assert cost.embedded(cost.DOC.read_text()) == cost.render(facts)
+
+
+def test_one_chunk_walks_every_state_of_the_success_path_once(facts):
+    """GIVEN a one-chunk file WHEN its transitions are walked through the definitions THEN the
+    file's execution enters its 7 states once (Split, AnyChunks, Pages, PagesInOrder, RunPage,
+    RecordSuccess, FileIngested) and the page's 8 (PageEnd, LastPage, ClampToFile on the short
+    page, PageChunks, ChunksInOrder, RegisterChunk, ChunkDone, ChunkRegistered)."""
+    assert cost.transitions(facts["c100b1"], chunks=1) == (7, 8)
+
+
+def test_transitions_grow_by_three_a_chunk_and_five_a_page(facts):
+    """GIVEN files of one and two full pages WHEN walked THEN a chunk adds RegisterChunk,
+    ChunkDone and ChunkRegistered, and a page adds its RunPage in the file's execution and its
+    4 own states (no clamp on a full page)."""
+    per_page = facts["c100b1"].chunks_per_page
+    one_parent, one_page = cost.transitions(facts["c100b1"], chunks=per_page)
+    two_parent, two_page = cost.transitions(facts["c100b1"], chunks=2 * per_page)
+    assert (two_parent - one_parent, two_page - one_page) == (1, 4 + 3 * per_page)
+
+
+def test_fails_when_a_choice_state_has_no_success_path_rule(facts):
+    """GIVEN a workflow with a Choice the model does not know WHEN it is walked THEN the walk
+    fails and names it, rather than pricing a path nobody checked."""
+    parent = facts["c100b1"].parent
+    changed = {**parent, "States": {**parent["States"], "AnyChunks": {**parent["States"]["AnyChunks"]}}}
+    changed["States"]["Renamed"] = changed["States"].pop("AnyChunks")
+    changed["States"]["Split"] = {**changed["States"]["Split"], "Next": "Renamed"}
+    with pytest.raises(KeyError, match="Choice state 'Renamed' has no success-path rule in bench/cost.py CHOICES"):
+        cost.walk(changed, {"chunks": 1}, lambda _name, ctx: [ctx])
+
+
+def test_an_idle_tenant_pays_for_its_alarms_and_the_queue_s_long_polling(facts):
+    """GIVEN no file in a month THEN the only costs are the alarms (every metric they read) and
+    Lambda's empty receives: 5 pollers x 3 a minute x 30 days."""
+    idle = cost.Scenario("idle", 0, 0, 100, 1)
+    month = cost.monthly(facts["c100b1"], idle, cost.file_cost(facts["c100b1"], idle))
+    assert cost.idle_sqs_requests_per_month() == 648_000
+    assert {k: round(v, 4) for k, v in month.items() if v} == {
+        "SQS": 0.324, "CloudWatch alarms": round(facts["c100b1"].alarm_metrics * 0.10, 4),
+    }
