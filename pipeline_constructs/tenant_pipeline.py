@@ -164,6 +164,8 @@ class TenantPipeline(Construct):
         tenant_id = props.tenant_id
         self.tenant_id = tenant_id
         self.landing_prefix = props.landing_prefix
+        #: The completion entry point (`completion_wait`), or None; made once the workflow exists.
+        self.completion: PipelineFunction | None = None
         self._page_budget(props)
 
         # Arrival order is the FIFO queue's order (one message group per tenant); key-sequence
@@ -439,8 +441,8 @@ class TenantPipeline(Construct):
         self._grant_controller(props)
         self._grant_closer(props)
         self._outputs(props)
-        #: The completion entry point (`completion_wait`), or None.
-        self.completion: PipelineFunction | None = self._completion_entry_point(props) if props.completion_wait else None
+        if props.completion_wait:
+            self.completion = self._completion_entry_point(props)
 
         self.alarms = pipeline_alarms(
             self,
@@ -460,8 +462,12 @@ class TenantPipeline(Construct):
 
     @property
     def pipeline_functions(self) -> dict[str, PipelineFunction]:
-        """The pipeline's functions with their roles and log groups, by role."""
-        return {"controller": self.controller, "split": self.split, "register": self.register, "closer": self.closer}
+        """The pipeline's functions with their roles and log groups, by role (``completion`` too,
+        with `completion_wait`: its ERROR lines page like the others')."""
+        functions = {"controller": self.controller, "split": self.split, "register": self.register, "closer": self.closer}
+        if self.completion is not None:
+            functions["completion"] = self.completion
+        return functions
 
     @property
     def functions(self) -> dict[str, lambda_.Function]:

@@ -210,3 +210,8 @@ def test_completion_in_defaults_applies_to_every_tenant() -> None:
             + _tenants("{timeout_seconds: 60}"))
     (tenant,) = parse_config(text).tenants
     assert (tenant.completion.wait, tenant.completion.timeout_seconds, tenant.completion.callers) == (True, 60, [CALLER])
+
+
+def test_the_entry_points_error_logs_page_like_the_other_functions(waits: Template, plain: Template) -> None:
+    waits.has_resource_properties("AWS::CloudWatch::Alarm", {"AlarmName": "waits-completion-error-logs"})
+    assert not plain.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"AlarmName": "plain-completion-error-logs"}})
