@@ -164,6 +164,10 @@ PARENT_EVENTS_PER_PAGE = EVENTS_PER_CHILD
 SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
 #: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): `_retry`.
 PARENT_TASK_RETRIES = 3
+#: `completion.wait`: the parent's callback task (WaitForCompletion: a task with TaskSubmitted,
+#: no Retry; heartbeats add no history events), then CompletionTimedOut or nothing, and
+#: ResumedAfterLastRecord. Counted for every tenant: it leaves `max_pages_per_section` as it is.
+PARENT_COMPLETION_EVENTS = SYNC_TASK_EVENTS + 2 * STATE_EVENTS
 #: The parent's events besides its pages or sections, every path counted (an upper bound of
 #: any one): the execution, Split, AnyChunks, Sections, OneSection, Pages, both Maps,
 #: RecordSuccess and RecordFailure, FileIngested and IngestFailed.
@@ -173,6 +177,7 @@ PARENT_FIXED_EVENTS = (
     + 4 * STATE_EVENTS
     + 2 * MAP_EVENTS
     + 2 * STATE_EVENTS
+    + PARENT_COMPLETION_EVENTS
 )
 
 

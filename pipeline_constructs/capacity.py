@@ -36,6 +36,8 @@ MIN_UNRESERVED_CONCURRENCY = 100
 #: register) and the workflow's (its three state machines). Four, so that 1,000 tenants fit
 #: an account at IAM's ceiling of 5,000 roles.
 ROLES_PER_TENANT = 4
+#: The completion entry point's own role (only tenants with `completion.wait`).
+COMPLETION_ROLES_PER_TENANT = 1
 #: The shared stack creates no role (no Lambda, no custom resource).
 SHARED_ROLES = 0
 STACKS_PER_TENANT = 1
@@ -102,8 +104,14 @@ def lambda_concurrency(tenants: Sequence[TenantConfig], _routing: RoutingConfig 
 def iam_roles(tenants: Sequence[TenantConfig], routing_config: RoutingConfig | None = None) -> Need:
     shards, limit = _routing(routing_config)
     forwarding = routing.routing_roles(tenants, shards, pattern_limit=limit)  # the shared stack's one role
-    return _per_tenant(ROLES_PER_TENANT, len(tenants), SHARED_ROLES + forwarding,
+    need = _per_tenant(ROLES_PER_TENANT, len(tenants), SHARED_ROLES + forwarding,
                        " (the event-bus forwarding role)" if forwarding else "")
+    # A tenant with `completion.wait` has one role more: its completion entry point's.
+    waiting = sum(1 for tenant in tenants if tenant.completion.wait)
+    if not waiting:
+        return need
+    return Need(need.count + waiting * COMPLETION_ROLES_PER_TENANT,
+                f"{need.how} + {COMPLETION_ROLES_PER_TENANT} per tenant with completion.wait x {waiting}")
 
 
 def cloudformation_stacks(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:

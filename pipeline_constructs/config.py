@@ -109,6 +109,38 @@ class OrderingConfig(_Strict):
         return pattern
 
 
+#: An IAM principal ARN allowed to answer a tenant's completion callback: a role or a user of
+#: an account, or an account root (`arn:aws:iam::111111111111:root`: the account decides).
+CALLER_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::\d{12}:(root|role/[\w+=,.@/-]+|user/[\w+=,.@/-]+)$"
+#: Step Functions' own ceiling of a task's TimeoutSeconds is a year; a file waits at most a
+#: week for its confirmation (the tenant waits behind it).
+MAX_COMPLETION_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
+class CompletionConfig(_Strict):
+    """The core system's completion callback (seed 004, README "Completion callback").
+
+    With ``wait: true`` a file whose records were all sent waits for the core system to
+    confirm (or reject) it through the tenant's completion entry point before it counts as
+    ingested. ``timeout_seconds``: how long the file waits in all; ``heartbeat_seconds``: the
+    longest silence between two heartbeats of the core system (None: no heartbeat needed).
+    A timeout fails the file (``CompletionTimedOut``) and follows ``on_failure``.
+    ``callers``: the IAM principals (role, user or account ARNs) allowed to answer."""
+
+    wait: bool = False
+    timeout_seconds: int = Field(default=3600, ge=1, le=MAX_COMPLETION_TIMEOUT_SECONDS)
+    heartbeat_seconds: int | None = Field(default=None, ge=1, le=MAX_COMPLETION_TIMEOUT_SECONDS)
+    callers: list[str] = Field(default_factory=list)
+
+    @field_validator("callers")
+    @classmethod
+    def _principal_arns(cls, callers: list[str]) -> list[str]:
+        wrong = [c for c in callers if not re.match(CALLER_ARN_PATTERN, c)]
+        if wrong:
+            raise ValueError(f"{wrong[0]!r} is not an IAM role, user or account root ARN")
+        return callers
+
+
 class TenantConfig(_Strict):
     """One tenant, with the defaults already applied."""
 
@@ -146,6 +178,9 @@ class TenantConfig(_Strict):
     #: Pages per section execution (a file of more pages runs them in sections). Default: the
     #: most a section's history holds; smaller values only make more, shorter sections.
     pages_per_section: int | None = Field(default=None, ge=1, le=budgets.max_pages_per_section())
+    #: The core system's completion callback; absent or ``wait: false``: a file is ingested
+    #: once its last record is acknowledged (the workflow is unchanged).
+    completion: CompletionConfig = CompletionConfig()
 
     @field_validator("id")
     @classmethod
@@ -312,6 +347,14 @@ FIXES: dict[str, str] = {
     "tracing": "use true (X-Ray traces of the state machines and functions) or false (the default)",
     "pages_per_section": "leave it out (the default is the most a section's history allows), "
     f"or use a whole number from 1 to {budgets.max_pages_per_section()}",
+    # completion callback (full paths: `timeout_seconds` alone is the sink's)
+    "completion.wait": "use true (each file waits for the core system's confirmation) or false (the default)",
+    "completion.timeout_seconds": f"use a whole number of seconds from 1 to {MAX_COMPLETION_TIMEOUT_SECONDS} "
+    "(default 3600), shorter than the file's file_time_limit_seconds",
+    "completion.heartbeat_seconds": "use a whole number of seconds shorter than completion.timeout_seconds, "
+    "or leave it out (no heartbeat needed)",
+    "completion.callers": "list the IAM role ARNs of the core system, e.g. "
+    "'arn:aws:iam::111111111111:role/core-system'",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.
@@ -414,6 +457,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
         _check_register_budget(tenant, problems)
         _check_file_time_limit(tenant, problems)
         _check_page_budget(tenant, problems)
+        _check_completion(tenant, problems)
 
     _check_tenant_targets(tenants, targets, problems, every_tenant_valid=len(tenants) == len(tenants_raw))
     if routing is not None and not problems.lines:
@@ -456,7 +500,8 @@ def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems
     if kind == "missing":
         problems.add(where, field, _MISSING, "is required", FIXES.get(leaf, f"add '{leaf}'"))
         return
-    problems.add(where, field, value, _plain_words(error), FIXES.get(leaf, "see the tenants.yaml reference in the README"))
+    fix = FIXES.get(field) or FIXES.get(leaf, "see the tenants.yaml reference in the README")
+    problems.add(where, field, value, _plain_words(error), fix)
 
 
 #: pydantic's error types in the project's own words (the fix says what a valid value is).
@@ -661,6 +706,29 @@ def _check_routing(tenants: list[TenantConfig], routing: RoutingConfig, problems
             own, routing.shards, rules_per_bus=routing.rules_per_bus, pattern_limit=routing.event_pattern_chars
         ):
             problems.add(where if target is None else f"target '{target}' {where}", field, value, problem, fix)
+
+
+def _check_completion(tenant: TenantConfig, problems: _Problems) -> None:
+    """A completion wait must fit in the file's time limit, a heartbeat inside the wait (Step
+    Functions refuses HeartbeatSeconds not below TimeoutSeconds), and someone must be able to
+    answer it."""
+    completion, where = tenant.completion, f"tenant '{tenant.id}'"
+    if not completion.wait:
+        return
+    if completion.timeout_seconds >= tenant.file_time_limit:
+        problems.add(where, "completion.timeout_seconds", completion.timeout_seconds,
+                     f"is not shorter than the file's time limit ({tenant.file_time_limit} s): the execution "
+                     "would time out before the completion wait does",
+                     "use a shorter completion.timeout_seconds, or a longer file_time_limit_seconds")
+    if completion.heartbeat_seconds is not None and completion.heartbeat_seconds >= completion.timeout_seconds:
+        problems.add(where, "completion.heartbeat_seconds", completion.heartbeat_seconds,
+                     f"is not shorter than completion.timeout_seconds ({completion.timeout_seconds})",
+                     FIXES["completion.heartbeat_seconds"])
+    if not completion.callers:
+        problems.add(where, "completion.callers", [], "is empty: nobody could confirm a file, so every file "
+                     "would time out", FIXES["completion.callers"])
+
+
 def _validate_targets(raw: Any, problems: _Problems) -> dict[str, TargetConfig] | None:
     """`targets:` (name -> account, region, account_limits); None when one is invalid."""
     if raw is None:

@@ -43,6 +43,8 @@ INTAKE_DLQ = DerivedName("SQS queue name", "{id}-intake-dlq", 80)
 #: The child state machine that registers one page of a file's chunks (issue 9).
 PAGE_STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-page", 80)
 SECTION_STATE_MACHINE = DerivedName("state machine name", "{id}-file-ingest-section", 80)
+#: The entry point the core system calls to confirm or reject a file (`completion.wait`).
+COMPLETION_FUNCTION = DerivedName("Lambda function name", "{id}-completion", 64)
 #: What every tenant's state machine names share after the tenant id: a tenant id may not
 #: contain it (IAM wildcards on one tenant's child executions would cover another's).
 RESERVED_ID_PART = "-file-ingest-"
@@ -61,6 +63,7 @@ ALL: tuple[DerivedName, ...] = (
     INTAKE_DLQ,
     PAGE_STATE_MACHINE,
     SECTION_STATE_MACHINE,
+    COMPLETION_FUNCTION,
 )
 
 #: The longest tenant id every derived name accepts.

@@ -152,6 +152,11 @@ class TenantStack(_IngestStack):
                 chunks_per_page=tenant.chunks_per_page,
                 pages_per_section=tenant.pages_per_section,
                 tracing=tenant.tracing,
+                completion_wait=tenant.completion.wait,
+                completion_timeout=Duration.seconds(tenant.completion.timeout_seconds),
+                completion_heartbeat=(Duration.seconds(tenant.completion.heartbeat_seconds)
+                                      if tenant.completion.heartbeat_seconds is not None else None),
+                completion_callers=tuple(tenant.completion.callers),
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),

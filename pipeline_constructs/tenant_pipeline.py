@@ -25,7 +25,12 @@ from pipeline_constructs import budgets, names
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge
-from pipeline_constructs.workflow import build_definition, build_page_definition, build_section_definition
+from pipeline_constructs.workflow import (
+    CompletionWait,
+    build_definition,
+    build_page_definition,
+    build_section_definition,
+)
 
 # The seed's queue and controller timings. The controller's timeout must stay below the
 # visibility timeout, or a message still being handled is redelivered (double start).
@@ -98,6 +103,13 @@ class TenantPipelineProps:
     sections). Default (None): the most that keep a section's history within budget
     (``budgets.max_pages_per_section``). Small values make multi-section files cheap to test.
     ``tracing``: X-Ray tracing of the state machines and the functions. Default: off (cost).
+    ``completion_wait``: after its last chunk, a file waits for the core system to confirm it
+    through the tenant's completion entry point (README, "Completion callback"). Default: off
+    (the workflow is unchanged). ``completion_timeout``: how long it waits (then the file fails
+    with ``CompletionTimedOut`` and ``on_failure`` applies). Default: 1 hour.
+    ``completion_heartbeat``: the longest silence between the core system's heartbeats.
+    Default: None (no heartbeat needed). ``completion_callers``: the IAM principal ARNs allowed
+    to invoke the entry point. Default: none.
     """
 
     tenant_id: str
@@ -131,6 +143,10 @@ class TenantPipelineProps:
     event_bus: events.IEventBus | None = None
     pages_per_section: int | None = None
     tracing: bool = False
+    completion_wait: bool = False
+    completion_timeout: Duration = field(default_factory=lambda: Duration.hours(1))
+    completion_heartbeat: Duration | None = None
+    completion_callers: tuple[str, ...] = ()
 
 
 class TenantPipeline(Construct):
@@ -151,6 +167,8 @@ class TenantPipeline(Construct):
         tenant_id = props.tenant_id
         self.tenant_id = tenant_id
         self.landing_prefix = props.landing_prefix
+        #: The completion entry point (`completion_wait`), or None; made once the workflow exists.
+        self.completion: PipelineFunction | None = None
         self._page_budget(props)
 
         # Arrival order is the FIFO queue's order (one message group per tenant); key-sequence
@@ -351,6 +369,7 @@ class TenantPipeline(Construct):
                     closer_function=self.closer.function,
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
+                    completion=self._completion_wait(props),
                 )
             ),
             # Without a limit an execution may run a year, and the timed-out alarm could only
@@ -428,6 +447,8 @@ class TenantPipeline(Construct):
         self._grant_controller(props)
         self._grant_closer(props)
         self._outputs(props)
+        if props.completion_wait:
+            self.completion = self._completion_entry_point(props)
 
         self.alarms = pipeline_alarms(
             self,
@@ -447,8 +468,12 @@ class TenantPipeline(Construct):
 
     @property
     def pipeline_functions(self) -> dict[str, PipelineFunction]:
-        """The pipeline's functions with their roles and log groups, by role."""
-        return {"controller": self.controller, "split": self.split, "register": self.register, "closer": self.closer}
+        """The pipeline's functions with their roles and log groups, by role (``completion`` too,
+        with `completion_wait`: its ERROR lines page like the others')."""
+        functions = {"controller": self.controller, "split": self.split, "register": self.register, "closer": self.closer}
+        if self.completion is not None:
+            functions["completion"] = self.completion
+        return functions
 
     @property
     def functions(self) -> dict[str, lambda_.Function]:
@@ -570,6 +595,71 @@ class TenantPipeline(Construct):
             return props.file_time_limit
         budget = int(props.sink_outage_budget.to_seconds())
         return Duration.seconds(budgets.default_file_time_limit_seconds(budget))
+
+    # -- the completion callback (completion_wait) -----------------------------------------------
+
+    @staticmethod
+    def _completion_wait(props: TenantPipelineProps) -> CompletionWait | None:
+        if not props.completion_wait:
+            return None
+        heartbeat = props.completion_heartbeat
+        return CompletionWait(
+            timeout_seconds=int(props.completion_timeout.to_seconds()),
+            heartbeat_seconds=int(heartbeat.to_seconds()) if heartbeat is not None else None,
+            ledger_table_name=props.ledger_table.table_name,
+        )
+
+    def _completion_entry_point(self, props: TenantPipelineProps) -> PipelineFunction:
+        """The function the core system invokes (lambda:InvokeFunction, SigV4: IAM-authenticated,
+        never anonymous) to confirm or reject the tenant's waiting file. Only the principals of
+        `completion_callers` may invoke it (its resource policy); its own role reads and
+        answers only this tenant's position and tokens of this tenant's state machine."""
+        made = pipeline_function(
+            self,
+            "Completion",
+            FunctionSpec(
+                tenant_id=self.tenant_id,
+                role="completion",
+                function_name=names.COMPLETION_FUNCTION.render(self.tenant_id),
+                handler="completion.handler",
+                timeout=Duration.seconds(10),
+                description=f"The core system confirms or rejects tenant {self.tenant_id}'s waiting file",
+            ),
+            environment=contract.environment(
+                contract.CompletionEnv(tenant_id=self.tenant_id, ledger_table_name=props.ledger_table.table_name)
+            ),
+            tracing=props.tracing,
+        )
+        for index, caller in enumerate(props.completion_callers):
+            # One permission per caller, ids by position: the list is the contract with the core system.
+            made.function.add_permission(
+                f"CoreSystemCaller{index}",
+                principal=iam.ArnPrincipal(caller),
+                action="lambda:InvokeFunction",
+            )
+        # Read the position (which file waits, its token); record the answer. Own partition only.
+        made.role.add_to_policy(
+            iam.PolicyStatement(
+                sid="OwnPositionOnly",
+                actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
+                resources=[props.ledger_table.table_arn],
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.tenant_id]}},
+            )
+        )
+        # SendTaskSuccess/Failure/Heartbeat scoped to this tenant's file state machine.
+        self.state_machine.grant_task_response(made.role)
+        # The workflow's callback task writes the token to the tenant's own position only.
+        self.workflow_role.add_to_policy(
+            iam.PolicyStatement(
+                sid="LeaveCompletionTokenOnOwnPosition",
+                actions=["dynamodb:UpdateItem"],
+                resources=[props.ledger_table.table_arn],
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.tenant_id]}},
+            )
+        )
+        CfnOutput(self, "CompletionFunctionName", value=made.function.function_name,
+                  description=f"CompletionFunctionName of tenant {self.tenant_id} (the core system invokes it)")
+        return made
 
     # -- permissions ----------------------------------------------------------------------------
 

@@ -9,8 +9,9 @@ Parent (`<id>-file-ingest-workflow`, one execution per file attempt):
                                                               RunPage (StartExecution.sync:2, page)
                                                -- no --> SectionsInOrder (Map, MaxConcurrency 1)
                                                               RunSection (StartExecution.sync:2, section)
-          -> RecordSuccess (closer) -> FileIngested
-    Catch (Split, PagesInOrder, SectionsInOrder) -> RecordFailure (closer: ledger,
+          -> (WaitForCompletion, with `completion.wait`) -> RecordSuccess (closer) -> FileIngested
+    WaitForCompletion Catch States.Timeout|HeartbeatTimeout -> CompletionTimedOut -> RecordFailure
+    Catch (Split, PagesInOrder, SectionsInOrder, WaitForCompletion) -> RecordFailure (closer: ledger,
           notification, halt) -> IngestFailed
 
 Section (`<id>-file-ingest-section`, one execution per section of a file of more than one,
@@ -43,7 +44,9 @@ in `lambdas/contract.py`; `_select` refuses a selector that does not cover exact
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from dataclasses import dataclass
+
+from aws_cdk import Aws, Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
@@ -309,8 +312,11 @@ def build_definition(
     closer_function: lambda_.IFunction,
     chunks_per_page: int,
     pages_per_section: int,
+    completion: CompletionWait | None = None,
 ) -> sfn.IChainable:
-    """The parent state machine definition of one tenant (one execution per file attempt)."""
+    """The parent state machine definition of one tenant (one execution per file attempt).
+    With `completion`, a file whose chunks are all registered waits for the core system's
+    confirmation before it is recorded as a success; without, the definition is unchanged."""
     split_result = contract.SPLIT_RESULT_PATH
     split = tasks.LambdaInvoke(
         scope,
@@ -408,17 +414,116 @@ def build_definition(
     for step in (split, pages_in_order, sections_in_order):
         step.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
     record_success.next(done)
+    # A file with nothing to send (a duplicate, no records) has nothing to confirm either.
+    after_chunks: sfn.State = record_success
+    if completion is not None:
+        after_chunks = _wait_for_completion(scope, completion, record_failure)
+        after_chunks.next(record_success)
     one_section = (
         sfn.Choice(scope, "OneSection")
-        .when(sfn.Condition.is_present("$.sections.first_chunks[1]"), sections_in_order.next(record_success))
-        .otherwise(pages.next(pages_in_order).next(record_success))
+        .when(sfn.Condition.is_present("$.sections.first_chunks[1]"), sections_in_order.next(after_chunks))
+        .otherwise(pages.next(pages_in_order).next(after_chunks))
     )
+    nothing_to_send: sfn.State = record_success
+    if completion is not None:
+        # A resumed file whose every record was already acknowledged (its completion timed out
+        # or was rejected) still waits for the confirmation; a duplicate or empty file does not.
+        nothing_to_send = (
+            sfn.Choice(scope, "ResumedAfterLastRecord")
+            .when(
+                sfn.Condition.and_(
+                    sfn.Condition.is_present("$.start_record"),
+                    sfn.Condition.number_greater_than("$.start_record", 0),
+                ),
+                after_chunks,
+            )
+            .otherwise(record_success)
+        )
     any_chunks = (
         sfn.Choice(scope, "AnyChunks")
         .when(
             sfn.Condition.number_greater_than_json_path(f"{split_result}.first_chunk", f"{split_result}.last_chunk"),
-            record_success,
+            nothing_to_send,
         )
         .otherwise(sections.next(one_section))
     )
     return split.next(any_chunks)
+
+
+@dataclass(frozen=True)
+class CompletionWait:
+    """The parent's wait for the core system's confirmation (`completion.wait`).
+
+    ``timeout_seconds``: the task's TimeoutSeconds; ``heartbeat_seconds``: its HeartbeatSeconds
+    (None: none); ``ledger_table_name``: the table whose position item gets the task token."""
+
+    timeout_seconds: int
+    heartbeat_seconds: int | None
+    ledger_table_name: str
+
+
+#: AWS SDK integration, not the optimized `dynamodb:updateItem`: only the SDK integration
+#: supports `.waitForTaskToken` for DynamoDB (docs/design.md, "Completion callback").
+COMPLETION_RESOURCE = f"arn:{Aws.PARTITION}:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken"
+#: The errors of a wait that ran out: its TimeoutSeconds (States.Timeout) or its
+#: HeartbeatSeconds (States.HeartbeatTimeout; older documentation calls it States.Timeout).
+COMPLETION_TIMEOUT_ERRORS = ("States.Timeout", "States.HeartbeatTimeout")
+
+
+def _wait_for_completion(scope: Construct, completion: CompletionWait, record_failure: sfn.State) -> sfn.CustomState:
+    """`WaitForCompletion`: one conditional UpdateItem leaves the task token on the tenant's
+    ledger position (only while this execution is the current one, RUNNING), then the
+    execution waits for the completion entry point to answer. The core system never sees the
+    token: it names the file, the entry point looks the token up.
+
+    Native TimeoutSeconds/HeartbeatSeconds, not the seed's Parallel + Wait race: one state, no
+    branch to cancel, and the Catch keeps the input (ResultPath `$.error`), so RecordFailure
+    still has the file. No Retry: a retry would store a new token (the history bound counts one
+    attempt); a DynamoDB error fails the file like any other (on_failure decides)."""
+    a = contract
+    state: dict[str, object] = {
+        "Type": "Task",
+        "Comment": "Leave the task token on the ledger position and wait for the core system to confirm the file",
+        "Resource": COMPLETION_RESOURCE,
+        "Parameters": {
+            "TableName": completion.ledger_table_name,
+            "Key": {"tenant": {"S.$": "$.tenant"}, "entry": {"S": a.LEDGER_POSITION_ENTRY}},
+            "UpdateExpression": (
+                f"SET {a.COMPLETION_TOKEN_ATTRIBUTE} = :token, {a.COMPLETION_EXECUTION_ATTRIBUTE} = :execution, "
+                f"{a.COMPLETION_SINCE_ATTRIBUTE} = :since "
+                f"REMOVE {a.COMPLETION_ANSWER_ATTRIBUTE}, {a.COMPLETION_REASON_ATTRIBUTE}, "
+                f"{a.COMPLETION_ANSWERED_AT_ATTRIBUTE}"
+            ),
+            "ConditionExpression": "execution = :execution AND #status = :running",
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                ":token": {"S.$": "$$.Task.Token"},
+                ":execution": {"S.$": "$$.Execution.Name"},
+                ":since": {"S.$": "$$.State.EnteredTime"},
+                ":running": {"S": "RUNNING"},
+            },
+        },
+        "TimeoutSeconds": completion.timeout_seconds,
+        # The answer carries nothing the workflow needs: the input goes on unchanged.
+        "ResultPath": None,
+    }
+    if completion.heartbeat_seconds is not None:
+        state["HeartbeatSeconds"] = completion.heartbeat_seconds
+    wait = sfn.CustomState(scope, "WaitForCompletion", state_json=state)
+    heartbeat = (f" or sent no heartbeat for {completion.heartbeat_seconds} s"
+                 if completion.heartbeat_seconds is not None else "")
+    timed_out = sfn.Pass(
+        scope,
+        "CompletionTimedOut",
+        comment="The core system did not answer in time: fail the file with a clear error",
+        parameters={
+            "Error": contract.COMPLETION_TIMED_OUT_ERROR,
+            "Cause": f"the core system did not confirm the file within {completion.timeout_seconds} s{heartbeat}; "
+            "every record was acknowledged: `ops resume` waits for the confirmation again, `ops skip` gives the file up",
+        },
+        result_path=contract.ERROR_RESULT_PATH,
+    )
+    timed_out.next(record_failure)
+    wait.add_catch(timed_out, errors=list(COMPLETION_TIMEOUT_ERRORS), result_path=contract.ERROR_RESULT_PATH)
+    wait.add_catch(record_failure, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
+    return wait

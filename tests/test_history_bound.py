@@ -56,7 +56,8 @@ def split_max_chunks(template: Template) -> int:
 
 def task_events(state: dict[str, Any]) -> int:
     """One entry into a Task, with every retry its Retry allows."""
-    sync = SYNC_EXTRA if re.search(r"\.sync(:2)?$", state["Resource"]) else 0
+    # .sync and .waitForTaskToken tasks both log TaskSubmitted (a callback's heartbeats log nothing)
+    sync = SYNC_EXTRA if re.search(r"\.(sync(:2)?|waitForTaskToken)$", state["Resource"]) else 0
     retries = sum(retrier.get("MaxAttempts", 3) for retrier in state.get("Retry", []))
     return TASK_EVENTS + sync + retries * (RETRY_EVENTS + sync)
 
@@ -320,3 +321,26 @@ def test_batch_mode_pages_are_budgeted_by_requests_not_records():
     per_page = budgets.max_chunks_per_page(10_000, 10, 3600, 1000)
     assert per_page >= 1 and budgets.max_file_chunks(per_page) * 10_000 >= 10_000_000
     assert budgets.max_chunks_per_page(10_000, 10, 3600) < per_page
+
+
+@pytest.fixture(scope="module")
+def with_completion(tmp_path_factory) -> Any:
+    """A tenant that waits for the core system's confirmation (`completion.wait`) and one that does not."""
+    from tests.conftest import synthesize
+    from tests.test_completion import TENANTS
+
+    directory = tmp_path_factory.mktemp("completion-bound")
+    (directory / "tenants.yaml").write_text(TENANTS, encoding="utf-8")
+    return synthesize(directory / "tenants.yaml", directory / "cdk.out")
+
+
+def test_the_completion_wait_is_counted_and_the_bound_holds(with_completion):
+    """GIVEN a tenant with completion.wait WHEN its parent is recounted THEN the callback task
+    (entered once: no Retry, no loop) and its states add at most what budgets.py reserves for
+    them (PARENT_COMPLETION_EVENTS, in every tenant's page sizing), and every bound holds."""
+    waits = bounds(with_completion.template("OrderedIngest-Tenant-waits"))
+    plain = bounds(with_completion.template("OrderedIngest-Tenant-plain"))
+
+    assert 0 < waits["parent"] - plain["parent"] <= budgets.PARENT_COMPLETION_EVENTS
+    assert max(waits["page"], waits["section"], waits["parent"]) <= budgets.HISTORY_EVENT_BUDGET
+    assert (waits["sections"], waits["pages_per_section"]) == (plain["sections"], plain["pages_per_section"])

@@ -1,0 +1,223 @@
+"""The completion entry point (lambdas/completion.py) against a real callback task on moto.
+
+The state machine is the workflow's own `WaitForCompletion` state (built by
+`pipeline_constructs.workflow`, synthesized once), between a start and two ends, so the token
+the handler answers is one Step Functions really waits on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import completion
+import pytest
+from conftest import LEDGER_TABLE, REGION, TENANT
+from contract import COMPLETION_REJECTED_ERROR, MAX_REJECT_REASON
+from moto import mock_aws
+from runtime import BoundLogger, get_logger
+
+EVENT_ID = "event-0001"
+FILE_REF = {"event_id": EVENT_ID, "bucket": "landing", "key": "acme/a.csv", "version_id": "v1"}
+
+
+def _definition() -> dict[str, Any]:
+    """Start -> WaitForCompletion -> Confirmed; its catches -> CompletionTimedOut / RecordFailure."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_stepfunctions as sfn
+    from aws_cdk.assertions import Template
+
+    from pipeline_constructs.workflow import CompletionWait, _wait_for_completion
+
+    stack = Stack(App(), "Spec")
+    failure = sfn.Pass(stack, "RecordFailure")
+    failure.next(sfn.Fail(stack, "IngestFailed", error_path="$.error.Error"))
+    wait = _wait_for_completion(stack, CompletionWait(timeout_seconds=30, heartbeat_seconds=20,
+                                                      ledger_table_name=LEDGER_TABLE), failure)
+    wait.next(sfn.Succeed(stack, "Confirmed"))
+    sfn.StateMachine(stack, "Machine", definition_body=sfn.DefinitionBody.from_chainable(
+        sfn.Pass(stack, "Start").next(wait)))
+    machine = next(iter(Template.from_stack(stack).find_resources("AWS::StepFunctions::StateMachine").values()))
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    return json.loads("".join(p if isinstance(p, str) else "aws" for p in parts))
+
+
+DEFINITION = _definition()
+
+
+@pytest.fixture
+def aws() -> Iterator[None]:
+    """moto with executions that really run (the callback task waits for its token)."""
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield
+
+
+@pytest.fixture
+def waiting(ledger_table: str, ddb: Any, sfn: Any) -> dict[str, str]:
+    """A tenant whose current file (execution `EVENT_ID`) waits in WaitForCompletion."""
+    ddb.put_item(TableName=ledger_table, Item={
+        "tenant": {"S": TENANT}, "entry": {"S": "position"}, "seq": {"N": "1"}, "execution": {"S": EVENT_ID},
+        "status": {"S": "RUNNING"}, "file_ref": {"S": json.dumps(FILE_REF)}, "record_count": {"N": "7"},
+    })
+    role = boto3.client("iam", region_name=REGION).create_role(RoleName="sfn", AssumeRolePolicyDocument="{}")
+    machine = sfn.create_state_machine(name="acme-file-ingest-workflow", definition=json.dumps(DEFINITION),
+                                       roleArn=role["Role"]["Arn"])["stateMachineArn"]
+    execution = sfn.start_execution(stateMachineArn=machine, name=EVENT_ID,
+                                    input=json.dumps({"tenant": TENANT}))["executionArn"]
+    wait_until(lambda: "completion_token" in position(ddb), "the task token on the position")
+    return {"execution_arn": execution}
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def position(ddb: Any) -> dict[str, Any]:
+    return ddb.get_item(TableName=LEDGER_TABLE, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}})["Item"]
+
+
+def closed(sfn: Any, execution_arn: str) -> dict[str, Any]:
+    return wait_until(lambda: (d := sfn.describe_execution(executionArn=execution_arn))["status"] != "RUNNING" and d,
+                      "the execution to close")
+
+
+def call(request: Any, ddb: Any, sfn: Any) -> dict[str, Any]:
+    return dict(completion.answer(request, tenant_id=TENANT, table=LEDGER_TABLE, ddb=ddb, sfn=sfn, now=1000.0,
+                                  log=BoundLogger(get_logger("completion"), {"tenant": TENANT})))
+
+
+def test_confirm_ends_the_wait_and_the_file_goes_on(waiting, ddb, sfn) -> None:
+    """GIVEN a file waiting for the core system WHEN the core system confirms it by its id
+    THEN the execution leaves the wait successfully and the ledger keeps the answer."""
+    answer = call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
+
+    assert answer == {"status": 200, "message": f"file {EVENT_ID} confirmed"}
+    assert closed(sfn, waiting["execution_arn"])["status"] == "SUCCEEDED"
+    assert position(ddb)["completion_answer"] == {"S": "confirmed"}
+
+
+def test_reject_fails_the_file_with_the_reason(waiting, ddb, sfn) -> None:
+    """GIVEN a waiting file WHEN the core system rejects it with a reason THEN the execution
+    fails with CompletionRejected and the ledger keeps the reason (moto drops SendTaskFailure's
+    cause; AWS keeps it in the execution too)."""
+    answer = call({"action": "reject", "tenant": TENANT, "file": EVENT_ID, "reason": "totals do not match"}, ddb, sfn)
+
+    assert answer["status"] == 200
+    assert closed(sfn, waiting["execution_arn"])["error"] == COMPLETION_REJECTED_ERROR
+    assert position(ddb)["completion_reason"] == {"S": "totals do not match"}
+
+
+def test_waiting_names_the_file_and_never_the_token(waiting, ddb, sfn) -> None:
+    """GIVEN a waiting file WHEN the core system asks which file waits THEN it gets the file's
+    id, key, version and record count, and nothing of the task token."""
+    answer = call({"action": "waiting", "tenant": TENANT}, ddb, sfn)
+
+    assert answer["status"] == 200
+    assert {k: answer["file"][k] for k in ("file", "key", "version_id", "record_count")} == {
+        "file": EVENT_ID, "key": "acme/a.csv", "version_id": "v1", "record_count": 7}
+    assert position(ddb)["completion_token"]["S"] not in json.dumps(answer)
+
+
+def test_heartbeat_is_accepted_while_the_file_waits(waiting, ddb, sfn) -> None:
+    answer = call({"action": "heartbeat", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
+
+    assert answer == {"status": 200, "message": f"heartbeat recorded for file {EVENT_ID}"}
+    assert sfn.describe_execution(executionArn=waiting["execution_arn"])["status"] == "RUNNING"
+
+
+def test_fails_when_the_tenant_is_another(waiting, ddb, sfn) -> None:
+    answer = call({"action": "confirm", "tenant": "globex", "file": EVENT_ID}, ddb, sfn)
+
+    assert answer == {"status": 403, "message": "this is tenant acme's completion entry point, not tenant 'globex''s"}
+    assert sfn.describe_execution(executionArn=waiting["execution_arn"])["status"] == "RUNNING"
+
+
+def test_fails_when_the_file_is_not_the_current_one(waiting, ddb, sfn) -> None:
+    answer = call({"action": "confirm", "tenant": TENANT, "file": "event-0000"}, ddb, sfn)
+
+    assert answer == {"status": 404, "message": "file 'event-0000' is not tenant acme's current file"}
+    assert sfn.describe_execution(executionArn=waiting["execution_arn"])["status"] == "RUNNING"
+
+
+def test_fails_when_the_file_was_already_answered(waiting, ddb, sfn) -> None:
+    """GIVEN a confirmed file WHEN a rejection of it follows THEN it is refused: the first answer stands."""
+    call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
+    closed(sfn, waiting["execution_arn"])
+
+    answer = call({"action": "reject", "tenant": TENANT, "file": EVENT_ID, "reason": "late"}, ddb, sfn)
+
+    assert answer == {"status": 409, "message": f"file {EVENT_ID} was already confirmed"}
+    assert sfn.describe_execution(executionArn=waiting["execution_arn"])["status"] == "SUCCEEDED"
+
+
+def test_fails_when_the_token_belongs_to_an_earlier_attempt(waiting, ddb, sfn) -> None:
+    """GIVEN the file was resumed (a new execution) and has not reached its wait yet WHEN the
+    core system confirms THEN it is refused: the token on the position is the old attempt's."""
+    ddb.update_item(TableName=LEDGER_TABLE, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}},
+                    UpdateExpression="SET execution = :e", ExpressionAttributeValues={":e": {"S": "resumed-1"}})
+
+    answer = call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
+
+    assert answer == {"status": 409, "message": f"file {EVENT_ID} is not waiting for an answer yet (it is being sent again)"}
+
+
+def test_fails_when_the_file_is_no_longer_running(waiting, ddb, sfn) -> None:
+    ddb.update_item(TableName=LEDGER_TABLE, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}},
+                    UpdateExpression="SET #s = :s", ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":s": {"S": "FAILED"}})
+
+    answer = call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
+
+    assert answer == {"status": 409, "message": f"file {EVENT_ID} is not waiting for an answer (its state: FAILED)"}
+
+
+def test_fails_when_step_functions_no_longer_waits_on_the_token(waiting, ddb, sfn) -> None:
+    """GIVEN the wait ended without the ledger knowing (here: the token answered behind the
+    entry point's back; on AWS also a timeout) WHEN the core system confirms THEN Step
+    Functions refuses the token, the answer says so and the ledger records no answer."""
+    sfn.send_task_success(taskToken=position(ddb)["completion_token"]["S"], output="{}")
+    closed(sfn, waiting["execution_arn"])
+
+    answer = call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
+
+    assert answer == {"status": 409, "message": "the file is no longer waiting for an answer (timed out or closed)"}
+    assert "completion_answer" not in position(ddb)
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        ({"action": "approve", "tenant": TENANT, "file": EVENT_ID},
+         "action 'approve' is not one of waiting, confirm, reject, heartbeat"),
+        ({"action": "confirm", "tenant": TENANT}, "'file' must be the waiting file's id (as 'waiting' returns it)"),
+        ({"action": "reject", "tenant": TENANT, "file": EVENT_ID},
+         "a rejection needs a 'reason' (a short summary, no record content)"),
+        ({"action": "reject", "tenant": TENANT, "file": EVENT_ID, "reason": "x" * (MAX_REJECT_REASON + 1)},
+         f"'reason' is {MAX_REJECT_REASON + 1} characters; at most {MAX_REJECT_REASON}"),
+        ({"action": "confirm", "tenant": TENANT, "file": EVENT_ID, "reason": "fine"}, "'reason' goes with 'reject' only"),
+        ({"action": "confirm", "tenant": TENANT, "file": EVENT_ID, "token": "x"}, "unknown field(s) token"),
+        ("confirm", "the request must be a JSON object with 'action' and 'tenant'"),
+    ],
+)
+def test_fails_when_the_request_is_malformed(waiting, ddb, sfn, request_, message) -> None:
+    answer = call(request_, ddb, sfn)
+
+    assert answer == {"status": 400, "message": message}
+    assert sfn.describe_execution(executionArn=waiting["execution_arn"])["status"] == "RUNNING"
+
+
+def test_a_refusal_is_logged_as_a_warning_not_an_error(waiting, ddb, sfn, logs) -> None:
+    """A caller's mistake must not page on-call (the ERROR-log alarm)."""
+    call({"action": "confirm", "tenant": TENANT, "file": "nope"}, ddb, sfn)
+
+    assert not logs.errors()
+    assert any("refused" in message for message in logs.at(30))
