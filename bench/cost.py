@@ -144,8 +144,10 @@ class TenantFacts:
     """What the cost depends on, read from one tenant's synthesized template."""
 
     parent: dict[str, Any]
+    section: dict[str, Any]
     page: dict[str, Any]
     chunks_per_page: int
+    pages_per_section: int
     max_chunks: int
     memory_mb: dict[str, int]
     alarms: int
@@ -162,10 +164,13 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
     resources = template["Resources"]
     machines = {lid: r for lid, r in resources.items() if r["Type"] == "AWS::StepFunctions::StateMachine"}
     (page_id,) = [lid for lid in machines if lid.startswith("PipelinePageWorkflow")]
-    (parent_id,) = [lid for lid in machines if lid != page_id]
-    parent, page = definition(machines[parent_id]), definition(machines[page_id])
+    (section_id,) = [lid for lid in machines if lid.startswith("PipelineSectionWorkflow")]
+    (parent_id,) = [lid for lid in machines if lid not in (page_id, section_id)]
+    parent, section, page = (definition(machines[i]) for i in (parent_id, section_id, page_id))
     step = re.search(r"States\.ArrayRange\([^)]*, (\d+)\)", json.dumps(parent["States"]["Pages"]))
     assert step, "the Pages state no longer steps by chunks_per_page"
+    span = re.search(r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", json.dumps(section["States"]["SectionEnd"]))
+    assert span, "the SectionEnd state no longer spans chunks_per_page x pages_per_section"
     memory, max_chunks = {}, 0
     for resource in resources.values():
         if resource["Type"] != "AWS::Lambda::Function":
@@ -177,7 +182,9 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
     alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
     alarm_metrics = sum(sum(1 for m in a["Metrics"] if "MetricStat" in m) if "Metrics" in a else 1 for a in alarms)
     log_groups = sum(1 for r in resources.values() if r["Type"] == "AWS::Logs::LogGroup")
-    return TenantFacts(parent=parent, page=page, chunks_per_page=int(step.group(1)), max_chunks=max_chunks,
+    chunks_per_page = int(step.group(1))
+    return TenantFacts(parent=parent, section=section, page=page, chunks_per_page=chunks_per_page,
+                       pages_per_section=(int(span.group(1)) + 1) // chunks_per_page, max_chunks=max_chunks,
                        memory_mb=memory, alarms=len(alarms), alarm_metrics=alarm_metrics, log_groups=log_groups)
 
 
@@ -187,7 +194,9 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
 #: walk: a changed workflow must be looked at, not priced silently.
 Decide = Callable[[dict[str, int]], str]
 CHOICES: dict[str, Decide] = {
-    "AnyChunks": lambda ctx: "Pages" if ctx["chunks"] > 0 else "RecordSuccess",
+    "AnyChunks": lambda ctx: "Sections" if ctx["chunks"] > 0 else "RecordSuccess",
+    "OneSection": lambda ctx: "Pages" if ctx["sections"] == 1 else "SectionsInOrder",
+    "LastSection": lambda ctx: "ClampSection" if ctx["section_pages"] < ctx["pages_per_section"] else "SectionPages",
     "LastPage": lambda ctx: "ClampToFile" if ctx["page_chunks"] < ctx["chunks_per_page"] else "PageChunks",
     "ChunkDone": lambda ctx: "ChunkRegistered",
 }
@@ -219,19 +228,26 @@ def pages_of(chunks: int, per_page: int) -> list[int]:
 
 
 def transitions(facts: TenantFacts, chunks: int) -> tuple[int, int]:
-    """(the file's execution, all its page executions) on the success path."""
+    """(the file's execution, all its child executions: sections and pages) on the success path."""
     pages = pages_of(chunks, facts.chunks_per_page)
+    sections = pages_of(len(pages), facts.pages_per_section)  # pages per section
 
-    def parent_items(_: str, ctx: dict[str, int]) -> list[dict[str, int]]:
-        return [ctx for _ in pages]  # RunPage: one task per page; the page runs as its own execution
+    def parent_items(name: str, ctx: dict[str, int]) -> list[dict[str, int]]:
+        # RunPage or RunSection: one task per child; the child runs as its own execution
+        return [ctx for _ in (sections if name == "SectionsInOrder" else pages)]
+
+    def section_items(_: str, ctx: dict[str, int]) -> list[dict[str, int]]:
+        return [ctx] * ctx["section_pages"]
 
     def page_items(_: str, ctx: dict[str, int]) -> list[dict[str, int]]:
         return [ctx] * ctx["page_chunks"]
 
-    parent = walk(facts.parent, {"chunks": chunks}, parent_items)
+    parent = walk(facts.parent, {"chunks": chunks, "sections": len(sections)}, parent_items)
+    section = sum(walk(facts.section, {"section_pages": n, "pages_per_section": facts.pages_per_section},
+                       section_items) for n in sections) if len(sections) > 1 else 0
     page = sum(walk(facts.page, {"page_chunks": n, "chunks_per_page": facts.chunks_per_page}, page_items)
                for n in pages)
-    return parent, page
+    return parent, section + page
 
 
 # -- one tenant's month ------------------------------------------------------------------------------

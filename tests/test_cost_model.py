@@ -34,10 +34,24 @@ def test_the_docs_tables_are_what_the_script_computes_from_the_templates(facts):
 
 def test_one_chunk_walks_every_state_of_the_success_path_once(facts):
     """GIVEN a one-chunk file WHEN its transitions are walked through the definitions THEN the
-    file's execution enters its 7 states once (Split, AnyChunks, Pages, PagesInOrder, RunPage,
-    RecordSuccess, FileIngested) and the page's 8 (PageEnd, LastPage, ClampToFile on the short
-    page, PageChunks, ChunksInOrder, RegisterChunk, ChunkDone, ChunkRegistered)."""
-    assert cost.transitions(facts["c100b1"], chunks=1) == (7, 8)
+    file's execution enters its 9 states once (Split, AnyChunks, Sections, OneSection, Pages,
+    PagesInOrder, RunPage, RecordSuccess, FileIngested) and the page's 8 (PageEnd, LastPage,
+    ClampToFile on the short page, PageChunks, ChunksInOrder, RegisterChunk, ChunkDone,
+    ChunkRegistered)."""
+    assert cost.transitions(facts["c100b1"], chunks=1) == (9, 8)
+
+
+def test_a_file_of_two_sections_runs_them_as_section_executions(facts):
+    """GIVEN a file of one page more than a section holds WHEN walked THEN the file's execution
+    takes the sections path (RunSection twice instead of RunPage per page), and the children's
+    transitions are the pages' plus two sections' own states (SectionEnd, LastSection,
+    ClampSection on the short one, SectionPages, PagesInOrder, and a RunPage per page)."""
+    f = facts["c100b1"]
+    per_section = f.chunks_per_page * f.pages_per_section
+    parent, children = cost.transitions(f, chunks=per_section + f.chunks_per_page)
+    pages_only = cost.transitions(f, chunks=per_section)[1] + cost.transitions(f, chunks=f.chunks_per_page)[1]
+    assert parent == 9 - 3 + 1 + 2  # Pages, PagesInOrder, RunPage out; SectionsInOrder, 2 x RunSection in
+    assert children == pages_only + (4 + f.pages_per_section) + (5 + 1)
 
 
 def test_transitions_grow_by_three_a_chunk_and_five_a_page(facts):
