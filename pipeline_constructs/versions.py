@@ -7,7 +7,10 @@ How it fits together (README, "Versions, aliases and rollback"):
 - `publish_version`: an `AWS::StepFunctions::StateMachineVersion` tied to the state machine's
   revision (`StateMachineRevisionId`). The property needs replacement when it changes, so a
   deploy that changes a definition publishes a new version; `Retain` on update and delete
-  keeps the earlier one, the rollback target (and the version in-flight executions run on).
+  keeps the earlier one, the rollback target (and the version in-flight executions run on;
+  CloudFormation's default would delete it: aws/aws-cdk#27250, and
+  https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-stepfunctions-statemachineversion.html
+  warns not to delete a version long-running workflows name).
   Step Functions keeps up to 1,000 versions per state machine, deleted by hand
   (https://docs.aws.amazon.com/step-functions/latest/apireference/API_PublishStateMachineVersion.html).
 - `live_alias`: an `AWS::StepFunctions::StateMachineAlias` named `live` routing 100 % to the
