@@ -139,7 +139,9 @@ class TenantPipeline(Construct):
     ``functions`` (role -> Lambda function), ``log_groups`` (role -> log group, the
     workflow's included), ``state_machine``, ``alarms`` (name -> alarm). Metrics:
     ``metric_head_message_wait``, ``metric_queue_age``, ``metric_error_log_lines(role)``,
-    ``metric_executions_failed|timed_out|aborted|throttled``; ``intake_dlq`` (standard queue
+    ``metric_executions_failed|timed_out|aborted|throttled``; ``version``, ``section_version``,
+    ``page_version`` (each deploy's version of the three state machines) and ``alias`` (`live`,
+    which the controller starts files through; versions.py); ``intake_dlq`` (standard queue
     of the events EventBridge could not deliver), ``metric_intake_dlq_messages``,
     ``metric_intake_failed_invocations``; ``metric_quarantined_messages``.
     """
