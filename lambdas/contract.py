@@ -576,9 +576,13 @@ FAILED_STATUSES = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
 
 
 def execution_arn(state_machine_arn: str, execution_name: str) -> str:
-    """`arn:P:states:R:A:stateMachine:NAME` -> `arn:P:states:R:A:execution:NAME:EXEC`."""
+    """`arn:P:states:R:A:stateMachine:NAME` -> `arn:P:states:R:A:execution:NAME:EXEC`.
+
+    A version or alias ARN (`...:stateMachine:NAME:live`, `...:NAME:3`) gives the same: an
+    execution started through one is named after the state machine, without the qualifier
+    (README, "Versions, aliases and rollback")."""
     parts = state_machine_arn.split(":")
-    if len(parts) != 7 or parts[5] != "stateMachine":
+    if len(parts) not in (7, 8) or parts[5] != "stateMachine" or not all(parts[6:]):
         raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
     return ":".join([*parts[:5], "execution", parts[6], execution_name])
 

@@ -177,6 +177,8 @@ def moto_patches(*, invoker: LambdaInvoker, time_scale: float, status_events: bo
         stack.enter_context(_scaled_retry_sleeps(time_scale))
         stack.enter_context(_sqs_long_poll_sleeps())
         stack.enter_context(_cfn_state_machines_in_the_executing_backend())
+        stack.enter_context(_cfn_state_machine_versions_and_aliases())
+        stack.enter_context(_sfn_starts_through_aliases_and_versions())
         stack.enter_context(_sfn_start_execution_task_calls_boto_with_its_member_names())
         stack.enter_context(_states_errors_pass_through_fail_states_and_maps())
         stack.enter_context(_sync_tasks_poll_often())
@@ -565,3 +567,157 @@ def _map_iterations_loop() -> Any:
             self._job_pool.close_job(job)
 
     return _patched(IterationWorker, "_eval_pool", _eval_pool)
+
+
+# --- state machine versions and aliases (pipeline_constructs/versions.py) ------------------
+
+
+def _cfn_versions_models() -> tuple[type, type]:
+    """`AWS::StepFunctions::StateMachineVersion` and `::StateMachineAlias` for moto's
+    CloudFormation, which has neither (moto 5.2.5 implements the API only). A version publishes
+    the state machine's current definition (Ref and `Arn`: the version ARN); an alias routes to
+    its versions (Ref and `Arn`: the alias ARN)."""
+    from moto.core.common_models import CloudFormationModel
+    from moto.stepfunctions.responses import get_backend
+
+    class _Published:  # moto looks for CloudFormationModel's *direct* subclasses only
+        def __init__(self, arn: str) -> None:
+            self.arn = arn
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.arn
+
+        @classmethod
+        def has_cfn_attr(cls, attr: str) -> bool:  # noqa: D102
+            return attr == "Arn"
+
+        def get_cfn_attribute(self, attribute_name: str) -> str:
+            return self.arn
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return ""
+
+    class CfnStateMachineVersion(_Published, CloudFormationModel):
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::StepFunctions::StateMachineVersion"
+
+        @classmethod
+        def create_from_cloudformation_json(  # type: ignore[override]
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any
+        ) -> _Published:
+            props = cloudformation_json["Properties"]
+            machine = get_backend(account_id, region_name).describe_state_machine(props["StateMachineArn"])
+            machine.publish(props.get("Description"))
+            return cls(machine.latest_version.arn)
+
+    class CfnStateMachineAlias(_Published, CloudFormationModel):
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::StepFunctions::StateMachineAlias"
+
+        @classmethod
+        def create_from_cloudformation_json(  # type: ignore[override]
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any
+        ) -> _Published:
+            props = cloudformation_json["Properties"]
+            routes = [{"stateMachineVersionArn": r["StateMachineVersionArn"], "weight": int(r["Weight"])}
+                      for r in props["RoutingConfiguration"]]
+            alias = get_backend(account_id, region_name).create_state_machine_alias(
+                name=props["Name"], routing_configuration=routes, description=props.get("Description")
+            )
+            return cls(alias.arn)
+
+    return CfnStateMachineVersion, CfnStateMachineAlias
+
+
+@contextmanager
+def _cfn_state_machine_versions_and_aliases() -> Iterator[None]:
+    """Register the two models (`_cfn_versions_models`) for the block: moto finds a resource
+    type among `CloudFormationModel`'s subclasses, in lru-cached maps cleared on entry and exit."""
+    from moto.cloudformation import parsing
+
+    def clear() -> None:
+        for cached in (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map):
+            cached.cache_clear()
+
+    models = _cfn_versions_models()
+    clear()
+    try:
+        yield
+    finally:
+        # A class cannot be unregistered from __subclasses__: make them unreachable instead.
+        for model in models:
+            model.cloudformation_type = staticmethod(lambda: "Custom::LocalRuntimeRemoved")  # type: ignore[method-assign]
+        clear()
+
+
+#: One start through a version or alias at a time: it lends the version's definition to the
+#: state machine for the moment moto snapshots it.
+_VERSIONED_START = threading.Lock()
+
+
+def _sfn_starts_through_aliases_and_versions() -> Any:
+    """moto 5.2.5 cannot start an execution through an alias ARN (`StateMachineDoesNotExist`)
+    and fails on a version ARN. Step Functions runs the version's definition (an alias's: the
+    version its routing picks), names the execution after the state machine
+    (`...:execution:<machine>:<name>`), lists it under the state machine, and reports
+    `stateMachineVersionArn` / `stateMachineAliasArn` in DescribeExecution. Do the same: run
+    the execution on the state machine with the version's definition, remember both ARNs."""
+    import random
+
+    from moto.stepfunctions.exceptions import ResourceNotFound
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    original = StepFunctionsParserBackend.start_execution
+
+    def start_execution(self: Any, state_machine_arn: str, name: Any = None, execution_input: Any = None,
+                        trace_header: Any = None) -> Any:
+        parts = state_machine_arn.split(":")
+        if len(parts) != 8:
+            return original(self, state_machine_arn, name, execution_input, trace_header)
+        machine_arn, qualifier = ":".join(parts[:7]), parts[7]
+        machine = self.describe_state_machine(machine_arn)
+        alias_arn = None
+        if not qualifier.isdigit():
+            alias = machine.aliases.get(qualifier)
+            if alias is None:
+                raise ResourceNotFound(f"State Machine Alias Does Not Exist: '{state_machine_arn}'")
+            alias_arn = alias.arn
+            routes = alias.routing_configuration
+            chosen = random.choices(routes, weights=[int(r["weight"]) for r in routes])[0]
+            qualifier = chosen["stateMachineVersionArn"].rsplit(":", 1)[1]
+        version = machine.versions.get(int(qualifier))
+        if version is None:
+            raise ResourceNotFound(f"State Machine Version Does Not Exist: '{state_machine_arn}'")
+        with _VERSIONED_START:
+            latest = machine.definition
+            machine.definition = version.definition
+            try:
+                execution = original(self, machine_arn, name, execution_input, trace_header)
+            finally:
+                machine.definition = latest
+        if not hasattr(execution, "state_machine_version_arn"):  # not an idempotent repeat
+            execution.state_machine_version_arn = version.arn
+            execution.state_machine_alias_arn = alias_arn
+        return execution
+
+    from moto.stepfunctions.responses import StepFunctionResponse
+
+    described = StepFunctionResponse.describe_execution
+
+    def describe_execution(self: Any) -> Any:
+        result = described(self)
+        execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
+        for field, value in (("stateMachineVersionArn", getattr(execution, "state_machine_version_arn", None)),
+                             ("stateMachineAliasArn", getattr(execution, "state_machine_alias_arn", None))):
+            if value:
+                result.result[field] = value
+        return result
+
+    stack = ExitStack()
+    stack.enter_context(_patched(StepFunctionsParserBackend, "start_execution", start_execution))
+    stack.enter_context(_patched(StepFunctionResponse, "describe_execution", describe_execution))
+    return stack

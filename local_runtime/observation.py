@@ -100,7 +100,8 @@ class Observer:
     def executions(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's executions, oldest first, as DescribeExecution returns them
         (``executionArn``, ``name``, ``status``, ``startDate``, ``stopDate``, ``error``,
-        ``cause``) with ``input``/``output`` parsed, plus the file's ``key`` and ``version_id``."""
+        ``cause``, ``stateMachineVersionArn``, ``stateMachineAliasArn``) with ``input``/``output``
+        parsed, plus the file's ``key`` and ``version_id``."""
         sfn = self._client("stepfunctions")
         described = []
         for item in self.list_executions(tenant):
@@ -119,6 +120,9 @@ class Observer:
                     "cause": detail.get("cause"),
                     "key": execution_input.get("key"),
                     "version_id": execution_input.get("version_id"),
+                    # started through the `live` alias: the version it ran on, and the alias
+                    "stateMachineVersionArn": detail.get("stateMachineVersionArn"),
+                    "stateMachineAliasArn": detail.get("stateMachineAliasArn"),
                 }
             )
         return sorted(described, key=lambda e: (e["startDate"], e["name"]))

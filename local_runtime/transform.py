@@ -96,6 +96,10 @@ def prepare(
             _override_environment(prepared, logical_id, props, environment)
         elif kind == "AWS::StepFunctions::StateMachine":
             _scale_state_machine(logical_id, props, time_scale)
+        elif kind == "AWS::StepFunctions::StateMachineVersion":
+            # moto has no revisions (nor their GetAtt): a local stack is created once, and
+            # publishes the definition it just created.
+            props.pop("StateMachineRevisionId", None)
     removed = {logical_id for logical_id, _ in prepared.not_created} | {
         m.logical_id for m in prepared.mappings
     }

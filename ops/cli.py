@@ -184,7 +184,7 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
         return _reconcile(args, tenant, clients, out)
     ledger = Ledger(ddb, tenant.ledger_table, tenant.tenant_id)
     if args.command == "resume":
-        outcome = operations.resume(ledger, clients("stepfunctions"), tenant.state_machine_arn, now)
+        outcome = operations.resume(ledger, clients("stepfunctions"), tenant.start_arn, now)
     elif args.command == "skip-gap":
         if tenant.ordering != "key_sequence":
             raise operations.NothingToDo(f"tenant {tenant.tenant_id} is ordered by {tenant.ordering}: it has no sequence gaps")

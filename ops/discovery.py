@@ -38,6 +38,14 @@ class TenantResources:
     closer_function_name: str = ""
     #: The shared landing bucket (the shared stack's `LandingBucketName`; "" if not output).
     landing_bucket: str = ""
+    #: The `live` alias of the file workflow, which `ops resume` starts through ("" for a stack
+    #: deployed before versions: then the state machine itself).
+    state_machine_alias_arn: str = ""
+
+    @property
+    def start_arn(self) -> str:
+        """What a resumed file starts through: the `live` alias, as the controller does."""
+        return self.state_machine_alias_arn or self.state_machine_arn
 
 
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
@@ -86,6 +94,7 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
                 intake_dlq_url=outputs.get(path + "IntakeDlqUrl", ""),
                 closer_function_name=outputs.get(path + "CloserFunctionName", ""),
                 landing_bucket=_outputs(shared).get("LandingBucketName", ""),
+                state_machine_alias_arn=outputs.get(path + "StateMachineAliasArn", ""),
             )
     return found
 

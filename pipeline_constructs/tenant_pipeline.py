@@ -25,6 +25,7 @@ from pipeline_constructs import budgets, names
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge
+from pipeline_constructs.versions import ALIAS_NAME, PinnedChild, live_alias, publish_version
 from pipeline_constructs.workflow import (
     CompletionWait,
     build_definition,
@@ -157,7 +158,9 @@ class TenantPipeline(Construct):
     ``functions`` (role -> Lambda function), ``log_groups`` (role -> log group, the
     workflow's included), ``state_machine``, ``alarms`` (name -> alarm). Metrics:
     ``metric_head_message_wait``, ``metric_queue_age``, ``metric_error_log_lines(role)``,
-    ``metric_executions_failed|timed_out|aborted|throttled``; ``intake_dlq`` (standard queue
+    ``metric_executions_failed|timed_out|aborted|throttled``; ``version``, ``section_version``,
+    ``page_version`` (each deploy's version of the three state machines) and ``alias`` (`live`,
+    which the controller starts files through; versions.py); ``intake_dlq`` (standard queue
     of the events EventBridge could not deliver), ``metric_intake_dlq_messages``,
     ``metric_intake_failed_invocations``; ``metric_quarantined_messages``.
     """
@@ -364,8 +367,11 @@ class TenantPipeline(Construct):
                 build_definition(
                     Construct(self, "Steps"),  # state names are construct ids: keep them apart
                     split_function=self.split.function,
-                    page_state_machine=self._child_by_name(names.PAGE_STATE_MACHINE, "PageByName"),
-                    section_state_machine=self._child_by_name(names.SECTION_STATE_MACHINE, "SectionByName"),
+                    page_state_machine=PinnedChild(self._child_by_name(names.PAGE_STATE_MACHINE, "PageByName"),
+                                                   self.page_version.attr_arn),
+                    section_state_machine=PinnedChild(
+                        self._child_by_name(names.SECTION_STATE_MACHINE, "SectionByName"), self.section_version.attr_arn
+                    ),
                     closer_function=self.closer.function,
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
@@ -380,6 +386,7 @@ class TenantPipeline(Construct):
             ),
             tracing_enabled=props.tracing,
         )
+        self._publish_file_workflow()
 
         # Backstop of the workflow's last state (status-change events are best effort, and the
         # workflow cannot record a timeout or an abort itself); RUNNING too, to stop an
@@ -423,7 +430,9 @@ class TenantPipeline(Construct):
             environment=contract.environment(
                 contract.ControllerEnv(
                     tenant_id=tenant_id,
-                    state_machine_arn=self.state_machine.state_machine_arn,
+                    # The `live` alias: a file runs on the version this deploy published (or
+                    # the one an operator rolled back to); execution ARNs drop the qualifier.
+                    state_machine_arn=self.alias.attr_arn,
                     ledger_table_name=props.ledger_table.table_name,
                     queue_url=self.queue.queue_url,
                     metric_namespace=contract.METRIC_NAMESPACE,
@@ -755,6 +764,10 @@ class TenantPipeline(Construct):
             ),
             tracing_enabled=props.tracing,
         )
+        self.page_version = publish_version(
+            self, "PageWorkflowVersion", self.page_state_machine,
+            f"Tenant {self.tenant_id}'s page workflow as one deploy published it",
+        )
 
     def _section_state_machine(self, props: TenantPipelineProps) -> None:
         """The middle state machine: one section of a file's pages per execution, started (and
@@ -777,7 +790,9 @@ class TenantPipeline(Construct):
             definition_body=sfn.DefinitionBody.from_chainable(
                 build_section_definition(
                     Construct(self, "SectionSteps"),
-                    page_state_machine=self._child_by_name(names.PAGE_STATE_MACHINE, "PageBySectionName"),
+                    page_state_machine=PinnedChild(
+                        self._child_by_name(names.PAGE_STATE_MACHINE, "PageBySectionName"), self.page_version.attr_arn
+                    ),
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
                 )
@@ -788,6 +803,24 @@ class TenantPipeline(Construct):
                 destination=self.section_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
             tracing_enabled=props.tracing,
+        )
+        # Its definition names the page version: a page change publishes a section version too.
+        self.section_version = publish_version(
+            self, "SectionWorkflowVersion", self.section_state_machine,
+            f"Tenant {self.tenant_id}'s section workflow as one deploy published it",
+        )
+
+    def _publish_file_workflow(self) -> None:
+        """The parent's version (its definition names the children's versions, so any change
+        of the three publishes one) and the `live` alias the controller starts files through."""
+        self.version = publish_version(
+            self, "WorkflowVersion", self.state_machine,
+            f"Tenant {self.tenant_id}'s file workflow (and, pinned, its section and page versions) as one deploy "
+            "published it",
+        )
+        self.alias = live_alias(
+            self, "WorkflowLiveAlias", self.version,
+            f"Tenant {self.tenant_id}'s files start here; point it at an earlier version to roll back",
         )
 
     def _grant_own_ledger(self, role: iam.IRole, props: TenantPipelineProps, *actions: str) -> None:
@@ -804,7 +837,17 @@ class TenantPipeline(Construct):
     def _grant_controller(self, props: TenantPipelineProps) -> None:
         """Start and describe only this tenant's workflow; touch only this tenant's ledger items."""
         role = self.controller.role
-        self.state_machine.grant_start_execution(role)
+        # Step Functions authorizes a start through an alias on the unqualified ARN; the
+        # qualifier condition allows only the `live` alias (not the latest revision, nor a
+        # version by number). https://docs.aws.amazon.com/step-functions/latest/dg/auth-version-alias.html
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="StartThroughLiveAlias",
+                actions=["states:StartExecution"],
+                resources=[self.state_machine.state_machine_arn],
+                conditions={"StringEquals": {"states:StateMachineQualifier": ALIAS_NAME}},
+            )
+        )
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="DescribeOwnExecutions",
@@ -856,6 +899,8 @@ class TenantPipeline(Construct):
             "TenantId": self.tenant_id,
             "QueueUrl": self.queue.queue_url,
             "StateMachineArn": self.state_machine.state_machine_arn,
+            # `ops resume` starts the resumed execution through it, as the controller does.
+            "StateMachineAliasArn": self.alias.attr_arn,
             "LandingPrefix": self.landing_prefix,
             "OnFailure": props.on_failure,
             "Ordering": props.ordering,

@@ -54,6 +54,7 @@ from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import budgets
+from pipeline_constructs.versions import PinnedChild, StartPinnedExecution
 
 #: Transient errors of the Lambda service itself. The seed's retrier, plus SDK client errors.
 LAMBDA_TRANSIENT_ERRORS = (
@@ -217,16 +218,21 @@ def build_page_definition(
     return page_end.next(last_page)
 
 
-def _run_child(scope: Construct, construct_id: str, state_machine: sfn.IStateMachine, name_format: str,
-               comment: str) -> tasks.StepFunctionsStartExecution:
+def _run_child(scope: Construct, construct_id: str, state_machine: sfn.IStateMachine | PinnedChild,
+               name_format: str, comment: str) -> tasks.StepFunctionsStartExecution:
     """A `.sync:2` task that starts a child execution named `name_format` of the file's parent
     execution (`$.execution_name`) and the child's first chunk, and waits for it. A failed
-    child is not retried: the file fails and halts the tenant (resume continues it)."""
-    run = tasks.StepFunctionsStartExecution(
+    child is not retried: the file fails and halts the tenant (resume continues it). A
+    `PinnedChild` is started by its version ARN (versions.py: the parent's version pins it)."""
+    if isinstance(state_machine, PinnedChild):
+        task_type, target = StartPinnedExecution, {"child": state_machine}
+    else:
+        task_type, target = tasks.StepFunctionsStartExecution, {"state_machine": state_machine}
+    run = task_type(
         scope,
         construct_id,
         comment=comment,
-        state_machine=state_machine,
+        **target,
         integration_pattern=sfn.IntegrationPattern.RUN_JOB,
         name=sfn.JsonPath.format(
             name_format,
@@ -246,7 +252,7 @@ def _run_child(scope: Construct, construct_id: str, state_machine: sfn.IStateMac
     return run
 
 
-def _pages_in_order(scope: Construct, page_state_machine: sfn.IStateMachine, items_path: str,
+def _pages_in_order(scope: Construct, page_state_machine: sfn.IStateMachine | PinnedChild, items_path: str,
                     page_fields: dict[str, object]) -> sfn.Map:
     """`PagesInOrder`: one page execution at a time over the page starts at `items_path`."""
     run_page = _run_child(scope, "RunPage", page_state_machine, contract.PAGE_EXECUTION_NAME_FORMAT,
@@ -266,7 +272,7 @@ def _pages_in_order(scope: Construct, page_state_machine: sfn.IStateMachine, ite
 def build_section_definition(
     scope: Construct,
     *,
-    page_state_machine: sfn.IStateMachine,
+    page_state_machine: sfn.IStateMachine | PinnedChild,
     chunks_per_page: int,
     pages_per_section: int,
 ) -> sfn.IChainable:
@@ -307,8 +313,8 @@ def build_definition(
     scope: Construct,
     *,
     split_function: lambda_.IFunction,
-    page_state_machine: sfn.IStateMachine,
-    section_state_machine: sfn.IStateMachine,
+    page_state_machine: sfn.IStateMachine | PinnedChild,
+    section_state_machine: sfn.IStateMachine | PinnedChild,
     closer_function: lambda_.IFunction,
     chunks_per_page: int,
     pages_per_section: int,

@@ -117,6 +117,34 @@ def test_resume_continues_the_failed_file_at_its_first_unacknowledged_record(dep
     assert (position.status, position.halted, position.execution) == ("RUNNING", False, "evt-a-r1")
 
 
+def test_resume_starts_the_resumed_file_through_the_live_alias_the_stack_outputs(deployment, monkeypatch):
+    """GIVEN a tenant stack that outputs its workflow's `live` alias WHEN the operator resumes
+    THEN the resumed execution is started through the alias (the version it points at now, as
+    the controller starts files), and ops finds it by the state machine's execution ARN."""
+    alias = f"{deployment.machine}:live"
+    deployment.clients("cloudformation").update_stack(StackName="OrderedIngest-Tenant-acme", TemplateBody=stack({
+        "TenantId": "acme", "QueueUrl": deployment.queue_url, "StateMachineArn": deployment.machine,
+        "LandingPrefix": "acme/", "OnFailure": "halt", "StateMachineAliasArn": alias,
+    }))
+    deployment.failed_file(next_record=250)
+    started: list[str] = []
+    sfn, real_start = deployment.sfn, deployment.sfn.start_execution
+
+    def start_execution(**kwargs: Any) -> Any:  # moto's mock cannot start through an alias
+        started.append(kwargs["stateMachineArn"])
+        return real_start(**{**kwargs, "stateMachineArn": deployment.machine})
+
+    monkeypatch.setattr(sfn, "start_execution", start_execution)
+    clients = deployment.clients
+    monkeypatch.setattr(deployment, "clients", lambda service: sfn if service == "stepfunctions" else clients(service))
+
+    code, out = deployment.ops("resume", "acme")
+
+    assert code == EXIT_OK, out
+    assert started == [alias]
+    assert deployment.ops("status", "acme", "--json")[0] == EXIT_OK
+
+
 def test_resume_and_skip_refuse_when_there_is_nothing_to_do(deployment):
     assert deployment.ops("resume", "acme")[0] == EXIT_NOTHING_TO_DO
     assert deployment.ops("skip", "acme", "--reason", "x")[0] == EXIT_NOTHING_TO_DO

@@ -132,7 +132,9 @@ def test_controller_runs_one_message_at_a_time_and_finishes_before_the_visibilit
 def test_controller_environment_names_its_own_workflow_queue_and_the_ledger(acme):
     env = function_named(acme, "acme-controller")["Properties"]["Environment"]["Variables"]
     assert env["TENANT_ID"] == "acme"
-    assert env["STATE_MACHINE_ARN"] == {"Ref": _machine_id(acme)}
+    # files start through the workflow's `live` alias (versions.py)
+    (alias_id,) = acme.find_resources("AWS::StepFunctions::StateMachineAlias")
+    assert env["STATE_MACHINE_ARN"] == {"Fn::GetAtt": [alias_id, "Arn"]}
     assert "LedgerTable" in env["LEDGER_TABLE_NAME"]["Fn::ImportValue"]
     assert env["QUEUE_URL"] == {"Ref": _queue_id(acme)}
     assert env["METRIC_NAMESPACE"] == "OrderedIngest"
@@ -420,7 +422,9 @@ def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_o
     statements = policy_statements_of_role(acme, "PipelineControllerRole")
     by_sid = {s.get("Sid"): s for s in statements}
     start = next(s for s in statements if s["Action"] == "states:StartExecution")
+    # authorized on the unqualified ARN, only through the `live` alias
     assert start["Resource"] == {"Ref": _machine_id(acme)}
+    assert start["Condition"] == {"StringEquals": {"states:StateMachineQualifier": "live"}}
     describe = by_sid["DescribeOwnExecutions"]
     assert describe["Action"] == "states:DescribeExecution"
     assert describe["Resource"]["Fn::Join"][1][-1] == ":execution:acme-file-ingest-workflow:*"

@@ -146,6 +146,22 @@ def test_execution_arn_is_derived_from_the_state_machine_arn():
         contract.execution_arn("arn:aws:states:eu-west-1:1:activity:x", "evt-1")
 
 
+@pytest.mark.parametrize("qualifier", ["live", "3"])
+def test_execution_arn_of_an_alias_or_version_drops_the_qualifier(qualifier: str):
+    """GIVEN the ARN of the `live` alias or of a version (what the controller starts through)
+    WHEN deriving an execution ARN THEN it is the state machine's: Step Functions names an
+    execution started through an alias or version after the state machine alone."""
+    assert (
+        contract.execution_arn(f"arn:aws:states:eu-west-1:111122223333:stateMachine:acme-wf:{qualifier}", "evt-1")
+        == "arn:aws:states:eu-west-1:111122223333:execution:acme-wf:evt-1"
+    )
+
+
+def test_fails_when_the_qualifier_of_a_state_machine_arn_is_empty():
+    with pytest.raises(ValueError, match="not a state machine ARN: 'arn:aws:states:eu-west-1:1:stateMachine:acme-wf:'"):
+        contract.execution_arn("arn:aws:states:eu-west-1:1:stateMachine:acme-wf:", "evt-1")
+
+
 def test_idempotency_key_is_sha256_of_version_and_record_index():
     """GIVEN an object version and record index WHEN keyed THEN sha256 hex of bucket/key?versionId=V#I."""
     assert chunk_format.idempotency_key("landing", "acme/f.csv", "v1", 7) == hashlib.sha256(
