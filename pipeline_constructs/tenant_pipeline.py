@@ -735,80 +735,63 @@ class TenantPipeline(Construct):
         waited for) by the parent's `RunPage`. Its executions are not watched by the status
         rule: the parent's close is the file's close, and the register function's fence
         checks the parent's execution name, which the page carries."""
-        name = names.PAGE_STATE_MACHINE.render(self.tenant_id)
-        self.page_log_group = logs.LogGroup(
-            self,
-            "PageWorkflowLogs",
-            log_group_name=f"/aws/vendedlogs/states/{name}",
-            retention=logs.RetentionDays.THREE_MONTHS,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-        self.page_state_machine = sfn.StateMachine(
-            self,
-            "PageWorkflow",
-            state_machine_name=name,
-            role=self.workflow_role,
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_chainable(
-                build_page_definition(
-                    Construct(self, "PageSteps"),
-                    register_function=self.register.function,
-                    chunks_per_page=self.chunks_per_page,
-                    invocation_budget=self.invocation_budget,
-                )
+        self.page_log_group, self.page_state_machine, self.page_version = self._child_state_machine(
+            props, "Page", names.PAGE_STATE_MACHINE,
+            build_page_definition(
+                Construct(self, "PageSteps"),
+                register_function=self.register.function,
+                chunks_per_page=self.chunks_per_page,
+                invocation_budget=self.invocation_budget,
             ),
-            # A page never outlives its file (the parent has the same limit).
-            timeout=self._file_time_limit(props),
-            logs=sfn.LogOptions(
-                destination=self.page_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
-            ),
-            tracing_enabled=props.tracing,
-        )
-        self.page_version = publish_version(
-            self, "PageWorkflowVersion", self.page_state_machine,
-            f"Tenant {self.tenant_id}'s page workflow as one deploy published it",
         )
 
     def _section_state_machine(self, props: TenantPipelineProps) -> None:
         """The middle state machine: one section of a file's pages per execution, started (and
         waited for) by the parent's `RunSection` when a file has more pages than one section
-        holds. Like pages, its executions are not watched by the status rule."""
-        name = names.SECTION_STATE_MACHINE.render(self.tenant_id)
-        self.section_log_group = logs.LogGroup(
+        holds. Like pages, its executions are not watched by the status rule. Its definition
+        names the page version: a page change publishes a section version too."""
+        self.section_log_group, self.section_state_machine, self.section_version = self._child_state_machine(
+            props, "Section", names.SECTION_STATE_MACHINE,
+            build_section_definition(
+                Construct(self, "SectionSteps"),
+                page_state_machine=PinnedChild(
+                    self._child_by_name(names.PAGE_STATE_MACHINE, "PageBySectionName"), self.page_version.attr_arn
+                ),
+                chunks_per_page=self.chunks_per_page,
+                pages_per_section=self.pages_per_section,
+            ),
+        )
+
+    def _child_state_machine(
+        self, props: TenantPipelineProps, kind: str, name: names.DerivedName, definition: sfn.IChainable
+    ) -> tuple[logs.LogGroup, sfn.StateMachine, sfn.CfnStateMachineVersion]:
+        """A child workflow (`kind` Page or Section): its log group, its state machine on the
+        shared workflow role, and this deploy's version of it."""
+        machine_name = name.render(self.tenant_id)
+        log_group = logs.LogGroup(
             self,
-            "SectionWorkflowLogs",
-            log_group_name=f"/aws/vendedlogs/states/{name}",
+            f"{kind}WorkflowLogs",
+            log_group_name=f"/aws/vendedlogs/states/{machine_name}",
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
         )
-        self.section_state_machine = sfn.StateMachine(
+        machine = sfn.StateMachine(
             self,
-            "SectionWorkflow",
-            state_machine_name=name,
+            f"{kind}Workflow",
+            state_machine_name=machine_name,
             role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_chainable(
-                build_section_definition(
-                    Construct(self, "SectionSteps"),
-                    page_state_machine=PinnedChild(
-                        self._child_by_name(names.PAGE_STATE_MACHINE, "PageBySectionName"), self.page_version.attr_arn
-                    ),
-                    chunks_per_page=self.chunks_per_page,
-                    pages_per_section=self.pages_per_section,
-                )
-            ),
-            # A section never outlives its file (the parent has the same limit).
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            # A child never outlives its file (the parent has the same limit).
             timeout=self._file_time_limit(props),
-            logs=sfn.LogOptions(
-                destination=self.section_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
-            ),
+            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
             tracing_enabled=props.tracing,
         )
-        # Its definition names the page version: a page change publishes a section version too.
-        self.section_version = publish_version(
-            self, "SectionWorkflowVersion", self.section_state_machine,
-            f"Tenant {self.tenant_id}'s section workflow as one deploy published it",
+        version = publish_version(
+            self, f"{kind}WorkflowVersion", machine,
+            f"Tenant {self.tenant_id}'s {kind.lower()} workflow as one deploy published it",
         )
+        return log_group, machine, version
 
     def _publish_file_workflow(self) -> None:
         """The parent's version (its definition names the children's versions, so any change
