@@ -122,6 +122,29 @@ def _retry(task: sfn.TaskStateBase, errors: tuple[str, ...]) -> None:
     )
 
 
+def _clamped_range(scope: Construct, *, names: tuple[str, str, str, str], result_path: str, span: int, step: int,
+                   list_key: str, comment: str) -> tuple[sfn.IChainable, sfn.Pass]:
+    """The states that make a page's (or a section's) list: its end `first_chunk + span - 1`
+    (`names[0]`), lowered to the file's last chunk when past it (`names[1]` chooses,
+    `names[2]` clamps), then `States.ArrayRange(first_chunk, end, step)` at
+    `<result_path>.<list_key>` (`names[3]`, returned second: chain the Map to it)."""
+    end_name, choice_name, clamp_name, list_name = names
+    end = sfn.Pass(scope, end_name, parameters={"last.$": f"States.MathAdd($.first_chunk, {span - 1})"},
+                   result_path=result_path)
+    clamp = sfn.Pass(scope, clamp_name, parameters={"last.$": "$.last_chunk"}, result_path=result_path)
+    listed = sfn.Pass(
+        scope, list_name, comment=comment,
+        parameters={f"{list_key}.$": f"States.ArrayRange($.first_chunk, {result_path}.last, {step})"},
+        result_path=result_path,
+    )
+    choice = (
+        sfn.Choice(scope, choice_name)
+        .when(sfn.Condition.number_greater_than_json_path(f"{result_path}.last", "$.last_chunk"), clamp.next(listed))
+        .otherwise(listed)
+    )
+    return end.next(choice), listed
+
+
 def build_page_definition(
     scope: Construct,
     *,
@@ -173,20 +196,11 @@ def build_page_definition(
         .otherwise(register)
     )
 
-    # The page's last chunk: min(first_chunk + chunks_per_page - 1, the file's last chunk).
-    page_end = sfn.Pass(
-        scope,
-        "PageEnd",
-        parameters={"last.$": f"States.MathAdd($.first_chunk, {chunks_per_page - 1})"},
-        result_path="$.page",
-    )
-    clamp = sfn.Pass(scope, "ClampToFile", parameters={"last.$": "$.last_chunk"}, result_path="$.page")
-    page_chunks = sfn.Pass(
-        scope,
-        "PageChunks",
+    # The page's chunks: first_chunk .. min(first_chunk + chunks_per_page - 1, the file's last chunk).
+    page_range, page_chunks = _clamped_range(
+        scope, names=("PageEnd", "LastPage", "ClampToFile", "PageChunks"), result_path="$.page",
+        span=chunks_per_page, step=1, list_key="chunks",
         comment="This page's chunk indexes (at most chunks_per_page)",
-        parameters={"chunks.$": "States.ArrayRange($.first_chunk, $.page.last, 1)"},
-        result_path="$.page",
     )
     chunks = sfn.Map(
         scope,
@@ -209,13 +223,8 @@ def build_page_definition(
         result_path=sfn.JsonPath.DISCARD,
     )
     chunks.item_processor(register.next(chunk_done))
-    last_page = (
-        sfn.Choice(scope, "LastPage")
-        .when(sfn.Condition.number_greater_than_json_path("$.page.last", "$.last_chunk"), clamp.next(page_chunks))
-        .otherwise(page_chunks)
-    )
     page_chunks.next(chunks)
-    return page_end.next(last_page)
+    return page_range
 
 
 def _run_child(scope: Construct, construct_id: str, state_machine: sfn.IStateMachine | PinnedChild,
@@ -282,31 +291,17 @@ def build_section_definition(
     cross into the next section)."""
     if not 1 <= pages_per_section <= budgets.MAX_ARRAY_RANGE_ITEMS:
         raise ValueError(f"pages_per_section {pages_per_section} must be from 1 to {budgets.MAX_ARRAY_RANGE_ITEMS}")
-    section_end = sfn.Pass(
-        scope,
-        "SectionEnd",
-        parameters={"last.$": f"States.MathAdd($.first_chunk, {chunks_per_page * pages_per_section - 1})"},
-        result_path="$.section",
-    )
-    clamp = sfn.Pass(scope, "ClampSection", parameters={"last.$": "$.last_chunk"}, result_path="$.section")
-    section_pages = sfn.Pass(
-        scope,
-        "SectionPages",
+    section_range, section_pages = _clamped_range(
+        scope, names=("SectionEnd", "LastSection", "ClampSection", "SectionPages"), result_path="$.section",
+        span=chunks_per_page * pages_per_section, step=chunks_per_page, list_key="first_chunks",
         comment="The first chunk of each page of this section (at most pages_per_section)",
-        parameters={"first_chunks.$": f"States.ArrayRange($.first_chunk, $.section.last, {chunks_per_page})"},
-        result_path="$.section",
     )
     pages_in_order = _pages_in_order(scope, page_state_machine, "$.section.first_chunks", {
         **{key: f"$.{key}" for key in contract.keys_of(contract.PageTask)},
         "first_chunk": "$$.Map.Item.Value",
     })
-    last_section = (
-        sfn.Choice(scope, "LastSection")
-        .when(sfn.Condition.number_greater_than_json_path("$.section.last", "$.last_chunk"), clamp.next(section_pages))
-        .otherwise(section_pages)
-    )
     section_pages.next(pages_in_order)
-    return section_end.next(last_section)
+    return section_range
 
 
 def build_definition(
