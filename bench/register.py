@@ -3,8 +3,10 @@ a fraction of what a raw keep-alive client reaches against the same local core s
 
     .venv/bin/python bench/register.py [--records 200000] [--chunk-size 1000] [--batch 1] [--time-scale 0.1]
 
-Two figures per run, both against the pipeline's own `local_runtime/sink.py` (the
-core-system stand-in, in the pipeline's process):
+Two figures per run, both against the same core-system stand-in (`local_runtime/sink.py`'s
+`SinkServer`), run in a process of its own as a real core system is (`--sink-in-process` runs
+it in the pipeline's process instead, where it shares the interpreter with the moto server and
+the Step Functions interpreter's threads: the figures of the first rows of the table):
 
 * raw: a plain `http.client` keep-alive client in a separate process (as a register worker is)
   POSTs the same records, one per POST (or `--batch` per POST as JSON arrays, with a key per
@@ -21,6 +23,7 @@ Appends a row to the "Register throughput" table of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -96,6 +99,86 @@ def tenants_file(directory: Path, chunk_size: int, batch: int, sink_timeout: int
     return path
 
 
+class SinkProcess:
+    """The core-system stand-in in a process of its own, driven over its stdin/stdout."""
+
+    def __enter__(self) -> "SinkProcess":
+        self.process = subprocess.Popen([sys.executable, __file__, "--sink-process"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        self.url = self._read()
+        if not self.url.startswith("http"):
+            self.process.kill()
+            raise RuntimeError(f"the core-system stand-in did not start (it said {self.url!r})")
+        return self
+
+    def _read(self) -> str:
+        assert self.process.stdout is not None
+        return self.process.stdout.readline().strip()
+
+    def _command(self, line: str) -> str:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def reset(self) -> None:
+        self._command("reset")
+
+    def received(self) -> dict[str, Any]:
+        """{"posts": N, "requests": [(time, body)], "accepted": [record]} since the last reset."""
+        with tempfile.NamedTemporaryFile(suffix=".json") as dump:
+            self._command(f"dump {dump.name}")
+            return json.loads(Path(dump.name).read_text())
+
+    def __exit__(self, *_: Any) -> None:
+        self._command("stop")
+        self.process.wait(timeout=30)
+
+
+def sink_process() -> None:
+    """`--sink-process`: serve a SinkServer until told to stop (commands on stdin)."""
+    from local_runtime.sink import SinkServer
+
+    sink = SinkServer(TENANT)
+    sink.start()
+    print(sink.url, flush=True)
+    for line in sys.stdin:
+        command, _, argument = line.strip().partition(" ")
+        if command == "reset":
+            sink.reset()
+        elif command == "dump":
+            Path(argument).write_text(json.dumps({
+                "posts": sink.posts, "accepted": sink.accepted,
+                "requests": [(r.time, r.body) for r in sink.requests],
+            }))
+        elif command == "stop":
+            print("ok", flush=True)
+            break
+        print("ok", flush=True)
+    sink.stop()
+
+
+def sink_url_hook(url: str) -> Any:
+    """A `function_environment` hook that sends the register function's requests to `url`."""
+    from lambdas import contract
+
+    variable = contract.env_name("sink_url")
+
+    def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
+        return {**variables, variable: url} if variable in variables else variables
+
+    return hook
+
+
+def chained(*hooks: Any) -> Any:
+    def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
+        for one in hooks:
+            variables = one(tenant, role, variables)
+        return variables
+
+    return hook
+
+
 def split_chunk_size(size: int | None) -> Any:
     """A `function_environment` hook that gives the split function another chunk size than the
     tenants file allows (an experiment beyond the config's cap, never a deployment)."""
@@ -110,38 +193,47 @@ def split_chunk_size(size: int | None) -> Any:
 
 
 def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_scale: float, raw_count: int,
-            split_chunk: int | None = None) -> dict[str, Any]:
-    """The raw client against the pipeline's own core-system stand-in while the pipeline idles
-    (before and after the file: the machine is shared, so both are kept), then the file."""
+            split_chunk: int | None = None, sink_in_process: bool = False) -> dict[str, Any]:
+    """The raw client against the core-system stand-in while the pipeline idles (before and
+    after the file: the machine is shared, so both are kept), then the file."""
     from demo import verify
     from local_runtime import LocalPipeline
 
     body = csv_file(count)
-    with tempfile.TemporaryDirectory(prefix="bench-register-") as work, \
-            LocalPipeline(tenants_file(Path(work), chunk_size, batch, sink_timeout), time_scale=time_scale,
-                          function_environment=split_chunk_size(split_chunk)) as pipe:
-        sink = pipe.sink(TENANT)
+    with contextlib.ExitStack() as stack:
+        work = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-register-"))
+        outside = None if sink_in_process else stack.enter_context(SinkProcess())
+        hooks = [split_chunk_size(split_chunk)] + ([sink_url_hook(outside.url)] if outside else [])
+        pipe = stack.enter_context(LocalPipeline(tenants_file(Path(work), chunk_size, batch, sink_timeout),
+                                                 time_scale=time_scale, function_environment=chained(*hooks)))
+        sink = outside or pipe.sink(TENANT)
         raw = [measure_raw(sink.url, raw_count, batch)]
         sink.reset()
         started = time.time()
         pipe.put_file(TENANT, "big.csv", body)
         pipe.wait_until_idle(timeout=7200, tenants=[TENANT])
         seconds = time.time() - started
-        requests, posts = sink.requests, sink.posts
-        problems = verify.check_records(sink.accepted, [("f", count)]).problems
+        if outside:
+            received = outside.received()
+            requests = [(when, record) for when, record in received["requests"]]
+            posts, accepted = received["posts"], received["accepted"]
+        else:
+            requests = [(r.time, r.body) for r in sink.requests]
+            posts, accepted = sink.posts, sink.accepted
+        problems = verify.check_records(accepted, [("f", count)]).problems
         assert not problems, problems[:3]
         (execution,) = pipe.executions(TENANT)
         assert execution["status"] == "SUCCEEDED", execution
         sink.reset()
         raw.append(measure_raw(sink.url, raw_count, batch))
-    span = requests[-1].time - requests[0].time
+    span = requests[-1][0] - requests[0][0]
     size = split_chunk or chunk_size
     chunks: dict[int, list[float]] = {}
-    for request in requests:
-        chunks.setdefault(int(request.body["seq"]) // size, []).append(request.time)
+    for when, record in requests:
+        chunks.setdefault(int(record["seq"]) // size, []).append(when)
     inside = sum(max(times) - min(times) for times in chunks.values())
     return {"raw": sum(raw) / len(raw), "raw_runs": raw, "seconds": seconds, "rate": count / seconds,
-            "register_rate": count / span, "posts": posts, "first_record_after": requests[0].time - started,
+            "register_rate": count / span, "posts": posts, "first_record_after": requests[0][0] - started,
             "inside_chunks": inside, "between_chunks": (span - inside) / max(1, len(chunks) - 1)}
 
 
@@ -167,15 +259,21 @@ def main() -> int:
     parser.add_argument("--raw-records", type=int, default=50_000, help="records the raw client sends per run")
     parser.add_argument("--split-chunk-size", type=int, default=None,
                         help="experiment: the split function's chunk size, above the config's cap of 1000")
+    parser.add_argument("--sink-in-process", action="store_true",
+                        help="run the core-system stand-in in the pipeline's process (the earlier rows)")
     parser.add_argument("--raw-client", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--sink-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true", help="print the row, do not append it")
     args = parser.parse_args()
+    if args.sink_process:
+        sink_process()
+        return 0
     if args.raw_client:
         print(raw_client(args.raw_client, args.records, args.batch))
         return 0
 
     figures = measure(args.records, args.chunk_size, args.batch, args.sink_timeout, args.time_scale,
-                      min(args.records, args.raw_records), args.split_chunk_size)
+                      min(args.records, args.raw_records), args.split_chunk_size, args.sink_in_process)
     raw, rate, register_rate = figures["raw"], figures["rate"], figures["register_rate"]
     print(f"raw client runs: {', '.join(f'{r:,.0f}' for r in figures['raw_runs'])} records/s; "
           f"first record {figures['first_record_after']:.1f} s after the upload; "
@@ -186,7 +284,7 @@ def main() -> int:
     row = (
         f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {args.records:,} | "
         f"{f'{args.split_chunk_size} (experiment)' if args.split_chunk_size else args.chunk_size} | "
-        f"{mode} | {raw:,.0f} | {figures['seconds']:.1f} s | {rate:,.0f} ({rate / raw:.2f}) | "
+        f"{mode}{', sink in process' if args.sink_in_process else ''} | {raw:,.0f} | {figures['seconds']:.1f} s | {rate:,.0f} ({rate / raw:.2f}) | "
         f"{register_rate:,.0f} ({register_rate / raw:.2f}) | {figures['posts']:,} |"
     )
     print(row)
