@@ -121,16 +121,21 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     )
 
 
-def check_size(chunk_count: int, chunk_size: int, config: SplitEnv) -> None:
-    """Refuse a file of more chunks than the workflow may run with a bounded history."""
-    if chunk_count > config.max_chunks:
-        raise FileTooLargeError(
-            f"the file has {chunk_count} chunks of {chunk_size} records; at most {config.max_chunks} chunks "
-            f"({config.max_chunks * chunk_size} records) fit the workflow's bounded history. Nothing was sent: "
-            "split the file into smaller files, or raise chunk_size (see README, 'Largest file')",
-            chunk_count=chunk_count,
-            max_chunks=config.max_chunks,
-        )
+def check_size(chunk_count: int, chunk_size: int, config: SplitEnv, *, stopped_at_byte: int | None = None) -> None:
+    """Refuse a file of more chunks than the workflow may run with a bounded history. During the
+    pass (`stopped_at_byte`) the count is only known to be over the limit: Split stops there."""
+    if chunk_count <= config.max_chunks:
+        return
+    counted = (f"the file has {chunk_count} chunks" if stopped_at_byte is None else
+               f"the file has more than {config.max_chunks} chunks")
+    stopped = "" if stopped_at_byte is None else f" (Split stopped reading at byte {stopped_at_byte})"
+    raise FileTooLargeError(
+        f"{counted} of {chunk_size} records{stopped}; at most {config.max_chunks} chunks "
+        f"({config.max_chunks * chunk_size} records) fit the workflow's bounded history. Nothing was sent: "
+        "split the file into smaller files, or raise chunk_size (see README, 'Largest file')",
+        chunk_count=chunk_count,
+        max_chunks=config.max_chunks,
+    )
 
 
 def _duplicate_of(ddb: Any, config: SplitEnv, content_sha256: str, request: SplitRequest) -> DuplicateOf | None:
@@ -192,15 +197,7 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str,
         starts, record_count, csv_records = chunk_starts(config.format, lines, chunk_size)
         for offset in starts:
             index.add(offset)  # where the next chunk's first record starts
-            if index.entries > config.max_chunks:
-                raise FileTooLargeError(
-                    f"the file has more than {config.max_chunks} chunks of {chunk_size} records (Split stopped "
-                    f"reading at byte {offset}); at most {config.max_chunks} chunks "
-                    f"({config.max_chunks * chunk_size} records) fit the workflow's bounded history. Nothing was "
-                    "sent: split the file into smaller files, or raise chunk_size (see README, 'Largest file')",
-                    chunk_count=index.entries,
-                    max_chunks=config.max_chunks,
-                )
+            check_size(index.entries, chunk_size, config, stopped_at_byte=offset)
             if (remaining_seconds is not None and index.entries % DEADLINE_CHECK_EVERY_CHUNKS == 0
                     and remaining_seconds() < DEADLINE_MARGIN_SECONDS):
                 raise SplitTimeLimitError(

@@ -308,12 +308,7 @@ class TenantPipeline(Construct):
         self._grant_tenant_objects(props)
 
         state_machine_name = names.STATE_MACHINE.render(tenant_id)
-        state_machine_arn = Stack.of(self).format_arn(
-            service="states",
-            resource="stateMachine",
-            resource_name=state_machine_name,
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
+        state_machine_arn = self._state_machine_arn(names.STATE_MACHINE)
         self.closer = pipeline_function(
             self,
             "Closer",
@@ -367,10 +362,9 @@ class TenantPipeline(Construct):
                 build_definition(
                     Construct(self, "Steps"),  # state names are construct ids: keep them apart
                     split_function=self.split.function,
-                    page_state_machine=PinnedChild(self._child_by_name(names.PAGE_STATE_MACHINE, "PageByName"),
-                                                   self.page_version.attr_arn),
-                    section_state_machine=PinnedChild(
-                        self._child_by_name(names.SECTION_STATE_MACHINE, "SectionByName"), self.section_version.attr_arn
+                    page_state_machine=self._pinned_child(names.PAGE_STATE_MACHINE, "PageByName", self.page_version),
+                    section_state_machine=self._pinned_child(
+                        names.SECTION_STATE_MACHINE, "SectionByName", self.section_version
                     ),
                     closer_function=self.closer.function,
                     chunks_per_page=self.chunks_per_page,
@@ -754,9 +748,7 @@ class TenantPipeline(Construct):
             props, "Section", names.SECTION_STATE_MACHINE,
             build_section_definition(
                 Construct(self, "SectionSteps"),
-                page_state_machine=PinnedChild(
-                    self._child_by_name(names.PAGE_STATE_MACHINE, "PageBySectionName"), self.page_version.attr_arn
-                ),
+                page_state_machine=self._pinned_child(names.PAGE_STATE_MACHINE, "PageBySectionName", self.page_version),
                 chunks_per_page=self.chunks_per_page,
                 pages_per_section=self.pages_per_section,
             ),
@@ -904,17 +896,22 @@ class TenantPipeline(Construct):
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
 
-    def _child_by_name(self, name: names.DerivedName, construct_id: str) -> sfn.IStateMachine:
-        """A child state machine by its fixed name's ARN, not by reference: the three state
-        machines share one role, whose policy names the children; a reference would make each
-        child depend on the policy that depends on it (a cycle)."""
-        arn = Stack.of(self).format_arn(
+    def _state_machine_arn(self, name: names.DerivedName) -> str:
+        """The ARN of this tenant's state machine `name`, from its fixed name (no reference)."""
+        return Stack.of(self).format_arn(
             service="states",
             resource="stateMachine",
             resource_name=name.render(self.tenant_id),
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
-        return sfn.StateMachine.from_state_machine_arn(self, construct_id, arn)
+
+    def _pinned_child(self, name: names.DerivedName, construct_id: str,
+                      version: sfn.CfnStateMachineVersion) -> PinnedChild:
+        """A child state machine by its fixed name's ARN, not by reference, started at `version`:
+        the three state machines share one role, whose policy names the children; a reference
+        would make each child depend on the policy that depends on it (a cycle)."""
+        child = sfn.StateMachine.from_state_machine_arn(self, construct_id, self._state_machine_arn(name))
+        return PinnedChild(child, version.attr_arn)
 
     def _child_executions_finding(self, child: names.DerivedName, kind: str) -> tuple[str, str, str]:
         partition, region, account = _as_nag_shows(Stack.of(self))
