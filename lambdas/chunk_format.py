@@ -330,12 +330,6 @@ def chunk_records(body: Any, fmt: str, header: list[str] | None, *, base: int) -
 # --- the chunk index ---------------------------------------------------------------------
 
 
-def index_entries_range(chunk_index: int) -> str:
-    """The HTTP Range of index entries `chunk_index` and `chunk_index + 1`: the chunk's bytes."""
-    first = chunk_index * INDEX_ENTRY.size
-    return f"bytes={first}-{first + 2 * INDEX_ENTRY.size - 1}"
-
-
 #: Index entries read at once by a warm register function: one ranged GET serves this many
 #: chunks of a file (8 KiB), not one GET per chunk.
 INDEX_BLOCK_ENTRIES = 1024

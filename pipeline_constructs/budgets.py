@@ -153,12 +153,10 @@ PAGE_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
 #: Retries of a `.sync` task that starts a child execution (a page or a section):
 #: StartExecution's throttling and service errors.
 CHILD_TASK_RETRIES = 3
-PAGE_TASK_RETRIES = CHILD_TASK_RETRIES
 #: History events one child (a page, or a section) adds to the execution that runs it: the
 #: Map iteration and the `.sync` task (each attempt of a `.sync` task also has a TaskSubmitted
 #: event).
 EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES * (RETRY_EVENTS + 1)
-PARENT_EVENTS_PER_PAGE = EVENTS_PER_CHILD
 #: A section execution's events besides its pages: the execution, the section range
 #: (SectionEnd, LastSection, ClampSection, SectionPages), the Map.
 SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
@@ -200,11 +198,6 @@ def max_pages_per_section() -> int:
 def max_sections() -> int:
     """The most sections of one file: the parent's history budget, and `States.ArrayRange`'s limit."""
     return min(MAX_ARRAY_RANGE_ITEMS, (HISTORY_EVENT_BUDGET - PARENT_FIXED_EVENTS) // EVENTS_PER_CHILD)
-
-
-def max_pages() -> int:
-    """The most pages the parent runs itself (a file of one section)."""
-    return max_pages_per_section()
 
 
 def max_file_chunks(chunks_per_page: int, pages_per_section: int | None = None) -> int:

@@ -62,13 +62,15 @@ def work_keys(s3: Any) -> list[str]:
 
 def chunk_lines(s3: Any, result: dict[str, Any]) -> list[list[str]]:
     """The serialized records of every chunk the output lists, in order, read as Register reads
-    them: two index entries, then a ranged GET of the pinned landing version."""
+    them: its two index entries out of their index block, then a ranged GET of the pinned
+    landing version."""
     manifest = json.loads(s3.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
     source = manifest["source"]
     chunks = []
     for index in chunks_of(result):
-        entries = s3.get_object(Bucket=WORK, Key=contract.chunk_index_key(result["chunk_prefix"]),
-                                Range=chunk_format.index_entries_range(index))["Body"].read()
+        block = s3.get_object(Bucket=WORK, Key=contract.chunk_index_key(result["chunk_prefix"]),
+                              Range=chunk_format.index_block_range(index // chunk_format.INDEX_BLOCK_ENTRIES))
+        entries = chunk_format.chunk_entries_from_block(block["Body"].read(), index)
         start, end = chunk_format.chunk_byte_range(entries)
         body = s3.get_object(Bucket=source["bucket"], Key=source["key"], VersionId=source["version_id"],
                              Range=f"bytes={start}-{end - 1}")["Body"]
