@@ -158,18 +158,6 @@ def sink_process() -> None:
     sink.stop()
 
 
-def sink_url_hook(url: str) -> Any:
-    """A `function_environment` hook that sends the register function's requests to `url`."""
-    from lambdas import contract
-
-    variable = contract.env_name("sink_url")
-
-    def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
-        return {**variables, variable: url} if variable in variables else variables
-
-    return hook
-
-
 def chained(*hooks: Any) -> Any:
     def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
         for one in hooks:
@@ -198,12 +186,14 @@ def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_sca
     after the file: the machine is shared, so both are kept), then the file."""
     from demo import verify
     from local_runtime import LocalPipeline
+    from local_runtime.sink import point_register_at
 
     body = csv_file(count)
     with contextlib.ExitStack() as stack:
         work = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-register-"))
         outside = None if sink_in_process else stack.enter_context(SinkProcess())
-        hooks = [split_chunk_size(split_chunk)] + ([sink_url_hook(outside.url)] if outside else [])
+        # the local runtime's own hook, pointed at the stand-in outside (anything with a `url`)
+        hooks = [split_chunk_size(split_chunk)] + ([point_register_at({TENANT: outside})] if outside else [])
         pipe = stack.enter_context(LocalPipeline(tenants_file(Path(work), chunk_size, batch, sink_timeout),
                                                  time_scale=time_scale, function_environment=chained(*hooks)))
         sink = outside or pipe.sink(TENANT)
