@@ -11,6 +11,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from pipeline_constructs.config import AppConfig, load_config
+from pipeline_constructs.parallel_synth import Part
 from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack, dashboard_stacks
 
 
@@ -50,18 +51,26 @@ class IngestApp:
     dashboards: tuple[DashboardStack, ...] = ()
 
 
-def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True) -> IngestApp:
+def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True,
+              part: Part | None = None) -> IngestApp:
     """One shared stack and one stack per tenant; cdk-nag AwsSolutions runs on every synth.
 
     With `targets:` in the tenants file, the same layout once per target, each in a Stage of
-    its own; without, the stacks sit at the top of the app, environment-agnostic."""
+    its own; without, the stacks sit at the top of the app, environment-agnostic.
+
+    With `part` (a worker of `parallel_synth`), only that part's tenant stacks (and the extra
+    dashboards only in the part that builds them); the shared stacks are always built."""
     config = load_config(tenants_file)
     app = app or new_app()
+    positions = {tenant.id: position for position, tenant in enumerate(config.tenants)}
+    own = part.slice(len(config.tenants)) if part else range(len(config.tenants))
+    builds = _Builds(tenants=frozenset(t.id for t in config.tenants if positions[t.id] in own),
+                     dashboards=part is None or part.builds_dashboards)
     if not config.targets:
-        shared, stacks, dashboards = _stacks(app, config)
+        shared, stacks, dashboards = _stacks(app, config, builds)
         stages: dict[str, TargetStage] = {}
     else:
-        stages = {name: _stage(app, name, config) for name in config.targets}
+        stages = {name: _stage(app, name, config, builds) for name in config.targets}
         shared = next(iter(stages.values())).shared
         stacks = {tenant: stack for stage in stages.values() for tenant, stack in stage.tenants.items()}
         dashboards = tuple(d for stage in stages.values() for d in stage.dashboards)
@@ -70,17 +79,26 @@ def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = T
     return IngestApp(app=app, config=config, shared=shared, tenants=stacks, stages=stages, dashboards=dashboards)
 
 
-def _stacks(scope: Construct, config: AppConfig) -> tuple[SharedStack, dict[str, TenantStack], tuple[DashboardStack, ...]]:
+@dataclass(frozen=True)
+class _Builds:
+    """Which of the optional stacks this process builds (all of them but in a synth worker)."""
+
+    tenants: frozenset[str]
+    dashboards: bool
+
+
+def _stacks(scope: Construct, config: AppConfig,
+            builds: _Builds) -> tuple[SharedStack, dict[str, TenantStack], tuple[DashboardStack, ...]]:
     shared = SharedStack(scope, config)
-    tenants = {t.id: TenantStack(scope, t, shared) for t in config.tenants}
-    return shared, tenants, tuple(dashboard_stacks(scope, config, shared))
+    tenants = {t.id: TenantStack(scope, t, shared) for t in config.tenants if t.id in builds.tenants}
+    return shared, tenants, tuple(dashboard_stacks(scope, config, shared) if builds.dashboards else ())
 
 
-def _stage(app: App, name: str, config: AppConfig) -> TargetStage:
+def _stage(app: App, name: str, config: AppConfig, builds: _Builds) -> TargetStage:
     """The target's Stage: explicit account and Region (no lookup: synth needs no credentials)."""
     target = config.targets[name]
     stage = Stage(app, name, env=Environment(account=target.account, region=target.region))
     # The shared stack of a target knows its tenants only (catch-all prefixes, dashboards).
     own = config.model_copy(update={"tenants": tuple(t for t in config.tenants if t.target == name)})
-    shared, stacks, dashboards = _stacks(stage, own)
+    shared, stacks, dashboards = _stacks(stage, own, builds)
     return TargetStage(stage=stage, shared=shared, tenants=stacks, dashboards=dashboards)

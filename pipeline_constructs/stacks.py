@@ -61,6 +61,7 @@ class SharedStack(_IngestStack):
                   description="Where tenants drop their files (read by ops)")
         CfnOutput(self, "WorkBucketName", value=self.resources.work_bucket.bucket_name,
                   description="Chunks and quarantined messages (read by ops quarantine)")
+        self._export_what_tenants_import()
         self._routing(config)
         # Uploads outside every tenant prefix: logged, counted, alarmed, listed by `ops status`.
         self.unmatched_uploads = UnmatchedUploads(
@@ -80,6 +81,16 @@ class SharedStack(_IngestStack):
         # first dashboard: the others are stacks of their own (`dashboard_stacks`).
         self.dashboards = IngestDashboards(self, "Dashboards", tenants=dashboard_tenants(config), pages=[0])
 
+
+    def _export_what_tenants_import(self) -> None:
+        """Export what every tenant stack imports, whether or not a tenant stack is built with
+        this one: the template then does not depend on which tenants are in the app (the
+        synth workers of `parallel_synth` each build a slice of them, and a target's Stage may
+        have none in a slice). The exports have the names CDK gives the references themselves."""
+        shared = self.resources
+        for value in (shared.ledger_table.table_arn, shared.ledger_table.table_name,
+                      shared.alarm_topic.topic_arn, shared.alarm_key.key_arn):
+            self.export_value(value)
 
     def _routing(self, config: AppConfig) -> None:
         """Sharded routing (``routing.shards``) and the forwarding hop it and a large catch-all
