@@ -12,7 +12,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from pipeline_constructs import names, routing
+from pipeline_constructs import capacity, names, routing
 from pipeline_constructs.config import AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
@@ -52,7 +52,10 @@ class SharedStack(_IngestStack):
             description="Ordered per-tenant file ingestion: shared buckets, ledger table, alarm topic",
         )
         self.resources = SharedResources(
-            self, "Shared", SharedResourcesProps(alarm_emails=tuple(config.notifications.emails))
+            self, "Shared", SharedResourcesProps(
+                alarm_emails=tuple(config.notifications.emails),
+                uploaders=tuple(capacity.uploaders_of(t) for t in config.tenants if t.uploaders),
+            )
         )
         # What `ops` reads to find the shared resources.
         CfnOutput(self, "LedgerTableName", value=self.resources.ledger_table.table_name,
