@@ -160,6 +160,9 @@ class TenantStack(_IngestStack):
                 completion_heartbeat=(Duration.seconds(tenant.completion.heartbeat_seconds)
                                       if tenant.completion.heartbeat_seconds is not None else None),
                 completion_callers=tuple(tenant.completion.callers),
+                vpc_id=tenant.network.vpc_id if tenant.network else None,
+                vpc_subnet_ids=tuple(tenant.network.subnet_ids) if tenant.network else (),
+                vpc_security_group_ids=tuple(tenant.network.security_group_ids) if tenant.network else (),
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),
