@@ -217,3 +217,10 @@ def test_fails_when_a_bad_network_in_defaults_is_blamed_on_defaults_once():
         "one subnet id of that VPC, e.g. ['subnet-0123456789abcdef0'] (two, in different Availability Zones, for "
         "availability)",
     ]
+
+
+def test_cfn_lint_finds_nothing_in_a_tenant_stack_with_network(network_app):
+    from cfnlint.api import lint_all
+
+    matches = lint_all(json.dumps(network_app.templates["OrderedIngest-Tenant-private"]))
+    assert [f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id != "W3005"] == []

@@ -288,3 +288,10 @@ def test_the_evaluator_lets_an_explicit_deny_win_over_an_allow():
     verdict = evaluate([allow, deny], Request(ACME_UPLOADER, "s3:PutObject", obj("a")), bucket_account=ACCOUNT,
                        identity_allows=False)
     assert (verdict.decision, verdict.statements) == (Decision.ALLOWED, ("#0",))
+
+
+def test_cfn_lint_finds_nothing_in_the_shared_stack_with_uploaders(uploaders_app):
+    from cfnlint.api import lint_all
+
+    matches = lint_all(json.dumps(uploaders_app.templates["OrderedIngest-Shared"]))
+    assert [f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW"] == []
