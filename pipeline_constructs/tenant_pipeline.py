@@ -740,16 +740,14 @@ class TenantPipeline(Construct):
             actions=["ec2:DescribeNetworkInterfaces"],
             resources=["*"],
         ))
-        self.data_role.add_to_policy(iam.PolicyStatement(
-            sid="RegisterVpcUseSubnetsAndGroups",
-            actions=["ec2:CreateNetworkInterface"],
-            resources=[*subnets, *(ec2_arn("security-group", group) for group in props.vpc_security_group_ids)],
-        ))
+        # EC2 authorizes CreateNetworkInterface on the new interface (no id yet, and no
+        # ec2:Subnet key: the Service Authorization Reference lists only request tags for it),
+        # the subnet and each security group: naming the subnets and groups is what scopes it.
         self.data_role.add_to_policy(iam.PolicyStatement(
             sid="RegisterVpcCreateInterfaces",
             actions=["ec2:CreateNetworkInterface"],
-            resources=[ec2_arn("network-interface", "*")],
-            conditions={"ArnEquals": {"ec2:Subnet": subnets}},
+            resources=[ec2_arn("network-interface", "*"), *subnets,
+                       *(ec2_arn("security-group", group) for group in props.vpc_security_group_ids)],
         ))
         # By VPC, not subnet: interfaces left in a subnet since removed from the config are
         # still cleaned up.
@@ -767,7 +765,8 @@ class TenantPipeline(Construct):
              "with this role) supports no resource-level permission; X-Ray trace segments (tracing: true) neither."),
             ("AwsSolutions-IAM5", f"Resource::arn:{partition}:ec2:{region}:{account}:network-interface/*",
              "Lambda names the register function's network interfaces itself; creating one is limited to the "
-             "tenant's subnets (ec2:Subnet), deleting one to its VPC (ec2:Vpc)."),
+             "tenant's subnets and security groups (named in the same statement), deleting one to its VPC "
+             "(ec2:Vpc)."),
         )
 
     def _page_budget(self, props: TenantPipelineProps) -> None:

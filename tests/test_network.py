@@ -91,13 +91,10 @@ def test_the_data_role_may_create_interfaces_only_in_the_tenants_subnets_and_del
         "RegisterVpcDescribeInterfaces": {
             "Action": "ec2:DescribeNetworkInterfaces", "Effect": "Allow", "Resource": "*",
             "Sid": "RegisterVpcDescribeInterfaces"},
-        "RegisterVpcUseSubnetsAndGroups": {
-            "Action": "ec2:CreateNetworkInterface", "Effect": "Allow",
-            "Resource": [arn(f"security-group/{GROUPS[0]}"), arn(f"subnet/{SUBNETS[0]}"), arn(f"subnet/{SUBNETS[1]}")],
-            "Sid": "RegisterVpcUseSubnetsAndGroups"},
         "RegisterVpcCreateInterfaces": {
-            "Action": "ec2:CreateNetworkInterface", "Effect": "Allow", "Resource": arn("network-interface/*"),
-            "Condition": {"ArnEquals": {"ec2:Subnet": [arn(f"subnet/{s}") for s in SUBNETS]}},
+            "Action": "ec2:CreateNetworkInterface", "Effect": "Allow",
+            "Resource": [arn("network-interface/*"), arn(f"security-group/{GROUPS[0]}"), arn(f"subnet/{SUBNETS[0]}"),
+                         arn(f"subnet/{SUBNETS[1]}")],
             "Sid": "RegisterVpcCreateInterfaces"},
         "RegisterVpcManageInterfaces": {
             "Action": ["ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses"],
@@ -224,3 +221,21 @@ def test_cfn_lint_finds_nothing_in_a_tenant_stack_with_network(network_app):
 
     matches = lint_all(json.dumps(network_app.templates["OrderedIngest-Tenant-private"]))
     assert [f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id != "W3005"] == []
+
+
+def test_parliament_finds_nothing_in_the_network_interface_statements(network_app):
+    """parliament (issue 12's IAM lint) knows which resources and condition keys each EC2
+    action has: e.g. a new interface has no `ec2:Subnet` key, so a condition on it would never
+    match and Lambda could not attach the function."""
+    parliament = pytest.importorskip("parliament")
+    from local_runtime.bucket_policy import _resolve
+
+    class Pseudo(dict):
+        def __missing__(self, key):
+            return {"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "111111111111"}[key[1]]
+
+    statements = [s for s in data_role_statements(network_app.templates["OrderedIngest-Tenant-private"])
+                  if s.get("Sid", "").startswith("RegisterVpc")]
+    document = _resolve({"Version": "2012-10-17", "Statement": statements}, Pseudo())
+    findings = parliament.analyze_policy_string(json.dumps(document)).findings
+    assert [(f.issue, f.detail) for f in findings] == []

@@ -295,3 +295,10 @@ def test_cfn_lint_finds_nothing_in_the_shared_stack_with_uploaders(uploaders_app
 
     matches = lint_all(json.dumps(uploaders_app.templates["OrderedIngest-Shared"]))
     assert [f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW"] == []
+
+
+def test_parliament_finds_nothing_in_the_landing_bucket_policy(policy):
+    parliament = pytest.importorskip("parliament")
+    document = json.dumps({"Version": "2012-10-17", "Statement": policy})
+    findings = parliament.analyze_policy_string(document, include_community_auditors=False).findings
+    assert [(f.issue, f.detail) for f in findings] == []
