@@ -529,7 +529,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     _check_unique_ids(declared, problems)
     _check_prefix_overlaps(declared, problems)
     _check_prefix_characters(declared, problems)
-    _check_uploaders(tenants, problems)
+    _check_uploaders(tenants, targets or {}, problems)
     for tenant in tenants:
         _check_batch_size(tenant, problems)
         _check_register_budget(tenant, problems)
@@ -690,13 +690,24 @@ def _character(c: str) -> str:
     return names.get(c, f"'{c}'" if c.isprintable() else f"U+{ord(c):04X}")
 
 
-def _check_uploaders(tenants: list[TenantConfig], problems: _Problems) -> None:
+def _check_uploaders(tenants: list[TenantConfig], targets: dict[str, TargetConfig], problems: _Problems) -> None:
     """A principal uploads for one tenant only: each tenant's policy denies its uploaders every
-    put outside its prefix, so a principal listed by two tenants could put nowhere."""
+    put outside its prefix, so a principal listed by two tenants could put nowhere. An account
+    root ARN stands for another account: the root of the tenant's own target account would
+    name every principal of it, which the bucket policy cannot confine (`uploaders.py`)."""
     owner: dict[str, str] = {}
     for tenant in tenants:
+        target = targets.get(tenant.target or "")
         for arn in tenant.uploaders:
-            if arn in owner:
+            if target is not None and arn.endswith(f"::{target.account}:root"):
+                problems.add(
+                    f"tenant '{tenant.id}'", "uploaders", arn,
+                    f"is the root of account {target.account}, where target '{tenant.target}' deploys the bucket: "
+                    "it would let every principal of that account whose own policy allows it put under the prefix, "
+                    "and no Deny can confine them",
+                    "list the uploading system's own role or user ARN instead",
+                )
+            if arn in owner and not arn.endswith(":root"):  # another account may upload for several tenants
                 problems.add(
                     f"tenant '{tenant.id}'", "uploaders", arn,
                     f"is also an uploader of tenant '{owner[arn]}': each tenant's bucket policy denies its "

@@ -19,8 +19,10 @@ same-account principal's own identity policy grants (`s3:*` on `*`, say); the De
 isolation holds whatever the uploader's identity policy says. An account root ARN is another
 account (cross-account): there both policies must allow, so the Allow alone bounds it, and a
 Deny naming a root ARN would name every principal of that account, the pipeline's own roles
-and the operators if it is this account. The Denies name nobody else: the pipeline's roles and
-operators are never uploaders (`config._check_uploaders` keeps one principal to one tenant).
+and the operators if it is this account (`config._check_uploaders` refuses this account's root
+when `targets:` declare it). The Denies name the uploaders only: a principal listed as an
+uploader must be used for uploading only (it loses every other action on the bucket), and a
+role or user uploads for one tenant (`config._check_uploaders`).
 
 TLS: the bucket's `enforce_ssl` statement (Deny `s3:*` to every principal without
 `aws:SecureTransport`) covers the uploaders too.

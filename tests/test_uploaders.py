@@ -302,3 +302,26 @@ def test_parliament_finds_nothing_in_the_landing_bucket_policy(policy):
     document = json.dumps({"Version": "2012-10-17", "Statement": policy})
     findings = parliament.analyze_policy_string(document, include_community_auditors=False).findings
     assert [(f.issue, f.detail) for f in findings] == []
+
+
+def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
+    assert config_problems(f"""
+        defaults: {{sink: {{url: https://core.example.com/records}}, target: prod}}
+        targets: {{prod: {{account: '{ACCOUNT}', region: eu-west-1}}}}
+        tenants:
+          - {{id: acme, prefix: acme/, uploaders: ['arn:aws:iam::{ACCOUNT}:root', '{PARTNER_ROOT}']}}
+    """) == [
+        f"tenant 'acme': field 'uploaders' = 'arn:aws:iam::{ACCOUNT}:root': is the root of account {ACCOUNT}, where "
+        "target 'prod' deploys the bucket: it would let every principal of that account whose own policy allows it "
+        "put under the prefix, and no Deny can confine them; list the uploading system's own role or user ARN instead"
+    ]
+
+
+def test_another_accounts_root_may_upload_for_several_tenants_its_own_iam_separates_them():
+    config = parse_config(textwrap.dedent(f"""
+        defaults: {{sink: {{url: https://core.example.com/records}}}}
+        tenants:
+          - {{id: acme, prefix: acme/, uploaders: ['{PARTNER_ROOT}']}}
+          - {{id: globex, prefix: globex/, uploaders: ['{PARTNER_ROOT}']}}
+    """))
+    assert [t.uploaders for t in config.tenants] == [[PARTNER_ROOT], [PARTNER_ROOT]]
