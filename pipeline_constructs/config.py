@@ -436,7 +436,7 @@ PROBLEMS: dict[str, str] = {
 }
 
 TENANT_KEYS = tuple(TenantConfig.model_fields)
-#: `uploaders` are per tenant: one principal is the uploader of one tenant (`_check_uploaders`).
+#: `uploaders` are per tenant: a role or user is the uploader of one tenant (`_check_uploaders`).
 DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard", "uploaders"))
 TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing")
 _MISSING = object()
@@ -492,7 +492,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
         defaults = {}
     if "uploaders" in defaults:
         problems.add("defaults", "uploaders", defaults["uploaders"],
-                     "is per tenant: a principal may upload under one tenant's prefix only",
+                     "is per tenant: each tenant lists the principals that upload its files",
                      "move it into the tenant whose files it uploads")
     _check_unknown({k: v for k, v in defaults.items() if k != "uploaders"}, DEFAULTS_KEYS, "defaults", problems)
     defaults = {k: v for k, v in defaults.items() if k in DEFAULTS_KEYS}

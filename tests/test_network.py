@@ -239,3 +239,15 @@ def test_parliament_finds_nothing_in_the_network_interface_statements(network_ap
     document = _resolve({"Version": "2012-10-17", "Statement": statements}, Pseudo())
     findings = parliament.analyze_policy_string(json.dumps(document)).findings
     assert [(f.issue, f.detail) for f in findings] == []
+
+
+def test_a_tenant_opts_out_of_the_defaults_network_with_null():
+    config = parse_config(textwrap.dedent(f"""
+        defaults:
+          sink: {{url: https://core.example.com/records}}
+          network: {{vpc_id: {VPC}, subnet_ids: {SUBNETS}, security_group_ids: {GROUPS}}}
+        tenants:
+          - {{id: acme, prefix: acme/}}
+          - {{id: public, prefix: public/, network: null}}
+    """))
+    assert [t.network is not None for t in config.tenants] == [True, False]

@@ -249,8 +249,8 @@ def test_fails_when_uploaders_are_in_defaults():
         tenants:
           - {{id: acme, prefix: acme/}}
     """) == [
-        f"defaults: field 'uploaders' = ['{ACME_UPLOADER}']: is per tenant: a principal may upload under one "
-        "tenant's prefix only; move it into the tenant whose files it uploads"
+        f"defaults: field 'uploaders' = ['{ACME_UPLOADER}']: is per tenant: each tenant lists the principals "
+        "that upload its files; move it into the tenant whose files it uploads"
     ]
 
 
