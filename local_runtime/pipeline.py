@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from lambdas import contract
-from pipeline_constructs import names
 from local_runtime import bucket_policy
 from local_runtime.alarms import LocalAlarms, moto_log_events, moto_queue_stats
 from local_runtime.deploy import Deployment, FunctionEnvironmentHook, Tenant
@@ -29,7 +28,7 @@ from local_runtime.observation import Notification, NotificationCapture, Observe
 from local_runtime.poller import Delivery
 from local_runtime.progress import ProgressEvents, ProgressReporter
 from local_runtime.sink import SinkServer
-
+from pipeline_constructs import names
 
 #: The account of the local run (moto's default).
 LOCAL_ACCOUNT = "123456789012"
