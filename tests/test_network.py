@@ -251,3 +251,28 @@ def test_a_tenant_opts_out_of_the_defaults_network_with_null():
           - {{id: public, prefix: public/, network: null}}
     """))
     assert [t.network is not None for t in config.tenants] == [True, False]
+
+
+def test_in_a_deployment_target_the_interface_arns_name_its_account_and_region(tmp_path):
+    """GIVEN a tenant with `network` in a target's Stage (explicit account and Region) WHEN
+    synthesized with cdk-nag THEN no finding is left (the acknowledgement names the literal
+    ARN) and the statements name the target's account and Region."""
+    from aws_cdk import App
+
+    from pipeline_constructs.application import build_app
+
+    (tmp_path / "tenants.yaml").write_text(textwrap.dedent(f"""
+        defaults: {{sink: {{url: https://core.example.com/records}}, target: prod}}
+        targets: {{prod: {{account: '111111111111', region: eu-west-1}}}}
+        tenants:
+          - {{id: acme, prefix: acme/, network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}], security_group_ids: {GROUPS}}}}}
+    """))
+    built = build_app(tmp_path / "tenants.yaml", app=App(outdir=str(tmp_path / "cdk.out")))
+    built.app.synth()  # raises on an unacknowledged cdk-nag finding
+    template = Template.from_stack(built.tenants["acme"]).to_json()
+    statements = {s["Sid"]: s for s in data_role_statements(template) if s.get("Sid", "").startswith("RegisterVpc")}
+    assert statements["RegisterVpcCreateInterfaces"]["Resource"] == [
+        "arn:aws:ec2:eu-west-1:111111111111:network-interface/*",
+        f"arn:aws:ec2:eu-west-1:111111111111:security-group/{GROUPS[0]}",
+        f"arn:aws:ec2:eu-west-1:111111111111:subnet/{SUBNETS[0]}",
+    ]
