@@ -18,6 +18,7 @@ _EXPORTS = {
     "SinkRequest": "local_runtime.sink",
     "SinkServer": "local_runtime.sink",
     "Tenant": "local_runtime.deploy",
+    "UploadDenied": "local_runtime.pipeline",
 }
 __all__ = [
     "LocalPipeline",
@@ -27,6 +28,7 @@ __all__ = [
     "SinkRequest",
     "SinkServer",
     "Tenant",
+    "UploadDenied",
 ]
 
 

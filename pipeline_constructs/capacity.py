@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipeline_constructs import names, routing
+from pipeline_constructs import names, routing, uploaders
 
 if TYPE_CHECKING:  # config imports this module: types only
     from pipeline_constructs.config import AccountLimits, AppConfig, RoutingConfig, TenantConfig
@@ -122,6 +122,26 @@ def state_machines(tenants: Sequence[TenantConfig], _routing: RoutingConfig | No
     return _per_tenant(STATE_MACHINES_PER_TENANT, len(tenants), SHARED_STATE_MACHINES)
 
 
+def landing_bucket_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    """The landing bucket policy's size: TLS only, plus each tenant's uploader statements
+    (`uploaders.py`), counted at the longest bucket ARN a deployment can have."""
+    own = [uploaders_of(t) for t in tenants if t.uploaders]
+    base = uploaders.policy_bytes([])
+    count = uploaders.policy_bytes(own)
+    if not own:
+        return Need(count, f"{base} bytes of the TLS-only statement, no tenant with uploaders")
+    return Need(count, f"{base} bytes of the TLS-only statement + {count - base} bytes of the uploader statements "
+                       f"of {len(own)} tenant{'s' if len(own) != 1 else ''}")
+
+
+def uploaders_of(tenant: TenantConfig) -> uploaders.TenantUploaders:
+    """A tenant's uploaders, as the landing bucket policy names them."""
+    return uploaders.TenantUploaders(tenant.id, tenant.prefix, tuple(tenant.uploaders))
+
+
+#: Limits that are not account quotas one can raise (not in `account_limits`).
+FIXED_LIMITS = {"landing_bucket_policy_bytes": uploaders.BUCKET_POLICY_LIMIT_BYTES}
+
 _MOVE = "or move tenants to another target (targets:, README, Scaling)"
 
 
@@ -153,6 +173,10 @@ QUOTAS: tuple[Quota, ...] = (
           "raise the CloudFormation stack count quota and set account_limits.cloudformation_stacks, " + _MOVE),
     Quota("state_machines", "Step Functions state machines", "region", state_machines,
           "raise the Step Functions state machines quota and set account_limits.state_machines, " + _MOVE),
+    Quota("landing_bucket_policy_bytes", "S3 bucket policy size of the landing bucket (20 KB, not adjustable)",
+          "region", landing_bucket_policy_bytes,
+          "give uploaders fewer principals (one role per uploading system), grant the tenants' uploads through "
+          "S3 access points instead (README, Scaling), " + _MOVE),
 )
 
 
@@ -177,6 +201,8 @@ class Target:
 
     def limit(self, field: str) -> int:
         """The declared limit; the rules-per-bus default depends on the Region."""
+        if field in FIXED_LIMITS:
+            return FIXED_LIMITS[field]
         value = getattr(self.limits, field)
         if value is None and field == "eventbridge_rules_per_bus":
             return default_rules_per_bus(self.region)

@@ -141,6 +141,53 @@ class CompletionConfig(_Strict):
         return callers
 
 
+#: EC2 ids as the console shows them: a prefix, a hyphen and 8 or 17 hexadecimal digits.
+VPC_ID_PATTERN = r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$"
+SUBNET_ID_PATTERN = r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$"
+SECURITY_GROUP_ID_PATTERN = r"^sg-[0-9a-f]{8}([0-9a-f]{9})?$"
+
+
+class NetworkConfig(_Strict):
+    """The VPC the register function runs in, for a core system reachable only from inside it
+    (README, "Private core systems"). Only the register function gets it: split, the controller
+    and the closer talk to AWS APIs only. Ids, not lookups: synthesis needs no credentials."""
+
+    vpc_id: str
+    subnet_ids: list[str] = Field(min_length=1)
+    security_group_ids: list[str] = Field(min_length=1)
+
+    @field_validator("vpc_id")
+    @classmethod
+    def _vpc_id(cls, vpc_id: str) -> str:
+        if not re.match(VPC_ID_PATTERN, vpc_id):
+            raise ValueError("is not a VPC id (vpc- and 8 or 17 hexadecimal digits)")
+        return vpc_id
+
+    @field_validator("subnet_ids")
+    @classmethod
+    def _subnet_ids(cls, subnet_ids: list[str]) -> list[str]:
+        return _ids(subnet_ids, SUBNET_ID_PATTERN, "subnet id (subnet- and 8 or 17 hexadecimal digits)")
+
+    @field_validator("security_group_ids")
+    @classmethod
+    def _security_group_ids(cls, group_ids: list[str]) -> list[str]:
+        return _ids(group_ids, SECURITY_GROUP_ID_PATTERN, "security group id (sg- and 8 or 17 hexadecimal digits)")
+
+
+def _ids(ids: list[str], pattern: str, what: str) -> list[str]:
+    wrong = [i for i in ids if not re.match(pattern, i)]
+    if wrong:
+        raise ValueError(f"{wrong[0]!r} is not a {what}")
+    if len(set(ids)) != len(ids):
+        raise ValueError("lists an id twice")
+    return ids
+
+
+#: An uploader: an IAM role or user ARN, or an account root ARN (another account decides
+#: which of its principals may upload: cross-account).
+UPLOADER_ARN_PATTERN = CALLER_ARN_PATTERN
+
+
 class TenantConfig(_Strict):
     """One tenant, with the defaults already applied."""
 
@@ -181,6 +228,21 @@ class TenantConfig(_Strict):
     #: The core system's completion callback; absent or ``wait: false``: a file is ingested
     #: once its last record is acknowledged (the workflow is unchanged).
     completion: CompletionConfig = CompletionConfig()
+    #: The VPC of the register function (a private core system); None: no VPC.
+    network: NetworkConfig | None = None
+    #: IAM principals (role, user or account root ARNs) that may put files under this tenant's
+    #: prefix, and only there (the landing bucket's policy). Default: none.
+    uploaders: list[str] = Field(default_factory=list)
+
+    @field_validator("uploaders")
+    @classmethod
+    def _uploader_arns(cls, uploaders: list[str]) -> list[str]:
+        wrong = [u for u in uploaders if not re.match(UPLOADER_ARN_PATTERN, u)]
+        if wrong:
+            raise ValueError(f"{wrong[0]!r} is not an IAM role, user or account root ARN")
+        if len(set(uploaders)) != len(uploaders):
+            raise ValueError("lists a principal twice")
+        return uploaders
 
     @field_validator("id")
     @classmethod
@@ -355,6 +417,16 @@ FIXES: dict[str, str] = {
     "or leave it out (no heartbeat needed)",
     "completion.callers": "list the IAM role ARNs of the core system, e.g. "
     "'arn:aws:iam::111111111111:role/core-system'",
+    "network": "give network: {vpc_id: vpc-..., subnet_ids: [subnet-...], security_group_ids: [sg-...]}, "
+    "or leave it out (no VPC)",
+    "vpc_id": "use the id of the VPC of the subnets, e.g. 'vpc-0123456789abcdef0'",
+    "subnet_ids": "list at least one subnet id of that VPC, e.g. ['subnet-0123456789abcdef0'] (two, in "
+    "different Availability Zones, for availability)",
+    "security_group_ids": "list at least one security group id that lets the function reach the core system, "
+    "e.g. ['sg-0123456789abcdef0']",
+    "uploaders": "list the IAM role or user ARNs of the tenant's uploading system, e.g. "
+    "['arn:aws:iam::111111111111:role/acme-uploader'], or an account root ARN "
+    "'arn:aws:iam::222222222222:root' for another account",
 }
 
 # Plain-words replacements of pydantic messages that would otherwise show a regex.
@@ -364,7 +436,8 @@ PROBLEMS: dict[str, str] = {
 }
 
 TENANT_KEYS = tuple(TenantConfig.model_fields)
-DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard"))
+#: `uploaders` are per tenant: a role or user is the uploader of one tenant (`_check_uploaders`).
+DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard", "uploaders"))
 TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing")
 _MISSING = object()
 
@@ -417,7 +490,11 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     if not isinstance(defaults, dict):
         problems.add("defaults", "defaults", defaults, "must be a mapping", "write 'defaults:' followed by indented keys")
         defaults = {}
-    _check_unknown(defaults, DEFAULTS_KEYS, "defaults", problems)
+    if "uploaders" in defaults:
+        problems.add("defaults", "uploaders", defaults["uploaders"],
+                     "is per tenant: each tenant lists the principals that upload its files",
+                     "move it into the tenant whose files it uploads")
+    _check_unknown({k: v for k, v in defaults.items() if k != "uploaders"}, DEFAULTS_KEYS, "defaults", problems)
     defaults = {k: v for k, v in defaults.items() if k in DEFAULTS_KEYS}
 
     notifications = _validate(NotificationsConfig, raw.get("notifications") or {}, "notifications", problems)
@@ -452,6 +529,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     _check_unique_ids(declared, problems)
     _check_prefix_overlaps(declared, problems)
     _check_prefix_characters(declared, problems)
+    _check_uploaders(tenants, targets or {}, problems)
     for tenant in tenants:
         _check_batch_size(tenant, problems)
         _check_register_budget(tenant, problems)
@@ -540,6 +618,8 @@ def _valid_keys_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:
     """The keys the (nested) model at ``loc`` accepts."""
     for part in loc:
         model = model.model_fields[part].annotation
+        # `NetworkConfig | None`: the model of an optional block
+        model = next((arg for arg in getattr(model, "__args__", ()) if hasattr(arg, "model_fields")), model)
     return tuple(model.model_fields)
 
 
@@ -608,6 +688,34 @@ def _check_prefix_characters(declared: list[tuple[str, str]], problems: _Problem
 def _character(c: str) -> str:
     names = {" ": "' ' (space)", "\t": "'\\t' (tab)"}
     return names.get(c, f"'{c}'" if c.isprintable() else f"U+{ord(c):04X}")
+
+
+def _check_uploaders(tenants: list[TenantConfig], targets: dict[str, TargetConfig], problems: _Problems) -> None:
+    """A principal uploads for one tenant only: each tenant's policy denies its uploaders every
+    put outside its prefix, so a principal listed by two tenants could put nowhere. An account
+    root ARN stands for another account: the root of the tenant's own target account would
+    name every principal of it, which the bucket policy cannot confine (`uploaders.py`)."""
+    owner: dict[str, str] = {}
+    for tenant in tenants:
+        target = targets.get(tenant.target or "")
+        for arn in tenant.uploaders:
+            if target is not None and arn.endswith(f"::{target.account}:root"):
+                problems.add(
+                    f"tenant '{tenant.id}'", "uploaders", arn,
+                    f"is the root of account {target.account}, where target '{tenant.target}' deploys the bucket: "
+                    "it would let every principal of that account whose own policy allows it put under the prefix, "
+                    "and no Deny can confine them",
+                    "list the uploading system's own role or user ARN instead",
+                )
+            if arn in owner and not arn.endswith(":root"):  # another account may upload for several tenants
+                problems.add(
+                    f"tenant '{tenant.id}'", "uploaders", arn,
+                    f"is also an uploader of tenant '{owner[arn]}': each tenant's bucket policy denies its "
+                    "uploaders every put outside its own prefix, so this principal could upload nowhere",
+                    "give each tenant's uploading system a principal (role or user) of its own",
+                )
+            else:
+                owner[arn] = tenant.id
 
 
 def _check_batch_size(tenant: TenantConfig, problems: _Problems) -> None:

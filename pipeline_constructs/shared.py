@@ -15,6 +15,8 @@ from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import names
+from pipeline_constructs.uploaders import TenantUploaders
+from pipeline_constructs.uploaders import statements as uploader_statements
 
 #: How long a superseded landing-file version is kept (the landing bucket's lifecycle rule for
 #: noncurrent versions). A file is always read from the version its event announced (Split
@@ -38,6 +40,8 @@ class SharedResourcesProps:
     ``chunks/``; default 14 days, the longest a message can wait in a queue).
     ``quarantine_retention``: how long quarantined messages stay in the work bucket (under
     ``quarantine/``; default 400 days, the ledger's retention).
+    ``uploaders``: per tenant, the principals allowed to put files under its prefix and
+    nowhere else (landing bucket policy statements, `uploaders.py`). Default: none.
     """
 
     alarm_emails: tuple[str, ...] = ()
@@ -46,6 +50,7 @@ class SharedResourcesProps:
     )
     work_object_expiry: Duration = field(default_factory=lambda: Duration.days(14))
     quarantine_retention: Duration = field(default_factory=lambda: Duration.days(400))
+    uploaders: tuple[TenantUploaders, ...] = ()
 
 
 class SharedResources(Construct):
@@ -85,6 +90,11 @@ class SharedResources(Construct):
         landing.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
             event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
         )
+
+        # Each tenant's uploaders put under its prefix only (README, "Uploaders").
+        for tenant in props.uploaders:
+            for statement in uploader_statements(tenant, self.landing_bucket.bucket_arn):
+                self.landing_bucket.add_to_resource_policy(iam.PolicyStatement.from_json(statement))
 
         self.work_bucket = self._bucket(
             "Work",

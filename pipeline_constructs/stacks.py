@@ -12,7 +12,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from pipeline_constructs import names, routing
+from pipeline_constructs import capacity, names, routing
 from pipeline_constructs.config import AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
@@ -52,7 +52,10 @@ class SharedStack(_IngestStack):
             description="Ordered per-tenant file ingestion: shared buckets, ledger table, alarm topic",
         )
         self.resources = SharedResources(
-            self, "Shared", SharedResourcesProps(alarm_emails=tuple(config.notifications.emails))
+            self, "Shared", SharedResourcesProps(
+                alarm_emails=tuple(config.notifications.emails),
+                uploaders=tuple(capacity.uploaders_of(t) for t in config.tenants if t.uploaders),
+            )
         )
         # What `ops` reads to find the shared resources.
         CfnOutput(self, "LedgerTableName", value=self.resources.ledger_table.table_name,
@@ -168,6 +171,9 @@ class TenantStack(_IngestStack):
                 completion_heartbeat=(Duration.seconds(tenant.completion.heartbeat_seconds)
                                       if tenant.completion.heartbeat_seconds is not None else None),
                 completion_callers=tuple(tenant.completion.callers),
+                vpc_id=tenant.network.vpc_id if tenant.network else None,
+                vpc_subnet_ids=tuple(tenant.network.subnet_ids) if tenant.network else (),
+                vpc_security_group_ids=tuple(tenant.network.security_group_ids) if tenant.network else (),
                 landing_bucket=s3.Bucket.from_bucket_name(
                     self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
                 ),

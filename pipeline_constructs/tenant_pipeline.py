@@ -148,6 +148,11 @@ class TenantPipelineProps:
     completion_timeout: Duration = field(default_factory=lambda: Duration.hours(1))
     completion_heartbeat: Duration | None = None
     completion_callers: tuple[str, ...] = ()
+    #: The VPC of the register function (README, "Private core systems"): its id, subnets and
+    #: security groups, by id (no lookup). Default (None and empty): no VPC.
+    vpc_id: str | None = None
+    vpc_subnet_ids: tuple[str, ...] = ()
+    vpc_security_group_ids: tuple[str, ...] = ()
 
 
 class TenantPipeline(Construct):
@@ -306,6 +311,7 @@ class TenantPipeline(Construct):
             tracing=props.tracing,
         )
         self._grant_tenant_objects(props)
+        self._attach_register_to_vpc(props)
 
         state_machine_name = names.STATE_MACHINE.render(tenant_id)
         state_machine_arn = self._state_machine_arn(names.STATE_MACHINE)
@@ -701,6 +707,67 @@ class TenantPipeline(Construct):
         # Register's fence and progress; split looks up the content of files that succeeded
         # (duplicate_files: skip).
         self._grant_own_ledger(self.data_role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
+
+    def _attach_register_to_vpc(self, props: TenantPipelineProps) -> None:
+        """With `vpc_id`, the register function (only it: it alone calls the core system) runs
+        in the tenant's subnets. The L1 `VpcConfig` by id: the L2 `vpc=` would need the subnets'
+        Availability Zones (a lookup or more config) and attaches the AWS managed policy
+        AWSLambdaVPCAccessExecutionRole (`*` on every ENI action); Lambda needs neither.
+
+        Lambda creates and deletes the function's network interfaces with its execution role,
+        the data role split shares: Create only in the configured subnets and security groups,
+        Delete and the address assignments only of interfaces in the VPC, Describe on `*` (it
+        supports no resource-level permission). The function depends on the role's policy, so
+        CloudFormation grants these before Lambda checks them at creation."""
+        if props.vpc_id is None and not props.vpc_subnet_ids and not props.vpc_security_group_ids:
+            return
+        if props.vpc_id is None or not props.vpc_subnet_ids or not props.vpc_security_group_ids:
+            raise ValueError(f"tenant {self.tenant_id!r}: vpc_id, vpc_subnet_ids and vpc_security_group_ids go "
+                             "together; give all three, or none (no VPC)")
+        function = self.register.function.node.default_child
+        assert isinstance(function, lambda_.CfnFunction)
+        function.vpc_config = lambda_.CfnFunction.VpcConfigProperty(
+            subnet_ids=list(props.vpc_subnet_ids), security_group_ids=list(props.vpc_security_group_ids)
+        )
+        stack = Stack.of(self)
+
+        def ec2_arn(resource: str, name: str) -> str:
+            return stack.format_arn(service="ec2", resource=resource, resource_name=name)
+
+        subnets = [ec2_arn("subnet", subnet) for subnet in props.vpc_subnet_ids]
+        self.data_role.add_to_policy(iam.PolicyStatement(
+            sid="RegisterVpcDescribeInterfaces",
+            actions=["ec2:DescribeNetworkInterfaces"],
+            resources=["*"],
+        ))
+        # EC2 authorizes CreateNetworkInterface on the new interface (no id yet, and no
+        # ec2:Subnet key: the Service Authorization Reference lists only request tags for it),
+        # the subnet and each security group: naming the subnets and groups is what scopes it.
+        self.data_role.add_to_policy(iam.PolicyStatement(
+            sid="RegisterVpcCreateInterfaces",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[ec2_arn("network-interface", "*"), *subnets,
+                       *(ec2_arn("security-group", group) for group in props.vpc_security_group_ids)],
+        ))
+        # By VPC, not subnet: interfaces left in a subnet since removed from the config are
+        # still cleaned up.
+        self.data_role.add_to_policy(iam.PolicyStatement(
+            sid="RegisterVpcManageInterfaces",
+            actions=["ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"],
+            resources=[ec2_arn("network-interface", "*")],
+            conditions={"ArnEquals": {"ec2:Vpc": ec2_arn("vpc", props.vpc_id)}},
+        ))
+        partition, region, account = _as_nag_shows(stack)
+        _acknowledge(
+            self.data_role,
+            ("AwsSolutions-IAM5", "Resource::*",
+             "ec2:DescribeNetworkInterfaces (the register function's VPC network interfaces, created by Lambda "
+             "with this role) supports no resource-level permission; X-Ray trace segments (tracing: true) neither."),
+            ("AwsSolutions-IAM5", f"Resource::arn:{partition}:ec2:{region}:{account}:network-interface/*",
+             "Lambda names the register function's network interfaces itself; creating one is limited to the "
+             "tenant's subnets and security groups (named in the same statement), deleting one to its VPC "
+             "(ec2:Vpc)."),
+        )
 
     def _page_budget(self, props: TenantPipelineProps) -> None:
         """`chunks_per_page` and the register invocations per chunk: what bounds a page's history."""

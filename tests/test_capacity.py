@@ -93,6 +93,7 @@ def test_the_default_tenants_file_needs_what_its_templates_hold():
         "iam_roles": (12, 1000),
         "cloudformation_stacks": (4, 2000),
         "state_machines": (9, 100000),
+        "landing_bucket_policy_bytes": (310, 20480),
     }
     assert by_field["lambda_concurrent_executions"].need.how == (
         "1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved")

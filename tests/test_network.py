@@ -1,0 +1,278 @@
+"""Private core systems (README, "Private core systems"): `network:` puts the register function,
+and only it, in the tenant's VPC, with the network-interface permissions Lambda needs."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from aws_cdk.assertions import Template
+
+from pipeline_constructs.config import ConfigError, parse_config
+from tests.conftest import synthesize
+
+VPC = "vpc-0123456789abcdef0"
+SUBNETS = ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
+GROUPS = ["sg-0123456789abcdef0"]
+
+TENANTS = f"""
+defaults:
+  sink: {{url: https://core.internal.example.com/records}}
+tenants:
+  - id: private
+    prefix: private/
+    network: {{vpc_id: {VPC}, subnet_ids: {SUBNETS}, security_group_ids: {GROUPS}}}
+  - id: public
+    prefix: public/
+  - id: traced
+    prefix: traced/
+    tracing: true
+    network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}], security_group_ids: {GROUPS}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def network_app(tmp_path_factory):
+    root = tmp_path_factory.mktemp("network")
+    (root / "tenants.yaml").write_text(TENANTS)
+    return synthesize(root / "tenants.yaml", root / "cdk.out")  # cdk-nag on: no unacknowledged finding
+
+
+def functions_by_role(template: dict, tenant: str) -> dict[str, dict]:
+    """The tenant's four functions by role, their names made tenant-neutral."""
+    roles = {"PipelineSplit": "split", "PipelineRegisterChunk": "register", "PipelineController": "controller",
+             "PipelineCloser": "closer"}
+    found = {}
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::Lambda::Function":
+            found[roles[logical_id[:-8]]] = json.loads(json.dumps(resource["Properties"]).replace(tenant, "<tenant>"))
+    return found
+
+
+def data_role_statements(template: dict) -> list[dict]:
+    (policy,) = [r for logical_id, r in template["Resources"].items()
+                 if r["Type"] == "AWS::IAM::Policy" and logical_id.startswith("PipelineDataRoleDefaultPolicy")]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def arn(resource: str) -> dict:
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:", {"Ref": "AWS::Region"}, ":",
+                              {"Ref": "AWS::AccountId"}, f":{resource}"]]}
+
+
+def test_only_the_register_function_runs_in_the_tenants_subnets_and_security_groups(network_app):
+    functions = functions_by_role(network_app.templates["OrderedIngest-Tenant-private"], "private")
+    assert sorted(functions) == ["closer", "controller", "register", "split"]
+    assert functions["register"]["VpcConfig"] == {"SubnetIds": SUBNETS, "SecurityGroupIds": GROUPS}
+    assert [role for role, props in functions.items() if "VpcConfig" in props] == ["register"]
+
+
+def test_split_controller_and_closer_are_exactly_as_without_network(network_app):
+    """GIVEN two tenants alike but for `network` THEN their split, controller and closer
+    functions are the same, and their register functions differ only by VpcConfig."""
+    private = functions_by_role(network_app.templates["OrderedIngest-Tenant-private"], "private")
+    public = functions_by_role(network_app.templates["OrderedIngest-Tenant-public"], "public")
+
+    def comparable(props: dict) -> dict:  # the role's and log group's logical ids are the same construct ids
+        return {k: v for k, v in props.items() if k not in ("Code",)}
+
+    for role in ("split", "controller", "closer"):
+        assert comparable(private[role]) == comparable(public[role]), role
+    register = dict(private["register"])
+    register.pop("VpcConfig")
+    assert comparable(register) == comparable(public["register"])
+
+
+def test_the_data_role_may_create_interfaces_only_in_the_tenants_subnets_and_delete_only_in_its_vpc(network_app):
+    statements = {s["Sid"]: s for s in data_role_statements(network_app.templates["OrderedIngest-Tenant-private"])
+                  if s.get("Sid", "").startswith("RegisterVpc")}
+    assert statements == {
+        "RegisterVpcDescribeInterfaces": {
+            "Action": "ec2:DescribeNetworkInterfaces", "Effect": "Allow", "Resource": "*",
+            "Sid": "RegisterVpcDescribeInterfaces"},
+        "RegisterVpcCreateInterfaces": {
+            "Action": "ec2:CreateNetworkInterface", "Effect": "Allow",
+            "Resource": [arn("network-interface/*"), arn(f"security-group/{GROUPS[0]}"), arn(f"subnet/{SUBNETS[0]}"),
+                         arn(f"subnet/{SUBNETS[1]}")],
+            "Sid": "RegisterVpcCreateInterfaces"},
+        "RegisterVpcManageInterfaces": {
+            "Action": ["ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses"],
+            "Effect": "Allow", "Resource": arn("network-interface/*"),
+            "Condition": {"ArnEquals": {"ec2:Vpc": arn(f"vpc/{VPC}")}},
+            "Sid": "RegisterVpcManageInterfaces"},
+    }
+
+
+def test_without_network_the_data_role_has_no_ec2_permission_and_no_managed_policy(network_app):
+    template = network_app.templates["OrderedIngest-Tenant-public"]
+    assert "ec2:" not in json.dumps(data_role_statements(template))
+    for name, template in network_app.templates.items():
+        for role in Template.from_json(template).find_resources("AWS::IAM::Role").values():
+            assert "ManagedPolicyArns" not in role["Properties"], name
+
+
+def test_the_register_function_is_created_after_its_roles_ec2_permissions(network_app):
+    """Lambda checks the execution role's ENI permissions when it creates a VPC function."""
+    template = network_app.templates["OrderedIngest-Tenant-private"]
+    (register,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"
+                   and r["Properties"]["FunctionName"] == "private-register-chunk"]
+    assert any(d.startswith("PipelineDataRoleDefaultPolicy") for d in register["DependsOn"])
+
+
+def test_network_and_tracing_together_leave_no_unacknowledged_finding(network_app):
+    (nag,) = [r for r in network_app.validation_report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert nag["conclusion"] == "success" and nag["violations"] == []
+    traced = functions_by_role(network_app.templates["OrderedIngest-Tenant-traced"], "traced")
+    assert traced["register"]["VpcConfig"]["SubnetIds"] == [SUBNETS[0]]
+    assert traced["register"]["TracingConfig"] == {"Mode": "Active"}
+
+
+def test_the_construct_refuses_a_partial_network():
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_dynamodb as dynamodb
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk import aws_sns as sns
+
+    from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+
+    stack = Stack(App(), "S")
+    props = TenantPipelineProps(
+        tenant_id="acme", landing_prefix="acme/", sink_url="https://core.example.com/",
+        landing_bucket=s3.Bucket.from_bucket_name(stack, "L", "landing"),
+        work_bucket=s3.Bucket.from_bucket_name(stack, "W", "work"),
+        ledger_table=dynamodb.Table.from_table_name(stack, "T", "ledger"),
+        alarm_topic=sns.Topic.from_topic_arn(stack, "A", "arn:aws:sns:us-east-1:111111111111:alarms"),
+        alarm_topic_key=kms.Key.from_key_arn(stack, "K", "arn:aws:kms:us-east-1:111111111111:key/1"),
+        vpc_id=VPC, vpc_subnet_ids=tuple(SUBNETS),
+    )
+    with pytest.raises(ValueError) as raised:
+        TenantPipeline(stack, "Pipeline", props)
+    assert str(raised.value) == ("tenant 'acme': vpc_id, vpc_subnet_ids and vpc_security_group_ids go together; "
+                                 "give all three, or none (no VPC)")
+
+
+# --- configuration ---------------------------------------------------------------------------------
+
+
+def config_problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(textwrap.dedent(text))
+    return raised.value.problems
+
+
+def test_network_in_defaults_applies_to_every_tenant_and_a_tenant_may_override_a_key():
+    config = parse_config(textwrap.dedent(f"""
+        defaults:
+          sink: {{url: https://core.example.com/records}}
+          network: {{vpc_id: {VPC}, subnet_ids: {SUBNETS}, security_group_ids: {GROUPS}}}
+        tenants:
+          - {{id: acme, prefix: acme/}}
+          - {{id: globex, prefix: globex/, network: {{subnet_ids: [{SUBNETS[1]}]}}}}
+    """))
+    acme, globex = config.tenants
+    assert acme.network is not None and acme.network.subnet_ids == SUBNETS
+    assert globex.network is not None and (globex.network.vpc_id, globex.network.subnet_ids) == (VPC, [SUBNETS[1]])
+
+
+def test_fails_when_network_ids_are_malformed_or_missing_naming_each_field():
+    assert config_problems(f"""
+        defaults: {{sink: {{url: https://core.example.com/records}}}}
+        tenants:
+          - id: acme
+            prefix: acme/
+            network: {{vpc_id: vpc-123, subnet_ids: [{SUBNETS[0]}, subnet_b], security_group_ids: []}}
+          - id: globex
+            prefix: globex/
+            network: {{subnet_ids: [{SUBNETS[0]}], security_group_ids: [sg-0123456789abcdef0], vpcid: {VPC}}}
+    """) == [
+        "tenant 'acme': field 'network.vpc_id' = 'vpc-123': is not a VPC id (vpc- and 8 or 17 hexadecimal digits); "
+        "use the id of the VPC of the subnets, e.g. 'vpc-0123456789abcdef0'",
+        f"tenant 'acme': field 'network.subnet_ids' = ['{SUBNETS[0]}', 'subnet_b']: 'subnet_b' is not a subnet id "
+        "(subnet- and 8 or 17 hexadecimal digits); list at least one subnet id of that VPC, e.g. "
+        "['subnet-0123456789abcdef0'] (two, in different Availability Zones, for availability)",
+        "tenant 'acme': field 'network.security_group_ids' = []: has too few entries (at least 1); list at least one "
+        "security group id that lets the function reach the core system, e.g. ['sg-0123456789abcdef0']",
+        "tenant 'globex': field 'network.vpc_id' = (missing): is required; use the id of the VPC of the subnets, "
+        "e.g. 'vpc-0123456789abcdef0'",
+        f"tenant 'globex': field 'network.vpcid' = '{VPC}': unknown key; remove it or fix its spelling "
+        "(did you mean 'vpc_id'?)",
+    ]
+
+
+def test_fails_when_a_bad_network_in_defaults_is_blamed_on_defaults_once():
+    assert config_problems(f"""
+        defaults:
+          sink: {{url: https://core.example.com/records}}
+          network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}, {SUBNETS[0]}], security_group_ids: {GROUPS}}}
+        tenants:
+          - {{id: acme, prefix: acme/}}
+          - {{id: globex, prefix: globex/}}
+    """) == [
+        f"defaults: field 'network.subnet_ids' = ['{SUBNETS[0]}', '{SUBNETS[0]}']: lists an id twice; list at least "
+        "one subnet id of that VPC, e.g. ['subnet-0123456789abcdef0'] (two, in different Availability Zones, for "
+        "availability)",
+    ]
+
+
+def test_cfn_lint_finds_nothing_in_a_tenant_stack_with_network(network_app):
+    from cfnlint.api import lint_all
+
+    matches = lint_all(json.dumps(network_app.templates["OrderedIngest-Tenant-private"]))
+    assert [f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id != "W3005"] == []
+
+
+def test_parliament_finds_nothing_in_the_network_interface_statements(network_app):
+    """parliament (issue 12's IAM lint) knows which resources and condition keys each EC2
+    action has: e.g. a new interface has no `ec2:Subnet` key, so a condition on it would never
+    match and Lambda could not attach the function."""
+    parliament = pytest.importorskip("parliament")
+    from local_runtime.bucket_policy import _resolve
+
+    class Pseudo(dict):
+        def __missing__(self, key):
+            return {"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "111111111111"}[key[1]]
+
+    statements = [s for s in data_role_statements(network_app.templates["OrderedIngest-Tenant-private"])
+                  if s.get("Sid", "").startswith("RegisterVpc")]
+    document = _resolve({"Version": "2012-10-17", "Statement": statements}, Pseudo())
+    findings = parliament.analyze_policy_string(json.dumps(document)).findings
+    assert [(f.issue, f.detail) for f in findings] == []
+
+
+def test_a_tenant_opts_out_of_the_defaults_network_with_null():
+    config = parse_config(textwrap.dedent(f"""
+        defaults:
+          sink: {{url: https://core.example.com/records}}
+          network: {{vpc_id: {VPC}, subnet_ids: {SUBNETS}, security_group_ids: {GROUPS}}}
+        tenants:
+          - {{id: acme, prefix: acme/}}
+          - {{id: public, prefix: public/, network: null}}
+    """))
+    assert [t.network is not None for t in config.tenants] == [True, False]
+
+
+def test_in_a_deployment_target_the_interface_arns_name_its_account_and_region(tmp_path):
+    """GIVEN a tenant with `network` in a target's Stage (explicit account and Region) WHEN
+    synthesized with cdk-nag THEN no finding is left (the acknowledgement names the literal
+    ARN) and the statements name the target's account and Region."""
+    from aws_cdk import App
+
+    from pipeline_constructs.application import build_app
+
+    (tmp_path / "tenants.yaml").write_text(textwrap.dedent(f"""
+        defaults: {{sink: {{url: https://core.example.com/records}}, target: prod}}
+        targets: {{prod: {{account: '111111111111', region: eu-west-1}}}}
+        tenants:
+          - {{id: acme, prefix: acme/, network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}], security_group_ids: {GROUPS}}}}}
+    """))
+    built = build_app(tmp_path / "tenants.yaml", app=App(outdir=str(tmp_path / "cdk.out")))
+    built.app.synth()  # raises on an unacknowledged cdk-nag finding
+    template = Template.from_stack(built.tenants["acme"]).to_json()
+    statements = {s["Sid"]: s for s in data_role_statements(template) if s.get("Sid", "").startswith("RegisterVpc")}
+    assert statements["RegisterVpcCreateInterfaces"]["Resource"] == [
+        "arn:aws:ec2:eu-west-1:111111111111:network-interface/*",
+        f"arn:aws:ec2:eu-west-1:111111111111:security-group/{GROUPS[0]}",
+        f"arn:aws:ec2:eu-west-1:111111111111:subnet/{SUBNETS[0]}",
+    ]
