@@ -58,9 +58,9 @@ def test_every_policy_kind_is_collected_and_every_resource_is_an_arn(synthesized
     identity document per AWS::IAM::Policy, a trust document per role, each bucket, queue and
     topic policy and key policy), and no intrinsic is left in any Resource: each is `*` or an ARN."""
     documents = policy_documents(synthesized.templates)
-    count = lambda resource_type: sum(  # noqa: E731
+    count = lambda resource_type: sum(
         1 for t in synthesized.templates.values() for r in t["Resources"].values() if r["Type"] == resource_type)
-    by_type = lambda resource_type, kind: [d for d in documents if d.resource_type == resource_type and d.kind == kind]  # noqa: E731
+    by_type = lambda resource_type, kind: [d for d in documents if d.resource_type == resource_type and d.kind == kind]
     assert len(by_type("AWS::IAM::Policy", "identity")) == count("AWS::IAM::Policy") > 0
     assert len(by_type("AWS::IAM::Role", "trust")) == count("AWS::IAM::Role") > 0
     for resource_type in ("AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy", "AWS::KMS::Key",
@@ -98,10 +98,10 @@ def test_a_statement_whose_resource_does_not_fit_its_action_is_a_new_finding(syn
                                        {"Ref": "AWS::AccountId"}]]},
     })
     new = iam_lint.unacknowledged(iam_lint.lint(templates), acknowledgements)
-    assert [str(f) for f in new] == [
+    assert [str(f) for f in new] == [(
         "RESOURCE_MISMATCH in identity policy OrderedIngest-Tenant-acme/PipelineDataRoleDefaultPolicy [WrongResource]: "
         "s3:GetObject: required_format=arn:*:s3:::*/*"
-    ]
+    )]
 
 
 def test_an_acknowledgement_covers_only_the_statements_it_names(acknowledgements):

@@ -46,7 +46,7 @@ def test_every_role_of_a_tenant_and_the_routing_role_has_its_table(block):
     """GIVEN the doc's app THEN the tables cover the controller, split and register, closer,
     completion, workflow and forwarding roles, with who assumes them, and nothing names the
     doc tenant, its prefix, the account or the Region literally."""
-    roles = re.findall(r"^Role `(\w+)` \((one per tenant|shared)\), assumed by `Service: ([a-z.]+)`", block, re.M)
+    roles = re.findall(r"^Role `(\w+)` \((one per tenant|shared)\), assumed by `Service: ([a-z.]+)`", block, re.MULTILINE)
     assert roles == [
         ("PipelineDataRole", "one per tenant", "lambda.amazonaws.com"),
         ("PipelineCloserRole", "one per tenant", "lambda.amazonaws.com"),
@@ -63,10 +63,10 @@ def test_the_completion_caller_is_the_only_principal_outside_the_account(block):
     """GIVEN the resource policies table THEN the only principal of another account is the
     configured completion caller, and it may only invoke `<tenant>-completion`."""
     outside = [line for line in block.splitlines() if "arn:aws:iam::" in line and "<account>" not in line]
-    assert outside == [
+    assert outside == [(
         "| `<tenant>-completion` | (invoke permission) | Allow | `arn:aws:iam::111111111111:role/core-system` "
         "| `lambda:InvokeFunction` | `lambda:function:<tenant>-completion` |  |"
-    ]
+    )]
 
 
 def test_every_aws_call_of_ops_is_listed_with_what_it_is_used_on():

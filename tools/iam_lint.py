@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         templates = synthesize_templates(args.tenants)
-    except Exception as error:  # a bad tenants file: the config's own message says what to fix
+    except Exception as error:  # noqa: BLE001 - a bad tenants file: the config's own message says what to fix
         print(f"cannot synthesize {args.tenants}: {error}", file=sys.stderr)
         return EXIT_ERROR
     acknowledgements = load_acknowledgements()

@@ -305,30 +305,31 @@ def _refs(value: Any) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _render(resolver: Resolver, stack: str, raw: Any) -> dict[str, Any]:
+    rendered = resolver.resolve(stack, raw)
+    return json.loads(rendered) if isinstance(rendered, str) else rendered  # Logs resource policies are JSON text
+
+
 def _documents(resolver: Resolver, stack: str, template: dict[str, Any]) -> Iterator[PolicyDocument]:
     for logical_id, resource in template.get("Resources", {}).items():
         kind_of = resource["Type"]
         props = resource.get("Properties", {})
-
-        def doc(kind: str, raw: Any, **extra: Any) -> PolicyDocument:
-            rendered = resolver.resolve(stack, raw)
-            if isinstance(rendered, str):  # AWS::Logs::ResourcePolicy holds JSON text
-                rendered = json.loads(rendered)
-            return PolicyDocument(stack, logical_id, kind_of, kind, rendered, **extra)
-
         if kind_of in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
-            yield doc("identity", props["PolicyDocument"], roles=_refs(props.get("Roles", [])))
+            yield PolicyDocument(stack, logical_id, kind_of, "identity", _render(resolver, stack, props["PolicyDocument"]),
+                                 roles=_refs(props.get("Roles", [])))
         elif kind_of == "AWS::IAM::Role":
             # a trust policy is the role's resource policy: its implicit resource is the role
-            trust = _with_implicit_resource(doc("trust", props["AssumeRolePolicyDocument"], roles=(logical_id,)),
-                                            resolver.arn_of(stack, logical_id), only_when_missing=True)
-            yield trust
+            trust = PolicyDocument(stack, logical_id, kind_of, "trust",
+                                   _render(resolver, stack, props["AssumeRolePolicyDocument"]), roles=(logical_id,))
+            yield _with_implicit_resource(trust, resolver.arn_of(stack, logical_id), only_when_missing=True)
             for inline in props.get("Policies", []):
-                yield doc("identity", inline["PolicyDocument"], roles=(logical_id,))
-        elif kind_of in RESOURCE_POLICIES:
+                yield PolicyDocument(stack, logical_id, kind_of, "identity",
+                                     _render(resolver, stack, inline["PolicyDocument"]), roles=(logical_id,))
+        elif kind_of in RESOURCE_POLICIES and RESOURCE_POLICIES[kind_of][0] in props:
             document_prop, target_prop = RESOURCE_POLICIES[kind_of]
             target = _refs(props.get(target_prop)) if target_prop else ((logical_id,) if kind_of == "AWS::KMS::Key" else ())
-            found = doc("resource", props[document_prop], target=target)
+            found = PolicyDocument(stack, logical_id, kind_of, "resource", _render(resolver, stack, props[document_prop]),
+                                   target=target)
             if kind_of == "AWS::KMS::Key":  # in a key policy, Resource "*" is this key
                 found = _with_implicit_resource(found, resolver.arn_of(stack, logical_id), only_when_missing=False)
             yield found
@@ -339,9 +340,9 @@ def _with_implicit_resource(found: PolicyDocument, arn: str, *, only_when_missin
     (it is the role's), a key policy's `"*"` means the key itself."""
 
     def explicit(statement: dict[str, Any]) -> dict[str, Any]:
-        if "Resource" in statement or "NotResource" in statement:
-            if only_when_missing or statement.get("Resource") != "*":
-                return statement
+        has_resource = "Resource" in statement or "NotResource" in statement
+        if has_resource and (only_when_missing or statement.get("Resource") != "*"):
+            return statement
         return {**statement, "Resource": arn}
 
     statements = [explicit(statement) for statement in found.statements()]

@@ -29,7 +29,15 @@ from typing import Any
 import yaml
 
 from tools.iam_lint import synthesize_templates
-from tools.iam_policies import ACCOUNT, PARTITION, REGION, PolicyDocument, Resolver, policy_documents, strip_hash
+from tools.iam_policies import (
+    ACCOUNT,
+    PARTITION,
+    REGION,
+    PolicyDocument,
+    Resolver,
+    policy_documents,
+    strip_hash,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "security.md"
@@ -82,7 +90,7 @@ class Symbols:
 
     def __init__(self, templates: Mapping[str, dict[str, Any]], resolver: Resolver) -> None:
         self.replacements: list[tuple[str, str]] = []
-        for logical_id, resource in templates[SHARED_STACK]["Resources"].items():
+        for logical_id in templates[SHARED_STACK]["Resources"]:
             label = LABELS.get(strip_hash(logical_id))
             if label is None:
                 continue
@@ -160,10 +168,10 @@ def role_tables(templates: Mapping[str, dict[str, Any]], documents: Sequence[Pol
             (trust,) = [d for d in documents if d.stack == stack and d.kind == "trust" and d.resource_id == role_id]
             assumed = sorted({p for s in trust.statements() for p in _principals(s, symbols)})
             users = _users(template, role_id, symbols, resolver, stack)
-            lines = [f"#### {title}", "",
-                     f"Role `{strip_hash(role_id)}` ({'shared' if stack == SHARED_STACK else 'one per tenant'}), "
-                     f"assumed by {', '.join(f'`{p}`' for p in assumed)}; used by {', '.join(f'`{u}`' for u in users) or 'nothing'}.",
-                     ""]
+            scope = "shared" if stack == SHARED_STACK else "one per tenant"
+            by = ", ".join(f"`{p}`" for p in assumed)
+            used = ", ".join(f"`{u}`" for u in users) or "nothing"
+            lines = [f"#### {title}", "", f"Role `{strip_hash(role_id)}` ({scope}), assumed by {by}; used by {used}.", ""]
             for managed in props.get("ManagedPolicyArns", []):
                 lines += [f"Managed policy: `{symbols(str(resolver.resolve(stack, managed)))}`", ""]
             lines += [_row(["Sid", "Effect", "Actions", "Resources", "Conditions"]), _row(["---"] * 5)]
@@ -201,7 +209,7 @@ def resource_policy_table(templates: Mapping[str, dict[str, Any]], documents: Se
                     _cell([symbols(str(r)) for r in _listed(statement.get("Resource", statement.get("NotResource")))]),
                     _cell(_conditions(statement, symbols)),
                 ]))
-        for logical_id, resource in templates[stack]["Resources"].items():
+        for resource in templates[stack]["Resources"].values():
             if resource["Type"] != "AWS::Lambda::Permission":
                 continue
             props = resolver.resolve(stack, resource["Properties"])
@@ -337,11 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = DOC.read_text(encoding="utf-8")
     if args.write:
         DOC.write_text(text.replace(embedded(text), block), encoding="utf-8")
-    elif args.check:
-        if embedded(text) != block:
-            print("docs/security.md differs from the templates: run python -m tools.security_table --write",
-                  file=sys.stderr)
-            return 1
+    elif args.check and embedded(text) != block:
+        print("docs/security.md differs from the templates: run python -m tools.security_table --write",
+              file=sys.stderr)
+        return 1
     return 0
 
 
