@@ -144,3 +144,20 @@ def test_the_command_prints_every_finding_and_exits_0_when_all_are_acknowledged(
     assert "acknowledged: CREDENTIALS_EXPOSURE in trust policy OrderedIngest-Tenant-acme/PipelineControllerRole" in out
     assert "    reason: A trust policy:" in out
     assert out.rstrip().endswith("acknowledged, 0 new")
+
+
+def test_sub_if_and_select_are_rendered_like_cloudformation_would():
+    """GIVEN a policy written with Fn::Sub (pseudo parameters, a GetAtt, a variable map), Fn::If
+    on a Region condition and Fn::Select/Fn::Split WHEN rendered THEN each is the string
+    CloudFormation would produce in us-east-1."""
+    templates = {"S": {
+        "Conditions": {"InUsEast1": {"Fn::Equals": [{"Ref": "AWS::Region"}, "us-east-1"]}},
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "q.fifo"}}},
+    }}
+    resolver = Resolver(templates)
+    assert resolver.resolve("S", {"Fn::Sub": "arn:${AWS::Partition}:s3:::b-${AWS::AccountId}/${Queue.Arn}"}) == (
+        "arn:aws:s3:::b-123456789012/arn:aws:sqs:us-east-1:123456789012:q.fifo")
+    assert resolver.resolve("S", {"Fn::Sub": ["${Name}-${!Literal}", {"Name": {"Ref": "Queue"}}]}) == (
+        "https://sqs.us-east-1.amazonaws.com/123456789012/q.fifo-${Literal}")
+    assert resolver.resolve("S", {"Fn::If": ["InUsEast1", "here", "elsewhere"]}) == "here"
+    assert resolver.resolve("S", {"Fn::Select": [1, {"Fn::Split": [":", {"Fn::GetAtt": ["Queue", "Arn"]}]}]}) == "aws"

@@ -168,7 +168,26 @@ class Resolver:
             "Fn::ImportValue": self._import_value,
             "Fn::Select": lambda stack, arg: self.resolve(stack, arg[1])[int(self.resolve(stack, arg[0]))],
             "Fn::Split": lambda stack, arg: self.resolve(stack, arg[1]).split(self.resolve(stack, arg[0])),
+            "Fn::If": lambda stack, arg: self.resolve(stack, arg[1] if self.condition(stack, arg[0]) else arg[2]),
         }
+
+    def condition(self, stack: str, name_or_expression: Any) -> bool:
+        """A template condition (by name, or an `Fn::Equals`/`Not`/`And`/`Or` expression) with
+        the fixed account, Region and partition."""
+        if isinstance(name_or_expression, str):
+            return self.condition(stack, self.templates[stack].get("Conditions", {})[name_or_expression])
+        (key, argument), = name_or_expression.items()
+        if key == "Condition":
+            return self.condition(stack, argument)
+        if key == "Fn::Equals":
+            left, right = (self.resolve(stack, value) for value in argument)
+            return bool(left == right)
+        if key == "Fn::Not":
+            return not self.condition(stack, argument[0])
+        if key in ("Fn::And", "Fn::Or"):
+            results = [self.condition(stack, item) for item in argument]
+            return all(results) if key == "Fn::And" else any(results)
+        raise UnresolvableError(f"{stack}: condition {key} is not supported by tools/iam_policies.py")
 
     def _pseudo(self, name: str) -> str | None:
         return {
@@ -222,6 +241,8 @@ class Resolver:
             return pseudo
         if name == "AWS::StackName":
             return stack
+        if name == "AWS::NoValue":
+            return ""
         parameters = self.templates[stack].get("Parameters", {})
         if name in parameters:
             return str(parameters[name].get("Default", name))

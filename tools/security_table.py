@@ -214,7 +214,8 @@ def resource_policy_table(templates: Mapping[str, dict[str, Any]], documents: Se
                 continue
             props = resolver.resolve(stack, resource["Properties"])
             function = symbols(str(props["FunctionName"]))
-            conditions = [f"{key}: {symbols(str(props[key]))}" for key in ("SourceArn", "SourceAccount") if key in props]
+            conditions = [f"{key}: {symbols(str(props[key]))}" for key in
+                          ("SourceArn", "SourceAccount", "PrincipalOrgID", "FunctionUrlAuthType") if key in props]
             lines.append(_row([f"`{function.rsplit(':', 1)[-1]}`", "(invoke permission)", "Allow",
                                _cell([symbols(str(props["Principal"]))]), _cell([props["Action"]]),
                                _cell([function]), _cell(conditions)]))
