@@ -161,3 +161,14 @@ def test_sub_if_and_select_are_rendered_like_cloudformation_would():
         "https://sqs.us-east-1.amazonaws.com/123456789012/q.fifo-${Literal}")
     assert resolver.resolve("S", {"Fn::If": ["InUsEast1", "here", "elsewhere"]}) == "here"
     assert resolver.resolve("S", {"Fn::Select": [1, {"Fn::Split": [":", {"Fn::GetAtt": ["Queue", "Arn"]}]}]}) == "aws"
+
+
+def test_fails_when_the_tenants_file_does_not_synthesize(tmp_path: Path, capsys):
+    """GIVEN a tenants file with a bad prefix WHEN `python -m tools.iam_lint` runs THEN it exits 2
+    and passes on the config's own message (which names the tenant, the field and the fix)."""
+    bad = tmp_path / "tenants.yaml"
+    bad.write_text("defaults: {sink: {url: 'https://core.example.com'}}\ntenants:\n  - {id: acme, prefix: /acme}\n",
+                   encoding="utf-8")
+    assert iam_lint.main(["--tenants", str(bad)]) == iam_lint.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"cannot synthesize {bad}: ") and "acme" in err and "prefix" in err
