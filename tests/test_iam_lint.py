@@ -172,3 +172,29 @@ def test_fails_when_the_tenants_file_does_not_synthesize(tmp_path: Path, capsys)
     assert iam_lint.main(["--tenants", str(bad)]) == iam_lint.EXIT_ERROR
     err = capsys.readouterr().err
     assert err.startswith(f"cannot synthesize {bad}: ") and "acme" in err and "prefix" in err
+
+
+def test_stacks_of_deployment_targets_are_linted_with_their_own_account(tmp_path: Path, acknowledgements):
+    """GIVEN two deployment targets (Stages with explicit accounts) WHEN the assembly is linted
+    THEN every stack of both Stages is, with its own account and Region (an imported topic ARN
+    is the one of its Stage's shared stack), and the key policies' own-account root statement
+    is acknowledged in each account."""
+    from tests.conftest import synthesize
+
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(
+        "defaults: {sink: {url: 'https://core.example.com/records'}}\n"
+        "targets:\n  prod-eu: {account: '111111111111', region: eu-west-1}\n"
+        "  prod-us: {account: '222222222222', region: us-east-1}\n"
+        "tenants:\n  - {id: acme, prefix: acme/, target: prod-eu}\n  - {id: globex, prefix: globex/, target: prod-us}\n",
+        encoding="utf-8")
+    built = synthesize(tenants, tmp_path / "cdk.out")
+    templates, environments = iam_lint.assembly_templates(built.outdir)
+
+    eu, us = ("111111111111", "eu-west-1"), ("222222222222", "us-east-1")
+    assert environments == {"prod-eu/OrderedIngest-Shared": eu, "prod-eu/OrderedIngest-Tenant-acme": eu,
+                            "prod-us/OrderedIngest-Shared": us, "prod-us/OrderedIngest-Tenant-globex": us}
+    documents = {d.label: d for d in policy_documents(templates, Resolver(templates, environments=environments))}
+    closer = {s.get("Sid"): s for s in documents["prod-us/OrderedIngest-Tenant-globex/PipelineCloserRoleDefaultPolicy"].statements()}
+    assert closer["NotifyFailures"]["Resource"] == "arn:aws:sns:us-east-1:222222222222:SharedAlarmTopic"
+    assert iam_lint.unacknowledged(iam_lint.lint(templates, environments), acknowledgements) == []

@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from tools.iam_policies import ACCOUNT, PolicyDocument, policy_documents
+from tools.iam_policies import ACCOUNT, PolicyDocument, Resolver, policy_documents
 
 ROOT = Path(__file__).resolve().parent.parent
 ACKNOWLEDGEMENTS = Path(__file__).resolve().parent / "iam_lint_acknowledgements.yaml"
@@ -93,7 +93,7 @@ def load_acknowledgements(path: Path = ACKNOWLEDGEMENTS) -> list[Acknowledgement
         if missing:
             raise ValueError(f"{path.name} entry {index + 1}: {', '.join(missing)} missing; "
                              "every acknowledgement names its issue and its reason")
-        found.append(Acknowledgement(**{key: str(value).replace("<account>", ACCOUNT) for key, value in entry.items()}))
+        found.append(Acknowledgement(**{key: str(value) for key, value in entry.items()}))
     return found
 
 
@@ -138,7 +138,9 @@ def _details(finding: Any) -> list[str]:
     return [detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True, default=str)]
 
 
-def lint_document(doc: PolicyDocument) -> list[Finding]:
+def lint_document(doc: PolicyDocument, own_account: str = ACCOUNT) -> list[Finding]:
+    """parliament's findings on one document; in the principals, the account the stack is
+    deployed to reads `<account>` (acknowledgements name it so, whatever the target)."""
     findings = []
     for raw in _analyze(doc.document):
         if raw.issue in DOCUMENT_ISSUES:
@@ -149,13 +151,20 @@ def lint_document(doc: PolicyDocument) -> list[Finding]:
         for raw in _analyze(single):
             if raw.issue not in DOCUMENT_ISSUES:
                 findings += [Finding(doc.label, doc.resource_type, doc.kind, statement_key(statement),
-                                     principal_key(statement), raw.issue, detail) for detail in _details(raw)]
+                                     principal_key(statement).replace(f"::{own_account}:", "::<account>:"),
+                                     raw.issue, detail) for detail in _details(raw)]
     return findings
 
 
-def lint(templates: Mapping[str, dict[str, Any]]) -> list[Finding]:
-    """Every parliament finding over every policy document of the app's templates."""
-    return [finding for doc in policy_documents(templates) for finding in lint_document(doc)]
+def lint(templates: Mapping[str, dict[str, Any]],
+         environments: Mapping[str, tuple[str, str]] | None = None) -> list[Finding]:
+    """Every parliament finding over every policy document of the app's templates.
+    `environments`: (account, Region) of each stack deployed to explicit ones (deployment
+    targets); the others get the resolver's fixed account and Region."""
+    environments = environments or {}
+    resolver = Resolver(templates, environments=environments)
+    return [finding for doc in policy_documents(templates, resolver)
+            for finding in lint_document(doc, environments.get(doc.stack, (ACCOUNT, ""))[0])]
 
 
 def unacknowledged(findings: Iterable[Finding], acknowledgements: Sequence[Acknowledgement]) -> list[Finding]:
@@ -175,19 +184,39 @@ def report(findings: Sequence[Finding], acknowledgements: Sequence[Acknowledgeme
 
 def synthesize_templates(tenants_file: Path) -> dict[str, dict[str, Any]]:
     """Every stack's template of the app built from `tenants_file` (cdk-nag on, as in the tests)."""
+    return synthesize_app(tenants_file)[0]
+
+
+def synthesize_app(tenants_file: Path) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
+    """Every stack's template of the app built from `tenants_file` (cdk-nag on, as in the
+    tests) and the environments of the stacks that name one: see `assembly_templates`."""
     from pipeline_constructs.application import build_app, new_app
 
     with tempfile.TemporaryDirectory(prefix="iam-lint-") as outdir:
-        assembly = build_app(tenants_file, app=new_app(outdir=outdir)).app.synth()
-        return {stack.hierarchical_id: stack.template for stack in _stacks(assembly)}
+        build_app(tenants_file, app=new_app(outdir=outdir)).app.synth()
+        return assembly_templates(Path(outdir))
 
 
-def _stacks(assembly: Any) -> list[Any]:
-    """The assembly's stacks, those of nested Stages (deployment targets) too."""
-    found = list(assembly.stacks)
-    for nested in getattr(assembly, "nested_assemblies", []) or []:
-        found += _stacks(nested.nested_assembly)
-    return found
+def assembly_templates(outdir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
+    """The templates of a cloud assembly directory (cdk.out), those of its Stages (deployment
+    targets) too, by display name (`Stack` or `Stage/Stack`), and the (account, Region) of each
+    stack deployed to explicit ones."""
+    manifest = json.loads((outdir / "manifest.json").read_text(encoding="utf-8"))
+    templates: dict[str, dict[str, Any]] = {}
+    environments: dict[str, tuple[str, str]] = {}
+    for artifact_id, artifact in manifest.get("artifacts", {}).items():
+        properties = artifact.get("properties", {})
+        if artifact["type"] == "cdk:cloud-assembly":
+            nested = assembly_templates(outdir / properties["directoryName"])
+            templates.update(nested[0])
+            environments.update(nested[1])
+        elif artifact["type"] == "aws:cloudformation:stack":
+            name = artifact.get("displayName", artifact_id)
+            templates[name] = json.loads((outdir / properties["templateFile"]).read_text(encoding="utf-8"))
+            account, _, region = artifact.get("environment", "").removeprefix("aws://").partition("/")
+            if account.isdigit():
+                environments[name] = (account, region)
+    return templates, environments
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -195,12 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tenants", type=Path, default=ROOT / "tenants.yaml", help="tenants file (default: tenants.yaml)")
     args = parser.parse_args(argv)
     try:
-        templates = synthesize_templates(args.tenants)
+        templates, environments = synthesize_app(args.tenants)
     except Exception as error:  # noqa: BLE001 - a bad tenants file: the config's own message says what to fix
         print(f"cannot synthesize {args.tenants}: {error}", file=sys.stderr)
         return EXIT_ERROR
     acknowledgements = load_acknowledgements()
-    findings = lint(templates)
+    findings = lint(templates, environments)
     new = unacknowledged(findings, acknowledgements)
     documents = len(policy_documents(templates))
     print(report(findings, acknowledgements) or "no findings")

@@ -128,20 +128,22 @@ def strip_hash(logical_id: str) -> str:
 
 @dataclass
 class Resolver:
-    """Renders intrinsics of the app's templates with a fixed account, Region and partition."""
+    """Renders intrinsics of the app's templates with a fixed account, Region and partition;
+    `environments`: (account, Region) of the stacks deployed to explicit ones (deployment targets)."""
 
     templates: Mapping[str, dict[str, Any]]
     account: str = ACCOUNT
     region: str = REGION
     partition: str = PARTITION
-    _exports: dict[str, tuple[str, Any]] = field(default_factory=dict, init=False)
+    environments: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    _exports: dict[str, list[tuple[str, Any]]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         for stack, template in self.templates.items():
             for output in template.get("Outputs", {}).values():
                 name = output.get("Export", {}).get("Name")
                 if name is not None:
-                    self._exports[self.resolve(stack, name)] = (stack, output["Value"])
+                    self._exports.setdefault(self.resolve(stack, name), []).append((stack, output["Value"]))
 
     def resolve(self, stack: str, value: Any) -> Any:
         """`value` with every intrinsic rendered, in the context of `stack`'s template."""
@@ -189,10 +191,16 @@ class Resolver:
             return all(results) if key == "Fn::And" else any(results)
         raise UnresolvableError(f"{stack}: condition {key} is not supported by tools/iam_policies.py")
 
-    def _pseudo(self, name: str) -> str | None:
+    def account_of(self, stack: str) -> str:
+        return self.environments.get(stack, (self.account, self.region))[0]
+
+    def region_of(self, stack: str) -> str:
+        return self.environments.get(stack, (self.account, self.region))[1]
+
+    def _pseudo(self, stack: str, name: str) -> str | None:
         return {
-            "AWS::AccountId": self.account,
-            "AWS::Region": self.region,
+            "AWS::AccountId": self.account_of(stack),
+            "AWS::Region": self.region_of(stack),
             "AWS::Partition": self.partition,
             "AWS::URLSuffix": URL_SUFFIX,
             "AWS::StackName": None,
@@ -227,16 +235,16 @@ class Resolver:
         if resource_type == "AWS::Events::Rule" and bus is not None:  # a rule on a custom bus
             bus_name = str(self.resolve(stack, bus)).rsplit("/", 1)[-1]
             if bus_name != "default":
-                return (f"arn:{self.partition}:events:{self.region}:{self.account}:rule/{bus_name}/"
+                return (f"arn:{self.partition}:events:{self.region_of(stack)}:{self.account_of(stack)}:rule/{bus_name}/"
                         f"{self.name_of(stack, logical_id)}")
         if resource_type not in ARN_FORMATS:
             raise UnresolvableError(
                 f"{stack}: the ARN of {resource_type} ({logical_id}) is not known to tools/iam_policies.py ARN_FORMATS")
         return ARN_FORMATS[resource_type].format(
-            name=self.name_of(stack, logical_id), r=self.region, a=self.account, p=self.partition)
+            name=self.name_of(stack, logical_id), r=self.region_of(stack), a=self.account_of(stack), p=self.partition)
 
     def _ref(self, stack: str, name: str) -> str:
-        pseudo = self._pseudo(name)
+        pseudo = self._pseudo(stack, name)
         if pseudo is not None:
             return pseudo
         if name == "AWS::StackName":
@@ -251,7 +259,7 @@ class Resolver:
         if returns == "arn":
             return self.arn_of(stack, name)
         if returns == "url":
-            return f"https://sqs.{self.region}.{URL_SUFFIX}/{self.account}/{self.name_of(stack, name)}"
+            return f"https://sqs.{self.region_of(stack)}.{URL_SUFFIX}/{self.account_of(stack)}/{self.name_of(stack, name)}"
         if returns == "id":
             return f"sg-{strip_hash(name).lower()}"
         return self.name_of(stack, name)
@@ -292,7 +300,10 @@ class Resolver:
         name = self.resolve(stack, argument)
         if name not in self._exports:
             raise UnresolvableError(f"{stack}: Fn::ImportValue {name} is exported by no stack of the app")
-        exporter, value = self._exports[name]
+        # Stages (deployment targets) export the same names: the importer's own Stage's export.
+        stage = stack.rpartition("/")[0]
+        exporters = self._exports[name]
+        exporter, value = next(((s, v) for s, v in exporters if s.rpartition("/")[0] == stage), exporters[0])
         return self.resolve(exporter, value)
 
 
