@@ -98,3 +98,14 @@ def _states(definition: dict) -> list[dict]:
         if "ItemProcessor" in state:
             found += _states(state["ItemProcessor"])
     return found
+
+
+def test_every_iam_policy_of_the_users_file_passes_parliament(user_app):
+    """Whatever the file declares (uploaders, keys, secrets...): every policy of its templates
+    passes parliament, or its finding is acknowledged in tools/iam_lint_acknowledgements.yaml
+    (`make iam-lint TENANTS=...` prints them)."""
+    from tools import iam_lint
+
+    templates, environments = iam_lint.assembly_templates(user_app.outdir)  # the targets' Stages too
+    new = iam_lint.unacknowledged(iam_lint.lint(templates, environments), iam_lint.load_acknowledgements())
+    assert new == [], "parliament findings nobody acknowledged:\n" + "\n".join(map(str, new))

@@ -1,0 +1,90 @@
+"""docs/security.md: its least-privilege tables are what tools/security_table.py generates from
+the synthesized templates (issue 12 item 6); `make security-doc` rewrites them."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+
+from tools import security_table
+
+
+@pytest.fixture(scope="module")
+def templates() -> dict[str, dict]:
+    return security_table.synthesize()
+
+
+@pytest.fixture(scope="module")
+def block(templates) -> str:
+    return security_table.render(templates)
+
+
+def test_the_docs_tables_are_what_the_script_generates_from_the_templates(block):
+    """GIVEN the templates of today's code WHEN the tables are generated THEN docs/security.md
+    holds exactly them (run `make security-doc` after a change of permissions)."""
+    assert security_table.embedded(security_table.DOC.read_text(encoding="utf-8")) == block
+
+
+def test_a_widened_grant_changes_the_table(templates, block):
+    """GIVEN the split and register role's landing read widened from `<prefix>*` to the whole
+    bucket WHEN the tables are generated THEN they differ from the doc, in that row."""
+    widened = copy.deepcopy(templates)
+    resources = widened[security_table.TENANT_STACK]["Resources"]
+    (policy_id,) = [k for k in resources if k.startswith("PipelineDataRoleDefaultPolicy")]
+    for statement in resources[policy_id]["Properties"]["PolicyDocument"]["Statement"]:
+        if statement.get("Sid") == "ReadOwnLandingPrefix":
+            statement["Resource"] = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::ordered-ingest-landing-",
+                                                       {"Ref": "AWS::AccountId"}, "-", {"Ref": "AWS::Region"}, "/*"]]}
+    changed = security_table.render(widened)
+    assert "| ReadOwnLandingPrefix | Allow | `s3:GetObject`<br>`s3:GetObjectVersion` | `landing bucket/<prefix>*` |  |" in block
+    assert "| ReadOwnLandingPrefix | Allow | `s3:GetObject`<br>`s3:GetObjectVersion` | `landing bucket/*` |  |" in changed
+
+
+def test_every_role_of_a_tenant_and_the_routing_role_has_its_table(block):
+    """GIVEN the doc's app THEN the tables cover the controller, split and register, closer,
+    completion, workflow and forwarding roles, with who assumes them, and nothing names the
+    doc tenant, its prefix, the account or the Region literally."""
+    roles = re.findall(r"^Role `(\w+)` \((one per tenant|shared)\), assumed by `Service: ([a-z.]+)`", block, re.MULTILINE)
+    assert roles == [
+        ("PipelineDataRole", "one per tenant", "lambda.amazonaws.com"),
+        ("PipelineCloserRole", "one per tenant", "lambda.amazonaws.com"),
+        ("PipelineWorkflowRole", "one per tenant", "states.amazonaws.com"),
+        ("PipelineControllerRole", "one per tenant", "lambda.amazonaws.com"),
+        ("PipelineCompletionRole", "one per tenant", "lambda.amazonaws.com"),
+        ("ForwardingRole", "shared", "events.amazonaws.com"),
+    ]
+    for literal in (security_table.DOC_TENANT, "initech/incoming/", "123456789012", "us-east-1"):
+        assert literal not in block
+
+
+def test_the_completion_caller_is_the_only_principal_outside_the_account(block):
+    """GIVEN the resource policies table THEN the only principal of another account is the
+    configured completion caller, and it may only invoke `<tenant>-completion`."""
+    outside = [line for line in block.splitlines() if "arn:aws:iam::" in line and "<account>" not in line]
+    assert outside == [(
+        "| `<tenant>-completion` | (invoke permission) | Allow | `arn:aws:iam::111111111111:role/core-system` "
+        "| `lambda:InvokeFunction` | `lambda:function:<tenant>-completion` |  |"
+    )]
+
+
+def test_every_aws_call_of_ops_is_listed_with_what_it_is_used_on():
+    """GIVEN the ops modules WHEN their AWS calls are collected THEN each is an IAM action with
+    an entry in OPS_RESOURCES (the table would refuse one without), and the ones an operator
+    surely needs are found: resume starts the execution, dlq replay invokes the closer,
+    reconcile lists the landing versions."""
+    actions = security_table.ops_actions()
+    assert set(actions) <= set(security_table.OPS_RESOURCES)
+    assert {"states:StartExecution", "lambda:InvokeFunction", "s3:ListBucketVersions", "dynamodb:TransactWriteItems"} & set(
+        actions) == {"states:StartExecution", "lambda:InvokeFunction", "s3:ListBucketVersions"}
+    assert actions["lambda:InvokeFunction"] == ["ops/dlq.py"]
+
+
+def test_fails_when_ops_calls_an_action_the_doc_does_not_describe(monkeypatch):
+    monkeypatch.setitem(security_table.IAM_ACTIONS_OF, "lambda:Invoke", ("lambda:InvokeAnything",))
+    with pytest.raises(KeyError) as raised:
+        security_table.ops_table()
+    assert raised.value.args[0] == (
+        "lambda:InvokeAnything (called from ops/dlq.py) has no entry in tools/security_table.py OPS_RESOURCES: "
+        "say what it is used on")
