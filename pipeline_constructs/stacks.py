@@ -12,7 +12,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from pipeline_constructs import names, routing
+from pipeline_constructs import encryption, names, routing
 from pipeline_constructs.config import AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
@@ -52,7 +52,10 @@ class SharedStack(_IngestStack):
             description="Ordered per-tenant file ingestion: shared buckets, ledger table, alarm topic",
         )
         self.resources = SharedResources(
-            self, "Shared", SharedResourcesProps(alarm_emails=tuple(config.notifications.emails))
+            self, "Shared", SharedResourcesProps(
+                alarm_emails=tuple(config.notifications.emails),
+                kms_key=config.encryption.kms_key if config.encryption is not None else None,
+            )
         )
         # What `ops` reads to find the shared resources.
         CfnOutput(self, "LedgerTableName", value=self.resources.ledger_table.table_name,
@@ -72,6 +75,7 @@ class SharedStack(_IngestStack):
                 alarm_topic=self.resources.alarm_topic,
                 forwarding=self.forwarding,
                 event_pattern_chars=config.routing.event_pattern_chars,
+                log_group_key=self.resources.data_key,
             ),
         )
         CfnOutput(self, "UnmatchedUploadsLogGroupName", value=self.unmatched_uploads.log_group_name,
@@ -167,6 +171,8 @@ class TenantStack(_IngestStack):
                 alarm_topic=shared.alarm_topic,
                 alarm_topic_key=shared.alarm_key,
                 event_bus=self._event_bus(shared_stack.shard_bus_name(tenant.id)),
+                kms_key=tenant.encryption.kms_key if tenant.encryption is not None else None,
+                shared_kms_key_arn=encryption.shared_key_arn(self, shared.kms_key_setting),
             ),
         )
 
