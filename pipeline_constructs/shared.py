@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -180,7 +180,11 @@ class SharedResources(Construct):
                 conditions={
                     "StringEquals": {
                         "kms:ViaService": encryption.via("s3"),
-                        "kms:EncryptionContext:aws:s3:arn": self.landing_bucket.bucket_arn,
+                        # From the fixed name: the bucket's own ARN would make the key depend on
+                        # the bucket that depends on it.
+                        "kms:EncryptionContext:aws:s3:arn": Stack.of(self).format_arn(
+                            service="s3", region="", account="", resource=names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
+                        ),
                     }
                 },
             )
