@@ -33,6 +33,7 @@ tenants:
     encryption: {{kms_key: "{GIVEN_KEY}"}}
   - id: plain
     prefix: plain/
+    completion: {{wait: true, callers: ["arn:aws:iam::111111111111:role/core-system"]}}
 """
 GIVEN = f"""
 encryption: {{kms_key: "{SHARED_GIVEN_KEY}"}}
@@ -192,6 +193,18 @@ def test_the_controller_may_only_encrypt_quarantined_messages_in_the_work_bucket
     assert quarantine["Condition"]["StringEquals"]["kms:EncryptionContext:aws:s3:arn"] == _bucket_arn("work")
     closer = {s.get("Sid") for s in _kms_statements(plain, "PipelineCloserRole")}
     assert closer == {None, "UseLedgerTableKey"}  # None: the alarm topic key (publish), as before
+
+
+def test_the_completion_entry_point_and_the_workflow_use_the_ledger_key_only_through_dynamodb(
+    created: Synthesized,
+) -> None:
+    """With `completion.wait` the workflow leaves the token on the position and the entry point
+    answers: both use the ledger's key, through DynamoDB, and nothing else of the shared key."""
+    plain = created.template("OrderedIngest-Tenant-plain")
+    for role in ("PipelineWorkflowRole", "PipelineCompletionRole"):
+        (statement,) = _kms_statements(plain, role)
+        assert statement["Sid"] == "UseLedgerTableKey" and statement["Action"] == "kms:Decrypt"
+        assert statement["Condition"] == {"StringEquals": {"kms:ViaService": [_via("dynamodb")]}}
 
 
 # --- create: a tenant's key -----------------------------------------------------------------
