@@ -261,6 +261,20 @@ def test_every_function_role_decrypts_its_environment_with_the_tenant_key_only_t
         assert statement["Condition"] == {"StringEquals": {"kms:ViaService": [_via("lambda")]}}
 
 
+def test_on_a_shard_bus_the_tenant_key_names_its_rules_on_that_bus(tmp_path_factory: pytest.TempPathFactory) -> None:
+    sharded = _synthesize(tmp_path_factory, "sharded", (
+        "routing: {shards: 2}\n"
+        "defaults: {sink: {url: 'https://core.example.com/r'}, encryption: {kms_key: create}}\n"
+        "tenants:\n  - {id: acme, prefix: acme/}\n"))
+    tenant = sharded.templates["OrderedIngest-Tenant-acme"]
+    buses = {r["Properties"]["EventBusName"] for r in _resources(tenant, "AWS::Events::Rule").values()}
+    _, key = _only_key(tenant)
+    (rules,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "EventBridgeDeliversOwnRules"]
+    sources = [s["Fn::Join"][1][-1] for s in rules["Condition"]["ArnEquals"]["aws:SourceArn"]]
+    (bus,) = buses
+    assert sources == [f":rule/{bus}/acme-object-created", f":rule/{bus}/acme-sfn-status"]
+
+
 # --- a given key ARN ------------------------------------------------------------------------
 
 
