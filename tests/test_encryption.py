@@ -313,6 +313,17 @@ def test_the_encrypted_stacks_are_cdk_nag_clean(fixture: str, request: pytest.Fi
     assert not [v for r in report["pluginReports"] for v in r["violations"]]
 
 
+@pytest.mark.parametrize("fixture", ["created", "given"])
+def test_the_encrypted_templates_are_cfn_lint_clean(fixture: str, request: pytest.FixtureRequest) -> None:
+    from cfnlint.api import lint_all
+
+    for name, template in request.getfixturevalue(fixture).templates.items():
+        # W3005: CDK adds DependsOn on a role that a GetAtt already implies (as tests/test_app.py).
+        findings = [f"{m.rule.id} {m.message}" for m in lint_all(json.dumps(template))
+                    if m.rule.id[0] in "EW" and m.rule.id != "W3005"]
+        assert findings == [], name
+
+
 # --- uploaders ------------------------------------------------------------------------------
 
 
