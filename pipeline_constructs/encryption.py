@@ -40,6 +40,11 @@ SHARED_KEY_ALIAS = "alias/ordered-ingest"
 SHARED_KEY_PARAMETER = "/ordered-ingest/encryption/shared-key-arn"
 
 
+#: What CloudWatch Logs does with the key of an encrypted log group.
+LOGS_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey",
+                "kms:GenerateDataKeyWithoutPlaintext", "kms:DescribeKey"]
+
+
 def tenant_key_alias(tenant_id: str) -> str:
     """The alias of a tenant's own key."""
     return f"{SHARED_KEY_ALIAS}/{tenant_id}"
@@ -85,8 +90,9 @@ def allow_log_groups(key: kms.IKey, log_group_names: Sequence[str], *, sid: str)
         iam.PolicyStatement(
             sid=sid,
             principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
-            # The actions CloudWatch Logs documents for an encrypted log group.
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            # What CloudWatch Logs documents for an encrypted log group (Encrypt*, Decrypt*,
+            # ReEncrypt*, GenerateDataKey*, Describe*), spelled out without the key-pair actions.
+            actions=LOGS_ACTIONS,
             resources=["*"],
             conditions={"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": arns}},
         ),

@@ -142,6 +142,7 @@ def test_the_shared_key_policy_lets_cloudwatch_logs_use_it_for_the_unmatched_log
     root, logs = key["Properties"]["KeyPolicy"]["Statement"]
     assert root["Action"] == "kms:*" and root["Principal"]["AWS"]["Fn::Join"][1][-1] == ":root"
     assert logs["Principal"] == {"Service": _via("logs")}
+    assert sorted(logs["Action"]) == sorted(encryption.LOGS_ACTIONS) and not [a for a in logs["Action"] if "*" in a]
     assert logs["Condition"] == {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": [{"Fn::Join": ["", [
         "arn:", {"Ref": "AWS::Partition"}, ":logs:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
         ":log-group:/ordered-ingest/unmatched-uploads"]]}]}}
