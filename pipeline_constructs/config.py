@@ -149,7 +149,8 @@ KMS_KEY_ARN_PATTERN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/(mrk-[0-9a-f]{
 class EncryptionConfig(_Strict):
     """Customer-managed KMS encryption (README, "Encryption"). ``kms_key``: ``create`` (the app
     makes a key, rotation on, kept when the stack is deleted) or the ARN of an existing key.
-    Top level: the shared resources (buckets, ledger table, unmatched-uploads log group);
+    Top level: the shared resources (buckets, ledger table, unmatched-uploads log group, the
+    shared dead-letter queues);
     in ``defaults`` or a tenant: the tenant's queues, log groups and functions' environment.
     Absent: AWS-managed encryption, as without this block."""
 

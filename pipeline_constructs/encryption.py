@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
@@ -40,6 +41,10 @@ SHARED_KEY_ALIAS = "alias/ordered-ingest"
 SHARED_KEY_PARAMETER = "/ordered-ingest/encryption/shared-key-arn"
 
 
+#: The names of the shared stack's rules whose dead-letter queues the shared key encrypts
+#: (names.py: `ordered-ingest-unmatched-...`, `ordered-ingest-shard-<k>-...`; on a custom bus,
+#: whose name starts so too, `<bus>/<rule>`). The same pattern as the routing DLQ's queue policy.
+SHARED_RULES = "ordered-ingest-*"
 #: What CloudWatch Logs does with the key of an encrypted log group.
 LOGS_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey",
                 "kms:GenerateDataKeyWithoutPlaintext", "kms:DescribeKey"]
@@ -72,6 +77,14 @@ def shared_key_arn(scope: Construct, setting: str | None) -> str | None:
     return ssm.StringParameter.value_for_string_parameter(scope, SHARED_KEY_PARAMETER)
 
 
+def queue_encryption(key: kms.IKey | None) -> dict:
+    """A queue's encryption arguments: SQS-managed, or `key` (data keys reused for 5 minutes,
+    SQS's default: at most one KMS request per 5 minutes per sender and receiver)."""
+    if key is None:
+        return {"encryption": sqs.QueueEncryption.SQS_MANAGED}
+    return {"encryption": sqs.QueueEncryption.KMS, "encryption_master_key": key}
+
+
 def via(*services: str) -> list[str]:
     """`kms:ViaService` values of the stack's Region."""
     return [f"{service}.{Aws.REGION}.amazonaws.com" for service in services]
@@ -99,9 +112,10 @@ def allow_log_groups(key: kms.IKey, log_group_names: Sequence[str], *, sid: str)
     )
 
 
-def allow_rules(key: kms.IKey, rule_arns: Sequence[str], *, sid: str) -> iam.PolicyStatement:
+def allow_rules(key: kms.IKey, rule_arns: Sequence[str], *, sid: str, operator: str = "ArnEquals") -> iam.PolicyStatement:
     """EventBridge may deliver these rules' events to a queue encrypted with `key` (and
-    dead-letter them), and nothing else. A no-op for a key given by ARN. Returns the statement."""
+    dead-letter them), and nothing else (``operator`` ``ArnLike``: `rule_arns` are patterns).
+    A no-op for a key given by ARN. Returns the statement."""
     return _add(
         key,
         iam.PolicyStatement(
@@ -109,7 +123,7 @@ def allow_rules(key: kms.IKey, rule_arns: Sequence[str], *, sid: str) -> iam.Pol
             principals=[iam.ServicePrincipal("events.amazonaws.com")],
             actions=["kms:GenerateDataKey", "kms:Decrypt"],
             resources=["*"],
-            conditions={"ArnEquals": {"aws:SourceArn": list(rule_arns)}},
+            conditions={operator: {"aws:SourceArn": list(rule_arns)}},
         ),
     )
 

@@ -42,7 +42,8 @@ class SharedResourcesProps:
     ``quarantine/``; default 400 days, the ledger's retention).
     ``kms_key``: the top-level `encryption.kms_key`: ``create`` or a key ARN encrypts the
     landing and work buckets (SSE-KMS, bucket keys on) and the ledger table with that
-    customer-managed key. Default (None): S3-managed and AWS-managed encryption.
+    customer-managed key (`SharedStack` gives it to the unmatched-uploads log group and the
+    shared dead-letter queues too). Default (None): S3-managed and AWS-managed encryption.
     """
 
     alarm_emails: tuple[str, ...] = ()
@@ -199,6 +200,15 @@ class SharedResources(Construct):
         key = encryption.customer_key(
             self, "DataKey", setting, alias=encryption.SHARED_KEY_ALIAS,
             description="Encrypts the ordered-ingest landing and work buckets and the ledger table",
+        )
+        # The dead-letter queues of the shared stack's rules (unmatched uploads, forwarding to
+        # the shard and catch-all buses), all named `ordered-ingest-...` (names.py); on a custom
+        # bus a rule's ARN is rule/<bus>/<name>, and the buses are named so too.
+        encryption.allow_rules(
+            key,
+            [Stack.of(self).format_arn(service="events", resource="rule", resource_name=encryption.SHARED_RULES)],
+            sid="EventBridgeDeadLettersOfSharedRules",
+            operator="ArnLike",
         )
         if setting == encryption.CREATE:
             ssm.StringParameter(

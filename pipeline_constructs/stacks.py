@@ -75,7 +75,7 @@ class SharedStack(_IngestStack):
                 alarm_topic=self.resources.alarm_topic,
                 forwarding=self.forwarding,
                 event_pattern_chars=config.routing.event_pattern_chars,
-                log_group_key=self.resources.data_key,
+                kms_key=self.resources.data_key,
             ),
         )
         CfnOutput(self, "UnmatchedUploadsLogGroupName", value=self.unmatched_uploads.log_group_name,
@@ -91,7 +91,10 @@ class SharedStack(_IngestStack):
         shards = config.routing.shards
         prefixes = [tenant.prefix for tenant in config.tenants]
         needs_hop = bool(shards) or bool(routing.unmatched_layout(prefixes, limit=config.routing.event_pattern_chars).groups)
-        self.forwarding = Forwarding(self, "Forwarding", alarm_topic=self.resources.alarm_topic) if needs_hop else None
+        self.forwarding = (
+            Forwarding(self, "Forwarding", alarm_topic=self.resources.alarm_topic, kms_key=self.resources.data_key)
+            if needs_hop else None
+        )
         self.shard_routing: ShardRouting | None = None
         self.shard_of: dict[str, int] = {}
         if not shards:

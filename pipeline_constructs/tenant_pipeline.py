@@ -201,7 +201,7 @@ class TenantPipeline(Construct):
             visibility_timeout=QUEUE_VISIBILITY_TIMEOUT,
             retention_period=QUEUE_RETENTION,
             receive_message_wait_time=QUEUE_RECEIVE_WAIT,
-            **self._queue_encryption(),
+            **encryption.queue_encryption(self.kms_key),
             enforce_ssl=True,
         )
         acknowledge(
@@ -220,7 +220,7 @@ class TenantPipeline(Construct):
             "IntakeDlq",
             queue_name=names.INTAKE_DLQ.render(tenant_id),
             retention_period=INTAKE_DLQ_RETENTION,
-            **self._queue_encryption(),
+            **encryption.queue_encryption(self.kms_key),
             enforce_ssl=True,
         )
         acknowledge(
@@ -686,12 +686,6 @@ class TenantPipeline(Construct):
         return made
 
     # -- customer-managed keys (kms_key, shared_kms_key_arn) -------------------------------------
-
-    def _queue_encryption(self) -> dict:
-        """SQS-managed encryption, or the tenant's key (data keys reused 5 minutes: SQS's default)."""
-        if self.kms_key is None:
-            return {"encryption": sqs.QueueEncryption.SQS_MANAGED}
-        return {"encryption": sqs.QueueEncryption.KMS, "encryption_master_key": self.kms_key}
 
     def _encryption(self, props: TenantPipelineProps) -> None:
         """The key policy of the tenant's key (its log groups, its rules) and every role's use of

@@ -54,9 +54,9 @@ class UnmatchedUploadsProps:
     forwarding: Forwarding | None = None
     #: The account's event pattern size quota, in characters.
     event_pattern_chars: int = routing.MAX_EVENT_PATTERN_CHARS
-    #: The shared customer-managed key (top-level `encryption`) for the log group. Default:
-    #: none (AWS-managed encryption).
-    log_group_key: kms.IKey | None = None
+    #: The shared customer-managed key (top-level `encryption`) for the log group and the
+    #: dead-letter queue. Default: none (AWS-managed encryption).
+    kms_key: kms.IKey | None = None
 
 
 class UnmatchedUploads(Construct):
@@ -78,16 +78,16 @@ class UnmatchedUploads(Construct):
             log_group_name=self.log_group_name,
             retention=props.log_retention,
             removal_policy=RemovalPolicy.RETAIN,
-            encryption_key=props.log_group_key,
+            encryption_key=props.kms_key,
         )
-        if props.log_group_key is not None:
-            encryption.allow_log_groups(props.log_group_key, [self.log_group_name], sid="CloudWatchLogsUnmatchedUploads")
+        if props.kms_key is not None:
+            encryption.allow_log_groups(props.kms_key, [self.log_group_name], sid="CloudWatchLogsUnmatchedUploads")
         self.dead_letter_queue = sqs.Queue(
             self,
             "Dlq",
             queue_name=names.UNMATCHED_UPLOADS_DLQ,
             retention_period=Duration.days(14),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            **encryption.queue_encryption(props.kms_key),
             enforce_ssl=True,
         )
         acknowledge(

@@ -94,6 +94,7 @@ def test_without_encryption_no_key_is_made_and_aws_managed_keys_stay(synthesized
     assert list(_resources(shared, "AWS::KMS::Key")) == [k for k in _resources(shared, "AWS::KMS::Key")
                                                          if "AlarmTopicKey" in k]
     assert not _resources(shared, "AWS::SSM::Parameter")
+    assert all(q["Properties"]["SqsManagedSseEnabled"] for q in _resources(shared, "AWS::SQS::Queue").values())
     for bucket in _resources(shared, "AWS::S3::Bucket").values():
         (rule,) = bucket["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
         assert rule == {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
@@ -135,11 +136,22 @@ def test_the_shared_key_encrypts_the_buckets_with_bucket_keys_the_ledger_and_the
     assert table["Properties"]["SSESpecification"] == {"KMSMasterKeyId": arn, "SSEEnabled": True, "SSEType": "KMS"}
     (log_group,) = _resources(shared, "AWS::Logs::LogGroup").values()
     assert log_group["Properties"]["KmsKeyId"] == arn
+    (dlq,) = _resources(shared, "AWS::SQS::Queue").values()  # the unmatched uploads' dead letters
+    assert dlq["Properties"]["KmsMasterKeyId"] == arn
 
 
-def test_the_shared_key_policy_lets_cloudwatch_logs_use_it_for_the_unmatched_log_group_only(created: Synthesized) -> None:
+def test_the_shared_key_policy_lets_logs_use_it_for_its_log_group_and_eventbridge_for_the_shared_rules(
+    created: Synthesized,
+) -> None:
+    """CloudWatch Logs: the unmatched-uploads log group only. EventBridge: dead letters of the
+    shared stack's rules (`ordered-ingest-*`, the pattern of the routing DLQ's queue policy)."""
     _, key = _only_key(created.templates[SHARED])
-    root, logs = key["Properties"]["KeyPolicy"]["Statement"]
+    root, rules, logs = key["Properties"]["KeyPolicy"]["Statement"]
+    assert rules["Principal"] == {"Service": "events.amazonaws.com"}
+    assert sorted(rules["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
+    assert rules["Condition"] == {"ArnLike": {"aws:SourceArn": [{"Fn::Join": ["", [
+        "arn:", {"Ref": "AWS::Partition"}, ":events:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
+        ":rule/ordered-ingest-*"]]}]}}
     assert root["Action"] == "kms:*" and root["Principal"]["AWS"]["Fn::Join"][1][-1] == ":root"
     assert logs["Principal"] == {"Service": _via("logs")}
     assert sorted(logs["Action"]) == sorted(encryption.LOGS_ACTIONS) and not [a for a in logs["Action"] if "*" in a]
@@ -263,8 +275,9 @@ def test_every_function_role_decrypts_its_environment_with_the_tenant_key_only_t
 
 
 def test_on_a_shard_bus_the_tenant_key_names_its_rules_on_that_bus(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """And the shared key encrypts the forwarding hop's dead-letter queue too."""
     sharded = _synthesize(tmp_path_factory, "sharded", (
-        "routing: {shards: 2}\n"
+        "routing: {shards: 2}\nencryption: {kms_key: create}\n"
         "defaults: {sink: {url: 'https://core.example.com/r'}, encryption: {kms_key: create}}\n"
         "tenants:\n  - {id: acme, prefix: acme/}\n"))
     tenant = sharded.templates["OrderedIngest-Tenant-acme"]
@@ -274,6 +287,11 @@ def test_on_a_shard_bus_the_tenant_key_names_its_rules_on_that_bus(tmp_path_fact
     sources = [s["Fn::Join"][1][-1] for s in rules["Condition"]["ArnEquals"]["aws:SourceArn"]]
     (bus,) = buses
     assert sources == [f":rule/{bus}/acme-object-created", f":rule/{bus}/acme-sfn-status"]
+    shared = sharded.templates[SHARED]
+    shared_key_id, _ = _only_key(shared)
+    queues = {k: q["Properties"].get("KmsMasterKeyId") for k, q in _resources(shared, "AWS::SQS::Queue").items()}
+    assert sorted(k.rstrip("0123456789ABCDEF") for k in queues) == ["ForwardingDlq", "UnmatchedUploadsDlq"]
+    assert list(queues.values()) == [{"Fn::GetAtt": [shared_key_id, "Arn"]}] * 2
 
 
 # --- a given key ARN ------------------------------------------------------------------------
