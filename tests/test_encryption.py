@@ -312,8 +312,8 @@ def test_a_given_shared_key_arn_is_used_as_given_no_key_nor_parameter_is_made(gi
     shared = given.templates[SHARED]
     assert [k for k in _resources(shared, "AWS::KMS::Key") if "AlarmTopicKey" not in k] == []
     assert not _resources(shared, "AWS::KMS::Alias") and not _resources(shared, "AWS::SSM::Parameter")
-    landing = [b for b in _resources(shared, "AWS::S3::Bucket").values()
-               if "ordered-ingest-landing-" in json.dumps(b["Properties"].get("BucketName"))][0]
+    landing = next(b for b in _resources(shared, "AWS::S3::Bucket").values()
+                   if "ordered-ingest-landing-" in json.dumps(b["Properties"].get("BucketName")))
     (rule,) = landing["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     assert rule["ServerSideEncryptionByDefault"]["KMSMasterKeyID"] == SHARED_GIVEN_KEY
     (table,) = _resources(shared, "AWS::DynamoDB::Table").values()
@@ -402,8 +402,8 @@ def test_fails_when_kms_key_is_an_alias() -> None:
     assert _problems(
         f"defaults: {{sink: {{url: 'https://core.example.com/r'}}, encryption: {{kms_key: '{alias}'}}}}\n"
         "tenants:\n  - {id: acme, prefix: acme/}\n"
-    ) == [f"defaults: field 'encryption.kms_key' = '{alias}': is an alias, not a key: key policies and IAM "
-          f"statements need the key's own ARN; {FIX}"]
+    ) == [(f"defaults: field 'encryption.kms_key' = '{alias}': is an alias, not a key: key policies and IAM "
+           f"statements need the key's own ARN; {FIX}")]
 
 
 def test_a_tenant_turns_off_its_defaults_key_with_null() -> None:
