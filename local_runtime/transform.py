@@ -11,6 +11,8 @@ CloudFormation creates it. Pure functions on the template dict; nothing here tal
 * ``AWS::Lambda::EventSourceMapping`` resources are removed (moto's own mapping invokes
   synchronously inside ``put_object`` and never retries; `poller.SqsPoller` plays them); an
   output per mapping lets moto resolve its function and queue.
+* The tags of an ``AWS::KMS::Key`` (a tenant stack tags every resource) are respelled as the
+  KMS API's ``TagKey``/``TagValue``: moto 5.2.5's CloudFormation reads them so.
 * Resource types moto's CloudFormation cannot create (alarms, metric filters, resource
   policies) are removed and listed, instead of being skipped by moto with a warning.
 """
@@ -96,6 +98,10 @@ def prepare(
             _override_environment(prepared, logical_id, props, environment)
         elif kind == "AWS::StepFunctions::StateMachine":
             _scale_state_machine(logical_id, props, time_scale)
+        elif kind == "AWS::KMS::Key" and props.get("Tags"):
+            # moto 5.2.5 reads a key's CloudFormation tags as the KMS API's TagKey/TagValue
+            # (a KeyError on CloudFormation's Key/Value): the same tags, in the API's spelling.
+            props["Tags"] = [{"TagKey": tag["Key"], "TagValue": tag["Value"]} for tag in props["Tags"]]
         elif kind == "AWS::StepFunctions::StateMachineVersion":
             # moto has no revisions (nor their GetAtt): a local stack is created once, and
             # publishes the definition it just created.

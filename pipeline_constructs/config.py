@@ -186,6 +186,29 @@ def _ids(ids: list[str], pattern: str, what: str) -> list[str]:
 #: An uploader: an IAM role or user ARN, or an account root ARN (another account decides
 #: which of its principals may upload: cross-account).
 UPLOADER_ARN_PATTERN = CALLER_ARN_PATTERN
+#: A KMS key ARN (not an alias: IAM policies and key grants name the key itself); `mrk-` ids
+#: are multi-Region keys.
+KMS_KEY_ARN_PATTERN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/(mrk-[0-9a-f]{32}|[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12})$"
+
+
+class EncryptionConfig(_Strict):
+    """Customer-managed KMS encryption (README, "Encryption"). ``kms_key``: ``create`` (the app
+    makes a key, rotation on, kept when the stack is deleted) or the ARN of an existing key.
+    Top level: the shared resources (buckets, ledger table, unmatched-uploads log group, the
+    shared dead-letter queues);
+    in ``defaults`` or a tenant: the tenant's queues, log groups and functions' environment.
+    Absent: AWS-managed encryption, as without this block."""
+
+    kms_key: str
+
+    @field_validator("kms_key")
+    @classmethod
+    def _create_or_key_arn(cls, kms_key: str) -> str:
+        if kms_key == "create" or re.match(KMS_KEY_ARN_PATTERN, kms_key):
+            return kms_key
+        if re.match(r"^arn:aws[a-z-]*:kms:[^:]*:[^:]*:alias/", kms_key) or kms_key.startswith("alias/"):
+            raise ValueError("is an alias, not a key: key policies and IAM statements need the key's own ARN")
+        raise ValueError("is neither 'create' nor a KMS key ARN")
 
 
 class TenantConfig(_Strict):
@@ -243,6 +266,9 @@ class TenantConfig(_Strict):
         if len(set(uploaders)) != len(uploaders):
             raise ValueError("lists a principal twice")
         return uploaders
+    #: The tenant's customer-managed key (its queues, log groups, functions' environment);
+    #: None: AWS-managed encryption.
+    encryption: EncryptionConfig | None = None
 
     @field_validator("id")
     @classmethod
@@ -350,6 +376,8 @@ class AppConfig(_Strict):
     account_limits: AccountLimits = AccountLimits()
     #: Deployment targets by name; empty: one deployment to the CLI's account and Region.
     targets: dict[str, TargetConfig] = Field(default_factory=dict)
+    #: The shared resources' customer-managed key; None: AWS-managed encryption.
+    encryption: EncryptionConfig | None = None
 
     def limits_of(self, target: str) -> AccountLimits:
         """The top-level limits with the target's own overrides."""
@@ -415,6 +443,10 @@ FIXES: dict[str, str] = {
     "(default 3600), shorter than the file's file_time_limit_seconds",
     "completion.heartbeat_seconds": "use a whole number of seconds shorter than completion.timeout_seconds, "
     "or leave it out (no heartbeat needed)",
+    "kms_key": "use 'create' (the app makes a key) or the ARN of a symmetric key in the same account and Region, "
+    "e.g. 'arn:aws:kms:eu-west-1:111111111111:key/1234abcd-12ab-34cd-56ef-1234567890ab'",
+    "encryption": "write 'encryption: {kms_key: create}' or 'encryption: {kms_key: <key ARN>}', or leave it out "
+    "(AWS-managed encryption)",
     "completion.callers": "list the IAM role ARNs of the core system, e.g. "
     "'arn:aws:iam::111111111111:role/core-system'",
     "network": "give network: {vpc_id: vpc-..., subnet_ids: [subnet-...], security_group_ids: [sg-...]}, "
@@ -438,7 +470,7 @@ PROBLEMS: dict[str, str] = {
 TENANT_KEYS = tuple(TenantConfig.model_fields)
 #: `uploaders` are per tenant: a role or user is the uploader of one tenant (`_check_uploaders`).
 DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard", "uploaders"))
-TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing")
+TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing", "encryption")
 _MISSING = object()
 
 
@@ -501,6 +533,8 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     routing = _validate(RoutingConfig, raw.get("routing") or {}, "routing", problems)
     account_limits = _validate(AccountLimits, raw.get("account_limits") or {}, "account_limits", problems)
     targets = _validate_targets(raw.get("targets"), problems)
+    encryption = (_validate(EncryptionConfig, raw["encryption"], "encryption", problems)
+                  if raw.get("encryption") is not None else None)
 
     tenants_raw = raw.get("tenants")
     if not isinstance(tenants_raw, list) or not tenants_raw:
@@ -546,7 +580,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     assert notifications is not None and account_limits is not None and targets is not None
     assert routing is not None
     config = AppConfig(notifications=notifications, tenants=tuple(tenants), account_limits=account_limits,
-                       targets=targets, routing=routing)
+                       targets=targets, routing=routing, encryption=encryption)
     # Capacity last, on a file otherwise valid: the counts need every tenant and its target.
     over = capacity.problems(config) if check_capacity else []
     if over:

@@ -12,6 +12,7 @@ from pathlib import Path
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -71,10 +72,13 @@ def pipeline_function(
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
     role: iam.Role | None = None,
     tracing: bool = False,
+    kms_key: kms.IKey | None = None,
 ) -> PipelineFunction:
     """A function whose role can do nothing but write its own logs until granted more. Given
     `role`, the function runs with it (a role shared by functions that need the same access:
-    IAM roles are an account quota)."""
+    IAM roles are an account quota). Given `kms_key` (the tenant's customer-managed key), its
+    log group and its environment variables are encrypted with it; the key policy and the
+    role's use of the key are the caller's (`encryption`)."""
     log_group_name = f"/aws/lambda/{spec.function_name}"
     log_group = logs.LogGroup(
         scope,
@@ -82,6 +86,7 @@ def pipeline_function(
         log_group_name=log_group_name,
         retention=log_retention,
         removal_policy=RemovalPolicy.RETAIN,
+        encryption_key=kms_key,
     )
     error_metric_name = contract.error_log_metric_name(spec.tenant_id, spec.role)
     logs.MetricFilter(
@@ -116,6 +121,7 @@ def pipeline_function(
         memory_size=spec.memory_size,
         reserved_concurrent_executions=spec.reserved_concurrency,
         environment=environment,
+        environment_encryption=kms_key,
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,
         application_log_level_v2=lambda_.ApplicationLogLevel.INFO,

@@ -16,11 +16,12 @@ from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from pipeline_constructs import names, routing
+from pipeline_constructs import encryption, names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
 from pipeline_constructs.nag import acknowledge
 from pipeline_constructs.tenant_pipeline import (
@@ -40,7 +41,10 @@ class Forwarding(Construct):
 
     Attributes: ``role``, ``dead_letter_queue``, ``alarms``; ``forward(...)`` adds a rule."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic,
+                 kms_key: kms.IKey | None = None) -> None:
+        """``kms_key``: the shared customer-managed key (top-level `encryption`) of the
+        dead-letter queue. Default: none (SQS-managed encryption)."""
         super().__init__(scope, construct_id)
         self.role = iam.Role(
             self,
@@ -54,7 +58,7 @@ class Forwarding(Construct):
             "Dlq",
             queue_name=names.ROUTING_DLQ,
             retention_period=INTAKE_DLQ_RETENTION,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            **encryption.queue_encryption(kms_key),
             enforce_ssl=True,
         )
         acknowledge(

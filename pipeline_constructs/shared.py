@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import names
+from pipeline_constructs import encryption, names
 from pipeline_constructs.uploaders import TenantUploaders
 from pipeline_constructs.uploaders import statements as uploader_statements
 
@@ -42,6 +44,10 @@ class SharedResourcesProps:
     ``quarantine/``; default 400 days, the ledger's retention).
     ``uploaders``: per tenant, the principals allowed to put files under its prefix and
     nowhere else (landing bucket policy statements, `uploaders.py`). Default: none.
+    ``kms_key``: the top-level `encryption.kms_key`: ``create`` or a key ARN encrypts the
+    landing and work buckets (SSE-KMS, bucket keys on) and the ledger table with that
+    customer-managed key (`SharedStack` gives it to the unmatched-uploads log group and the
+    shared dead-letter queues too). Default (None): S3-managed and AWS-managed encryption.
     """
 
     alarm_emails: tuple[str, ...] = ()
@@ -51,16 +57,22 @@ class SharedResourcesProps:
     work_object_expiry: Duration = field(default_factory=lambda: Duration.days(14))
     quarantine_retention: Duration = field(default_factory=lambda: Duration.days(400))
     uploaders: tuple[TenantUploaders, ...] = ()
+    kms_key: str | None = None
 
 
 class SharedResources(Construct):
-    """Landing bucket, work bucket, access-log bucket, ledger table and alarm topic."""
+    """Landing bucket, work bucket, access-log bucket, ledger table and alarm topic.
+
+    ``data_key``: the customer-managed key of the buckets and the table (`kms_key`), or None.
+    ``grant_upload(principals)``: what an uploader needs of that key."""
 
     def __init__(self, scope: Construct, construct_id: str, props: SharedResourcesProps) -> None:
         super().__init__(scope, construct_id)
         # Access logs are delivered under a bucket policy, not the legacy ACL (which
         # BUCKET_OWNER_ENFORCED forbids), whatever the enclosing app's feature flags.
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
+        self.kms_key_setting = props.kms_key
+        self.data_key = self._data_key(props.kms_key)
 
         self.access_logs_bucket = s3.Bucket(
             self,
@@ -95,6 +107,8 @@ class SharedResources(Construct):
         for tenant in props.uploaders:
             for statement in uploader_statements(tenant, self.landing_bucket.bucket_arn):
                 self.landing_bucket.add_to_resource_policy(iam.PolicyStatement.from_json(statement))
+        # ... and, with a key this app creates, may encrypt what they put with it.
+        self.grant_upload([iam.ArnPrincipal(arn) for tenant in props.uploaders for arn in tenant.principals])
 
         self.work_bucket = self._bucket(
             "Work",
@@ -125,7 +139,9 @@ class SharedResources(Construct):
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            encryption=(dynamodb.TableEncryption.AWS_MANAGED if self.data_key is None
+                        else dynamodb.TableEncryption.CUSTOMER_MANAGED),
+            encryption_key=self.data_key,
             removal_policy=RemovalPolicy.RETAIN,
         )
 
@@ -156,6 +172,66 @@ class SharedResources(Construct):
         for email in props.alarm_emails:
             self.alarm_topic.add_subscription(subscriptions.EmailSubscription(email))
 
+    def grant_upload(self, principals: Sequence[iam.IPrincipal]) -> bool:
+        """What an uploader (an external system putting files into the landing bucket, maybe
+        from another account) needs of the landing bucket's customer-managed key: a key-policy
+        statement allowing `kms:GenerateDataKey` (a put) and `kms:Decrypt` (the parts of a
+        multipart upload), through S3 and for the landing bucket only. The uploaders get no
+        `s3:GetObject`, so `kms:Decrypt` reads nothing. Their S3 permissions are the bucket
+        policy's; a cross-account uploader also needs the same KMS actions in its own IAM.
+
+        Returns False when there is nothing this app can add: no customer-managed key (S3-managed
+        encryption needs no grant) or a key given by ARN (its owner's policy must allow it)."""
+        if self.data_key is None or not principals:
+            return False
+        added = self.data_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="UploadersEncryptNewLandingObjects",
+                principals=list(principals),
+                actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                resources=["*"],
+                conditions={
+                    "StringEquals": {
+                        "kms:ViaService": encryption.via("s3"),
+                        # From the fixed name: the bucket's own ARN would make the key depend on
+                        # the bucket that depends on it.
+                        "kms:EncryptionContext:aws:s3:arn": Stack.of(self).format_arn(
+                            service="s3", region="", account="", resource=names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
+                        ),
+                    }
+                },
+            )
+        )
+        return added.statement_added
+
+    def _data_key(self, setting: str | None) -> kms.IKey | None:
+        """The shared resources' key; a created one is published under its fixed SSM name for the
+        tenant stacks (`encryption.SHARED_KEY_PARAMETER`)."""
+        if setting is None:
+            return None
+        key = encryption.customer_key(
+            self, "DataKey", setting, alias=encryption.SHARED_KEY_ALIAS,
+            description="Encrypts the ordered-ingest landing and work buckets and the ledger table",
+        )
+        # The dead-letter queues of the shared stack's rules (unmatched uploads, forwarding to
+        # the shard and catch-all buses), all named `ordered-ingest-...` (names.py); on a custom
+        # bus a rule's ARN is rule/<bus>/<name>, and the buses are named so too.
+        encryption.allow_rules(
+            key,
+            [Stack.of(self).format_arn(service="events", resource="rule", resource_name=encryption.SHARED_RULES)],
+            sid="EventBridgeDeadLettersOfSharedRules",
+            operator="ArnLike",
+        )
+        if setting == encryption.CREATE:
+            ssm.StringParameter(
+                self,
+                "DataKeyArnParameter",
+                parameter_name=encryption.SHARED_KEY_PARAMETER,
+                string_value=key.key_arn,
+                description="ARN of the ordered-ingest shared key (read by the tenant stacks)",
+            )
+        return key
+
     def _bucket(
         self, construct_id: str, *, bucket_name: str, log_prefix: str, lifecycle: list[s3.LifecycleRule]
     ) -> s3.Bucket:
@@ -164,7 +240,11 @@ class SharedResources(Construct):
             construct_id,
             bucket_name=bucket_name,
             versioned=True,
-            encryption=s3.BucketEncryption.S3_MANAGED,
+            # With a customer-managed key, bucket keys: S3 asks KMS for a bucket-level key now
+            # and then instead of a data key per object (fewer KMS requests, less cost).
+            encryption=s3.BucketEncryption.S3_MANAGED if self.data_key is None else s3.BucketEncryption.KMS,
+            encryption_key=self.data_key,
+            bucket_key_enabled=True if self.data_key is not None else None,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,

@@ -12,7 +12,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from pipeline_constructs import capacity, names, routing
+from pipeline_constructs import capacity, encryption, names, routing
 from pipeline_constructs.config import AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
@@ -55,6 +55,7 @@ class SharedStack(_IngestStack):
             self, "Shared", SharedResourcesProps(
                 alarm_emails=tuple(config.notifications.emails),
                 uploaders=tuple(capacity.uploaders_of(t) for t in config.tenants if t.uploaders),
+                kms_key=config.encryption.kms_key if config.encryption is not None else None,
             )
         )
         # What `ops` reads to find the shared resources.
@@ -76,6 +77,7 @@ class SharedStack(_IngestStack):
                 alarm_topic=self.resources.alarm_topic,
                 forwarding=self.forwarding,
                 event_pattern_chars=config.routing.event_pattern_chars,
+                kms_key=self.resources.data_key,
             ),
         )
         CfnOutput(self, "UnmatchedUploadsLogGroupName", value=self.unmatched_uploads.log_group_name,
@@ -101,7 +103,10 @@ class SharedStack(_IngestStack):
         shards = config.routing.shards
         prefixes = [tenant.prefix for tenant in config.tenants]
         needs_hop = bool(shards) or bool(routing.unmatched_layout(prefixes, limit=config.routing.event_pattern_chars).groups)
-        self.forwarding = Forwarding(self, "Forwarding", alarm_topic=self.resources.alarm_topic) if needs_hop else None
+        self.forwarding = (
+            Forwarding(self, "Forwarding", alarm_topic=self.resources.alarm_topic, kms_key=self.resources.data_key)
+            if needs_hop else None
+        )
         self.shard_routing: ShardRouting | None = None
         self.shard_of: dict[str, int] = {}
         if not shards:
@@ -184,6 +189,8 @@ class TenantStack(_IngestStack):
                 alarm_topic=shared.alarm_topic,
                 alarm_topic_key=shared.alarm_key,
                 event_bus=self._event_bus(shared_stack.shard_bus_name(tenant.id)),
+                kms_key=tenant.encryption.kms_key if tenant.encryption is not None else None,
+                shared_kms_key_arn=encryption.shared_key_arn(self, shared.kms_key_setting),
             ),
         )
 

@@ -21,7 +21,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import budgets, names
+from pipeline_constructs import budgets, encryption, names
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge
@@ -153,6 +153,13 @@ class TenantPipelineProps:
     vpc_id: str | None = None
     vpc_subnet_ids: tuple[str, ...] = ()
     vpc_security_group_ids: tuple[str, ...] = ()
+    #: The tenant's `encryption.kms_key`: ``create`` (a key in the tenant's stack, alias
+    #: `alias/ordered-ingest/<id>`) or a key ARN encrypts its queues, its log groups and its
+    #: functions' environment variables. Default (None): AWS-managed encryption.
+    kms_key: str | None = None
+    #: The ARN of the shared resources' customer-managed key (top-level `encryption`): the
+    #: tenant's roles use it through S3 and DynamoDB. Default (None): AWS-managed keys there.
+    shared_kms_key_arn: str | None = None
 
 
 class TenantPipeline(Construct):
@@ -178,6 +185,13 @@ class TenantPipeline(Construct):
         #: The completion entry point (`completion_wait`), or None; made once the workflow exists.
         self.completion: PipelineFunction | None = None
         self._page_budget(props)
+        #: The tenant's customer-managed key (`kms_key`), or None.
+        self.kms_key: kms.IKey | None = (
+            None if props.kms_key is None else encryption.customer_key(
+                self, "Key", props.kms_key, alias=encryption.tenant_key_alias(tenant_id),
+                description=f"Encrypts tenant {tenant_id}'s queues, log groups and function environments",
+            )
+        )
 
         # Arrival order is the FIFO queue's order (one message group per tenant); key-sequence
         # order is the controller's, so that queue is a standard one: a file whose turn has not
@@ -192,7 +206,7 @@ class TenantPipeline(Construct):
             visibility_timeout=QUEUE_VISIBILITY_TIMEOUT,
             retention_period=QUEUE_RETENTION,
             receive_message_wait_time=QUEUE_RECEIVE_WAIT,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            **encryption.queue_encryption(self.kms_key),
             enforce_ssl=True,
         )
         acknowledge(
@@ -211,7 +225,7 @@ class TenantPipeline(Construct):
             "IntakeDlq",
             queue_name=names.INTAKE_DLQ.render(tenant_id),
             retention_period=INTAKE_DLQ_RETENTION,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            **encryption.queue_encryption(self.kms_key),
             enforce_ssl=True,
         )
         acknowledge(
@@ -283,6 +297,7 @@ class TenantPipeline(Construct):
             ),
             role=self.data_role,
             tracing=props.tracing,
+            kms_key=self.kms_key,
         )
         self.register = pipeline_function(
             self,
@@ -309,6 +324,7 @@ class TenantPipeline(Construct):
             ),
             role=self.data_role,
             tracing=props.tracing,
+            kms_key=self.kms_key,
         )
         self._grant_tenant_objects(props)
         self._attach_register_to_vpc(props)
@@ -339,6 +355,7 @@ class TenantPipeline(Construct):
                 )
             ),
             tracing=props.tracing,
+            kms_key=self.kms_key,
         )
 
         self.workflow_log_group = logs.LogGroup(
@@ -347,6 +364,7 @@ class TenantPipeline(Construct):
             log_group_name=f"/aws/vendedlogs/states/{state_machine_name}",
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
+            encryption_key=self.kms_key,
         )
         # The file's, its sections' and its pages' state machines are one workflow: one role
         # (IAM roles are an account quota; see `data_role`).
@@ -447,6 +465,7 @@ class TenantPipeline(Construct):
                 )
             ),
             tracing=props.tracing,
+            kms_key=self.kms_key,
         )
         # Partial batch responses: a waiting message is a reported item failure, not a function
         # error, so Lambda does not back off its polling.
@@ -471,6 +490,7 @@ class TenantPipeline(Construct):
                 sink_errors_threshold=props.sink_errors_threshold,
             ),
         )
+        self._encryption(props)
         self._acknowledge_findings(props)
 
     # -- what the pipeline exposes ------------------------------------------------------------
@@ -638,6 +658,7 @@ class TenantPipeline(Construct):
                 contract.CompletionEnv(tenant_id=self.tenant_id, ledger_table_name=props.ledger_table.table_name)
             ),
             tracing=props.tracing,
+            kms_key=self.kms_key,
         )
         for index, caller in enumerate(props.completion_callers):
             # One permission per caller, ids by position: the list is the contract with the core system.
@@ -669,6 +690,48 @@ class TenantPipeline(Construct):
         CfnOutput(self, "CompletionFunctionName", value=made.function.function_name,
                   description=f"CompletionFunctionName of tenant {self.tenant_id} (the core system invokes it)")
         return made
+
+    # -- customer-managed keys (kms_key, shared_kms_key_arn) -------------------------------------
+
+    def _encryption(self, props: TenantPipelineProps) -> None:
+        """The key policy of the tenant's key (its log groups, its rules) and every role's use of
+        the tenant's and the shared key: each only through the service that stores the data."""
+        roles = {role: made.role for role, made in self.pipeline_functions.items()}
+        if self.kms_key is not None:
+            stack = Stack.of(self)
+            log_groups = [made.log_group_name for made in self.pipeline_functions.values()] + [
+                f"/aws/vendedlogs/states/{name.render(self.tenant_id)}"
+                for name in (names.STATE_MACHINE, names.SECTION_STATE_MACHINE, names.PAGE_STATE_MACHINE)
+            ]
+            # The object-created rule sends to the queue, both rules dead-letter to the intake DLQ.
+            bus = f"{self.event_bus_name}/" if self.event_bus_name else ""
+            rules = [stack.format_arn(service="events", resource="rule", resource_name=f"{bus}{name}")
+                     for name in self.rule_names]
+            encryption.pin_key_policy(self.kms_key, [
+                encryption.allow_log_groups(self.kms_key, log_groups, sid="CloudWatchLogsOwnLogGroups"),
+                encryption.allow_rules(self.kms_key, rules, sid="EventBridgeDeliversOwnRules"),
+            ])
+            for role in dict.fromkeys(roles.values()):  # split and register share one role
+                # Lambda decrypts a function's environment at start with its execution role. (The
+                # controller's kms:Decrypt of the queue's messages is the SQS event source's grant.)
+                encryption.grant_via(role, self.kms_key.key_arn, ["kms:Decrypt"], ["lambda"],
+                                     sid="DecryptOwnEnvironment")
+        key_arn = props.shared_kms_key_arn
+        if key_arn is None:
+            return
+        landing, work = props.landing_bucket.bucket_arn, props.work_bucket.bucket_arn
+        encryption.grant_via(self.data_role, key_arn, ["kms:Decrypt"], ["s3"], sid="DecryptOwnLandingFiles",
+                             bucket_arn=landing)
+        encryption.grant_via(self.data_role, key_arn, ["kms:GenerateDataKey", "kms:Decrypt"], ["s3"],
+                             sid="EncryptOwnChunks", bucket_arn=work)
+        encryption.grant_via(self.controller.role, key_arn, ["kms:GenerateDataKey"], ["s3"],
+                             sid="EncryptQuarantinedMessages", bucket_arn=work)
+        ledger_users: list[iam.IRole] = [self.data_role, *(roles[r] for r in roles if r not in ("split", "register"))]
+        if props.completion_wait:
+            ledger_users.append(self.workflow_role)  # it leaves the completion token on the position
+        for role in ledger_users:
+            # The table key: DynamoDB decrypts it with the caller's permission.
+            encryption.grant_via(role, key_arn, ["kms:Decrypt"], ["dynamodb"], sid="UseLedgerTableKey")
 
     # -- permissions ----------------------------------------------------------------------------
 
@@ -833,6 +896,7 @@ class TenantPipeline(Construct):
             log_group_name=f"/aws/vendedlogs/states/{machine_name}",
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
+            encryption_key=self.kms_key,
         )
         machine = sfn.StateMachine(
             self,

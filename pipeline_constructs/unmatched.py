@@ -16,6 +16,7 @@ from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
@@ -23,7 +24,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import names, routing
+from pipeline_constructs import encryption, names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
 from pipeline_constructs.nag import acknowledge
 
@@ -53,6 +54,9 @@ class UnmatchedUploadsProps:
     forwarding: Forwarding | None = None
     #: The account's event pattern size quota, in characters.
     event_pattern_chars: int = routing.MAX_EVENT_PATTERN_CHARS
+    #: The shared customer-managed key (top-level `encryption`) for the log group and the
+    #: dead-letter queue. Default: none (AWS-managed encryption).
+    kms_key: kms.IKey | None = None
 
 
 class UnmatchedUploads(Construct):
@@ -74,13 +78,16 @@ class UnmatchedUploads(Construct):
             log_group_name=self.log_group_name,
             retention=props.log_retention,
             removal_policy=RemovalPolicy.RETAIN,
+            encryption_key=props.kms_key,
         )
+        if props.kms_key is not None:
+            encryption.allow_log_groups(props.kms_key, [self.log_group_name], sid="CloudWatchLogsUnmatchedUploads")
         self.dead_letter_queue = sqs.Queue(
             self,
             "Dlq",
             queue_name=names.UNMATCHED_UPLOADS_DLQ,
             retention_period=Duration.days(14),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            **encryption.queue_encryption(props.kms_key),
             enforce_ssl=True,
         )
         acknowledge(

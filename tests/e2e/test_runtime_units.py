@@ -304,3 +304,18 @@ def test_a_failing_item_still_ends_the_map_with_its_error_under_the_patch() -> N
     found = _run_map(20, fail_at=5)
     assert (found["status"], found.get("error")) == ("FAILED", "Item")
     assert found["started"] == 6
+
+
+def test_a_kms_keys_tags_are_respelled_for_motos_cloudformation() -> None:
+    """GIVEN a tagged AWS::KMS::Key (a tenant stack tags every resource) WHEN prepared THEN its
+    tags are in the KMS API's TagKey/TagValue spelling, which moto 5.2.5 reads (it fails on
+    CloudFormation's Key/Value), and the other resources' tags are left as they are."""
+    template = {"Resources": {
+        "Key": {"Type": "AWS::KMS::Key", "Properties": {"KeyPolicy": {}, "Tags": [{"Key": "tenant", "Value": "acme"}]}},
+        "Queue": {"Type": "AWS::SQS::Queue", "Properties": {"Tags": [{"Key": "tenant", "Value": "acme"}]}},
+    }}
+
+    resources = prepare(template, time_scale=1, creatable=lambda kind: True).template["Resources"]
+
+    assert resources["Key"]["Properties"]["Tags"] == [{"TagKey": "tenant", "TagValue": "acme"}]
+    assert resources["Queue"]["Properties"]["Tags"] == [{"Key": "tenant", "Value": "acme"}]

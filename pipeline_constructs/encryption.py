@@ -1,0 +1,172 @@
+"""Customer-managed KMS keys (`encryption: {kms_key: create | <key ARN>}`): making or importing a
+key, the key-policy statements the AWS services need, and the role statements that use a key.
+
+Who may do what with a key:
+
+* The account (its root principal) has ``kms:*``, as in CDK's default key policy. This does
+  not let everyone in the account use the key: it delegates to IAM, so each principal still
+  needs an IAM statement of its own, and it keeps the key manageable (a key policy without
+  its account is a key nobody can ever administer or delete again).
+* Services that act as themselves, not as a role of the account, get key-policy statements
+  narrowed to this deployment's resources: CloudWatch Logs by the log group's ARN in the
+  encryption context, EventBridge by the ARN of the rule that delivers (`aws:SourceArn`).
+* The functions' roles get ``kms:Decrypt`` / ``kms:GenerateDataKey`` on the key only through
+  the service that stores the data (``kms:ViaService``), for S3 only for the one bucket
+  (with S3 bucket keys the encryption context is the bucket's ARN).
+
+A key the app creates has rotation on and survives the deletion of its stack (RETAIN), like the
+data it encrypts. A key given by ARN is used as given: its policy is its owner's, and must allow
+what the statements here would (README, "Encryption").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+#: The `kms_key` value that makes the app create the key.
+CREATE = "create"
+#: The alias of the shared resources' key (one per account and Region).
+SHARED_KEY_ALIAS = "alias/ordered-ingest"
+#: Where the shared stack publishes the ARN of the key it created: tenant stacks read it by
+#: this fixed name (a CloudFormation SSM parameter type, resolved at each deploy), so a tenant
+#: stack needs no export of the shared stack and the shared key can change without the
+#: "export in use" lock.
+SHARED_KEY_PARAMETER = "/ordered-ingest/encryption/shared-key-arn"
+
+
+#: The names of the shared stack's rules whose dead-letter queues the shared key encrypts
+#: (names.py: `ordered-ingest-unmatched-...`, `ordered-ingest-shard-<k>-...`; on a custom bus,
+#: whose name starts so too, `<bus>/<rule>`). The same pattern as the routing DLQ's queue policy.
+SHARED_RULES = "ordered-ingest-*"
+#: What CloudWatch Logs does with the key of an encrypted log group.
+LOGS_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey",
+                "kms:GenerateDataKeyWithoutPlaintext", "kms:DescribeKey"]
+
+
+def tenant_key_alias(tenant_id: str) -> str:
+    """The alias of a tenant's own key."""
+    return f"{SHARED_KEY_ALIAS}/{tenant_id}"
+
+
+def customer_key(scope: Construct, construct_id: str, setting: str, *, alias: str, description: str) -> kms.IKey:
+    """The key of `setting`: a new one (``create``) or the existing key of that ARN."""
+    if setting != CREATE:
+        return kms.Key.from_key_arn(scope, construct_id, setting)
+    return kms.Key(
+        scope,
+        construct_id,
+        description=description,
+        alias=alias,
+        enable_key_rotation=True,
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+
+
+def shared_key_arn(scope: Construct, setting: str | None) -> str | None:
+    """The shared key's ARN as a tenant stack names it: as given, or (``create``) the value of
+    `SHARED_KEY_PARAMETER` at deploy time. None: the shared resources use AWS-managed keys."""
+    if setting is None or setting != CREATE:
+        return setting
+    return ssm.StringParameter.value_for_string_parameter(scope, SHARED_KEY_PARAMETER)
+
+
+def queue_encryption(key: kms.IKey | None) -> dict:
+    """A queue's encryption arguments: SQS-managed, or `key` (data keys reused for 5 minutes,
+    SQS's default: at most one KMS request per 5 minutes per sender and receiver)."""
+    if key is None:
+        return {"encryption": sqs.QueueEncryption.SQS_MANAGED}
+    return {"encryption": sqs.QueueEncryption.KMS, "encryption_master_key": key}
+
+
+def via(*services: str) -> list[str]:
+    """`kms:ViaService` values of the stack's Region."""
+    return [f"{service}.{Aws.REGION}.amazonaws.com" for service in services]
+
+
+def allow_log_groups(key: kms.IKey, log_group_names: Sequence[str], *, sid: str) -> iam.PolicyStatement:
+    """CloudWatch Logs may encrypt and decrypt these log groups' events, and no other's.
+    A no-op for a key given by ARN (its owner's policy decides). Returns the statement."""
+    stack = Stack.of(key)
+    arns = [
+        stack.format_arn(service="logs", resource="log-group", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        for name in log_group_names
+    ]
+    return _add(
+        key,
+        iam.PolicyStatement(
+            sid=sid,
+            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+            # What CloudWatch Logs documents for an encrypted log group (Encrypt*, Decrypt*,
+            # ReEncrypt*, GenerateDataKey*, Describe*), spelled out without the key-pair actions.
+            actions=LOGS_ACTIONS,
+            resources=["*"],
+            conditions={"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": arns}},
+        ),
+    )
+
+
+def allow_rules(key: kms.IKey, rule_arns: Sequence[str], *, sid: str, operator: str = "ArnEquals") -> iam.PolicyStatement:
+    """EventBridge may deliver these rules' events to a queue encrypted with `key` (and
+    dead-letter them), and nothing else (``operator`` ``ArnLike``: `rule_arns` are patterns).
+    A no-op for a key given by ARN. Returns the statement."""
+    return _add(
+        key,
+        iam.PolicyStatement(
+            sid=sid,
+            principals=[iam.ServicePrincipal("events.amazonaws.com")],
+            actions=["kms:GenerateDataKey", "kms:Decrypt"],
+            resources=["*"],
+            conditions={operator: {"aws:SourceArn": list(rule_arns)}},
+        ),
+    )
+
+
+def _add(key: kms.IKey, statement: iam.PolicyStatement) -> iam.PolicyStatement:
+    key.add_to_resource_policy(statement)
+    return statement
+
+
+def pin_key_policy(key: kms.IKey, statements: Sequence[iam.PolicyStatement]) -> None:
+    """Make a created key's policy exactly the account's administration plus `statements`.
+
+    Why: CDK's `SqsQueue` rule target grants `events.amazonaws.com` Encrypt, Decrypt,
+    ReEncrypt* and GenerateDataKey* on an encrypted queue's key with no condition (any rule of
+    any account could then use it); `allow_rules` says the same narrowed to the tenant's rules.
+    Principals of the account use the key through their IAM statements, never the key policy,
+    so nothing else belongs in it. A no-op for a key given by ARN."""
+    cfn = key.node.default_child
+    if not isinstance(cfn, kms.CfnKey):
+        return
+    cfn.key_policy = iam.PolicyDocument(statements=[account_administers(), *statements])
+
+
+def account_administers() -> iam.PolicyStatement:
+    """The account administers the key and delegates its use to IAM (CDK's default statement)."""
+    return iam.PolicyStatement(actions=["kms:*"], principals=[iam.AccountRootPrincipal()], resources=["*"])
+
+
+def grant_via(
+    principal: iam.IGrantable,
+    key_arn: str,
+    actions: Sequence[str],
+    services: Sequence[str],
+    *,
+    sid: str,
+    bucket_arn: str | None = None,
+) -> None:
+    """`actions` on the key, only through `services` (and, for S3, only for `bucket_arn`).
+
+    Not `key.grant`: it cannot add conditions, and the key may be another stack's (by ARN)."""
+    equals: dict[str, object] = {"kms:ViaService": via(*services)}
+    if bucket_arn is not None:
+        equals["kms:EncryptionContext:aws:s3:arn"] = bucket_arn
+    principal.grant_principal.add_to_principal_policy(
+        iam.PolicyStatement(sid=sid, actions=list(actions), resources=[key_arn], conditions={"StringEquals": equals})
+    )
