@@ -428,14 +428,15 @@ class SinkAuthError(PipelineError):
 
     log_message = "core system refused the credentials"
 
-    def __init__(self, message: str, *, status: int | None, secret: str) -> None:
+    def __init__(self, message: str, *, status: int | None, credential: str) -> None:
         super().__init__(message)
         self.status = status
-        self.secret = secret
+        #: What credential was refused: the secret's id, or sigv4's service and Region.
+        self.credential = credential
 
     @property
     def log_fields(self) -> dict[str, Any]:
-        return {"status": self.status, "secret": self.secret}
+        return {"status": self.status, "credential": self.credential}
 
 
 class MalformedFileError(PipelineError):
