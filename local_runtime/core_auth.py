@@ -49,10 +49,10 @@ def sigv4_problem(key: SigV4Key, *, method: str, url: str, headers: Mapping[str,
                 f"expected {key.access_key} for {key.service} in {key.region}")
     stamp = lower.get("x-amz-date", "")
     try:
-        signed_at = _dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=_dt.timezone.utc)
+        signed_at = _dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=_dt.UTC)
     except ValueError:
         return "no valid X-Amz-Date header"
-    if abs((now or _dt.datetime.now(_dt.timezone.utc)) - signed_at) > MAX_CLOCK_SKEW:
+    if abs((now or _dt.datetime.now(_dt.UTC)) - signed_at) > MAX_CLOCK_SKEW:
         return "the signature is too old"
     signed = match["signed"].split(";")
     if "host" not in signed or any(name not in lower for name in signed):

@@ -23,7 +23,6 @@ from local_runtime.poller import SqsPoller
 from local_runtime.sink import SinkServer, enforce_auth, point_register_at
 from local_runtime.synth import Synthesized, synthesize
 
-
 #: The workers' session token (their credentials are moto's fake ones); a sigv4 sink checks it.
 WORKER_SESSION_TOKEN = "testing"
 

@@ -144,7 +144,7 @@ def test_a_sigv4_tenant_signs_every_request(pipe: LocalPipeline) -> None:
     """GIVEN a tenant with `auth: {type: sigv4}` and a core system that verifies each signature
     (recomputed with botocore from the request and the workers' credentials)
     WHEN a file is processed THEN every record is registered and no request was refused."""
-    key, _ = pipe.put_file("signed", "s0.csv", csv_file("s0", 7))
+    pipe.put_file("signed", "s0.csv", csv_file("s0", 7))
     pipe.wait_until_idle(timeout=60, tenants=["signed"])
     assert [e["status"] for e in pipe.executions("signed")] == ["SUCCEEDED"]
     assert_records_in_file_order(pipe.sink("signed").accepted, [("s0", 7)])

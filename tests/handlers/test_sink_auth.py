@@ -12,17 +12,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
-import pytest
-
 import contract
+import pytest
 import register_chunk
 import sink_auth
 from conftest import REGION, Context
 from contract import SinkAuthError
-from local_runtime.core_auth import SigV4Key, sigv4_problem
 from test_register_chunk_handler import (  # noqa: F401 - fixtures
-    Clock, cold_function, config, ledger, put_chunk, register, sink, task, work,
+    Clock,
+    cold_function,
+    config,
+    ledger,
+    put_chunk,
+    register,
+    sink,
+    task,
+    work,
 )
+
+from local_runtime.core_auth import SigV4Key, sigv4_problem
 
 SECRET = "ordered-ingest/acme/core-token"
 TOKEN = "tok-FIRST-5f1e8c"
@@ -242,6 +250,6 @@ def test_an_old_signature_is_refused():
 
     request = AWSRequest(method="POST", url="http://127.0.0.1:9/records", data=b"{}", headers={})
     SigV4Auth(Credentials(KEY.access_key, KEY.secret_key, KEY.token), KEY.service, KEY.region).add_auth(request)
-    later = _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(hours=1)
+    later = _dt.datetime.now(_dt.UTC) + _dt.timedelta(hours=1)
     assert sigv4_problem(KEY, method="POST", url="http://127.0.0.1:9/records", headers=dict(request.headers),
                          body=b"{}", now=later) == "the signature is too old"
