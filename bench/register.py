@@ -2,6 +2,7 @@
 a fraction of what a raw keep-alive client reaches against the same local core system.
 
     .venv/bin/python bench/register.py [--records 200000] [--chunk-size 1000] [--batch 1] [--time-scale 0.1]
+                                       [--auth none|bearer]
 
 Two figures per run, both against the same core-system stand-in (`local_runtime/sink.py`'s
 `SinkServer`), run in a process of its own as a real core system is (`--sink-in-process` runs
@@ -89,11 +90,17 @@ def measure_raw(url: str, count: int, batch: int) -> float:
     return float(out.strip().splitlines()[-1])
 
 
-def tenants_file(directory: Path, chunk_size: int, batch: int, sink_timeout: int) -> Path:
+#: `--auth`: the tenant's `sink.auth` (bearer: the local runtime creates the secret; the stand-in
+#: outside the pipeline's process does not check the token, the register side's cost is measured).
+AUTH = {"none": {"type": "none"}, "bearer": {"type": "bearer", "secret": "bench/core-token"}}
+
+
+def tenants_file(directory: Path, chunk_size: int, batch: int, sink_timeout: int, auth: str = "none") -> Path:
     path = directory / "tenants.yaml"
     path.write_text(yaml.safe_dump({
         "defaults": {"format": "csv", "chunk_size": chunk_size,
-                     "sink": {"url": "http://127.0.0.1:9/unused", "timeout_seconds": sink_timeout, "batch_size": batch}},
+                     "sink": {"url": "http://127.0.0.1:9/unused", "timeout_seconds": sink_timeout, "batch_size": batch,
+                              "auth": AUTH[auth]}},
         "tenants": [{"id": TENANT, "prefix": f"{TENANT}/"}],
     }))
     return path
@@ -181,7 +188,7 @@ def split_chunk_size(size: int | None) -> Any:
 
 
 def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_scale: float, raw_count: int,
-            split_chunk: int | None = None, sink_in_process: bool = False) -> dict[str, Any]:
+            split_chunk: int | None = None, sink_in_process: bool = False, auth: str = "none") -> dict[str, Any]:
     """The raw client against the core-system stand-in while the pipeline idles (before and
     after the file: the machine is shared, so both are kept), then the file."""
     from demo import verify
@@ -194,7 +201,7 @@ def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_sca
         outside = None if sink_in_process else stack.enter_context(SinkProcess())
         # the local runtime's own hook, pointed at the stand-in outside (anything with a `url`)
         hooks = [split_chunk_size(split_chunk)] + ([point_register_at({TENANT: outside})] if outside else [])
-        pipe = stack.enter_context(LocalPipeline(tenants_file(Path(work), chunk_size, batch, sink_timeout),
+        pipe = stack.enter_context(LocalPipeline(tenants_file(Path(work), chunk_size, batch, sink_timeout, auth),
                                                  time_scale=time_scale, function_environment=chained(*hooks)))
         sink = outside or pipe.sink(TENANT)
         raw = [measure_raw(sink.url, raw_count, batch)]
@@ -254,6 +261,7 @@ def main() -> int:
     parser.add_argument("--raw-client", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--sink-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true", help="print the row, do not append it")
+    parser.add_argument("--auth", choices=sorted(AUTH), default="none", help="the tenant's sink.auth type")
     args = parser.parse_args()
     if args.sink_process:
         sink_process()
@@ -263,7 +271,7 @@ def main() -> int:
         return 0
 
     figures = measure(args.records, args.chunk_size, args.batch, args.sink_timeout, args.time_scale,
-                      min(args.records, args.raw_records), args.split_chunk_size, args.sink_in_process)
+                      min(args.records, args.raw_records), args.split_chunk_size, args.sink_in_process, args.auth)
     raw, rate, register_rate = figures["raw"], figures["rate"], figures["register_rate"]
     print(f"raw client runs: {', '.join(f'{r:,.0f}' for r in figures['raw_runs'])} records/s; "
           f"first record {figures['first_record_after']:.1f} s after the upload; "
@@ -274,7 +282,7 @@ def main() -> int:
     row = (
         f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {args.records:,} | "
         f"{f'{args.split_chunk_size} (experiment)' if args.split_chunk_size else args.chunk_size} | "
-        f"{mode}{', sink in process' if args.sink_in_process else ''} | {raw:,.0f} | {figures['seconds']:.1f} s | {rate:,.0f} ({rate / raw:.2f}) | "
+        f"{mode}{', sink in process' if args.sink_in_process else ''}{', bearer auth' if args.auth == 'bearer' else ''} | {raw:,.0f} | {figures['seconds']:.1f} s | {rate:,.0f} ({rate / raw:.2f}) | "
         f"{register_rate:,.0f} ({register_rate / raw:.2f}) | {figures['posts']:,} |"
     )
     print(row)

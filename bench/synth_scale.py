@@ -87,7 +87,8 @@ def tenants_document(count: int) -> dict[str, Any]:
                           alarms={"stall_after_seconds": 600})
         tenants.append(tenant)
     return {
-        "defaults": {"format": "csv", "chunk_size": 100, "sink": {"url": "https://core.example.com/api/records"}},
+        "defaults": {"format": "csv", "chunk_size": 100, "sink": {"url": "https://core.example.com/api/records",
+                                                                  "auth": {"type": "none"}}},
         "notifications": {"emails": ["oncall@example.com"]},
         **extra_blocks(count),
         "tenants": tenants,

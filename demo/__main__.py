@@ -362,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     with LocalPipeline(args.tenants, time_scale=args.time_scale) as pipe:
         console.print(f"Local pipeline up in {time.monotonic() - started:.1f} s: {pipe.endpoint_url}")
         console.print(f"Scenario: {args.scenario} ({SCENARIOS[args.scenario]})")
+        for tenant in config.tenants:
+            if tenant.sink.auth.type == "bearer":  # the token itself is never shown
+                console.print(f"{tenant.id}: the core system demands a bearer token; the local runtime made one "
+                              f"and stored it in secret {pipe.sink(tenant.id).auth.secret}", markup=False)
         inject(pipe, args.scenario, config.tenants[0].id)
         uploads: dict[str, list[Upload]] = {t.id: [] for t in config.tenants}
         chunks = ChunkProgress(pipe)

@@ -119,6 +119,13 @@ class SplitEnv:
     max_chunks: int = dataclasses.field(metadata={"minimum": 1})
 
 
+#: How register authenticates to the core system (`sink.auth.type`): nothing, a bearer token
+#: read from a Secrets Manager secret, or an AWS Signature Version 4 of each request.
+SINK_AUTH_TYPES = ("none", "bearer", "sigv4")
+#: The services a sigv4 sink is signed for: API Gateway (IAM authorization), a Lambda function URL.
+SIGV4_SERVICES = ("execute-api", "lambda")
+
+
 @dataclasses.dataclass(frozen=True)
 class RegisterEnv:
     """The register-chunk function's environment."""
@@ -136,6 +143,17 @@ class RegisterEnv:
     #: Records per POST: 1 is the seed's contract (one record per POST); more sends JSON arrays
     #: (the batch contract, `sink_client.py`).
     sink_batch_size: int = dataclasses.field(default=1, metadata={"minimum": 1})
+    #: `sink.auth.type`. The environment names the secret, never holds its value.
+    sink_auth: str = dataclasses.field(default="none", metadata={"choices": SINK_AUTH_TYPES})
+    #: bearer: the secret's name or ARN; its SecretString is the token itself, or JSON
+    #: `{"token": "..."}` (`sink_auth.token_of`).
+    sink_auth_secret: str = dataclasses.field(default="", metadata={"optional": True})
+    #: bearer: how long a token read is used before the secret is read again (a 401 reads it
+    #: again at once, once).
+    sink_auth_cache_seconds: int = dataclasses.field(default=300, metadata={"minimum": 1})
+    #: sigv4: the service (`SIGV4_SERVICES`) and the Region the signature is for.
+    sink_auth_service: str = dataclasses.field(default="", metadata={"optional": True})
+    sink_auth_region: str = dataclasses.field(default="", metadata={"optional": True})
 
 
 EnvT = TypeVar("EnvT")
@@ -400,6 +418,25 @@ class SinkRejectedError(PipelineError):
     @property
     def log_fields(self) -> dict[str, Any]:
         return {"status": self.status, "chunk_index": self.chunk_index, "record_index": self.record_index}
+
+
+class SinkAuthError(PipelineError):
+    """The core system refused the register function's credentials (401 after the token was
+    read again, or 403), or the bearer token's secret cannot be read. Retrying cannot help: the
+    file fails and `on_failure` applies. The message names the secret and the HTTP status,
+    never a credential (docs/operations.md, "The core system refuses the credentials")."""
+
+    log_message = "core system refused the credentials"
+
+    def __init__(self, message: str, *, status: int | None, credential: str) -> None:
+        super().__init__(message)
+        self.status = status
+        #: What credential was refused: the secret's id, or sigv4's service and Region.
+        self.credential = credential
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        return {"status": self.status, "credential": self.credential}
 
 
 class MalformedFileError(PipelineError):

@@ -17,7 +17,10 @@ The function works within its budget (docs/design.md §4.7):
   (`fault_since`, carried from try to try, reset by the next acknowledged record): records
   that each fail once cost nothing, and only an outage longer than
   `sink_outage_budget_seconds` fails the file (`SinkUnavailableError`), which halts it;
-* any other answer (4xx, 3xx) is `SinkRejectedError`: the same record cannot succeed.
+* any other answer (4xx, 3xx) is `SinkRejectedError`: the same record cannot succeed;
+* with `sink.auth` (`sink_auth.py`) each request carries the tenant's credential; a 401 gets
+  a fresh one (the bearer secret read again) and the request is sent again at once, once; a
+  401 after that, or a 403, is `SinkAuthError` (naming the secret, never the token).
 
 Its records come straight from the landing object: the chunk's two entries of Split's chunk
 index give its byte range, one ranged GET of the pinned version reads exactly those bytes, and
@@ -57,6 +60,7 @@ from contract import (
     ChunkTask,
     KeyOutsidePrefixError,
     RegisterEnv,
+    SinkAuthError,
     SinkRejectedError,
     SinkUnavailableError,
     StaleExecutionError,
@@ -67,6 +71,7 @@ from contract import (
 )
 from ledger import Ledger, LedgerConflict
 from runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
+from sink_auth import NoAuth, SinkAuth, sink_auth_for
 from sink_client import SinkConnection, batch_body, batch_ends_after, batch_idempotency_key, rejected_offset
 
 #: Time kept in hand at the deadline for the last progress write and the return: this much,
@@ -104,8 +109,10 @@ class Register:
         remaining_seconds: Callable[[], float],
         sleep: Callable[[float], None],
         log: BoundLogger,
+        auth: SinkAuth | None = None,
     ) -> None:
         self.task, self.config, self.ledger = task, config, ledger
+        self.auth: SinkAuth = auth or NoAuth()
         self.clock, self.remaining, self.sleep, self.log = clock, remaining_seconds, sleep, log
         self.chunk_index, self.chunk_size = int(task["chunk_index"]), int(task["chunk_size"])
         self.chunk_start = self.chunk_index * self.chunk_size
@@ -200,15 +207,30 @@ class Register:
         """Send one request until acknowledged; None when it was, else seconds to wait first."""
         body, key, where = self._request(records, first)
         headers = {"Content-Type": "application/json", "Idempotency-Key": key, "X-Tenant-Id": self.config.tenant_id}
-        for backoff in (*RETRY_BACKOFF_SECONDS, None):
+        refreshed = False  # a 401 gets one fresh credential per request
+        backoffs = iter((*RETRY_BACKOFF_SECONDS, None))
+        backoff = next(backoffs)
+        while True:
             timeout = max(0.1, min(self.config.sink_timeout_seconds, self.remaining() - self.margin))
             try:
-                status, answer = sink.post(body, headers, timeout)
+                status, answer = sink.post(body, {**headers, **self.auth.headers(body, headers)}, timeout)
                 problem = None if 200 <= status < 300 else f"HTTP {status}"
             except (OSError, http.client.HTTPException) as error:
                 status, answer, problem = 0, b"", _transport_problem(error, timeout)
             if problem is not None:
                 self.errors += 1
+            if status in (401, 403) and not isinstance(self.auth, NoAuth):
+                if status == 401 and not refreshed and self.auth.refresh():
+                    refreshed = True
+                    self.log.info("core system refused the credential; sending again with a fresh one",
+                                  extra={"status": status, "file_record": first})
+                    continue
+                raise SinkAuthError(
+                    f"{where}: the core system refused the credentials (HTTP {status}"
+                    f"{' after reading the secret again' if refreshed else ''}) of {self.auth.description}; "
+                    "fix or rotate the credential, then resume the file",
+                    status=status, credential=self.auth.description,
+                )
             if problem is None:
                 if self.fault_since is not None:
                     self.log.info("core system answers again", extra={"outage_seconds": round(self.clock() - self.fault_since, 3)})
@@ -234,7 +256,7 @@ class Register:
                                  extra={"problem": problem, "outage_seconds": round(outage, 3), "file_record": first})
                 return int(min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS, outage / 2)))
             self.sleep(backoff)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+            backoff = next(backoffs)
 
     def _rejected(self, where: str, problem: str, status: int, first: int, count: int, answer: bytes) -> SinkRejectedError:
         """The rejection of a request. A batch is rejected whole (the core system registered none
@@ -291,15 +313,17 @@ def register_chunk(
     remaining_seconds: Callable[[], float],
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    auth: SinkAuth | None = None,
 ) -> ChunkProgress:
     """Send the task's records in order from its first unacknowledged one; see the module docstring.
 
     `s3` is a boto3 S3 client (the work bucket's manifest and chunk index, a ranged read of
     the landing object version); `ledger` the tenant's ledger;
-    `remaining_seconds` how long the invocation may still run.
+    `remaining_seconds` how long the invocation may still run; `auth` the tenant's credential
+    for the core system (default: from `config`, `sink_auth.sink_auth_for`).
     """
     register = Register(task, config=config, ledger=ledger, clock=clock, remaining_seconds=remaining_seconds,
-                        sleep=sleep, log=log)
+                        sleep=sleep, log=log, auth=auth if auth is not None else sink_auth_for(config))
     register.check()
     records = read_chunk(s3, config, task)
     sink = SinkConnection(config.sink_url, config.sink_timeout_seconds)

@@ -20,8 +20,11 @@ from local_runtime.lambda_pool import InvocationResult, LambdaDispatcher
 from local_runtime.moto_server import FAKE_CREDENTIALS, MotoServer, moto_patches
 from local_runtime.observation import list_executions
 from local_runtime.poller import SqsPoller
-from local_runtime.sink import SinkServer, point_register_at
+from local_runtime.sink import SinkServer, enforce_auth, point_register_at
 from local_runtime.synth import Synthesized, synthesize
+
+#: The workers' session token (their credentials are moto's fake ones); a sigv4 sink checks it.
+WORKER_SESSION_TOKEN = "testing"
 
 
 class Runtime:
@@ -83,12 +86,14 @@ class Runtime:
         self.server.start()
         self._exit.callback(self.server.stop)
 
+        worker_credentials = (FAKE_CREDENTIALS["aws_access_key_id"], FAKE_CREDENTIALS["aws_secret_access_key"],
+                              WORKER_SESSION_TOKEN)
         self.dispatcher = LambdaDispatcher(
             runtime_env={
                 "AWS_ENDPOINT_URL": self.server.endpoint_url,
-                "AWS_ACCESS_KEY_ID": FAKE_CREDENTIALS["aws_access_key_id"],
-                "AWS_SECRET_ACCESS_KEY": FAKE_CREDENTIALS["aws_secret_access_key"],
-                "AWS_SESSION_TOKEN": "testing",
+                "AWS_ACCESS_KEY_ID": worker_credentials[0],
+                "AWS_SECRET_ACCESS_KEY": worker_credentials[1],
+                "AWS_SESSION_TOKEN": worker_credentials[2],
                 "AWS_REGION": self._region,
                 "AWS_DEFAULT_REGION": self._region,
                 "AWS_EC2_METADATA_DISABLED": "true",
@@ -100,12 +105,17 @@ class Runtime:
         self._exit.callback(self.dispatcher.close)
         self._exit.callback(self._stop_activity)  # runs first on exit
 
+        # The sinks demand each tenant's `sink.auth`; its bearer secrets exist before any file flows.
+        auth = enforce_auth(self.sinks, sigv4_credentials=worker_credentials)
         self.deployment = deploy(
             self.synthesized,
             client=self.server.client,
             time_scale=self._time_scale,
-            function_environment=_after(point_register_at(self.sinks), self._function_environment),
+            function_environment=_after(_after(point_register_at(self.sinks), auth), self._function_environment),
         )
+        secretsmanager = self.server.client("secretsmanager")
+        for name, token in auth.secrets_to_create.items():
+            secretsmanager.create_secret(Name=name, SecretString=token)
         for function in self.deployment.functions.values():
             self.dispatcher.register(function)
         tenant_of_queue = {t.queue_arn: t.id for t in self.deployment.tenants.values()}

@@ -17,7 +17,10 @@ duplicate checks read both modes alike.
 
 from __future__ import annotations
 
+import dataclasses
+import hmac
 import json
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,9 +29,52 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from lambdas import contract
+from local_runtime.core_auth import SigV4Key, sigv4_problem
 from local_runtime.synth import REGISTER_ROLE
 
 SINK_URL = contract.env_name("sink_url")
+SINK_AUTH = contract.env_name("sink_auth")
+SINK_AUTH_SECRET = contract.env_name("sink_auth_secret")
+SINK_AUTH_SERVICE = contract.env_name("sink_auth_service")
+SINK_AUTH_REGION = contract.env_name("sink_auth_region")
+
+
+@dataclass
+class SinkAuthCheck:
+    """What the local core system demands (the tenant's `sink.auth`, read from the register
+    function's environment in the templates): nothing, `Authorization: Bearer <token>` with the
+    token it currently accepts (401 otherwise), or a valid SigV4 signature by the workers'
+    credentials (403 otherwise). `token` is generated per run and never printed; `accept_token`
+    switches it (a rotation on the core system's side)."""
+
+    kind: str = "none"
+    secret: str = ""
+    token: str = ""
+    key: SigV4Key | None = None
+
+    def problem(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> tuple[int, str] | None:
+        """None if the request may pass, else the status and why (never quoting a credential)."""
+        if self.kind == "bearer":
+            sent = headers.get("Authorization") or ""
+            if not hmac.compare_digest(sent.encode(), f"Bearer {self.token}".encode()):
+                return 401, "missing or wrong bearer token" if sent else "no Authorization header"
+        elif self.kind == "sigv4":
+            assert self.key is not None
+            why = sigv4_problem(self.key, method=method, url=url, headers=headers, body=body)
+            if why is not None:
+                return 403, why
+        return None
+
+
+@dataclass(frozen=True)
+class AuthRefusal:
+    """A request the core system refused for its credentials (not in `requests`: nothing of it
+    was looked at)."""
+
+    status: int
+    reason: str
+    time: float
+    idempotency_key: str | None
 
 #: Selects records: a predicate on the record body, a dict the body must contain, or an int:
 #: the record that would be registered at that position (0-based) of `accepted`.
@@ -88,6 +134,8 @@ class SinkServer:
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
     _listeners: list[Callable[[str, SinkRequest], None]] = field(default_factory=list)
+    auth: SinkAuthCheck = field(default_factory=SinkAuthCheck)
+    _auth_refusals: list[AuthRefusal] = field(default_factory=list)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -103,9 +151,17 @@ class SinkServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                status, answer = sink._handle(
-                    raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id")
-                )
+                url = f"http://{self.headers.get('Host', '')}{self.path}"
+                refused = sink.auth.problem("POST", url, dict(self.headers.items()), raw)
+                if refused is not None:
+                    status, answer = refused[0], {"message": refused[1]}
+                    with sink._lock:
+                        sink._auth_refusals.append(
+                            AuthRefusal(refused[0], refused[1], time.time(), self.headers.get("Idempotency-Key")))
+                else:
+                    status, answer = sink._handle(
+                        raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id")
+                    )
                 body = json.dumps({"status": status, **answer}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -161,6 +217,28 @@ class SinkServer:
     def max_in_flight(self) -> int:
         """The most requests that were ever being handled at the same time."""
         return self._max_in_flight
+
+    @property
+    def auth_refusals(self) -> list[AuthRefusal]:
+        """Requests refused for their credentials (401 or 403), in arrival order."""
+        with self._lock:
+            return list(self._auth_refusals)
+
+    def require_bearer(self, secret: str) -> str:
+        """Demand a bearer token from now on (a new random one, also returned: the local
+        runtime stores it in the secret named `secret`). Never printed."""
+        self.auth = SinkAuthCheck(kind="bearer", secret=secret, token=f"tok-{secrets.token_urlsafe(24)}")
+        return self.auth.token
+
+    def accept_token(self, token: str) -> SinkServer:
+        """Accept `token` instead of the current one (the core system's side of a rotation)."""
+        self.auth = dataclasses.replace(self.auth, token=token)
+        return self
+
+    def require_sigv4(self, key: SigV4Key) -> SinkServer:
+        """Demand a SigV4 signature by `key` (the workers' credentials, the tenant's service and Region)."""
+        self.auth = SinkAuthCheck(kind="sigv4", key=key)
+        return self
 
     def add_listener(self, listener: Callable[[str, SinkRequest], None]) -> None:
         self._listeners.append(listener)
@@ -283,4 +361,33 @@ def point_register_at(
             return {**environment, SINK_URL: sinks[tenant].url}
         return environment
 
+    return hook
+
+
+def enforce_auth(sinks: Mapping[str, SinkServer], *, sigv4_credentials: tuple[str, str, str | None]
+                 ) -> Callable[[str, str, dict[str, Any]], dict[str, Any]]:
+    """A `function_environment` hook that reads each tenant's `sink.auth` from its register
+    function's environment and makes the tenant's local sink demand it. A bearer secret named by
+    full ARN is named by its name instead (moto makes up its own ARN suffix). `secrets_to_create`
+    (an attribute of the hook) is then {secret name: token}: the local runtime creates them
+    before any file flows. `sigv4_credentials`: (access key, secret key, session token) of the
+    workers."""
+    to_create: dict[str, str] = {}
+
+    def hook(tenant: str, role: str, environment: dict[str, Any]) -> dict[str, Any]:
+        if role != REGISTER_ROLE or tenant not in sinks:
+            return environment
+        kind = environment.get(SINK_AUTH, "none")
+        if kind == "bearer":
+            secret = str(environment[SINK_AUTH_SECRET])
+            name = secret.split(":secret:", 1)[1][:-7] if secret.startswith("arn:") else secret
+            to_create[name] = sinks[tenant].require_bearer(name)
+            return {**environment, SINK_AUTH_SECRET: name}
+        if kind == "sigv4":
+            access_key, secret_key, token = sigv4_credentials
+            sinks[tenant].require_sigv4(SigV4Key(access_key, secret_key, token, str(environment[SINK_AUTH_SERVICE]),
+                                                 str(environment[SINK_AUTH_REGION])))
+        return environment
+
+    hook.secrets_to_create = to_create  # type: ignore[attr-defined]
     return hook

@@ -11,9 +11,10 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -39,10 +40,92 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+#: A Secrets Manager secret name (letters, digits and /_+=.@-, e.g. a path `core/acme/token`).
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9/_+=.@-]{1,512}$"
+#: A full Secrets Manager secret ARN: the name and the 6 characters Secrets Manager appends.
+SECRET_ARN_PATTERN = (r"^arn:aws[a-z-]*:secretsmanager:[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+:[0-9]{12}:"
+                      r"secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$")
+#: What a sigv4 sink's `invoke_arn` names, per `service`: an API Gateway method ARN
+#: (`arn:aws:execute-api:<region>:<account>:<api id>/<stage>/<METHOD>/<path>`) or a function ARN.
+INVOKE_ARN_PATTERNS = {
+    "execute-api": r"^arn:aws[a-z-]*:execute-api:(?P<region>[a-z0-9-]+):[0-9]{12}:[A-Za-z0-9]+/[^/\s]+/[A-Z]+/\S*$",
+    "lambda": r"^arn:aws[a-z-]*:lambda:(?P<region>[a-z0-9-]+):[0-9]{12}:function:[A-Za-z0-9_-]+(:[A-Za-z0-9$_-]+)?$",
+}
+#: The longest a register function keeps a bearer token before it reads the secret again.
+MAX_AUTH_CACHE_SECONDS = 3600
+
+
+class NoAuth(_Strict):
+    """`sink.auth: {type: none}`: no credentials (only where it is spelled out)."""
+
+    type: Literal["none"]
+
+
+class BearerAuth(_Strict):
+    """`sink.auth: {type: bearer, secret: ...}`: `Authorization: Bearer <token>`, the token read
+    from a Secrets Manager secret (its name, or its full ARN) and kept `cache_seconds`; a 401
+    reads it again once (a rotation does not fail a chunk)."""
+
+    type: Literal["bearer"]
+    secret: str
+    cache_seconds: int = Field(default=300, ge=1, le=MAX_AUTH_CACHE_SECONDS)
+
+    @field_validator("secret")
+    @classmethod
+    def _name_or_arn(cls, secret: str) -> str:
+        if secret.startswith("arn:"):
+            if not re.match(SECRET_ARN_PATTERN, secret):
+                raise ValueError("is an ARN, but not the full ARN of a Secrets Manager secret")
+            return secret
+        if not re.match(SECRET_NAME_PATTERN, secret):
+            raise ValueError("is not a Secrets Manager secret name")
+        return secret
+
+
+class SigV4Auth(_Strict):
+    """`sink.auth: {type: sigv4, ...}`: each request signed (AWS Signature Version 4) with the
+    register function's own credentials, for a core system behind an IAM-authorized API
+    Gateway (`execute-api`) or Lambda function URL (`lambda`). `invoke_arn` is what the
+    function is allowed to invoke (`execute-api:Invoke`, `lambda:InvokeFunctionUrl`), exactly."""
+
+    type: Literal["sigv4"]
+    service: Literal["execute-api", "lambda"]
+    region: str
+    invoke_arn: str = Field(validate_default=True)
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, region: str) -> str:
+        if not re.match(REGION_PATTERN, region):
+            raise ValueError("is not an AWS Region code")
+        return region
+
+    @field_validator("invoke_arn")
+    @classmethod
+    def _invoke_arn(cls, arn: str, info: ValidationInfo) -> str:
+        service = info.data.get("service")
+        if "*" in arn or "?" in arn:
+            raise ValueError("has a wildcard: the register function is granted exactly this ARN")
+        match = re.match(INVOKE_ARN_PATTERNS.get(service or "", "$^"), arn)
+        if service is not None and match is None:
+            raise ValueError(f"is not an ARN that service '{service}' invokes")
+        region = info.data.get("region")
+        if match is not None and region is not None and match.group("region") != region:
+            raise ValueError(f"is in Region '{match.group('region')}', not sink.auth.region '{region}'")
+        return arn
+
+
+#: The sink's authentication: which model is chosen by `type`.
+SinkAuth = Annotated[NoAuth | BearerAuth | SigV4Auth, Field(discriminator="type")]
+AUTH_TYPES = ("none", "bearer", "sigv4")
+
+
 class SinkConfig(_Strict):
     """The tenant's record sink: the core system endpoint that receives one POST per record."""
 
     url: str
+    #: How register authenticates to the core system; required, `{type: none}` spelled out.
+    auth: SinkAuth
     timeout_seconds: int = Field(default=10, ge=1, le=60)
     #: How long the core system may stay unavailable before the file fails (and halts).
     outage_budget_seconds: int = Field(default=3600, ge=1, le=86400)
@@ -409,7 +492,18 @@ FIXES: dict[str, str] = {
     "file_time_limit_seconds": "use a whole number of seconds, longer than sink.outage_budget_seconds "
     "(default: the outage budget plus 6 hours)",
     "emails": "list email addresses such as 'oncall@example.com'",
-    "sink": "set sink.url in the tenant or in defaults",
+    "sink": "set sink.url and sink.auth in the tenant or in defaults",
+    "sink.auth": "add 'auth: {type: bearer, secret: <Secrets Manager secret name or ARN>}' or 'auth: {type: none}' "
+    "to sink, in the tenant or in defaults (or 'type: sigv4', README \"tenants.yaml\")",
+    "sink.auth.type": "use 'none', 'bearer' or 'sigv4'",
+    "sink.auth.secret": "use the secret's name (e.g. 'core/acme/token') or its full ARN "
+    "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')",
+    "sink.auth.cache_seconds": f"use a whole number of seconds from 1 to {MAX_AUTH_CACHE_SECONDS} (default 300)",
+    "sink.auth.service": "use 'execute-api' (API Gateway) or 'lambda' (a Lambda function URL)",
+    "sink.auth.region": "use the core system's Region code, such as 'eu-west-1'",
+    "sink.auth.invoke_arn": "use the API's method ARN 'arn:aws:execute-api:<region>:<account>:<api id>/<stage>/"
+    "<METHOD>/<path>' (service execute-api) or the function's ARN 'arn:aws:lambda:<region>:<account>:function:"
+    "<name>' (service lambda), without wildcards",
     "by": "use 'arrival' (the default) or 'key_sequence' (order by a sequence number in the key names)",
     "sequence_pattern": (
         "with ordering.by 'key_sequence', give a regular expression whose group 'seq' matches the "
@@ -593,11 +687,22 @@ def _validate(model: type[BaseModel], data: Any, where: str, problems: _Problems
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        for error in exc.errors():
+        for error in map(_untagged, exc.errors()):
             inherited = (own is not None and error["type"] != "missing" and _lookup(own, error["loc"]) is _MISSING
                          and _lookup(data, error["loc"]) is not _MISSING)
             _report(error, model, data, "defaults" if inherited else where, problems)
         return None
+
+
+def _untagged(error: Any) -> dict:
+    """A pydantic error with the tag of a discriminated union (`sink.auth`'s `type`) out of its
+    location, so that it reads `sink.auth.secret` and looks up the YAML as written; the tagged
+    location is kept for the keys a union member accepts."""
+    loc, tagged = list(error["loc"]), tuple(error["loc"])
+    for index in range(len(loc) - 1, 0, -1):
+        if loc[index - 1] == "auth" and loc[index] in AUTH_TYPES:
+            del loc[index]
+    return {**error, "loc": tuple(loc), "tagged_loc": tagged}
 
 
 def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems: _Problems) -> None:
@@ -607,10 +712,18 @@ def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems
     value = _lookup(data, error["loc"])
     kind = error["type"]
     if kind == "extra_forbidden":
-        problems.add(where, field, value, "unknown key", _unknown_key_fix(leaf, _valid_keys_at(model, error["loc"][:-1])))
+        tagged = error.get("tagged_loc", error["loc"])
+        problems.add(where, field, value, "unknown key", _unknown_key_fix(leaf, _valid_keys_at(model, tagged[:-1])))
         return
     if kind == "missing":
-        problems.add(where, field, _MISSING, "is required", FIXES.get(leaf, f"add '{leaf}'"))
+        problems.add(where, field, _MISSING, "is required", FIXES.get(field) or FIXES.get(leaf, f"add '{leaf}'"))
+        return
+    if kind == "union_tag_not_found":
+        problems.add(where, f"{field}.type", _MISSING, "is required", FIXES[f"{field}.type"])
+        return
+    if kind == "union_tag_invalid":
+        problems.add(where, f"{field}.type", _lookup(data, (*error["loc"], "type")),
+                     f"is not one of {', '.join(repr(t) for t in AUTH_TYPES)}", FIXES[f"{field}.type"])
         return
     fix = FIXES.get(field) or FIXES.get(leaf, "see the tenants.yaml reference in the README")
     problems.add(where, field, value, _plain_words(error), fix)
@@ -650,10 +763,17 @@ def _plain_words(error: dict) -> str:
 
 def _valid_keys_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:
     """The keys the (nested) model at ``loc`` accepts."""
-    for part in loc:
-        model = model.model_fields[part].annotation
-        # `NetworkConfig | None`: the model of an optional block
-        model = next((arg for arg in getattr(model, "__args__", ()) if hasattr(arg, "model_fields")), model)
+    parts = list(loc)
+    while parts:
+        annotation = model.model_fields[parts.pop(0)].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            members = [m for m in typing.get_args(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+            if len(members) == 1:  # `NetworkConfig | None`: the model of an optional block
+                annotation = members[0]
+            else:  # A discriminated union (`sink.auth`): the next part is the tag, the member's `type`.
+                tag = parts.pop(0)
+                annotation = next(m for m in members if typing.get_args(m.model_fields["type"].annotation) == (tag,))
+        model = annotation
     return tuple(model.model_fields)
 
 

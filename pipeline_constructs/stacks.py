@@ -7,13 +7,15 @@ limits whatever the number of tenants, lets one tenant deploy or roll back alone
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Aws, CfnOutput, Duration, Stack, Tags
 from aws_cdk import aws_events as events
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from pipeline_constructs import capacity, encryption, names, routing
-from pipeline_constructs.config import AppConfig, TenantConfig
+from pipeline_constructs.config import AppConfig, SinkAuth, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
@@ -156,6 +158,7 @@ class TenantStack(_IngestStack):
                 sink_timeout_seconds=tenant.sink.timeout_seconds,
                 sink_outage_budget=Duration.seconds(tenant.sink.outage_budget_seconds),
                 sink_batch_size=tenant.sink.batch_size,
+                **sink_auth_props(tenant.sink.auth),
                 on_failure=tenant.on_failure,
                 duplicate_files=tenant.duplicate_files,
                 queue_age_alarm_after=Duration.seconds(tenant.alarms.queue_age_seconds),
@@ -224,3 +227,10 @@ def dashboard_stacks(scope: Construct, config: AppConfig, shared_stack: SharedSt
     `TENANTS_PER_DASHBOARD` tenants)."""
     count = len(dashboard_names(len(config.tenants)))
     return [DashboardStack(scope, number, config, shared_stack) for number in range(2, count + 1)]
+
+
+def sink_auth_props(auth: SinkAuth) -> dict[str, Any]:
+    """`sink.auth` as the pipeline's flat `sink_auth*` props (a type's absent fields stay default)."""
+    fields = {"secret": "sink_auth_secret", "cache_seconds": "sink_auth_cache_seconds",
+              "service": "sink_auth_service", "region": "sink_auth_region", "invoke_arn": "sink_auth_invoke_arn"}
+    return {"sink_auth": auth.type, **{fields[name]: value for name, value in auth.model_dump().items() if name in fields}}

@@ -160,6 +160,17 @@ class TenantPipelineProps:
     #: The ARN of the shared resources' customer-managed key (top-level `encryption`): the
     #: tenant's roles use it through S3 and DynamoDB. Default (None): AWS-managed keys there.
     shared_kms_key_arn: str | None = None
+    #: How register authenticates to the core system (`sink.auth`): ``none`` (default),
+    #: ``bearer`` (``sink_auth_secret``: the Secrets Manager secret's name or full ARN, read
+    #: only by the register function; ``sink_auth_cache_seconds``: how long a token is kept) or
+    #: ``sigv4`` (``sink_auth_service``, ``sink_auth_region``; ``sink_auth_invoke_arn``: the API
+    #: method or function ARN the register function may invoke, exactly).
+    sink_auth: str = "none"
+    sink_auth_secret: str = ""
+    sink_auth_cache_seconds: int = 300
+    sink_auth_service: str = ""
+    sink_auth_region: str = ""
+    sink_auth_invoke_arn: str = ""
 
 
 class TenantPipeline(Construct):
@@ -320,6 +331,11 @@ class TenantPipeline(Construct):
                     sink_outage_budget_seconds=int(props.sink_outage_budget.to_seconds()),
                     landing_prefix=props.landing_prefix,
                     sink_batch_size=props.sink_batch_size,
+                    sink_auth=props.sink_auth,
+                    sink_auth_secret=props.sink_auth_secret,
+                    sink_auth_cache_seconds=props.sink_auth_cache_seconds,
+                    sink_auth_service=props.sink_auth_service,
+                    sink_auth_region=props.sink_auth_region,
                 )
             ),
             role=self.data_role,
@@ -328,6 +344,7 @@ class TenantPipeline(Construct):
         )
         self._grant_tenant_objects(props)
         self._attach_register_to_vpc(props)
+        self._grant_sink_auth(props)
 
         state_machine_name = names.STATE_MACHINE.render(tenant_id)
         state_machine_arn = self._state_machine_arn(names.STATE_MACHINE)
@@ -832,6 +849,43 @@ class TenantPipeline(Construct):
              "(ec2:Vpc)."),
         )
 
+    def _grant_sink_auth(self, props: TenantPipelineProps) -> None:
+        """The register function's credentials for the core system: read its bearer token's
+        secret, or invoke the IAM-authorized API or function URL it signs for. Split shares the
+        role, so each statement holds only for credentials used by the register function
+        (`lambda:SourceFunctionArn`, built from the fixed function name: no cycle)."""
+        register_only = {"ArnEquals": {"lambda:SourceFunctionArn": Stack.of(self).format_arn(
+            service="lambda", resource="function", resource_name=names.REGISTER_FUNCTION.render(self.tenant_id),
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )}}
+        statements: list[iam.PolicyStatement] = []
+        if props.sink_auth == "bearer":
+            statements.append(iam.PolicyStatement(
+                sid="ReadOwnSinkToken", actions=["secretsmanager:GetSecretValue"],
+                resources=[sink_secret_arn(self, props.sink_auth_secret)], conditions=register_only,
+            ))
+        elif props.sink_auth == "sigv4" and props.sink_auth_service == "execute-api":
+            statements.append(iam.PolicyStatement(
+                sid="InvokeOwnSinkApi", actions=["execute-api:Invoke"],
+                resources=[props.sink_auth_invoke_arn], conditions=register_only,
+            ))
+        elif props.sink_auth == "sigv4":
+            # Function URLs created since October 2025 need both actions
+            # (https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html); InvokeFunction only
+            # through the URL, InvokeFunctionUrl only of an IAM-authorized URL.
+            statements.append(iam.PolicyStatement(
+                sid="InvokeOwnSinkFunctionUrl", actions=["lambda:InvokeFunctionUrl"],
+                resources=[props.sink_auth_invoke_arn],
+                conditions={**register_only, "StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}},
+            ))
+            statements.append(iam.PolicyStatement(
+                sid="InvokeOwnSinkFunctionThroughUrl", actions=["lambda:InvokeFunction"],
+                resources=[props.sink_auth_invoke_arn],
+                conditions={**register_only, "Bool": {"lambda:InvokedViaFunctionUrl": "true"}},
+            ))
+        for statement in statements:
+            self.data_role.add_to_policy(statement)
+
     def _page_budget(self, props: TenantPipelineProps) -> None:
         """`chunks_per_page` and the register invocations per chunk: what bounds a page's history."""
         outage = int(props.sink_outage_budget.to_seconds())
@@ -1131,6 +1185,15 @@ class TenantPipeline(Construct):
              "every transition of every chunk (cost) that the execution history already keeps. "
              "Execution data is excluded so no record content reaches the logs."),
         )
+
+
+def sink_secret_arn(scope: Construct, secret: str) -> str:
+    """The ARN IAM matches a bearer token's secret by: a full ARN as given; a name in this
+    account and Region, with the 6 characters Secrets Manager appends to it (`-??????`)."""
+    if secret.startswith("arn:"):
+        return secret
+    return Stack.of(scope).format_arn(service="secretsmanager", resource="secret", resource_name=f"{secret}-??????",
+                                      arn_format=ArnFormat.COLON_RESOURCE_NAME)
 
 
 def _as_nag_shows(stack: Stack) -> tuple[str, str, str]:

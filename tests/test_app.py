@@ -106,7 +106,7 @@ def test_cfn_lint_finds_no_error_and_no_warning_beyond_cdks_redundant_depends_on
 
 def test_an_invalid_tenants_file_fails_the_app_with_the_message(tmp_path):
     bad = tmp_path / "tenants.yaml"
-    bad.write_text("tenants:\n  - {id: acme, prefix: a/, format: xml, sink: {url: 'https://x.example.com'}}\n")
+    bad.write_text("tenants:\n  - {id: acme, prefix: a/, format: xml, sink: {url: 'https://x.example.com', auth: {type: none}}}\n")
     result = subprocess.run(
         [sys.executable, str(ROOT / "app.py")],
         cwd=ROOT, capture_output=True, text=True,

@@ -12,7 +12,7 @@ import pytest
 from pipeline_constructs import capacity
 from pipeline_constructs.config import ConfigError, parse_config
 
-SINK = "  sink: {url: https://core.example.com/records}\n"
+SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
 
 
 def tenants_yaml(count: int, *, head: str = "", target: str | None = None, start: int = 0) -> str:

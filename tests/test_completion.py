@@ -17,7 +17,7 @@ CALLER = "arn:aws:iam::111111111111:role/core-system"
 OTHER_CALLER = "arn:aws:iam::222222222222:role/core-audit"
 TENANTS = f"""
 defaults:
-  sink: {{url: "https://core.example.com/records"}}
+  sink: {{url: "https://core.example.com/records", auth: {{type: none}}}}
 tenants:
   - id: plain
     prefix: plain/
@@ -151,7 +151,7 @@ def test_the_entry_point_is_an_output_for_the_core_system_owners(waits: Template
 # --- tenants.yaml --------------------------------------------------------------------------
 
 def _tenants(completion: str) -> str:
-    return ("tenants:\n  - id: acme\n    prefix: acme/\n    sink: {url: 'https://core.example.com/r'}\n"
+    return ("tenants:\n  - id: acme\n    prefix: acme/\n    sink: {url: 'https://core.example.com/r', auth: {type: none}}\n"
             f"    completion: {completion}\n")
 
 
@@ -197,7 +197,7 @@ def test_fails_when_the_timeout_is_out_of_range_in_the_projects_words() -> None:
 
 def test_a_tenant_with_completion_needs_one_iam_role_more() -> None:
     config = parse_config(_tenants(f"{{wait: true, callers: ['{CALLER}']}}").replace(
-        "tenants:\n", "tenants:\n  - id: plain\n    prefix: plain/\n    sink: {url: 'https://core.example.com/r'}\n"))
+        "tenants:\n", "tenants:\n  - id: plain\n    prefix: plain/\n    sink: {url: 'https://core.example.com/r', auth: {type: none}}\n"))
 
     need = capacity.iam_roles(config.tenants)
 

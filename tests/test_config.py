@@ -12,7 +12,7 @@ import pytest
 from pipeline_constructs import names
 from pipeline_constructs.config import ConfigError, load_config, parse_config
 
-SINK = "  sink: {url: https://core.example.com/records}\n"
+SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
 
 
 def problems_of(yaml_text: str) -> list[str]:
@@ -202,7 +202,7 @@ def test_fails_when_a_nested_sink_key_is_misspelt():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, sink: {url: "https://core.example.com", timout: 3}}
+          - {id: acme, prefix: a/, sink: {url: "https://core.example.com", auth: {type: none}, timout: 3}}
         """
     ) == (
         "tenant 'acme': field 'sink.timout' = 3: unknown key; "
@@ -240,7 +240,7 @@ def test_fails_when_the_sink_is_plain_http_to_a_remote_host():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, sink: {url: "http://core.example.com/records"}}
+          - {id: acme, prefix: a/, sink: {url: "http://core.example.com/records", auth: {type: none}}}
         """
     ) == (
         "tenant 'acme': field 'sink.url' = 'http://core.example.com/records': must be an https:// URL "
@@ -250,7 +250,7 @@ def test_fails_when_the_sink_is_plain_http_to_a_remote_host():
 
 def test_fails_when_the_sink_is_missing():
     assert one_problem("tenants:\n  - {id: acme, prefix: a/}\n") == (
-        "tenant 'acme': field 'sink' = (missing): is required; set sink.url in the tenant or in defaults"
+        "tenant 'acme': field 'sink' = (missing): is required; set sink.url and sink.auth in the tenant or in defaults"
     )
 
 
@@ -258,7 +258,7 @@ def test_a_bad_default_is_reported_once_not_once_per_tenant():
     assert one_problem(
         """
         defaults:
-          sink: {url: "ftp://core"}
+          sink: {url: "ftp://core", auth: {type: none}}
         tenants:
           - {id: acme, prefix: a/}
           - {id: beta, prefix: b/}
@@ -332,7 +332,7 @@ def test_fails_when_the_outage_budget_is_not_positive():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', outage_budget_seconds: 0}}
+          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}, outage_budget_seconds: 0}}
         """
     ) == (
         "tenant 'acme': field 'sink.outage_budget_seconds' = 0: is less than 1; "
@@ -345,7 +345,7 @@ def test_fails_when_a_chunk_at_the_slowest_answer_needs_too_many_register_invoca
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', timeout_seconds: 60}}
+          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 60}}
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 1000: x sink.timeout_seconds 60 = 60000 s for a chunk at the slowest "
@@ -432,8 +432,8 @@ def test_file_time_limit_defaults_to_the_outage_budget_plus_six_hours_and_may_be
     config = parse_config(textwrap.dedent(
         """
         tenants:
-          - {id: a, prefix: a/, sink: {url: 'https://core.example.com', outage_budget_seconds: 600}}
-          - {id: b, prefix: b/, sink: {url: 'https://core.example.com'}, file_time_limit_seconds: 7200}
+          - {id: a, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}, outage_budget_seconds: 600}}
+          - {id: b, prefix: b/, sink: {url: 'https://core.example.com', auth: {type: none}}, file_time_limit_seconds: 7200}
         """
     ))
     assert [t.file_time_limit for t in config.tenants] == [600 + 6 * 3600, 7200]
@@ -443,7 +443,7 @@ def test_fails_when_the_file_time_limit_is_not_longer_than_the_outage_budget():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com'}, file_time_limit_seconds: 3600}
+          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}}, file_time_limit_seconds: 3600}
         """
     ) == (
         "tenant 'acme': field 'file_time_limit_seconds' = 3600: is not longer than sink.outage_budget_seconds "
@@ -494,7 +494,7 @@ def test_batch_size_defaults_to_one_record_per_post():
     (tenant,) = parse_config(textwrap.dedent(
         """
         tenants:
-          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com'}}
+          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}}}
         """
     )).tenants
     assert tenant.sink.batch_size == 1
@@ -504,7 +504,7 @@ def test_fails_when_batch_size_is_zero():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', batch_size: 0}}
+          - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 0}}
         """
     ) == (
         "tenant 'acme': field 'sink.batch_size' = 0: is less than 1; use a whole number "
@@ -517,7 +517,7 @@ def test_fails_when_batch_size_is_above_the_largest():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', batch_size: 1001}}
+          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1001}}
         """
     ).startswith("tenant 'acme': field 'sink.batch_size' = 1001: is more than 1000; ")
 
@@ -527,7 +527,7 @@ def test_fails_when_batch_size_is_larger_than_chunk_size():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 100, sink: {url: 'https://core.example.com', batch_size: 250}}
+          - {id: acme, prefix: a/, chunk_size: 100, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 250}}
         """
     ) == (
         "tenant 'acme': field 'sink.batch_size' = 250: is larger than chunk_size 100: a batch never spans two "
@@ -540,7 +540,7 @@ def test_fails_when_a_chunks_batches_at_the_slowest_answer_need_too_many_registe
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', timeout_seconds: 60, batch_size: 5}}
+          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 60, batch_size: 5}}
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 1000: in 200 batches of sink.batch_size 5 x sink.timeout_seconds 60 = "
@@ -558,7 +558,7 @@ def test_batches_let_the_largest_chunk_through_at_the_slowest_timeout():
     (tenant,) = parse_config(textwrap.dedent(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', timeout_seconds: 60, batch_size: 100}}
+          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 60, batch_size: 100}}
         """
     )).tenants
     assert budgets.register_timeout_seconds(1000, 60, 100) == 10 * 60 + budgets.REGISTER_MARGIN_SECONDS
@@ -579,7 +579,7 @@ def test_fails_when_chunk_size_is_above_1000_in_record_mode():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 5000, sink: {url: 'https://core.example.com', timeout_seconds: 1}}
+          - {id: acme, prefix: a/, chunk_size: 5000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 1}}
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 5000: is above 1000 with one record per POST (sink.batch_size 1); use a "
@@ -591,14 +591,14 @@ def test_batch_mode_allows_chunks_up_to_10000_and_no_more():
     (tenant,) = parse_config(textwrap.dedent(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 10000, sink: {url: 'https://core.example.com', batch_size: 1000}}
+          - {id: acme, prefix: a/, chunk_size: 10000, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1000}}
         """
     )).tenants
     assert tenant.chunk_size == 10000
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 10001, sink: {url: 'https://core.example.com', batch_size: 1000}}
+          - {id: acme, prefix: a/, chunk_size: 10001, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1000}}
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 10001: is more than 10000; use a whole number "
@@ -646,7 +646,7 @@ def test_fails_when_the_outage_budget_is_too_long_for_a_pages_history():
     problem = one_problem(
         """
         defaults:
-          sink: {url: https://core.example.com/records, outage_budget_seconds: 86400}
+          sink: {url: https://core.example.com/records, auth: {type: none}, outage_budget_seconds: 86400}
         tenants:
           - {id: acme, prefix: a/}
         """
@@ -657,8 +657,8 @@ def test_fails_when_the_outage_budget_is_too_long_for_a_pages_history():
 
 @pytest.mark.parametrize("entry", [
     "chunk_size: 'ten'", "chunk_size: 1.5", "chunk_size: true", "chunk_size: -3", "format: 7",
-    "on_failure: [halt]", "duplicate_files: {a: 1}", "sink: {url: 5}", "sink: {url: 'https://x', timeout_seconds: 0}",
-    "sink: {url: 'https://x', batch_size: 'big'}", "alarms: {evaluation_periods: 99}", "alarms: 3",
+    "on_failure: [halt]", "duplicate_files: {a: 1}", "sink: {url: 5, auth: {type: none}}", "sink: {url: 'https://x', auth: {type: none}, timeout_seconds: 0}",
+    "sink: {url: 'https://x', auth: {type: none}, batch_size: 'big'}", "alarms: {evaluation_periods: 99}", "alarms: 3",
     "ordering: {by: sequence}", "chunks_per_page: 0", "pages_per_section: 'many'", "prefix: 5",
 ])
 def test_no_problem_is_worded_by_the_validation_library(entry):
@@ -722,7 +722,7 @@ def test_a_thousand_tenants_validate_and_an_overlap_between_the_first_and_last_i
 
     tenants = [{"id": f"t{i:05d}", "prefix": f"t{i:05d}/incoming/"} for i in range(1_000)]
     tenants.append({"id": "last", "prefix": "t00000/incoming/late/"})
-    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records"}}, "tenants": tenants})
+    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "none"}}}, "tenants": tenants})
     with pytest.raises(ConfigError) as refused:
         parse_config(text, check_capacity=False)
     assert refused.value.problems == [
@@ -730,5 +730,5 @@ def test_a_thousand_tenants_validate_and_an_overlap_between_the_first_and_last_i
         "'t00000/incoming/'; give each tenant a prefix that is not inside another's"
     ]
     tenants.pop()
-    assert len(parse_config(yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records"}},
+    assert len(parse_config(yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "none"}}},
                                             "tenants": tenants}), check_capacity=False).tenants) == 1_000

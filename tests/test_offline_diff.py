@@ -32,6 +32,7 @@ BASE_TENANTS = """\
 defaults:
   sink:
     url: https://core.example.com/api/records
+    auth: {type: none}
 tenants:
   - id: acme
     prefix: acme/
@@ -42,6 +43,7 @@ HEAD_TENANTS = """\
 defaults:
   sink:
     url: https://core.example.com/api/records
+    auth: {type: none}
 tenants:
   - id: acme
     prefix: acme/

@@ -24,7 +24,7 @@ TARGETS = textwrap.dedent(
       prod: {account: '111111111111', region: eu-west-1}
       dr: {account: '222222222222', region: us-east-1}
     defaults:
-      sink: {url: https://core.example.com/records}
+      sink: {url: https://core.example.com/records, auth: {type: none}}
       target: prod
     tenants:
       - {id: acme, prefix: acme/}

@@ -13,7 +13,7 @@ import pytest
 from pipeline_constructs import routing
 from pipeline_constructs.config import ConfigError, parse_config
 
-SINK = "  sink: {url: https://core.example.com/records}\n"
+SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def test_email_subscriptions_come_from_tenants_yaml(tmp_path):
 
     config = parse_config(
         "notifications: {emails: [oncall@example.com, lead@example.com]}\n"
-        "tenants: [{id: acme, prefix: a/, sink: {url: 'https://core.example.com'}}]\n"
+        "tenants: [{id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}}}]\n"
     )
     template = Template.from_stack(SharedStack(App(outdir=str(tmp_path)), config))
     subscriptions = template.find_resources("AWS::SNS::Subscription")
@@ -224,7 +224,7 @@ def test_with_one_tenant_the_unmatched_rule_excludes_its_prefix(tmp_path):
     from pipeline_constructs.config import parse_config
     from pipeline_constructs.stacks import SharedStack
 
-    config = parse_config("tenants: [{id: acme, prefix: in/acme/, sink: {url: 'https://core.example.com'}}]\n")
+    config = parse_config("tenants: [{id: acme, prefix: in/acme/, sink: {url: 'https://core.example.com', auth: {type: none}}}]\n")
     template = Template.from_stack(SharedStack(App(outdir=str(tmp_path)), config))
     assert unmatched_rule(template)["EventPattern"]["detail"]["object"]["key"] == [
         {"anything-but": {"prefix": "in/acme/"}}

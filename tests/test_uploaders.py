@@ -22,7 +22,7 @@ PARTNER_ROOT = f"arn:aws:iam::{PARTNER_ACCOUNT}:root"
 
 TENANTS = f"""
 defaults:
-  sink: {{url: https://core.example.com/records}}
+  sink: {{url: https://core.example.com/records, auth: {{type: none}}}}
 tenants:
   - id: acme
     prefix: acme/
@@ -182,7 +182,7 @@ def tenants_with_uploaders(count: int) -> str:
     entries = "\n".join(
         f"  - {{id: tenant-{i:03d}, prefix: tenant-{i:03d}/, uploaders: "
         f"['arn:aws:iam::{ACCOUNT}:role/tenant-{i:03d}-uploader']}}" for i in range(count))
-    return f"defaults:\n  sink: {{url: https://core.example.com/records}}\ntenants:\n{entries}\n"
+    return f"defaults:\n  sink: {{url: https://core.example.com/records, auth: {{type: none}}}}\ntenants:\n{entries}\n"
 
 
 def test_twenty_tenants_with_one_uploader_role_each_fit_the_bucket_policy():
@@ -219,7 +219,7 @@ def config_problems(text: str) -> list[str]:
 
 def test_fails_when_an_uploader_is_not_an_iam_principal_arn():
     assert config_problems("""
-        defaults: {sink: {url: https://core.example.com/records}}
+        defaults: {sink: {url: https://core.example.com/records, auth: {type: none}}}
         tenants:
           - {id: acme, prefix: acme/, uploaders: ['arn:aws:s3:::acme-bucket']}
     """) == [
@@ -232,7 +232,7 @@ def test_fails_when_an_uploader_is_not_an_iam_principal_arn():
 
 def test_fails_when_one_principal_uploads_for_two_tenants():
     assert config_problems(f"""
-        defaults: {{sink: {{url: https://core.example.com/records}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{ACME_UPLOADER}']}}
           - {{id: globex, prefix: globex/, uploaders: ['{ACME_UPLOADER}']}}
@@ -245,7 +245,7 @@ def test_fails_when_one_principal_uploads_for_two_tenants():
 
 def test_fails_when_uploaders_are_in_defaults():
     assert config_problems(f"""
-        defaults: {{sink: {{url: https://core.example.com/records}}, uploaders: ['{ACME_UPLOADER}']}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, uploaders: ['{ACME_UPLOADER}']}}
         tenants:
           - {{id: acme, prefix: acme/}}
     """) == [
@@ -256,7 +256,7 @@ def test_fails_when_uploaders_are_in_defaults():
 
 def test_fails_when_an_uploader_is_listed_twice():
     assert config_problems(f"""
-        defaults: {{sink: {{url: https://core.example.com/records}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{ACME_UPLOADER}', '{ACME_UPLOADER}']}}
     """) == [
@@ -306,7 +306,7 @@ def test_parliament_finds_nothing_in_the_landing_bucket_policy(policy):
 
 def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
     assert config_problems(f"""
-        defaults: {{sink: {{url: https://core.example.com/records}}, target: prod}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, target: prod}}
         targets: {{prod: {{account: '{ACCOUNT}', region: eu-west-1}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['arn:aws:iam::{ACCOUNT}:root', '{PARTNER_ROOT}']}}
@@ -319,7 +319,7 @@ def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
 
 def test_another_accounts_root_may_upload_for_several_tenants_its_own_iam_separates_them():
     config = parse_config(textwrap.dedent(f"""
-        defaults: {{sink: {{url: https://core.example.com/records}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{PARTNER_ROOT}']}}
           - {{id: globex, prefix: globex/, uploaders: ['{PARTNER_ROOT}']}}

@@ -50,9 +50,14 @@ CORE_SYSTEM_CALLER = "arn:aws:iam::111111111111:role/core-system"
 #: Options added to the fixture file so that every kind of role and permission is in the tables:
 #: app-level keys, and the doc tenant's own. Add an option here when a feature adds permissions
 #: only with that option (sink auth, network, encryption...).
-DOC_OPTIONS: dict[str, Any] = {"routing": {"shards": 2}}
+DOC_OPTIONS: dict[str, Any] = {"routing": {"shards": 2}, "encryption": {"kms_key": "create"}}
+UPLOADER = "arn:aws:iam::222222222222:role/tenant-uploader"
 DOC_TENANT_OPTIONS: dict[str, Any] = {
     "completion": {"wait": True, "timeout_seconds": 3600, "callers": [CORE_SYSTEM_CALLER]},
+    "network": {"vpc_id": "vpc-0a1b2c3d4e5f60718", "subnet_ids": ["subnet-0a1b2c3d4e5f60718"],
+                "security_group_ids": ["sg-0a1b2c3d4e5f60718"]},
+    "uploaders": [UPLOADER],
+    "encryption": {"kms_key": "create"},
 }
 #: Shared resources by logical id (hash removed): how the tables name them.
 LABELS = {

@@ -28,7 +28,7 @@ def write_tenants(
     """A small tenants file; each tenant dict needs at least ``id`` (prefix defaults to ``<id>/``);
     ``routing``: the file's ``routing:`` block (e.g. ``{"shards": 2}``)."""
     document: dict[str, Any] = {
-        "defaults": {"format": "csv", "chunk_size": chunk_size, "sink": {"url": UNUSED_SINK}},
+        "defaults": {"format": "csv", "chunk_size": chunk_size, "sink": {"url": UNUSED_SINK, "auth": {"type": "none"}}},
         "tenants": [{"prefix": f"{t['id']}/", **t} for t in tenants],
     }
     if routing is not None:

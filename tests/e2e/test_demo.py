@@ -6,12 +6,16 @@ from demo.__main__ import main
 from tests.conftest import ROOT
 
 
-def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys):
+def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys, monkeypatch):
     """GIVEN the default tenants.yaml and a malformed file among the first tenant's files
     WHEN the demo runs
     THEN the bad file fails with its line number and reaches the alarm topic, the tenant
     halts, the demo shows `ops status` and skips the file with `ops skip`, the rest is
-    delivered in order, and the demo exits 0."""
+    delivered in order (initech's with its bearer token), the token is never printed, and
+    the demo exits 0."""
+    from local_runtime import sink
+
+    monkeypatch.setattr(sink.secrets, "token_urlsafe", lambda n: "DEMO-TOKEN-MARKER")
     status = main(
         [
             "--tenants",
@@ -36,6 +40,8 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys):
     assert "python -m ops --endpoint-url" in out and " skip acme --reason" in out
     assert "acme: skipped s3://" in out
     assert "every guarantee held" in out
+    assert "initech: the core system demands a bearer token" in out and "ordered-ingest/initech/core-token" in out
+    assert "DEMO-TOKEN-MARKER" not in out and "Bearer " not in out
 
 
 def test_the_demo_halts_and_resumes(capsys):

@@ -1,0 +1,154 @@
+"""`sink.auth` in tenants.yaml: required, a union on `type`, each type's fields checked."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from pipeline_constructs.config import BearerAuth, ConfigError, NoAuth, SigV4Auth, parse_config
+
+LAMBDA_ARN = "arn:aws:lambda:eu-west-1:111111111111:function:core-records"
+API_ARN = "arn:aws:execute-api:eu-west-1:111111111111:a1b2c3d4e5/prod/POST/records"
+
+
+def tenant_with(auth: str) -> str:
+    return f"tenants:\n  - {{id: acme, prefix: a/, sink: {{url: 'https://core.example.com', auth: {auth}}}}}\n"
+
+
+def problems_of(yaml_text: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(textwrap.dedent(yaml_text))
+    return caught.value.problems
+
+
+def one_problem(yaml_text: str) -> str:
+    problems = problems_of(yaml_text)
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def test_fails_when_a_tenant_has_no_auth_anywhere():
+    assert one_problem("tenants:\n  - {id: acme, prefix: a/, sink: {url: 'https://core.example.com'}}\n") == (
+        "tenant 'acme': field 'sink.auth' = (missing): is required; add 'auth: {type: bearer, secret: "
+        "<Secrets Manager secret name or ARN>}' or 'auth: {type: none}' to sink, in the tenant or in defaults "
+        "(or 'type: sigv4', README \"tenants.yaml\")"
+    )
+
+
+def test_none_must_be_spelled_out_and_defaults_give_it_to_every_tenant():
+    config = parse_config(
+        "defaults: {sink: {url: 'https://core.example.com', auth: {type: none}}}\n"
+        "tenants:\n  - {id: acme, prefix: a/}\n"
+        "  - {id: beta, prefix: b/, sink: {auth: {type: bearer, secret: core/beta/token}}}\n"
+    )
+    acme, beta = config.tenants
+    assert acme.sink.auth == NoAuth(type="none")
+    # sink merges key by key: beta keeps the default url and replaces auth whole
+    assert beta.sink.url == "https://core.example.com"
+    assert beta.sink.auth == BearerAuth(type="bearer", secret="core/beta/token", cache_seconds=300)
+
+
+def test_bearer_accepts_a_full_secret_arn_and_a_cache_time():
+    arn = "arn:aws:secretsmanager:eu-west-1:111111111111:secret:core/acme/token-AbC123"
+    auth = parse_config(tenant_with(f"{{type: bearer, secret: '{arn}', cache_seconds: 60}}")).tenants[0].sink.auth
+    assert auth == BearerAuth(type="bearer", secret=arn, cache_seconds=60)
+
+
+def test_sigv4_accepts_an_api_method_arn_and_a_function_arn():
+    api = parse_config(tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{API_ARN}'}}"))
+    function = parse_config(tenant_with(f"{{type: sigv4, service: lambda, region: eu-west-1, invoke_arn: '{LAMBDA_ARN}'}}"))
+    assert api.tenants[0].sink.auth == SigV4Auth(type="sigv4", service="execute-api", region="eu-west-1", invoke_arn=API_ARN)
+    assert function.tenants[0].sink.auth.invoke_arn == LAMBDA_ARN
+
+
+def test_fails_when_auth_has_no_type():
+    assert one_problem(tenant_with("{secret: core/acme/token}")) == (
+        "tenant 'acme': field 'sink.auth.type' = (missing): is required; use 'none', 'bearer' or 'sigv4'"
+    )
+
+
+def test_fails_when_the_auth_type_is_unknown():
+    assert one_problem(tenant_with("{type: basic}")) == (
+        "tenant 'acme': field 'sink.auth.type' = 'basic': is not one of 'none', 'bearer', 'sigv4'; "
+        "use 'none', 'bearer' or 'sigv4'"
+    )
+
+
+def test_fails_when_auth_is_a_word_not_a_mapping():
+    assert one_problem(tenant_with("none")).startswith(
+        "tenant 'acme': field 'sink.auth' = 'none': is not a mapping; add 'auth: {type: bearer, "
+    )
+
+
+def test_fails_when_bearer_has_no_secret():
+    assert one_problem(tenant_with("{type: bearer}")) == (
+        "tenant 'acme': field 'sink.auth.secret' = (missing): is required; use the secret's name "
+        "(e.g. 'core/acme/token') or its full ARN ('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')"
+    )
+
+
+def test_fails_when_the_secret_is_an_arn_of_something_else_and_a_key_is_misspelt():
+    assert problems_of(tenant_with("{type: bearer, secret: 'arn:aws:s3:::bucket/token', cach_seconds: 60}")) == [
+        "tenant 'acme': field 'sink.auth.secret' = 'arn:aws:s3:::bucket/token': is an ARN, but not the full ARN "
+        "of a Secrets Manager secret; use the secret's name (e.g. 'core/acme/token') or its full ARN "
+        "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')",
+        "tenant 'acme': field 'sink.auth.cach_seconds' = 60: unknown key; remove it or fix its spelling "
+        "(did you mean 'cache_seconds'?)",
+    ]
+
+
+def test_fails_when_the_secret_name_has_a_space_and_the_cache_is_too_long():
+    assert problems_of(tenant_with("{type: bearer, secret: 'core token', cache_seconds: 7200}")) == [
+        "tenant 'acme': field 'sink.auth.secret' = 'core token': is not a Secrets Manager secret name; use the "
+        "secret's name (e.g. 'core/acme/token') or its full ARN "
+        "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')",
+        "tenant 'acme': field 'sink.auth.cache_seconds' = 7200: is more than 3600; use a whole number of seconds "
+        "from 1 to 3600 (default 300)",
+    ]
+
+
+def test_fails_when_a_bad_default_auth_is_blamed_on_defaults_once():
+    assert problems_of(
+        "defaults: {sink: {url: 'https://core.example.com', auth: {type: bearer, secret: 'a b'}}}\n"
+        "tenants:\n  - {id: acme, prefix: a/}\n  - {id: beta, prefix: b/}\n"
+    ) == [
+        "defaults: field 'sink.auth.secret' = 'a b': is not a Secrets Manager secret name; use the secret's name "
+        "(e.g. 'core/acme/token') or its full ARN ('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')"
+    ]
+
+
+INVOKE_FIX = (
+    "use the API's method ARN 'arn:aws:execute-api:<region>:<account>:<api id>/<stage>/<METHOD>/<path>' "
+    "(service execute-api) or the function's ARN 'arn:aws:lambda:<region>:<account>:function:<name>' "
+    "(service lambda), without wildcards"
+)
+
+
+def test_fails_when_the_sigv4_invoke_arn_has_a_wildcard():
+    wild = "arn:aws:execute-api:eu-west-1:111111111111:a1b2c3d4e5/prod/*/records"
+    assert one_problem(tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{wild}'}}")) == (
+        f"tenant 'acme': field 'sink.auth.invoke_arn' = '{wild}': has a wildcard: the register function is granted "
+        f"exactly this ARN; {INVOKE_FIX}"
+    )
+
+
+def test_fails_when_the_sigv4_invoke_arn_is_of_the_other_service_or_region():
+    assert one_problem(tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{LAMBDA_ARN}'}}")) == (
+        f"tenant 'acme': field 'sink.auth.invoke_arn' = '{LAMBDA_ARN}': is not an ARN that service 'execute-api' "
+        f"invokes; {INVOKE_FIX}"
+    )
+    assert one_problem(tenant_with(f"{{type: sigv4, service: lambda, region: us-east-1, invoke_arn: '{LAMBDA_ARN}'}}")) == (
+        f"tenant 'acme': field 'sink.auth.invoke_arn' = '{LAMBDA_ARN}': is in Region 'eu-west-1', not "
+        f"sink.auth.region 'us-east-1'; {INVOKE_FIX}"
+    )
+
+
+def test_fails_when_sigv4_names_a_bad_region_and_service_and_no_arn():
+    assert problems_of(tenant_with("{type: sigv4, service: s3, region: Europe}")) == [
+        "tenant 'acme': field 'sink.auth.service' = 's3': is not one of 'execute-api' or 'lambda'; use "
+        "'execute-api' (API Gateway) or 'lambda' (a Lambda function URL)",
+        "tenant 'acme': field 'sink.auth.region' = 'Europe': is not an AWS Region code; use the core system's "
+        "Region code, such as 'eu-west-1'",
+        f"tenant 'acme': field 'sink.auth.invoke_arn' = (missing): is required; {INVOKE_FIX}",
+    ]
