@@ -272,6 +272,8 @@ class TenantPipeline(Construct):
             ],
         )
 
+        self._only_own_rule_sends_to_queue()
+
         # Split and register share one role: the tenant's data plane (its landing prefix, its work
         # folder, its ledger items). IAM roles are an account quota (1,000 by default, 5,000 at
         # most): four roles a tenant (this one, the controller's, the closer's, the workflow's)
@@ -787,6 +789,26 @@ class TenantPipeline(Construct):
         # Register's fence and progress; split looks up the content of files that succeeded
         # (duplicate_files: skip).
         self._grant_own_ledger(self.data_role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
+
+    def _only_own_rule_sends_to_queue(self) -> None:
+        """CDK's `SqsQueue` target leaves out its `aws:SourceArn` condition when the queue has a
+        customer-managed key (aws-cdk issue 11158: the rule's ARN would make the key depend on the
+        rule); `events.amazonaws.com` could then send to the queue from any rule of any account.
+        The rule's ARN from its fixed name has no such cycle: put the condition back."""
+        queue_policy = self.queue.node.try_find_child("Policy")
+        if self.kms_key is None or not isinstance(queue_policy, sqs.QueuePolicy):
+            return
+        stack = Stack.of(self)
+        bus = f"{self.event_bus_name}/" if self.event_bus_name else ""
+        rule_arn = stack.format_arn(service="events", resource="rule",
+                                    resource_name=f"{bus}{names.RULE.render(self.tenant_id)}")
+        statements = stack.resolve(queue_policy.document)["Statement"]
+        (index,) = [i for i, statement in enumerate(statements)
+                    if statement.get("Principal") == {"Service": "events.amazonaws.com"} and "Condition" not in statement]
+        policy = queue_policy.node.default_child
+        assert isinstance(policy, sqs.CfnQueuePolicy)
+        policy.add_property_override(f"PolicyDocument.Statement.{index}.Condition",
+                                     {"ArnEquals": {"aws:SourceArn": rule_arn}})
 
     def _attach_register_to_vpc(self, props: TenantPipelineProps) -> None:
         """With `vpc_id`, the register function (only it: it alone calls the core system) runs

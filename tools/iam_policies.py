@@ -253,6 +253,8 @@ class Resolver:
             return ""
         parameters = self.templates[stack].get("Parameters", {})
         if name in parameters:
+            if parameters[name].get("Type", "").startswith("AWS::SSM::Parameter::Value<"):
+                return self._ssm_value(stack, parameters[name].get("Default", name))
             return str(parameters[name].get("Default", name))
         resource_type = self._resource(stack, name)["Type"]
         returns = REF_RETURNS.get(resource_type, "name")
@@ -295,6 +297,19 @@ class Resolver:
             return self._ref(stack, name)
 
         return re.sub(r"\$\{([^}]+)\}", replace, text)
+
+    def _ssm_value(self, stack: str, parameter_name: str) -> str:
+        """What CloudFormation reads for an SSM-typed parameter: the value of the app's own
+        `AWS::SSM::Parameter` of that name (in the importer's Stage), else the name itself."""
+        stage = stack.rpartition("/")[0]
+        for other, template in self.templates.items():
+            if other.rpartition("/")[0] != stage:
+                continue
+            for resource in template.get("Resources", {}).values():
+                properties = resource.get("Properties", {})
+                if resource["Type"] == "AWS::SSM::Parameter" and properties.get("Name") == parameter_name:
+                    return str(self.resolve(other, properties["Value"]))
+        return parameter_name
 
     def _import_value(self, stack: str, argument: Any) -> Any:
         name = self.resolve(stack, argument)

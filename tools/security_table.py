@@ -72,12 +72,24 @@ SHARED_STACK = "OrderedIngest-Shared"
 TENANT_STACK = f"OrderedIngest-Tenant-{DOC_TENANT}"
 
 
+#: The other tenants' options: every kind of sink auth is in the app (the parliament check of
+#: tests/test_iam_lint.py lints it), though the tables show the doc tenant's (bearer) only.
+OTHER_TENANT_OPTIONS: dict[str, dict[str, Any]] = {
+    "acme": {"sink": {"auth": {"type": "sigv4", "service": "execute-api", "region": "us-east-1",
+                               "invoke_arn": "arn:aws:execute-api:us-east-1:111111111111:a1b2c3d4e5/prod/POST/records"}}},
+    "globex": {"sink": {"auth": {"type": "sigv4", "service": "lambda", "region": "us-east-1",
+                                 "invoke_arn": "arn:aws:lambda:us-east-1:111111111111:function:core-records"}}},
+}
+
+
 def doc_tenants_yaml() -> str:
-    """The tests' tenants file with DOC_OPTIONS and DOC_TENANT_OPTIONS added."""
+    """The tests' tenants file with DOC_OPTIONS, DOC_TENANT_OPTIONS and OTHER_TENANT_OPTIONS added."""
     config = yaml.safe_load(FIXTURE_TENANTS.read_text(encoding="utf-8"))
     config.update(DOC_OPTIONS)
     (tenant,) = [entry for entry in config["tenants"] if entry["id"] == DOC_TENANT]
     tenant.update(DOC_TENANT_OPTIONS)
+    for entry in config["tenants"]:
+        entry.update(OTHER_TENANT_OPTIONS.get(entry["id"], {}))
     return yaml.safe_dump(config, sort_keys=False)
 
 
@@ -184,14 +196,28 @@ def role_tables(templates: Mapping[str, dict[str, Any]], documents: Sequence[Pol
                 if doc.stack == stack and doc.kind == "identity" and role_id in doc.roles:
                     for statement in doc.statements():
                         lines.append(_row([
-                            statement.get("Sid", ""),
+                            symbols(statement.get("Sid", "")),
                             statement["Effect"],
-                            _cell([str(a) for a in _listed(statement.get("Action", statement.get("NotAction")))]),
-                            _cell([symbols(str(r)) for r in _listed(statement.get("Resource", statement.get("NotResource")))]),
+                            _actions_cell(statement),
+                            _resources_cell(statement, symbols),
                             _cell(_conditions(statement, symbols)),
                         ]))
             parts.append("\n".join(lines))
     return "\n\n".join(parts)
+
+
+def _actions_cell(statement: Mapping[str, Any]) -> str:
+    """The statement's actions; a `NotAction` statement reads "every action but"."""
+    if "Action" in statement:
+        return _cell([str(a) for a in _listed(statement["Action"])])
+    return "every action but " + _cell([str(a) for a in _listed(statement.get("NotAction"))])
+
+
+def _resources_cell(statement: Mapping[str, Any], symbols: Symbols) -> str:
+    """The statement's resources; a `NotResource` statement reads "everything but"."""
+    if "Resource" in statement or "NotResource" not in statement:
+        return _cell([symbols(str(r)) for r in _listed(statement.get("Resource"))])
+    return "everything but " + _cell([symbols(str(r)) for r in _listed(statement["NotResource"])])
 
 
 def resource_policy_table(templates: Mapping[str, dict[str, Any]], documents: Sequence[PolicyDocument],
@@ -207,11 +233,11 @@ def resource_policy_table(templates: Mapping[str, dict[str, Any]], documents: Se
             for statement in doc.statements():
                 lines.append(_row([
                     f"`{on}`",
-                    statement.get("Sid", "") if len(statement.get("Sid", "")) <= 40 else "(generated)",
+                    symbols(statement.get("Sid", "")) if len(statement.get("Sid", "")) <= 40 else "(generated)",
                     statement["Effect"],
                     _cell(_principals(statement, symbols)),
-                    _cell([str(a) for a in _listed(statement.get("Action", statement.get("NotAction")))]),
-                    _cell([symbols(str(r)) for r in _listed(statement.get("Resource", statement.get("NotResource")))]),
+                    _actions_cell(statement),
+                    _resources_cell(statement, symbols),
                     _cell(_conditions(statement, symbols)),
                 ]))
         for resource in templates[stack]["Resources"].values():
