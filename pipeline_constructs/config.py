@@ -96,9 +96,7 @@ class SigV4Auth(_Strict):
     @field_validator("region")
     @classmethod
     def _region(cls, region: str) -> str:
-        if not re.match(REGION_PATTERN, region):
-            raise ValueError("is not an AWS Region code")
-        return region
+        return _matching(region, REGION_PATTERN, "is not an AWS Region code")
 
     @field_validator("invoke_arn")
     @classmethod
@@ -218,10 +216,7 @@ class CompletionConfig(_Strict):
     @field_validator("callers")
     @classmethod
     def _principal_arns(cls, callers: list[str]) -> list[str]:
-        wrong = [c for c in callers if not re.match(CALLER_ARN_PATTERN, c)]
-        if wrong:
-            raise ValueError(f"{wrong[0]!r} is not an IAM role, user or account root ARN")
-        return callers
+        return _ids(callers, CALLER_ARN_PATTERN, "an IAM role, user or account root ARN", item="a principal")
 
 
 #: EC2 ids as the console shows them: a prefix, a hyphen and 8 or 17 hexadecimal digits.
@@ -242,28 +237,34 @@ class NetworkConfig(_Strict):
     @field_validator("vpc_id")
     @classmethod
     def _vpc_id(cls, vpc_id: str) -> str:
-        if not re.match(VPC_ID_PATTERN, vpc_id):
-            raise ValueError("is not a VPC id (vpc- and 8 or 17 hexadecimal digits)")
-        return vpc_id
+        return _matching(vpc_id, VPC_ID_PATTERN, "is not a VPC id (vpc- and 8 or 17 hexadecimal digits)")
 
     @field_validator("subnet_ids")
     @classmethod
     def _subnet_ids(cls, subnet_ids: list[str]) -> list[str]:
-        return _ids(subnet_ids, SUBNET_ID_PATTERN, "subnet id (subnet- and 8 or 17 hexadecimal digits)")
+        return _ids(subnet_ids, SUBNET_ID_PATTERN, "a subnet id (subnet- and 8 or 17 hexadecimal digits)")
 
     @field_validator("security_group_ids")
     @classmethod
     def _security_group_ids(cls, group_ids: list[str]) -> list[str]:
-        return _ids(group_ids, SECURITY_GROUP_ID_PATTERN, "security group id (sg- and 8 or 17 hexadecimal digits)")
+        return _ids(group_ids, SECURITY_GROUP_ID_PATTERN, "a security group id (sg- and 8 or 17 hexadecimal digits)")
 
 
-def _ids(ids: list[str], pattern: str, what: str) -> list[str]:
+def _ids(ids: list[str], pattern: str, what: str, *, item: str = "an id") -> list[str]:
+    """`ids` if each matches `pattern` and none is listed twice; else the first problem."""
     wrong = [i for i in ids if not re.match(pattern, i)]
     if wrong:
-        raise ValueError(f"{wrong[0]!r} is not a {what}")
+        raise ValueError(f"{wrong[0]!r} is not {what}")
     if len(set(ids)) != len(ids):
-        raise ValueError("lists an id twice")
+        raise ValueError(f"lists {item} twice")
     return ids
+
+
+def _matching(value: str, pattern: str, problem: str) -> str:
+    """`value` if it matches `pattern`, else the validation error `problem`."""
+    if not re.match(pattern, value):
+        raise ValueError(problem)
+    return value
 
 
 #: An uploader: an IAM role or user ARN, or an account root ARN (another account decides
@@ -343,12 +344,7 @@ class TenantConfig(_Strict):
     @field_validator("uploaders")
     @classmethod
     def _uploader_arns(cls, uploaders: list[str]) -> list[str]:
-        wrong = [u for u in uploaders if not re.match(UPLOADER_ARN_PATTERN, u)]
-        if wrong:
-            raise ValueError(f"{wrong[0]!r} is not an IAM role, user or account root ARN")
-        if len(set(uploaders)) != len(uploaders):
-            raise ValueError("lists a principal twice")
-        return uploaders
+        return _ids(uploaders, UPLOADER_ARN_PATTERN, "an IAM role, user or account root ARN", item="a principal")
     #: The tenant's customer-managed key (its queues, log groups, functions' environment);
     #: None: AWS-managed encryption.
     encryption: EncryptionConfig | None = None
@@ -438,16 +434,12 @@ class TargetConfig(_Strict):
     @field_validator("account")
     @classmethod
     def _account_id(cls, account: str) -> str:
-        if not re.match(ACCOUNT_ID_PATTERN, account):
-            raise ValueError("is not a 12-digit AWS account id")
-        return account
+        return _matching(account, ACCOUNT_ID_PATTERN, "is not a 12-digit AWS account id")
 
     @field_validator("region")
     @classmethod
     def _region(cls, region: str) -> str:
-        if not re.match(REGION_PATTERN, region):
-            raise ValueError("is not an AWS Region code")
-        return region
+        return _matching(region, REGION_PATTERN, "is not an AWS Region code")
 
 
 class AppConfig(_Strict):

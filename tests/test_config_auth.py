@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import textwrap
-
-import pytest
-
-from pipeline_constructs.config import BearerAuth, ConfigError, NoAuth, SigV4Auth, parse_config
+from pipeline_constructs.config import BearerAuth, NoAuth, SigV4Auth, parse_config
+from tests.test_config import one_problem, problems_of
 
 LAMBDA_ARN = "arn:aws:lambda:eu-west-1:111111111111:function:core-records"
 API_ARN = "arn:aws:execute-api:eu-west-1:111111111111:a1b2c3d4e5/prod/POST/records"
@@ -14,18 +11,6 @@ API_ARN = "arn:aws:execute-api:eu-west-1:111111111111:a1b2c3d4e5/prod/POST/recor
 
 def tenant_with(auth: str) -> str:
     return f"tenants:\n  - {{id: acme, prefix: a/, sink: {{url: 'https://core.example.com', auth: {auth}}}}}\n"
-
-
-def problems_of(yaml_text: str) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_config(textwrap.dedent(yaml_text))
-    return caught.value.problems
-
-
-def one_problem(yaml_text: str) -> str:
-    problems = problems_of(yaml_text)
-    assert len(problems) == 1, problems
-    return problems[0]
 
 
 def test_fails_when_a_tenant_has_no_auth_anywhere():
