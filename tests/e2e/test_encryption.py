@@ -22,7 +22,7 @@ def pipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPipeline]:
     path = tmp_path_factory.mktemp("tenants") / "tenants.yaml"
     path.write_text(yaml.safe_dump({
         "encryption": {"kms_key": "create"},
-        "defaults": {"format": "csv", "chunk_size": 3, "sink": {"url": UNUSED_SINK}},
+        "defaults": {"format": "csv", "chunk_size": 3, "sink": {"url": UNUSED_SINK, "auth": {"type": "none"}}},
         "tenants": [
             {"id": "sealed", "prefix": "sealed/", "encryption": {"kms_key": "create"}},
             {"id": "plain", "prefix": "plain/"},
