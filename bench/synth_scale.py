@@ -43,6 +43,9 @@ from typing import Any
 import psutil
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pipeline_constructs.parallel_synth import workers_for  # noqa: E402 (no CDK import: decides like app.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Synth at scale"
@@ -238,7 +241,7 @@ def table(rows: list[dict[str, Any]], paths: Sequence[str]) -> str:
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
     header = ["date", "machine", "tenants", "stacks"]
     for path in paths:
-        header += [f"{path} synth", f"{path} peak RSS", f"{path} load"]
+        header += [f"{path} synth", f"{path} peak RSS", f"{path} load"] + (["cli workers"] if path == "cli" else [])
     header += ["cfn-lint (all templates)", "lint findings", "shared template", "largest tenant template",
                "templates over 1 MB", "unmatched-uploads pattern"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
@@ -247,6 +250,8 @@ def table(rows: list[dict[str, Any]], paths: Sequence[str]) -> str:
         for path in paths:
             run: Run = row[path]
             cells += [f"{run.seconds:.1f} s", f"{run.peak_rss_mb:,.0f} MB", f"{run.load_before:.1f}"]
+            if path == "cli":  # app.py's own choice (`-c synth_workers` auto): one process per core past 100 tenants each
+                cells.append(f"{workers_for(row['tenants'])}")
         lint_run: Run | None = row.get("lint")
         cells += [f"{lint_run.seconds:.1f} s" if lint_run else "-",
                   f"{len(row['lint_findings'])}" if lint_run else "-",
