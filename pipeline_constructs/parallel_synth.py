@@ -39,6 +39,9 @@ PART_ENV = "ORDERED_INGEST_SYNTH_PART"
 #: stacks: below that, a worker's start (about 2 s: Python, node, the CDK library) and the
 #: shared stacks every worker builds cost more than the split saves.
 MIN_TENANTS_PER_WORKER = 100
+#: The dashboard stacks' build and synth time as a share of the tenant stacks' (measured: 10 s
+#: against 180 s for 1,000 tenants, docs/benchmarks.md "Synth at scale").
+DASHBOARD_WORK = 0.055
 #: What the CLI sets (aws-cdk cx-api): the output directory and the context, whose overflow the
 #: CLI writes to a file when the context is too large for the environment.
 OUTDIR_ENV = "CDK_OUTDIR"
@@ -63,9 +66,15 @@ class Part:
     count: int
 
     def slice(self, total: int) -> range:
-        """The tenants (positions in the tenants file) of this part: contiguous and balanced,
-        so that the parts' stacks, taken in order, are the tenants file's order."""
-        return range(self.index * total // self.count, (self.index + 1) * total // self.count)
+        """The tenants (positions in the tenants file) of this part: contiguous, so that the
+        parts' stacks, taken in order, are the tenants file's order, and balanced by work: the
+        last part also builds the extra dashboards, worth `DASHBOARD_WORK` of the tenants."""
+        work = total * (1 + DASHBOARD_WORK)
+
+        def bound(index: int) -> int:
+            return total if index >= self.count else min(total, round(index * work / self.count))
+
+        return range(bound(self.index), bound(self.index + 1))
 
     @property
     def builds_dashboards(self) -> bool:
