@@ -24,7 +24,7 @@ from lambdas import contract
 from pipeline_constructs import budgets, encryption, names
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
-from pipeline_constructs.nag import acknowledge
+from pipeline_constructs.nag import acknowledge, acknowledge_all
 from pipeline_constructs.versions import ALIAS_NAME, PinnedChild, live_alias, publish_version
 from pipeline_constructs.workflow import (
     CompletionWait,
@@ -1228,8 +1228,7 @@ def _as_nag_shows(stack: Stack) -> tuple[str, str, str]:
 
 
 def _acknowledge(scope: Construct, *findings: tuple[str, str | None, str]) -> None:
-    for rule, finding, reason in findings:
-        acknowledge(scope, rule, reason, finding)
+    acknowledge_all(scope, findings)
 
 
 def _logical_id(construct: Construct) -> str:
