@@ -190,6 +190,11 @@ class TenantPipeline(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: TenantPipelineProps) -> None:
         super().__init__(scope, construct_id)
+        #: Where this pipeline sits in its stack, when that is directly under it (as in every
+        #: TenantStack): the key of the logical ids every tenant stack shares (`_logical_id`).
+        self._path_in_stack = construct_id if isinstance(scope, Stack) else None
+        #: The stack, found once (each `Stack.of` is a call into the CDK library's node process).
+        self._stack = Stack.of(self)
         tenant_id = props.tenant_id
         self.tenant_id = tenant_id
         self.landing_prefix = props.landing_prefix
@@ -717,7 +722,7 @@ class TenantPipeline(Construct):
         the tenant's and the shared key: each only through the service that stores the data."""
         roles = {role: made.role for role, made in self.pipeline_functions.items()}
         if self.kms_key is not None:
-            stack = Stack.of(self)
+            stack = self._stack
             log_groups = [made.log_group_name for made in self.pipeline_functions.values()] + [
                 f"/aws/vendedlogs/states/{name.render(self.tenant_id)}"
                 for name in (names.STATE_MACHINE, names.SECTION_STATE_MACHINE, names.PAGE_STATE_MACHINE)
@@ -798,7 +803,7 @@ class TenantPipeline(Construct):
         queue_policy = self.queue.node.try_find_child("Policy")
         if self.kms_key is None or not isinstance(queue_policy, sqs.QueuePolicy):
             return
-        stack = Stack.of(self)
+        stack = self._stack
         bus = f"{self.event_bus_name}/" if self.event_bus_name else ""
         rule_arn = stack.format_arn(service="events", resource="rule",
                                     resource_name=f"{bus}{names.RULE.render(self.tenant_id)}")
@@ -831,7 +836,7 @@ class TenantPipeline(Construct):
         function.vpc_config = lambda_.CfnFunction.VpcConfigProperty(
             subnet_ids=list(props.vpc_subnet_ids), security_group_ids=list(props.vpc_security_group_ids)
         )
-        stack = Stack.of(self)
+        stack = self._stack
 
         def ec2_arn(resource: str, name: str) -> str:
             return stack.format_arn(service="ec2", resource=resource, resource_name=name)
@@ -876,7 +881,7 @@ class TenantPipeline(Construct):
         secret, or invoke the IAM-authorized API or function URL it signs for. Split shares the
         role, so each statement holds only for credentials used by the register function
         (`lambda:SourceFunctionArn`, built from the fixed function name: no cycle)."""
-        register_only = {"ArnEquals": {"lambda:SourceFunctionArn": Stack.of(self).format_arn(
+        register_only = {"ArnEquals": {"lambda:SourceFunctionArn": self._stack.format_arn(
             service="lambda", resource="function", resource_name=names.REGISTER_FUNCTION.render(self.tenant_id),
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )}}
@@ -1096,7 +1101,7 @@ class TenantPipeline(Construct):
     def _execution_arn_pattern(self) -> str:
         # Not `state_machine.grant_execution`: it derives the name from the ARN token with
         # Fn::Select/Fn::Split; the literal name is as narrow and reads plainly in `cdk diff`.
-        return Stack.of(self).format_arn(
+        return self._stack.format_arn(
             service="states",
             resource="execution",
             resource_name=f"{names.STATE_MACHINE.render(self.tenant_id)}:*",
@@ -1105,7 +1110,7 @@ class TenantPipeline(Construct):
 
     def _state_machine_arn(self, name: names.DerivedName) -> str:
         """The ARN of this tenant's state machine `name`, from its fixed name (no reference)."""
-        return Stack.of(self).format_arn(
+        return self._stack.format_arn(
             service="states",
             resource="stateMachine",
             resource_name=name.render(self.tenant_id),
@@ -1121,7 +1126,7 @@ class TenantPipeline(Construct):
         return PinnedChild(child, version.attr_arn)
 
     def _child_executions_finding(self, child: names.DerivedName, kind: str) -> tuple[str, str, str]:
-        partition, region, account = _as_nag_shows(Stack.of(self))
+        partition, region, account = _as_nag_shows(self._stack)
         return (
             "AwsSolutions-IAM5",
             f"Resource::arn:{partition}:states:{region}:{account}:execution:{child.render(self.tenant_id)}*",
@@ -1129,12 +1134,22 @@ class TenantPipeline(Construct):
             f"tenant's {kind} state machine; their names derive from the parent's, unknown in advance.",
         )
 
+    def _logical_id(self, child_id: str, construct: Construct) -> str:
+        """The logical id of `construct` (this pipeline's child `child_id`), found once for every
+        tenant stack when this pipeline sits directly under its stack."""
+        if self._path_in_stack is None:
+            return _logical_id(construct)
+        key = (self._path_in_stack, child_id)
+        if key not in _LOGICAL_IDS:
+            _LOGICAL_IDS[key] = _logical_id(construct)
+        return _LOGICAL_IDS[key]
+
     def _acknowledge_findings(self, props: TenantPipelineProps) -> None:
         """Every wildcard left in this pipeline's policies is scoped to the tenant; each says why."""
         tenant_id, own_work = self.tenant_id, contract.work_prefix(self.tenant_id)
         # cdk-nag shows pseudo parameters as <AWS::...>, or their values in a stack with an
         # explicit environment (a deployment target's Stage).
-        partition, region, account = _as_nag_shows(Stack.of(self))
+        partition, region, account = _as_nag_shows(self._stack)
         landing = f"arn:{partition}:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
         work = f"arn:{partition}:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
         executions = (
@@ -1168,9 +1183,10 @@ class TenantPipeline(Construct):
         )
         _acknowledge(
             self.workflow_role,
-            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.split.function)}.Arn>:*", invoke_reason),
-            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.closer.function)}.Arn>:*", invoke_reason),
-            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", f"Resource::<{self._logical_id('Split', self.split.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", f"Resource::<{self._logical_id('Closer', self.closer.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", f"Resource::<{self._logical_id('RegisterChunk', self.register.function)}.Arn>:*",
+             invoke_reason),
             ("AwsSolutions-IAM5", "Resource::*",
              "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
              "resource-level permissions."),
@@ -1218,13 +1234,24 @@ def sink_secret_arn(scope: Construct, secret: str) -> str:
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)
 
 
+#: What `_as_nag_shows` found, by stack environment (`aws://<account>/<region>`), and the logical
+#: ids `TenantPipeline._logical_id` found, by path in the stack: the same in every tenant stack,
+#: found once instead of once a tenant (each is several calls into the CDK library's node
+#: process; synth time at 1,000 tenants).
+_NAG_SHOWN: dict[str, tuple[str, str, str]] = {}
+_LOGICAL_IDS: dict[tuple[str, str], str] = {}
+
+
 def _as_nag_shows(stack: Stack) -> tuple[str, str, str]:
     """The stack's partition, Region and account as they appear in cdk-nag's findings."""
     def shown(value: str, pseudo: str) -> str:
         return pseudo if Token.is_unresolved(value) else value
 
-    return (shown(stack.partition, "<AWS::Partition>"), shown(stack.region, "<AWS::Region>"),
-            shown(stack.account, "<AWS::AccountId>"))
+    environment = stack.environment
+    if environment not in _NAG_SHOWN:
+        _NAG_SHOWN[environment] = (shown(stack.partition, "<AWS::Partition>"), shown(stack.region, "<AWS::Region>"),
+                                   shown(stack.account, "<AWS::AccountId>"))
+    return _NAG_SHOWN[environment]
 
 
 def _acknowledge(scope: Construct, *findings: tuple[str, str | None, str]) -> None:
