@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,22 @@ os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
 #: checks of tests/test_user_tenants.py.
 FIXTURE_TENANTS = ROOT / "tests" / "fixtures" / "tenants.yaml"
 DEFAULT_TENANTS = FIXTURE_TENANTS
+
+
+def problems_of(yaml_text: str) -> list[str]:
+    """The problems `parse_config` reports for a tenants file (dedented), which must be invalid."""
+    from pipeline_constructs.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as caught:
+        parse_config(textwrap.dedent(yaml_text))
+    return caught.value.problems
+
+
+def one_problem(yaml_text: str) -> str:
+    """The one problem `parse_config` reports for a tenants file."""
+    problems = problems_of(yaml_text)
+    assert len(problems) == 1, problems
+    return problems[0]
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
-import pytest
-
 from pipeline_constructs import capacity
-from pipeline_constructs.config import ConfigError, parse_config
+from pipeline_constructs.config import parse_config
+from tests.conftest import one_problem, problems_of
 
 SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
 
@@ -21,18 +20,6 @@ def tenants_yaml(count: int, *, head: str = "", target: str | None = None, start
     for i in range(start, start + count):
         lines.append(f"  - {{id: t{i:04d}, prefix: t{i:04d}/" + (f", target: {target}" if target else "") + "}")
     return "\n".join(lines) + "\n"
-
-
-def problems_of(text: str) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_config(text)
-    return caught.value.problems
-
-
-def one_problem(text: str) -> str:
-    problems = problems_of(text)
-    assert len(problems) == 1, problems
-    return problems[0]
 
 
 PROD = """

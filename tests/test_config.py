@@ -11,20 +11,9 @@ import pytest
 
 from pipeline_constructs import names
 from pipeline_constructs.config import ConfigError, load_config, parse_config
+from tests.conftest import one_problem, problems_of
 
 SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
-
-
-def problems_of(yaml_text: str) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_config(textwrap.dedent(yaml_text))
-    return caught.value.problems
-
-
-def one_problem(yaml_text: str) -> str:
-    problems = problems_of(yaml_text)
-    assert len(problems) == 1, problems
-    return problems[0]
 
 
 def test_the_fixture_tenants_file_is_valid_and_applies_defaults():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline_constructs.config import BearerAuth, NoAuth, SigV4Auth, parse_config
-from tests.test_config import one_problem, problems_of
+from tests.conftest import one_problem, problems_of
 
 LAMBDA_ARN = "arn:aws:lambda:eu-west-1:111111111111:function:core-records"
 API_ARN = "arn:aws:execute-api:eu-west-1:111111111111:a1b2c3d4e5/prod/POST/records"

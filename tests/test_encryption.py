@@ -13,9 +13,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from pipeline_constructs import encryption
-from pipeline_constructs.config import ConfigError, parse_config
+from pipeline_constructs.config import parse_config
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
-from tests.conftest import Synthesized, synthesize
+from tests.conftest import Synthesized, problems_of, synthesize
 from tests.test_tenant_pipeline import policy_statements_of_role
 
 GIVEN_KEY = "arn:aws:kms:us-east-1:111111111111:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -407,14 +407,8 @@ FIX = ("use 'create' (the app makes a key) or the ARN of a symmetric key in the 
        "e.g. 'arn:aws:kms:eu-west-1:111111111111:key/1234abcd-12ab-34cd-56ef-1234567890ab'")
 
 
-def _problems(text: str) -> list[str]:
-    with pytest.raises(ConfigError) as raised:
-        parse_config(text)
-    return raised.value.problems
-
-
 def test_fails_when_kms_key_is_neither_create_nor_a_key_arn() -> None:
-    assert _problems(
+    assert problems_of(
         "encryption: {kms_key: yes-please}\n"
         "tenants:\n  - {id: acme, prefix: acme/, sink: {url: 'https://core.example.com/r', auth: {type: none}}, encryption: {kms_key: creat}}\n"
     ) == [
@@ -425,7 +419,7 @@ def test_fails_when_kms_key_is_neither_create_nor_a_key_arn() -> None:
 
 def test_fails_when_kms_key_is_an_alias() -> None:
     alias = "arn:aws:kms:eu-west-1:111111111111:alias/ordered-ingest"
-    assert _problems(
+    assert problems_of(
         f"defaults: {{sink: {{url: 'https://core.example.com/r', auth: {{type: none}}}}, encryption: {{kms_key: '{alias}'}}}}\n"
         "tenants:\n  - {id: acme, prefix: acme/}\n"
     ) == [(f"defaults: field 'encryption.kms_key' = '{alias}': is an alias, not a key: key policies and IAM "

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 from aws_cdk.assertions import Template
 
-from pipeline_constructs.config import ConfigError, parse_config
-from tests.conftest import synthesize
+from pipeline_constructs.config import parse_config
+from tests.conftest import problems_of, synthesize
 
 VPC = "vpc-0123456789abcdef0"
 SUBNETS = ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
@@ -156,12 +156,6 @@ def test_the_construct_refuses_a_partial_network():
 # --- configuration ---------------------------------------------------------------------------------
 
 
-def config_problems(text: str) -> list[str]:
-    with pytest.raises(ConfigError) as raised:
-        parse_config(textwrap.dedent(text))
-    return raised.value.problems
-
-
 def test_network_in_defaults_applies_to_every_tenant_and_a_tenant_may_override_a_key():
     config = parse_config(textwrap.dedent(f"""
         defaults:
@@ -177,7 +171,7 @@ def test_network_in_defaults_applies_to_every_tenant_and_a_tenant_may_override_a
 
 
 def test_fails_when_network_ids_are_malformed_or_missing_naming_each_field():
-    assert config_problems(f"""
+    assert problems_of(f"""
         defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
         tenants:
           - id: acme
@@ -202,7 +196,7 @@ def test_fails_when_network_ids_are_malformed_or_missing_naming_each_field():
 
 
 def test_fails_when_a_bad_network_in_defaults_is_blamed_on_defaults_once():
-    assert config_problems(f"""
+    assert problems_of(f"""
         defaults:
           sink: {{url: https://core.example.com/records, auth: {{type: none}}}}
           network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}, {SUBNETS[0]}], security_group_ids: {GROUPS}}}

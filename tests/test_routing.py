@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import random
 import string
-import textwrap
 from dataclasses import dataclass
 
 import pytest
 
 from pipeline_constructs import routing
-from pipeline_constructs.config import ConfigError, parse_config
+from pipeline_constructs.config import parse_config
+from tests.conftest import problems_of
 
 SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
 
@@ -200,12 +200,6 @@ def test_fails_when_prefixes_share_no_folders_and_do_not_fit_one_pattern():
 
 
 # -- tenants.yaml -----------------------------------------------------------------------------
-
-
-def problems_of(yaml_text: str) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_config(textwrap.dedent(yaml_text))
-    return caught.value.problems
 
 
 def test_routing_defaults_to_no_shards():

@@ -11,7 +11,7 @@ import pytest
 from local_runtime.bucket_policy import Decision, Request, UnsupportedPolicy, evaluate, landing_policy
 from pipeline_constructs import capacity, uploaders
 from pipeline_constructs.config import ConfigError, parse_config
-from tests.conftest import synthesize
+from tests.conftest import problems_of, synthesize
 
 ACCOUNT = "111111111111"
 BUCKET = f"ordered-ingest-landing-{ACCOUNT}-eu-west-1"
@@ -211,14 +211,8 @@ def test_fails_when_the_uploader_statements_do_not_fit_the_landing_bucket_policy
 # --- configuration -----------------------------------------------------------------------------------
 
 
-def config_problems(text: str) -> list[str]:
-    with pytest.raises(ConfigError) as raised:
-        parse_config(textwrap.dedent(text))
-    return raised.value.problems
-
-
 def test_fails_when_an_uploader_is_not_an_iam_principal_arn():
-    assert config_problems("""
+    assert problems_of("""
         defaults: {sink: {url: https://core.example.com/records, auth: {type: none}}}
         tenants:
           - {id: acme, prefix: acme/, uploaders: ['arn:aws:s3:::acme-bucket']}
@@ -231,7 +225,7 @@ def test_fails_when_an_uploader_is_not_an_iam_principal_arn():
 
 
 def test_fails_when_one_principal_uploads_for_two_tenants():
-    assert config_problems(f"""
+    assert problems_of(f"""
         defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{ACME_UPLOADER}']}}
@@ -244,7 +238,7 @@ def test_fails_when_one_principal_uploads_for_two_tenants():
 
 
 def test_fails_when_uploaders_are_in_defaults():
-    assert config_problems(f"""
+    assert problems_of(f"""
         defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, uploaders: ['{ACME_UPLOADER}']}}
         tenants:
           - {{id: acme, prefix: acme/}}
@@ -255,7 +249,7 @@ def test_fails_when_uploaders_are_in_defaults():
 
 
 def test_fails_when_an_uploader_is_listed_twice():
-    assert config_problems(f"""
+    assert problems_of(f"""
         defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{ACME_UPLOADER}', '{ACME_UPLOADER}']}}
@@ -305,7 +299,7 @@ def test_parliament_finds_nothing_in_the_landing_bucket_policy(policy):
 
 
 def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
-    assert config_problems(f"""
+    assert problems_of(f"""
         defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, target: prod}}
         targets: {{prod: {{account: '{ACCOUNT}', region: eu-west-1}}}}
         tenants:
