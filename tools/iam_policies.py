@@ -137,6 +137,9 @@ class Resolver:
     partition: str = PARTITION
     environments: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     _exports: dict[str, list[tuple[str, Any]]] = field(default_factory=dict, init=False)
+    #: The app's own SSM parameters by (Stage, name): (stack, value), what an SSM-typed template
+    #: parameter of that name reads.
+    _ssm_parameters: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         for stack, template in self.templates.items():
@@ -144,6 +147,10 @@ class Resolver:
                 name = output.get("Export", {}).get("Name")
                 if name is not None:
                     self._exports.setdefault(self.resolve(stack, name), []).append((stack, output["Value"]))
+            for resource in template.get("Resources", {}).values():
+                properties = resource.get("Properties", {})
+                if resource["Type"] == "AWS::SSM::Parameter" and isinstance(properties.get("Name"), str):
+                    self._ssm_parameters[(stack.rpartition("/")[0], properties["Name"])] = (stack, properties["Value"])
 
     def resolve(self, stack: str, value: Any) -> Any:
         """`value` with every intrinsic rendered, in the context of `stack`'s template."""
@@ -301,15 +308,8 @@ class Resolver:
     def _ssm_value(self, stack: str, parameter_name: str) -> str:
         """What CloudFormation reads for an SSM-typed parameter: the value of the app's own
         `AWS::SSM::Parameter` of that name (in the importer's Stage), else the name itself."""
-        stage = stack.rpartition("/")[0]
-        for other, template in self.templates.items():
-            if other.rpartition("/")[0] != stage:
-                continue
-            for resource in template.get("Resources", {}).values():
-                properties = resource.get("Properties", {})
-                if resource["Type"] == "AWS::SSM::Parameter" and properties.get("Name") == parameter_name:
-                    return str(self.resolve(other, properties["Value"]))
-        return parameter_name
+        found = self._ssm_parameters.get((stack.rpartition("/")[0], parameter_name))
+        return parameter_name if found is None else str(self.resolve(*found))
 
     def _import_value(self, stack: str, argument: Any) -> Any:
         name = self.resolve(stack, argument)
