@@ -30,6 +30,9 @@ if workers > 1 and outdir:
         sys.exit(1)
     sys.exit(0)
 
+from pipeline_constructs import jsii_channel  # noqa: E402
+
+jsii_channel.install()  # before the CDK library starts its kernel
 from pipeline_constructs.application import build_app, new_app  # noqa: E402 (after the decision)
 
 app = new_app()

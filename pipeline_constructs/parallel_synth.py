@@ -328,6 +328,9 @@ def _write_json(path: Path, value: Any) -> None:
 
 def _worker(tenants_file: str) -> None:
     """One worker: its part of the app, synthesized to `CDK_OUTDIR` (set by `synthesize`)."""
+    from pipeline_constructs import jsii_channel
+
+    jsii_channel.install()
     from pipeline_constructs.application import build_app, new_app
 
     part = part_from_environment()

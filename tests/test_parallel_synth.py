@@ -12,14 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_constructs import parallel_synth
+from pipeline_constructs import jsii_channel, parallel_synth
 from pipeline_constructs.parallel_synth import ParallelSynthError, Part, merge_assemblies, workers_for
 from tests.conftest import FIXTURE_TENANTS, ROOT
 from tests.test_targets import TWO_TARGETS
 
-def run_app(tenants: Path, outdir: Path, workers: int | str) -> subprocess.CompletedProcess:
-    """`app.py` as the CDK CLI runs it: output directory and context in the environment."""
-    env = {**os.environ, "CDK_OUTDIR": str(outdir),
+def run_app(tenants: Path, outdir: Path, workers: int | str, channel: str = "direct") -> subprocess.CompletedProcess:
+    """`app.py` as the CDK CLI runs it: output directory and context in the environment. The
+    one-process references use jsii's own relay (`channel`), the workers the direct channel
+    (`pipeline_constructs/jsii_channel.py`): the comparison covers both."""
+    env = {**os.environ, "CDK_OUTDIR": str(outdir), jsii_channel.CHANNEL_ENV: channel,
            "CDK_CONTEXT_JSON": json.dumps({"tenants": str(tenants), "synth_workers": workers})}
     return subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
 
@@ -49,7 +51,7 @@ def findings(report: bytes) -> list:
 @pytest.mark.parametrize("workers", [2, 3])
 def test_the_merged_assembly_is_the_one_process_assembly_byte_for_byte(tmp_path, workers):
     # GIVEN the fixture's tenants (three tenant stacks, the shared stack, cdk-nag on)
-    serial = run_app(FIXTURE_TENANTS, tmp_path / "serial", 1)
+    serial = run_app(FIXTURE_TENANTS, tmp_path / "serial", 1, channel="relay")
     assert serial.returncode == 0, serial.stderr
     # WHEN several workers each build a slice and the parent merges their assemblies
     parallel = run_app(FIXTURE_TENANTS, tmp_path / "parallel", workers)
@@ -67,7 +69,7 @@ def test_deployment_targets_merge_stage_by_stage(tmp_path):
     # GIVEN two targets, each a Stage with its own nested assembly and shared stack
     tenants = tmp_path / "tenants.yaml"
     tenants.write_text(TWO_TARGETS)
-    assert run_app(tenants, tmp_path / "serial", 1).returncode == 0
+    assert run_app(tenants, tmp_path / "serial", 1, channel="relay").returncode == 0
     # WHEN two workers build it (acme in one; globex and initech in the other: the first has no
     # tenant of the dr target, whose shared stack it still builds)
     parallel = run_app(tenants, tmp_path / "parallel", 2)
