@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Token
+from aws_cdk import ArnFormat, Aws, CfnOutput, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
@@ -25,13 +25,18 @@ from pipeline_constructs import budgets, encryption, names
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge, acknowledge_all
-from pipeline_constructs.versions import ALIAS_NAME, PinnedChild, live_alias, publish_version
+from pipeline_constructs.versions import ALIAS_NAME, live_alias, publish_version
 from pipeline_constructs.workflow import (
     CompletionWait,
+    State,
     build_definition,
     build_page_definition,
     build_section_definition,
+    render,
 )
+
+#: The partition's token (one jsii call for every definition of every tenant).
+_PARTITION = Aws.PARTITION
 
 # The seed's queue and controller timings. The controller's timeout must stay below the
 # visibility timeout, or a message still being handled is redelivered (double start).
@@ -398,31 +403,33 @@ class TenantPipeline(Construct):
             assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
             description=f"Execution role of tenant {tenant_id}'s file, section and page state machines",
         )
+        # Without a limit an execution may run a year, and the timed-out alarm could only fire
+        # then; the close of a TIMED_OUT execution halts the tenant like a failure. A child never
+        # outlives its file: the three state machines have the same limit.
+        self._time_limit_seconds = self._file_time_limit_seconds(props)
         self._page_state_machine(props)
         self._section_state_machine(props)
+        self._grant_workflow_tasks(self.split.function, self.closer.function)
+        self._grant_workflow_tasks(child=names.SECTION_STATE_MACHINE)
         self.state_machine = sfn.StateMachine(
             self,
             "Workflow",
             state_machine_name=state_machine_name,
             role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_chainable(
+            definition_body=sfn.DefinitionBody.from_string(render(
                 build_definition(
-                    Construct(self, "Steps"),  # state names are construct ids: keep them apart
-                    split_function=self.split.function,
-                    page_state_machine=self._pinned_child(names.PAGE_STATE_MACHINE, "PageByName", self.page_version),
-                    section_state_machine=self._pinned_child(
-                        names.SECTION_STATE_MACHINE, "SectionByName", self.section_version
-                    ),
-                    closer_function=self.closer.function,
+                    partition=_PARTITION,
+                    split_function_arn=self.split.function.function_arn,
+                    page_version_arn=self.page_version.attr_arn,
+                    section_version_arn=self.section_version.attr_arn,
+                    closer_function_arn=self.closer.function.function_arn,
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
                     completion=self._completion_wait(props),
-                )
-            ),
-            # Without a limit an execution may run a year, and the timed-out alarm could only
-            # fire then; the close of a TIMED_OUT execution halts the tenant like a failure.
-            timeout=self._file_time_limit(props),
+                ),
+                self._time_limit_seconds,
+            )),
             logs=sfn.LogOptions(
                 destination=self.workflow_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
@@ -643,11 +650,10 @@ class TenantPipeline(Construct):
         )
 
     @staticmethod
-    def _file_time_limit(props: TenantPipelineProps) -> Duration:
+    def _file_time_limit_seconds(props: TenantPipelineProps) -> int:
         if props.file_time_limit is not None:
-            return props.file_time_limit
-        budget = int(props.sink_outage_budget.to_seconds())
-        return Duration.seconds(budgets.default_file_time_limit_seconds(budget))
+            return int(props.file_time_limit.to_seconds())
+        return budgets.default_file_time_limit_seconds(int(props.sink_outage_budget.to_seconds()))
 
     # -- the completion callback (completion_wait) -----------------------------------------------
 
@@ -940,11 +946,12 @@ class TenantPipeline(Construct):
         waited for) by the parent's `RunPage`. Its executions are not watched by the status
         rule: the parent's close is the file's close, and the register function's fence
         checks the parent's execution name, which the page carries."""
+        self._grant_workflow_tasks(self.register.function)
         self.page_log_group, self.page_state_machine, self.page_version = self._child_state_machine(
             props, "Page", names.PAGE_STATE_MACHINE,
             build_page_definition(
-                Construct(self, "PageSteps"),
-                register_function=self.register.function,
+                partition=_PARTITION,
+                register_function_arn=self.register.function.function_arn,
                 chunks_per_page=self.chunks_per_page,
                 invocation_budget=self.invocation_budget,
             ),
@@ -955,18 +962,19 @@ class TenantPipeline(Construct):
         waited for) by the parent's `RunSection` when a file has more pages than one section
         holds. Like pages, its executions are not watched by the status rule. Its definition
         names the page version: a page change publishes a section version too."""
+        self._grant_workflow_tasks(child=names.PAGE_STATE_MACHINE, rule=True)
         self.section_log_group, self.section_state_machine, self.section_version = self._child_state_machine(
             props, "Section", names.SECTION_STATE_MACHINE,
             build_section_definition(
-                Construct(self, "SectionSteps"),
-                page_state_machine=self._pinned_child(names.PAGE_STATE_MACHINE, "PageBySectionName", self.page_version),
+                partition=_PARTITION,
+                page_version_arn=self.page_version.attr_arn,
                 chunks_per_page=self.chunks_per_page,
                 pages_per_section=self.pages_per_section,
             ),
         )
 
     def _child_state_machine(
-        self, props: TenantPipelineProps, kind: str, name: names.DerivedName, definition: sfn.IChainable
+        self, props: TenantPipelineProps, kind: str, name: names.DerivedName, definition: State
     ) -> tuple[logs.LogGroup, sfn.StateMachine, sfn.CfnStateMachineVersion]:
         """A child workflow (`kind` Page or Section): its log group, its state machine on the
         shared workflow role, and this deploy's version of it."""
@@ -985,9 +993,7 @@ class TenantPipeline(Construct):
             state_machine_name=machine_name,
             role=self.workflow_role,
             state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            # A child never outlives its file (the parent has the same limit).
-            timeout=self._file_time_limit(props),
+            definition_body=sfn.DefinitionBody.from_string(render(definition, self._time_limit_seconds)),
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
             tracing_enabled=props.tracing,
         )
@@ -1117,13 +1123,40 @@ class TenantPipeline(Construct):
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
 
-    def _pinned_child(self, name: names.DerivedName, construct_id: str,
-                      version: sfn.CfnStateMachineVersion) -> PinnedChild:
-        """A child state machine by its fixed name's ARN, not by reference, started at `version`:
-        the three state machines share one role, whose policy names the children; a reference
-        would make each child depend on the policy that depends on it (a cycle)."""
-        child = sfn.StateMachine.from_state_machine_arn(self, construct_id, self._state_machine_arn(name))
-        return PinnedChild(child, version.attr_arn)
+    def _grant_workflow_tasks(self, *functions: lambda_.IFunction, child: names.DerivedName | None = None,
+                              rule: bool = False) -> None:
+        """The workflow role's statements for the tasks of the definitions (workflow.py writes
+        them as data; these are the statements CDK's task classes add): invoke `functions`
+        (their versions and aliases too, ARN:*), and start the state machine `child` `.sync`:
+        start it, describe and stop its executions, and (`rule`, once for the role) the managed
+        rule through which Step Functions learns that a child execution closed.
+
+        The child by its fixed name's ARN, not by reference: the three state machines share one
+        role, whose policy names the children; a reference would make each child depend on the
+        policy that depends on it (a cycle). The definitions start children by *version* ARN;
+        IAM authorizes that on the unqualified ARN (versions.py). Added in the order CDK added
+        them, so the merged policy stays the same."""
+        for function in functions:
+            function.grant_invoke(self.workflow_role)
+        if child is None:
+            return
+        statements = [
+            iam.PolicyStatement(actions=["states:StartExecution"], resources=[self._state_machine_arn(child)]),
+            iam.PolicyStatement(
+                actions=["states:DescribeExecution", "states:StopExecution"],
+                resources=[self._stack.format_arn(service="states", resource="execution",
+                                                  resource_name=f"{child.render(self.tenant_id)}*",
+                                                  arn_format=ArnFormat.COLON_RESOURCE_NAME)],
+            ),
+        ]
+        if rule:
+            statements.append(iam.PolicyStatement(
+                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                resources=[self._stack.format_arn(service="events", resource="rule",
+                                                  resource_name="StepFunctionsGetEventsForStepFunctionsExecutionRule")],
+            ))
+        for statement in statements:
+            self.workflow_role.add_to_principal_policy(statement)
 
     def _child_executions_finding(self, child: names.DerivedName, kind: str) -> tuple[str, str, str]:
         partition, region, account = _as_nag_shows(self._stack)

@@ -16,26 +16,23 @@ How it fits together (README, "Versions, aliases and rollback"):
 - `live_alias`: an `AWS::StepFunctions::StateMachineAlias` named `live` routing 100 % to the
   parent's new version. Each deploy points it at the version it published.
 - Children are pinned: the parent's definition names the page and section *versions*
-  (`StartPinnedExecution`), and the section's the page version. A change to the page
+  (workflow.py `_run_child`), and the section's the page version. A change to the page
   definition publishes a page version, which changes the section's and the parent's
   definitions, which publishes versions of both: a parent on version N starts only the
   children of version N, whatever was deployed since.
 - IAM: Step Functions authorizes StartExecution of a version or alias on the *unqualified*
   state machine ARN, narrowed by the `states:StateMachineQualifier` condition key
   (https://docs.aws.amazon.com/step-functions/latest/dg/auth-version-alias.html), so the
-  workflow role's grant on the children stays the literal unqualified ARN (CDK would write
-  the version ARN, which authorizes nothing: aws/aws-cdk#30265, and would make a cycle between
-  the shared role's policy and the children it names).
+  workflow role's grant on the children is the literal unqualified ARN
+  (`TenantPipeline._grant_workflow_tasks`; CDK's StepFunctionsStartExecution would write the
+  version ARN, which authorizes nothing: aws/aws-cdk#30265, and would make a cycle between the
+  shared role's policy and the children it names).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 #: The alias the controller and `ops resume` start executions through.
@@ -75,27 +72,3 @@ def live_alias(scope: Construct, construct_id: str, version: sfn.CfnStateMachine
             )
         ],
     )
-
-
-@dataclass(frozen=True)
-class PinnedChild:
-    """A child state machine as its parent starts it: `by_name` (the unqualified ARN, what
-    IAM authorizes) and `version_arn` (what the parent's definition names)."""
-
-    by_name: sfn.IStateMachine
-    version_arn: str
-
-
-class StartPinnedExecution(tasks.StepFunctionsStartExecution):
-    """CDK's `StepFunctionsStartExecution` on `child.by_name` (its IAM statements: the
-    unqualified ARN and its executions), with the definition's `StateMachineArn` pinned to
-    `child.version_arn`. CDK derives both from one ARN (aws/aws-cdk#30265)."""
-
-    def __init__(self, scope: Construct, construct_id: str, *, child: PinnedChild, **kwargs: Any) -> None:
-        super().__init__(scope, construct_id, state_machine=child.by_name, **kwargs)
-        self._version_arn = child.version_arn
-
-    def to_state_json(self, state_machine_query_language: Any = None) -> Any:  # jsii override
-        state = super().to_state_json(state_machine_query_language)
-        state["Parameters"]["StateMachineArn"] = self._version_arn
-        return state

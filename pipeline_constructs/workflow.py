@@ -40,21 +40,26 @@ never holds a record, and no state holds a list that grows with the file (the se
 has at most `budgets.max_sections()` entries, a page list at most `pages_per_section`, a
 page's chunk list at most `chunks_per_page`). Each payload's keys come from its `TypedDict`
 in `lambdas/contract.py`; `_select` refuses a selector that does not cover exactly those keys.
+
+The definitions are Amazon States Language written here as plain data, not CDK's state
+classes: building about 35 states a tenant through jsii cost a quarter of a 1,000-tenant synth
+(issue 10), and the data is what the templates hold anyway. What CDK's task classes also did
+is the tenant pipeline's: the workflow role's statements for the functions and child state
+machines the tasks name (`TenantPipeline._grant_workflow_tasks`). States and keys are in the
+order CDK wrote them, so deployed definitions did not change with this module.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-
-from aws_cdk import Aws, Duration
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import aws_stepfunctions_tasks as tasks
-from constructs import Construct
+from typing import Any
 
 from lambdas import contract
 from pipeline_constructs import budgets
-from pipeline_constructs.versions import PinnedChild, StartPinnedExecution
+
+#: One state, or a whole definition, as Amazon States Language.
+State = dict[str, Any]
 
 #: Transient errors of the Lambda service itself. The seed's retrier, plus SDK client errors.
 LAMBDA_TRANSIENT_ERRORS = (
@@ -112,56 +117,109 @@ PAGE_START_ERRORS = (
 )
 
 
-def _retry(task: sfn.TaskStateBase, errors: tuple[str, ...]) -> None:
-    task.add_retry(
-        errors=list(errors),
-        interval=Duration.seconds(1),
-        max_attempts=3,
-        backoff_rate=2,
-        jitter_strategy=sfn.JitterType.FULL,
+def _retry(errors: tuple[str, ...], max_attempts: int = 3) -> State:
+    """The seed's retrier: 1 s, backoff 2, full jitter."""
+    return {"ErrorEquals": list(errors), "IntervalSeconds": 1, "MaxAttempts": max_attempts, "BackoffRate": 2,
+            "JitterStrategy": "FULL"}
+
+
+def _catch(next_state: str, result_path: str | None, errors: tuple[str, ...] = ("States.ALL",)) -> State:
+    return {"ErrorEquals": list(errors), "ResultPath": result_path, "Next": next_state}
+
+
+def _transition(next_state: str | None) -> State:
+    """`Next`, or `End` for the last state of a (sub)workflow."""
+    return {"Next": next_state} if next_state is not None else {"End": True}
+
+
+def _integration(partition: str, resource: str) -> str:
+    """A service integration's `Resource` (`partition` is a token in a template)."""
+    return f"arn:{partition}:states:::{resource}"
+
+
+def _lambda_task(partition: str, function_arn: str, *, next_state: str, retry: list[State], comment: str,
+                 result_path: str | None, payload: State, result_selector: State | None = None,
+                 catch: list[State] | None = None) -> State:
+    """An optimized Lambda invoke (`lambda:invoke`): the function's answer at `$.Payload`."""
+    state: State = {"Next": next_state, "Retry": retry}
+    if catch is not None:
+        state["Catch"] = catch
+    state.update(Type="Task", Comment=comment, ResultPath=result_path)
+    if result_selector is not None:
+        state["ResultSelector"] = result_selector
+    state.update(Resource=_integration(partition, "lambda:invoke"), Parameters={"FunctionName": function_arn, **payload})
+    return state
+
+
+def _pass(*, result_path: str, parameters: State, next_state: str, comment: str | None = None) -> State:
+    state: State = {"Type": "Pass"}
+    if comment is not None:
+        state["Comment"] = comment
+    state.update(ResultPath=result_path, Parameters=parameters, Next=next_state)
+    return state
+
+
+def _choice(choices: list[State], default: str) -> State:
+    return {"Type": "Choice", "Choices": choices, "Default": default}
+
+
+def _in_order(*, comment: str, items_path: str, item_selector: State, start_at: str, states: State,
+              next_state: str | None, catch: list[State] | None = None) -> State:
+    """An inline Map over `items_path`, one item at a time (MaxConcurrency 1: order)."""
+    state: State = {"Type": "Map", "Comment": comment, "ResultPath": None, **_transition(next_state)}
+    if catch is not None:
+        state["Catch"] = catch
+    state.update(
+        ItemsPath=items_path,
+        ItemSelector=item_selector,
+        ItemProcessor={"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": start_at, "States": states},
+        MaxConcurrency=1,
     )
+    return state
 
 
-def _clamped_range(scope: Construct, *, names: tuple[str, str, str, str], result_path: str, span: int, step: int,
-                   list_key: str, comment: str) -> tuple[sfn.IChainable, sfn.Pass]:
+def _ordered(states: dict[str, State], order: tuple[str, ...]) -> dict[str, State]:
+    """`states` in `order` (the order CDK wrote them: a definition that does not change)."""
+    if sorted(states) != sorted(order):
+        raise ValueError(f"states {sorted(states)} are not the order's {sorted(order)}")
+    return {name: states[name] for name in order}
+
+
+def _clamped_range(*, names: tuple[str, str, str, str], result_path: str, span: int, step: int, list_key: str,
+                   comment: str, next_state: str) -> dict[str, State]:
     """The states that make a page's (or a section's) list: its end `first_chunk + span - 1`
-    (`names[0]`), lowered to the file's last chunk when past it (`names[1]` chooses,
-    `names[2]` clamps), then `States.ArrayRange(first_chunk, end, step)` at
-    `<result_path>.<list_key>` (`names[3]`, returned second: chain the Map to it)."""
+    (`names[0]`, the first), lowered to the file's last chunk when past it (`names[1]`
+    chooses, `names[2]` clamps), then `States.ArrayRange(first_chunk, end, step)` at
+    `<result_path>.<list_key>` (`names[3]`, which goes on to `next_state`)."""
     end_name, choice_name, clamp_name, list_name = names
-    end = sfn.Pass(scope, end_name, parameters={"last.$": f"States.MathAdd($.first_chunk, {span - 1})"},
-                   result_path=result_path)
-    clamp = sfn.Pass(scope, clamp_name, parameters={"last.$": "$.last_chunk"}, result_path=result_path)
-    listed = sfn.Pass(
-        scope, list_name, comment=comment,
-        parameters={f"{list_key}.$": f"States.ArrayRange($.first_chunk, {result_path}.last, {step})"},
-        result_path=result_path,
-    )
-    choice = (
-        sfn.Choice(scope, choice_name)
-        .when(sfn.Condition.number_greater_than_json_path(f"{result_path}.last", "$.last_chunk"), clamp.next(listed))
-        .otherwise(listed)
-    )
-    return end.next(choice), listed
+    return {
+        end_name: _pass(result_path=result_path, parameters={"last.$": f"States.MathAdd($.first_chunk, {span - 1})"},
+                        next_state=choice_name),
+        choice_name: _choice(
+            [{"Variable": f"{result_path}.last", "NumericGreaterThanPath": "$.last_chunk", "Next": clamp_name}],
+            default=list_name,
+        ),
+        list_name: _pass(
+            comment=comment, result_path=result_path,
+            parameters={f"{list_key}.$": f"States.ArrayRange($.first_chunk, {result_path}.last, {step})"},
+            next_state=next_state,
+        ),
+        clamp_name: _pass(result_path=result_path, parameters={"last.$": "$.last_chunk"}, next_state=list_name),
+    }
 
 
-def build_page_definition(
-    scope: Construct,
-    *,
-    register_function: lambda_.IFunction,
-    chunks_per_page: int,
-    invocation_budget: int,
-) -> sfn.IChainable:
+def build_page_definition(*, partition: str, register_function_arn: str, chunks_per_page: int,
+                          invocation_budget: int) -> State:
     """The page state machine: the chunks `first_chunk` .. `min(first_chunk + chunks_per_page
     - 1, last_chunk)` of a file, one at a time (input: `contract.PageTask`)."""
     if not 1 <= chunks_per_page <= budgets.MAX_ARRAY_RANGE_ITEMS:
         raise ValueError(f"chunks_per_page {chunks_per_page} must be from 1 to {budgets.MAX_ARRAY_RANGE_ITEMS}")
-    register = tasks.LambdaInvoke(
-        scope,
-        "RegisterChunk",
+    register = _lambda_task(
+        partition, register_function_arn,
+        next_state="ChunkDone",
+        retry=[_retry(LAMBDA_TRANSIENT_ERRORS), _retry(LAMBDA_TIMEOUT_ERRORS)],
         comment="Send the chunk's records in order from the first unacknowledged one; returns before its deadline",
-        lambda_function=register_function,
-        payload=sfn.TaskInput.from_json_path_at("$"),
+        result_path="$",
         result_selector=_select(
             contract.ChunkProgress,
             {
@@ -170,44 +228,41 @@ def build_page_definition(
                 "invocation": "States.MathAdd($.Payload.invocation, 1)",
             },
         ),
-        result_path="$",
-        retry_on_service_exceptions=False,
+        payload={"Payload.$": "$"},
     )
-    _retry(register, LAMBDA_TRANSIENT_ERRORS)
-    _retry(register, LAMBDA_TIMEOUT_ERRORS)
-    wait = sfn.Wait(
-        scope,
-        "WaitForCoreSystem",
-        comment="The core system is unavailable: wait, then try the same record again",
-        time=sfn.WaitTime.seconds_path("$.retry_after_seconds"),
-    )
-    over_budget = sfn.Fail(
-        scope,
-        "ChunkOverBudget",
-        error=CHUNK_OVER_BUDGET_ERROR,
-        cause=f"the chunk used its {invocation_budget} register invocations (a bounded history); nothing is lost: "
-        "`ops resume` continues at the first unacknowledged record",
-    )
-    chunk_done = (
-        sfn.Choice(scope, "ChunkDone")
-        .when(sfn.Condition.boolean_equals("$.done", True), sfn.Succeed(scope, "ChunkRegistered"))
-        .when(sfn.Condition.number_greater_than_equals("$.invocation", invocation_budget), over_budget)
-        .when(sfn.Condition.number_greater_than("$.retry_after_seconds", 0), wait.next(register))
-        .otherwise(register)
-    )
-
+    chunk_states = {
+        "RegisterChunk": register,
+        "WaitForCoreSystem": {
+            "Type": "Wait",
+            "Comment": "The core system is unavailable: wait, then try the same record again",
+            "SecondsPath": "$.retry_after_seconds",
+            "Next": "RegisterChunk",
+        },
+        "ChunkDone": _choice(
+            [
+                {"Variable": "$.done", "BooleanEquals": True, "Next": "ChunkRegistered"},
+                {"Variable": "$.invocation", "NumericGreaterThanEquals": invocation_budget, "Next": "ChunkOverBudget"},
+                {"Variable": "$.retry_after_seconds", "NumericGreaterThan": 0, "Next": "WaitForCoreSystem"},
+            ],
+            default="RegisterChunk",
+        ),
+        "ChunkRegistered": {"Type": "Succeed"},
+        "ChunkOverBudget": {
+            "Type": "Fail",
+            "Error": CHUNK_OVER_BUDGET_ERROR,
+            "Cause": f"the chunk used its {invocation_budget} register invocations (a bounded history); nothing is "
+            "lost: `ops resume` continues at the first unacknowledged record",
+        },
+    }
     # The page's chunks: first_chunk .. min(first_chunk + chunks_per_page - 1, the file's last chunk).
-    page_range, page_chunks = _clamped_range(
-        scope, names=("PageEnd", "LastPage", "ClampToFile", "PageChunks"), result_path="$.page",
+    states = _clamped_range(
+        names=("PageEnd", "LastPage", "ClampToFile", "PageChunks"), result_path="$.page",
         span=chunks_per_page, step=1, list_key="chunks",
-        comment="This page's chunk indexes (at most chunks_per_page)",
+        comment="This page's chunk indexes (at most chunks_per_page)", next_state="ChunksInOrder",
     )
-    chunks = sfn.Map(
-        scope,
-        "ChunksInOrder",
+    states["ChunksInOrder"] = _in_order(
         comment="One chunk at a time: a failing chunk stops every later chunk",
         items_path="$.page.chunks",
-        max_concurrency=1,
         item_selector=_select(
             contract.ChunkTask,
             {
@@ -220,121 +275,99 @@ def build_page_definition(
                 "invocation": 0,
             },
         ),
-        result_path=sfn.JsonPath.DISCARD,
+        start_at="RegisterChunk",
+        states=chunk_states,
+        next_state=None,
     )
-    chunks.item_processor(register.next(chunk_done))
-    page_chunks.next(chunks)
-    return page_range
+    return {"StartAt": "PageEnd", "States": states}
 
 
-def _run_child(scope: Construct, construct_id: str, state_machine: sfn.IStateMachine | PinnedChild,
-               name_format: str, comment: str) -> tasks.StepFunctionsStartExecution:
-    """A `.sync:2` task that starts a child execution named `name_format` of the file's parent
-    execution (`$.execution_name`) and the child's first chunk, and waits for it. A failed
-    child is not retried: the file fails and halts the tenant (resume continues it). A
-    `PinnedChild` is started by its version ARN (versions.py: the parent's version pins it)."""
-    if isinstance(state_machine, PinnedChild):
-        task_type, target = StartPinnedExecution, {"child": state_machine}
-    else:
-        task_type, target = tasks.StepFunctionsStartExecution, {"state_machine": state_machine}
-    run = task_type(
-        scope,
-        construct_id,
-        comment=comment,
-        **target,
-        integration_pattern=sfn.IntegrationPattern.RUN_JOB,
-        name=sfn.JsonPath.format(
-            name_format,
-            sfn.JsonPath.string_at("$.execution_name"),
-            sfn.JsonPath.string_at("$.first_chunk"),
-        ),
-        input=sfn.TaskInput.from_json_path_at("$"),
-        result_path=sfn.JsonPath.DISCARD,
-    )
-    run.add_retry(
-        errors=list(PAGE_START_ERRORS),
-        interval=Duration.seconds(1),
-        max_attempts=budgets.CHILD_TASK_RETRIES,
-        backoff_rate=2,
-        jitter_strategy=sfn.JitterType.FULL,
-    )
-    return run
+def _run_child(partition: str, version_arn: str, name_format: str, comment: str) -> State:
+    """A `.sync:2` task that starts a child execution of the state machine version
+    `version_arn` (versions.py: the parent's version pins its children's), named `name_format`
+    of the file's parent execution (`$.execution_name`) and the child's first chunk, and waits
+    for it. A failed child is not retried: the file fails and halts the tenant (resume
+    continues it); only the start is, on throttling and the service's faults."""
+    return {
+        "End": True,
+        "Retry": [_retry(PAGE_START_ERRORS, max_attempts=budgets.CHILD_TASK_RETRIES)],
+        "Type": "Task",
+        "Comment": comment,
+        "ResultPath": None,
+        "Resource": _integration(partition, "states:startExecution.sync:2"),
+        "Parameters": {
+            "Input.$": "$",
+            "StateMachineArn": version_arn,
+            "Name.$": f"States.Format('{name_format}', $.execution_name, $.first_chunk)",
+        },
+    }
 
 
-def _pages_in_order(scope: Construct, page_state_machine: sfn.IStateMachine | PinnedChild, items_path: str,
-                    page_fields: dict[str, object]) -> sfn.Map:
+def _pages_in_order(partition: str, page_version_arn: str, items_path: str, page_fields: dict[str, object],
+                    next_state: str | None, catch: list[State] | None = None) -> State:
     """`PagesInOrder`: one page execution at a time over the page starts at `items_path`."""
-    run_page = _run_child(scope, "RunPage", page_state_machine, contract.PAGE_EXECUTION_NAME_FORMAT,
-                          "Register one page of chunks in a child execution and wait for it (its own bounded history)")
-    pages_in_order = sfn.Map(
-        scope,
-        "PagesInOrder",
+    return _in_order(
         comment="One page at a time: a failing page stops every later page",
         items_path=items_path,
-        max_concurrency=1,
         item_selector=_select(contract.PageTask, page_fields),
-        result_path=sfn.JsonPath.DISCARD,
+        start_at="RunPage",
+        states={"RunPage": _run_child(
+            partition, page_version_arn, contract.PAGE_EXECUTION_NAME_FORMAT,
+            "Register one page of chunks in a child execution and wait for it (its own bounded history)",
+        )},
+        next_state=next_state,
+        catch=catch,
     )
-    return pages_in_order.item_processor(run_page)
 
 
-def build_section_definition(
-    scope: Construct,
-    *,
-    page_state_machine: sfn.IStateMachine | PinnedChild,
-    chunks_per_page: int,
-    pages_per_section: int,
-) -> sfn.IChainable:
+def build_section_definition(*, partition: str, page_version_arn: str, chunks_per_page: int,
+                             pages_per_section: int) -> State:
     """The section state machine: the pages of chunks `first_chunk` .. `min(first_chunk +
     chunks_per_page x pages_per_section - 1, last_chunk)` of a file, one page execution at a
     time (input: `contract.PageTask`; a section starts on a page boundary, so its pages never
     cross into the next section)."""
     if not 1 <= pages_per_section <= budgets.MAX_ARRAY_RANGE_ITEMS:
         raise ValueError(f"pages_per_section {pages_per_section} must be from 1 to {budgets.MAX_ARRAY_RANGE_ITEMS}")
-    section_range, section_pages = _clamped_range(
-        scope, names=("SectionEnd", "LastSection", "ClampSection", "SectionPages"), result_path="$.section",
+    states = _clamped_range(
+        names=("SectionEnd", "LastSection", "ClampSection", "SectionPages"), result_path="$.section",
         span=chunks_per_page * pages_per_section, step=chunks_per_page, list_key="first_chunks",
         comment="The first chunk of each page of this section (at most pages_per_section)",
+        next_state="PagesInOrder",
     )
-    pages_in_order = _pages_in_order(scope, page_state_machine, "$.section.first_chunks", {
+    states["PagesInOrder"] = _pages_in_order(partition, page_version_arn, "$.section.first_chunks", {
         **{key: f"$.{key}" for key in contract.keys_of(contract.PageTask)},
         "first_chunk": "$$.Map.Item.Value",
-    })
-    section_pages.next(pages_in_order)
-    return section_range
+    }, next_state=None)
+    return {"StartAt": "SectionEnd", "States": states}
+
+
+#: The parent's states in the order CDK wrote them, without and with the completion wait.
+_PARENT_ORDER = ("Split", "AnyChunks", "Sections", "OneSection", "Pages", "PagesInOrder", "RecordSuccess",
+                 "SectionsInOrder", "RecordFailure", "IngestFailed", "FileIngested")
+_PARENT_ORDER_WITH_COMPLETION = (
+    "Split", "AnyChunks", "Sections", "OneSection", "Pages", "PagesInOrder", "WaitForCompletion", "SectionsInOrder",
+    "RecordFailure", "CompletionTimedOut", "IngestFailed", "ResumedAfterLastRecord", "RecordSuccess", "FileIngested",
+)
 
 
 def build_definition(
-    scope: Construct,
     *,
-    split_function: lambda_.IFunction,
-    page_state_machine: sfn.IStateMachine | PinnedChild,
-    section_state_machine: sfn.IStateMachine | PinnedChild,
-    closer_function: lambda_.IFunction,
+    partition: str,
+    split_function_arn: str,
+    page_version_arn: str,
+    section_version_arn: str,
+    closer_function_arn: str,
     chunks_per_page: int,
     pages_per_section: int,
     completion: CompletionWait | None = None,
-) -> sfn.IChainable:
+) -> State:
     """The parent state machine definition of one tenant (one execution per file attempt).
     With `completion`, a file whose chunks are all registered waits for the core system's
     confirmation before it is recorded as a success; without, the definition is unchanged."""
     split_result = contract.SPLIT_RESULT_PATH
-    split = tasks.LambdaInvoke(
-        scope,
-        "Split",
-        comment="Stream the pinned object version, validate it, write chunks and a manifest to S3 (or reuse them)",
-        lambda_function=split_function,
-        payload=sfn.TaskInput.from_object(
-            _select(contract.SplitRequest, _from_input("tenant", "bucket", "key", "version_id", "event_id", "start_record"))
-        ),
-        result_selector=_select(
-            contract.SplitResult, {key: f"$.Payload.{key}" for key in contract.keys_of(contract.SplitResult)}
-        ),
-        result_path=split_result,
-        retry_on_service_exceptions=False,
-    )
-    _retry(split, LAMBDA_TRANSIENT_ERRORS)
-
+    on_error = [_catch("RecordFailure", contract.ERROR_RESULT_PATH)]
+    # A file with nothing to send (a duplicate, no records) has nothing to confirm either.
+    after_chunks = "RecordSuccess" if completion is None else "WaitForCompletion"
     page_fields = {
         **_from_input("tenant", "bucket", "key", "version_id", "start_record"),
         "execution_name": "$$.Execution.Name",
@@ -345,110 +378,104 @@ def build_definition(
         "first_chunk": "$$.Map.Item.Value",
         "last_chunk": f"{split_result}.last_chunk",
     }
-    chunks_per_section = chunks_per_page * pages_per_section
-    sections = sfn.Pass(
-        scope,
-        "Sections",
-        comment="The first chunk of each section (at most budgets.max_sections(): Split refuses a bigger file)",
-        parameters={
-            "first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, {chunks_per_section})"
-        },
-        result_path="$.sections",
-    )
-    pages = sfn.Pass(
-        scope,
-        "Pages",
-        comment="The first chunk of each page (the file fits one section: at most pages_per_section)",
-        parameters={
-            "first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, {chunks_per_page})"
-        },
-        result_path="$.pages",
-    )
-    pages_in_order = _pages_in_order(scope, page_state_machine, "$.pages.first_chunks", page_fields)
-    run_section = _run_child(scope, "RunSection", section_state_machine, contract.SECTION_EXECUTION_NAME_FORMAT,
-                             "Run one section of pages in a child execution and wait for it (its own bounded history)")
-    sections_in_order = sfn.Map(
-        scope,
-        "SectionsInOrder",
-        comment="One section at a time: a failing section stops every later section",
-        items_path="$.sections.first_chunks",
-        max_concurrency=1,
-        item_selector=_select(contract.PageTask, page_fields),
-        result_path=sfn.JsonPath.DISCARD,
-    )
-    sections_in_order.item_processor(run_section)
 
-    def record_close(construct_id: str, status: str, error_paths: bool) -> tasks.LambdaInvoke:
+    def record_close(status: str, error_paths: bool, next_state: str) -> State:
         close = {"execution_name": "$$.Execution.Name", "status": status, "error": None, "cause": None,
                  "content_sha256": None, "duplicate_of": None}
         if error_paths:
             close.update(error=f"{contract.ERROR_RESULT_PATH}.Error", cause=f"{contract.ERROR_RESULT_PATH}.Cause")
         else:  # a success: the ledger remembers the file's content, or records it as a duplicate
             close.update(content_sha256=f"{split_result}.content_sha256", duplicate_of=f"{split_result}.duplicate_of")
-        task = tasks.LambdaInvoke(
-            scope,
-            construct_id,
+        # If recording fails, the status-change rule records the close (backstop): the file's
+        # outcome does not depend on it.
+        return _lambda_task(
+            partition, closer_function_arn,
+            next_state=next_state,
+            retry=[_retry((*LAMBDA_TRANSIENT_ERRORS, "States.TaskFailed"))],
+            catch=[_catch(next_state, None)],
             comment="Record the close in the ledger, notify on failure, hand off to the next file",
-            lambda_function=closer_function,
-            payload=sfn.TaskInput.from_object(_select(contract.CloseEvent, close)),
-            result_path=sfn.JsonPath.DISCARD,
-            retry_on_service_exceptions=False,
+            result_path=None,
+            payload={"Payload": _select(contract.CloseEvent, close)},
         )
-        _retry(task, (*LAMBDA_TRANSIENT_ERRORS, "States.TaskFailed"))
-        return task
 
-    done = sfn.Succeed(scope, "FileIngested")
-    failed = sfn.Fail(
-        scope,
-        "IngestFailed",
-        error_path=f"{contract.ERROR_RESULT_PATH}.Error",
-        cause_path=f"{contract.ERROR_RESULT_PATH}.Cause",
+    chunks_per_section = chunks_per_page * pages_per_section
+    states: dict[str, State] = {
+        "Split": _lambda_task(
+            partition, split_function_arn,
+            next_state="AnyChunks",
+            retry=[_retry(LAMBDA_TRANSIENT_ERRORS)],
+            catch=on_error,
+            comment="Stream the pinned object version, validate it, write chunks and a manifest to S3 (or reuse them)",
+            result_path=split_result,
+            result_selector=_select(
+                contract.SplitResult, {key: f"$.Payload.{key}" for key in contract.keys_of(contract.SplitResult)}
+            ),
+            payload={"Payload": _select(
+                contract.SplitRequest,
+                _from_input("tenant", "bucket", "key", "version_id", "event_id", "start_record"),
+            )},
+        ),
+        "AnyChunks": _choice(
+            [{"Variable": f"{split_result}.first_chunk", "NumericGreaterThanPath": f"{split_result}.last_chunk",
+              "Next": "RecordSuccess" if completion is None else "ResumedAfterLastRecord"}],
+            default="Sections",
+        ),
+        "Sections": _pass(
+            comment="The first chunk of each section (at most budgets.max_sections(): Split refuses a bigger file)",
+            result_path="$.sections",
+            parameters={"first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, "
+                                          f"{chunks_per_section})"},
+            next_state="OneSection",
+        ),
+        "OneSection": _choice(
+            [{"Variable": "$.sections.first_chunks[1]", "IsPresent": True, "Next": "SectionsInOrder"}],
+            default="Pages",
+        ),
+        "Pages": _pass(
+            comment="The first chunk of each page (the file fits one section: at most pages_per_section)",
+            result_path="$.pages",
+            parameters={"first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, "
+                                          f"{chunks_per_page})"},
+            next_state="PagesInOrder",
+        ),
+        "PagesInOrder": _pages_in_order(partition, page_version_arn, "$.pages.first_chunks", page_fields,
+                                        next_state=after_chunks, catch=on_error),
+        "RecordSuccess": record_close("SUCCEEDED", error_paths=False, next_state="FileIngested"),
+        "SectionsInOrder": _in_order(
+            comment="One section at a time: a failing section stops every later section",
+            items_path="$.sections.first_chunks",
+            item_selector=_select(contract.PageTask, page_fields),
+            start_at="RunSection",
+            states={"RunSection": _run_child(
+                partition, section_version_arn, contract.SECTION_EXECUTION_NAME_FORMAT,
+                "Run one section of pages in a child execution and wait for it (its own bounded history)",
+            )},
+            next_state=after_chunks,
+            catch=on_error,
+        ),
+        "RecordFailure": record_close("FAILED", error_paths=True, next_state="IngestFailed"),
+        "IngestFailed": {"Type": "Fail", "ErrorPath": f"{contract.ERROR_RESULT_PATH}.Error",
+                         "CausePath": f"{contract.ERROR_RESULT_PATH}.Cause"},
+        "FileIngested": {"Type": "Succeed"},
+    }
+    if completion is None:
+        return {"StartAt": "Split", "States": _ordered(states, _PARENT_ORDER)}
+    states.update(completion_states(partition, completion, next_state="RecordSuccess", record_failure="RecordFailure"))
+    # A resumed file whose every record was already acknowledged (its completion timed out or
+    # was rejected) still waits for the confirmation; a duplicate or empty file does not.
+    states["ResumedAfterLastRecord"] = _choice(
+        [{"And": [{"Variable": "$.start_record", "IsPresent": True},
+                  {"Variable": "$.start_record", "NumericGreaterThan": 0}],
+          "Next": "WaitForCompletion"}],
+        default="RecordSuccess",
     )
-    # If recording fails, the status-change rule records the close (backstop): the file's
-    # outcome does not depend on it.
-    record_success = record_close("RecordSuccess", "SUCCEEDED", error_paths=False)
-    record_success.add_catch(done, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
-    record_failure = record_close("RecordFailure", "FAILED", error_paths=True)
-    record_failure.add_catch(failed, errors=["States.ALL"], result_path=sfn.JsonPath.DISCARD)
-    on_error = record_failure.next(failed)
+    return {"StartAt": "Split", "States": _ordered(states, _PARENT_ORDER_WITH_COMPLETION)}
 
-    for step in (split, pages_in_order, sections_in_order):
-        step.add_catch(on_error, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
-    record_success.next(done)
-    # A file with nothing to send (a duplicate, no records) has nothing to confirm either.
-    after_chunks: sfn.State = record_success
-    if completion is not None:
-        after_chunks = _wait_for_completion(scope, completion, record_failure)
-        after_chunks.next(record_success)
-    one_section = (
-        sfn.Choice(scope, "OneSection")
-        .when(sfn.Condition.is_present("$.sections.first_chunks[1]"), sections_in_order.next(after_chunks))
-        .otherwise(pages.next(pages_in_order).next(after_chunks))
-    )
-    nothing_to_send: sfn.State = record_success
-    if completion is not None:
-        # A resumed file whose every record was already acknowledged (its completion timed out
-        # or was rejected) still waits for the confirmation; a duplicate or empty file does not.
-        nothing_to_send = (
-            sfn.Choice(scope, "ResumedAfterLastRecord")
-            .when(
-                sfn.Condition.and_(
-                    sfn.Condition.is_present("$.start_record"),
-                    sfn.Condition.number_greater_than("$.start_record", 0),
-                ),
-                after_chunks,
-            )
-            .otherwise(record_success)
-        )
-    any_chunks = (
-        sfn.Choice(scope, "AnyChunks")
-        .when(
-            sfn.Condition.number_greater_than_json_path(f"{split_result}.first_chunk", f"{split_result}.last_chunk"),
-            nothing_to_send,
-        )
-        .otherwise(sections.next(one_section))
-    )
-    return split.next(any_chunks)
+
+def render(definition: State, timeout_seconds: int) -> str:
+    """The `DefinitionString` of `definition`, with the execution time limit `timeout_seconds`:
+    compact JSON, as CDK writes it (tokens in it become the template's `Fn::Join`)."""
+    return json.dumps({**definition, "TimeoutSeconds": timeout_seconds}, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -465,27 +492,35 @@ class CompletionWait:
 
 #: AWS SDK integration, not the optimized `dynamodb:updateItem`: only the SDK integration
 #: supports `.waitForTaskToken` for DynamoDB (docs/design.md, "Completion callback").
-COMPLETION_RESOURCE = f"arn:{Aws.PARTITION}:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken"
+COMPLETION_RESOURCE = "aws-sdk:dynamodb:updateItem.waitForTaskToken"
 #: The errors of a wait that ran out: its TimeoutSeconds (States.Timeout) or its
 #: HeartbeatSeconds (States.HeartbeatTimeout; older documentation calls it States.Timeout).
 COMPLETION_TIMEOUT_ERRORS = ("States.Timeout", "States.HeartbeatTimeout")
 
 
-def _wait_for_completion(scope: Construct, completion: CompletionWait, record_failure: sfn.State) -> sfn.CustomState:
-    """`WaitForCompletion`: one conditional UpdateItem leaves the task token on the tenant's
-    ledger position (only while this execution is the current one, RUNNING), then the
-    execution waits for the completion entry point to answer. The core system never sees the
-    token: it names the file, the entry point looks the token up.
+def completion_states(partition: str, completion: CompletionWait, *, next_state: str,
+                      record_failure: str) -> dict[str, State]:
+    """`WaitForCompletion` (then `next_state`) and `CompletionTimedOut`: one conditional
+    UpdateItem leaves the task token on the tenant's ledger position (only while this
+    execution is the current one, RUNNING), then the execution waits for the completion entry
+    point to answer. The core system never sees the token: it names the file, the entry point
+    looks the token up.
 
     Native TimeoutSeconds/HeartbeatSeconds, not the seed's Parallel + Wait race: one state, no
-    branch to cancel, and the Catch keeps the input (ResultPath `$.error`), so RecordFailure
+    branch to cancel, and the Catch keeps the input (ResultPath `$.error`), so `record_failure`
     still has the file. No Retry: a retry would store a new token (the history bound counts one
-    attempt); a DynamoDB error fails the file like any other (on_failure decides)."""
+    attempt); a DynamoDB error fails the file like any other (on_failure decides).
+
+    ``ResultPath: null``: the answer carries nothing the workflow needs, and the input (the
+    split result `next_state` reads) must go on unchanged. Through CDK's CustomState this null
+    was dropped (Python's None is JavaScript's undefined), so the answer replaced the input and
+    a confirmed file would have failed at RecordSuccess on AWS (moto passes the input on)."""
     a = contract
-    state: dict[str, object] = {
+    wait: State = {
+        "Next": next_state,
         "Type": "Task",
         "Comment": "Leave the task token on the ledger position and wait for the core system to confirm the file",
-        "Resource": COMPLETION_RESOURCE,
+        "Resource": _integration(partition, COMPLETION_RESOURCE),
         "Parameters": {
             "TableName": completion.ledger_table_name,
             "Key": {"tenant": {"S.$": "$.tenant"}, "entry": {"S": a.LEDGER_POSITION_ENTRY}},
@@ -505,26 +540,24 @@ def _wait_for_completion(scope: Construct, completion: CompletionWait, record_fa
             },
         },
         "TimeoutSeconds": completion.timeout_seconds,
-        # The answer carries nothing the workflow needs: the input goes on unchanged.
-        "ResultPath": None,
     }
     if completion.heartbeat_seconds is not None:
-        state["HeartbeatSeconds"] = completion.heartbeat_seconds
-    wait = sfn.CustomState(scope, "WaitForCompletion", state_json=state)
+        wait["HeartbeatSeconds"] = completion.heartbeat_seconds
+    wait["ResultPath"] = None
+    wait["Catch"] = [
+        _catch("CompletionTimedOut", a.ERROR_RESULT_PATH, COMPLETION_TIMEOUT_ERRORS),
+        _catch(record_failure, a.ERROR_RESULT_PATH),
+    ]
     heartbeat = (f" or sent no heartbeat for {completion.heartbeat_seconds} s"
                  if completion.heartbeat_seconds is not None else "")
-    timed_out = sfn.Pass(
-        scope,
-        "CompletionTimedOut",
+    timed_out = _pass(
         comment="The core system did not answer in time: fail the file with a clear error",
+        result_path=a.ERROR_RESULT_PATH,
         parameters={
-            "Error": contract.COMPLETION_TIMED_OUT_ERROR,
+            "Error": a.COMPLETION_TIMED_OUT_ERROR,
             "Cause": f"the core system did not confirm the file within {completion.timeout_seconds} s{heartbeat}; "
             "every record was acknowledged: `ops resume` waits for the confirmation again, `ops skip` gives the file up",
         },
-        result_path=contract.ERROR_RESULT_PATH,
+        next_state=record_failure,
     )
-    timed_out.next(record_failure)
-    wait.add_catch(timed_out, errors=list(COMPLETION_TIMEOUT_ERRORS), result_path=contract.ERROR_RESULT_PATH)
-    wait.add_catch(record_failure, errors=["States.ALL"], result_path=contract.ERROR_RESULT_PATH)
-    return wait
+    return {"WaitForCompletion": wait, "CompletionTimedOut": timed_out}

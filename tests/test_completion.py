@@ -65,6 +65,38 @@ def test_the_last_chunk_leads_to_a_callback_task_with_native_timeout_and_heartbe
     assert "Retry" not in task  # a retry would leave a new token; the history bound counts one attempt
 
 
+def test_a_confirmed_file_goes_on_with_its_input(waits: Template) -> None:
+    """GIVEN the callback task WHEN the core system confirms (SendTaskSuccess with an output)
+    THEN the task's ResultPath is null, so the answer is dropped and RecordSuccess still finds
+    the split result it reads. Without the key Step Functions would put the answer in place of
+    the input, and RecordSuccess would fail the execution (States.Runtime, which no Catch takes):
+    CDK's CustomState dropped a None ResultPath, which moto does not show."""
+    states = definition(waits)["States"]
+
+    assert "ResultPath" in states["WaitForCompletion"] and states["WaitForCompletion"]["ResultPath"] is None
+    assert states["RecordSuccess"]["Parameters"]["Payload"]["content_sha256.$"].startswith(contract.SPLIT_RESULT_PATH)
+
+
+@pytest.mark.parametrize("machine", ["PipelineWorkflow", "PipelineSectionWorkflow", "PipelinePageWorkflow"])
+@pytest.mark.parametrize("tenant", ["waits", "plain"])
+def test_no_state_replaces_its_input_unless_it_says_so(synthesized: Synthesized, tenant: str, machine: str) -> None:
+    """Every Task, Map and Pass state of every workflow names its ResultPath (`$` where the
+    state's result is the next state's whole input, as RegisterChunk's progress is): the
+    default `$` would drop the file's fields the later states read, the class of the fault
+    above."""
+    template = synthesized.template(f"OrderedIngest-Tenant-{tenant}")
+
+    def unnamed(states: dict) -> list[str]:
+        found = []
+        for name, state in states.items():
+            if state["Type"] in ("Task", "Map", "Pass") and "ResultPath" not in state:
+                found.append(name)
+            found += unnamed(state.get("ItemProcessor", {}).get("States", {}))
+        return found
+
+    assert unnamed(definition(template, machine)["States"]) == []
+
+
 def test_a_timeout_fails_the_file_with_completion_timed_out_and_keeps_the_input(waits: Template) -> None:
     """GIVEN the callback task WHEN it times out (or its heartbeats stop) THEN CompletionTimedOut
     sets the error and goes to RecordFailure (on_failure applies); any other error (a

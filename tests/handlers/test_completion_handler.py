@@ -25,24 +25,21 @@ FILE_REF = {"event_id": EVENT_ID, "bucket": "landing", "key": "acme/a.csv", "ver
 
 
 def _definition() -> dict[str, Any]:
-    """Start -> WaitForCompletion -> Confirmed; its catches -> CompletionTimedOut / RecordFailure."""
-    from aws_cdk import App, Stack
-    from aws_cdk import aws_stepfunctions as sfn
-    from aws_cdk.assertions import Template
+    """Start -> WaitForCompletion -> Confirmed; its catches -> CompletionTimedOut / RecordFailure
+    (the workflow's own completion states, workflow.py)."""
+    from pipeline_constructs.workflow import CompletionWait, completion_states
 
-    from pipeline_constructs.workflow import CompletionWait, _wait_for_completion
-
-    stack = Stack(App(), "Spec")
-    failure = sfn.Pass(stack, "RecordFailure")
-    failure.next(sfn.Fail(stack, "IngestFailed", error_path="$.error.Error"))
-    wait = _wait_for_completion(stack, CompletionWait(timeout_seconds=30, heartbeat_seconds=20,
-                                                      ledger_table_name=LEDGER_TABLE), failure)
-    wait.next(sfn.Succeed(stack, "Confirmed"))
-    sfn.StateMachine(stack, "Machine", definition_body=sfn.DefinitionBody.from_chainable(
-        sfn.Pass(stack, "Start").next(wait)))
-    machine = next(iter(Template.from_stack(stack).find_resources("AWS::StepFunctions::StateMachine").values()))
-    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
-    return json.loads("".join(p if isinstance(p, str) else "aws" for p in parts))
+    wait = CompletionWait(timeout_seconds=30, heartbeat_seconds=20, ledger_table_name=LEDGER_TABLE)
+    return {
+        "StartAt": "Start",
+        "States": {
+            "Start": {"Type": "Pass", "Next": "WaitForCompletion"},
+            **completion_states("aws", wait, next_state="Confirmed", record_failure="RecordFailure"),
+            "Confirmed": {"Type": "Succeed"},
+            "RecordFailure": {"Type": "Pass", "Next": "IngestFailed"},
+            "IngestFailed": {"Type": "Fail", "ErrorPath": "$.error.Error"},
+        },
+    }
 
 
 DEFINITION = _definition()
