@@ -1,7 +1,7 @@
 """A direct channel to the jsii kernel for the synth processes (issue 10: synth at scale).
 
 Every construct call from Python is a round trip to the jsii kernel, a node process: about
-420 a tenant stack. jsii's Python runtime does not talk to the kernel itself. It starts
+330 a tenant stack. jsii's Python runtime does not talk to the kernel itself. It starts
 ``node jsii-runtime.js``, a relay whose only job is to start the kernel (``lib/program.js``)
 as its own child and copy each request from its stdin to the kernel's fd 3, and each response
 back, so a synth runs three processes where two do the work. On this machine (2 cores, two

@@ -1,7 +1,7 @@
 """`cdk synth` of many tenants in several processes (issue 10: 1,000 tenants in one synth).
 
 Synthesizing is a conversation between Python and the jsii kernel (node), one round trip per
-construct call, about 420 per tenant stack: one process uses about one core whatever the
+construct call, about 330 per tenant stack: one process uses about one core whatever the
 machine has. With `-c synth_workers=N` (default ``auto``: one worker per available core once
 there are `MIN_TENANTS_PER_WORKER` tenants per worker) ``app.py`` does not build the app
 itself. It starts N worker processes (`python -O -m pipeline_constructs.parallel_synth`):

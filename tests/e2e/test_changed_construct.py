@@ -1,7 +1,7 @@
 """The local run follows the constructs: change the workflow, and the guarantee checks fail.
 
 The runtime deploys the state machine definition from the synthesized template, so building
-the app with the chunk Map's MaxConcurrency raised to 2 must show up as chunks overlapping at
+the app with the workflow's Maps at MaxConcurrency 2 must show up as chunks overlapping at
 the core system, caught by the same checks that pass on the real construct (G1 tests).
 """
 
@@ -11,23 +11,22 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from aws_cdk import aws_stepfunctions as sfn
 from pipeline_checks import assert_records_in_file_order, assert_requests_in_order, csv_file
 
 from local_runtime import LocalPipeline
+from pipeline_constructs import workflow
 
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> Iterator[LocalPipeline]:
-    """The app built with every `sfn.Map` created at MaxConcurrency 2 (synthesis happens here)."""
-    original = sfn.Map
+    """The app built with every Map of the workflow at MaxConcurrency 2 (synthesis happens here)."""
+    original = workflow._in_order
 
-    def map_with_concurrency_two(*args, **kwargs):  # noqa: ANN002, ANN003 - sfn.Map's signature
-        kwargs["max_concurrency"] = 2
-        return original(*args, **kwargs)
+    def in_order_two_at_a_time(**kwargs):  # noqa: ANN003 - workflow._in_order's signature
+        return {**original(**kwargs), "MaxConcurrency": 2}
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sfn, "Map", map_with_concurrency_two)
+        patch.setattr(workflow, "_in_order", in_order_two_at_a_time)
         pipe = start_pipeline([{"id": "acme"}], chunk_size=3)
     yield pipe
 
