@@ -1163,8 +1163,9 @@ class TenantPipeline(Construct):
         return (
             "AwsSolutions-IAM5",
             f"Resource::arn:{partition}:states:{region}:{account}:execution:{child.render(self.tenant_id)}*",
-            "CDK's StepFunctionsStartExecution (.sync) grant: describe and stop the executions of this "
-            f"tenant's {kind} state machine; their names derive from the parent's, unknown in advance.",
+            "A .sync child start (the statement CDK's StepFunctionsStartExecution adds): describe and stop "
+            f"the executions of this tenant's {kind} state machine; their names derive from the parent's, "
+            "unknown in advance.",
         )
 
     def _logical_id(self, child_id: str, construct: Construct) -> str:
@@ -1211,8 +1212,8 @@ class TenantPipeline(Construct):
         )
         _acknowledge(self.closer.role, ("AwsSolutions-IAM5", f"Resource::{executions}", executions_reason))
         invoke_reason = (
-            "CDK's LambdaInvoke grant covers the function's versions and aliases (ARN:*); "
-            "it is still this tenant's function only."
+            "The workflow invokes the function (grant_invoke, as CDK's LambdaInvoke task does), which "
+            "covers its versions and aliases (ARN:*); it is still this tenant's function only."
         )
         _acknowledge(
             self.workflow_role,
