@@ -303,18 +303,35 @@ def _run_child(partition: str, version_arn: str, name_format: str, comment: str)
     }
 
 
-def _pages_in_order(partition: str, page_version_arn: str, items_path: str, page_fields: dict[str, object],
-                    next_state: str | None, catch: list[State] | None = None) -> State:
-    """`PagesInOrder`: one page execution at a time over the page starts at `items_path`."""
+@dataclass(frozen=True)
+class _Children:
+    """What differs between the parent's two ways of running children: pages or sections."""
+
+    comment: str
+    task: str
+    name_format: str
+    task_comment: str
+
+
+_PAGES = _Children("One page at a time: a failing page stops every later page", "RunPage",
+                   contract.PAGE_EXECUTION_NAME_FORMAT,
+                   "Register one page of chunks in a child execution and wait for it (its own bounded history)")
+_SECTIONS = _Children("One section at a time: a failing section stops every later section", "RunSection",
+                      contract.SECTION_EXECUTION_NAME_FORMAT,
+                      "Run one section of pages in a child execution and wait for it (its own bounded history)")
+
+
+def _children_in_order(partition: str, children: _Children, version_arn: str, items_path: str,
+                       fields: dict[str, object], next_state: str | None, catch: list[State] | None = None) -> State:
+    """`PagesInOrder` or `SectionsInOrder`: one child execution (of the state machine version
+    `version_arn`) at a time over the children's first chunks at `items_path`; each child's
+    input is a `contract.PageTask` of `fields`."""
     return _in_order(
-        comment="One page at a time: a failing page stops every later page",
+        comment=children.comment,
         items_path=items_path,
-        item_selector=_select(contract.PageTask, page_fields),
-        start_at="RunPage",
-        states={"RunPage": _run_child(
-            partition, page_version_arn, contract.PAGE_EXECUTION_NAME_FORMAT,
-            "Register one page of chunks in a child execution and wait for it (its own bounded history)",
-        )},
+        item_selector=_select(contract.PageTask, fields),
+        start_at=children.task,
+        states={children.task: _run_child(partition, version_arn, children.name_format, children.task_comment)},
         next_state=next_state,
         catch=catch,
     )
@@ -334,7 +351,7 @@ def build_section_definition(*, partition: str, page_version_arn: str, chunks_pe
         comment="The first chunk of each page of this section (at most pages_per_section)",
         next_state="PagesInOrder",
     )
-    states["PagesInOrder"] = _pages_in_order(partition, page_version_arn, "$.section.first_chunks", {
+    states["PagesInOrder"] = _children_in_order(partition, _PAGES, page_version_arn, "$.section.first_chunks", {
         **{key: f"$.{key}" for key in contract.keys_of(contract.PageTask)},
         "first_chunk": "$$.Map.Item.Value",
     }, next_state=None)
@@ -398,7 +415,15 @@ def build_definition(
             payload={"Payload": _select(contract.CloseEvent, close)},
         )
 
-    chunks_per_section = chunks_per_page * pages_per_section
+    def first_chunks(comment: str, result_path: str, step: int, next_state: str) -> State:
+        """The first chunk of every `step` chunks of the file at `<result_path>.first_chunks`."""
+        return _pass(
+            comment=comment, result_path=result_path,
+            parameters={"first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, "
+                                          f"{step})"},
+            next_state=next_state,
+        )
+
     states: dict[str, State] = {
         "Split": _lambda_task(
             partition, split_function_arn,
@@ -420,39 +445,23 @@ def build_definition(
               "Next": "RecordSuccess" if completion is None else "ResumedAfterLastRecord"}],
             default="Sections",
         ),
-        "Sections": _pass(
-            comment="The first chunk of each section (at most budgets.max_sections(): Split refuses a bigger file)",
-            result_path="$.sections",
-            parameters={"first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, "
-                                          f"{chunks_per_section})"},
-            next_state="OneSection",
+        "Sections": first_chunks(
+            "The first chunk of each section (at most budgets.max_sections(): Split refuses a bigger file)",
+            "$.sections", chunks_per_page * pages_per_section, "OneSection",
         ),
         "OneSection": _choice(
             [{"Variable": "$.sections.first_chunks[1]", "IsPresent": True, "Next": "SectionsInOrder"}],
             default="Pages",
         ),
-        "Pages": _pass(
-            comment="The first chunk of each page (the file fits one section: at most pages_per_section)",
-            result_path="$.pages",
-            parameters={"first_chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, "
-                                          f"{chunks_per_page})"},
-            next_state="PagesInOrder",
+        "Pages": first_chunks(
+            "The first chunk of each page (the file fits one section: at most pages_per_section)",
+            "$.pages", chunks_per_page, "PagesInOrder",
         ),
-        "PagesInOrder": _pages_in_order(partition, page_version_arn, "$.pages.first_chunks", page_fields,
-                                        next_state=after_chunks, catch=on_error),
+        "PagesInOrder": _children_in_order(partition, _PAGES, page_version_arn, "$.pages.first_chunks", page_fields,
+                                           next_state=after_chunks, catch=on_error),
         "RecordSuccess": record_close("SUCCEEDED", error_paths=False, next_state="FileIngested"),
-        "SectionsInOrder": _in_order(
-            comment="One section at a time: a failing section stops every later section",
-            items_path="$.sections.first_chunks",
-            item_selector=_select(contract.PageTask, page_fields),
-            start_at="RunSection",
-            states={"RunSection": _run_child(
-                partition, section_version_arn, contract.SECTION_EXECUTION_NAME_FORMAT,
-                "Run one section of pages in a child execution and wait for it (its own bounded history)",
-            )},
-            next_state=after_chunks,
-            catch=on_error,
-        ),
+        "SectionsInOrder": _children_in_order(partition, _SECTIONS, section_version_arn, "$.sections.first_chunks",
+                                              page_fields, next_state=after_chunks, catch=on_error),
         "RecordFailure": record_close("FAILED", error_paths=True, next_state="IngestFailed"),
         "IngestFailed": {"Type": "Fail", "ErrorPath": f"{contract.ERROR_RESULT_PATH}.Error",
                          "CausePath": f"{contract.ERROR_RESULT_PATH}.Cause"},

@@ -22,7 +22,7 @@ def pipe(start_pipeline) -> Iterator[LocalPipeline]:
     """The app built with every Map of the workflow at MaxConcurrency 2 (synthesis happens here)."""
     original = workflow._in_order
 
-    def in_order_two_at_a_time(**kwargs):  # noqa: ANN003 - workflow._in_order's signature
+    def in_order_two_at_a_time(**kwargs):
         return {**original(**kwargs), "MaxConcurrency": 2}
 
     with pytest.MonkeyPatch.context() as patch:
