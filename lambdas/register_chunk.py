@@ -20,7 +20,9 @@ The function works within its budget (docs/design.md §4.7):
 * any other answer (4xx, 3xx) is `SinkRejectedError`: the same record cannot succeed;
 * with `sink.auth` (`sink_auth.py`) each request carries the tenant's credential; a 401 gets
   a fresh one (the bearer secret read again) and the request is sent again at once, once; a
-  401 after that, or a 403, is `SinkAuthError` (naming the secret, never the token).
+  401 after that, or a 403, is `SinkAuthError` (naming the secret, never the token). A secret
+  that cannot be read for now (throttling, a Secrets Manager fault) is waited out like an
+  outage of the core system, within the same budget.
 
 Its records come straight from the landing object: the chunk's two entries of Split's chunk
 index give its byte range, one ranged GET of the pinned version reads exactly those bytes, and
@@ -71,7 +73,7 @@ from contract import (
 )
 from ledger import Ledger, LedgerConflict
 from runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
-from sink_auth import NoAuth, SinkAuth, sink_auth_for
+from sink_auth import CredentialUnavailable, NoAuth, SinkAuth, sink_auth_for
 from sink_client import SinkConnection, batch_body, batch_ends_after, batch_idempotency_key, rejected_offset
 
 #: Time kept in hand at the deadline for the last progress write and the return: this much,
@@ -217,14 +219,21 @@ class Register:
                 problem = None if 200 <= status < 300 else f"HTTP {status}"
             except (OSError, http.client.HTTPException) as error:
                 status, answer, problem = 0, b"", _transport_problem(error, timeout)
+            except CredentialUnavailable as error:  # nothing was sent: wait as for an outage
+                status, answer, problem = 0, b"", str(error)
             if problem is not None:
                 self.errors += 1
+            if status == 401 and not refreshed and not isinstance(self.auth, NoAuth):
+                try:
+                    refreshed = self.auth.refresh()
+                except CredentialUnavailable as error:  # the next try reads the secret again
+                    refreshed, status, problem = True, 0, str(error)
+                else:
+                    if refreshed:
+                        self.log.info("core system refused the credential; sending again with a fresh one",
+                                      extra={"status": status, "file_record": first})
+                        continue
             if status in (401, 403) and not isinstance(self.auth, NoAuth):
-                if status == 401 and not refreshed and self.auth.refresh():
-                    refreshed = True
-                    self.log.info("core system refused the credential; sending again with a fresh one",
-                                  extra={"status": status, "file_record": first})
-                    continue
                 raise SinkAuthError(
                     f"{where}: the core system refused the credentials (HTTP {status}"
                     f"{' after reading the secret again' if refreshed else ''}) of {self.auth.description}; "

@@ -6,7 +6,11 @@
   fields, or one written by a rotation function that keeps JSON, works). It is read through a
   module-level cache with a TTL (`sink_auth_cache_seconds`), so warm invocations reuse it and a
   chunk of 1,000 records costs no Secrets Manager call. A 401 reads the secret again at once
-  (`refresh`), once per request: a rotation does not fail a chunk.
+  (`refresh`), once per request: a rotation does not fail a chunk. A read that fails for a
+  reason that passes (throttling, a Secrets Manager fault, the network, after botocore's own
+  retries) is `CredentialUnavailable`: register waits and tries again as it does while the core
+  system is down, within the same outage budget; only errors that reading again cannot fix
+  (`FATAL_SECRET_ERRORS`) fail the file at once.
 * `sigv4`: each request signed (AWS Signature Version 4, botocore's `SigV4Auth`) with the
   function's own credentials, for `sink_auth_service` in `sink_auth_region`; the signature
   covers the method, path, the headers and the SHA-256 of the body.
@@ -27,11 +31,17 @@ from contract import RegisterEnv, SinkAuthError
 from runtime import aws_client, error_code
 
 #: Secrets Manager errors that reading again cannot fix (the file fails, naming the secret).
-#: Others (throttling, a service fault) are raised as they are: botocore has retried them.
+#: Any other error of the AWS SDK (throttling, a service fault, no connection) may pass:
+#: `CredentialUnavailable`.
 FATAL_SECRET_ERRORS = frozenset({
     "ResourceNotFoundException", "AccessDeniedException", "AccessDenied", "DecryptionFailure",
     "InvalidRequestException", "InvalidParameterException", "UnrecognizedClientException",
 })
+
+
+class CredentialUnavailable(Exception):  # noqa: N818 - a condition, like the core system's outage
+    """The credential could not be read for now (its message names the secret and the AWS
+    error code, never a value): register treats it as the core system being unavailable."""
 
 
 class SinkAuth(Protocol):
@@ -73,6 +83,9 @@ class TokenCache:
 
     def put(self, secret_id: str, token: str, now: float) -> None:
         self._tokens[secret_id] = (token, now)
+
+    def drop(self, secret_id: str) -> None:
+        self._tokens.pop(secret_id, None)
 
     def clear(self) -> None:
         self._tokens.clear()
@@ -122,13 +135,17 @@ class BearerToken:
         return {"Authorization": f"Bearer {token}"}
 
     def refresh(self) -> bool:
+        # The refused token is forgotten first: if this read fails, the next request reads again.
+        self.cache.drop(self.secret_id)
         self._read()
         return True
 
     def _read(self) -> str:
+        from botocore.exceptions import BotoCoreError, ClientError  # deferred, as boto3 is
+
         try:
             value = self.secrets().get_secret_value(SecretId=self.secret_id)
-        except Exception as error:
+        except (ClientError, BotoCoreError) as error:
             code = error_code(error)
             if code in FATAL_SECRET_ERRORS:
                 raise SinkAuthError(
@@ -136,7 +153,10 @@ class BearerToken:
                     "in this account and Region and that its KMS key lets the register function decrypt it",
                     status=None, credential=self.description,
                 ) from None
-            raise
+            raise CredentialUnavailable(
+                f"the core system's token secret {self.secret_id!r} cannot be read for now "
+                f"({code or type(error).__name__})"
+            ) from None
         self.reads += 1
         token = token_of(self.secret_id, value)
         self.cache.put(self.secret_id, token, self.clock())

@@ -17,7 +17,8 @@ import pytest
 import register_chunk
 import sink_auth
 from conftest import REGION, Context
-from contract import SinkAuthError
+from botocore.exceptions import ClientError, EndpointConnectionError
+from contract import SinkAuthError, SinkUnavailableError
 from test_register_chunk_handler import (  # noqa: F401 - fixtures
     Clock,
     cold_function,
@@ -170,6 +171,88 @@ def test_fails_when_the_secret_does_not_exist_naming_it(work, sink, ledger, secr
         "check that it exists in this account and Region and that its KMS key lets the register function decrypt it"
     )
     assert sink.requests == []
+
+
+class FlakySecrets:
+    """The Secrets Manager client, failing its first `failures` reads with `error`."""
+
+    def __init__(self, client: Any, failures: int, error: Exception) -> None:
+        self.client, self.failures, self.error, self.reads = client, failures, error, 0
+
+    def get_secret_value(self, **kwargs: Any) -> Any:
+        self.reads += 1
+        if self.reads <= self.failures:
+            raise self.error
+        return self.client.get_secret_value(**kwargs)
+
+
+THROTTLED = ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "GetSecretValue")
+
+
+@pytest.mark.parametrize("error", [THROTTLED, EndpointConnectionError(endpoint_url="https://secretsmanager")],
+                         ids=["throttled", "no-connection"])
+def test_a_secret_that_cannot_be_read_for_now_is_waited_out_like_an_outage(work, sink, ledger, secrets, monkeypatch,
+                                                                           error):
+    """GIVEN Secrets Manager failing the token read for a while (throttling or the network, after
+    botocore's own retries) WHEN a chunk is registered THEN nothing is sent and the chunk is not
+    failed: register backs off, then returns not done with a wait, as for a core-system outage;
+    once the secret can be read every record goes out once."""
+    flaky = FlakySecrets(secrets, failures=len(register_chunk.RETRY_BACKOFF_SECONDS) + 1, error=error)
+    monkeypatch.setattr(sink_auth, "aws_client", lambda service: flaky)
+    put_chunk(work, 0, [{"id": i} for i in range(3)])
+    clock = Clock()
+    cfg = bearer(config(sink, budget=600))
+
+    first = register(work, ledger, task(0), cfg, clock)
+
+    assert (first["done"], first["start_record"], first["records_sent"]) == (False, 0, 0)
+    assert first["fault_since"] is not None and first["retry_after_seconds"] >= register_chunk.MIN_RETRY_AFTER_SECONDS
+    assert sink.requests == []
+    clock.now += first["retry_after_seconds"]  # the workflow's Wait state
+    second = register(work, ledger, first, cfg, clock)
+    assert (second["done"], second["records_sent"], second["fault_since"]) == (True, 3, None)
+    assert [json.loads(r["body"])["id"] for r in sink.requests] == [0, 1, 2]
+    assert {r["headers"]["Authorization"] for r in sink.requests} == {f"Bearer {TOKEN}"}
+
+
+def test_a_secret_unreadable_past_the_outage_budget_fails_the_file_naming_it(work, sink, ledger, secrets, monkeypatch):
+    """GIVEN Secrets Manager throttling every read WHEN the chunk is tried until the outage
+    budget is spent THEN SinkUnavailableError names the secret and the error code, at record 0."""
+    monkeypatch.setattr(sink_auth, "aws_client", lambda service: FlakySecrets(secrets, 10**6, THROTTLED))
+    put_chunk(work, 0, [{"id": 0}])
+    clock, cfg = Clock(), bearer(config(sink, budget=60))
+
+    with pytest.raises(SinkUnavailableError) as failed:
+        progress = register(work, ledger, task(0), cfg, clock)
+        while True:
+            clock.now += progress["retry_after_seconds"]
+            progress = register(work, ledger, progress, cfg, clock)
+
+    assert failed.value.next_record == 0 and sink.requests == []
+    assert f"token secret '{SECRET}' cannot be read for now (ThrottlingException)" in str(failed.value)
+    assert "longer than the outage budget (60 s)" in str(failed.value)
+
+
+def test_a_refresh_that_cannot_read_the_secret_waits_then_reads_it_again(work, sink, ledger, secrets, monkeypatch):
+    """GIVEN a cached token the core system no longer accepts, and Secrets Manager throttling the
+    refresh WHEN the chunk is registered THEN it waits (not a refusal), and the next try reads the
+    new token and delivers: the refused token is not used again."""
+    sink_auth.BearerToken(SECRET, 300, secrets=lambda: secrets).headers(b"", {})  # cached: TOKEN
+    secrets.put_secret_value(SecretId=SECRET, SecretString=NEW_TOKEN)
+    sink.respond = accepts(NEW_TOKEN)(sink)
+    flaky = FlakySecrets(secrets, failures=len(register_chunk.RETRY_BACKOFF_SECONDS) + 1, error=THROTTLED)
+    monkeypatch.setattr(sink_auth, "aws_client", lambda service: flaky)
+    put_chunk(work, 0, [{"id": i} for i in range(2)])
+    clock, cfg = Clock(), bearer(config(sink, budget=600))
+
+    first = register(work, ledger, task(0), cfg, clock)
+    assert (first["done"], first["records_sent"]) == (False, 0)
+    clock.now += first["retry_after_seconds"]
+    second = register(work, ledger, first, cfg, clock)
+
+    assert (second["done"], second["records_sent"]) == (True, 2)
+    assert [r["headers"]["Authorization"] for r in sink.requests] == [f"Bearer {TOKEN}", f"Bearer {NEW_TOKEN}",
+                                                                       f"Bearer {NEW_TOKEN}"]
 
 
 def test_the_handler_logs_the_refusal_at_error_with_no_token_anywhere(work, sink, ledger, secrets, logs, monkeypatch):
