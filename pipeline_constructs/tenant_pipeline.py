@@ -1104,13 +1104,14 @@ class TenantPipeline(Construct):
         }.items():
             CfnOutput(self, output_id, value=value, description=f"{output_id} of tenant {self.tenant_id} (read by ops)")
 
-    def _execution_arn_pattern(self) -> str:
-        # Not `state_machine.grant_execution`: it derives the name from the ARN token with
-        # Fn::Select/Fn::Split; the literal name is as narrow and reads plainly in `cdk diff`.
+    def _execution_arn_pattern(self, name: names.DerivedName = names.STATE_MACHINE, suffix: str = ":*") -> str:
+        """The executions of this tenant's state machine `name`: its fixed name, then `suffix`.
+        Not `state_machine.grant_execution`: it derives the name from the ARN token with
+        Fn::Select/Fn::Split; the literal name is as narrow and reads plainly in `cdk diff`."""
         return self._stack.format_arn(
             service="states",
             resource="execution",
-            resource_name=f"{names.STATE_MACHINE.render(self.tenant_id)}:*",
+            resource_name=f"{name.render(self.tenant_id)}{suffix}",
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
 
@@ -1142,12 +1143,9 @@ class TenantPipeline(Construct):
             return
         statements = [
             iam.PolicyStatement(actions=["states:StartExecution"], resources=[self._state_machine_arn(child)]),
-            iam.PolicyStatement(
-                actions=["states:DescribeExecution", "states:StopExecution"],
-                resources=[self._stack.format_arn(service="states", resource="execution",
-                                                  resource_name=f"{child.render(self.tenant_id)}*",
-                                                  arn_format=ArnFormat.COLON_RESOURCE_NAME)],
-            ),
+            # `<child>*`, as CDK writes it: a child's execution name starts with the parent's.
+            iam.PolicyStatement(actions=["states:DescribeExecution", "states:StopExecution"],
+                                resources=[self._execution_arn_pattern(child, suffix="*")]),
         ]
         if rule:
             statements.append(iam.PolicyStatement(
