@@ -36,5 +36,5 @@ jsii_channel.install()  # before the CDK library starts its kernel
 from pipeline_constructs.application import build_app, new_app  # noqa: E402 (after the decision)
 
 app = new_app()
-build_app(tenants_file, app=app)
+build_app(tenants_file, app=app, config=config)
 app.synth()

@@ -52,15 +52,17 @@ class IngestApp:
 
 
 def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True,
-              part: Part | None = None) -> IngestApp:
+              part: Part | None = None, config: AppConfig | None = None) -> IngestApp:
     """One shared stack and one stack per tenant; cdk-nag AwsSolutions runs on every synth.
 
     With `targets:` in the tenants file, the same layout once per target, each in a Stage of
     its own; without, the stacks sit at the top of the app, environment-agnostic.
 
     With `part` (a worker of `parallel_synth`), only that part's tenant stacks (and the extra
-    dashboards only in the part that builds them); the shared stacks are always built."""
-    config = load_config(tenants_file)
+    dashboards only in the part that builds them); the shared stacks are always built.
+
+    `config`: the tenants file already loaded (`load_config(tenants_file)`), not read again."""
+    config = config if config is not None else load_config(tenants_file)
     app = app or new_app()
     positions = {tenant.id: position for position, tenant in enumerate(config.tenants)}
     own = part.slice(len(config.tenants)) if part else range(len(config.tenants))
