@@ -1,5 +1,5 @@
-"""Faults injected into the pipeline: controller crashes and duplicate events (the core
-system's faults are on `sink.SinkServer`)."""
+"""Faults injected into the pipeline: controller crashes, real kills of any function's process
+at a chosen point, and duplicate events (the core system's faults are on `sink.SinkServer`)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ class Faults:
         self.crashes: list[tuple[str, float]] = []  # (function name, when)
         self.duplicates_sent: list[tuple[str, str, str]] = []  # (tenant, original id, copy id)
         self._crashes_armed: dict[str, int] = {}  # by tenant
+        self._kills_armed: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}  # (tenant, role) -> (times, directive)
+        self.kills: list[tuple[str, str, str]] = []  # (tenant, role, error type) of each kill that happened
         self._duplicates_armed: dict[str, int] = {}
         self._copies: set[str] = set()
         self._lock = threading.Lock()
@@ -39,6 +41,24 @@ class Faults:
         message is not deleted and comes back after the visibility timeout.
         """
         self._arm(self._crashes_armed, tenant, times)
+
+    def kill(self, tenant: str, role: str, *, after: str, count: int = 1, times: int = 1,
+             error_type: str = "Runtime.ExitError") -> None:
+        """Kill the process of the tenant's ``role`` function (``split``, ``register``, ...) for
+        real, with SIGKILL, in its next ``times`` invocations that get that far: at the
+        ``count``-th ``after`` event of the invocation, where ``after`` is a botocore call
+        (``"s3.PutObject"``: once it succeeded) or ``"sink"`` (once the core system answered a
+        request, so the records it carried are registered and the handler never hears of it).
+
+        The invocation fails as Lambda reports a killed runtime: ``error_type``
+        (`Runtime.ExitError`; `Runtime.OutOfMemory` for an out-of-memory kill), message
+        "Runtime exited with error: signal: killed".
+        """
+        if tenant not in self._tenants:
+            raise KeyError(f"unknown tenant {tenant!r} (have: {', '.join(sorted(self._tenants))})")
+        with self._lock:
+            self._kills_armed[(tenant, role)] = (
+                times, {"after": after, "count": count, "error_type": error_type})
 
     def duplicate_next_event(self, tenant: str, times: int = 1) -> None:
         """The next ``times`` events of the tenant reach the controller twice.
@@ -52,6 +72,7 @@ class Faults:
     def clear(self) -> None:
         with self._lock:
             self._crashes_armed.clear()
+            self._kills_armed.clear()
             self._duplicates_armed.clear()
 
     def _arm(self, armed: dict[str, int], tenant: str, times: int) -> None:
@@ -67,11 +88,19 @@ class Faults:
         with self._lock:
             if function.role == CONTROLLER_ROLE and self._crashes_armed.get(function.tenant or "", 0) > 0:
                 return {"crash_after": "sfn.StartExecution"}
+            times, kill = self._kills_armed.get((function.tenant or "", function.role or ""), (0, {}))
+            if times > 0:
+                return {"kill": kill}
         return {}
 
     def observe_crash(self, function: DeployedFunction, result: InvocationResult) -> None:
         with self._lock:
-            if self._crashes_armed.get(function.tenant or "", 0) > 0:
+            armed = (function.tenant or "", function.role or "")
+            if self._kills_armed.get(armed, (0, {}))[0] > 0:
+                times, kill = self._kills_armed[armed]
+                self.kills.append((*armed, kill["error_type"]))
+                self._kills_armed[armed] = (times - 1, kill)
+            elif self._crashes_armed.get(function.tenant or "", 0) > 0:
                 self._crashes_armed[function.tenant or ""] -= 1
             self.crashes.append((function.name, time.time()))
 

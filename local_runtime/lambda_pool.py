@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -254,16 +255,17 @@ class FunctionPool:
         except WorkerDied as died:
             worker.stop()
             self._discard(worker)
-            self._platform_report(request_id, "error", started, f"Runtime exited with error: exit status {died.returncode}")
-            result = _runtime_error(
-                request_id,
-                "Runtime.ExitError",
-                f"Runtime exited with error: exit status {died.returncode}",
-                started,
-            )
-            return InvocationResult(
-                result.payload, True, result.duration, crashed=died.returncode == CRASH_EXIT_CODE
-            )
+            # As Lambda words it: a killed runtime is "signal: killed", an exit its status.
+            code = died.returncode or 0
+            how = ("signal: killed" if code == -signal.SIGKILL else f"signal: {signal.Signals(-code).name}" if code < 0
+                   else f"exit status {code}")
+            self._platform_report(request_id, "error", started, f"Runtime exited with error: {how}")
+            # A kill armed by a fault says how Lambda would report it (e.g. Runtime.OutOfMemory).
+            error_type = (faults or {}).get("kill", {}).get("error_type") or "Runtime.ExitError"
+            result = _runtime_error(request_id, error_type, f"Runtime exited with error: {how}", started)
+            injected = died.returncode == CRASH_EXIT_CODE or (
+                "kill" in (faults or {}) and died.returncode == -signal.SIGKILL)
+            return InvocationResult(result.payload, True, result.duration, crashed=injected)
         self._release(worker)
         return InvocationResult(response["payload"], bool(response["errored"]), time.monotonic() - started)
 

@@ -21,6 +21,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -40,6 +41,8 @@ _RESERVED_FIELDS = frozenset(
 
 _faults: dict[str, Any] = {}
 _request_id = ""
+#: What the armed `kill` directive has counted in this invocation.
+_kill_count = 0
 
 
 class LambdaJsonFormatter(logging.Formatter):
@@ -136,22 +139,61 @@ class LambdaContext:
 
 def _crash_hook(event_name: str, http_response: Any = None, **_: Any) -> None:
     """botocore `after-call` hook: die right after the named call succeeded, if armed."""
-    target = _faults.get("crash_after")
-    if not target or http_response is None or http_response.status_code >= 300:
+    if http_response is None or http_response.status_code >= 300:
         return
-    service, operation = target.split(".", 1)
-    if event_name == f"after-call.{service}.{operation}":
+    target = _faults.get("crash_after")
+    if target and event_name == f"after-call.{target}":
         sys.stderr.write(f"local-runtime: injected crash after {target}\n")
         sys.stderr.flush()
         os._exit(CRASH_EXIT_CODE)
+    kill = _faults.get("kill") or {}
+    if kill.get("after") and event_name == f"after-call.{kill['after']}":
+        _count_towards_kill(kill)
+
+
+def _count_towards_kill(kill: dict[str, Any]) -> None:
+    """The `kill` directive (`{"after": "s3.PutObject" | "sink", "count": n}`): at the n-th
+    such event of this invocation the process is killed for real (SIGKILL, as the Lambda
+    service kills a runtime out of memory or out of time): no handler code, no `finally`, no
+    flush runs after it."""
+    global _kill_count
+    _kill_count += 1
+    if _kill_count >= int(kill.get("count", 1)):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _sink_endpoint() -> tuple[str, int] | None:
+    """(host, port) of the function's core system (`SINK_URL`), if it has one."""
+    import urllib.parse
+
+    url = urllib.parse.urlsplit(os.environ.get("SINK_URL", ""))
+    if not url.hostname:
+        return None
+    return url.hostname, url.port or (443 if url.scheme == "https" else 80)
 
 
 def _install_fault_hooks() -> None:
     # Every client the handler creates through boto3's default session inherits the hook.
+    import http.client
+
     import boto3
 
     boto3.setup_default_session()
     boto3.DEFAULT_SESSION.events.register("after-call", _crash_hook)
+    sink = _sink_endpoint()
+    if sink is None:
+        return
+    getresponse = http.client.HTTPConnection.getresponse
+
+    def counted_getresponse(self: http.client.HTTPConnection, *args: Any, **kwargs: Any) -> Any:
+        """`kill` after `sink`: the core system has answered (and registered) the request."""
+        response = getresponse(self, *args, **kwargs)
+        kill = _faults.get("kill") or {}
+        if kill.get("after") == "sink" and (self.host, self.port) == sink:
+            _count_towards_kill(kill)
+        return response
+
+    http.client.HTTPConnection.getresponse = counted_getresponse  # type: ignore[method-assign]
 
 
 def _error_payload(error: BaseException, request_id: str) -> dict[str, Any]:
@@ -166,7 +208,7 @@ def _error_payload(error: BaseException, request_id: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    global _request_id
+    global _request_id, _kill_count
     # A script's own directory is sys.path[0]; the function must not import runtime modules.
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]
@@ -189,6 +231,7 @@ def main() -> None:
         _request_id = request["request_id"]
         _faults.clear()
         _faults.update(request.get("faults") or {})
+        _kill_count = 0
         if handler is None:
             payload = {
                 "errorMessage": f"Unable to import module '{module_name}': {init_error}",

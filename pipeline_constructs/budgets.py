@@ -84,7 +84,7 @@ def default_file_time_limit_seconds(outage_budget_seconds: int) -> int:
 # Each execution's history then has a bound that does not depend on the file's size, and a
 # file holds at most `chunks_per_page x pages_per_section x max_sections()` chunks (Split
 # refuses a bigger file before anything is sent). At the default settings a page holds 8
-# chunks, a section 996 pages, a file 996 sections: about 7.9M chunks (793M records at the
+# chunks, a section 994 pages, a file 994 sections: about 7.9M chunks (790M records at the
 # default chunk_size 100). The numbers below are the design's; `tests/test_history_bound.py`
 # recounts the bound from the synthesized definitions, state by state.
 
@@ -111,9 +111,12 @@ REGISTER_MIN_RETRY_AFTER_SECONDS, REGISTER_MAX_RETRY_AFTER_SECONDS = 1, 60
 #: Invocations a chunk may use beyond one whole outage and its deadline continuations: room
 #: for a core system that fails now and then (each fault episode costs at least one).
 REGISTER_SPARE_INVOCATIONS = 10
-#: Retries of one register invocation the workflow may make (two retriers of 3 attempts:
-#: Lambda service errors, timeouts); `workflow._retry`.
-REGISTER_RETRIES_PER_INVOCATION = 6
+#: Retries of a crashed Lambda runtime (killed, out of memory, timed out) in every Lambda task
+#: of the workflows, before the file fails saying what crashed (`workflow._crash_retry`).
+CRASH_RETRIES = 3
+#: Retries of one register invocation the workflow may make (two retriers: the seed's 3 on
+#: Lambda service errors, `CRASH_RETRIES` on crashes); `workflow._lambda_retry`.
+REGISTER_RETRIES_PER_INVOCATION = 3 + CRASH_RETRIES
 
 
 def outage_waits(outage_budget_seconds: int) -> int:
@@ -141,10 +144,11 @@ def register_invocation_budget(chunk_size: int, sink_timeout_seconds: int, outag
 
 def page_events_per_chunk(invocation_budget: int) -> int:
     """History events one chunk may add to its page execution: the Map iteration, then per
-    invocation the task (with every retry), the ChunkDone choice and a wait; the last state
-    (counted for both ends, ChunkRegistered and ChunkOverBudget: an upper bound)."""
+    invocation the task (with every retry), the ChunkDone choice and a wait; the end (counted
+    for every end, ChunkRegistered, ChunkOverBudget, and ChunkCrashed with RegisterCrashed: an
+    upper bound)."""
     per_invocation = TASK_EVENTS + REGISTER_RETRIES_PER_INVOCATION * RETRY_EVENTS + 2 * STATE_EVENTS
-    return MAP_ITERATION_EVENTS + invocation_budget * per_invocation + 2 * STATE_EVENTS
+    return MAP_ITERATION_EVENTS + invocation_budget * per_invocation + 4 * STATE_EVENTS
 
 
 #: A page execution's events besides its chunks: the execution, the page range (PageEnd,
@@ -160,21 +164,22 @@ EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES 
 #: A section execution's events besides its pages: the execution, the section range
 #: (SectionEnd, LastSection, ClampSection, SectionPages), the Map.
 SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
-#: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): `_retry`.
-PARENT_TASK_RETRIES = 3
+#: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): the seed's
+#: 3 on Lambda service errors, `CRASH_RETRIES` on crashes (`workflow._lambda_retry`).
+PARENT_TASK_RETRIES = 3 + CRASH_RETRIES
 #: `completion.wait`: the parent's callback task (WaitForCompletion: a task with TaskSubmitted,
 #: no Retry; heartbeats add no history events), then CompletionTimedOut or nothing, and
 #: ResumedAfterLastRecord. Counted for every tenant: it leaves `max_pages_per_section` as it is.
 PARENT_COMPLETION_EVENTS = SYNC_TASK_EVENTS + 2 * STATE_EVENTS
 #: The parent's events besides its pages or sections, every path counted (an upper bound of
 #: any one): the execution, Split, AnyChunks, Sections, OneSection, Pages, both Maps,
-#: RecordSuccess and RecordFailure, FileIngested and IngestFailed.
+#: RecordSuccess and RecordFailure, FileIngested and IngestFailed, SplitCrashed.
 PARENT_FIXED_EVENTS = (
     EXECUTION_EVENTS
     + 3 * (TASK_EVENTS + PARENT_TASK_RETRIES * RETRY_EVENTS)
     + 4 * STATE_EVENTS
     + 2 * MAP_EVENTS
-    + 2 * STATE_EVENTS
+    + 3 * STATE_EVENTS
     + PARENT_COMPLETION_EVENTS
 )
 

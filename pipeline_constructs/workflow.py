@@ -68,10 +68,17 @@ LAMBDA_TRANSIENT_ERRORS = (
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 )
-#: A register invocation that ran out of time (the handler returns before its deadline, so
-#: this is a crash or a hung connection): retried, and the retry continues at the first
-#: record the ledger does not have as acknowledged.
-LAMBDA_TIMEOUT_ERRORS = (
+#: A crashed, killed or timed-out runtime (docs/design.md §4.11): the process died
+#: (`Runtime.ExitError`, killed or crashed; `Runtime.OutOfMemory`), ran out of time
+#: (`Sandbox.Timedout`; the handlers return before their deadline, so this is a crash or a hung
+#: connection) or Lambda could not tell (`Lambda.Unknown`, `Lambda.ClientExecutionTimeoutException`).
+#: Transient until it repeats: every Lambda task retries them (`_crash_retry`), and a retry is
+#: safe because every step is idempotent (register continues at the first unacknowledged
+#: record under the same keys, split writes the same index again, the closer finishes a
+#: recorded close). Past `budgets.CRASH_RETRIES` retries the file fails, saying what crashed.
+LAMBDA_CRASH_ERRORS = (
+    "Runtime.ExitError",
+    "Runtime.OutOfMemory",
     "Sandbox.Timedout",
     "Lambda.Unknown",
     "Lambda.ClientExecutionTimeoutException",
@@ -121,6 +128,35 @@ def _retry(errors: tuple[str, ...], max_attempts: int = 3) -> State:
     """The seed's retrier: 1 s, backoff 2, full jitter."""
     return {"ErrorEquals": list(errors), "IntervalSeconds": 1, "MaxAttempts": max_attempts, "BackoffRate": 2,
             "JitterStrategy": "FULL"}
+
+
+def _crash_retry() -> State:
+    """The retrier of crashed runtimes: 2 s, then 4 s, then 8 s (full jitter), `budgets.CRASH_RETRIES` times."""
+    return {**_retry(LAMBDA_CRASH_ERRORS, max_attempts=budgets.CRASH_RETRIES), "IntervalSeconds": 2}
+
+
+def _lambda_retry(*extra_transient: str) -> list[State]:
+    """Every Lambda task's retriers: the Lambda service's transient errors (the seed's
+    retrier, plus `extra_transient`), then crashes."""
+    return [_retry((*LAMBDA_TRANSIENT_ERRORS, *extra_transient)), _crash_retry()]
+
+
+def _crashed(step: str, where: str, where_paths: tuple[str, ...], error_path: str, result_path: str,
+             next_state: str) -> State:
+    """The Pass state after a Lambda task whose crashes outlasted its retries: the error stays
+    the runtime's (`Runtime.OutOfMemory`, ...); the cause says what crashed, how often and where
+    (`where`, a `States.Format` template of `where_paths`), for the notification and `ops status`."""
+    arguments = ", ".join((*where_paths, f"{error_path}.Error"))
+    return _pass(
+        comment=f"{step} crashed on every attempt: fail the file saying so",
+        result_path=result_path,
+        parameters={
+            "Error.$": f"{error_path}.Error",
+            "Cause.$": f"States.Format('{step} crashed {budgets.CRASH_RETRIES + 1} times in a row {where} "
+                       f"(last: {{}})', {arguments})",
+        },
+        next_state=next_state,
+    )
 
 
 def _catch(next_state: str, result_path: str | None, errors: tuple[str, ...] = ("States.ALL",)) -> State:
@@ -217,7 +253,8 @@ def build_page_definition(*, partition: str, register_function_arn: str, chunks_
     register = _lambda_task(
         partition, register_function_arn,
         next_state="ChunkDone",
-        retry=[_retry(LAMBDA_TRANSIENT_ERRORS), _retry(LAMBDA_TIMEOUT_ERRORS)],
+        retry=_lambda_retry(),
+        catch=[_catch("ChunkCrashed", "$.crash", LAMBDA_CRASH_ERRORS)],
         comment="Send the chunk's records in order from the first unacknowledged one; returns before its deadline",
         result_path="$",
         result_selector=_select(
@@ -253,6 +290,9 @@ def build_page_definition(*, partition: str, register_function_arn: str, chunks_
             "Cause": f"the chunk used its {invocation_budget} register invocations (a bounded history); nothing is "
             "lost: `ops resume` continues at the first unacknowledged record",
         },
+        "ChunkCrashed": _crashed("register", "at chunk index {} of the file", ("$.chunk_index",), "$.crash",
+                                 "$.crash", "RegisterCrashed"),
+        "RegisterCrashed": {"Type": "Fail", "ErrorPath": "$.crash.Error", "CausePath": "$.crash.Cause"},
     }
     # The page's chunks: first_chunk .. min(first_chunk + chunks_per_page - 1, the file's last chunk).
     states = _clamped_range(
@@ -360,10 +400,10 @@ def build_section_definition(*, partition: str, page_version_arn: str, chunks_pe
 
 #: The parent's states in the order CDK wrote them, without and with the completion wait.
 _PARENT_ORDER = ("Split", "AnyChunks", "Sections", "OneSection", "Pages", "PagesInOrder", "RecordSuccess",
-                 "SectionsInOrder", "RecordFailure", "IngestFailed", "FileIngested")
+                 "SectionsInOrder", "RecordFailure", "IngestFailed", "FileIngested", "SplitCrashed")
 _PARENT_ORDER_WITH_COMPLETION = (
     "Split", "AnyChunks", "Sections", "OneSection", "Pages", "PagesInOrder", "WaitForCompletion", "SectionsInOrder",
-    "RecordFailure", "CompletionTimedOut", "IngestFailed", "ResumedAfterLastRecord", "RecordSuccess", "FileIngested",
+    "RecordFailure", "CompletionTimedOut", "IngestFailed", "ResumedAfterLastRecord", "RecordSuccess", "FileIngested", "SplitCrashed",
 )
 
 
@@ -408,7 +448,7 @@ def build_definition(
         return _lambda_task(
             partition, closer_function_arn,
             next_state=next_state,
-            retry=[_retry((*LAMBDA_TRANSIENT_ERRORS, "States.TaskFailed"))],
+            retry=_lambda_retry("States.TaskFailed"),
             catch=[_catch(next_state, None)],
             comment="Record the close in the ledger, notify on failure, hand off to the next file",
             result_path=None,
@@ -428,8 +468,8 @@ def build_definition(
         "Split": _lambda_task(
             partition, split_function_arn,
             next_state="AnyChunks",
-            retry=[_retry(LAMBDA_TRANSIENT_ERRORS)],
-            catch=on_error,
+            retry=_lambda_retry(),
+            catch=[_catch("SplitCrashed", contract.ERROR_RESULT_PATH, LAMBDA_CRASH_ERRORS), *on_error],
             comment="Stream the pinned object version, validate it, write chunks and a manifest to S3 (or reuse them)",
             result_path=split_result,
             result_selector=_select(
@@ -463,6 +503,8 @@ def build_definition(
         "SectionsInOrder": _children_in_order(partition, _SECTIONS, section_version_arn, "$.sections.first_chunks",
                                               page_fields, next_state=after_chunks, catch=on_error),
         "RecordFailure": record_close("FAILED", error_paths=True, next_state="IngestFailed"),
+        "SplitCrashed": _crashed("split", "on this file, before this attempt sent any record", (), contract.ERROR_RESULT_PATH,
+                                 contract.ERROR_RESULT_PATH, "RecordFailure"),
         "IngestFailed": {"Type": "Fail", "ErrorPath": f"{contract.ERROR_RESULT_PATH}.Error",
                          "CausePath": f"{contract.ERROR_RESULT_PATH}.Cause"},
         "FileIngested": {"Type": "Succeed"},

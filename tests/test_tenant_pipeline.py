@@ -263,12 +263,53 @@ def test_lambda_tasks_retry_only_transient_lambda_errors_with_the_seed_settings(
         assert not any(set(r["ErrorEquals"]) & set(LAMBDA_TRANSIENTS) for r in others)
 
 
-def test_register_timeouts_are_retried_and_the_core_system_is_retried_by_the_handler_not_the_workflow(acme):
-    """A timed-out invocation is retried (it continues at the first unacknowledged record); a
-    core-system fault is not a workflow retry (the handler spends its budget per fault episode)."""
-    register = page_definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
+CRASHES = ["Runtime.ExitError", "Runtime.OutOfMemory", "Sandbox.Timedout", "Lambda.Unknown",
+           "Lambda.ClientExecutionTimeoutException", "States.Timeout"]
+
+
+def lambda_tasks(template: Template) -> dict[str, dict]:
+    """Every Lambda task of the tenant's three workflows, by state name."""
+    states = definition(template)["States"]
+    register = page_definition(template)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
+    tasks = {name: state for name, state in states.items() if state.get("Resource", "").endswith(":lambda:invoke")}
+    assert set(tasks) == {"Split", "RecordSuccess", "RecordFailure"}
+    return {**tasks, "RegisterChunk": register}
+
+
+def test_every_lambda_task_retries_a_crashed_runtime_with_backoff_a_bounded_number_of_times(acme):
+    """GIVEN any Lambda step of the workflows WHEN its runtime dies (killed, out of memory, timed
+    out, or Lambda cannot tell) THEN the step is retried with backoff, CRASH_RETRIES times: a crash
+    is transient until it repeats (docs/design.md 4.11)."""
+    for name, task in lambda_tasks(acme).items():
+        crash = [r for r in task["Retry"] if "Runtime.ExitError" in r["ErrorEquals"]]
+        assert crash == [{"ErrorEquals": CRASHES, "IntervalSeconds": 2, "MaxAttempts": budgets.CRASH_RETRIES,
+                          "BackoffRate": 2, "JitterStrategy": "FULL"}], name
+
+
+def test_register_and_split_fail_the_file_saying_what_crashed_once_the_retries_are_spent(acme):
+    """GIVEN register or split crashing on every attempt WHEN the retries are spent THEN the
+    error stays the runtime's and the cause says which step crashed, how often and where."""
+    page = page_definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]
+    assert page["RegisterChunk"]["Catch"] == [{"ErrorEquals": CRASHES, "ResultPath": "$.crash", "Next": "ChunkCrashed"}]
+    attempts = budgets.CRASH_RETRIES + 1
+    assert page["ChunkCrashed"]["Parameters"] == {
+        "Error.$": "$.crash.Error",
+        "Cause.$": f"States.Format('register crashed {attempts} times in a row at chunk index {{}} of the file "
+                   "(last: {})', $.chunk_index, $.crash.Error)",
+    }
+    assert page["ChunkCrashed"]["Next"] == "RegisterCrashed"
+    assert page["RegisterCrashed"] == {"Type": "Fail", "ErrorPath": "$.crash.Error", "CausePath": "$.crash.Cause"}
+    states = definition(acme)["States"]
+    assert states["Split"]["Catch"][0] == {"ErrorEquals": CRASHES, "ResultPath": "$.error", "Next": "SplitCrashed"}
+    assert states["SplitCrashed"]["Next"] == "RecordFailure" and states["SplitCrashed"]["ResultPath"] == "$.error"
+    assert states["SplitCrashed"]["Parameters"]["Cause.$"].startswith(f"States.Format('split crashed {attempts} times")
+
+
+def test_the_core_system_is_retried_by_the_register_handler_not_the_workflow(acme):
+    """A core-system fault is not a workflow retry (the handler spends its budget per fault
+    episode), and no retrier takes every error."""
+    register = lambda_tasks(acme)["RegisterChunk"]
     errors = [e for r in register["Retry"] for e in r["ErrorEquals"]]
-    assert {"Sandbox.Timedout", "Lambda.Unknown", "Lambda.ClientExecutionTimeoutException", "States.Timeout"} <= set(errors)
     assert "SinkRetryableError" not in errors and "States.ALL" not in errors and "States.TaskFailed" not in errors
 
 
@@ -291,7 +332,7 @@ def test_a_chunk_loops_until_done_and_waits_while_the_core_system_is_down(acme):
 def test_every_close_is_recorded_then_failures_fail_the_execution(acme):
     states = definition(acme)["States"]
     for name in ("Split", "PagesInOrder"):
-        assert states[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "RecordFailure"}]
+        assert states[name]["Catch"][-1:] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "RecordFailure"}]
     assert states["PagesInOrder"]["Next"] == "RecordSuccess"
     assert states["RecordSuccess"]["Next"] == "FileIngested"
     assert states["RecordSuccess"]["Parameters"]["Payload"] == {
