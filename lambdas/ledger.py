@@ -105,6 +105,10 @@ class Position:
     waiting_since: float | None
     waiting_sent_at: float | None  # when the waiting message was sent: its wait is now minus this
     sequence: int | None = None  # `key_sequence` ordering: the current file's sequence number
+    #: Records per POST the file is sent with, pinned (with `chunk_size`) before its first
+    #: record, so a batch sent again after a crash or a resume has the same records and key
+    #: even if `sink.batch_size` or `chunk_size` changed meanwhile (`pin_settings`).
+    batch_size: int | None = None
 
     def next_sequence(self, first: int) -> int:
         """`key_sequence` ordering: the sequence number of the file that may start next."""
@@ -159,6 +163,7 @@ class Position:
             waiting_since=n("waiting_since"),
             waiting_sent_at=n("waiting_sent_at"),
             sequence=i("sequence"),
+            batch_size=i("batch_size"),
             duplicate_of=json.loads(s("duplicate_of") or "null"),
         )
 
@@ -241,7 +246,7 @@ class Ledger:
             "Key": self._key(),
             "UpdateExpression": (
                 f"{sets} "
-                "REMOVE chunk_size, chunk_count, record_count, closed_at, closed_as, #error, cause, skip_reason, "
+                "REMOVE chunk_size, batch_size, chunk_count, record_count, closed_at, closed_as, #error, cause, skip_reason, "
                 "waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at, duplicate_of"
             ),
             "ConditionExpression": condition,
@@ -383,6 +388,29 @@ class Ledger:
             values,
             names={"#status": "status"},
         )
+
+    def pin_settings(self, execution: str, chunk_size: int, batch_size: int) -> Position:
+        """Pin the current file's chunk size and records per POST, once, before its first record
+        is sent: every later attempt (a retry after a crash, a resume after `chunk_size` or
+        `sink.batch_size` changed, a split again after the chunk index expired) cuts the same
+        chunks and batches, so a record sent again always goes under the key it had. A chunk
+        size the file already has (written by an earlier release's progress) is kept.
+
+        Returns the position as pinned (by this call or an earlier one); `LedgerConflict` if
+        `execution` is not the running execution of the current file."""
+        try:
+            return self._update(
+                "SET batch_size = :batch, chunk_size = if_not_exists(chunk_size, :size)",
+                "execution = :execution AND #status = :running AND attribute_not_exists(batch_size)",
+                {":execution": _s(execution), ":running": _s(RUNNING), ":batch": _n(batch_size),
+                 ":size": _n(chunk_size)},
+                names={"#status": "status"},
+            )
+        except LedgerConflict:
+            position = self.read()
+            if position.execution != execution or not position.running or position.batch_size is None:
+                raise
+            return position  # pinned before, by an earlier attempt at this file
 
     def record_close(
         self,

@@ -119,6 +119,8 @@ class Register:
         self.chunk_index, self.chunk_size = int(task["chunk_index"]), int(task["chunk_size"])
         self.chunk_start = self.chunk_index * self.chunk_size
         self.fault_since: float | None = task.get("fault_since")
+        #: Records per POST: the file's pinned value (`first_record`), not the environment's.
+        self.batch_size = config.sink_batch_size
         self.sent = 0
         self.errors = 0  # failed tries of this invocation (retried, or the rejection)
         self.requests = 0  # acknowledged POSTs of this invocation (records in record mode, batches in batch mode)
@@ -139,7 +141,9 @@ class Register:
             )
 
     def first_record(self) -> int:
-        """Where to start: past everything acknowledged; refuses a stale execution."""
+        """Where to start: past everything acknowledged; refuses a stale execution. Pins the
+        file's chunk and batch sizes on its first invocation and sends with the pinned ones:
+        the idempotency keys of a file never depend on settings that changed since it started."""
         position = self.ledger.read()
         execution = self.task["execution_name"]
         if position.execution != execution or not position.running:
@@ -148,12 +152,25 @@ class Register:
                 f"(current: {position.execution}, {position.status}); nothing was sent. "
                 "A failed file continues with `ops resume`, never with a redrive"
             )
+        if position.batch_size is None:
+            try:
+                position = self.ledger.pin_settings(execution, self.chunk_size, self.config.sink_batch_size)
+            except LedgerConflict:
+                raise StaleExecutionError(
+                    f"execution {execution} lost its place before it sent anything; stopping") from None
+        if position.chunk_size is not None and position.chunk_size != self.chunk_size:
+            raise ValueError(
+                f"the file was started with chunks of {position.chunk_size} records, this chunk index has "
+                f"{self.chunk_size}; nothing was sent (delete the file's folder in the work bucket, then resume: "
+                "Split writes the index again with the file's own chunk size)"
+            )
+        self.batch_size = position.batch_size or self.config.sink_batch_size
         return max(int(self.task["start_record"]), self.chunk_start, position.next_record)
 
     def run(self, lines: Any, sink: SinkConnection) -> ChunkProgress:
         next_record = self.first_record()
         index = self.chunk_start  # file position of the line at hand
-        batch_size = self.config.sink_batch_size
+        batch_size = self.batch_size
         batch: list[bytes] = []  # records from next_record on, not sent yet
         try:
             for _, line in lines:
@@ -198,7 +215,7 @@ class Register:
         """Body, idempotency key and the words naming the request in errors and logs."""
         bucket, key, version_id = self.task["bucket"], self.task["key"], self.task["version_id"]
         offset = first - self.chunk_start
-        if self.config.sink_batch_size == 1:
+        if self.batch_size == 1:
             where = f"chunk {self.chunk_index} record {offset} (file record {first})"
             return records[0], idempotency_key(bucket, key, version_id, first), where
         last = first + len(records) - 1
@@ -270,7 +287,7 @@ class Register:
     def _rejected(self, where: str, problem: str, status: int, first: int, count: int, answer: bytes) -> SinkRejectedError:
         """The rejection of a request. A batch is rejected whole (the core system registered none
         of it); its answer may name the offending record (`rejected_index`), which the error names."""
-        if self.config.sink_batch_size == 1:
+        if self.batch_size == 1:
             return SinkRejectedError(f"{where}: {problem}", status=status, chunk_index=self.chunk_index, record_index=first)
         offset = rejected_offset(answer, count)
         named = "" if offset is None else f", the core system names file record {first + offset}"

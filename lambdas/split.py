@@ -73,8 +73,8 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     split again, which writes the same index. `first_chunk`..`last_chunk` is the range still
     to register, from the one holding `start_record`; a file of more than `max_chunks` chunks
     is refused (`FileTooLargeError`) before any record is sent. `s3` is a boto3 S3 client;
-    `ddb` a DynamoDB client,
-    needed with `duplicate_files: skip` only. The pass stops as soon as the file has more than
+    `ddb` a DynamoDB client: the ledger's content items (`duplicate_files: skip`) and the
+    file's pinned chunk size when it is split again. The pass stops as soon as the file has more than
     `max_chunks` chunks, and, given `remaining_seconds` (the invocation's time left), before
     the deadline (`SplitTimeLimitError`): never a Lambda timeout half-way. A file is only ever found a duplicate before any
     of it was sent (`start_record` 0): a resumed file goes on.
@@ -94,7 +94,8 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     prefix = chunk_prefix(config.tenant_id, file_id)
     manifest = _existing_manifest(s3, config, prefix, version_id, start_record)
     if manifest is None:
-        manifest = _split(s3, config, request, prefix, remaining_seconds)
+        chunk_size = _pinned_chunk_size(ddb, config, file_id) or config.chunk_size
+        manifest = _split(s3, config, request, prefix, chunk_size, remaining_seconds)
     elif log is not None:
         log.info("the chunk index of this file exists; reusing it",
                  extra={"chunk_count": manifest["chunk_count"]})
@@ -183,16 +184,26 @@ def _not_found(error: BaseException) -> bool:
     return error_code(error) in ("NoSuchKey", "404", "NotFound")
 
 
-def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str,
+def _pinned_chunk_size(ddb: Any, config: SplitEnv, file_id: str) -> int | None:
+    """The chunk size the tenant's current file was started with, if it is this file and
+    register pinned one (`Ledger.pin_settings`): a file split again (its index expired, or a
+    split that crashed) after `chunk_size` changed keeps its chunks, so its records keep
+    their batches and keys."""
+    if ddb is None:
+        return None
+    position = Ledger(ddb, config.ledger_table_name, config.tenant_id).read()
+    return position.chunk_size if position.file_id == file_id else None
+
+
+def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str, chunk_size: int,
            remaining_seconds: Callable[[], float] | None = None) -> dict[str, Any]:
-    """Validate the pinned version in one streamed pass, writing the chunk index as it goes,
-    then the manifest (last: it marks completion). Refuses a file as soon as it has one chunk
-    more than `max_chunks`, and stops before the deadline."""
+    """Validate the pinned version in one streamed pass into chunks of `chunk_size` records,
+    writing the chunk index as it goes, then the manifest (last: it marks completion). Refuses
+    a file as soon as it has one chunk more than `max_chunks`, and stops before the deadline."""
     bucket, key, version_id = request["bucket"], request["key"], request["version_id"]
     body = _HashingBody(s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)["Body"])
     lines = TextLines(body)
     index = IndexWriter(s3, config.work_bucket, chunk_index_key(prefix))
-    chunk_size = config.chunk_size
     try:
         starts, record_count, csv_records = chunk_starts(config.format, lines, chunk_size)
         for offset in starts:
@@ -250,7 +261,7 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str,
 def handler(event: SplitRequest, config: SplitEnv, log: BoundLogger, context: Any) -> SplitResult:
     """Step Functions task entry point (`SplitRequest` in, `SplitResult` out)."""
     log.info("split started")
-    ddb = aws_client("dynamodb") if config.duplicate_files == "skip" else None
+    ddb = aws_client("dynamodb")
     result = split_file(event, config=config, s3=aws_client("s3"), log=log, ddb=ddb,
                         remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000)
     log.info("split finished", extra=pick(result, "chunk_count", "record_count"))

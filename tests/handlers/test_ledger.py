@@ -236,3 +236,19 @@ def test_a_failure_is_never_recorded_as_a_duplicate(ledger):
     after = ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1,
                                 duplicate_of={"key": "k", "version_id": "v", "event_id": "e0"})
     assert (after.status, after.duplicate_of, after.halted) == (FAILED, None, True)
+
+
+def test_a_files_settings_are_pinned_once_and_forgotten_with_the_next_file(ledger):
+    """GIVEN a running file WHEN its first register invocation pins chunk 3 / batch 2 and a later
+    one (settings changed) pins 5 / 4 THEN the first stays; a stale execution cannot pin; the next
+    file claimed starts unpinned."""
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+
+    assert (ledger.pin_settings("e1", 3, 2).chunk_size, ledger.read().batch_size) == (3, 2)
+    assert (ledger.pin_settings("e1", 5, 4).chunk_size, ledger.read().batch_size) == (3, 2)
+    with pytest.raises(LedgerConflict):
+        ledger.pin_settings("someone-else", 5, 4)
+
+    ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    ledger.claim(ledger.read(), file("e2"), "e2", NOW + 2)
+    assert (ledger.read().chunk_size, ledger.read().batch_size) == (None, None)

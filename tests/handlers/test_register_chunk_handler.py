@@ -793,3 +793,47 @@ def test_a_warm_function_does_not_serve_another_version_or_chunk_size_from_what_
     assert [json.loads(r)["id"] for r in records(task(0, version_id=first))] == ["a", "b", "c"]
     second = put_file(work, b'{"id": "x"}\n{"id": "y"}\n', chunk_size=2)
     assert [json.loads(r)["id"] for r in records(task(0, version_id=second, chunk_size=2, record_count=2))] == ["x", "y"]
+
+
+class CrashedLedger:
+    """The ledger as a crashed invocation leaves it: the process died before any of its progress
+    writes (they are lost), everything else as usual."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    def record_progress(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_a_file_keeps_its_chunk_and_batch_size_when_the_settings_change_before_it_resumes(work, sink, ledger,
+                                                                                        batch_size):
+    """GIVEN chunk 0 (6 records) sent with batch_size 3 (or one record per POST) by an invocation
+    that crashed before its progress reached the ledger WHEN the settings change (sink.batch_size 2)
+    and the chunk is sent again THEN the file's pinned sizes are used: every record acknowledged
+    before goes again under the key it had, never a new one."""
+    put_chunk(work, 0, [{"id": i} for i in range(6)], chunk_size=6)
+    register(work, CrashedLedger(ledger), task(0, chunk_size=6), config(sink, batch_size=batch_size))
+    first_run = list(zip(sink.keys(), sink.bodies()))
+    assert ledger.read().next_record == 0 and ledger.read().batch_size == batch_size
+    sink.requests.clear()
+
+    result = register(work, ledger, task(0, chunk_size=6), config(sink, batch_size=2))
+
+    assert result["done"] and list(zip(sink.keys(), sink.bodies())) == first_run
+    assert (ledger.read().chunk_size, ledger.read().batch_size) == (6, batch_size)
+
+
+def test_fails_before_sending_when_the_chunks_were_cut_at_another_size_than_the_files(work, sink, ledger):
+    """GIVEN a file pinned at chunks of 6 records WHEN a task comes with chunks of 3 (an index
+    written by hand or by an older release) THEN nothing is sent and the error says how to recover."""
+    put_chunk(work, 0, [{"id": i} for i in range(6)], chunk_size=3)
+    ledger.pin_settings("evt-1", 6, 1)
+
+    with pytest.raises(ValueError, match="started with chunks of 6 records, this chunk index has 3; nothing was sent"):
+        register(work, ledger, task(0, chunk_size=3), config(sink))
+    assert sink.requests == []

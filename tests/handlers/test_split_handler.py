@@ -433,7 +433,8 @@ def test_an_aborted_index_upload_leaves_nothing(buckets):
 
 
 @pytest.fixture
-def handler_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def handler_env(monkeypatch: pytest.MonkeyPatch, ledger_table: str) -> None:
+    """The deployed environment, with the tenant's ledger (split reads a file's pinned chunk size)."""
     for name, value in contract.environment(config("csv", chunk_size=2)).items():
         monkeypatch.setenv(name, value)
 
@@ -658,3 +659,27 @@ def logs_adapter() -> Any:
     from runtime import BoundLogger, get_logger
 
     return BoundLogger(get_logger("split"), {})
+
+
+def test_a_file_split_again_after_chunk_size_changed_keeps_the_chunk_size_it_started_with(buckets, ddb, ledger_table):
+    """GIVEN file evt-1 started with chunks of 3 (pinned in the ledger by its first register
+    invocation) and its chunk index expired WHEN it resumes at record 7 after chunk_size became 5
+    THEN split cuts the same chunks of 3 again (chunk 2 holds record 7): the records keep their
+    batches and keys."""
+    from contract import FileRef
+    from ledger import Ledger
+
+    request = upload(buckets, csv_file(10))
+    first = split_file(request, config=config(), s3=buckets, ddb=ddb)
+    ledger = Ledger(ddb, LEDGER_TABLE, TENANT)
+    ledger.claim(ledger.read(), FileRef(**{k: request[k] for k in FileRef.__annotations__}), "evt-1", 1.0)
+    ledger.pin_settings("evt-1", 3, 1)
+    for key in work_keys(buckets):
+        buckets.delete_object(Bucket=WORK, Key=key)
+
+    resumed = split_file({**request, "start_record": 7}, config=config(chunk_size=5), s3=buckets, ddb=ddb)
+
+    assert (resumed["chunk_size"], resumed["first_chunk"]) == (3, 2)
+    assert index_offsets(buckets, resumed) == index_offsets(buckets, first)
+    fresh = split_file({**request, "event_id": "evt-2"}, config=config(chunk_size=5), s3=buckets, ddb=ddb)
+    assert fresh["chunk_size"] == 5  # another file: the setting as it is now
