@@ -21,7 +21,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import budgets, encryption, names
+from pipeline_constructs import budgets, encryption, names, routing
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge, acknowledge_all
@@ -439,7 +439,8 @@ class TenantPipeline(Construct):
 
         # Backstop of the workflow's last state (status-change events are best effort, and the
         # workflow cannot record a timeout or an abort itself); RUNNING too, to stop an
-        # execution started outside the gate (a hand-made redrive).
+        # execution started outside the gate (a hand-made redrive). Files start through the
+        # alias: the event may name the state machine bare or qualified, both match.
         self.status_rule = events.Rule(
             self,
             "ExecutionStatusRule",
@@ -450,7 +451,7 @@ class TenantPipeline(Construct):
                 source=["aws.states"],
                 detail_type=["Step Functions Execution Status Change"],
                 detail={
-                    "stateMachineArn": [self.state_machine.state_machine_arn],
+                    "stateMachineArn": routing.own_workflow_arns(self.state_machine.state_machine_arn),
                     "status": ["RUNNING", *sorted(contract.CLOSED_STATUSES)],
                 },
             ),
