@@ -588,10 +588,16 @@ SINK_REQUESTS_METRIC = "SinkRequests"
 #: The field the Lambda runtime itself writes in JSON log format for its own records (an
 #: unhandled exception outside the handler's wrapper, an import error): not `level`.
 RUNTIME_LOG_LEVEL_FIELD = "log_level"
-#: Statuses of Lambda's platform records (`{"type": "platform.report", "record": {"status":
-#: ...}}`, also `platform.initReport`, `platform.runtimeDone`) that mean the invocation or
-#: the init failed: `timeout` is a Lambda timeout ("Task timed out"), `error` and `failure`
-#: a crash or an init failure.
+#: Statuses of Lambda's platform records in JSON log format (`{"type": "platform.report",
+#: "record": {"status": ...}}`, also `platform.runtimeDone`, and `platform.initReport` for the
+#: init) that mean the invocation or the init failed: `timeout` (the function ran out of time),
+#: `error` and `failure` (a crash, an init failure); the Telemetry API schema's statuses are
+#: success, failure, error and timeout
+#: (https://docs.aws.amazon.com/lambda/latest/dg/telemetry-schema-reference.html).
+#: A platform record has no level field. AWS assigns it a level only to filter system logs:
+#: WARN for a `platform.report` or `platform.runtimeDone` whose status is not `success`
+#: (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html,
+#: "Event mapping for system log level"), never ERROR: the filter matches the status.
 PLATFORM_FAILURE_STATUSES = ("timeout", "error", "failure")
 
 

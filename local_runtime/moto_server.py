@@ -413,10 +413,10 @@ def _event_bus_targets_forward_the_event() -> Any:
     moto 5.2.5 re-publishes only `source`, `detail-type` and `detail` through `PutEvents`: the
     forwarded event loses its `time` (the controller's late-arrival check reads it), its
     `resources`, and the S3 event's account and Region become the receiving backend's. Here the
-    receiving bus's rules get the whole event with a fresh `id` (one per forward; whether a
-    classic bus-to-bus delivery keeps the id is not documented, and a new one is the case the
-    pipeline must survive: the ledger's version marker makes a second event for the same object
-    version a duplicate). As on AWS, an event a bus received from another bus is not forwarded
+    receiving bus's rules get the whole event with a fresh `id` (one per forward; AWS documents a
+    new id for the newer bus type's bus-to-bus target, and nothing of the classic buses: the
+    ledger's version marker, not the id, makes a second event for the same object version a
+    duplicate). As on AWS, an event a bus received from another bus is not forwarded
     to a third one. moto has no Lambda target at all (it raises); other targets are delivered by
     moto as before."""
     from moto.events import models

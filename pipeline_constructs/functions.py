@@ -125,8 +125,10 @@ def pipeline_function(
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,
         application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
-        # INFO, not WARN: a timeout is reported in the `platform.report` record (status
-        # "timeout"), which is an INFO system record; the error-log filter counts it.
+        # INFO: every invocation's `platform.report` (duration, memory) reaches the log group.
+        # A failed one (status "timeout", "error"), which the error-log filter counts, is a
+        # WARN system record (contract.PLATFORM_FAILURE_STATUSES): any of the three levels
+        # delivers it.
         system_log_level_v2=lambda_.SystemLogLevel.INFO,
         # X-Ray (the tenant's `tracing`): active tracing, or no tracing setting at all.
         tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED,

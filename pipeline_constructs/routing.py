@@ -93,17 +93,47 @@ def object_created_pattern(bucket_name: str, prefixes: Sequence[str]) -> dict[st
     }
 
 
+def own_workflow_arns(state_machine_arn: str) -> list[Any]:
+    """The ``stateMachineArn`` values of a tenant's status rule: its file workflow's ARN, bare
+    or qualified by a version or alias (``<arn>:live``, ``<arn>:3``).
+
+    AWS documents the field for `DescribeExecution`, where it is the bare ARN of an execution
+    started through an alias, not for the event: both shapes match. The ':' keeps the prefix
+    to this one state machine: a name holds no ':', another tenant's workflow ARN is
+    ``...:<other id>-file-ingest-workflow`` (an id cannot contain ``-file-ingest-``, so it
+    cannot begin with this tenant's name), and the page and section machines are
+    ``...-file-ingest-page`` and ``...-file-ingest-section``."""
+    return [state_machine_arn, {"prefix": f"{state_machine_arn}:"}]
+
+
+#: Any tenant's file workflow ARN qualified by a version or alias (one matcher for a shard's
+#: forwarding rule, see `status_pattern`).
+QUALIFIED_WORKFLOW_ARN = {"wildcard": f"*{STATE_MACHINE_SUFFIX}:*"}
+
+
 def status_pattern(tenant_ids: Sequence[str]) -> dict[str, Any]:
     """Status changes of the tenants' file workflows (a shard's forwarding rule).
 
-    By the ARN's suffix ``:<id>-file-ingest-workflow`` (':' then the state machine's name,
-    which holds no ':'), about half the characters of the full ARN: the default bus only
-    carries this account's and Region's service events. The tenant's own rule on the shard
-    bus still matches the full ARN and the statuses."""
+    A bare ARN by its suffix ``:<id>-file-ingest-workflow`` (':' then the state machine's
+    name, which holds no ':'), about half the characters of the full ARN: the default bus
+    only carries this account's and Region's service events. A qualified ARN (``...:live``,
+    ``...:3``; see `own_workflow_arns`) by one matcher for every tenant,
+    `QUALIFIED_WORKFLOW_ARN`: such an event goes to every shard bus, where only its tenant's
+    rule matches it. Per tenant it would take either the full ARN as a prefix (twice the
+    characters: half the tenants per shard) or a wildcard each, and EventBridge refuses a
+    rule with many leading wildcards as too complex
+    (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-create-pattern-operators.html,
+    "wildcards and event pattern complexity"). The tenant's own rule on the shard bus
+    matches its ARN exactly, and the statuses."""
     return {
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],
-        "detail": {"stateMachineArn": [{"suffix": f":{names.STATE_MACHINE.render(t)}"} for t in tenant_ids]},
+        "detail": {
+            "stateMachineArn": [
+                *({"suffix": f":{names.STATE_MACHINE.render(t)}"} for t in tenant_ids),
+                dict(QUALIFIED_WORKFLOW_ARN),
+            ]
+        },
     }
 
 

@@ -21,7 +21,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import budgets, encryption, names
+from pipeline_constructs import budgets, encryption, names, routing
 from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge, acknowledge_all
@@ -439,7 +439,8 @@ class TenantPipeline(Construct):
 
         # Backstop of the workflow's last state (status-change events are best effort, and the
         # workflow cannot record a timeout or an abort itself); RUNNING too, to stop an
-        # execution started outside the gate (a hand-made redrive).
+        # execution started outside the gate (a hand-made redrive). Files start through the
+        # alias: the event may name the state machine bare or qualified, both match.
         self.status_rule = events.Rule(
             self,
             "ExecutionStatusRule",
@@ -450,7 +451,7 @@ class TenantPipeline(Construct):
                 source=["aws.states"],
                 detail_type=["Step Functions Execution Status Change"],
                 detail={
-                    "stateMachineArn": [self.state_machine.state_machine_arn],
+                    "stateMachineArn": routing.own_workflow_arns(self.state_machine.state_machine_arn),
                     "status": ["RUNNING", *sorted(contract.CLOSED_STATUSES)],
                 },
             ),
@@ -828,10 +829,13 @@ class TenantPipeline(Construct):
         AWSLambdaVPCAccessExecutionRole (`*` on every ENI action); Lambda needs neither.
 
         Lambda creates and deletes the function's network interfaces with its execution role,
-        the data role split shares: Create only in the configured subnets and security groups,
-        Delete and the address assignments only of interfaces in the VPC, Describe on `*` (it
-        supports no resource-level permission). The function depends on the role's policy, so
-        CloudFormation grants these before Lambda checks them at creation."""
+        the data role split shares. The EC2 actions of AWSLambdaVPCAccessExecutionRole (v3,
+        https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSLambdaVPCAccessExecutionRole.html),
+        scoped: Create only in the configured subnets and security groups, Delete and the address
+        assignments only of interfaces in the VPC, DescribeNetworkInterfaces and DescribeSubnets
+        on `*` (they support no resource-level permission); its logs actions are the function's
+        own log group grant. The function depends on the role's policy, so CloudFormation grants
+        these before Lambda checks them at creation."""
         if props.vpc_id is None and not props.vpc_subnet_ids and not props.vpc_security_group_ids:
             return
         if props.vpc_id is None or not props.vpc_subnet_ids or not props.vpc_security_group_ids:
@@ -849,8 +853,8 @@ class TenantPipeline(Construct):
 
         subnets = [ec2_arn("subnet", subnet) for subnet in props.vpc_subnet_ids]
         self.data_role.add_to_policy(iam.PolicyStatement(
-            sid="RegisterVpcDescribeInterfaces",
-            actions=["ec2:DescribeNetworkInterfaces"],
+            sid="RegisterVpcDescribe",
+            actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],
             resources=["*"],
         ))
         # EC2 authorizes CreateNetworkInterface on the new interface (no id yet, and no
@@ -874,8 +878,9 @@ class TenantPipeline(Construct):
         _acknowledge(
             self.data_role,
             ("AwsSolutions-IAM5", "Resource::*",
-             "ec2:DescribeNetworkInterfaces (the register function's VPC network interfaces, created by Lambda "
-             "with this role) supports no resource-level permission; X-Ray trace segments (tracing: true) neither."),
+             "ec2:DescribeNetworkInterfaces and ec2:DescribeSubnets (Lambda attaching the register function to "
+             "the tenant's subnets with this role) support no resource-level permission; X-Ray trace segments "
+             "(tracing: true) neither."),
             ("AwsSolutions-IAM5", f"Resource::arn:{partition}:ec2:{region}:{account}:network-interface/*",
              "Lambda names the register function's network interfaces itself; creating one is limited to the "
              "tenant's subnets and security groups (named in the same statement), deleting one to its VPC "

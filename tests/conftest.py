@@ -119,3 +119,55 @@ ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 def normalise_asset_hashes(template: dict) -> dict:
     """Replace asset hashes so that a change of handler code does not churn every snapshot."""
     return json.loads(ASSET_HASH.sub("<asset-hash>", json.dumps(template)))
+
+
+# -- Step Functions status-change events and the rules that match them ---------------------------
+
+ACCOUNT_ARN = "arn:aws:states:us-east-1:123456789012"
+
+
+def workflow_arn(name: str, qualifier: str | None = None) -> str:
+    """A state machine's ARN in the tests' account, bare or qualified (`:live`, `:3`)."""
+    return f"{ACCOUNT_ARN}:stateMachine:{name}" + (f":{qualifier}" if qualifier else "")
+
+
+def status_change(state_machine_arn: str, status: str = "FAILED", **detail: str) -> dict:
+    """A "Step Functions Execution Status Change" event as the EventBridge reference shows it
+    (https://docs.aws.amazon.com/step-functions/latest/dg/cw-events.html), whose
+    `stateMachineArn` is `state_machine_arn` (bare or qualified); `detail` adds fields such
+    as `stateMachineAliasArn`. The execution ARN never carries the qualifier."""
+    machine = state_machine_arn.split(":")[6]
+    execution = f"{ACCOUNT_ARN}:execution:{machine}:evt-1"
+    return {
+        "version": "0", "id": "e", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
+        "account": "123456789012", "time": "2026-11-30T00:00:00Z", "region": "us-east-1", "resources": [execution],
+        "detail": {"executionArn": execution, "stateMachineArn": state_machine_arn, "name": "evt-1",
+                   "status": status, "startDate": 1, "stopDate": 2, "input": "{}", "output": None, **detail},
+    }
+
+
+def resolved(pattern: dict, refs: dict[str, str]) -> dict:
+    """An event pattern from a template with each `Ref` to a logical id in `refs` replaced by
+    that ARN and each `Fn::Join` joined (what CloudFormation hands EventBridge)."""
+
+    def walk(node):
+        if isinstance(node, dict):
+            if set(node) == {"Ref"} and node["Ref"] in refs:
+                return refs[node["Ref"]]
+            if set(node) == {"Fn::Join"}:
+                separator, parts = node["Fn::Join"]
+                return separator.join(walk(p) for p in parts)
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(pattern)
+
+
+def pattern_matches(pattern: dict, event: dict) -> bool:
+    """Whether EventBridge's content filtering matches `event` to `pattern` (moto's matcher,
+    the one the local runtime routes with; it knows exact values, prefix, suffix, wildcard)."""
+    from moto.events.models import EventPattern
+
+    return EventPattern.load(json.dumps(pattern)).matches_event(event)

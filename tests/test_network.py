@@ -84,13 +84,21 @@ def test_split_controller_and_closer_are_exactly_as_without_network(network_app)
     assert comparable(register) == comparable(public["register"])
 
 
+#: The EC2 actions of the AWS managed policy AWSLambdaVPCAccessExecutionRole, v3 (2024-01-05):
+#: https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSLambdaVPCAccessExecutionRole.html
+MANAGED_POLICY_EC2_ACTIONS = {
+    "ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
+}
+
+
 def test_the_data_role_may_create_interfaces_only_in_the_tenants_subnets_and_delete_only_in_its_vpc(network_app):
     statements = {s["Sid"]: s for s in data_role_statements(network_app.templates["OrderedIngest-Tenant-private"])
                   if s.get("Sid", "").startswith("RegisterVpc")}
     assert statements == {
-        "RegisterVpcDescribeInterfaces": {
-            "Action": "ec2:DescribeNetworkInterfaces", "Effect": "Allow", "Resource": "*",
-            "Sid": "RegisterVpcDescribeInterfaces"},
+        "RegisterVpcDescribe": {
+            "Action": ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"], "Effect": "Allow", "Resource": "*",
+            "Sid": "RegisterVpcDescribe"},
         "RegisterVpcCreateInterfaces": {
             "Action": "ec2:CreateNetworkInterface", "Effect": "Allow",
             "Resource": [arn("network-interface/*"), arn(f"security-group/{GROUPS[0]}"), arn(f"subnet/{SUBNETS[0]}"),
@@ -102,6 +110,16 @@ def test_the_data_role_may_create_interfaces_only_in_the_tenants_subnets_and_del
             "Condition": {"ArnEquals": {"ec2:Vpc": arn(f"vpc/{VPC}")}},
             "Sid": "RegisterVpcManageInterfaces"},
     }
+
+
+def test_the_data_role_has_every_ec2_action_of_the_managed_policy_for_vpc_functions(network_app):
+    """GIVEN a tenant with `network` THEN its data role allows each EC2 action AWS's managed
+    policy for VPC functions grants (scoped as above): Lambda needs none that is missing."""
+    granted = set()
+    for statement in data_role_statements(network_app.templates["OrderedIngest-Tenant-private"]):
+        actions = statement["Action"]
+        granted |= {actions} if isinstance(actions, str) else set(actions)
+    assert MANAGED_POLICY_EC2_ACTIONS <= granted
 
 
 def test_without_network_the_data_role_has_no_ec2_permission_and_no_managed_policy(network_app):

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline_constructs import routing
 from pipeline_constructs.config import parse_config
-from tests.conftest import problems_of
+from tests.conftest import pattern_matches, problems_of, status_change, workflow_arn
 
 SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
 
@@ -104,10 +104,56 @@ def test_buses_and_roles_routing_adds():
     assert routing.custom_event_buses(many, 40) == 40 + groups
 
 
-def test_a_status_forward_matches_the_workflow_arn_by_its_suffix_only():
+def test_a_status_forward_matches_a_bare_workflow_arn_by_its_suffix_and_any_qualified_one():
     pattern = routing.status_pattern(["acme"])
-    assert pattern["detail"] == {"stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}]}
+    assert pattern["detail"] == {
+        "stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}, {"wildcard": "*-file-ingest-workflow:*"}]
+    }
     assert pattern["source"] == ["aws.states"]
+
+
+ROUTED = [Tenant("acme", "acme/"), Tenant("globex", "globex/"), Tenant("initech", "initech/")]
+MACHINES = [
+    (tenant, workflow_arn(f"{tenant}-file-ingest-{kind}", qualifier))
+    for tenant in ("acme", "globex", "initech")
+    for kind in ("workflow", "page", "section")
+    for qualifier in (None, "live", "3")
+]
+
+
+def closers_reached(event: dict) -> set[str]:
+    """The tenants whose closer gets `event` with two shards: the default bus forwards it to
+    each shard bus whose status rule matches, and there each tenant's own status rule decides."""
+    reached = set()
+    for shard in routing.layout(ROUTED, 2):
+        if not shard.tenant_ids or not pattern_matches(routing.status_pattern(shard.tenant_ids), event):
+            continue
+        for tenant in shard.tenant_ids:
+            own = routing.own_workflow_arns(workflow_arn(f"{tenant}-file-ingest-workflow"))
+            if pattern_matches({"source": ["aws.states"], "detail": {"stateMachineArn": own}}, event):
+                reached.add(tenant)
+    return reached
+
+
+@pytest.mark.parametrize(("tenant", "state_machine_arn"), MACHINES, ids=[arn.split(":", 6)[6] for _, arn in MACHINES])
+def test_each_status_change_reaches_its_own_tenants_closer_only_bare_or_qualified(tenant, state_machine_arn):
+    """GIVEN three tenants on two shards (acme on 0, globex and initech on 1) WHEN a state
+    machine's execution changes status, its event naming the machine bare or qualified by the
+    `live` alias or a version THEN a file workflow's event reaches its own tenant's closer and
+    no other; a page's or a section's reaches none."""
+    expected = {tenant} if "-file-ingest-workflow" in state_machine_arn else set()
+    assert closers_reached(status_change(state_machine_arn)) == expected
+
+
+def test_a_bare_status_change_is_forwarded_to_its_shard_only_a_qualified_one_to_every_shard():
+    """The forwarding cost of the qualified shape: one wildcard for every tenant instead of a
+    full ARN per tenant, so such an event reaches every shard bus (and only its tenant's rule)."""
+    shards = [s for s in routing.layout(ROUTED, 2) if s.tenant_ids]
+    forwarded = lambda event: [s.index for s in shards if pattern_matches(routing.status_pattern(s.tenant_ids), event)]
+    assert forwarded(status_change(workflow_arn("acme-file-ingest-workflow"))) == [0]
+    assert forwarded(status_change(workflow_arn("globex-file-ingest-workflow"))) == [1]
+    assert forwarded(status_change(workflow_arn("acme-file-ingest-workflow", "live"))) == [0, 1]
+    assert forwarded(status_change(workflow_arn("acme-file-ingest-page", "live"))) == []
 
 
 def test_pattern_sizes_are_measured_with_the_longest_bucket_name():

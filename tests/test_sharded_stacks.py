@@ -71,7 +71,9 @@ def test_the_shared_stack_has_one_bus_per_shard_and_two_forwarding_rules_per_sha
     assert rules["ordered-ingest-shard-0-status"]["EventPattern"] == {
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],
-        "detail": {"stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}]},
+        "detail": {
+            "stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}, {"wildcard": "*-file-ingest-workflow:*"}]
+        },
     }
     for k in (0, 1):
         for kind in ("objects", "status"):

@@ -13,7 +13,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from pipeline_constructs import workflow
-from tests.conftest import synthesize
+from tests.conftest import pattern_matches, resolved, status_change, synthesize, workflow_arn
 
 MACHINES = {"Workflow": "acme-file-ingest-workflow", "SectionWorkflow": "acme-file-ingest-section",
             "PageWorkflow": "acme-file-ingest-page"}
@@ -159,34 +159,53 @@ def test_nothing_changed_publishes_nothing(page_changed, tmp_path: Path):
 
 # --- the status rule still matches executions started through the alias ---------------------------
 
-
-def _status_event(state_machine_arn: str, **detail: str) -> dict[str, Any]:
-    """A "Step Functions Execution Status Change" event as the EventBridge reference shows it
-    (https://docs.aws.amazon.com/step-functions/latest/dg/cw-events.html); `detail` adds
-    `stateMachineVersionArn`/`stateMachineAliasArn` for an execution started through them."""
-    execution = state_machine_arn.replace(":stateMachine:", ":execution:") + ":evt-1"
-    return {
-        "version": "0", "id": "e", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
-        "account": "123456789012", "time": "2026-11-30T00:00:00Z", "region": "us-east-1", "resources": [execution],
-        "detail": {"executionArn": execution, "stateMachineArn": state_machine_arn, "name": "evt-1",
-                   "status": "FAILED", "startDate": 1, "stopDate": 2, "input": "{}", "output": None, **detail},
-    }
+ARN = workflow_arn("acme-file-ingest-workflow")
 
 
-@pytest.mark.parametrize("started_through", ["unqualified", "alias", "version"])
-def test_the_status_rule_matches_executions_started_through_the_alias_or_a_version(acme, started_through):
-    """GIVEN the status rule's pattern (the state machine's unqualified ARN) WHEN an execution
-    started through the alias or a version changes status THEN its event still matches: the
-    event's `stateMachineArn` is the state machine's, the version and alias come as their own
-    fields; another tenant's execution does not match."""
-    from moto.events.models import EventPattern
+def _status_rule(template: Template) -> dict[str, Any]:
+    """acme's status rule's pattern with its state machine's ARN in place of the `Ref`."""
+    machine_id, _ = _one(template, "AWS::StepFunctions::StateMachine", "PipelineWorkflow")
+    (rule,) = [r for r in template.find_resources("AWS::Events::Rule").values() if r["Properties"]["Name"] == "acme-sfn-status"]
+    return resolved(rule["Properties"]["EventPattern"], {machine_id: ARN})
 
-    machine_id, _ = _one(acme, "AWS::StepFunctions::StateMachine", "PipelineWorkflow")
-    arn = "arn:aws:states:us-east-1:123456789012:stateMachine:acme-file-ingest-workflow"
-    (rule,) = [r for r in acme.find_resources("AWS::Events::Rule").values() if r["Properties"]["Name"] == "acme-sfn-status"]
-    pattern = json.loads(json.dumps(rule["Properties"]["EventPattern"]).replace(json.dumps({"Ref": machine_id}), json.dumps(arn)))
-    detail = {"alias": {"stateMachineAliasArn": f"{arn}:live", "stateMachineVersionArn": f"{arn}:7"},
-              "version": {"stateMachineVersionArn": f"{arn}:7"}, "unqualified": {}}[started_through]
-    matcher = EventPattern.load(json.dumps(pattern))
-    assert matcher.matches_event(_status_event(arn, **detail))
-    assert not matcher.matches_event(_status_event(arn.replace("acme-", "globex-"), **detail))
+
+@pytest.mark.parametrize(
+    ("state_machine_arn", "detail"),
+    [
+        (ARN, {"stateMachineAliasArn": f"{ARN}:live", "stateMachineVersionArn": f"{ARN}:7"}),
+        (ARN, {"stateMachineVersionArn": f"{ARN}:7"}),
+        (ARN, {}),
+        (f"{ARN}:live", {}),
+        (f"{ARN}:3", {}),
+    ],
+    ids=["bare-alias-fields", "bare-version-field", "bare", "alias-qualified", "version-qualified"],
+)
+@pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"])
+def test_the_status_rule_matches_executions_started_through_the_alias_or_a_version(
+    acme, state_machine_arn, detail, status
+):
+    """GIVEN acme's status rule WHEN an execution started through the `live` alias or a version
+    changes status THEN its event matches whichever way it names the state machine: the bare
+    ARN with the alias and version as fields of their own, or the ARN qualified by them (AWS
+    documents the bare ARN for DescribeExecution, not for the event)."""
+    assert pattern_matches(_status_rule(acme), status_change(state_machine_arn, status, **detail))
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        workflow_arn("globex-file-ingest-workflow"),
+        workflow_arn("globex-file-ingest-workflow", "live"),
+        workflow_arn("acme-eu-file-ingest-workflow"),  # a tenant whose id starts with acme's
+        workflow_arn("acme-eu-file-ingest-workflow", "3"),
+        workflow_arn("acme-file-ingest-page"),
+        workflow_arn("acme-file-ingest-page", "3"),
+        workflow_arn("acme-file-ingest-section", "2"),
+        workflow_arn("acme-file-ingest-workflowx"),  # not one of the app's names, still not acme's
+    ],
+)
+def test_the_status_rule_matches_no_other_state_machine(acme, other):
+    """GIVEN acme's status rule (its ARN, or its ARN and ':' as a prefix) WHEN another tenant's
+    workflow, or acme's own page or section machine, changes status, bare or qualified THEN the
+    event does not match: the closer sees only its file workflow's executions."""
+    assert not pattern_matches(_status_rule(acme), status_change(other))

@@ -1,8 +1,10 @@
-"""G2 (no double processing): duplicate events, a controller crash after StartExecution and
-core-system 5xx/429 never register a record twice, and every record is registered."""
+"""G2 (no double processing): duplicate events, the same object version under another event
+id, a controller crash after StartExecution and core-system 5xx/429 never register a record
+twice, and every record is registered."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -17,6 +19,8 @@ from pipeline_checks import (
 from local_runtime import LocalPipeline
 
 FILES = [("d0", 7), ("d1", 7), ("d2", 5), ("d3", 4), ("d4", 6)]
+#: The id d2's event comes again under (see `run`).
+OTHER_ID = "11111111-2222-3333-4444-555555555555"
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,10 @@ def run(start_pipeline) -> Run:
     # ... and once more, long after it was processed.
     d0_event = next(d.body for d in pipe.deliveries("acme") if '"acme/d0.csv"' in d.body)
     pipe.send_to_queue("acme", d0_event)
+    # d2's object version under another event id: what a second delivery across a bus-to-bus
+    # hop (routing.shards) may be, as EventBridge may give a forwarded event a new id.
+    d2_event = json.loads(next(d.body for d in pipe.deliveries("acme") if '"acme/d2.csv"' in d.body))
+    pipe.send_to_queue("acme", json.dumps({**d2_event, "id": OTHER_ID}))
     pipe.wait_until_idle(timeout=60)
     return Run(pipe, uploads)
 
@@ -64,6 +72,17 @@ def test_one_execution_per_file_despite_crash_and_duplicates(run: Run) -> None:
     assert sorted(e["key"] for e in executions) == sorted(key for key, _ in run.uploads)
     assert_no_overlap(executions)
     assert_files_in_order(executions, [key for key, _ in run.uploads])
+
+
+def test_the_same_object_version_under_another_event_id_runs_once(run: Run) -> None:
+    """GIVEN d2 processed WHEN an event for d2's object version comes with another id (a second
+    delivery across a bus-to-bus hop may carry a new id, a replay does) THEN it is consumed and
+    nothing starts: the ledger's version marker stops it, not the event id; d2 ran once."""
+    copies = [d for d in run.pipe.deliveries("acme") if OTHER_ID in d.body]
+    assert [d.outcome for d in copies] == ["deleted"]
+    executions = run.pipe.executions("acme")
+    assert OTHER_ID not in {e["name"] for e in executions}
+    assert [e["key"] for e in executions].count("acme/d2.csv") == 1
 
 
 def test_the_faults_really_happened(run: Run) -> None:

@@ -4,6 +4,7 @@ bus, with the real handlers; the guarantees hold as without shards."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -19,6 +20,7 @@ from pipeline_checks import (
 from local_runtime import LocalPipeline
 from pipeline_constructs import names
 from pipeline_constructs.tenant_pipeline import WAITING_VISIBILITY
+from tests.conftest import pattern_matches
 
 # sha256 modulo 2 (tests/test_routing.py pins it): acme on shard 0, globex and initech on 1.
 SHARD_OF = {"acme": 0, "globex": 1, "initech": 1}
@@ -28,25 +30,34 @@ STATUS_CHANGE = "Step Functions Execution Status Change"
 
 
 class StatusEvents:
-    """The status-change events each closer received from EventBridge (not from the workflow)."""
+    """The status-change events each closer received from EventBridge (not from the workflow),
+    and, once handled, whether the handler failed."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.by_tenant: dict[str, list[dict[str, Any]]] = {}
+        self.handled: dict[str, list[tuple[str, bool]]] = {}
 
     def __call__(self, function: Any, event: Any, result: Any) -> None:
-        if (
-            result is None
-            and function.role == "closer"
-            and isinstance(event, dict)
-            and event.get("detail-type") == STATUS_CHANGE
-        ):
-            with self._lock:
+        if function.role != "closer" or not isinstance(event, dict) or event.get("detail-type") != STATUS_CHANGE:
+            return
+        with self._lock:
+            if result is None:
                 self.by_tenant.setdefault(function.tenant, []).append(event["detail"])
+            else:
+                self.handled.setdefault(function.tenant, []).append((event["detail"]["stateMachineArn"], result.errored))
 
     def statuses(self, tenant: str) -> set[tuple[str, str]]:
         with self._lock:
             return {(d["name"], d["status"]) for d in self.by_tenant.get(tenant, [])}
+
+    def handled_by_state_machine(self, tenant: str) -> dict[str, list[bool]]:
+        """stateMachineArn -> whether each handled event of it failed."""
+        with self._lock:
+            found: dict[str, list[bool]] = {}
+            for arn, errored in self.handled.get(tenant, []):
+                found.setdefault(arn, []).append(errored)
+            return found
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +152,44 @@ def test_an_upload_outside_every_prefix_is_still_logged(pipe, ingested):
 
     messages = wait_for(logged, timeout=20, what="the stray upload in the unmatched-uploads log group")
     assert len(messages) == 1 and "stray/file.csv" in messages[0]
+
+
+def deployed_status_rules_matching(pipe: LocalPipeline, event: dict[str, Any]) -> set[str]:
+    """The tenants' status rules (on every bus) whose deployed pattern matches ``event``."""
+    events = pipe.client("events")
+    found = set()
+    for bus in [None, *(names.shard_bus_name(k) for k in set(SHARD_OF.values()))]:
+        on_bus = {"EventBusName": bus} if bus else {}
+        for rule in events.list_rules(**on_bus)["Rules"]:
+            if rule["Name"].endswith("-sfn-status") and pattern_matches(json.loads(rule["EventPattern"]), event):
+                found.add(rule["Name"])
+    return found
+
+
+@pytest.mark.parametrize("tenant", sorted(SHARD_OF))
+def test_a_status_change_naming_the_workflow_by_alias_or_version_reaches_its_closer_only(
+    pipe, ingested, status_events, tenant
+):
+    """GIVEN the tenant's last file closed WHEN its status change comes to the default bus again
+    naming the state machine qualified by the `live` alias, and by version 3 (AWS documents the
+    bare ARN for DescribeExecution, not for the event) THEN both go through the shard routing to
+    the tenant's closer, which records them without error (a repeated close changes nothing);
+    of the deployed status rules only the tenant's own matches them."""
+    last = pipe.executions(tenant)[-1]
+    qualified = {f"{pipe.tenants[tenant].state_machine_arn}:{q}" for q in ("live", "3")}
+    # Step Functions' stand-in: moto takes PutEvents with an `aws.` source (AWS refuses it)
+    # and routes it like the service events the local runtime emits.
+    events = pipe.client("events")
+    sent = []
+    for arn in sorted(qualified):
+        detail = {"executionArn": last["executionArn"], "stateMachineArn": arn, "name": last["name"],
+                  "status": "SUCCEEDED", "input": "{}", "output": "{}", "error": None, "cause": None}
+        events.put_events(Entries=[{"Source": "aws.states", "DetailType": STATUS_CHANGE, "Detail": json.dumps(detail),
+                                    "Resources": [last["executionArn"]]}])
+        sent.append({"source": "aws.states", "detail-type": STATUS_CHANGE, "detail": detail})
+    wait_for(lambda: qualified <= set(status_events.handled_by_state_machine(tenant)), timeout=30,
+             what=f"{tenant}'s closer handling its qualified status changes")
+    handled = status_events.handled_by_state_machine(tenant)
+    assert {arn: handled[arn] for arn in qualified} == {arn: [False] for arn in qualified}
+    for event in sent:
+        assert deployed_status_rules_matching(pipe, event) == {f"{tenant}-sfn-status"}

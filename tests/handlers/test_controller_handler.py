@@ -262,7 +262,8 @@ def test_a_duplicate_event_of_a_file_done_long_ago_is_let_go(config, sfn, ddb, s
 
 def test_a_replayed_event_of_a_processed_version_is_let_go(config, sfn, ddb, sqs, queue, ledger):
     """GIVEN file A done WHEN an event with a new id announces A's version again (ops reconcile
-    --replay, a DLQ replay) THEN nothing starts and the message goes (the version marker)."""
+    --replay, a DLQ replay, a second delivery across a bus-to-bus hop) THEN nothing starts and
+    the message goes (the version marker)."""
     run(queue.record("evt-a"), config, sfn, ddb, sqs)
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW)
     set_status(sfn, config, "evt-a", "SUCCEEDED")
@@ -272,6 +273,29 @@ def test_a_replayed_event_of_a_processed_version_is_let_go(config, sfn, ddb, sqs
     assert result["outcome"] == "done" and result["batchItemFailures"] == []
     assert executions(sfn, config) == {"evt-a": "SUCCEEDED"}
     assert ledger.read().execution == "evt-a"
+
+
+def test_the_same_object_version_under_two_event_ids_in_the_queue_at_once_runs_once(config, sfn, ddb, sqs, queue,
+                                                                                   ledger):
+    """GIVEN one upload delivered twice with two event ids (EventBridge delivers at least once,
+    and an event forwarded from bus to bus may get a new id), both in the queue WHEN the first
+    starts and the second arrives while it runs, then again after its close THEN the second
+    waits, then is let go: one execution, one claim; the version marker stops it, not the
+    event id (FIFO content-based deduplication does not either: the bodies differ)."""
+    first = queue.record("evt-a", version_id="ver-1")
+    second = queue.record("evt-a-forwarded", version_id="ver-1")
+    assert json.loads(first["body"])["detail"] == json.loads(second["body"])["detail"]
+
+    assert run(first, config, sfn, ddb, sqs)["outcome"] == "started"
+    assert run(second, config, sfn, ddb, sqs)["outcome"] == "waiting"
+    closed = ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    set_status(sfn, config, "evt-a", "SUCCEEDED")
+    result = run(second, config, sfn, ddb, sqs, now=NOW + 2)
+
+    assert result["outcome"] == "done" and result["batchItemFailures"] == []
+    assert executions(sfn, config) == {"evt-a": "SUCCEEDED"}
+    position = ledger.read()
+    assert (position.seq, position.execution, position.status) == (closed.seq, "evt-a", "SUCCEEDED")
 
 
 def test_a_redelivered_message_of_the_current_finished_file_is_let_go(config, sfn, ddb, sqs, queue, ledger):
