@@ -116,3 +116,12 @@ def assert_no_duplicates(received: Sequence[Any]) -> None:
 def assert_requests_in_order(requests: Sequence[Any]) -> None:
     """G1: the core system never saw a record before an earlier one of the same file was registered."""
     _hold(verify.request_order_problems(requests))
+
+
+def assert_one_key_per_record(requests: Sequence[Any]) -> None:
+    """G2: every record the core system saw came under one idempotency key, however often it
+    was sent (a record sent again after a crash, a retry or a resume carries the key it had)."""
+    keys: dict[tuple[Any, Any], set[str | None]] = {}
+    for request in requests:
+        keys.setdefault((request.body["file"], request.body["seq"]), set()).add(request.idempotency_key)
+    _hold([f"record {record} was sent under {len(k)} keys" for record, k in keys.items() if len(k) > 1])

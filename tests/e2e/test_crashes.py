@@ -6,11 +6,10 @@ progress write, no answer.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 from pipeline_checks import (
     assert_no_duplicates,
+    assert_one_key_per_record,
     assert_no_overlap,
     assert_records_in_file_order,
     csv_file,
@@ -30,15 +29,6 @@ ATTEMPTS = budgets.CRASH_RETRIES + 1
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
     return start_pipeline([{"id": "acme"}, {"id": "globex"}], chunk_size=5)
-
-
-def assert_one_key_per_record(requests) -> None:
-    """Every record the core system saw was always sent under one idempotency key, and
-    registered once: a record sent again after a crash carried its key."""
-    keys = defaultdict(set)
-    for request in requests:
-        keys[(request.body["file"], request.body["seq"])].add(request.idempotency_key)
-    assert all(len(k) == 1 for k in keys.values()), {r: k for r, k in keys.items() if len(k) > 1}
 
 
 def test_register_killed_mid_chunk_twice_is_retried_and_the_file_succeeds(pipe: LocalPipeline) -> None:
