@@ -38,7 +38,9 @@ SCENARIOS = {
     "halt-resume": "the core system rejects a record of the first tenant's second file: the tenant halts with its "
     "later files queued; the core system is fixed and the operator runs `ops resume`: the file continues at that "
     "record, then the later files, every record once and in order",
-    "crash": "the first tenant's controller dies right after StartExecution once (the redelivery starts nothing new)",
+    "crash": "the first tenant's controller dies right after StartExecution once (the redelivery starts nothing new), "
+             "its split and register processes are killed (SIGKILL) mid-file and mid-chunk (retried, nothing lost "
+             "or registered twice)",
     "duplicate-event": "the first tenant's first event is delivered twice (one execution only)",
     "slow-tenant": "the first tenant's core system is slow (other tenants are not delayed)",
 }
@@ -99,6 +101,8 @@ def inject(pipe, scenario: str, first_tenant: str) -> None:
             pipe.sink(tenant).fail_with(status=429, times=2, on_record=42)
     elif scenario == "crash":
         pipe.faults.crash_controller_after_start(first_tenant, times=1)
+        pipe.faults.kill(first_tenant, "split", after="s3.PutObject", times=1)
+        pipe.faults.kill(first_tenant, "register", after="sink", count=3, times=2)
     elif scenario == "duplicate-event":
         pipe.faults.duplicate_next_event(first_tenant)
     elif scenario == "slow-tenant":
@@ -190,6 +194,10 @@ def report_faults(pipe, console: Console) -> None:
             statuses = ", ".join(f"{n} x HTTP {status}" for status, n in sorted(refused.items()))
             console.print(f"{tenant}: core system answered {statuses or 'no error'}; "
                           f"{resent} resent record(s) recognised by their idempotency key, not registered again")
+    kills = Counter((tenant, role) for tenant, role, _ in pipe.faults.kills)
+    for (tenant, role), times in kills.items():
+        console.print(f"{tenant}: {role} killed {times} time(s) mid-run; the workflow retried it and it went on "
+                      "where the ledger says")
     for function, _ in pipe.faults.crashes:
         console.print(f"{function}: crashed after StartExecution; the redelivered message started nothing new")
     for tenant, original, copy in pipe.faults.duplicates_sent:

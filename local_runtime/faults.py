@@ -25,7 +25,7 @@ class Faults:
     ) -> None:
         self._tenants = set(tenants)
         self._send_copy = send_copy
-        self.crashes: list[tuple[str, float]] = []  # (function name, when)
+        self.crashes: list[tuple[str, float]] = []  # (function name, when) of controller crashes
         self.duplicates_sent: list[tuple[str, str, str]] = []  # (tenant, original id, copy id)
         self._crashes_armed: dict[str, int] = {}  # by tenant
         self._kills_armed: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}  # (tenant, role) -> (times, directive)
@@ -100,7 +100,8 @@ class Faults:
                 times, kill = self._kills_armed[armed]
                 self.kills.append((*armed, kill["error_type"]))
                 self._kills_armed[armed] = (times - 1, kill)
-            elif self._crashes_armed.get(function.tenant or "", 0) > 0:
+                return
+            if self._crashes_armed.get(function.tenant or "", 0) > 0:
                 self._crashes_armed[function.tenant or ""] -= 1
             self.crashes.append((function.name, time.time()))
 
