@@ -15,8 +15,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
-import contract  # noqa: E402
-from contract import (  # noqa: E402
+import contract
+from contract import (
     MAX_CHUNK_INDEX,
     MAX_EXECUTION_NAME,
     MAX_FILE_EXECUTION_NAME,
@@ -25,9 +25,10 @@ from contract import (  # noqa: E402
     SECTION_EXECUTION_NAME_FORMAT,
     execution_name,
 )
-from ops.reconcile import ObjectVersion, replay_event_id  # noqa: E402
-from pipeline_constructs import budgets, routing  # noqa: E402
-from tests.conftest import synthesize  # noqa: E402
+
+from ops.reconcile import ObjectVersion, replay_event_id
+from pipeline_constructs import budgets, routing
+from tests.conftest import synthesize
 
 #: What Step Functions accepts in a name and CloudWatch Logs can log.
 LOGGABLE_NAME = re.compile(r"[0-9A-Za-z_-]+")
@@ -36,7 +37,7 @@ LOGGABLE_NAME = re.compile(r"[0-9A-Za-z_-]+")
 def longest_replay_event_id() -> str:
     """The event id `ops reconcile --replay` gives a version with the longest key S3 allows."""
     version = ObjectVersion(bucket="b" * 63, key="k" * 1024, version_id="v" * 1024,
-                            last_modified=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), size=1, etag=None)
+                            last_modified=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), size=1, etag=None)
     return replay_event_id(version)
 
 
