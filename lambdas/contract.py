@@ -661,6 +661,9 @@ MAX_FILE_EXECUTION_NAME = MAX_EXECUTION_NAME - max(
     len(form.format("", MAX_CHUNK_INDEX)) for form in (PAGE_EXECUTION_NAME_FORMAT, SECTION_EXECUTION_NAME_FORMAT)
 )
 
+#: The digest in a hashed execution name and in a replayed event id: 128 bits of a SHA-256.
+NAME_DIGEST_CHARS = 32
+
 #: The longest value of each placeholder but `{id}` (the tenant id: `MAX_TENANT_ID_LENGTH`).
 #: `{index}`: a shard's or a catch-all bus's number (at most 99 event buses: routing.MAX_SHARDS);
 #: `{number}`: a dashboard's (71 tenants each: a million tenants fit); `{function}`,
@@ -676,6 +679,7 @@ LONGEST_PARTS: dict[str, str] = {
     "state_machine": "s" * 80,
     "execution": "e" * MAX_FILE_EXECUTION_NAME,
     "chunk": str(MAX_CHUNK_INDEX),
+    "digest": "0" * NAME_DIGEST_CHARS,
 }
 
 
@@ -785,8 +789,6 @@ PAGE_EXECUTION = DerivedName("execution name", PAGE_EXECUTION_NAME_FORMAT.format
                              MAX_EXECUTION_NAME)
 SECTION_EXECUTION = DerivedName("execution name", SECTION_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
                                 MAX_EXECUTION_NAME)
-#: The digest in a hashed execution name and in a replayed event id: 128 bits of a SHA-256.
-NAME_DIGEST_CHARS = 32
 #: `reconcile-<digest of the object version>`: short enough to be the name of its file's
 #: executions itself (plus `-r<attempt>`), like an EventBridge event id (36 characters).
 REPLAY_EVENT_ID = DerivedName("replayed event id", "reconcile-{digest}", 64)
@@ -799,7 +801,6 @@ NAME_FAMILIES: tuple[DerivedName, ...] = (
     UNMATCHED_FORWARD_RULE, UNMATCHED_UPLOADS_BUS_RULE, SHARD_BUS, SHARD_OBJECTS_RULE, SHARD_STATUS_RULE,
     ROUTING_DLQ, FILE_EXECUTION, PAGE_EXECUTION, SECTION_EXECUTION, REPLAY_EVENT_ID,
 )
-LONGEST_PARTS["digest"] = "0" * NAME_DIGEST_CHARS
 
 
 def tightest_broken(tenant_id: str) -> DerivedName | None:
