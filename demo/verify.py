@@ -44,10 +44,11 @@ def _stop(execution: dict[str, Any]) -> datetime:
     return execution.get("stopDate") or _NEVER
 
 
-def first_attempt(name: str) -> str:
-    """A resumed file runs again as `<first execution>-r<n>` (`ops resume`)."""
-    head, separator, attempt = name.rpartition("-r")
-    return head if separator and attempt.isdigit() else name
+def is_resume(execution: dict[str, Any]) -> bool:
+    """A file's first execution is named after its event id; `ops resume` runs it again under
+    the next attempt's name (`contract.execution_name`), never the first's."""
+    event_id = (execution.get("input") or {}).get("event_id")
+    return event_id is not None and execution.get("name") != contract.execution_name(event_id)
 
 
 def attempts(executions: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -108,7 +109,7 @@ def request_order_problems(requests: Iterable[Any]) -> list[str]:
 def execution_count_problems(executions: Sequence[dict[str, Any]], uploads: Sequence[Upload]) -> list[str]:
     """Exactly one execution per uploaded version, not counting an operator's resumes of it:
     none missing (G3), none doubled (G2)."""
-    counts = Counter((e["key"], e["version_id"]) for e in executions if first_attempt(e.get("name", "")) == e.get("name", ""))
+    counts = Counter((e["key"], e["version_id"]) for e in executions if not is_resume(e))
     return [
         f"{u.key}: {n} executions instead of 1" for u in uploads if (n := counts[(u.key, u.version_id)]) != 1
     ]

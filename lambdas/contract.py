@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
+import json
 import logging
 import os
 import re
@@ -325,7 +327,8 @@ class PageTask(TypedDict):
 
 
 #: A page execution's name: `<parent execution name>-p<first chunk of the page>` (unique per
-#: parent execution; a resumed file's parent has a new name, so its pages do too).
+#: parent execution; a resumed file's parent has a new name, so its pages do too). Built by
+#: the workflow (`States.Format`), so a parent's name leaves room for it (`execution_name`).
 PAGE_EXECUTION_NAME_FORMAT = "{}-p{}"
 #: A section execution's name (a file of more than one section): `<parent execution
 #: name>-s<first chunk of the section>`. Its input is a `PageTask` whose `first_chunk` is the
@@ -547,7 +550,7 @@ ERROR_LOG_METRIC = "ErrorLogLines"
 
 def error_log_metric_name(tenant_id: str, role: str) -> str:
     """`ErrorLogLines-<tenant>-<role>`: ERROR lines a function of a tenant logged."""
-    return f"{ERROR_LOG_METRIC}-{tenant_id}-{role}"
+    return ERROR_LOG_METRIC_NAME.render(tenant_id, role=role)
 
 
 #: The JSON log field a metric filter matches ERROR lines on (Lambda's JSON log format).
@@ -630,6 +633,230 @@ def execution_arn(state_machine_arn: str, execution_name: str) -> str:
     return ":".join([*parts[:5], "execution", parts[6], execution_name])
 
 
+# --- names the project builds for AWS ------------------------------------------------------
+#
+# Every family of names the app gives AWS (resources, executions, replayed events), with the
+# longest name AWS accepts, in one table: `NAME_FAMILIES`. Config validation tells a user which
+# derived name a tenant id breaks (`tightest_broken`), the constructs (through
+# `pipeline_constructs/names.py`), the handlers, `ops` and the local runtime build their names
+# from it, and tests/test_names.py builds the longest instance of each family and checks it
+# against its limit. Secrets are not in it: the app names none (`sink.auth.secret` is the
+# user's own). A name that could outgrow its limit is shortened by a hash, never cut short
+# (two names cut short can collide).
+
+APP_NAME = "OrderedIngest"
+#: What the shared resources' names start with.
+SHARED_PREFIX = "ordered-ingest"
+#: The roles of a tenant pipeline's functions (`{role}`): each names its log group, error
+#: metric filter and error-log alarm.
+FUNCTION_ROLES = ("controller", "split", "register", "closer", "completion")
+#: The longest alarm key (`{alarm}`: `<tenant>-<key>`, `ordered-ingest-<key>`); the alarm
+#: factory refuses a longer one.
+MAX_ALARM_KEY = 40
+#: `States.ArrayRange` makes at most 1,000 items, and a file runs in at most three levels of
+#: Maps over it (sections of pages of chunks; pipeline_constructs/budgets.py): no file has
+#: more than 1,000**3 chunks, so no chunk index is longer than `MAX_CHUNK_INDEX`.
+MAX_ARRAY_RANGE_ITEMS = 1_000
+MAX_CHUNK_INDEX = MAX_ARRAY_RANGE_ITEMS**3 - 1
+#: Step Functions' limit on an execution name (StartExecution `name`).
+MAX_EXECUTION_NAME = 80
+#: The longest name of a file's execution (any attempt): room is left for the page or
+#: section suffix the workflow appends (`-p<first chunk>`, `-s<first chunk>`) at the largest
+#: chunk index.
+MAX_FILE_EXECUTION_NAME = MAX_EXECUTION_NAME - max(
+    len(form.format("", MAX_CHUNK_INDEX)) for form in (PAGE_EXECUTION_NAME_FORMAT, SECTION_EXECUTION_NAME_FORMAT)
+)
+
+#: The digest in a hashed execution name and in a replayed event id: 128 bits of a SHA-256.
+NAME_DIGEST_CHARS = 32
+
+#: The longest value of each placeholder but `{id}` (the tenant id: `MAX_TENANT_ID_LENGTH`).
+#: `{index}`: a shard's or a catch-all bus's number (at most 99 event buses: routing.MAX_SHARDS);
+#: `{number}`: a dashboard's (71 tenants each: a million tenants fit); `{function}`,
+#: `{state_machine}`: another family's name at its limit; `{execution}`: a file's execution.
+LONGEST_PARTS: dict[str, str] = {
+    "index": "99",
+    "number": "99999",
+    "account": "123456789012",
+    "region": "ap-southeast-5",
+    "role": max(FUNCTION_ROLES, key=len),
+    "alarm": "a" * MAX_ALARM_KEY,
+    "function": "f" * 64,
+    "state_machine": "s" * 80,
+    "execution": "e" * MAX_FILE_EXECUTION_NAME,
+    "chunk": str(MAX_CHUNK_INDEX),
+    "digest": "0" * NAME_DIGEST_CHARS,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DerivedName:
+    """A family of names: a template (placeholders `{id}`, the tenant id, and those of
+    `LONGEST_PARTS`) and the longest name AWS accepts."""
+
+    kind: str
+    template: str
+    limit: int
+
+    def render(self, tenant_id: str = "", **parts: object) -> str:
+        return self.template.format(id=tenant_id, **parts)
+
+    def longest(self, tenant_id: str | None = None) -> str:
+        """The longest name of the family (of `tenant_id`): every placeholder at its longest."""
+        return self.render("a" * MAX_TENANT_ID_LENGTH if tenant_id is None else tenant_id, **LONGEST_PARTS)
+
+    @property
+    def max_id_length(self) -> int:
+        """The longest tenant id this family's names accept."""
+        return self.limit - len(self.longest(""))
+
+
+_LAMBDA, _STATE_MACHINE, _RULE, _STACK = "Lambda function name", "state machine name", "EventBridge rule name", "stack name"
+_LOG_GROUP, _ALARM, _BUS, _KMS_ALIAS = "log group name", "alarm name", "event bus name", "KMS alias name"
+
+# Per tenant: the tenant id must be short enough for every one of them (`MAX_TENANT_ID_LENGTH`).
+QUEUE = DerivedName("FIFO queue name", "{id}-event-queue.fifo", 80)
+#: The queue of a tenant ordered by key sequence (a standard queue: the controller orders).
+SEQUENCE_QUEUE = DerivedName("queue name", "{id}-event-queue", 80)
+STATE_MACHINE = DerivedName(_STATE_MACHINE, "{id}-file-ingest-workflow", 80)
+#: The child state machines that register one page of a file's chunks, or run one section of pages.
+PAGE_STATE_MACHINE = DerivedName(_STATE_MACHINE, "{id}-file-ingest-page", 80)
+SECTION_STATE_MACHINE = DerivedName(_STATE_MACHINE, "{id}-file-ingest-section", 80)
+CONTROLLER_FUNCTION = DerivedName(_LAMBDA, "{id}-controller", 64)
+SPLIT_FUNCTION = DerivedName(_LAMBDA, "{id}-split", 64)
+REGISTER_FUNCTION = DerivedName(_LAMBDA, "{id}-register-chunk", 64)
+CLOSER_FUNCTION = DerivedName(_LAMBDA, "{id}-close-file", 64)
+#: The entry point the core system calls to confirm or reject a file (`completion.wait`).
+COMPLETION_FUNCTION = DerivedName(_LAMBDA, "{id}-completion", 64)
+TENANT_STACK = DerivedName(_STACK, APP_NAME + "-Tenant-{id}", 128)
+RULE = DerivedName(_RULE, "{id}-object-created", 64)
+STATUS_RULE = DerivedName(_RULE, "{id}-sfn-status", 64)
+#: Standard, not FIFO: EventBridge refuses a FIFO queue as a target's dead-letter queue.
+INTAKE_DLQ = DerivedName("SQS queue name", "{id}-intake-dlq", 80)
+TENANT_ALARM = DerivedName(_ALARM, "{id}-{alarm}", 255)
+ERROR_LOG_FILTER = DerivedName("metric filter name", "{id}-{role}-error-logs", 512)
+ERROR_LOG_METRIC_NAME = DerivedName("metric name", ERROR_LOG_METRIC + "-{id}-{role}", 255)
+TENANT_KEY_ALIAS = DerivedName(_KMS_ALIAS, "alias/" + SHARED_PREFIX + "/{id}", 256)
+#: What every tenant's state machine names share after the tenant id: a tenant id may not
+#: contain it (IAM wildcards on one tenant's child executions would cover another's).
+RESERVED_ID_PART = "-file-ingest-"
+
+TENANT_NAMES: tuple[DerivedName, ...] = (
+    QUEUE, SEQUENCE_QUEUE, STATE_MACHINE, PAGE_STATE_MACHINE, SECTION_STATE_MACHINE, CONTROLLER_FUNCTION,
+    SPLIT_FUNCTION, REGISTER_FUNCTION, CLOSER_FUNCTION, COMPLETION_FUNCTION, TENANT_STACK, RULE, STATUS_RULE,
+    INTAKE_DLQ, TENANT_ALARM, ERROR_LOG_FILTER, ERROR_LOG_METRIC_NAME, TENANT_KEY_ALIAS,
+)
+#: The longest tenant id every derived name accepts.
+MAX_TENANT_ID_LENGTH = min(name.max_id_length for name in TENANT_NAMES)
+
+# Of functions and state machines, whoever's: their log groups; the alias every tenant's
+# workflows are started through (README, "Versions, aliases and rollback").
+FUNCTION_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/lambda/{function}", 512)
+STATE_MACHINE_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/vendedlogs/states/{state_machine}", 512)
+WORKFLOW_ALIAS = DerivedName("state machine alias name", "live", 80)
+
+# Shared: fixed, or numbered per shard (`{index}`), per account and Region, per dashboard.
+SHARED_STACK = DerivedName(_STACK, APP_NAME + "-Shared", 128)
+#: The second and later dashboards, a stack each (the first is in the shared stack).
+DASHBOARD_STACK = DerivedName(_STACK, APP_NAME + "-Dashboard-{number}", 128)
+FIRST_DASHBOARD = DerivedName("dashboard name", APP_NAME, 255)
+DASHBOARD = DerivedName("dashboard name", APP_NAME + "-{number}", 255)
+LANDING_BUCKET = DerivedName("S3 bucket name", SHARED_PREFIX + "-landing-{account}-{region}", 63)
+WORK_BUCKET = DerivedName("S3 bucket name", SHARED_PREFIX + "-work-{account}-{region}", 63)
+SHARED_ALARM = DerivedName(_ALARM, SHARED_PREFIX + "-{alarm}", 255)
+SHARED_KEY_ALIAS = DerivedName(_KMS_ALIAS, "alias/" + SHARED_PREFIX, 256)
+#: Where the shared stack publishes its key's ARN. SSM counts the parameter's whole ARN
+#: against 1,011 characters: the longest ARN prefix (partition, Region, account) is kept out.
+SHARED_KEY_PARAMETER = DerivedName(
+    "SSM parameter name", f"/{SHARED_PREFIX}/encryption/shared-key-arn",
+    1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),
+)
+#: The shared stack's catch-all for uploads outside every tenant prefix (rule, its metric
+#: filter, log group, dead-letter queue), and, past one pattern's worth of prefixes, its
+#: buses and their rules.
+UNMATCHED_UPLOADS_RULE = DerivedName(_RULE, SHARED_PREFIX + "-unmatched-uploads", 64)
+UNMATCHED_UPLOADS_FILTER = DerivedName("metric filter name", SHARED_PREFIX + "-unmatched-uploads", 512)
+UNMATCHED_UPLOADS_LOG_GROUP = DerivedName(_LOG_GROUP, f"/{SHARED_PREFIX}/unmatched-uploads", 512)
+UNMATCHED_UPLOADS_DLQ = DerivedName("SQS queue name", SHARED_PREFIX + "-unmatched-uploads-dlq", 80)
+UNMATCHED_BUS = DerivedName(_BUS, SHARED_PREFIX + "-unmatched-{index}", 256)
+UNMATCHED_FORWARD_RULE = DerivedName(_RULE, SHARED_PREFIX + "-unmatched-{index}-forward", 64)
+UNMATCHED_UPLOADS_BUS_RULE = DerivedName(_RULE, SHARED_PREFIX + "-unmatched-uploads-{index}", 64)
+#: Sharded routing: shard k's event bus, and the default bus's rules that forward to it.
+SHARD_BUS = DerivedName(_BUS, SHARED_PREFIX + "-shard-{index}", 256)
+SHARD_OBJECTS_RULE = DerivedName(_RULE, SHARED_PREFIX + "-shard-{index}-objects", 64)
+SHARD_STATUS_RULE = DerivedName(_RULE, SHARED_PREFIX + "-shard-{index}-status", 64)
+#: Where EventBridge puts an event it could not forward to a shard bus for a day.
+ROUTING_DLQ = DerivedName("SQS queue name", SHARED_PREFIX + "-routing-dlq", 80)
+
+# Executions (`execution_name`) and the event ids `ops reconcile --replay` makes.
+#: A file's execution, any attempt: at most `MAX_FILE_EXECUTION_NAME` by construction.
+FILE_EXECUTION = DerivedName("execution name", "{execution}", MAX_EXECUTION_NAME)
+PAGE_EXECUTION = DerivedName("execution name", PAGE_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
+                             MAX_EXECUTION_NAME)
+SECTION_EXECUTION = DerivedName("execution name", SECTION_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
+                                MAX_EXECUTION_NAME)
+#: `reconcile-<digest of the object version>`: short enough to be the name of its file's
+#: executions itself (plus `-r<attempt>`), like an EventBridge event id (36 characters).
+REPLAY_EVENT_ID = DerivedName("replayed event id", "reconcile-{digest}", 64)
+
+NAME_FAMILIES: tuple[DerivedName, ...] = (
+    *TENANT_NAMES, FUNCTION_LOG_GROUP, STATE_MACHINE_LOG_GROUP, WORKFLOW_ALIAS, SHARED_STACK, DASHBOARD_STACK,
+    FIRST_DASHBOARD, DASHBOARD,
+    LANDING_BUCKET, WORK_BUCKET, SHARED_ALARM, SHARED_KEY_ALIAS, SHARED_KEY_PARAMETER, UNMATCHED_UPLOADS_RULE,
+    UNMATCHED_UPLOADS_FILTER, UNMATCHED_UPLOADS_LOG_GROUP, UNMATCHED_UPLOADS_DLQ, UNMATCHED_BUS,
+    UNMATCHED_FORWARD_RULE, UNMATCHED_UPLOADS_BUS_RULE, SHARD_BUS, SHARD_OBJECTS_RULE, SHARD_STATUS_RULE,
+    ROUTING_DLQ, FILE_EXECUTION, PAGE_EXECUTION, SECTION_EXECUTION, REPLAY_EVENT_ID,
+)
+
+
+def tightest_broken(tenant_id: str) -> DerivedName | None:
+    """The derived name with the smallest limit that ``tenant_id`` overflows, if any."""
+    broken = [name for name in TENANT_NAMES if len(name.longest(tenant_id)) > name.limit]
+    return min(broken, key=lambda name: name.max_id_length) if broken else None
+
+
+#: A plain execution name: what Step Functions accepts and CloudWatch Logs can log (letters,
+#: digits, `-`; `_` too, kept for hashed names).
+_PLAIN_NAME = re.compile(r"[0-9A-Za-z-]+")
+_NOT_PLAIN = re.compile(r"[^0-9A-Za-z-]")
+#: How a resumed attempt's name ends: `<first attempt's name>-r<attempt>`.
+RESUME_SUFFIX = "-r{}"
+_RESUMED = re.compile(r"-r[0-9]+$")
+
+
+def execution_name(event_id: str, attempt: int = 0) -> str:
+    """The name of a file's execution: attempt `attempt` (0 the first; `ops resume` makes the
+    next) at the file of event `event_id`. At most `MAX_FILE_EXECUTION_NAME` characters, so
+    its page and section executions' names fit too, whatever the attempt.
+
+    The event id itself (`<event id>-r<attempt>` once resumed), as the seed design names
+    executions, when that fits and the id is made of letters, digits and hyphens and does not
+    end like a resume. Any other id (too long, or characters Step Functions refuses or cannot
+    log) is named `<its first letters, digits and hyphens>_<digest of the id>`, then
+    `-r<attempt>` (an attempt number too long even for that: a digest of id and attempt).
+
+    Deterministic: the controller's StartExecution is idempotent on it, and the ledger claims
+    the file by its event id. Different (event id, attempt) pairs never share a name: a plain
+    name has no `_`, and parses back to one id and attempt; a hashed name's digest is of the id
+    (or of id and attempt).
+    """
+    suffix = RESUME_SUFFIX.format(attempt) if attempt else ""
+    if (len(event_id) + len(suffix) <= MAX_FILE_EXECUTION_NAME and _PLAIN_NAME.fullmatch(event_id)
+            and not _RESUMED.search(event_id)):
+        return event_id + suffix
+    hashed: list[object] = [event_id]
+    room = MAX_FILE_EXECUTION_NAME - len(suffix) - 1 - NAME_DIGEST_CHARS
+    if room < 0:
+        hashed, suffix, room = [event_id, attempt], "", MAX_FILE_EXECUTION_NAME - 1 - NAME_DIGEST_CHARS
+    readable = _NOT_PLAIN.sub("", event_id)[:room]
+    return f"{readable}_{name_digest(json.dumps(hashed))}{suffix}"
+
+
+def name_digest(text: str) -> str:
+    """The first `NAME_DIGEST_CHARS` hex digits of the SHA-256 of `text`."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:NAME_DIGEST_CHARS]
+
+
 # --- the tenant's queue ------------------------------------------------------------------
 
 
@@ -673,9 +900,10 @@ def replayed_prefix(tenant_id: str) -> str:
     return f"{quarantine_prefix(tenant_id)}replayed/"
 
 
-def chunk_prefix(tenant_id: str, execution_name: str) -> str:
-    """The folder of one file's chunk index and manifest (named by its event id)."""
-    return f"{work_prefix(tenant_id)}{execution_name}/"
+def chunk_prefix(tenant_id: str, file_name: str) -> str:
+    """The folder of one file's chunk index and manifest (named by its first execution's name,
+    `execution_name(event id)`)."""
+    return f"{work_prefix(tenant_id)}{file_name}/"
 
 
 def manifest_key(prefix: str) -> str:

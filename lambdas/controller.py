@@ -10,7 +10,8 @@ keeps its histories:
   Functions past a grace period (its stack was re-created, or it was lost): start it again
   from the ledger, at its first unacknowledged record;
 * the tenant is halted (a failed file, `on_failure: halt`): wait for `ops resume` or `ops skip`;
-* otherwise: claim the position for this file (conditional write) and start its execution.
+* otherwise: claim the position for this file (conditional write) and start its execution,
+  named after the file's event id (`contract.execution_name`: the id itself, or a hash of it).
 
 A message that is not a usable file event of the tenant (`UnusableMessageError`) never reaches
 the gate: it is quarantined in the work bucket and let go, so it cannot block the files behind
@@ -40,6 +41,7 @@ from contract import (
     ControllerResult,
     FileRef,
     UnusableMessageError,
+    execution_name,
     quarantine_key,
     s3_key_from_event,
     sequence_of,
@@ -214,7 +216,7 @@ class Gate:
                 self._publish(SEQUENCE_GAP_METRIC, self._idle_wait(position))
                 return self._wait(position, f"sequence number {expected} has not arrived; file {sequence} waits "
                                             f"(upload it, or run ops skip-gap)", sequence=sequence)
-        execution = file["event_id"]
+        execution = execution_name(file["event_id"])
         try:
             claimed = self.ledger.claim(position, file, execution, self.now(), sequence=sequence)
         except AlreadyClaimed:

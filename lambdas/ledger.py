@@ -325,21 +325,38 @@ class Ledger:
             },
         )
 
-    def waiting_sequences(self, *, after: int = -1) -> list[tuple[int, str]]:
+    def waiting_sequences(self, *, after: int = -1, limit: int | None = None) -> list[tuple[int, str]]:
         """`key_sequence` ordering: the noted waiting messages above `after` as (sequence, receipt),
-        lowest first."""
-        response = self.ddb.query(
-            TableName=self.table,
-            KeyConditionExpression="tenant = :tenant AND entry BETWEEN :low AND :high",
-            ExpressionAttributeValues={
-                ":tenant": _s(self.tenant),
-                ":low": _s(_waiting_entry(after + 1)),
-                ":high": _s(f"{WAITING_PREFIX}~"),
+        lowest first: all of them, or the lowest `limit`."""
+        items = self._query(
+            {
+                "KeyConditionExpression": "tenant = :tenant AND entry BETWEEN :low AND :high",
+                "ExpressionAttributeValues": {
+                    ":tenant": _s(self.tenant),
+                    ":low": _s(_waiting_entry(after + 1)),
+                    ":high": _s(f"{WAITING_PREFIX}~"),
+                },
+                "ConsistentRead": True,
             },
-            ConsistentRead=True,
+            limit=limit,
         )
-        return [(int(item["entry"]["S"][len(WAITING_PREFIX):]), item["receipt"]["S"])
-                for item in response.get("Items", [])]
+        return [(int(item["entry"]["S"][len(WAITING_PREFIX):]), item["receipt"]["S"]) for item in items]
+
+    def _query(self, query: dict[str, Any], *, limit: int | None = None) -> list[dict[str, Any]]:
+        """The items of a query of this table, every page (DynamoDB returns at most 1 MB a page,
+        and a `Limit` per page), or the first `limit` items (those that pass its filter)."""
+        kwargs: dict[str, Any] = {"TableName": self.table, **query}
+        items: list[dict[str, Any]] = []
+        while True:
+            if limit is not None and "FilterExpression" not in query:
+                kwargs["Limit"] = limit - len(items)
+            response = self.ddb.query(**kwargs)
+            items += response.get("Items", [])
+            if limit is not None and len(items) >= limit:
+                return items[:limit]
+            if "LastEvaluatedKey" not in response:
+                return items
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def forget_waiting_sequence(self, sequence: int) -> None:
         self.ddb.delete_item(TableName=self.table, Key=self._key(_waiting_entry(sequence)))
@@ -592,40 +609,43 @@ class Ledger:
                 item[name] = _n(value)
         self.ddb.put_item(TableName=self.table, Item=item)
 
-    def history(self, *, since: float = 0.0, limit: int = 100) -> list[dict[str, Any]]:
-        """Closed and skipped attempts, newest first, started at or after `since` (epoch s)."""
-        response = self.ddb.query(
-            TableName=self.table,
-            KeyConditionExpression="tenant = :tenant AND entry BETWEEN :low AND :high",
-            ExpressionAttributeValues={
-                ":tenant": _s(self.tenant),
-                ":low": _s(f"{HISTORY_PREFIX}{int(since * 1000):013d}"),
-                ":high": _s(f"{HISTORY_PREFIX}9999999999999~"),
-            },
-            ScanIndexForward=False,
-            Limit=limit,
-        )
-        entries = []
-        for item in response.get("Items", []):
-            position = Position.from_item(self.tenant, item)
-            entries.append(
-                {
-                    "execution": position.execution,
-                    "file": position.file,
-                    "status": position.status,
-                    "closed_as": position.closed_as,
-                    "attempt": position.attempt,
-                    "next_record": position.next_record,
-                    "record_count": position.record_count,
-                    "started_at": position.started_at,
-                    "closed_at": position.closed_at,
-                    "error": position.error,
-                    "cause": position.cause,
-                    "skip_reason": position.skip_reason,
-                    "duplicate_of": position.duplicate_of,
-                }
-            )
-        return entries
+    def history(self, *, since: float = 0.0, limit: int | None = None,
+                statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """Closed and skipped attempts, newest first, started at or after `since` (epoch s): all
+        of them, or the newest `limit`; only those closed as one of `statuses` if given."""
+        values = {
+            ":tenant": _s(self.tenant),
+            ":low": _s(f"{HISTORY_PREFIX}{int(since * 1000):013d}"),
+            ":high": _s(f"{HISTORY_PREFIX}9999999999999~"),
+        }
+        query: dict[str, Any] = {
+            "KeyConditionExpression": "tenant = :tenant AND entry BETWEEN :low AND :high",
+            "ScanIndexForward": False,
+        }
+        if statuses:
+            query["FilterExpression"] = "#status IN ({})".format(", ".join(f":s{n}" for n in range(len(statuses))))
+            query["ExpressionAttributeNames"] = {"#status": "status"}
+            values.update({f":s{n}": _s(status) for n, status in enumerate(statuses)})
+        query["ExpressionAttributeValues"] = values
+        return [_history_entry(Position.from_item(self.tenant, item)) for item in self._query(query, limit=limit)]
+
+
+def _history_entry(position: Position) -> dict[str, Any]:
+    return {
+        "execution": position.execution,
+        "file": position.file,
+        "status": position.status,
+        "closed_as": position.closed_as,
+        "attempt": position.attempt,
+        "next_record": position.next_record,
+        "record_count": position.record_count,
+        "started_at": position.started_at,
+        "closed_at": position.closed_at,
+        "error": position.error,
+        "cause": position.cause,
+        "skip_reason": position.skip_reason,
+        "duplicate_of": position.duplicate_of,
+    }
 
 
 def _waiting_entry(sequence: int) -> str:
@@ -660,7 +680,7 @@ def hand_off(ledger: Ledger, sqs: Any, queue_url: str, position: Position) -> bo
     handed_off = False
     if position.sequence is not None:
         # `key_sequence` ordering: the message of the next sequence number, if it waits.
-        for sequence, receipt in ledger.waiting_sequences(after=position.sequence)[:1]:
+        for sequence, receipt in ledger.waiting_sequences(after=position.sequence, limit=1):
             if sequence == position.sequence + 1:
                 handed_off = _make_visible(sqs, queue_url, receipt)
                 ledger.forget_waiting_sequence(sequence)

@@ -2,9 +2,10 @@
 
 Both act only through the ledger's conditional writes, so they can never race the gate into
 running two files: resume makes the failed file current again under a new execution name
-(`<event id>-r<attempt>`), continuing at the first record the core system did not acknowledge;
-skip gives the file up with a reason and hands off to the next file. Both refuse, with the
-reason, when there is nothing to resume or skip.
+(`contract.execution_name`: `<event id>-r<attempt>`, or a hashed name where that would not
+fit), continuing at the first record the core system did not acknowledge; skip gives the file
+up with a reason and hands off to the next file. Both refuse, with the reason, when there is
+nothing to resume or skip.
 
 Standard library and boto3 clients passed in; the same code runs against AWS and the local
 runtime.
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from contract import execution_name
 from runtime import execution_status
 from ledger import FAILED, Ledger, LedgerConflict, Position, hand_off, start_execution
 
@@ -63,7 +65,7 @@ def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outc
     if not (position.status == FAILED and position.halted):
         raise NothingToDo(f"nothing to resume: tenant {ledger.tenant} is {describe_state(position)}")
     assert position.file is not None
-    execution = f"{position.file['event_id']}-r{position.attempt + 1}"
+    execution = execution_name(position.file["event_id"], position.attempt + 1)
     resumed = ledger.resume(position, execution, now)
     start_execution(sfn, state_machine_arn, resumed)
     return Outcome(
@@ -111,7 +113,7 @@ def skip_gap(ledger: Ledger, sqs: Any, queue_url: str, *, first_sequence: int, r
         raise NothingToDo(f"no gap to skip: tenant {ledger.tenant} is {describe_state(position)}")
     expected = position.next_sequence(first_sequence)
     if to is None:
-        waiting = ledger.waiting_sequences(after=expected - 1)
+        waiting = ledger.waiting_sequences(after=expected - 1, limit=1)
         if not waiting:
             raise NothingToDo(f"no gap to skip: tenant {ledger.tenant} waits for sequence number {expected} "
                               "and no later file waits")

@@ -34,6 +34,7 @@ from contract import (
     SplitResult,
     chunk_index_key,
     chunk_prefix,
+    execution_name,
     manifest_key,
 )
 from ledger import Ledger
@@ -68,7 +69,8 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
                remaining_seconds: Callable[[], float] | None = None) -> SplitResult:
     """Validate and index the object version `request` names; return the manifest reference.
 
-    The index is kept per file (the event id), so an execution that resumes the file reuses
+    The index is kept per file (named by its first execution's name, `execution_name` of the
+    event id: a path segment of bounded length), so an execution that resumes the file reuses
     it; if it expired from the work bucket (or was never complete), the pinned version is
     split again, which writes the same index. `first_chunk`..`last_chunk` is the range still
     to register, from the one holding `start_record`; a file of more than `max_chunks` chunks
@@ -86,12 +88,12 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
         raise ValueError(f"input is for tenant {request['tenant']!r}, this function serves {config.tenant_id!r}")
     if not key.startswith(config.landing_prefix):
         raise KeyOutsidePrefixError(f"key {key!r} is outside the landing prefix {config.landing_prefix!r}")
-    if not file_id or "/" in file_id:
-        raise ValueError(f"event_id {file_id!r} is not a single path segment")
+    if not file_id:
+        raise ValueError("event_id is empty")
     if start_record < 0:
         raise ValueError(f"start_record {start_record} must be >= 0")
 
-    prefix = chunk_prefix(config.tenant_id, file_id)
+    prefix = chunk_prefix(config.tenant_id, execution_name(file_id))
     manifest = _existing_manifest(s3, config, prefix, version_id, start_record)
     if manifest is None:
         chunk_size = _pinned_chunk_size(ddb, config, file_id) or config.chunk_size

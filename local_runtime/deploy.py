@@ -271,14 +271,27 @@ def _function(
 
 def _landing_bucket(events: Any, queue_arn: str) -> str:
     """The bucket named in the event pattern of the rule that feeds the queue, on whichever bus
-    holds it (the default bus, or the tenant's shard bus with `routing.shards`)."""
-    for bus in [b["Name"] for b in events.list_event_buses()["EventBuses"]]:
-        for rule in events.list_rule_names_by_target(TargetArn=queue_arn, EventBusName=bus)["RuleNames"]:
+    holds it (the default bus, or the tenant's shard bus with `routing.shards`): every bus and
+    rule, page by page (up to 99 shard and catch-all buses; a page holds 50)."""
+    for bus in _event_bus_names(events):
+        pages = events.get_paginator("list_rule_names_by_target").paginate(TargetArn=queue_arn, EventBusName=bus)
+        for rule in (name for page in pages for name in page["RuleNames"]):
             pattern = json.loads(events.describe_rule(Name=rule, EventBusName=bus).get("EventPattern") or "{}")
             names = pattern.get("detail", {}).get("bucket", {}).get("name")
             if names:
                 return names[0]
     raise DeployError(f"no EventBridge rule sends a bucket's events to {queue_arn}")
+
+
+def _event_bus_names(events: Any) -> list[str]:
+    """Every event bus of the account (ListEventBuses has no boto3 paginator)."""
+    found, kwargs = [], {}
+    while True:
+        response = events.list_event_buses(**kwargs)
+        found += [bus["Name"] for bus in response["EventBuses"]]
+        if not response.get("NextToken"):
+            return found
+        kwargs["NextToken"] = response["NextToken"]
 
 
 def _mapping(sqs: Any, stack: DeployedStack, mapping: RemovedMapping) -> EventSourceMappingSpec:

@@ -16,7 +16,8 @@ ended. So for each version under the prefix, oldest first:
 
 `--replay` sends the never-seen versions, in upload order, to the tenant's queue as the S3
 "Object Created" events the controller parses, each with a deterministic event id
-(`reconcile-<sha256>`), so running it twice sends the same events.
+(`reconcile-<digest of the version>`, `contract.REPLAY_EVENT_ID`), so running it twice sends
+the same events.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from contract import queue_message
+from contract import NAME_DIGEST_CHARS, REPLAY_EVENT_ID, queue_message
 from ledger import FAILED, HISTORY_PREFIX, RUNNING, Ledger, version_entry
 from ops.discovery import TenantResources
 
 #: BatchGetItem reads at most this many keys per call.
 BATCH_KEYS = 100
-EVENT_ID_PREFIX = "reconcile-"
 
 NEVER_SEEN = "never seen"
 SEEN_RUNNING = "seen, running"
@@ -163,10 +163,11 @@ def reconcile(resources: TenantResources, bucket: str, *, s3: Any, ddb: Any,
 
 
 def replay_event_id(version: ObjectVersion) -> str:
-    """`reconcile-<sha256>` (74 characters of [a-z0-9-]): a valid execution name, the same for
-    every replay of the version."""
+    """`reconcile-<digest>` (42 characters of [a-z0-9-], 128 bits of the version's SHA-256), the
+    same for every replay of the version; short enough to be the name of its file's executions
+    itself, resumed ones too (`contract.execution_name`)."""
     entry = version_entry(version.bucket, version.key, version.version_id)
-    return EVENT_ID_PREFIX + entry.split("#", 1)[1]
+    return REPLAY_EVENT_ID.render(digest=entry.split("#", 1)[1][:NAME_DIGEST_CHARS])
 
 
 def synthetic_event(version: ObjectVersion) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float 
     last_failure = next(
         ({"execution": e["execution"], "key": (e["file"] or {}).get("key"), "error": e["error"],
           "cause": e["cause"], "closed_at": e["closed_at"], "skip_reason": e["skip_reason"]}
-         for e in ledger.history(limit=50) if e["status"] in (FAILED, SKIPPED)),
+         for e in ledger.history(limit=1, statuses=(FAILED, SKIPPED))),
         None,
     )
     current = None

@@ -17,6 +17,8 @@ from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from lambdas import contract
+
 if TYPE_CHECKING:
     from pipeline_constructs.tenant_pipeline import TenantPipeline
 
@@ -37,6 +39,9 @@ class AlarmFactory:
 
     def alarm(self, key: str, metric: cloudwatch.IMetric, threshold: float, description: str) -> cloudwatch.Alarm:
         """Alarm ``<prefix>-<key>`` (construct id from ``key``, stable) on ``metric``."""
+        if len(key) > contract.MAX_ALARM_KEY:
+            # The name table (contract.TENANT_ALARM, SHARED_ALARM) counts on it.
+            raise ValueError(f"alarm key {key!r} is longer than {contract.MAX_ALARM_KEY} characters")
         created = cloudwatch.Alarm(
             self._scope,
             f"{key.title().replace('-', '')}Alarm",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+from lambdas import contract
+
 REGISTER_MIN_TIMEOUT_SECONDS = 60
 REGISTER_MAX_TIMEOUT_SECONDS = 900  # Lambda's limit
 #: Kept in hand at the deadline (progress write, return) and for the invocation's start.
@@ -92,8 +94,8 @@ HISTORY_EVENT_LIMIT = 25_000
 #: What one execution may use by design: a fifth of the limit is kept as margin.
 HISTORY_EVENT_BUDGET = 20_000
 #: `States.ArrayRange` makes at most 1,000 items: the sections of a file, the pages of a
-#: section, and a page's chunks.
-MAX_ARRAY_RANGE_ITEMS = 1_000
+#: section, and a page's chunks (the contract's name table counts on it: `MAX_CHUNK_INDEX`).
+MAX_ARRAY_RANGE_ITEMS = contract.MAX_ARRAY_RANGE_ITEMS
 
 #: History events of one entry into a state (entered + exited, and what happens in between).
 TASK_EVENTS = 5  # TaskStateEntered, TaskScheduled, TaskStarted, TaskSucceeded|TaskFailed, TaskStateExited

@@ -359,7 +359,7 @@ class TenantConfig(_Strict):
                              "machine names share (another tenant's permissions could then cover this one's)")
         broken = names.tightest_broken(tenant_id)
         if broken is not None:
-            derived = broken.render(tenant_id)
+            derived = broken.longest(tenant_id)
             raise ValueError(
                 f"is {len(tenant_id)} characters, so the derived {broken.kind} '{derived}' is "
                 f"{len(derived)} characters (limit {broken.limit})"

@@ -30,15 +30,17 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from lambdas import contract
+
 #: The `kms_key` value that makes the app create the key.
 CREATE = "create"
 #: The alias of the shared resources' key (one per account and Region).
-SHARED_KEY_ALIAS = "alias/ordered-ingest"
+SHARED_KEY_ALIAS = contract.SHARED_KEY_ALIAS.render()
 #: Where the shared stack publishes the ARN of the key it created: tenant stacks read it by
 #: this fixed name (a CloudFormation SSM parameter type, resolved at each deploy), so a tenant
 #: stack needs no export of the shared stack and the shared key can change without the
 #: "export in use" lock.
-SHARED_KEY_PARAMETER = "/ordered-ingest/encryption/shared-key-arn"
+SHARED_KEY_PARAMETER = contract.SHARED_KEY_PARAMETER.render()
 
 
 #: The names of the shared stack's rules whose dead-letter queues the shared key encrypts
@@ -52,7 +54,7 @@ LOGS_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryp
 
 def tenant_key_alias(tenant_id: str) -> str:
     """The alias of a tenant's own key."""
-    return f"{SHARED_KEY_ALIAS}/{tenant_id}"
+    return contract.TENANT_KEY_ALIAS.render(tenant_id)
 
 
 def customer_key(scope: Construct, construct_id: str, setting: str, *, alias: str, description: str) -> kms.IKey:

@@ -79,7 +79,7 @@ def pipeline_function(
     IAM roles are an account quota). Given `kms_key` (the tenant's customer-managed key), its
     log group and its environment variables are encrypted with it; the key policy and the
     role's use of the key are the caller's (`encryption`)."""
-    log_group_name = f"/aws/lambda/{spec.function_name}"
+    log_group_name = contract.FUNCTION_LOG_GROUP.render(function=spec.function_name)
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
@@ -99,7 +99,7 @@ def pipeline_function(
         metric_namespace=contract.METRIC_NAMESPACE,
         metric_name=error_metric_name,
         metric_value="1",
-        filter_name=f"{spec.tenant_id}-{spec.role}-error-logs",
+        filter_name=contract.ERROR_LOG_FILTER.render(spec.tenant_id, role=spec.role),
     )
     role = role or iam.Role(
         scope,

@@ -21,6 +21,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from lambdas import contract
 from pipeline_constructs import encryption, names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
 from pipeline_constructs.nag import acknowledge
@@ -31,7 +32,7 @@ from pipeline_constructs.tenant_pipeline import (
 )
 
 METRIC_PERIOD = Duration.minutes(5)
-ALARM_PREFIX = "ordered-ingest"
+ALARM_PREFIX = contract.SHARED_PREFIX
 
 
 class Forwarding(Construct):

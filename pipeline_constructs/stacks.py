@@ -213,7 +213,7 @@ class DashboardStack(_IngestStack):
     def __init__(self, scope: Construct, number: int, config: AppConfig, shared_stack: SharedStack) -> None:
         super().__init__(
             scope,
-            names.DASHBOARD_STACK_NAME.format(number=number),
+            names.dashboard_stack_name(number),
             description=f"Ordered per-tenant file ingestion: dashboard {number}",
         )
         # After the shared stack: a deployment that kept this dashboard there drops it first,

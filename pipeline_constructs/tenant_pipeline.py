@@ -390,7 +390,7 @@ class TenantPipeline(Construct):
         self.workflow_log_group = logs.LogGroup(
             self,
             "WorkflowLogs",
-            log_group_name=f"/aws/vendedlogs/states/{state_machine_name}",
+            log_group_name=contract.STATE_MACHINE_LOG_GROUP.render(state_machine=state_machine_name),
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
             encryption_key=self.kms_key,
@@ -987,7 +987,7 @@ class TenantPipeline(Construct):
         log_group = logs.LogGroup(
             self,
             f"{kind}WorkflowLogs",
-            log_group_name=f"/aws/vendedlogs/states/{machine_name}",
+            log_group_name=contract.STATE_MACHINE_LOG_GROUP.render(state_machine=machine_name),
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.RETAIN,
             encryption_key=self.kms_key,

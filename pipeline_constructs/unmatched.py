@@ -36,7 +36,7 @@ RETRY_ATTEMPTS = 185
 MAX_EVENT_AGE = Duration.hours(24)
 METRIC_PERIOD = Duration.minutes(5)
 #: The alarms of the shared stack start with this (the tenants' start with the tenant id).
-ALARM_PREFIX = "ordered-ingest"
+ALARM_PREFIX = contract.SHARED_PREFIX
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class UnmatchedUploads(Construct):
             metric_namespace=contract.METRIC_NAMESPACE,
             metric_name=contract.UNMATCHED_UPLOADS_METRIC,
             metric_value="1",
-            filter_name=names.UNMATCHED_UPLOADS_RULE,
+            filter_name=contract.UNMATCHED_UPLOADS_FILTER.render(),
         )
         factory = AlarmFactory(self, name_prefix=ALARM_PREFIX, topic=props.alarm_topic, evaluation_periods=1)
         factory.alarm(

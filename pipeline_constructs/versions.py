@@ -35,8 +35,10 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from lambdas import contract
+
 #: The alias the controller and `ops resume` start executions through.
-ALIAS_NAME = "live"
+ALIAS_NAME = contract.WORKFLOW_ALIAS.render()
 
 
 def publish_version(scope: Construct, construct_id: str, state_machine: sfn.StateMachine,

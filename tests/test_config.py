@@ -95,14 +95,6 @@ def test_fails_when_an_id_is_too_long_for_a_derived_resource_name():
     )
 
 
-def test_every_derived_name_fits_its_limit_at_the_maximum_id_length():
-    longest = "a" * names.MAX_TENANT_ID_LENGTH
-    for derived in names.ALL:
-        assert len(derived.render(longest)) <= derived.limit, derived
-    assert names.QUEUE.render(longest).endswith(".fifo") and names.QUEUE.limit == 80
-    assert names.STATE_MACHINE.limit == 80
-
-
 def test_fails_when_prefixes_overlap():
     assert one_problem(
         f"""

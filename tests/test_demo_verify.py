@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from demo.samples import malformed, sample_files
 from demo.verify import Upload, check_records, request_order_problems, verify_tenant
+from lambdas.contract import execution_name
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 UPLOADS = [Upload("t/a.csv", "v1", 0, 2), Upload("t/b.csv", "v2", 1, 1)]
@@ -56,6 +57,18 @@ def test_a_file_without_execution_or_with_two_is_reported():
     verdict = verify_tenant("t", UPLOADS, GOOD_EXECUTIONS[:1] * 2, records((0, 0), (0, 1)))
     assert "t/a.csv: 2 executions instead of 1" in verdict.problems
     assert "t/b.csv: 0 executions instead of 1" in verdict.problems
+
+
+def test_a_resumed_file_counts_once_whatever_its_event_id() -> None:
+    """GIVEN a file whose event id is too long to name its executions itself (a hashed name),
+    resumed once WHEN the executions are counted THEN its resume is not a second execution."""
+    event_id = "e" * 100
+    first = {**execution("t/a.csv", "v1", 0, 1, "FAILED"), "name": execution_name(event_id),
+             "input": {"event_id": event_id}}
+    resumed = {**execution("t/a.csv", "v1", 2, 3), "name": execution_name(event_id, 1), "input": {"event_id": event_id}}
+    verdict = verify_tenant("t", UPLOADS, [first, resumed, execution("t/b.csv", "v2", 4, 5)],
+                            records((0, 0), (0, 1), (1, 0)))
+    assert verdict.ok, verdict.problems
 
 
 def test_sample_files_carry_their_position_and_the_big_file_has_the_asked_size():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import sys
@@ -16,8 +17,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
 from ops.cli import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USAGE, main  # noqa: E402
 
-from contract import FileRef, execution_arn  # noqa: E402
+from contract import (  # noqa: E402
+    MAX_CHUNK_INDEX,
+    MAX_EXECUTION_NAME,
+    PAGE_EXECUTION_NAME_FORMAT,
+    SECTION_EXECUTION_NAME_FORMAT,
+    FileRef,
+    execution_arn,
+    execution_name,
+)
 from ledger import Ledger  # noqa: E402
+from ops.reconcile import ObjectVersion, replay_event_id  # noqa: E402
 
 REGION = "us-east-1"
 NOW = 1_700_000_000.0
@@ -98,6 +108,54 @@ def test_status_json_names_the_halted_file_where_it_stopped_and_why(deployment):
     assert status["last_24h"] == {"succeeded": 0, "failed": 1, "skipped": 0}
 
 
+def write_history(ddb: Any, closes: list[tuple[float, str]]) -> None:
+    """History items as the ledger writes them (`file#<started ms>#<execution>`), written directly
+    and in batches: one per (started at, status). Each holds about 1 KB (a long key), so a
+    thousand of them take more than DynamoDB's 1 MB page."""
+    items = []
+    for n, (started, status) in enumerate(closes):
+        execution = f"evt-{n}"
+        file = {"tenant": "acme", "event_id": execution, "bucket": "landing", "key": f"acme/{n:04d}-" + "k" * 900,
+                "version_id": "v", "size": 1, "etag": None, "event_time": ""}
+        items.append({
+            "tenant": {"S": "acme"}, "entry": {"S": f"file#{int(started * 1000):013d}#{execution}"},
+            "execution": {"S": execution}, "file_ref": {"S": json.dumps(file)}, "status": {"S": status},
+            "attempt": {"N": "0"}, "next_record": {"N": "0"}, "started_at": {"N": str(started)},
+            "closed_at": {"N": str(started + 1)}, "error": {"S": f"Error{n}"},
+        })
+    for start in range(0, len(items), 25):
+        ddb.batch_write_item(RequestItems={"ledger": [{"PutRequest": {"Item": item}} for item in items[start:start + 25]]})
+
+
+def test_status_counts_every_close_of_the_last_24_hours_however_many_pages_they_fill(deployment):
+    """GIVEN 1,200 closes in the last 24 hours (more than one 1 MB page of the ledger, and more
+    than the 100 one page of the history held) and older ones WHEN ops status runs THEN its
+    24-hour counts are exact."""
+    closes = [(NOW - 3600 - n, "SUCCEEDED") for n in range(1000)]
+    closes += [(NOW - 7200 - n, "FAILED") for n in range(150)] + [(NOW - 9000 - n, "SKIPPED") for n in range(50)]
+    closes += [(NOW - 2 * 86400 - n, "SUCCEEDED") for n in range(30)]  # older than the window
+    write_history(deployment.clients("dynamodb"), closes)
+
+    code, out = deployment.ops("status", "acme", "--json")
+
+    assert code == EXIT_OK
+    (status,) = json.loads(out)
+    assert status["last_24h"] == {"succeeded": 1000, "failed": 150, "skipped": 50}
+
+
+def test_status_finds_the_last_failure_behind_more_than_a_page_of_later_successes(deployment):
+    """GIVEN a failure, then 1,100 files that succeeded WHEN ops status runs THEN the last
+    failure column still names it (it looked at the newest 50 attempts before)."""
+    closes = [(NOW - 86400 * 3, "FAILED")] + [(NOW - 86400 * 2 + n, "SUCCEEDED") for n in range(1100)]
+    write_history(deployment.clients("dynamodb"), closes)
+
+    code, out = deployment.ops("status", "acme", "--json")
+
+    assert code == EXIT_OK
+    (status,) = json.loads(out)
+    assert (status["last_failure"]["execution"], status["last_failure"]["error"]) == ("evt-0", "Error0")
+
+
 def test_status_table_tells_the_halted_tenant_what_to_run(deployment):
     deployment.failed_file()
     code, out = deployment.ops("status")
@@ -115,6 +173,32 @@ def test_resume_continues_the_failed_file_at_its_first_unacknowledged_record(dep
     assert json.loads(described["input"])["start_record"] == 250
     position = deployment.ledger.read()
     assert (position.status, position.halted, position.execution) == ("RUNNING", False, "evt-a-r1")
+
+
+def test_resume_of_a_replayed_file_resumed_999_times_starts_a_name_its_pages_fit(deployment):
+    """GIVEN a file `ops reconcile --replay` sent, at its 999th resume, failed and halted WHEN the
+    operator resumes it THEN its 1000th attempt runs under a name that leaves room for the page
+    and section suffixes at the largest chunk (issue 19: 74 + `-r<n>` + `-p<chunk>` did not)."""
+    version = ObjectVersion(bucket="landing", key="acme/" + "k" * 1000, version_id="v" * 32,
+                            last_modified=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), size=1, etag=None)
+    event_id = replay_event_id(version)
+    file = FileRef(tenant="acme", event_id=event_id, bucket="landing", key=version.key, version_id=version.version_id,
+                   size=1, etag=None, event_time="")
+    deployment.ledger.claim(deployment.ledger.read(), file, execution_name(event_id), NOW - 600)
+    deployment.clients("dynamodb").update_item(  # 999 resumes happened before this one
+        TableName="ledger", Key={"tenant": {"S": "acme"}, "entry": {"S": "position"}},
+        UpdateExpression="SET attempt = :n, execution = :e",
+        ExpressionAttributeValues={":n": {"N": "999"}, ":e": {"S": execution_name(event_id, 999)}})
+    deployment.ledger.record_close(execution_name(event_id, 999), "FAILED", halt_on_failure=True, now=NOW - 60)
+
+    code, _ = deployment.ops("resume", "acme")
+
+    assert code == EXIT_OK
+    name = deployment.ledger.read().execution
+    assert name == execution_name(event_id, 1000) == f"{event_id}-r1000"
+    deployment.sfn.describe_execution(executionArn=execution_arn(deployment.machine, name))
+    assert len(PAGE_EXECUTION_NAME_FORMAT.format(name, MAX_CHUNK_INDEX)) <= MAX_EXECUTION_NAME
+    assert len(SECTION_EXECUTION_NAME_FORMAT.format(name, MAX_CHUNK_INDEX)) <= MAX_EXECUTION_NAME
 
 
 def test_resume_starts_the_resumed_file_through_the_live_alias_the_stack_outputs(deployment, monkeypatch):

@@ -16,7 +16,7 @@ from conftest import TENANT, Context
 from moto.stepfunctions.models import StepFunctionBackend
 
 import controller
-from contract import ControllerEnv, FileRef, environment, execution_arn
+from contract import MAX_FILE_EXECUTION_NAME, ControllerEnv, FileRef, environment, execution_arn, execution_name
 from controller import process_message
 from ledger import FAILED, RUNNING, Ledger
 from runtime import BoundLogger, get_logger
@@ -225,6 +225,25 @@ def test_redelivery_after_a_crash_after_start_starts_nothing_new(config, sfn, dd
     assert result == {"batchItemFailures": [], "outcome": "running", "execution_name": "evt-a"}
     assert executions(sfn, config) == {"evt-a": "RUNNING"}  # StartExecution is idempotent
     assert logs.errors() == []
+
+
+def test_an_event_id_step_functions_would_refuse_as_a_name_starts_one_execution_under_a_hashed_name(
+        config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN an event id too long for an execution name, with characters Step Functions refuses
+    WHEN its message is delivered twice THEN one execution runs, under the id's hashed name
+    (which leaves room for the page suffix), and the ledger claims the file by its event id."""
+    event_id = "replayed/by hand#" + "x" * 100
+    record = queue.record(event_id)
+
+    first = run(record, config, sfn, ddb, sqs)
+    again = run(record, config, sfn, ddb, sqs, now=NOW + 30)
+
+    name = execution_name(event_id)
+    assert first == {"batchItemFailures": [], "outcome": "started", "execution_name": name}
+    assert again["outcome"] == "running" and executions(sfn, config) == {name: "RUNNING"}
+    assert len(name) <= MAX_FILE_EXECUTION_NAME and name.startswith("replayedbyhand")
+    position = ledger.read()
+    assert (position.execution, position.file_id) == (name, event_id)
 
 
 def test_redelivery_after_a_crash_between_claim_and_start_starts_once(config, sfn, ddb, sqs, queue, ledger):

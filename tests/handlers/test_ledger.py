@@ -252,3 +252,19 @@ def test_a_files_settings_are_pinned_once_and_forgotten_with_the_next_file(ledge
     ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
     ledger.claim(ledger.read(), file("e2"), "e2", NOW + 2)
     assert (ledger.read().chunk_size, ledger.read().batch_size) == (None, None)
+
+
+def test_the_waiting_sequences_are_all_read_however_many_pages_they_fill(ledger, ddb):
+    """GIVEN 1,100 files waiting for their sequence numbers, each noted with a long receipt
+    handle (more than one 1 MB page of the ledger) WHEN the waiting ones are read THEN all come
+    back, lowest first (`ops status` lists them); `limit=1` reads just the lowest (the hand-off)."""
+    receipt = "r" * 1000  # SQS receipt handles run to 1,024 characters
+    items = [{"tenant": {"S": TENANT}, "entry": {"S": f"waiting#{n:020d}"}, "message_id": {"S": f"m{n}"},
+              "receipt": {"S": f"{receipt}{n}"}, "noted_at": {"N": str(NOW)}} for n in range(1, 1101)]
+    for start in range(0, len(items), 25):
+        ddb.batch_write_item(RequestItems={ledger.table: [{"PutRequest": {"Item": i}} for i in items[start:start + 25]]})
+
+    waiting = ledger.waiting_sequences(after=0)
+
+    assert [sequence for sequence, _ in waiting] == list(range(1, 1101))
+    assert ledger.waiting_sequences(after=500, limit=1) == [(501, f"{receipt}501")]
