@@ -32,7 +32,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
-from hints import CRASH_ERRORS, commands, hint
+from hints import CRASH_ERRORS, commands, hint_for
 from ledger import FAILED, Ledger, LedgerConflict, Position, hand_off
 from runtime import BoundLogger, aws_client, error_code, lambda_handler
 
@@ -229,7 +229,7 @@ class Closer:
             consequence = (
                 f"Tenant {tenant} is halted (on_failure: halt): its later files wait in the queue, in order."
             )
-            found = hint(attempt.error, closed_as=closed_as, failed_in=attempt.failed_in, chunk=chunk)
+            found = hint_for(attempt)
             actions = [f"Hint:      {found.text}", "", *commands(found, tenant)]
         else:
             consequence = f"Tenant {tenant} goes on with its next file (on_failure: continue)."

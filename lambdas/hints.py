@@ -10,6 +10,10 @@ wrong: resuming would fail the same way) or nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ledger import Position
 
 RESUME = "resume"
 SKIP = "skip"
@@ -25,6 +29,10 @@ class Hint:
 #: A file that cannot be processed as it is: nothing of it was sent.
 BAD_FILE = Hint(SKIP, "skip it and re-upload a corrected file (it will be processed after the files already queued)")
 
+#: The file's landing object version is gone (deleted, or expired after it was superseded).
+LOST = Hint(SKIP, "the file's landing version is gone: skip it and agree with the tenant how the rest is sent "
+                  "(a re-upload is a new file, processed after the files already queued)")
+
 #: Error type (the exception class a function raised, or the workflow's error name) -> hint.
 BY_ERROR: dict[str, Hint] = {
     "MalformedFileError": BAD_FILE,
@@ -33,7 +41,7 @@ BY_ERROR: dict[str, Hint] = {
     "KeyOutsidePrefixError": BAD_FILE,
     "SinkRejectedError": Hint(RESUME, "fix the record's problem in the core system, then resume"),
     "SinkAuthError": Hint(RESUME, "fix or rotate the credential the error names, then resume"),
-    "SinkUnavailableError": Hint(RESUME, "once the core system answers again, resume"),
+    "SinkUnavailableError": Hint(RESUME, "wait until the core system answers again, then resume"),
     "ChunkInvocationBudgetExhausted": Hint(
         RESUME, "find out why the core system kept failing within one chunk, then resume"),
     "CompletionTimedOut": Hint(
@@ -41,6 +49,8 @@ BY_ERROR: dict[str, Hint] = {
                 "or skip it if it must not count"),
     "CompletionRejected": Hint(
         RESUME, "agree with the core system's owners what is wrong, then resume (nothing is sent again) or skip it"),
+    "NoSuchKey": LOST,
+    "NoSuchVersion": LOST,
     "StaleExecutionError": Hint(
         NOTHING, "an execution started by hand was refused before it sent anything: nothing to do"),
 }
@@ -71,6 +81,12 @@ def hint(error: str | None, *, closed_as: str | None = None, failed_in: str | No
         where = f" in chunk {chunk}" if chunk and failed_in == "register" else ""
         return Hint(RESUME, CRASH.format(function=failed_in or "a function", error=error, where=where))
     return ABORTED if closed_as == "ABORTED" else OTHER
+
+
+def hint_for(closed: Position) -> Hint:
+    """The hint for a closed attempt: the ledger's position of a failed file, or a history item."""
+    chunk = closed.next_record // closed.chunk_size + 1 if closed.chunk_size else None
+    return hint(closed.error, closed_as=closed.closed_as, failed_in=closed.failed_in, chunk=chunk)
 
 
 def commands(found: Hint, tenant: str) -> list[str]:

@@ -116,6 +116,38 @@ def test_a_failure_halts_the_tenant_keeps_the_next_file_waiting_and_tells_what_t
     assert "stackTrace" not in text and "\\n" not in text and '\\"' not in text
 
 
+def test_a_malformed_file_is_to_be_skipped_and_re_uploaded_not_resumed(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
+    cfg = config(machine, ledger_table, queue_url, topic)
+    cause = json.dumps({"errorType": "MalformedFileError", "errorMessage": "line 4: expected 2 fields, found 1"})
+
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "FAILED", "error": "MalformedFileError",
+                                       "cause": cause})
+
+    (notice,) = published(sqs, topic)
+    text = notice["Message"]
+    assert ("Hint:      skip it and re-upload a corrected file (it will be processed after the files already queued)"
+            in text)
+    assert "python -m ops skip acme --reason" in text and "ops resume" not in text
+
+
+def test_a_crash_of_the_register_function_past_its_retries_says_what_crashed_and_where(machine, ledger_table, queue_url, topic,
+                                                                                        ledger, sqs, sns, sfn):
+    """GIVEN a page execution failed because the register function ran out of memory on every
+    try (the parent sees States.TaskFailed with the page's description as cause) THEN the
+    notification says register crashed, with what and in which chunk, and to resume after the fix."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    crash = json.dumps({"errorType": "Runtime.OutOfMemory", "errorMessage": "RequestId: r-9 Error: Runtime exited"})
+    page = json.dumps({"executionArn": "arn:x:evt-a-p3", "status": "FAILED", "error": "Runtime.OutOfMemory", "cause": crash})
+
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "FAILED", "error": "States.TaskFailed", "cause": page})
+
+    (notice,) = published(sqs, topic)
+    assert notice["Subject"] == "[ordered-ingest] acme: file failed (Runtime.OutOfMemory)"
+    assert ("Hint:      register crashed repeatedly (Runtime.OutOfMemory) in chunk 4: check its memory and timeout, "
+            "then resume") in notice["Message"]
+    assert "python -m ops resume acme" in notice["Message"]
+
+
 def test_with_continue_a_failure_notifies_and_hands_off(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
     cfg = config(machine, ledger_table, queue_url, topic, on_failure="continue")
     waiting_message(sqs, queue_url, ledger)
