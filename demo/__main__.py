@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -205,7 +206,7 @@ def report_faults(pipe, console: Console) -> None:
     for notification in pipe.notifications:
         console.print(f"alarm topic: {notification.subject}", markup=False)
         for line in notification.message.splitlines():
-            if line.startswith(("File:", "Stopped:", "Error:")):
+            if line.startswith(("File:", "Stopped:", "Error:", "Hint:")):
                 console.print(f"  {line}", markup=False)
 
 
@@ -221,14 +222,16 @@ def run_ops(pipe, console: Console, *args: str) -> int:
     return code
 
 
-def halted_tenants(pipe, resources) -> list[str]:
-    """Tenants halted after a failed file, from their ledger position; ``resources``: what
-    `ops.discovery.discover` found for the pipeline."""
+def halted_tenants(pipe, resources) -> dict[str, Any]:
+    """Tenants halted after a failed file, with the hint for it (`lambdas/hints.py`), from their
+    ledger position; ``resources``: what `ops.discovery.discover` found for the pipeline."""
     import ops  # noqa: F401 - puts the Lambda code (the ledger) on the path, as for `python -m ops`
+    from hints import hint_for
     from ledger import Ledger
 
     ddb = pipe.client("dynamodb")
-    return [t for t in pipe.tenant_ids if Ledger(ddb, resources[t].ledger_table, t).read().halted]
+    positions = {t: Ledger(ddb, resources[t].ledger_table, t).read() for t in pipe.tenant_ids}
+    return {t: hint_for(position) for t, position in positions.items() if position.halted}
 
 
 def settled(pipe, resources) -> bool:
@@ -239,20 +242,21 @@ def settled(pipe, resources) -> bool:
     return not running and (not others or pipe.is_idle(tenants=others))
 
 
-def operate(pipe, resources, console: Console, scenario: str) -> bool:
-    """What the on-call person does for the scenario's halted tenants; False if nothing."""
+def operate(pipe, resources, console: Console) -> bool:
+    """What the on-call person does for the halted tenants, as the hint says; False if nothing."""
     halted = halted_tenants(pipe, resources)
     if not halted:
         return False
     console.print(f"\n[yellow]Halted: {', '.join(halted)}[/yellow]: later files wait in the queue, in order.")
     run_ops(pipe, console, "status")
-    for tenant in halted:
-        if scenario == "halt-resume":
-            console.print(f"The core system team fixes the rejected record; the operator resumes {tenant}:")
+    for tenant, hint in halted.items():
+        console.print(f"The operator follows the hint for {tenant}: {hint.text}", markup=False, soft_wrap=True)
+        if hint.action == "resume":
+            console.print("The cause is fixed (the core system accepts the record now); the operator resumes:")
             pipe.sink(tenant).clear_faults()
             run_ops(pipe, console, "resume", tenant)
         else:
-            console.print("The file cannot be fixed in place; the operator skips it (the tenant sends a new one):")
+            console.print("The operator skips the file; the tenant re-uploads it corrected:")
             run_ops(pipe, console, "skip", tenant, "--reason", "malformed file; the tenant re-sends a corrected one")
     return True
 
@@ -396,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                     time.sleep(0.5)
                 live.update(progress_table(pipe, plan, uploads, run_started, chunks))
-            if timed_out or not operate(pipe, resources, console, args.scenario):
+            if timed_out or not operate(pipe, resources, console):
                 break
         console.print()
         uploader.join()

@@ -1,18 +1,27 @@
 """Closer: records that an execution closed, tells a person when a file failed, hands off.
 
-Invoked by the workflow's last state (`RecordSuccess`, `RecordFailure`) and, as a backstop
-because those events are best effort, by the "Step Functions Execution Status Change" rule of
-the tenant's state machine. Both may arrive for one close; the ledger's conditional write
-makes the second a no-op. On a close it:
+Invoked by the workflow's last state (`RecordSuccess`, `RecordFailure`, retried on failure)
+and, as a backstop because those events are best effort, by the "Step Functions Execution
+Status Change" rule of the tenant's state machine. Both may arrive for one close, and any of
+them may fail part-way; every step is done so that whichever comes next finishes the report:
 
-1. records it in the ledger (a failure halts the tenant when `on_failure` is `halt`);
-2. for a failure, publishes one notification a person can act on: tenant, file, chunk and
-   record where it stopped, the error without a stack trace, and the `ops` command;
+1. records the close in the ledger, with the attempt's history item, in one transaction (a
+   failure halts the tenant when `on_failure` is `halt`). A report that finds the close
+   recorded already (its own earlier try, or the other report) goes on with the steps below
+   for that recorded close, from the ledger's data, never the report's;
+2. for a failure, publishes one notification a person can act on, unless the history item
+   says it was published: tenant, file, chunk and record where it stopped, the error without
+   a stack trace, and the hint for its error type (`hints.py`) with the `ops` commands. The
+   mark is written after the publish: a crash between the two sends it twice, rather than
+   never (SNS cannot publish conditionally; the alarm topic is a standard topic);
 3. makes the message waiting at the head of the tenant's queue visible at once (fast
-   hand-off), unless the tenant is halted.
+   hand-off), unless the tenant is halted (idempotent; an SQS fault fails the invocation, so
+   the retry hands off again).
 
-An execution that starts running outside the gate (a `RedriveExecution` or `StartExecution`
-made by hand) is stopped; the register function refuses such an execution anyway.
+An execution that runs although the ledger does not know it as the tenant's current or a
+recent closed attempt (a `StartExecution` made by hand), or that was redriven by hand, is
+stopped; the register function refuses such an execution anyway. A late RUNNING event of
+an execution the ledger knows (it is finishing after its close was recorded) changes nothing.
 """
 
 from __future__ import annotations
@@ -22,10 +31,10 @@ import time
 from typing import Any
 
 from botocore.exceptions import ClientError
-
 from contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
+from hints import CRASH_ERRORS, commands, hint_for
 from ledger import FAILED, Ledger, LedgerConflict, Position, hand_off
-from runtime import BoundLogger, aws_client, error_code, execution_status, lambda_handler
+from runtime import BoundLogger, aws_client, error_code, lambda_handler
 
 RUNBOOK = "docs/operations.md"
 
@@ -50,6 +59,24 @@ def close_event(event: dict[str, Any]) -> CloseEvent:
     )
 
 
+def of_other_machine(event: dict[str, Any], state_machine_arn: str) -> bool:
+    """A status-change event of another state machine's execution (a page or section child
+    execution): the rule should not send it here, and nothing here is about it."""
+    arn = str((event.get("detail") or {}).get("stateMachineArn") or "") if "detail" in event else ""
+    return bool(arn) and arn.split(":")[6:7] != state_machine_arn.split(":")[6:7]
+
+
+def _child(cause: str | None) -> dict[str, Any] | None:
+    """A failed page or section execution's description, as Step Functions gives it as the
+    cause of `States.TaskFailed` (`startExecution.sync:2`), if it names an error of its own."""
+    try:
+        parsed = json.loads(cause or "")
+    except ValueError:
+        return None
+    named = isinstance(parsed, dict) and ("executionArn" in parsed or "ExecutionArn" in parsed)
+    return parsed if named and (parsed.get("error") or parsed.get("Error")) else None
+
+
 def error_summary(error: str | None, cause: str | None) -> tuple[str, str]:
     """(error type, message) of a failure, without the stack trace or escaped JSON.
 
@@ -58,19 +85,27 @@ def error_summary(error: str | None, cause: str | None) -> tuple[str, str]:
     `States.TaskFailed` and the child's DescribeExecution output as cause: its own `error` and
     `cause` are what happened (e.g. `SinkRejectedError`); other causes are text.
     """
+    child = _child(cause)
+    if child is not None:
+        return error_summary(str(child.get("error") or child.get("Error")), child.get("cause") or child.get("Cause"))
     if cause:
         try:
             parsed = json.loads(cause)
         except ValueError:
             parsed = None
-        if isinstance(parsed, dict) and ("executionArn" in parsed or "ExecutionArn" in parsed):
-            child_error = parsed.get("error") or parsed.get("Error")
-            if child_error:
-                return error_summary(str(child_error), parsed.get("cause") or parsed.get("Cause"))
         if isinstance(parsed, dict) and ("errorMessage" in parsed or "errorType" in parsed):
             return str(parsed.get("errorType") or error or "Error"), str(parsed.get("errorMessage") or "")
         return error or "Error", cause
     return error or "Error", ""
+
+
+def crashed_function(error: str | None, cause: str | None) -> str | None:
+    """The function whose repeated crash failed the file: "register" when the failure came up
+    from a page or section execution (they run only the register function), else "split" (the
+    one data function of the file's own execution). None when the failure is not a crash."""
+    if error_summary(error, cause)[0] not in CRASH_ERRORS:
+        return None
+    return "register" if _child(cause) is not None else "split"
 
 
 class Closer:
@@ -81,49 +116,74 @@ class Closer:
         self.config, self.ledger, self.sqs, self.sns, self.sfn = config, ledger, sqs, sns, sfn
         self.now, self.log = now, log
 
+    def handle_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The workflow's payload or an EventBridge status-change event."""
+        if of_other_machine(event, self.config.state_machine_arn):
+            self.log.info("status change of another state machine's execution; ignored",
+                          extra={"state_machine": event["detail"].get("stateMachineArn")})
+            return {"execution_name": event["detail"].get("name"), "recorded": False, "halted": None,
+                    "handed_off": False}
+        return self.handle(close_event(event))
+
     def handle(self, event: CloseEvent) -> dict[str, Any]:
         name, status = event["execution_name"], event["status"]
         self.log.bind(execution=name, status=status)
         if status not in CLOSED_STATUSES:
             return self._started(name)
+        failed = status != "SUCCEEDED"
         error_type, message = error_summary(event.get("error"), event.get("cause"))
         try:
-            after = self.ledger.record_close(
+            attempt: Position | None = self.ledger.record_close(
                 name,
                 status,
                 halt_on_failure=self.config.on_failure == "halt",
                 now=self.now,
-                error=error_type if status != "SUCCEEDED" else None,
-                cause=message if status != "SUCCEEDED" else None,
+                error=error_type if failed else None,
+                cause=message if failed else None,
                 content_sha256=event.get("content_sha256"),
                 duplicate_of=event.get("duplicate_of"),
+                failed_in=crashed_function(event.get("error"), event.get("cause")) if failed else None,
             )
             recorded = True
-            self.log.info("close recorded", extra={"halted": after.halted, "next_record": after.next_record,
-                                                   "recorded_as": after.status})
+            self.log.info("close recorded", extra={"halted": attempt.halted, "next_record": attempt.next_record,
+                                                   "recorded_as": attempt.status})
         except LedgerConflict:
-            after, recorded = self.ledger.read(), False
-            self.log.info("close already recorded, or not the current execution; nothing to record",
-                          extra={"current": after.execution, "current_status": after.status})
-        if recorded and after.status == FAILED:
-            self._notify(after, status, error_type, message)
-        kicked = self._hand_off(after)
-        return {"execution_name": name, "recorded": recorded, "halted": after.halted, "handed_off": kicked}
+            # Recorded before (this report's earlier try, or the other report): finish what may
+            # not have been done after it, from the ledger's data.
+            attempt, recorded = self.ledger.closed_attempt(name), False
+            if attempt is None:
+                self.log.info("not the tenant's current or a recent closed execution; nothing to record")
+            else:
+                self.log.info("close already recorded; finishing its report",
+                              extra={"recorded_as": attempt.status, "closed_as": attempt.closed_as,
+                                     "notified": attempt.notified_at is not None})
+        if attempt is not None and attempt.status == FAILED and attempt.notified_at is None:
+            self._notify(attempt)
+        position = self.ledger.read()
+        kicked = self._hand_off(position)
+        return {"execution_name": name, "recorded": recorded, "halted": position.halted, "handed_off": kicked}
 
     def _started(self, name: str) -> dict[str, Any]:
-        """An execution (re)started: fine if it is the ledger's running one, else refuse it."""
+        """An execution (re)started. Stopped only if the ledger does not know it (a hand-made
+        start) or it was redriven by hand: the ledger's current execution and its recent closed
+        attempts run on after their close is recorded, until their last state ends."""
         position = self.ledger.read()
         unchanged = {"execution_name": name, "recorded": False, "halted": position.halted, "handed_off": False}
         if position.execution == name and position.running:
             return unchanged
-        if self._status(name) != "RUNNING":
-            # A late event of an execution that has closed since: nothing runs outside the gate.
+        described = self._describe(name)
+        if described is None or described["status"] != "RUNNING":
             self.log.info("late RUNNING event of a closed execution; ignored")
+            return unchanged
+        redriven = int(described.get("redriveCount") or 0) > 0
+        if not redriven and (position.execution == name or self.ledger.closed_attempt(name) is not None):
+            self.log.info("RUNNING event of an execution whose close is recorded (it is finishing); ignored",
+                          extra={"current": position.execution, "current_status": position.status})
             return unchanged
         self.log.error(
             "execution started outside the gate (a hand-made redrive or start); stopping it. "
             "Use `ops resume` to continue a failed file",
-            extra={"current": position.execution, "current_status": position.status},
+            extra={"current": position.execution, "current_status": position.status, "redriven": redriven},
         )
         try:
             self.sfn.stop_execution(
@@ -135,8 +195,13 @@ class Closer:
             self.log.warning("could not stop the execution", extra={"error_code": error_code(error)})
         return {**unchanged, "stopped": True}
 
-    def _status(self, name: str) -> str | None:
-        return execution_status(self.sfn, self.config.state_machine_arn, name)
+    def _describe(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.sfn.describe_execution(executionArn=execution_arn(self.config.state_machine_arn, name))
+        except ClientError as error:
+            if error_code(error) == "ExecutionDoesNotExist":
+                return None
+            raise
 
     def _hand_off(self, position: Position) -> bool:
         """Make the waiting message visible now; the visibility timeout stays the fallback."""
@@ -147,29 +212,28 @@ class Closer:
             self.log.info("waiting message not in flight any more; nothing to hand off")
         return handed_off
 
-    def _notify(self, position: Position, status: str, error_type: str, message: str) -> None:
-        file = position.file or {}
+    def _notify(self, attempt: Position) -> None:
+        """Publish the failure of `attempt` (its history item), then mark it published."""
+        file = attempt.file or {}
         tenant = self.config.tenant_id
-        chunk_size = position.chunk_size
-        where = f"record {position.next_record:,}"
-        if position.record_count is not None:
-            where += f" of {position.record_count:,}"
-        if chunk_size and position.chunk_count:
-            where = f"chunk {position.next_record // chunk_size + 1} of {position.chunk_count}, {where}"
-        what = {"FAILED": "failed", "TIMED_OUT": "timed out", "ABORTED": "was stopped"}.get(status, status.lower())
-        if position.halted:
+        chunk = attempt.next_record // attempt.chunk_size + 1 if attempt.chunk_size else None
+        where = f"record {attempt.next_record:,}"
+        if attempt.record_count is not None:
+            where += f" of {attempt.record_count:,}"
+        if chunk and attempt.chunk_count:
+            where = f"chunk {chunk} of {attempt.chunk_count}, {where}"
+        closed_as = attempt.closed_as or "FAILED"
+        what = {"FAILED": "failed", "TIMED_OUT": "timed out", "ABORTED": "was stopped"}.get(closed_as, closed_as.lower())
+        error_type = attempt.error or "Error"
+        if attempt.halted:
             consequence = (
                 f"Tenant {tenant} is halted (on_failure: halt): its later files wait in the queue, in order."
             )
-            actions = (
-                f"Fix the cause, then continue this file where it stopped:\n"
-                f"  python -m ops resume {tenant}\n"
-                f"or give it up and start the next file:\n"
-                f"  python -m ops skip {tenant} --reason \"...\""
-            )
+            found = hint_for(attempt)
+            actions = [f"Hint:      {found.text}", "", *commands(found, tenant)]
         else:
             consequence = f"Tenant {tenant} goes on with its next file (on_failure: continue)."
-            actions = f"Check the tenant with:\n  python -m ops status {tenant}"
+            actions = ["Check the tenant with:", f"  python -m ops status {tenant}"]
         body = "\n".join(
             [
                 f"A file of tenant {tenant} {what}.",
@@ -177,16 +241,22 @@ class Closer:
                 "",
                 f"File:      s3://{file.get('bucket', '?')}/{file.get('key', '?')} (version {file.get('version_id', '?')})",
                 f"Stopped:   {where} (every record before it reached the core system)",
-                f"Error:     {error_type}" + (f": {message}" if message else ""),
-                f"Execution: {position.execution}",
+                f"Error:     {error_type}" + (f": {attempt.cause}" if attempt.cause else ""),
+                f"Execution: {attempt.execution}",
                 "",
-                actions,
+                *actions,
                 "",
                 f"Runbook: {RUNBOOK}#workflow-failed",
             ]
         )
         subject = f"[ordered-ingest] {tenant}: file {what} ({error_type})"[:100]
         self.sns.publish(TopicArn=self.config.alarm_topic_arn, Subject=subject, Message=body)
+        try:
+            self.ledger.mark_notified(attempt, self.now)
+        except (ClientError, LedgerConflict) as error:
+            # Not worth failing the invocation for: the next report (the backstop) sends it again.
+            self.log.warning("notification sent but not marked; a later report of this close sends it again",
+                             extra={"error_code": error_code(error)})
 
 
 @lambda_handler("closer", CloserEnv, log_fields=lambda event: {})
@@ -201,4 +271,4 @@ def handler(event: dict[str, Any], config: CloserEnv, log: BoundLogger, context:
         now=time.time(),
         log=log,
     )
-    return closer.handle(close_event(event))
+    return closer.handle_event(event)

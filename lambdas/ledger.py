@@ -10,7 +10,9 @@ One DynamoDB table, partition key `tenant`, sort key `entry`:
   stale writer can never move a tenant backwards: transitions bump `seq`, progress only grows,
   and a close or progress write names the execution it belongs to.
 * `entry = "file#<started at, ms>#<execution>"`: one item per closed or skipped attempt, for
-  `ops status` (files done, last failure). They expire after `HISTORY_DAYS`.
+  `ops status` (files done, last failure). Written in one transaction with the close, so a
+  recorded close always has it; it carries `notified_at` once the failure notification went
+  out. They expire after `HISTORY_DAYS`.
 * `entry = "event#<event id>"`: the event ids of files ever made current, so a duplicate event
   that arrives after its file closed is recognised (written with the claim, in one transaction).
 * `entry = "version#<sha256 of bucket, key, version id>"`: the object versions ever made
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from contract import DuplicateOf, ExecutionInput, FileRef
@@ -61,6 +63,11 @@ SKIPPED = "SKIPPED"
 DUPLICATE = "DUPLICATE"
 #: Longest error message and cause kept (DynamoDB items are small; a cause is a summary).
 MAX_TEXT = 2000
+#: How often a close is tried again when the running file's progress moved while it was written.
+CLOSE_TRIES = 3
+#: How many of the newest history items `closed_attempt` looks through for an execution that is
+#: not the current file's (a late retry or event comes minutes, at most a day, after its close).
+RECENT_ATTEMPTS = 500
 
 
 class LedgerConflict(Exception):
@@ -109,6 +116,10 @@ class Position:
     #: record, so a batch sent again after a crash or a resume has the same records and key
     #: even if `sink.batch_size` or `chunk_size` changed meanwhile (`pin_settings`).
     batch_size: int | None = None
+    #: The function that crashed, past the workflow's retries ("register", "split"), if that failed the file.
+    failed_in: str | None = None
+    #: A history item: when the failure notification was published (None: not yet, or no failure).
+    notified_at: float | None = None
 
     def next_sequence(self, first: int) -> int:
         """`key_sequence` ordering: the sequence number of the file that may start next."""
@@ -165,6 +176,8 @@ class Position:
             sequence=i("sequence"),
             batch_size=i("batch_size"),
             duplicate_of=json.loads(s("duplicate_of") or "null"),
+            failed_in=s("failed_in"),
+            notified_at=n("notified_at"),
         )
 
 
@@ -246,8 +259,9 @@ class Ledger:
             "Key": self._key(),
             "UpdateExpression": (
                 f"{sets} "
-                "REMOVE chunk_size, batch_size, chunk_count, record_count, closed_at, closed_as, #error, cause, skip_reason, "
-                "waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at, duplicate_of"
+                "REMOVE chunk_size, batch_size, chunk_count, record_count, closed_at, closed_as, #error, cause, "
+                "skip_reason, waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at, duplicate_of, "
+                "failed_in"
             ),
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
@@ -440,53 +454,71 @@ class Ledger:
         cause: str | None = None,
         content_sha256: str | None = None,
         duplicate_of: DuplicateOf | None = None,
+        failed_in: str | None = None,
     ) -> Position:
-        """`execution` closed with `sfn_status`: record it, halting the tenant on a failure if asked.
+        """`execution` closed with `sfn_status`: record it, halting the tenant on a failure if
+        asked; returns the closed position.
 
-        A success with `duplicate_of` closes as DUPLICATE (nothing was sent); any other success
-        with `content_sha256` remembers the content (`content#<sha256>`) for later duplicates.
+        One transaction writes the position, the attempt's history item and, for a success with
+        `content_sha256`, the content item (`content#<sha256>`, for later duplicates): a recorded
+        close always has its history, whatever fails after it. A success with `duplicate_of`
+        closes as DUPLICATE (nothing was sent; the content stays the earlier file's).
+        `failed_in`: the function whose crash failed the file, if one did.
         `LedgerConflict` if `execution` is not the running execution of the current file
         (already recorded, or a stale or hand-made execution).
         """
         failed = sfn_status != SUCCEEDED
         duplicate = not failed and duplicate_of is not None
-        values: dict[str, Any] = {
-            ":execution": _s(execution),
-            ":running": _s(RUNNING),
-            ":status": _s(FAILED if failed else (DUPLICATE if duplicate else SUCCEEDED)),
-            ":closed_as": _s(sfn_status),
-            ":halted": {"BOOL": failed and halt_on_failure},
-            ":now": _n(now),
-            ":one": _n(1),
-        }
-        sets = ["#status = :status", "closed_as = :closed_as", "halted = :halted", "closed_at = :now"]
-        names = {"#status": "status"}
-        if error:
-            sets.append("#error = :error")
-            names["#error"] = "error"
-            values[":error"] = _s(error[:MAX_TEXT])
-        if cause:
-            sets.append("cause = :cause")
-            values[":cause"] = _s(cause[:MAX_TEXT])
-        if duplicate:
-            sets.append("duplicate_of = :duplicate_of")
-            values[":duplicate_of"] = _s(json.dumps(duplicate_of, sort_keys=True))
-        after = self._update(
-            "SET " + ", ".join(sets) + " ADD seq :one",
-            "execution = :execution AND #status = :running",
-            values,
-            names=names,
-        )
-        if after.status == SUCCEEDED and content_sha256 and after.file is not None:
-            self._write_content(content_sha256, after)
-        self._write_history(after)
-        return after
+        for _ in range(CLOSE_TRIES):
+            observed = self.read()
+            if observed.execution != execution or not observed.running:
+                raise LedgerConflict(f"tenant {self.tenant}: {execution} is not the running execution")
+            closed = replace(
+                observed, seq=observed.seq + 1, status=FAILED if failed else (DUPLICATE if duplicate else SUCCEEDED),
+                closed_as=sfn_status, halted=failed and halt_on_failure, closed_at=now,
+                error=error[:MAX_TEXT] if error else None, cause=cause[:MAX_TEXT] if cause else None,
+                duplicate_of=duplicate_of if duplicate else None, failed_in=failed_in if failed else None,
+            )
+            sets = ["#status = :status", "closed_as = :closed_as", "halted = :halted", "closed_at = :now"]
+            names = {"#status": "status"}
+            values: dict[str, Any] = {
+                ":execution": _s(execution), ":running": _s(RUNNING), ":next": _n(observed.next_record),
+                ":status": _s(closed.status or ""), ":closed_as": _s(sfn_status), ":halted": {"BOOL": closed.halted},
+                ":now": _n(now), ":one": _n(1),
+            }
+            for name, value in (("error", closed.error), ("cause", closed.cause), ("failed_in", closed.failed_in),
+                                ("duplicate_of", json.dumps(duplicate_of, sort_keys=True) if duplicate else None)):
+                if value:
+                    sets.append(f"#{name} = :{name}")
+                    names[f"#{name}"] = name
+                    values[f":{name}"] = _s(value)
+            writes: list[dict[str, Any]] = [
+                {"Update": {
+                    "TableName": self.table, "Key": self._key(),
+                    "UpdateExpression": "SET " + ", ".join(sets) + " ADD seq :one",
+                    # The progress is part of the history item: it must not move meanwhile.
+                    "ConditionExpression": "execution = :execution AND #status = :running AND next_record = :next",
+                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                }},
+                {"Put": {"TableName": self.table, "Item": self._history_item(closed)}},
+            ]
+            if closed.status == SUCCEEDED and content_sha256 and closed.file is not None:
+                writes.append({"Put": {"TableName": self.table, "Item": self._content_item(content_sha256, closed)}})
+            try:
+                self.ddb.transact_write_items(TransactItems=writes)
+            except Exception as refused:  # botocore ClientError
+                reasons = [r.get("Code") for r in getattr(refused, "response", {}).get("CancellationReasons", [])]
+                if error_code(refused) != "TransactionCanceledException" or reasons[:1] != ["ConditionalCheckFailed"]:
+                    raise
+                continue  # progress was written meanwhile, or another report recorded it: read again
+            return closed
+        raise RuntimeError(f"tenant {self.tenant}: the position of {execution} kept changing while its close "
+                           "was recorded; try again")
 
-    def _write_content(self, content_sha256: str, position: Position) -> None:
-        """Remember that the file with these bytes succeeded (the latest such file wins). Written
-        after the close: if it is lost, a later copy is processed again, never dropped."""
+    def _content_item(self, content_sha256: str, position: Position) -> dict[str, Any]:
+        """Remember that the file with these bytes succeeded (the latest such file wins)."""
         assert position.file is not None and position.execution is not None
-        self.ddb.put_item(TableName=self.table, Item={
+        return {
             **self._key(f"{CONTENT_PREFIX}{content_sha256}"),
             "key": _s(position.file["key"]),
             "version_id": _s(position.file["version_id"]),
@@ -494,7 +526,7 @@ class Ledger:
             "execution": _s(position.execution),
             "closed_at": _n(position.closed_at or 0),
             "expires_at": _n(int((position.closed_at or 0) + HISTORY_DAYS * 86400)),
-        })
+        }
 
     def processed_content(self, content_sha256: str) -> DuplicateOf | None:
         """The file with these bytes that succeeded last, if any (strongly consistent)."""
@@ -510,7 +542,7 @@ class Ledger:
         """The halted, failed file runs again from `next_record`, as `execution`."""
         return self._update(
             "SET #status = :running, execution = :execution, halted = :false, started_at = :now, "
-            "attempt = attempt + :one, seq = :seq REMOVE closed_at, closed_as, #error, cause",
+            "attempt = attempt + :one, seq = :seq REMOVE closed_at, closed_as, #error, cause, failed_in",
             "seq = :observed AND #status = :failed AND halted = :true",
             {
                 ":running": _s(RUNNING),
@@ -582,22 +614,29 @@ class Ledger:
     # -- history ------------------------------------------------------------------------------
 
     def _write_history(self, position: Position) -> None:
-        """One item per closed or skipped attempt (idempotent: keyed by start time and execution)."""
-        if position.file is None or position.execution is None:
-            return
-        started_ms = int((position.started_at or 0) * 1000)
+        if position.file is not None and position.execution is not None:
+            self.ddb.put_item(TableName=self.table, Item=self._history_item(position))
+
+    def _history_entry(self, position: Position) -> str:
+        """The sort key of an attempt's history item: its start time and execution (idempotent)."""
+        return f"{HISTORY_PREFIX}{int((position.started_at or 0) * 1000):013d}#{position.execution}"
+
+    def _history_item(self, position: Position) -> dict[str, Any]:
+        """One item per closed or skipped attempt."""
+        assert position.file is not None and position.execution is not None
         item: dict[str, Any] = {
-            **self._key(f"{HISTORY_PREFIX}{started_ms:013d}#{position.execution}"),
+            **self._key(self._history_entry(position)),
             "execution": _s(position.execution),
             "file_ref": _s(json.dumps(position.file, sort_keys=True)),
             "status": _s(position.status or ""),
+            "halted": {"BOOL": position.halted},
             "attempt": _n(position.attempt),
             "next_record": _n(position.next_record),
             "started_at": _n(position.started_at or 0),
             "closed_at": _n(position.closed_at or 0),
             "expires_at": _n(int((position.closed_at or 0) + HISTORY_DAYS * 86400)),
         }
-        for name in ("closed_as", "error", "cause", "skip_reason"):
+        for name in ("closed_as", "error", "cause", "skip_reason", "failed_in"):
             value = getattr(position, name)
             if value:
                 item[name] = _s(value)
@@ -607,7 +646,43 @@ class Ledger:
             value = getattr(position, name)
             if value is not None:
                 item[name] = _n(value)
-        self.ddb.put_item(TableName=self.table, Item=item)
+        return item
+
+    def closed_attempt(self, execution: str) -> Position | None:
+        """The history item of `execution` if the ledger knows it as a closed (or skipped) attempt:
+        the current file's, or one of the `RECENT_ATTEMPTS` newest. None if it runs, or is unknown."""
+        position = self.read()
+        if position.execution == execution:
+            if position.running:
+                return None
+            item = self.ddb.get_item(TableName=self.table, Key=self._key(self._history_entry(position)),
+                                     ConsistentRead=True).get("Item")
+            return Position.from_item(self.tenant, item) if item else None
+        query: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "tenant = :tenant AND entry BETWEEN :low AND :high",
+            "FilterExpression": "execution = :execution",
+            "ExpressionAttributeValues": {":tenant": _s(self.tenant), ":low": _s(HISTORY_PREFIX),
+                                          ":high": _s(f"{HISTORY_PREFIX}9999999999999~"), ":execution": _s(execution)},
+            "ScanIndexForward": False,
+            "ConsistentRead": True,
+            "Limit": 100,
+        }
+        scanned = 0
+        while scanned < RECENT_ATTEMPTS:
+            response = self.ddb.query(**query)
+            if response.get("Items"):
+                return Position.from_item(self.tenant, response["Items"][0])
+            scanned += response.get("ScannedCount", 0)
+            if "LastEvaluatedKey" not in response:
+                break
+            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return None
+
+    def mark_notified(self, attempt: Position, now: float) -> None:
+        """Note on the attempt's history item that its failure notification was published."""
+        self._update("SET notified_at = :now", "attribute_exists(tenant)", {":now": _n(now)},
+                     entry=self._history_entry(attempt))
 
     def history(self, *, since: float = 0.0, limit: int | None = None,
                 statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -645,6 +720,8 @@ def _history_entry(position: Position) -> dict[str, Any]:
         "cause": position.cause,
         "skip_reason": position.skip_reason,
         "duplicate_of": position.duplicate_of,
+        "failed_in": position.failed_in,
+        "chunk_size": position.chunk_size,
     }
 
 
@@ -674,7 +751,8 @@ def hand_off(ledger: Ledger, sqs: Any, queue_url: str, position: Position) -> bo
     """Make the message noted as waiting visible now, if the tenant may go on (nothing runs,
     not halted), and forget the note. False if there is nothing to hand off, or the message is
     not in flight any more (received again meanwhile, with a new receipt handle, or deleted):
-    then it is decided when next received, and the visibility timeout stays the fallback."""
+    then it is decided when next received, and the visibility timeout stays the fallback.
+    Idempotent: run again after a failure, it makes visible what is still noted."""
     if position.halted or position.running:
         return False
     handed_off = False
@@ -690,11 +768,17 @@ def hand_off(ledger: Ledger, sqs: Any, queue_url: str, position: Position) -> bo
     return handed_off
 
 
+#: What SQS answers for a receipt handle whose message is not in flight any more (received again
+#: meanwhile, or deleted); any other error (throttling, a fault) is raised, so the caller's retry
+#: hands off again.
+NOT_IN_FLIGHT_CODES = ("ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameterValue")
+
+
 def _make_visible(sqs: Any, queue_url: str, receipt: str) -> bool:
     try:
         sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt, VisibilityTimeout=0)
     except Exception as error:  # botocore ClientError
-        if not error_code(error):
+        if not error_code(error).endswith(NOT_IN_FLIGHT_CODES):
             raise
         return False
     return True

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any
 
+from hints import Hint, commands, hint_for
 from ledger import DUPLICATE, FAILED, SKIPPED, SUCCEEDED, Ledger
 from operations import describe_state
+
 from ops.discovery import TenantResources
 
 DAY_SECONDS = 86400
@@ -48,6 +51,8 @@ def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float 
     return {
         "tenant": resources.tenant_id,
         "state": "halted" if position.halted else ("running" if position.running else "idle"),
+        # What to do about the halted file: the notification's hint (lambdas/hints.py).
+        "hint": asdict(hint_for(position)) if position.halted else None,
         "summary": describe_state(position),
         "on_failure": resources.on_failure,
         "queue": {
@@ -120,8 +125,8 @@ def render(statuses: list[dict[str, Any]]) -> str:
             lines += [
                 "",
                 f"{s['tenant']} is halted: {failure['key']} failed with {failure['error']}: {failure['cause'] or ''}".rstrip(": "),
-                f"  fix the cause, then: python -m ops resume {s['tenant']}",
-                f"  or give the file up:  python -m ops skip {s['tenant']} --reason \"...\"",
+                f"  hint: {s['hint']['text']}",
+                *(f"  {line}" for line in commands(Hint(**s["hint"]), s["tenant"])),
             ]
         sequence = s.get("sequence")
         if sequence and sequence["gap"]:

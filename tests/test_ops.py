@@ -69,14 +69,15 @@ class Deployment:
         code = main(list(argv), clients=self.clients, out=out, now=NOW)
         return code, out.getvalue()
 
-    def failed_file(self, next_record: int = 250) -> None:
+    def failed_file(self, next_record: int = 250, error: str = "SinkRejectedError",
+                    cause: str = "chunk 2 record 50 (file record 250): HTTP 400") -> None:
         """acme's file f.csv failed at record 250 of 1,000 and halted the tenant; a next file waits."""
         file = FileRef(tenant="acme", event_id="evt-a", bucket="landing", key="acme/f.csv", version_id="v1", size=1,
                        etag=None, event_time="")
         self.ledger.claim(self.ledger.read(), file, "evt-a", NOW - 600)
         self.ledger.record_progress("evt-a", next_record, chunk_size=100, chunk_count=10, record_count=1000)
         self.ledger.record_close("evt-a", "FAILED", halt_on_failure=True, now=NOW - 60,
-                                 error="SinkRejectedError", cause="chunk 2 record 50 (file record 250): HTTP 400")
+                                 error=error, cause=cause)
         self.sqs.send_message(QueueUrl=self.queue_url, MessageBody="{}", MessageGroupId="acme", MessageDeduplicationId="n")
         (message,) = self.sqs.receive_message(QueueUrl=self.queue_url, VisibilityTimeout=240)["Messages"]
         self.ledger.record_waiting(self.ledger.read(), message["MessageId"], message["ReceiptHandle"], NOW - 50, NOW - 90)
@@ -161,7 +162,41 @@ def test_status_table_tells_the_halted_tenant_what_to_run(deployment):
     code, out = deployment.ops("status")
     assert code == EXIT_OK
     assert "chunk 3 of 10, records 250/1,000" in out
+    assert "hint: fix the record's problem in the core system, then resume" in out
     assert "python -m ops resume acme" in out and "python -m ops skip acme" in out
+
+
+def test_status_tells_to_skip_a_malformed_file_and_re_upload_it_not_to_resume_it(deployment):
+    """GIVEN a tenant halted on a malformed file (a resume would fail the same way) THEN status
+    gives the notification's hint: skip it and re-upload a corrected file, queued behind the others."""
+    deployment.failed_file(next_record=0, error="MalformedFileError", cause="line 4: expected 2 fields, found 1")
+
+    code, out = deployment.ops("status")
+    _, as_json = deployment.ops("status", "acme", "--json")
+
+    assert code == EXIT_OK
+    assert ("hint: skip it and re-upload a corrected file (it will be processed after the files already queued)"
+            in out)
+    assert "python -m ops skip acme" in out and "python -m ops resume" not in out
+    assert json.loads(as_json)[0]["hint"]["action"] == "skip"
+
+
+def test_status_says_which_function_crashed_and_in_which_chunk(deployment):
+    """GIVEN a file failed by the register function crashing past the workflow's retries in
+    chunk 3 (the closer recorded where) THEN status says so, and to resume after the fix."""
+    file = FileRef(tenant="acme", event_id="evt-c", bucket="landing", key="acme/c.csv", version_id="v1", size=1,
+                   etag=None, event_time="")
+    deployment.ledger.claim(deployment.ledger.read(), file, "evt-c", NOW - 600)
+    deployment.ledger.record_progress("evt-c", 250, chunk_size=100, chunk_count=10, record_count=1000)
+    deployment.ledger.record_close("evt-c", "FAILED", halt_on_failure=True, now=NOW - 60, error="Runtime.OutOfMemory",
+                                   failed_in="register")
+
+    _, out = deployment.ops("status", "acme", "--json")
+
+    assert json.loads(out)[0]["hint"] == {
+        "action": "resume",
+        "text": "register crashed repeatedly (Runtime.OutOfMemory) in chunk 3: check its memory and timeout, then resume",
+    }
 
 
 def test_resume_continues_the_failed_file_at_its_first_unacknowledged_record(deployment):

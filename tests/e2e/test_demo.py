@@ -37,6 +37,10 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys, monkey
     assert "alarm topic: [ordered-ingest] acme: file failed (MalformedFileError)" in out
     assert "Error:     MalformedFileError: line 7" in out
     assert "Halted: acme" in out
+    # The notification, `ops status` and the operator give the one hint for a malformed file.
+    hint = "skip it and re-upload a corrected file (it will be processed after the files already queued)"
+    assert f"Hint:      {hint}" in out and f"hint: {hint}" in out
+    assert f"The operator follows the hint for acme: {hint}" in out
     assert "python -m ops --endpoint-url" in out and " skip acme --reason" in out
     assert "acme: skipped s3://" in out
     assert "every guarantee held" in out
@@ -57,5 +61,6 @@ def test_the_demo_halts_and_resumes(capsys):
     )
     out = capsys.readouterr().out
     assert status == 0, out
+    assert "The operator follows the hint for acme: fix the record's problem in the core system, then resume" in out
     assert "acme: resumed s3://" in out and "at record 42" in out
     assert "every guarantee held" in out

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from conftest import TENANT
 
 import closer
@@ -115,6 +116,38 @@ def test_a_failure_halts_the_tenant_keeps_the_next_file_waiting_and_tells_what_t
     assert "stackTrace" not in text and "\\n" not in text and '\\"' not in text
 
 
+def test_a_malformed_file_is_to_be_skipped_and_re_uploaded_not_resumed(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
+    cfg = config(machine, ledger_table, queue_url, topic)
+    cause = json.dumps({"errorType": "MalformedFileError", "errorMessage": "line 4: expected 2 fields, found 1"})
+
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "FAILED", "error": "MalformedFileError",
+                                       "cause": cause})
+
+    (notice,) = published(sqs, topic)
+    text = notice["Message"]
+    assert ("Hint:      skip it and re-upload a corrected file (it will be processed after the files already queued)"
+            in text)
+    assert "python -m ops skip acme --reason" in text and "ops resume" not in text
+
+
+def test_a_crash_of_the_register_function_past_its_retries_says_what_crashed_and_where(machine, ledger_table, queue_url, topic,
+                                                                                        ledger, sqs, sns, sfn):
+    """GIVEN a page execution failed because the register function ran out of memory on every
+    try (the parent sees States.TaskFailed with the page's description as cause) THEN the
+    notification says register crashed, with what and in which chunk, and to resume after the fix."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    crash = json.dumps({"errorType": "Runtime.OutOfMemory", "errorMessage": "RequestId: r-9 Error: Runtime exited"})
+    page = json.dumps({"executionArn": "arn:x:evt-a-p3", "status": "FAILED", "error": "Runtime.OutOfMemory", "cause": crash})
+
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "FAILED", "error": "States.TaskFailed", "cause": page})
+
+    (notice,) = published(sqs, topic)
+    assert notice["Subject"] == "[ordered-ingest] acme: file failed (Runtime.OutOfMemory)"
+    assert ("Hint:      register crashed repeatedly (Runtime.OutOfMemory) in chunk 4: check its memory and timeout, "
+            "then resume") in notice["Message"]
+    assert "python -m ops resume acme" in notice["Message"]
+
+
 def test_with_continue_a_failure_notifies_and_hands_off(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
     cfg = config(machine, ledger_table, queue_url, topic, on_failure="continue")
     waiting_message(sqs, queue_url, ledger)
@@ -159,20 +192,114 @@ def test_a_close_of_a_superseded_execution_changes_nothing(machine, ledger_table
     assert result["recorded"] is False and ledger.read().running
 
 
-def test_an_execution_started_outside_the_gate_is_stopped(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn, logs):
+class Redriven:
+    """Step Functions as it describes an execution redriven by hand (moto cannot redrive)."""
+
+    def __init__(self, sfn: Any) -> None:
+        self.sfn = sfn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sfn, name)
+
+    def describe_execution(self, **kwargs: Any) -> dict[str, Any]:
+        return {**self.sfn.describe_execution(**kwargs), "redriveCount": 1}
+
+
+def test_an_execution_redriven_by_hand_is_stopped(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn, logs):
     """GIVEN the tenant halted on a failed execution WHEN someone redrives it (status RUNNING again)
     THEN the closer stops it, logs an ERROR that says to use ops resume, and the ledger is unchanged."""
     cfg = config(machine, ledger_table, queue_url, topic)
     close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "FAILED"})
-    sfn.start_execution(stateMachineArn=machine, name="evt-a", input="{}")  # the "redrive"
+    sfn.start_execution(stateMachineArn=machine, name="evt-a", input="{}")  # running again, as after a redrive
 
-    result = close(cfg, ledger, sqs, sns, sfn, {"detail": {"name": "evt-a", "status": "RUNNING"}})
+    result = close(cfg, ledger, sqs, sns, Redriven(sfn), {"detail": {"name": "evt-a", "status": "RUNNING"}})
 
     assert result["stopped"] is True
     assert sfn.describe_execution(executionArn=execution_arn(machine, "evt-a"))["status"] == "ABORTED"
     assert (ledger.read().status, ledger.read().halted) == (FAILED, True)
     (error,) = logs.errors()
     assert "ops resume" in error.getMessage()
+
+
+def test_an_execution_the_ledger_does_not_know_is_stopped(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn, logs):
+    """GIVEN evt-a running as the tenant's current file WHEN someone starts another execution by
+    hand THEN the closer stops that one (and only that one)."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    sfn.start_execution(stateMachineArn=machine, name="evt-a", input="{}")
+    sfn.start_execution(stateMachineArn=machine, name="by-hand", input="{}")
+
+    result = close(cfg, ledger, sqs, sns, sfn, {"detail": {"name": "by-hand", "status": "RUNNING"}})
+
+    assert result["stopped"] is True
+    assert sfn.describe_execution(executionArn=execution_arn(machine, "by-hand"))["status"] == "ABORTED"
+    assert sfn.describe_execution(executionArn=execution_arn(machine, "evt-a"))["status"] == "RUNNING"
+    assert ledger.read().running and len(logs.errors()) == 1
+
+
+@pytest.mark.parametrize(("status", "recorded_as"), [("SUCCEEDED", SUCCEEDED), ("FAILED", FAILED)])
+def test_a_late_running_event_inside_the_close_window_changes_nothing(status, recorded_as, machine, ledger_table, queue_url, topic,
+                                                                     ledger, sqs, sns, sfn, logs):
+    """GIVEN evt-a's last state recorded its close while the execution still runs (between
+    RecordSuccess or RecordFailure and its end) WHEN its RUNNING status change arrives only now
+    THEN the execution is not stopped, the ledger keeps the recorded close and nothing pages."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    sfn.start_execution(stateMachineArn=machine, name="evt-a", input="{}")
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": status, "error": "E", "cause": "c"})
+
+    result = close(cfg, ledger, sqs, sns, sfn, {"detail": {"name": "evt-a", "status": "RUNNING"}})
+
+    assert "stopped" not in result
+    assert sfn.describe_execution(executionArn=execution_arn(machine, "evt-a"))["status"] == "RUNNING"
+    assert ledger.read().status == recorded_as
+    assert logs.errors() == []
+
+
+def test_a_late_running_event_of_the_attempt_a_resume_superseded_changes_nothing(machine, ledger_table, queue_url, topic, ledger,
+                                                                                 sqs, sns, sfn, logs):
+    """GIVEN evt-a failed (its execution still finishing) and the operator resumed the file as
+    evt-a-r1 WHEN evt-a's RUNNING event arrives only now THEN neither execution is stopped."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    sfn.start_execution(stateMachineArn=machine, name="evt-a", input="{}")
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "FAILED", "error": "E", "cause": "c"})
+    ledger.resume(ledger.read(), "evt-a-r1", NOW + 120)
+    sfn.start_execution(stateMachineArn=machine, name="evt-a-r1", input="{}")
+
+    result = close(cfg, ledger, sqs, sns, sfn, {"detail": {"name": "evt-a", "status": "RUNNING"}})
+
+    assert "stopped" not in result
+    assert {sfn.describe_execution(executionArn=execution_arn(machine, n))["status"] for n in ("evt-a", "evt-a-r1")} == {"RUNNING"}
+    assert logs.errors() == []
+
+
+def test_an_aborted_report_of_a_recorded_success_neither_flips_it_nor_notifies(machine, ledger_table, queue_url, topic, ledger,
+                                                                               sqs, sns, sfn, logs):
+    cfg = config(machine, ledger_table, queue_url, topic)
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "SUCCEEDED"})
+
+    result = close(cfg, ledger, sqs, sns, sfn, {"detail": {"name": "evt-a", "status": "ABORTED", "error": "X", "cause": "y"}})
+
+    assert result["recorded"] is False
+    assert (ledger.read().status, ledger.read().halted) == (SUCCEEDED, False)
+    assert [e["status"] for e in ledger.history()] == [SUCCEEDED]
+    assert published(sqs, topic) == []
+    assert logs.errors() == []
+
+
+@pytest.mark.parametrize("status", ["RUNNING", "FAILED"])
+def test_a_status_change_of_a_page_execution_is_ignored(status, machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn,
+                                                        logs):
+    """The rule matches the file's own state machine; should a page's event come anyway, it
+    neither stops nor records anything."""
+    runner = Closer(config=config(machine, ledger_table, queue_url, topic), ledger=ledger, sqs=sqs, sns=sns, sfn=sfn,
+                    now=NOW + 60, log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+    page_machine = machine.replace("file-ingest-workflow", "file-ingest-page")
+
+    result = runner.handle_event({"detail": {"name": "evt-a-p0", "status": status, "stateMachineArn": page_machine,
+                                             "error": "E", "cause": "c"}})
+
+    assert result["recorded"] is False and "stopped" not in result
+    assert ledger.read().running and published(sqs, topic) == []
+    assert logs.errors() == []
 
 
 def test_a_late_running_event_of_a_closed_execution_is_ignored(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn, logs):
@@ -252,3 +379,127 @@ def test_a_duplicate_is_recorded_as_such_without_a_notification(machine, ledger_
     assert (entry["status"], entry["duplicate_of"]) == (DUPLICATE, earlier)
     assert ledger.processed_content(SHA) is None  # the content stays the earlier file's
     assert published(sqs, topic) == []
+
+
+# -- a close is reported exactly once, whatever fails in between ------------------------------
+
+
+class Faulty:
+    """A boto3 client whose `method` is throttled for its first `times` calls; counts the calls
+    that went through (`passed`)."""
+
+    def __init__(self, client: Any, method: str, times: int = 1) -> None:
+        self.client, self.method, self.times = client, method, times
+        self.passed: list[dict[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self.client, name)
+        if name != self.method:
+            return real
+
+        def call(**kwargs: Any) -> Any:
+            if self.times:
+                self.times -= 1
+                raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, name)
+            result = real(**kwargs)
+            self.passed.append(kwargs)
+            return result
+
+        return call
+
+
+def faulty_closer(cfg: CloserEnv, ddb: Any, sqs: Any, sns: Any, sfn: Any) -> Closer:
+    return Closer(config=cfg, ledger=Ledger(ddb, cfg.ledger_table_name, TENANT), sqs=sqs, sns=sns, sfn=sfn, now=NOW + 60,
+                  log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+
+
+RECORD_FAILURE = {"execution_name": "evt-a", "status": "FAILED", "error": "SinkRejectedError", "cause": LAMBDA_CAUSE}
+#: What the status-change rule delivers for the same close: the execution's Fail state's error
+#: and cause (the Catch's), and nothing of what the workflow's payload carries besides.
+BACKSTOP = {"detail": {"name": "evt-a", "status": "FAILED", "error": "SinkRejectedError", "cause": LAMBDA_CAUSE}}
+
+
+@pytest.mark.parametrize(("service", "method"), [
+    ("ddb", "transact_write_items"),  # the close itself: nothing recorded yet
+    ("sns", "publish"),  # after the close (position and history item) was recorded
+    ("sqs", "change_message_visibility"),  # after the publish: the hand-off
+])
+def test_a_failure_at_any_step_is_finished_by_the_retry_and_reported_once(service, method, machine, ledger_table, queue_url,
+                                                                           topic, ledger, ddb, sqs, sns, sfn, logs):
+    """GIVEN a failed file of an `on_failure: continue` tenant (a notification and a hand-off to
+    make) WHEN one step of its close is throttled THEN that invocation fails, the workflow's
+    retry finishes the close and the status-change backstop after it changes nothing: one
+    history item, one notification, one hand-off."""
+    cfg = config(machine, ledger_table, queue_url, topic, on_failure="continue")
+    waiting_message(sqs, queue_url, ledger)
+    clients = {"ddb": ddb, "sqs": Faulty(sqs, "change_message_visibility", times=0), "sns": sns}
+    clients[service] = Faulty(clients[service] if service != "sqs" else sqs, method)
+    handoffs = clients["sqs"]
+
+    with pytest.raises(ClientError):
+        faulty_closer(cfg, clients["ddb"], clients["sqs"], clients["sns"], sfn).handle(close_event(RECORD_FAILURE))
+    retry = faulty_closer(cfg, clients["ddb"], clients["sqs"], clients["sns"], sfn).handle(close_event(RECORD_FAILURE))
+    backstop = faulty_closer(cfg, clients["ddb"], clients["sqs"], clients["sns"], sfn).handle_event(BACKSTOP)
+
+    assert retry["handed_off"] is True and backstop == {**backstop, "recorded": False, "handed_off": False}
+    assert [(e["execution"], e["status"]) for e in ledger.history()] == [("evt-a", FAILED)]
+    (notice,) = published(sqs, topic)
+    assert "Error:     SinkRejectedError: chunk 3 record 4 (file record 304): HTTP 400" in notice["Message"]
+    assert len(handoffs.passed) == 1 and visible(sqs, queue_url) == 1
+
+
+def test_a_halted_tenant_is_notified_by_the_backstop_when_every_try_of_the_workflow_failed(machine, ledger_table, queue_url, topic,
+                                                                                          ledger, ddb, sqs, sns, sfn):
+    """GIVEN RecordFailure recorded the close and halted the tenant, but SNS throttled the publish
+    on its first try and on each of the workflow's 3 retries WHEN the status-change backstop comes
+    THEN it publishes the notification, once, with what RecordFailure recorded."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    sns_throttled = Faulty(sns, "publish", times=4)
+    for _ in range(4):
+        with pytest.raises(ClientError):
+            faulty_closer(cfg, ddb, sqs, sns_throttled, sfn).handle(close_event(RECORD_FAILURE))
+
+    faulty_closer(cfg, ddb, sqs, sns_throttled, sfn).handle_event(
+        {"detail": {"name": "evt-a", "status": "FAILED", "error": "States.TaskFailed", "cause": "less precise"}})
+    faulty_closer(cfg, ddb, sqs, sns_throttled, sfn).handle_event(BACKSTOP)  # EventBridge delivers twice
+
+    (notice,) = published(sqs, topic)
+    assert "is halted" in notice["Message"] and "python -m ops resume acme" in notice["Message"]
+    assert "Error:     SinkRejectedError: chunk 3 record 4" in notice["Message"]  # the ledger's, not the backstop's
+    (entry,) = ledger.history()
+    assert (entry["status"], entry["error"]) == (FAILED, "SinkRejectedError")
+
+
+def test_a_late_retry_finishes_the_report_after_the_next_file_started(machine, ledger_table, queue_url, topic, ledger, ddb, sqs,
+                                                                      sns, sfn):
+    """GIVEN a continue tenant whose failure notification was throttled, and the next file
+    claimed (the visibility timeout handed off) before any retry came WHEN the retry comes THEN
+    it still finds the failed attempt in the history and notifies about it, once."""
+    cfg = config(machine, ledger_table, queue_url, topic, on_failure="continue")
+    with pytest.raises(ClientError):
+        faulty_closer(cfg, ddb, sqs, Faulty(sns, "publish"), sfn).handle(close_event(RECORD_FAILURE))
+    nxt = FileRef(tenant=TENANT, event_id="evt-b", bucket="landing", key="acme/g.csv", version_id="v1", size=1, etag=None,
+                  event_time="")
+    ledger.claim(ledger.read(), nxt, "evt-b", NOW + 30)
+
+    faulty_closer(cfg, ddb, sqs, sns, sfn).handle(close_event(RECORD_FAILURE))
+    faulty_closer(cfg, ddb, sqs, sns, sfn).handle_event(BACKSTOP)
+
+    (notice,) = published(sqs, topic)
+    assert "s3://landing/acme/f.csv (version v7)" in notice["Message"] and "Execution: evt-a" in notice["Message"]
+    assert ledger.read().execution == "evt-b" and ledger.read().running
+
+
+def test_a_notification_whose_mark_was_not_written_goes_out_again_rather_than_never(machine, ledger_table, queue_url, topic,
+                                                                                    ledger, ddb, sqs, sns, sfn, logs):
+    """The chosen side of a publish that cannot be conditional: the mark is written after the
+    publish, so losing it sends the notification a second time (here by the backstop); marking
+    first would lose the notification for good when the publish then fails."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    faulty_closer(cfg, Faulty(ddb, "update_item"), sqs, sns, sfn).handle(close_event(RECORD_FAILURE))
+    faulty_closer(cfg, ddb, sqs, sns, sfn).handle_event(BACKSTOP)
+    faulty_closer(cfg, ddb, sqs, sns, sfn).handle_event(BACKSTOP)
+
+    assert len(published(sqs, topic)) == 2
+    assert "notification sent but not marked" in logs.at(logging.WARNING)[0]
+    assert len(ledger.history()) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from conftest import TENANT
 
 from contract import FileRef
@@ -268,3 +269,75 @@ def test_the_waiting_sequences_are_all_read_however_many_pages_they_fill(ledger,
 
     assert [sequence for sequence, _ in waiting] == list(range(1, 1101))
     assert ledger.waiting_sequences(after=500, limit=1) == [(501, f"{receipt}501")]
+
+
+def test_a_close_and_its_history_item_are_written_together_or_not_at_all(ledger, ddb):
+    """GIVEN the close's transaction fails (throttled) THEN neither the position nor the history
+    changed, so the retry records both; a recorded close never lacks its history item."""
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+
+    class Throttled:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(ddb, name)
+
+        def transact_write_items(self, **kwargs: Any) -> Any:
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "TransactWriteItems")
+
+    with pytest.raises(ClientError):
+        Ledger(Throttled(), ledger.table, TENANT).record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1)
+    assert ledger.read().running and ledger.history() == []
+
+    ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 2, error="E", failed_in="register")
+    (entry,) = ledger.history()
+    assert (entry["status"], entry["error"], entry["failed_in"], entry["closed_at"]) == (FAILED, "E", "register", NOW + 2)
+
+
+def test_a_close_racing_a_progress_write_is_recorded_with_the_later_progress(ledger, ddb):
+    """GIVEN the register function writes progress between the close's read and its write (a
+    timed-out execution's last invocation) THEN the close is tried again and its history item
+    has the progress the position has."""
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_progress("e1", 3, chunk_size=5, chunk_count=2, record_count=10)
+
+    class Racing:
+        raced = False
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(ddb, name)
+
+        def transact_write_items(self, **kwargs: Any) -> Any:
+            if not Racing.raced:
+                Racing.raced = True
+                ledger.record_progress("e1", 7)
+            return ddb.transact_write_items(**kwargs)
+
+    closed = Ledger(Racing(), ledger.table, TENANT).record_close("e1", "TIMED_OUT", halt_on_failure=True, now=NOW + 1)
+
+    assert Racing.raced and closed.next_record == 7 and ledger.read().next_record == 7
+    assert [e["next_record"] for e in ledger.history()] == [7]
+
+
+def test_closed_attempt_finds_a_closed_attempt_also_after_the_position_moved_on(ledger):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    assert ledger.closed_attempt("e1") is None  # it runs
+    ledger.record_close("e1", "FAILED", halt_on_failure=False, now=NOW + 1, error="E")
+    assert ledger.closed_attempt("e1").status == FAILED  # the current file's
+    for n in range(2, 5):
+        ledger.claim(ledger.read(), file(f"e{n}"), f"e{n}", NOW + 10 * n)
+        ledger.record_close(f"e{n}", "SUCCEEDED", halt_on_failure=False, now=NOW + 10 * n + 1)
+
+    found = ledger.closed_attempt("e1")
+
+    assert (found.execution, found.status, found.error, found.file["key"]) == ("e1", FAILED, "E", "acme/e1.csv")
+    assert ledger.closed_attempt("by-hand") is None
+
+
+def test_a_notification_mark_is_kept_on_the_attempts_history_item(ledger):
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    closed = ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1)
+    assert ledger.closed_attempt("e1").notified_at is None
+
+    ledger.mark_notified(closed, NOW + 2)
+
+    assert ledger.closed_attempt("e1").notified_at == NOW + 2
+    assert ledger.read().status == FAILED and len(ledger.history()) == 1

@@ -1,0 +1,100 @@
+"""What an operator does about a failed file, by its error: the one table.
+
+The closer's failure notification, `ops status` and the demo say what `hint` returns, and the
+runbook (docs/operations.md, "workflow-failed") names each hint word for word (a test keeps it
+so). A hint says what to fix first and which command continues: `resume` (the file continues at
+its first unacknowledged record: a cause outside the file was fixed), `skip` (the file itself is
+wrong: resuming would fail the same way) or nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ledger import Position
+
+RESUME = "resume"
+SKIP = "skip"
+NOTHING = "nothing"
+
+
+@dataclass(frozen=True)
+class Hint:
+    action: str  # RESUME, SKIP or NOTHING: the command that continues the tenant
+    text: str
+
+
+#: A file that cannot be processed as it is: nothing of it was sent.
+BAD_FILE = Hint(SKIP, "skip it and re-upload a corrected file (it will be processed after the files already queued)")
+
+#: The file's landing object version is gone (deleted, or expired after it was superseded).
+LOST = Hint(SKIP, "the file's landing version is gone: skip it and agree with the tenant how the rest is sent "
+                  "(a re-upload is a new file, processed after the files already queued)")
+
+#: Error type (the exception class a function raised, or the workflow's error name) -> hint.
+BY_ERROR: dict[str, Hint] = {
+    "MalformedFileError": BAD_FILE,
+    "FileTooLargeError": BAD_FILE,
+    "SplitTimeLimitError": BAD_FILE,
+    "KeyOutsidePrefixError": BAD_FILE,
+    "SinkRejectedError": Hint(RESUME, "fix the record's problem in the core system, then resume"),
+    "SinkAuthError": Hint(RESUME, "fix or rotate the credential the error names, then resume"),
+    "SinkUnavailableError": Hint(RESUME, "wait until the core system answers again, then resume"),
+    "ChunkInvocationBudgetExhausted": Hint(
+        RESUME, "find out why the core system kept failing within one chunk, then resume"),
+    "CompletionTimedOut": Hint(
+        RESUME, "ask the core system's owners why it did not answer, then resume (nothing is sent again) "
+                "or skip it if it must not count"),
+    "CompletionRejected": Hint(
+        RESUME, "agree with the core system's owners what is wrong, then resume (nothing is sent again) or skip it"),
+    "NoSuchKey": LOST,
+    "NoSuchVersion": LOST,
+    "StaleExecutionError": Hint(
+        NOTHING, "an execution started by hand was refused before it sent anything: nothing to do"),
+}
+
+#: A Lambda function that crashed (killed, out of memory, timed out) more often than the
+#: workflow retries it. Through a page (child) execution it is the register function, in
+#: the file's own execution the split function.
+CRASH_ERRORS = frozenset({"Runtime.ExitError", "Runtime.OutOfMemory", "Sandbox.Timedout", "Lambda.Unknown",
+                          "Lambda.ClientExecutionTimeoutException"})
+CRASH = "{function} crashed repeatedly ({error}){where}: check its memory and timeout, then resume"
+
+#: By how the execution closed, when the error says nothing more.
+TIMED_OUT = Hint(RESUME, "find out what was slow (the register function's log group); if files this size take "
+                         "longer, raise file_time_limit_seconds first; then resume")
+ABORTED = Hint(RESUME, "find out who stopped the execution and why, then resume")
+OTHER = Hint(RESUME, "find the cause in the execution's history and the functions' log groups, then resume")
+
+
+def hint(error: str | None, *, closed_as: str | None = None, failed_in: str | None = None,
+         chunk: int | None = None) -> Hint:
+    """The hint for a file that closed as `closed_as` (FAILED, TIMED_OUT, ABORTED) with
+    `error`; `failed_in` (the crashed function) and `chunk` (1-based) say where a crash was."""
+    if closed_as == "TIMED_OUT":
+        return TIMED_OUT
+    if error in BY_ERROR:
+        return BY_ERROR[error]
+    if error in CRASH_ERRORS:
+        where = f" in chunk {chunk}" if chunk and failed_in == "register" else ""
+        return Hint(RESUME, CRASH.format(function=failed_in or "a function", error=error, where=where))
+    return ABORTED if closed_as == "ABORTED" else OTHER
+
+
+def hint_for(closed: Position) -> Hint:
+    """The hint for a closed attempt: the ledger's position of a failed file, or a history item."""
+    chunk = closed.next_record // closed.chunk_size + 1 if closed.chunk_size else None
+    return hint(closed.error, closed_as=closed.closed_as, failed_in=closed.failed_in, chunk=chunk)
+
+
+def commands(found: Hint, tenant: str) -> list[str]:
+    """What to run after the hint's fix, as lines for a person (the notification, `ops status`)."""
+    skip = f"python -m ops skip {tenant} --reason \"...\""
+    if found.action == SKIP:
+        return ["Give the file up and start the next one (a resume would fail the same way):", f"  {skip}"]
+    if found.action == NOTHING:
+        return ["Check the tenant:", f"  python -m ops status {tenant}"]
+    return ["Continue this file where it stopped:", f"  python -m ops resume {tenant}",
+            "or give it up and start the next file:", f"  {skip}"]

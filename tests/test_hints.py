@@ -1,0 +1,96 @@
+"""The hint table (lambdas/hints.py): one hint per error type, and the runbook names each one."""
+
+from __future__ import annotations
+
+import html
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
+
+import contract  # noqa: E402
+from hints import (  # noqa: E402
+    ABORTED, BAD_FILE, BY_ERROR, CRASH, CRASH_ERRORS, NOTHING, OTHER, RESUME, SKIP, TIMED_OUT, commands, hint,
+)
+
+RUNBOOK = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+
+
+@pytest.mark.parametrize("error", [contract.MalformedFileError, contract.FileTooLargeError, contract.SplitTimeLimitError,
+                                   contract.KeyOutsidePrefixError])
+def test_a_file_refused_as_it_is_is_skipped_and_re_uploaded_never_resumed(error):
+    found = hint(error.__name__, closed_as="FAILED")
+    assert found == BAD_FILE and found.action == SKIP
+    assert found.text == "skip it and re-upload a corrected file (it will be processed after the files already queued)"
+
+
+@pytest.mark.parametrize("error", [contract.SinkRejectedError, contract.SinkAuthError, contract.SinkUnavailableError])
+def test_a_cause_outside_the_file_is_fixed_then_the_file_resumed(error):
+    found = hint(error.__name__, closed_as="FAILED")
+    assert found.action == RESUME and found.text.endswith("then resume")
+
+
+def test_every_error_a_function_or_the_workflow_names_has_its_own_hint():
+    named = {contract.COMPLETION_TIMED_OUT_ERROR, contract.COMPLETION_REJECTED_ERROR, "ChunkInvocationBudgetExhausted",
+             contract.StaleExecutionError.__name__}
+    assert named <= set(BY_ERROR)
+    assert hint("StaleExecutionError").action == NOTHING
+
+
+def test_a_crash_past_its_retries_says_what_crashed_and_where():
+    assert hint("Runtime.OutOfMemory", closed_as="FAILED", failed_in="register", chunk=17).text == (
+        "register crashed repeatedly (Runtime.OutOfMemory) in chunk 17: check its memory and timeout, then resume")
+    assert hint("Sandbox.Timedout", closed_as="FAILED", failed_in="split", chunk=1).text == (
+        "split crashed repeatedly (Sandbox.Timedout): check its memory and timeout, then resume")
+
+
+def test_how_the_execution_closed_decides_when_the_error_does_not():
+    assert hint("States.Timeout", closed_as="TIMED_OUT") == TIMED_OUT  # the file's time limit, not a crash
+    assert hint("Error", closed_as="ABORTED") == ABORTED
+    assert hint("ValueError", closed_as="FAILED") == OTHER
+    assert hint(None) == OTHER
+
+
+def test_the_commands_follow_the_hints_action():
+    assert commands(BAD_FILE, "acme")[1] == '  python -m ops skip acme --reason "..."'
+    assert not any("ops resume" in line for line in commands(BAD_FILE, "acme"))
+    assert "  python -m ops resume acme" in commands(OTHER, "acme")
+    assert "  python -m ops status acme" in commands(BY_ERROR["StaleExecutionError"], "acme")
+
+
+def _workflow_failed_section() -> str:
+    text = html.unescape(RUNBOOK.read_text())
+    start = text.index("\n## ", text.index('<a id="workflow-failed"></a>'))
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def _rows_naming(section: str, name: str) -> list[str]:
+    return [line for line in section.splitlines() if line.startswith("| ") and name in line.split(" | ")[0]]
+
+
+@pytest.mark.parametrize("error", sorted(BY_ERROR))
+def test_the_runbook_gives_each_errors_hint_word_for_word(error):
+    rows = _rows_naming(_workflow_failed_section(), f"`{error}`")
+    assert any(f"*{BY_ERROR[error].text}*" in row for row in rows), f"no runbook row for `{error}` with its hint"
+
+
+@pytest.mark.parametrize("error", sorted(CRASH_ERRORS))
+def test_the_runbook_gives_the_crash_hint_for_each_crash_error(error):
+    template = CRASH.format(function="<function>", error="<error>", where=" in chunk <n>")
+    rows = _rows_naming(_workflow_failed_section(), f"`{error}`")
+    assert any(f"*{template}*" in row for row in rows)
+
+
+def test_the_runbook_gives_the_hints_of_a_timeout_an_abort_and_any_other_error():
+    section = _workflow_failed_section()
+    assert f"*{TIMED_OUT.text}*" in " ".join(section.split())
+    assert any(f"*{ABORTED.text}*" in row for row in _rows_naming(section, "`ABORTED`"))
+    assert any(f"*{OTHER.text}*" in row for row in _rows_naming(section, "any other error"))
+
+
+def test_the_runbook_says_where_a_corrected_re_upload_lands_in_the_order():
+    section = " ".join(_workflow_failed_section().split())
+    assert "it joins the tenant's queue **behind every file already waiting there**" in section
+    assert "holds its later uploads at the source" in section
