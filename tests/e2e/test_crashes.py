@@ -82,7 +82,7 @@ def test_a_register_crash_on_every_attempt_halts_with_that_cause_and_resume_comp
     pipe.put_file("globex", "d.csv", csv_file("d", 14))
     wait_for(lambda: halted(pipe, "globex"), timeout=120, what="the tenant to halt")
 
-    cause = f"register crashed {ATTEMPTS} times in a row at chunk index 0 of the file (last: Runtime.OutOfMemory)"
+    cause = f"register crashed {ATTEMPTS} times in a row in chunk 1 of the file (last: Runtime.OutOfMemory)"
     failure = status(pipe, "globex")["last_failure"]
     assert failure["error"] == "Runtime.OutOfMemory" and cause in failure["cause"]
     notice = next(n for n in pipe.notifications if (n.subject or "").startswith("[ordered-ingest] globex:"))
@@ -114,3 +114,29 @@ def test_a_split_crash_on_every_attempt_halts_saying_split_crashed(pipe: LocalPi
     assert not [r for r in pipe.sink("globex").requests if r.body["file"] == "e"]
     code, out = ops(pipe, "skip", "globex", "--reason", "test: split crashed")
     assert code == EXIT_OK, out
+
+
+def test_a_closer_killed_after_recording_a_failure_still_reports_it_once(pipe: LocalPipeline) -> None:
+    """GIVEN the closer's process killed right after it recorded a failed file's close (before
+    the notification and the hand-off) WHEN the workflow retries it (and the status-change rule's
+    report arrives too) THEN the close is reported once: one history item, one notification, the
+    tenant halted on that file; `ops skip` then lets the next file go."""
+    from ledger import FAILED, Ledger
+
+    pipe.faults.kill("acme", "closer", after="dynamodb.TransactWriteItems", times=1)
+    bad_key, _ = pipe.put_file("acme", "bad.csv", b"file,seq\nbad,0\nbad\n")
+    pipe.put_file("acme", "after.csv", csv_file("after", 2))
+    wait_for(lambda: halted(pipe, "acme"), timeout=120, what="the tenant to halt")
+
+    assert pipe.faults.kills[-1] == ("acme", "closer", "Runtime.ExitError")
+    ledger = Ledger(pipe.client("dynamodb"),
+                    pipe.deployment.stacks["OrderedIngest-Shared"].outputs["LedgerTableName"], "acme")
+    failures = [h for h in ledger.history() if h["status"] == FAILED]
+    assert [h["file"]["key"] for h in failures] == [bad_key]
+    notices = [n for n in pipe.notifications if (n.subject or "").startswith("[ordered-ingest] acme:")]
+    assert len(notices) == 1 and "MalformedFileError" in notices[0].subject
+
+    code, out = ops(pipe, "skip", "acme", "--reason", "test: malformed")
+    assert code == EXIT_OK, out
+    pipe.wait_until_idle(timeout=120, tenants=["acme"])
+    assert pipe.executions("acme")[-1]["status"] == "SUCCEEDED"
