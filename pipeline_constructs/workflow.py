@@ -68,7 +68,7 @@ LAMBDA_TRANSIENT_ERRORS = (
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 )
-#: A crashed, killed or timed-out runtime (docs/design.md §4.11): the process died
+#: A crashed, killed or timed-out runtime (docs/design.md §4.7): the process died
 #: (`Runtime.ExitError`, killed or crashed; `Runtime.OutOfMemory`), ran out of time
 #: (`Sandbox.Timedout`; the handlers return before their deadline, so this is a crash or a hung
 #: connection) or Lambda could not tell (`Lambda.Unknown`, `Lambda.ClientExecutionTimeoutException`).

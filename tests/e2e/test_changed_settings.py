@@ -1,6 +1,6 @@
 """Keys never depend on settings that can change: a file halted part-way resumes after its
 tenant's `chunk_size` and `sink.batch_size` changed and after its chunk index expired, and no
-record the core system acknowledged is sent again under another key (docs/design.md 4.11)."""
+record the core system acknowledged is sent again under another key (docs/design.md 1, "What the core system must do")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A crash is transient until it repeats (docs/design.md 4.11), on the local runtime: the
+"""A crash is transient until it repeats (docs/design.md 4.7), on the local runtime: the
 function's process is killed for real (SIGKILL) at a chosen point, as Lambda kills a runtime
 that runs out of memory or time. No handler code runs after the kill: no `finally`, no
 progress write, no answer.
