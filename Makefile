@@ -6,7 +6,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup demo synth test clean diff iam-lint security-doc
+.PHONY: setup demo synth deploy cells test clean diff iam-lint security-doc
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -32,10 +32,22 @@ export TENANTS
 demo: setup
 	python -m demo --tenants $(TENANTS) $(ARGS)
 
-## synth: synthesize every stack of the tenants file with the pinned CDK CLI (no credentials
-## needed); more CDK CLI options in ARGS.
+## synth: synthesize every cell of the tenants file (python -m tools.cells list names them) with
+## the pinned CDK CLI, in parallel processes, one assembly each: cells.out/<cell> (no
+## credentials needed). CELLS="shard-3 shared" picks cells; more options in ARGS.
+CELLS ?=
+CELL_ARGS = $(foreach cell,$(CELLS),--cell $(cell))
 synth: setup
-	cdk synth --quiet -c tenants=$(TENANTS) $(ARGS)
+	python -m tools.cells synth --tenants $(TENANTS) $(CELL_ARGS) $(ARGS)
+
+## deploy: synthesize, then `cdk deploy` every cell (or CELLS): each target's shared cell first,
+## then the others; CDK CLI deploy options after --, e.g. make deploy ARGS="-- --require-approval never".
+deploy: setup
+	python -m tools.cells deploy --tenants $(TENANTS) $(CELL_ARGS) $(ARGS)
+
+## cells: the cells of the tenants file and what each holds.
+cells: setup
+	python -m tools.cells list --tenants $(TENANTS)
 
 ## test: the whole test suite (template assertions, snapshots, cdk-nag, cfn-lint, handlers,
 ## end to end); the generic checks of tests/test_user_tenants.py run on the tenants file.
@@ -43,7 +55,8 @@ test: setup
 	pytest $(ARGS)
 
 ## diff: offline diff of BASE (default origin/main) and the working tree, per tenant then per
-## stack, no AWS credentials (python -m tools.offline_diff: exit 0 same, 1 different, 2 error;
+## stack, no AWS credentials; when only the tenants file changed, only the cells it touches are
+## synthesized and diffed (python -m tools.offline_diff: exit 0 same, 1 different, 2 error;
 ## make turns any non-zero exit into its own 2). TENANTS=path picks the tenants file.
 BASE ?= origin/main
 diff: setup
@@ -61,4 +74,4 @@ security-doc: setup
 	python -m tools.security_table --write
 
 clean:
-	rm -rf cdk.out .pytest_cache
+	rm -rf cdk.out cells.out .pytest_cache

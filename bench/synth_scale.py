@@ -1,22 +1,25 @@
-"""Synth at scale: wall time and peak memory of synthesizing N tenants (issue 10, item 4).
+"""Synth at scale: wall time and peak memory of synthesizing N tenants, as cells.
 
-    .venv/bin/python bench/synth_scale.py [--tenants 10 100 1000] [--paths inprocess cli]
+    .venv/bin/python bench/synth_scale.py [--tenants 10 100 1000] [--paths whole cells diff]
                                          [--no-lint] [--print-only]
 
 For each N it writes a generated ``tenants.yaml`` of N tenants into a temporary directory
-(never into the repository), then synthesizes it, cdk-nag on, by two paths:
+(never into the repository; past 140 tenants on 40 routing shards, as README "Scaling" says),
+then measures, cdk-nag on, jsii and the CDK CLI as shipped:
 
-- ``inprocess``: ``build_app`` + ``app.synth()`` in a fresh Python process (what the tests and
-  the local runtime do);
-- ``cli``: ``cdk synth --quiet -c tenants=FILE -o DIR`` with the pinned CLI (what a user runs:
-  node starts ``python3 app.py``, which writes the cloud assembly).
+- ``whole``: ``cdk synth --quiet -c tenants=FILE -o DIR``: every cell in one assembly, one process;
+- ``cells``: ``python -m tools.cells synth``: every cell with the pinned CLI, one assembly each,
+  one CLI process per core at a time (``make synth``);
+- ``diff``: ``python -m tools.offline_diff --base-tenants FILE --tenants CHANGED``, where CHANGED
+  changes one tenant's chunk size: the cells it touches (one shard cell) synthesized on each
+  side and diffed (``make diff`` of a pull request that changes one tenant).
 
-Each path is timed from start to exit; its peak memory is the largest sum of the resident set
-sizes of the whole process tree (the Python process, the jsii node kernel it starts, and the
-CLI's node process), sampled by psutil every 50 ms. Then cfn-lint checks every template of the
-CLI's assembly (timed separately; any error or warning other than W3005 fails the run).
-The machine's 1-minute load average is recorded before each run: on a shared machine it says
-how much of the time was someone else's.
+Each run is timed from start to exit; its peak memory is the largest sum of the resident set
+sizes of the whole process tree (Python, the jsii node kernels, the CLI's node processes),
+sampled by psutil every 50 ms. Then cfn-lint checks every template of the cells (timed
+separately; any error or warning other than W3005 fails the run). The machine's 1-minute load
+average is recorded before each run: on a shared machine it says how much of the time was
+someone else's.
 
 The figures go to the "Synth at scale" section of docs/benchmarks.md (replaced on each run
 unless ``--print-only``).
@@ -43,15 +46,12 @@ from typing import Any
 import psutil
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeline_constructs.parallel_synth import workers_for  # noqa: E402 (no CDK import: decides like app.py)
-
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Synth at scale"
 SAMPLE_SECONDS = 0.05
-#: The issue's goal for `cdk synth` of 1,000 tenants on this machine.
-GOAL_SECONDS = 90
+#: The goals on this machine: every cell of 1,000 tenants; the diff of a change to one tenant.
+GOAL_SECONDS, DIFF_GOAL_SECONDS = 90, 20
 #: cfn-lint: CDK adds a DependsOn that a GetAtt already implies (as tests/test_app.py).
 IGNORED_LINT_RULES = ("W3005",)
 
@@ -66,15 +66,6 @@ def extra_blocks(count: int) -> dict[str, Any]:
         "routing": {"shards": 40},
         "account_limits": {"iam_roles": 5000, "lambda_concurrent_executions": count + 200},
     }
-
-#: Runs in a fresh interpreter: the in-process path, as the tests and the local runtime build.
-INPROCESS_CHILD = """
-import sys
-sys.path.insert(0, sys.argv[1])
-from pipeline_constructs.application import build_app, new_app
-build_app(sys.argv[2], app=new_app(outdir=sys.argv[3])).app.synth()
-"""
-
 
 def tenants_document(count: int) -> dict[str, Any]:
     """A valid tenants file of ``count`` tenants: ids `t0001`, ... under prefixes `t0001/`, ...,
@@ -113,7 +104,8 @@ class Run:
     load_before: float
 
 
-def run_measured(command: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT) -> Run:
+def run_measured(command: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT,
+                 allowed: tuple[int, ...] = (0,)) -> Run:
     """Run ``command`` to its end; peak RSS summed over its whole process tree (psutil)."""
     load = os.getloadavg()[0]
     started = time.monotonic()
@@ -143,16 +135,12 @@ def run_measured(command: Sequence[str], *, env: dict[str, str] | None = None, c
     seconds = time.monotonic() - started
     stop.set()
     sampler.join()
-    if process.returncode != 0:
+    if process.returncode not in allowed:
         raise RuntimeError(f"{' '.join(command)} exited {process.returncode}:\n{output.decode()[-4000:]}")
     return Run(seconds=seconds, peak_rss_mb=peak / 2**20, load_before=load)
 
 
-def synth_inprocess(tenants_file: Path, outdir: Path) -> Run:
-    return run_measured([sys.executable, "-c", INPROCESS_CHILD, str(ROOT), str(tenants_file), str(outdir)])
-
-
-def synth_cli(tenants_file: Path, outdir: Path) -> Run:
+def _cli_env() -> dict[str, str]:
     """The pinned CLI without credentials, its `python3` the venv's (as the Makefile sets PATH)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(
@@ -161,13 +149,33 @@ def synth_cli(tenants_file: Path, outdir: Path) -> Run:
         AWS_SHARED_CREDENTIALS_FILE=os.devnull,
         AWS_CONFIG_FILE=os.devnull,
     )
+    return env
+
+
+def synth_whole(tenants_file: Path, outdir: Path) -> Run:
     cdk = str(ROOT / "node_modules" / ".bin" / "cdk")
-    return run_measured([cdk, "synth", "--quiet", "-c", f"tenants={tenants_file}", "-o", str(outdir)], env=env)
+    return run_measured([cdk, "synth", "--quiet", "-c", f"tenants={tenants_file}", "-o", str(outdir)], env=_cli_env())
+
+
+def synth_cells(tenants_file: Path, outdir: Path) -> Run:
+    return run_measured([sys.executable, "-m", "tools.cells", "synth", "--tenants", str(tenants_file),
+                         "--outdir", str(outdir)], env=_cli_env())
+
+
+def diff_one_tenant(tenants_file: Path, scratch: Path) -> Run:
+    """The offline diff of a change to the first tenant's chunk size (one shard cell each side)."""
+    changed = scratch / "changed.yaml"
+    document = yaml.safe_load(tenants_file.read_text())
+    document["tenants"][0]["chunk_size"] = 77
+    changed.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    command = [sys.executable, "-m", "tools.offline_diff", "--base-tenants", str(tenants_file),
+               "--tenants", str(changed)]
+    return run_measured(command, env=_cli_env(), allowed=(0, 1))
 
 
 def lint(outdir: Path) -> tuple[Run, int, list[str]]:
-    """cfn-lint over every template of the assembly, in one process: (run, templates, findings)."""
-    templates = sorted(str(p) for p in outdir.glob("*.template.json"))
+    """cfn-lint over every template of the cells, in one process: (run, templates, findings)."""
+    templates = sorted(str(p) for p in outdir.glob("*/*.template.json"))
     command = [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable",
                "--ignore-checks", *IGNORED_LINT_RULES, "--", *templates]
     load = os.getloadavg()[0]
@@ -199,10 +207,13 @@ def unmatched_pattern_characters(shared: dict[str, Any]) -> int:
 
 
 def assembly_figures(outdir: Path) -> dict[str, Any]:
-    """Stacks, the largest templates and the shared stack's size: what grows with the tenants."""
-    templates = {p.name.removesuffix(".template.json"): p.stat().st_size for p in outdir.glob("*.template.json")}
-    shared = json.loads((outdir / "OrderedIngest-Shared.template.json").read_text())
+    """Cells, stacks, the largest templates and the shared stack's size: what grows with the tenants."""
+    found = list(outdir.glob("*/*.template.json"))
+    templates = {p.name.removesuffix(".template.json"): p.stat().st_size for p in found}
+    (shared_path,) = [p for p in found if p.name == "OrderedIngest-Shared.template.json"]
+    shared = json.loads(shared_path.read_text())
     return {
+        "cells": len({p.parent for p in found}),
         "stacks": len(templates),
         "shared_kb": templates["OrderedIngest-Shared"] / 1024,
         "largest_tenant_kb": max(v for k, v in templates.items() if k.startswith("OrderedIngest-Tenant-")) / 1024,
@@ -219,15 +230,21 @@ def measure(count: int, paths: Sequence[str], run_lint: bool) -> dict[str, Any]:
         tenants_file = write_tenants_file(directory, count)
         row: dict[str, Any] = {"tenants": count}
         for path in paths:
-            outdir = directory / f"out-{path}"
-            run = (synth_inprocess if path == "inprocess" else synth_cli)(tenants_file, outdir)
+            if path == "whole":
+                run = synth_whole(tenants_file, directory / "out-whole")
+            elif path == "cells":
+                run = synth_cells(tenants_file, directory / "cells.out")
+            else:
+                run = diff_one_tenant(tenants_file, directory)
             row[path] = run
             print(f"{count} tenants, {path}: {run.seconds:.1f} s, peak {run.peak_rss_mb:.0f} MB "
                   f"(load {run.load_before:.1f})", flush=True)
-        outdir = directory / f"out-{paths[-1]}"
-        row.update(assembly_figures(outdir))
+        cells_out = directory / "cells.out"
+        if not cells_out.exists():
+            synth_cells(tenants_file, cells_out)
+        row.update(assembly_figures(cells_out))
         if run_lint:
-            run, templates, findings = lint(outdir)
+            run, templates, findings = lint(cells_out)
             row["lint"], row["lint_templates"], row["lint_findings"] = run, templates, findings
             print(f"{count} tenants, cfn-lint of {templates} templates: {run.seconds:.1f} s, "
                   f"{len(findings)} findings", flush=True)
@@ -239,19 +256,17 @@ def measure(count: int, paths: Sequence[str], run_lint: bool) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]], paths: Sequence[str]) -> str:
     today = date.today().isoformat()
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
-    header = ["date", "machine", "tenants", "stacks"]
+    header = ["date", "machine", "tenants", "cells", "stacks"]
     for path in paths:
-        header += [f"{path} synth", f"{path} peak RSS", f"{path} load"] + (["cli workers"] if path == "cli" else [])
+        header += [f"{path}", f"{path} peak RSS", f"{path} load"]
     header += ["cfn-lint (all templates)", "lint findings", "shared template", "largest tenant template",
                "templates over 1 MB", "unmatched-uploads pattern"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:
-        cells = [today, machine, f"{row['tenants']:,}", f"{row['stacks']:,}"]
+        cells = [today, machine, f"{row['tenants']:,}", f"{row['cells']:,}", f"{row['stacks']:,}"]
         for path in paths:
             run: Run = row[path]
             cells += [f"{run.seconds:.1f} s", f"{run.peak_rss_mb:,.0f} MB", f"{run.load_before:.1f}"]
-            if path == "cli":  # app.py's own choice (`-c synth_workers` auto): one process per core past 100 tenants each
-                cells.append(f"{workers_for(row['tenants'])}")
         lint_run: Run | None = row.get("lint")
         cells += [f"{lint_run.seconds:.1f} s" if lint_run else "-",
                   f"{len(row['lint_findings'])}" if lint_run else "-",
@@ -283,11 +298,11 @@ def record(rows: list[dict[str, Any]], paths: Sequence[str], command: str) -> No
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tenants", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--paths", nargs="+", choices=["inprocess", "cli"], default=["inprocess", "cli"])
+    parser.add_argument("--paths", nargs="+", choices=["whole", "cells", "diff"], default=["whole", "cells", "diff"])
     parser.add_argument("--no-lint", action="store_true", help="skip cfn-lint")
     parser.add_argument("--print-only", action="store_true", help="do not write docs/benchmarks.md")
     args = parser.parse_args(argv)
-    if "cli" in args.paths and not (ROOT / "node_modules" / ".bin" / "cdk").exists():
+    if not (ROOT / "node_modules" / ".bin" / "cdk").exists():
         parser.error("node_modules/.bin/cdk is missing: run `make setup`")
     if not shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) and not args.no_lint:
         parser.error("cfn-lint is missing from the venv: run `make setup`")

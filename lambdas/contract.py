@@ -686,6 +686,7 @@ LONGEST_PARTS: dict[str, str] = {
     "execution": "e" * MAX_FILE_EXECUTION_NAME,
     "chunk": str(MAX_CHUNK_INDEX),
     "digest": "0" * NAME_DIGEST_CHARS,
+    "parameter": "alarm-topic-key-arn",  # the longest of `SHARED_PARAMETERS`
 }
 
 
@@ -771,6 +772,15 @@ SHARED_KEY_PARAMETER = DerivedName(
     "SSM parameter name", f"/{SHARED_PREFIX}/encryption/shared-key-arn",
     1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),
 )
+#: Where the shared stack publishes what tenant stacks need of it (the ledger table's name, the
+#: alarm topic's and its key's ARN), read by each tenant stack at deploy time: cells refer to
+#: each other by these, never by CloudFormation export (`pipeline_constructs/cells.py`).
+SHARED_PARAMETER = DerivedName(
+    "SSM parameter name", f"/{SHARED_PREFIX}/shared/{{parameter}}",
+    1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),
+)
+#: The parameters of `SHARED_PARAMETER`: the ledger table's name, the alarm topic's ARN, its key's ARN.
+SHARED_PARAMETERS = ("ledger-table-name", "alarm-topic-arn", "alarm-topic-key-arn")
 #: The shared stack's catch-all for uploads outside every tenant prefix (rule, its metric
 #: filter, log group, dead-letter queue), and, past one pattern's worth of prefixes, its
 #: buses and their rules.
@@ -802,7 +812,8 @@ REPLAY_EVENT_ID = DerivedName("replayed event id", "reconcile-{digest}", 64)
 NAME_FAMILIES: tuple[DerivedName, ...] = (
     *TENANT_NAMES, FUNCTION_LOG_GROUP, STATE_MACHINE_LOG_GROUP, WORKFLOW_ALIAS, SHARED_STACK, DASHBOARD_STACK,
     FIRST_DASHBOARD, DASHBOARD,
-    LANDING_BUCKET, WORK_BUCKET, SHARED_ALARM, SHARED_KEY_ALIAS, SHARED_KEY_PARAMETER, UNMATCHED_UPLOADS_RULE,
+    LANDING_BUCKET, WORK_BUCKET, SHARED_ALARM, SHARED_KEY_ALIAS, SHARED_KEY_PARAMETER, SHARED_PARAMETER,
+    UNMATCHED_UPLOADS_RULE,
     UNMATCHED_UPLOADS_FILTER, UNMATCHED_UPLOADS_LOG_GROUP, UNMATCHED_UPLOADS_DLQ, UNMATCHED_BUS,
     UNMATCHED_FORWARD_RULE, UNMATCHED_UPLOADS_BUS_RULE, SHARD_BUS, SHARD_OBJECTS_RULE, SHARD_STATUS_RULE,
     ROUTING_DLQ, FILE_EXECUTION, PAGE_EXECUTION, SECTION_EXECUTION, REPLAY_EVENT_ID,

@@ -1,4 +1,5 @@
-"""Build the whole CDK app from a tenants file; used by app.py, the tests and the local runtime."""
+"""Build the CDK app of a tenants file, whole or one cell of it (`cells.py`); used by app.py,
+the tests, the tools and the local runtime."""
 
 from __future__ import annotations
 
@@ -10,18 +11,21 @@ from aws_cdk import App, Environment, Stage, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
+from pipeline_constructs import cells
 from pipeline_constructs.config import AppConfig, load_config
-from pipeline_constructs.parallel_synth import Part
 from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack, dashboard_stacks
+
+#: The context key that names the cell to synthesize (`cdk synth -c cell=shard-3`).
+CELL_CONTEXT = "cell"
 
 
 @dataclass(frozen=True)
 class TargetStage:
     """One deployment target: a CDK Stage (`cdk deploy '<name>/*'`) with its own shared stack
-    and its tenants' stacks, bound to the target's account and Region."""
+    and its tenants' stacks, bound to the target's account and Region (those of one cell)."""
 
     stage: Stage
-    shared: SharedStack
+    shared: SharedStack | None
     tenants: dict[str, TenantStack]
     #: The second and later dashboards (none up to `dashboard.TENANTS_PER_DASHBOARD` tenants).
     dashboards: tuple[DashboardStack, ...] = ()
@@ -41,66 +45,76 @@ def new_app(**props: Any) -> App:
 class IngestApp:
     app: App
     config: AppConfig
-    #: Without `targets:`, the one shared stack; with targets, the first target's (see `stages`).
-    shared: SharedStack
-    #: Every tenant's stack, whatever its target.
+    #: Without `targets:`, the shared stack; with targets, the first target's (see `stages`).
+    #: None when the cell synthesized holds no shared stack (a shard cell).
+    shared: SharedStack | None
+    #: Every tenant's stack built, whatever its target.
     tenants: dict[str, TenantStack]
-    #: With `targets:`, one Stage per target by name; empty without.
+    #: With `targets:`, one Stage per target built, by name; empty without.
     stages: dict[str, TargetStage] = field(default_factory=dict)
     #: The second and later dashboards' stacks (of every target).
     dashboards: tuple[DashboardStack, ...] = ()
+    #: The cells built: every cell of the file, or the one named.
+    cells: tuple[cells.Cell, ...] = ()
 
 
 def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True,
-              part: Part | None = None, config: AppConfig | None = None) -> IngestApp:
-    """One shared stack and one stack per tenant; cdk-nag AwsSolutions runs on every synth.
+              config: AppConfig | None = None, cell: str | None = None) -> IngestApp:
+    """The stacks of every cell (`cell` None), or of the cell named `cell` (`cells.UnknownCell`
+    if the file has none of that name); cdk-nag AwsSolutions runs on every synth.
 
-    With `targets:` in the tenants file, the same layout once per target, each in a Stage of
-    its own; without, the stacks sit at the top of the app, environment-agnostic.
-
-    With `part` (a worker of `parallel_synth`), only that part's tenant stacks (and the extra
-    dashboards only in the part that builds them); the shared stacks are always built.
+    With `targets:` in the tenants file, each target's stacks sit in a Stage of its own;
+    without, at the top of the app, environment-agnostic. A tenant stack depends on its shared
+    stack (deploy order) when both are built; it refers to it only by names.
 
     `config`: the tenants file already loaded (`load_config(tenants_file)`), not read again."""
     config = config if config is not None else load_config(tenants_file)
     app = app or new_app()
-    positions = {tenant.id: position for position, tenant in enumerate(config.tenants)}
-    own = part.slice(len(config.tenants)) if part else range(len(config.tenants))
-    builds = _Builds(tenants=frozenset(t.id for t in config.tenants if positions[t.id] in own),
-                     dashboards=part is None or part.builds_dashboards)
-    if not config.targets:
-        shared, stacks, dashboards = _stacks(app, config, builds)
-        stages: dict[str, TargetStage] = {}
-    else:
-        stages = {name: _stage(app, name, config, builds) for name in config.targets}
-        shared = next(iter(stages.values())).shared
-        stacks = {tenant: stack for stage in stages.values() for tenant, stack in stage.tenants.items()}
-        dashboards = tuple(d for stage in stages.values() for d in stage.dashboards)
+    built = cells.cells_of(config) if cell is None else (cells.cell_named(config, cell),)
+    scopes: dict[str | None, Construct] = {}
+    stages: dict[str, TargetStage] = {}
+    shared_of: dict[str | None, SharedStack] = {}
+    tenants: dict[str, TenantStack] = {}
+    dashboards: list[DashboardStack] = []
+    by_id = {t.id: t for t in config.tenants}
+    for unit in built:
+        scope = scopes.get(unit.target) or scopes.setdefault(unit.target, _scope(app, config, unit.target))
+        if unit.shared:
+            own = _of_target(config, unit.target)
+            shared_of[unit.target] = SharedStack(scope, own)
+            dashboards += dashboard_stacks(scope, own, shared_of[unit.target])
+        for tenant_id in unit.tenant_ids:
+            stack = tenants[tenant_id] = TenantStack(
+                scope, by_id[tenant_id], shard=unit.shard,
+                shared_kms_key=config.encryption.kms_key if config.encryption is not None else None)
+            if unit.target in shared_of:
+                stack.add_dependency(shared_of[unit.target])
+    for target, scope in scopes.items():
+        if target is not None:
+            assert isinstance(scope, Stage)
+            stages[target] = TargetStage(
+                stage=scope, shared=shared_of.get(target),
+                tenants={t: s for t, s in tenants.items() if by_id[t].target == target},
+                dashboards=tuple(d for d in dashboards if d.node.scope is scope))
     if nag:
         Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return IngestApp(app=app, config=config, shared=shared, tenants=stacks, stages=stages, dashboards=dashboards)
+    first_shared = next(iter(shared_of.values()), None)
+    return IngestApp(app=app, config=config, shared=first_shared, tenants=tenants, stages=stages,
+                     dashboards=tuple(dashboards), cells=built)
 
 
-@dataclass(frozen=True)
-class _Builds:
-    """Which of the optional stacks this process builds (all of them but in a synth worker)."""
-
-    tenants: frozenset[str]
-    dashboards: bool
-
-
-def _stacks(scope: Construct, config: AppConfig,
-            builds: _Builds) -> tuple[SharedStack, dict[str, TenantStack], tuple[DashboardStack, ...]]:
-    shared = SharedStack(scope, config)
-    tenants = {t.id: TenantStack(scope, t, shared) for t in config.tenants if t.id in builds.tenants}
-    return shared, tenants, tuple(dashboard_stacks(scope, config, shared) if builds.dashboards else ())
+def _scope(app: App, config: AppConfig, target: str | None) -> Construct:
+    """Where a target's stacks go: its Stage, with an explicit account and Region (no lookup:
+    synth needs no credentials); the app itself without targets."""
+    if target is None:
+        return app
+    account, region = config.targets[target].account, config.targets[target].region
+    return Stage(app, target, env=Environment(account=account, region=region))
 
 
-def _stage(app: App, name: str, config: AppConfig, builds: _Builds) -> TargetStage:
-    """The target's Stage: explicit account and Region (no lookup: synth needs no credentials)."""
-    target = config.targets[name]
-    stage = Stage(app, name, env=Environment(account=target.account, region=target.region))
-    # The shared stack of a target knows its tenants only (catch-all prefixes, dashboards).
-    own = config.model_copy(update={"tenants": tuple(t for t in config.tenants if t.target == name)})
-    shared, stacks, dashboards = _stacks(stage, own, builds)
-    return TargetStage(stage=stage, shared=shared, tenants=stacks, dashboards=dashboards)
+def _of_target(config: AppConfig, target: str | None) -> AppConfig:
+    """The config a target's shared stack is built from: the target's tenants only (catch-all
+    prefixes, uploaders, dashboards)."""
+    if target is None:
+        return config
+    return config.model_copy(update={"tenants": tuple(t for t in config.tenants if t.target == target)})

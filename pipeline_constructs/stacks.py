@@ -3,6 +3,10 @@
 A stack per tenant keeps every template far below CloudFormation's 500-resource and 1 MB
 limits whatever the number of tenants, lets one tenant deploy or roll back alone, and makes
 `cdk diff` name the tenant a change touches (the stack is `OrderedIngest-Tenant-<id>`).
+
+A tenant stack refers to the shared stack by fixed names (buckets, shard buses) and by the SSM
+parameters the shared stack writes (`SharedParameters`), never by export: it synthesizes and
+deploys in a cell of its own (`cells.py`), and the shared resources can change under it.
 """
 
 from __future__ import annotations
@@ -10,10 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import Aws, CfnOutput, Duration, Stack, Tags
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from lambdas import contract
 from pipeline_constructs import capacity, encryption, names, routing
 from pipeline_constructs.config import AppConfig, SinkAuth, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
@@ -28,10 +37,13 @@ from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProp
 FEATURE_FLAGS = {
     "@aws-cdk/core:enablePartitionLiterals": True,
     "@aws-cdk/aws-iam:minimizePolicies": True,
-    # Tenant stacks import the table, topic and key from the shared stack; a strong reference
-    # keeps the shared stack from dropping an export a tenant still uses.
-    "@aws-cdk/core:defaultCrossStackReferences": "strong",
 }
+
+
+def shared_parameter(name: str) -> str:
+    """The SSM parameter `name` (one of `contract.SHARED_PARAMETERS`) of the shared stack."""
+    assert name in contract.SHARED_PARAMETERS, name
+    return contract.SHARED_PARAMETER.render(parameter=name)
 
 
 class _IngestStack(Stack):
@@ -67,7 +79,8 @@ class SharedStack(_IngestStack):
                   description="Where tenants drop their files (read by ops)")
         CfnOutput(self, "WorkBucketName", value=self.resources.work_bucket.bucket_name,
                   description="Chunks and quarantined messages (read by ops quarantine)")
-        self._export_what_tenants_import()
+        self._publish_for_tenants()
+        self._export_what_tenants_imported()
         self._routing(config)
         # Uploads outside every tenant prefix: logged, counted, alarmed, listed by `ops status`.
         self.unmatched_uploads = UnmatchedUploads(
@@ -89,11 +102,21 @@ class SharedStack(_IngestStack):
         self.dashboards = IngestDashboards(self, "Dashboards", tenants=dashboard_tenants(config), pages=[0])
 
 
-    def _export_what_tenants_import(self) -> None:
-        """Export what every tenant stack imports, whether or not a tenant stack is built with
-        this one: the template then does not depend on which tenants are in the app (the
-        synth workers of `parallel_synth` each build a slice of them, and a target's Stage may
-        have none in a slice). The exports have the names CDK gives the references themselves."""
+    def _publish_for_tenants(self) -> None:
+        """The SSM parameters tenant stacks read the shared resources from (`SharedParameters`)."""
+        shared = self.resources
+        for name, value in zip(contract.SHARED_PARAMETERS, (shared.ledger_table.table_name,
+                                                            shared.alarm_topic.topic_arn, shared.alarm_key.key_arn)):
+            construct_id = "".join(part.capitalize() for part in name.split("-")) + "Parameter"
+            ssm.StringParameter(self, construct_id, parameter_name=shared_parameter(name), string_value=value,
+                                description="Read by the tenant stacks at deploy time (ordered-ingest cells)")
+
+    def _export_what_tenants_imported(self) -> None:
+        """The exports tenant stacks of the previous release import (the ledger table, the alarm
+        topic and its key): kept for one release, so that the shared stack deploys before the
+        tenant stacks stop importing them (README, "Upgrading to cells"). Remove them in the
+        release after, once every tenant stack is deployed with SSM parameters. The exports
+        have the names CDK gave the references themselves."""
         shared = self.resources
         for value in (shared.ledger_table.table_arn, shared.ledger_table.table_name,
                       shared.alarm_topic.topic_arn, shared.alarm_key.key_arn):
@@ -110,12 +133,10 @@ class SharedStack(_IngestStack):
             if needs_hop else None
         )
         self.shard_routing: ShardRouting | None = None
-        self.shard_of: dict[str, int] = {}
         if not shards:
             return
         assert self.forwarding is not None
         layout = routing.layout(config.tenants, shards)
-        self.shard_of = {tenant_id: shard.index for shard in layout for tenant_id in shard.tenant_ids}
         self.shard_routing = ShardRouting(
             self,
             "ShardRouting",
@@ -126,26 +147,35 @@ class SharedStack(_IngestStack):
             ),
         )
 
-    def shard_bus_name(self, tenant_id: str) -> str | None:
-        """The name of the bus that holds the tenant's rules (None: the default bus)."""
-        shard = self.shard_of.get(tenant_id)
-        return None if shard is None else names.shard_bus_name(shard)
+
+class SharedParameters:
+    """The shared resources as a tenant stack knows them: from the SSM parameters the shared
+    stack writes (`SharedStack._publish_for_tenants`), resolved at each deploy."""
+
+    def __init__(self, scope: Construct) -> None:
+        def value(name: str) -> str:
+            return ssm.StringParameter.value_for_string_parameter(scope, shared_parameter(name))
+
+        self.ledger_table = dynamodb.Table.from_table_name(scope, "LedgerTable", value("ledger-table-name"))
+        self.alarm_topic = sns.Topic.from_topic_arn(scope, "AlarmTopic", value("alarm-topic-arn"))
+        self.alarm_key = kms.Key.from_key_arn(scope, "AlarmTopicKey", value("alarm-topic-key-arn"))
 
 
 class TenantStack(_IngestStack):
-    """One tenant's pipeline."""
+    """One tenant's pipeline. `shard`: the routing shard whose bus holds its rules (None: the
+    default bus); `shared_kms_key`: the top-level `encryption.kms_key` setting."""
 
-    def __init__(self, scope: Construct, tenant: TenantConfig, shared_stack: SharedStack) -> None:
+    def __init__(self, scope: Construct, tenant: TenantConfig, *, shard: int | None,
+                 shared_kms_key: str | None) -> None:
         super().__init__(
             scope,
             names.TENANT_STACK.render(tenant.id),
             description=f"Ordered per-tenant file ingestion: tenant {tenant.id}",
         )
         Tags.of(self).add("ordered-ingest:tenant", tenant.id)
-        # The buckets are imported by their fixed names rather than by cross-stack reference,
-        # so that this stack's policies name the tenant's prefix literally.
-        self.add_stack_dependency(shared_stack)
-        shared = shared_stack.resources
+        # Every shared resource by a fixed name or an SSM parameter, none by reference: the
+        # buckets' fixed names also let this stack's policies name the tenant's prefix literally.
+        shared = SharedParameters(self)
         self.pipeline = TenantPipeline(
             self,
             "Pipeline",
@@ -191,9 +221,9 @@ class TenantStack(_IngestStack):
                 ledger_table=shared.ledger_table,
                 alarm_topic=shared.alarm_topic,
                 alarm_topic_key=shared.alarm_key,
-                event_bus=self._event_bus(shared_stack.shard_bus_name(tenant.id)),
+                event_bus=self._event_bus(None if shard is None else names.shard_bus_name(shard)),
                 kms_key=tenant.encryption.kms_key if tenant.encryption is not None else None,
-                shared_kms_key_arn=encryption.shared_key_arn(self, shared.kms_key_setting),
+                shared_kms_key_arn=encryption.shared_key_arn(self, shared_kms_key),
             ),
         )
 

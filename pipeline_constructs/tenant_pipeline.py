@@ -195,10 +195,6 @@ class TenantPipeline(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: TenantPipelineProps) -> None:
         super().__init__(scope, construct_id)
-        #: Where this pipeline sits in its stack, when that is directly under it (as in every
-        #: TenantStack): the key of the logical ids every tenant stack shares (`_logical_id`).
-        self._path_in_stack = construct_id if isinstance(scope, Stack) else None
-        #: The stack, found once (each `Stack.of` is a call into the CDK library's node process).
         self._stack = Stack.of(self)
         tenant_id = props.tenant_id
         self.tenant_id = tenant_id
@@ -1171,16 +1167,6 @@ class TenantPipeline(Construct):
             "unknown in advance.",
         )
 
-    def _logical_id(self, child_id: str, construct: Construct) -> str:
-        """The logical id of `construct` (this pipeline's child `child_id`), found once for every
-        tenant stack when this pipeline sits directly under its stack."""
-        if self._path_in_stack is None:
-            return _logical_id(construct)
-        key = (self._path_in_stack, child_id)
-        if key not in _LOGICAL_IDS:
-            _LOGICAL_IDS[key] = _logical_id(construct)
-        return _LOGICAL_IDS[key]
-
     def _acknowledge_findings(self, props: TenantPipelineProps) -> None:
         """Every wildcard left in this pipeline's policies is scoped to the tenant; each says why."""
         tenant_id, own_work = self.tenant_id, contract.work_prefix(self.tenant_id)
@@ -1220,9 +1206,9 @@ class TenantPipeline(Construct):
         )
         _acknowledge(
             self.workflow_role,
-            ("AwsSolutions-IAM5", f"Resource::<{self._logical_id('Split', self.split.function)}.Arn>:*", invoke_reason),
-            ("AwsSolutions-IAM5", f"Resource::<{self._logical_id('Closer', self.closer.function)}.Arn>:*", invoke_reason),
-            ("AwsSolutions-IAM5", f"Resource::<{self._logical_id('RegisterChunk', self.register.function)}.Arn>:*",
+            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.split.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.closer.function)}.Arn>:*", invoke_reason),
+            ("AwsSolutions-IAM5", f"Resource::<{_logical_id(self.register.function)}.Arn>:*",
              invoke_reason),
             ("AwsSolutions-IAM5", "Resource::*",
              "X-Ray trace segments and CloudWatch Logs vended-log delivery do not support "
@@ -1271,24 +1257,13 @@ def sink_secret_arn(scope: Construct, secret: str) -> str:
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)
 
 
-#: What `_as_nag_shows` found, by stack environment (`aws://<account>/<region>`), and the logical
-#: ids `TenantPipeline._logical_id` found, by path in the stack: the same in every tenant stack,
-#: found once instead of once a tenant (each is several calls into the CDK library's node
-#: process; synth time at 1,000 tenants).
-_NAG_SHOWN: dict[str, tuple[str, str, str]] = {}
-_LOGICAL_IDS: dict[tuple[str, str], str] = {}
-
-
 def _as_nag_shows(stack: Stack) -> tuple[str, str, str]:
     """The stack's partition, Region and account as they appear in cdk-nag's findings."""
     def shown(value: str, pseudo: str) -> str:
         return pseudo if Token.is_unresolved(value) else value
 
-    environment = stack.environment
-    if environment not in _NAG_SHOWN:
-        _NAG_SHOWN[environment] = (shown(stack.partition, "<AWS::Partition>"), shown(stack.region, "<AWS::Region>"),
-                                   shown(stack.account, "<AWS::AccountId>"))
-    return _NAG_SHOWN[environment]
+    return (shown(stack.partition, "<AWS::Partition>"), shown(stack.region, "<AWS::Region>"),
+            shown(stack.account, "<AWS::AccountId>"))
 
 
 def _acknowledge(scope: Construct, *findings: tuple[str, str | None, str]) -> None:

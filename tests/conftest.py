@@ -171,3 +171,12 @@ def pattern_matches(pattern: dict, event: dict) -> bool:
     from moto.events.models import EventPattern
 
     return EventPattern.load(json.dumps(pattern)).matches_event(event)
+
+
+def ssm_parameter_ref(template: dict, parameter_name: str) -> dict:
+    """`{"Ref": <the template parameter>}` that reads the SSM parameter `parameter_name` at deploy
+    time (CDK's `StringParameter.value_for_string_parameter`); fails if the template has none."""
+    (logical_id,) = [name for name, parameter in template.get("Parameters", {}).items()
+                     if parameter.get("Type") == "AWS::SSM::Parameter::Value<String>"
+                     and parameter.get("Default") == parameter_name]
+    return {"Ref": logical_id}

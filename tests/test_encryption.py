@@ -15,7 +15,7 @@ from aws_cdk.assertions import Template
 from pipeline_constructs import encryption
 from pipeline_constructs.config import parse_config
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
-from tests.conftest import Synthesized, problems_of, synthesize
+from tests.conftest import Synthesized, problems_of, ssm_parameter_ref, synthesize
 from tests.test_tenant_pipeline import policy_statements_of_role
 
 GIVEN_KEY = "arn:aws:kms:us-east-1:111111111111:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -67,6 +67,12 @@ def _resources(template: dict, kind: str) -> dict[str, dict]:
     return {k: r for k, r in template["Resources"].items() if r["Type"] == kind}
 
 
+def _key_parameters(template: dict) -> dict[str, dict]:
+    """The SSM parameter of the shared key's ARN (the shared stack's others name the ledger and the topic)."""
+    return {k: r for k, r in _resources(template, "AWS::SSM::Parameter").items()
+            if r["Properties"]["Name"] == encryption.SHARED_KEY_PARAMETER}
+
+
 def _only_key(template: dict) -> tuple[str, dict]:
     keys = {k: r for k, r in _resources(template, "AWS::KMS::Key").items() if "AlarmTopicKey" not in k}
     (logical_id, key), = keys.items()
@@ -94,7 +100,7 @@ def test_without_encryption_no_key_is_made_and_aws_managed_keys_stay(synthesized
     shared = synthesized.templates[SHARED]
     assert list(_resources(shared, "AWS::KMS::Key")) == [k for k in _resources(shared, "AWS::KMS::Key")
                                                          if "AlarmTopicKey" in k]
-    assert not _resources(shared, "AWS::SSM::Parameter")
+    assert not _key_parameters(shared)
     assert all(q["Properties"]["SqsManagedSseEnabled"] for q in _resources(shared, "AWS::SQS::Queue").values())
     for bucket in _resources(shared, "AWS::S3::Bucket").values():
         (rule,) = bucket["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
@@ -102,7 +108,7 @@ def test_without_encryption_no_key_is_made_and_aws_managed_keys_stay(synthesized
     (table,) = _resources(shared, "AWS::DynamoDB::Table").values()
     assert table["Properties"]["SSESpecification"] == {"SSEEnabled": True}  # the AWS managed key
     tenant = synthesized.templates["OrderedIngest-Tenant-acme"]
-    assert not _resources(tenant, "AWS::KMS::Key") and "SsmParameterValue" not in json.dumps(tenant)
+    assert not _resources(tenant, "AWS::KMS::Key") and encryption.SHARED_KEY_PARAMETER not in json.dumps(tenant)
     assert all(q["Properties"]["SqsManagedSseEnabled"] for q in _resources(tenant, "AWS::SQS::Queue").values())
     assert not [g for g in _resources(tenant, "AWS::Logs::LogGroup").values() if "KmsKeyId" in g["Properties"]]
     assert not [f for f in _resources(tenant, "AWS::Lambda::Function").values() if "KmsKeyArn" in f["Properties"]]
@@ -177,13 +183,11 @@ def test_tenant_stacks_read_the_created_shared_key_from_its_fixed_ssm_parameter(
     """No export: a tenant stack deploys alone, and the shared key can change under it."""
     shared = created.templates[SHARED]
     key_id, _ = _only_key(shared)
-    (parameter,) = _resources(shared, "AWS::SSM::Parameter").values()
+    (parameter,) = _key_parameters(shared).values()
     assert parameter["Properties"]["Name"] == encryption.SHARED_KEY_PARAMETER
     assert parameter["Properties"]["Value"] == {"Fn::GetAtt": [key_id, "Arn"]}
     plain = created.templates["OrderedIngest-Tenant-plain"]
-    (name,) = [n for n in plain["Parameters"] if n.startswith("SsmParameterValue")]
-    assert plain["Parameters"][name] == {"Type": "AWS::SSM::Parameter::Value<String>",
-                                         "Default": encryption.SHARED_KEY_PARAMETER}
+    assert ssm_parameter_ref(plain, encryption.SHARED_KEY_PARAMETER)
     assert "ExportsOutputFnGetAttSharedDataKey" not in json.dumps(plain)
 
 
@@ -192,8 +196,7 @@ def test_the_data_role_uses_the_shared_key_only_through_s3_for_its_buckets_and_t
 ) -> None:
     """Split and register: decrypt landing files, encrypt and read chunks, use the ledger's key."""
     plain = created.template("OrderedIngest-Tenant-plain")
-    (name,) = [n for n in created.templates["OrderedIngest-Tenant-plain"]["Parameters"] if n.startswith("SsmParameterValue")]
-    key = {"Ref": name}
+    key = ssm_parameter_ref(created.templates["OrderedIngest-Tenant-plain"], encryption.SHARED_KEY_PARAMETER)
     statements = {s["Sid"]: s for s in _kms_statements(plain, "PipelineDataRole")}
     assert statements == {
         "DecryptOwnLandingFiles": {
@@ -337,7 +340,7 @@ def test_a_given_tenant_key_arn_is_used_as_given_and_no_key_is_made(created: Syn
 def test_a_given_shared_key_arn_is_used_as_given_no_key_nor_parameter_is_made(given: Synthesized) -> None:
     shared = given.templates[SHARED]
     assert [k for k in _resources(shared, "AWS::KMS::Key") if "AlarmTopicKey" not in k] == []
-    assert not _resources(shared, "AWS::KMS::Alias") and not _resources(shared, "AWS::SSM::Parameter")
+    assert not _resources(shared, "AWS::KMS::Alias") and not _key_parameters(shared)
     landing = next(b for b in _resources(shared, "AWS::S3::Bucket").values()
                    if "ordered-ingest-landing-" in json.dumps(b["Properties"].get("BucketName")))
     (rule,) = landing["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
@@ -345,7 +348,7 @@ def test_a_given_shared_key_arn_is_used_as_given_no_key_nor_parameter_is_made(gi
     (table,) = _resources(shared, "AWS::DynamoDB::Table").values()
     assert table["Properties"]["SSESpecification"]["KMSMasterKeyId"] == SHARED_GIVEN_KEY
     plain = given.templates["OrderedIngest-Tenant-plain"]
-    assert "SsmParameterValue" not in json.dumps(plain)
+    assert encryption.SHARED_KEY_PARAMETER not in json.dumps(plain)
     resources = {s["Sid"]: s["Resource"] for s in _kms_statements(given.template("OrderedIngest-Tenant-plain"),
                                                                   "PipelineDataRole")}
     assert resources == dict.fromkeys(["DecryptOwnLandingFiles", "EncryptOwnChunks", "UseLedgerTableKey"], SHARED_GIVEN_KEY)

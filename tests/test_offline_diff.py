@@ -68,7 +68,7 @@ def assemblies(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def report(assemblies, tmp_path_factory):
     base, head = assemblies
-    return build_report(base, head, tmp_path_factory.mktemp("scratch"))
+    return build_report([base], [head], tmp_path_factory.mktemp("scratch"))
 
 
 def test_summary_lists_the_added_tenant_and_the_changed_one(report):
@@ -115,7 +115,7 @@ def test_full_diff_is_the_cli_template_diff_of_each_changed_stack(report):
 
 def test_swapped_revisions_report_the_tenant_as_removed(assemblies, tmp_path):
     base, head = assemblies
-    report = build_report(head, base, tmp_path)
+    report = build_report([head], [base], tmp_path)
     assert "Tenants\n  added:    -\n  removed:  beta\n  changed:  acme\n" in render_summary(report)
     # cdk deploy leaves a stack that left the app in place: the full diff says so.
     assert "Stack OrderedIngest-Tenant-beta\n(removed: not in the head revision; `cdk deploy` does " \
@@ -124,7 +124,7 @@ def test_swapped_revisions_report_the_tenant_as_removed(assemblies, tmp_path):
 
 def test_identical_revisions_report_no_difference(assemblies, tmp_path):
     base, _ = assemblies
-    report = build_report(base, base, tmp_path)
+    report = build_report([base], [base], tmp_path)
     assert not report.different
     assert render_summary(report) == "No difference: every stack's template is identical."
 
@@ -142,7 +142,7 @@ def test_stacks_inside_stages_are_named_by_stage_and_diffed(tmp_path):
     base, head = stage_app(tmp_path / "base", False), stage_app(tmp_path / "head", True)
     # WHEN the two nested assemblies are compared
     assert list(read_assembly(head)) == ["prod/OrderedIngest-Tenant-zeta"]
-    report = build_report(base, head, tmp_path)
+    report = build_report([base], [head], tmp_path)
     # THEN the tenant is named with its stage and the CLI selected the stack inside it
     assert "changed:  zeta (stage prod)" in render_summary(report)
     (stack,) = report.stacks
@@ -180,6 +180,7 @@ def test_git_revision_path_synthesizes_both_revisions(throwaway_repo, capsys):
     # THEN the base is the previous commit's own tenants.yaml and the diff exits 1 (like diff)
     assert code == EXIT_DIFFERENT, out
     assert "base: HEAD~1 (" in out and "tenants tenants.yaml" in out
+    assert "Only the tenants file changed: 1 cell(s) touched (app)." in out
     assert "Tenants\n  added:    beta\n  removed:  -\n  changed:  acme\n" in out
     assert "[~] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5 replace" in out
     # The CLI's synth adds path metadata: the summary names the construct as the CLI does.
@@ -208,3 +209,39 @@ def test_the_base_uses_its_own_copy_of_a_tenants_file_in_the_repository(tmp_path
     (repo / "new.yaml").write_text("new")
     assert base_tenants_file(repo, base, repo / "new.yaml") == (repo / "new.yaml").resolve()
     assert base_tenants_file(repo, base, outside) == outside.resolve()
+
+
+SHARDED_BASE = """\
+defaults:
+  sink: {url: https://core.example.com/api/records, auth: {type: none}}
+routing: {shards: 2}
+tenants:
+  - {id: acme, prefix: acme/}
+  - {id: globex, prefix: globex/}
+  - {id: initech, prefix: initech/incoming/}
+"""
+
+
+def test_a_change_of_one_tenant_synthesizes_and_diffs_its_cell_only(throwaway_repo, capsys):
+    """GIVEN a sharded tenants file committed (acme on shard 0, globex and initech on shard 1)
+    WHEN the working tree changes initech's chunk size THEN only shard 1's cell is synthesized,
+    on each side, and the diff names initech's stack only; WHEN the code changes too THEN every
+    stack of both revisions is synthesized."""
+    (throwaway_repo / "tenants.yaml").write_text(SHARDED_BASE)
+    _git(throwaway_repo, "commit", "--quiet", "-am", "sharded")
+    try:
+        (throwaway_repo / "tenants.yaml").write_text(SHARDED_BASE.replace(
+            "prefix: initech/incoming/}", "prefix: initech/incoming/, chunk_size: 50}"))
+        code = main(["--base", "HEAD", "--repo", str(throwaway_repo)])
+        out = capsys.readouterr().out
+        assert code == EXIT_DIFFERENT, out
+        assert "Only the tenants file changed: 1 cell(s) touched (shard-1)." in out
+        assert "Tenants\n  added:    -\n  removed:  -\n  changed:  initech\n" in out
+        assert "OrderedIngest-Shared" not in out and "OrderedIngest-Tenant-globex" not in out
+
+        (throwaway_repo / "app.py").write_text((throwaway_repo / "app.py").read_text() + "\n")
+        assert main(["--base", "HEAD", "--repo", str(throwaway_repo)]) == EXIT_DIFFERENT
+        assert "The code changed: every stack of both revisions is synthesized." in capsys.readouterr().out
+    finally:
+        _git(throwaway_repo, "checkout", "--quiet", "--", "tenants.yaml", "app.py")
+        _git(throwaway_repo, "reset", "--quiet", "--hard", "HEAD~1")

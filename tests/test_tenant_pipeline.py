@@ -8,6 +8,8 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from pipeline_constructs import budgets
+from pipeline_constructs.stacks import shared_parameter
+from tests.conftest import ssm_parameter_ref
 
 LAMBDA_TRANSIENTS = [
     "Lambda.ServiceException",
@@ -135,7 +137,8 @@ def test_controller_environment_names_its_own_workflow_queue_and_the_ledger(acme
     # files start through the workflow's `live` alias (versions.py)
     (alias_id,) = acme.find_resources("AWS::StepFunctions::StateMachineAlias")
     assert env["STATE_MACHINE_ARN"] == {"Fn::GetAtt": [alias_id, "Arn"]}
-    assert "LedgerTable" in env["LEDGER_TABLE_NAME"]["Fn::ImportValue"]
+    # the shared stack's SSM parameter, read at deploy time (no export: cells.py)
+    assert env["LEDGER_TABLE_NAME"] == ssm_parameter_ref(acme.to_json(), shared_parameter("ledger-table-name"))
     assert env["QUEUE_URL"] == {"Ref": _queue_id(acme)}
     assert env["METRIC_NAMESPACE"] == "OrderedIngest"
     assert env["ON_FAILURE"] == "halt"
@@ -602,7 +605,7 @@ def test_every_alarm_notifies_the_topic_and_tells_what_to_do_first(acme):
     }
     for name, alarm in alarms.items():
         (action,) = alarm["AlarmActions"]
-        assert "AlarmTopic" in action["Fn::ImportValue"], name
+        assert action == ssm_parameter_ref(acme.to_json(), shared_parameter("alarm-topic-arn")), name
         first = "First: python -m ops dlq list acme" if "-intake-" in name else "First: python -m ops status acme"
         assert first in alarm["AlarmDescription"], name
         assert "Runbook: docs/operations.md#" in alarm["AlarmDescription"], name

@@ -15,6 +15,10 @@ Which resources are *replaced* is the CLI's verdict (its bundled CloudFormation 
 specification), not a list kept here. Stacks inside CDK Stages (nested cloud assemblies) are
 found and named by their hierarchical id (`prod/OrderedIngest-Tenant-acme`).
 
+When only the tenants file differs from the base (or with `--base-tenants`), only the cells
+whose inputs changed are synthesized on each side (`pipeline_constructs/cells.py`), both with
+the working tree's code; when anything else differs, each whole revision is.
+
 The base revision is exported with `git archive` into a temporary directory rather than
 checked out with `git worktree add`: nothing is written into the repository's `.git`
 (worktrees of this repository are shared), and nothing is left behind if the run is
@@ -35,9 +39,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline_constructs import cells
+from pipeline_constructs.config import ConfigError, load_config
+from tools import cells as cell_tools
 from tools.cdk_diff_output import STATEFUL_TYPES, ResourceChange, parse
 
 #: A tenant's stack, whatever Stage holds it (`OrderedIngest-Tenant-<id>`, see names.py).
@@ -55,6 +63,7 @@ class StackTemplate:
     name: str  # the hierarchical id the CLI selects by: `Stack` or `Stage/Stack`
     path: Path
     template: dict
+    assembly: Path | None = None  # the cloud assembly (`--app`) it was read from
 
 
 @dataclass(frozen=True)
@@ -97,8 +106,9 @@ class Report:
 
 # --- reading cloud assemblies ------------------------------------------------------------
 
-def read_assembly(outdir: Path, prefix: str = "") -> dict[str, StackTemplate]:
+def read_assembly(outdir: Path, prefix: str = "", root: Path | None = None) -> dict[str, StackTemplate]:
     """Every stack of a cloud assembly, nested assemblies (CDK Stages) included."""
+    root = root or outdir
     manifest = json.loads((outdir / "manifest.json").read_text())
     stacks: dict[str, StackTemplate] = {}
     for artifact_id, artifact in manifest.get("artifacts", {}).items():
@@ -106,11 +116,11 @@ def read_assembly(outdir: Path, prefix: str = "") -> dict[str, StackTemplate]:
         if artifact["type"] == "aws:cloudformation:stack":
             name = artifact.get("displayName") or f"{prefix}{artifact_id}"
             path = outdir / properties["templateFile"]
-            stacks[name] = StackTemplate(name, path, json.loads(path.read_text()))
+            stacks[name] = StackTemplate(name, path, json.loads(path.read_text()), root)
         elif artifact["type"] == "cdk:cloud-assembly":
             nested = outdir / properties["directoryName"]
             stage = properties.get("displayName") or artifact_id
-            stacks.update(read_assembly(nested, prefix=f"{prefix}{stage}/"))
+            stacks.update(read_assembly(nested, prefix=f"{prefix}{stage}/", root=root))
     return stacks
 
 
@@ -191,24 +201,38 @@ def _env() -> dict[str, str]:
     return env
 
 
-def synth_command(source: Path, tenants: Path, outdir: Path) -> list[str]:
-    """The CLI synth of one revision, with this environment's Python (the base revision has no
-    virtual environment of its own)."""
+def synth_command(source: Path, tenants: Path, outdir: Path, cell: str | None = None) -> list[str]:
+    """The CLI synth of one revision (or one cell of it), with this environment's Python (the
+    base revision has no virtual environment of its own)."""
     return [cdk_executable(), "synth", "--quiet", "--no-notices", "--app", f"{sys.executable} app.py",
-            "--output", str(outdir), "--context", f"tenants={tenants}"]
+            "--output", str(outdir), "--context", f"tenants={tenants}",
+            *(["--context", f"cell={cell}"] if cell is not None else [])]
 
 
-def synthesize(revisions: list[tuple[str, Path, Path, Path]]) -> None:
-    """Synthesize (label, source dir, tenants file, outdir) revisions side by side."""
-    running = [(label, subprocess.Popen(synth_command(source, tenants, outdir), cwd=source, env=_env(),
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-               for label, source, tenants, outdir in revisions]
+@dataclass(frozen=True)
+class Synth:
+    """One CLI synth: a revision's source and tenants file, a cell of it or all (None), where."""
+
+    label: str
+    source: Path
+    tenants: Path
+    outdir: Path
+    cell: str | None = None
+
+
+def synthesize(runs: list[Synth]) -> None:
+    """Run the synths side by side, as many at once as there are cores."""
     failures = []
-    for label, process in running:
-        output, _ = process.communicate()
-        if process.returncode != 0:
-            tail = "\n".join(output.strip().splitlines()[-15:])
-            failures.append(f"synth of {label} failed (exit {process.returncode}):\n{tail}")
+
+    def one(run: Synth) -> None:
+        result = subprocess.run(synth_command(run.source, run.tenants, run.outdir, run.cell), cwd=run.source,
+                                env=_env(), capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+            failures.append(f"synth of {run.label} failed (exit {result.returncode}):\n{tail}")
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(one, runs))
     if failures:
         raise DiffError("\n".join(failures))
 
@@ -226,16 +250,20 @@ def cli_diff(head_outdir: Path, stack: str, base_template: Path) -> str:
     return output
 
 
-def build_report(base_outdir: Path, head_outdir: Path, scratch: Path) -> Report:
-    """Compare two synthesized assemblies; run the CLI on every added or changed stack."""
-    base, head = read_assembly(base_outdir), read_assembly(head_outdir)
+def build_report(base_outdirs: list[Path], head_outdirs: list[Path], scratch: Path) -> Report:
+    """Compare the stacks of two sides' synthesized assemblies (a whole app each, or some cells
+    each); run the CLI on every added or changed stack."""
+    base = {n: s for outdir in base_outdirs for n, s in read_assembly(outdir).items()}
+    head = {n: s for outdir in head_outdirs for n, s in read_assembly(outdir).items()}
     report = Report(stacks=compare_stacks(base, head))
     empty = scratch / "empty.template.json"
     empty.write_text(json.dumps({"Resources": {}}))
     for diff in report.stacks:
         if diff.status == "removed":
             continue
-        diff.cli_output = cli_diff(head_outdir, diff.name, base[diff.name].path if diff.name in base else empty)
+        assembly = head[diff.name].assembly
+        assert assembly is not None
+        diff.cli_output = cli_diff(assembly, diff.name, base[diff.name].path if diff.name in base else empty)
         apply_cli_verdict(diff, parse(diff.cli_output))
     return report
 
@@ -361,14 +389,40 @@ def run(args: argparse.Namespace) -> int:
             base_label = f"{args.base} ({commit}), tenants {shown}"
         print(f"Offline diff\n  base: {base_label}\n  head: working tree {repo}, tenants {head_tenants}\n",
               flush=True)
-        synthesize([("the base", base_source, base_tenants, scratch / "base.out"),
-                    ("the head", repo, head_tenants, scratch / "head.out")])
-        report = build_report(scratch / "base.out", scratch / "head.out", scratch)
+        base_runs, head_runs = _plan(args, repo, scratch, base_source, base_tenants, head_tenants)
+        if not base_runs and not head_runs:
+            print("No cell is touched: the tenants files give every cell the same inputs.")
+            return EXIT_SAME
+        synthesize([*base_runs, *head_runs])
+        report = build_report([r.outdir for r in base_runs], [r.outdir for r in head_runs], scratch)
     print(render_summary(report))
     if report.different:
         print("\nFull template diffs (cdk diff --template <base template>)\n")
         print(render_full(report))
     return EXIT_DIFFERENT if report.different else EXIT_SAME
+
+
+def _plan(args: argparse.Namespace, repo: Path, scratch: Path, base_source: Path, base_tenants: Path,
+          head_tenants: Path) -> tuple[list[Synth], list[Synth]]:
+    """What to synthesize on each side. When only the tenants file changed (or `--base-tenants`:
+    the same code on both sides), only the cells whose inputs changed (`cells.touched`), each
+    side with the working tree's code; when the code changed, each whole revision."""
+    if not args.base_tenants and cell_tools.code_changed(repo, args.base, head_tenants):
+        print("The code changed: every stack of both revisions is synthesized.\n", flush=True)
+        return ([Synth("the base", base_source, base_tenants, scratch / "base.out")],
+                [Synth("the head", repo, head_tenants, scratch / "head.out")])
+    try:
+        before = load_config(base_tenants) if base_tenants.exists() else None
+    except ConfigError:
+        before = None
+    head = load_config(head_tenants)
+    names = cells.touched(before, head)
+    print(f"Only the tenants file changed: {len(names)} cell(s) touched ({', '.join(names) or 'none'}).\n",
+          flush=True)
+    in_base = {c.name for c in cells.cells_of(before)} if before is not None else set()
+    in_head = {c.name for c in cells.cells_of(head)}
+    return ([Synth(f"the base's cell {n}", repo, base_tenants, scratch / "base" / n, n) for n in names if n in in_base],
+            [Synth(f"the head's cell {n}", repo, head_tenants, scratch / "head" / n, n) for n in names if n in in_head])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -388,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args)
-    except DiffError as error:
+    except (DiffError, ConfigError, cell_tools.CellsError) as error:
         print(f"offline diff: {error}", file=sys.stderr)
         return EXIT_ERROR
 

@@ -1,0 +1,113 @@
+"""`python -m tools.cells`: each cell synthesized by the pinned CLI into an assembly of its own,
+deployed shared cells first, and the cells a change touches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_cells import SHARDED, SHARDED_TARGETS
+from tools import cells as tool
+
+
+class FakeCli:
+    """Records the CLI runs; every run succeeds."""
+
+    def __init__(self) -> None:
+        self.runs: list[list[str]] = []
+
+    def __call__(self, argv) -> tuple[int, str]:
+        self.runs.append([Path(argv[0]).name, *argv[1:]])
+        return 0, ""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tenants.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_deploy_synthesizes_every_cell_then_deploys_the_shared_cell_before_the_shards(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tenants = write(tmp_path, SHARDED)
+    cli = FakeCli()
+
+    code = tool.main(["deploy", "--tenants", str(tenants), "--", "--require-approval", "never"], runner=cli)
+
+    assert code == tool.EXIT_OK
+    synths = [run for run in cli.runs if run[1] == "synth"]
+    assert sorted(run[run.index("--output") + 1] for run in synths) == [
+        "cells.out/shard-0", "cells.out/shard-1", "cells.out/shared"]
+    assert all(f"tenants={tenants}" in run for run in synths)
+    deploys = [run for run in cli.runs if run[1] == "deploy"]
+    assert deploys == [
+        ["cdk", "deploy", "--app", f"cells.out/{cell}", "--no-notices", "--require-approval", "never", "--all"]
+        for cell in ("shared", "shard-0", "shard-1")
+    ]
+
+
+def test_a_targets_cells_deploy_its_stage_and_one_cell_can_be_chosen(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tenants = write(tmp_path, SHARDED_TARGETS)
+    cli = FakeCli()
+
+    assert tool.main(["deploy", "--tenants", str(tenants), "--cell", "dr-shard-1"], runner=cli) == tool.EXIT_OK
+
+    assert [run for run in cli.runs if run[1] == "deploy"] == [
+        ["cdk", "deploy", "--app", "cells.out/dr-shard-1", "--no-notices", "dr/*"]]
+
+
+def test_fails_with_the_cells_there_are_when_a_cell_is_unknown(tmp_path, capsys):
+    code = tool.main(["synth", "--tenants", str(write(tmp_path, SHARDED)), "--cell", "shard-9"], runner=FakeCli())
+    assert code == tool.EXIT_ERROR
+    assert "its cells are: shared, shard-0, shard-1" in capsys.readouterr().err
+
+
+def test_list_names_each_cell_and_what_it_holds(tmp_path, capsys):
+    assert tool.main(["list", "--tenants", str(write(tmp_path, SHARDED))]) == tool.EXIT_OK
+    assert capsys.readouterr().out.splitlines() == [
+        "shared: the shared stack and dashboards, 0 tenant stack(s)",
+        "shard-0: 1 tenant stack(s)",
+        "shard-1: 2 tenant stack(s)",
+    ]
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
+                   capture_output=True)
+
+
+def test_touched_is_the_changed_tenants_cell_or_every_cell_when_anything_else_changed(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    tenants = write(repo, SHARDED)
+    (repo / "app.py").write_text("# the code\n")
+    _git(repo, "init", "--quiet")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "--quiet", "-m", "base")
+
+    tenants.write_text(SHARDED.replace("{id: acme, prefix: acme/}", "{id: acme, prefix: acme/, chunk_size: 7}"))
+    assert tool.touched_cells(repo, "HEAD", tenants) == (["shard-0"], "the tenants file changed")
+
+    (repo / "new_module.py").write_text("x = 1\n")  # untracked code counts too
+    names, why = tool.touched_cells(repo, "HEAD", tenants)
+    assert names == ["shared", "shard-0", "shard-1"] and why.startswith("the code changed (new_module.py)")
+
+
+@pytest.mark.cli
+def test_synth_writes_one_assembly_per_cell_holding_exactly_its_stacks(tmp_path, monkeypatch):
+    """GIVEN the sharded file WHEN `python -m tools.cells synth` runs the pinned CLI THEN each cell
+    has its own assembly with its own stacks: the shared stack alone, then each shard's tenants."""
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    outdir = tmp_path / "cells.out"
+    built = tool.synth(write(tmp_path, SHARDED), tool.selected(tool.load_config(tmp_path / "tenants.yaml"), []),
+                       outdir=outdir)
+
+    stacks = {name: sorted(a for a, artifact in json.loads((path / "manifest.json").read_text())["artifacts"].items()
+                           if artifact["type"] == "aws:cloudformation:stack")
+              for name, path in built.items()}
+    assert stacks == {"shared": ["OrderedIngest-Shared"], "shard-0": ["OrderedIngest-Tenant-acme"],
+                      "shard-1": ["OrderedIngest-Tenant-globex", "OrderedIngest-Tenant-initech"]}

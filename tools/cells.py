@@ -1,0 +1,224 @@
+"""`python -m tools.cells`: the cells of a tenants file (`pipeline_constructs/cells.py`), each
+synthesized, diffed and deployed by the CDK CLI as shipped, one assembly per cell.
+
+    python -m tools.cells list                      # the cells and their tenants
+    python -m tools.cells touched --base origin/main  # the cells a change touches
+    python -m tools.cells synth [--cell NAME ...]   # every cell (or those), in parallel: cells.out/<cell>
+    python -m tools.cells diff [--cell NAME ...]    # cdk diff of those cells against the deployed stacks
+    python -m tools.cells deploy [--cell NAME ...] [-- CDK DEPLOY OPTIONS]
+
+`deploy` synthesizes the cells, then deploys each with `cdk deploy --app cells.out/<cell>`:
+every target's shared cell first (the others read its SSM parameters at deploy time), then
+the other cells, one after the other. One cell alone is also `cdk deploy -c cell=<name> --all`
+(a target's cell: `'<target>/*'`).
+
+A change touches a cell when the cell's inputs in the tenants file changed (`cells.touched`);
+a change of anything else in the repository (the code) touches every cell.
+
+Exit codes: 0 done (`diff`: no difference), 1 `diff`: differences, 2 an error (a bad tenants
+file, an unknown cell, a failed CLI run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pipeline_constructs import cells
+from pipeline_constructs.config import AppConfig, ConfigError, load_config, parse_config
+
+OUTDIR = Path("cells.out")
+EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+
+#: Runs one command (argv) and returns (exit code, output); the tests replace it.
+Runner = Callable[[Sequence[str]], tuple[int, str]]
+
+
+class CellsError(Exception):
+    """A cell cannot be synthesized, diffed or deployed; the message says which and why."""
+
+
+def run_command(argv: Sequence[str]) -> tuple[int, str]:
+    env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    result = subprocess.run(list(argv), env=env, capture_output=True, text=True, check=False)
+    return result.returncode, (result.stdout + result.stderr)
+
+
+def cdk() -> str:
+    found = shutil.which("cdk")
+    if not found:
+        raise CellsError("the CDK CLI is not on PATH; run `make setup` (it installs node_modules/.bin/cdk)")
+    return found
+
+
+def selected(config: AppConfig, names: Sequence[str]) -> list[cells.Cell]:
+    """The cells named (every cell when none is), in the file's order: shared cells first."""
+    every = cells.cells_of(config)
+    for name in names:
+        cells.cell_named(config, name)  # UnknownCell names the cells there are
+    return [cell for cell in every if not names or cell.name in names]
+
+
+def selector(cell: cells.Cell) -> list[str]:
+    """The CLI's stack selection of every stack of a cell's assembly."""
+    return [f"{cell.target}/*"] if cell.target is not None else ["--all"]
+
+
+def synth(tenants: Path, chosen: Sequence[cells.Cell], *, outdir: Path = OUTDIR, jobs: int | None = None,
+          runner: Runner = run_command) -> dict[str, Path]:
+    """Synthesize each cell into `<outdir>/<cell>` with the CLI, `jobs` at a time (default: one
+    per core); `CellsError` lists every cell that failed, with the end of its output."""
+    executable = cdk()
+
+    def one(cell: cells.Cell) -> tuple[cells.Cell, int, str]:
+        code, output = runner([executable, "synth", "--quiet", "--no-notices", "--context", f"tenants={tenants}",
+                               "--context", f"cell={cell.name}", "--output", str(outdir / cell.name)])
+        return cell, code, output
+
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        results = list(pool.map(one, chosen))
+    failed = [f"cell {cell.name} (exit {code}):\n" + "\n".join(output.strip().splitlines()[-15:])
+              for cell, code, output in results if code != 0]
+    if failed:
+        raise CellsError("synth failed for " + "\n".join(failed))
+    return {cell.name: outdir / cell.name for cell in chosen}
+
+
+def deploy(tenants: Path, chosen: Sequence[cells.Cell], cdk_options: Sequence[str], *, outdir: Path = OUTDIR,
+           runner: Runner = run_command, out: Callable[[str], None] = print) -> None:
+    """Synthesize, then deploy each cell: shared cells first, then the others in order."""
+    synth(tenants, chosen, outdir=outdir, runner=runner)
+    executable = cdk()
+    for cell in sorted(chosen, key=lambda c: not c.shared):  # stable: the file's order otherwise
+        out(f"deploying cell {cell.name} ({len(cell.tenant_ids)} tenant stacks"
+            f"{', the shared stack' if cell.shared else ''})")
+        code, output = runner([executable, "deploy", "--app", str(outdir / cell.name), "--no-notices",
+                               *cdk_options, *selector(cell)])
+        out(output.rstrip())
+        if code != 0:
+            raise CellsError(f"cdk deploy of cell {cell.name} failed (exit {code}); the cells before it are "
+                             "deployed, run the same command again to go on")
+
+
+def diff(chosen: Sequence[cells.Cell], *, outdir: Path = OUTDIR, runner: Runner = run_command,
+         out: Callable[[str], None] = print) -> bool:
+    """`cdk diff --method template` of each synthesized cell against the deployed stacks
+    (credentials needed); True if any stack differs."""
+    executable = cdk()
+    different = False
+    for cell in chosen:
+        code, output = runner([executable, "diff", "--app", str(outdir / cell.name), "--no-notices", "--fail",
+                               "--method", "template", "**"])
+        out(output.rstrip())
+        if code not in (0, 1):
+            raise CellsError(f"cdk diff of cell {cell.name} failed (exit {code})")
+        different = different or code == 1
+    return different
+
+
+# --- which cells a change touches ------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise CellsError(f"git {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def code_changed(repo: Path, base: str, tenants: Path) -> list[str]:
+    """The files other than the tenants file that differ between `base` and the working tree
+    (untracked ones included): any of them may change what every cell synthesizes."""
+    relative = _relative(repo, tenants)
+    excluded = [f":(exclude){relative}"] if relative else []
+    changed = _git(repo, "diff", "--name-only", base, "--", ".", *excluded).split()
+    untracked = _git(repo, "ls-files", "--others", "--exclude-standard", "--", ".", *excluded).split()
+    return sorted(set(changed) | set(untracked))
+
+
+def _relative(repo: Path, path: Path) -> str | None:
+    try:
+        return path.resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def base_config(repo: Path, base: str, tenants: Path) -> AppConfig | None:
+    """The tenants file as it is at `base` (None: not there: every cell is new)."""
+    relative = _relative(repo, tenants)
+    if relative is None:
+        return load_config(tenants)  # kept outside the repository: the same file on both sides
+    try:
+        text = _git(repo, "show", f"{base}:{relative}")
+    except CellsError:
+        return None
+    return parse_config(text, source=f"{relative} at {base}")
+
+
+def touched_cells(repo: Path, base: str, tenants: Path) -> tuple[list[str], str]:
+    """The cells the change from `base` to the working tree touches, and why."""
+    head = load_config(tenants)
+    code = code_changed(repo, base, tenants)
+    if code:
+        shown = ", ".join(code[:5]) + (f" and {len(code) - 5} more" if len(code) > 5 else "")
+        return [cell.name for cell in cells.cells_of(head)], f"the code changed ({shown}): every cell"
+    try:
+        before = base_config(repo, base, tenants)
+    except ConfigError:
+        before = None  # not valid for today's code: compare with nothing
+    return cells.touched(before, head), "the tenants file changed"
+
+
+# --- the command line --------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
+    args, cdk_options = _parser().parse_known_args(argv)
+    tenants = Path(args.tenants)
+    try:
+        config = load_config(tenants)
+        if args.command == "list":
+            for cell in cells.cells_of(config):
+                what = "the shared stack and dashboards, " if cell.shared else ""
+                print(f"{cell.name}: {what}{len(cell.tenant_ids)} tenant stack(s)"
+                      f"{'' if cell.target is None else f' (target {cell.target})'}")
+            return EXIT_OK
+        if args.command == "touched":
+            names, why = touched_cells(Path(args.repo), args.base, tenants)
+            print(f"{len(names)} cell(s) touched: {why}", file=sys.stderr)
+            print("\n".join(names))
+            return EXIT_OK
+        chosen = selected(config, args.cell)
+        if args.command == "synth":
+            for name, path in synth(tenants, chosen, outdir=args.outdir, jobs=args.jobs, runner=runner).items():
+                print(f"{name}: {path}")
+            return EXIT_OK
+        if args.command == "diff":
+            return EXIT_DIFFERENT if diff(chosen, outdir=args.outdir, runner=runner) else EXIT_OK
+        deploy(tenants, chosen, [o for o in cdk_options if o != "--"], outdir=args.outdir, runner=runner)
+        return EXIT_OK
+    except (ConfigError, cells.UnknownCell, CellsError) as error:
+        print(f"cells: {error}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.cells", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("list", "touched", "synth", "diff", "deploy"))
+    parser.add_argument("--tenants", default="tenants.yaml", help="the tenants file (default tenants.yaml)")
+    parser.add_argument("--cell", action="append", default=[], help="a cell (repeat for more; default: every cell)")
+    parser.add_argument("--jobs", type=int, default=None, help="synth: cells synthesized at once (default: cores)")
+    parser.add_argument("--outdir", type=Path, default=OUTDIR, help="where each cell's assembly goes (default cells.out)")
+    parser.add_argument("--base", default="origin/main", help="touched: the revision to compare with")
+    parser.add_argument("--repo", default=".", help="touched: the repository (default: here)")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())
