@@ -60,6 +60,16 @@ def test_a_targets_cells_deploy_its_stage_and_one_cell_can_be_chosen(tmp_path, m
         ["cdk", "deploy", "--app", "cells.out/dr-shard-1", "--no-notices", "dr/*"]]
 
 
+def test_diff_compares_every_stack_of_each_cell_with_the_deployed_templates(tmp_path):
+    """`--method template`: the read-only lookup role suffices (a pull request never holds the
+    deploy role); '**': the stacks inside Stages too; `--fail`: the exit code says differences."""
+    cli = FakeCli()
+    chosen = tool.selected(tool.load_config(write(tmp_path, SHARDED_TARGETS)), ["prod-shard-0", "dr-shared"])
+    assert tool.diff(chosen, runner=cli, out=lambda _: None) is False
+    assert cli.runs == [["cdk", "diff", "--app", f"cells.out/{cell}", "--no-notices", "--fail", "--method", "template",
+                         "**"] for cell in ("prod-shard-0", "dr-shared")]
+
+
 def test_fails_with_the_cells_there_are_when_a_cell_is_unknown(tmp_path, capsys):
     code = tool.main(["synth", "--tenants", str(write(tmp_path, SHARDED)), "--cell", "shard-9"], runner=FakeCli())
     assert code == tool.EXIT_ERROR

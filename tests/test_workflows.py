@@ -112,16 +112,18 @@ def test_pull_request_diff_assumes_the_diff_role_through_oidc():
 def test_pull_request_diff_comments_once_then_gates_destructive_changes_on_the_label():
     diff = load("pull-request.yml")["jobs"]["diff"]
     order = [s.get("name") or s["uses"] for s in steps(diff)]
-    synth = order.index(step_running(diff, "make synth")["name"])
-    cdk_diff = order.index(step_running(diff, "cdk diff --app cdk.out")["name"])
+    touched = order.index(step_running(diff, "python -m tools.cells touched")["name"])
+    synth = order.index(step_running(diff, "python -m tools.cells synth")["name"])
+    cdk_diff = order.index(step_running(diff, "python -m tools.cells diff")["name"])
     comment = order.index(step_running(diff, "--tag-id")["name"])
     gate = order.index(step_running(diff, "python -m tools.cdk_diff_output cdk-diff.log")["name"])
-    assert synth < cdk_diff < comment < gate
-    # Every stack, Stages included, into the log that the comment and the gate read.
-    command = step_running(diff, "cdk diff")["run"]
-    assert command.endswith("'**' 2>&1 | tee cdk-diff.log")
-    # The read-only lookup role, never the deploy role, with code from a pull request.
-    assert "--method template" in command
+    assert touched < synth < cdk_diff < comment < gate
+    # Only the cells the pull request touches (the base branch is fetched to tell), every stack
+    # of each, Stages included, into the log that the comment and the gate read
+    # (tools.cells.diff: `cdk diff --method template '**'`, the read-only lookup role).
+    assert step_using(diff, "actions/checkout")["with"]["fetch-depth"] == 0
+    assert '--base "origin/$GITHUB_BASE_REF"' in step_running(diff, "python -m tools.cells touched")["run"]
+    assert "2>&1 | tee cdk-diff.log" in step_running(diff, "python -m tools.cells diff")["run"]
     # One comment, found again by its tag on each push.
     assert "--tag-id cdk-diff" in step_running(diff, "--tag-id")["run"]
     gate_step = step_running(diff, "tools.cdk_diff_output")
@@ -144,7 +146,6 @@ def test_deploy_runs_on_main_behind_the_reviewed_environment_one_at_a_time():
     assert step_using(deploy, "aws-actions/configure-aws-credentials")["with"]["role-to-assume"] == (
         "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
     )
-    command = step_running(deploy, "cdk deploy")["run"]
-    # '**': --all selects only the top-level assembly's stacks, not those inside Stages.
-    assert command.startswith("cdk deploy --app cdk.out") and command.endswith("'**'")
-    assert "--require-approval never" in command
+    # Every cell, each target's shared cell first (tools.cells.deploy), every stack of each.
+    command = step_running(deploy, "python -m tools.cells deploy")["run"]
+    assert command == "python -m tools.cells deploy -- --require-approval never --progress events"
