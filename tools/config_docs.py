@@ -154,8 +154,9 @@ def reference(file_schema: dict[str, Any]) -> str:
             parts.append(_text(section.node["description"]) + "\n")
         parts.append("| option | type | default | description |\n| --- | --- | --- | --- |")
         for key, prop in section.node["properties"].items():
-            row = [f"`{section.path}{key}`", _type(prop, links) if key != "defaults" or section.path else
-                   f"mapping: {links[TenantConfig.__name__]}", _default(prop, key in section.required),
+            # `defaults` is a tenant's options, written out in the schema (none of them required).
+            kind = f"mapping: {links[TenantConfig.__name__]} or `null`" if key == "defaults" else _type(prop, links)
+            row = [f"`{section.path}{key}`", kind, _default(prop, key in section.required),
                    _text(prop.get("description", ""))]
             parts.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
         parts.append("")
@@ -214,13 +215,13 @@ def _type(prop: dict, links: dict[str, str]) -> str:
 
 
 def _range(prop: dict) -> str:
-    low = prop.get("minimum", prop.get("exclusiveMinimum", 0) + 1 if "exclusiveMinimum" in prop else None)
+    low = prop.get("minimum")
     high = prop.get("maximum", prop["exclusiveMaximum"] - 1 if "exclusiveMaximum" in prop else None)
     if low is not None and high is not None:
         return f", {low} to {high}"
     if low is not None:
         return f", at least {low}"
-    if "minLength" in prop or "maxLength" in prop:
+    if "maxLength" in prop:
         return f", {prop.get('minLength', 0)} to {prop['maxLength']} characters"
     if "pattern" in prop:
         return f", matching `{prop['pattern']}`"
@@ -247,13 +248,17 @@ def _slug(title: str) -> str:
     return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
 
 
-def _intro() -> str:
+def _problems(text: str) -> str:
+    """What `parse_config` reports for an invalid file."""
     try:
-        config.parse_config(BAD_EXAMPLE)
+        config.parse_config(text)
     except ConfigError as error:
-        problems = str(error)
-    else:  # pragma: no cover - the example is invalid by construction
-        raise AssertionError("BAD_EXAMPLE is valid")
+        return str(error)
+    raise AssertionError("the example of a bad file is valid")
+
+
+def _intro() -> str:
+    problems = _problems(BAD_EXAMPLE)
     return textwrap.dedent(f"""\
         # Configuration reference: `tenants.yaml`
 
