@@ -6,7 +6,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup demo synth deploy cells test clean diff iam-lint security-doc
+.PHONY: setup demo synth deploy cells test clean diff iam-lint security-doc config-docs
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -72,6 +72,11 @@ iam-lint: setup
 ## (tests/test_security_doc.py fails when they drift).
 security-doc: setup
 	python -m tools.security_table --write
+
+## config-docs: regenerate tenants.schema.json and docs/configuration.md from the config model
+## (pipeline_constructs/config.py); tests/test_config_docs.py fails when they drift.
+config-docs: setup
+	python -m tools.config_docs --write
 
 clean:
 	rm -rf cdk.out cells.out .pytest_cache

@@ -8,10 +8,8 @@ waits in the queue), so that metric counts normal waits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_sns as sns
@@ -20,6 +18,7 @@ from constructs import Construct
 from lambdas import contract
 
 if TYPE_CHECKING:
+    from pipeline_constructs.config import AlarmConfig
     from pipeline_constructs.tenant_pipeline import TenantPipeline
 
 
@@ -58,19 +57,6 @@ class AlarmFactory:
         return created
 
 
-@dataclass(frozen=True)
-class AlarmThresholds:
-    """When a pipeline's alarms fire (see `TenantPipelineProps` for the meaning of each)."""
-
-    queue_age_alarm_after: Duration
-    stall_alarm_after: Duration
-    error_logs_threshold: int
-    evaluation_periods: int
-    #: ``key_sequence`` ordering only (None: the tenant is ordered by arrival, no gap alarm).
-    sequence_gap_alarm_after: Duration | None = None
-    sink_errors_threshold: int = 10
-
-
 #: The sink-errors alarm fires when at least this share of the core system's tries failed.
 SINK_ERROR_RATE = 0.5
 
@@ -97,9 +83,12 @@ def runbook_link(key: str) -> str:
 
 
 def pipeline_alarms(
-    pipeline: TenantPipeline, topic: sns.ITopic, thresholds: AlarmThresholds
+    pipeline: TenantPipeline, topic: sns.ITopic, thresholds: AlarmConfig, *,
+    sequence_gap_alarm_after_seconds: int | None = None,
 ) -> dict[str, cloudwatch.Alarm]:
     """Every alarm of one tenant pipeline, from its ``metric_*`` methods; keyed by short name.
+    ``thresholds``: the tenant's `alarms`; ``sequence_gap_alarm_after_seconds``: its
+    `ordering.gap_alarm_after_seconds` with ``key_sequence`` ordering (None: no gap alarm).
 
     Each description says what the alarm means, what to run first (``python -m ops status``)
     and links to its runbook entry, which names the command that fixes it."""
@@ -118,7 +107,7 @@ def pipeline_alarms(
             f"and filter on level = ERROR; the entry names the file and execution. {runbook_link('error-logs')}",
         )
 
-    queue_age = int(thresholds.queue_age_alarm_after.to_seconds())
+    queue_age = thresholds.queue_age_seconds
     factory.alarm(
         "queue-age",
         pipeline.metric_queue_age(),
@@ -128,7 +117,7 @@ def pipeline_alarms(
         "than they are ingested for hours, or the controller does not run (the stall alarm cannot see "
         f"that). First: {status}. {runbook_link('queue-age')}",
     )
-    stall = int(thresholds.stall_alarm_after.to_seconds())
+    stall = thresholds.stall_after_seconds
     factory.alarm(
         "stall",
         pipeline.metric_head_message_wait(),
@@ -162,8 +151,8 @@ def pipeline_alarms(
             f"Never redrive or re-upload: fix the cause, then python -m ops resume {tenant} (or ops skip). "
             f"{runbook_link('workflow-failed' if key != 'workflow-throttled' else 'workflow-throttled')}",
         )
-    if thresholds.sequence_gap_alarm_after is not None:
-        gap = int(thresholds.sequence_gap_alarm_after.to_seconds())
+    if sequence_gap_alarm_after_seconds is not None:
+        gap = sequence_gap_alarm_after_seconds
         factory.alarm(
             "sequence-gap",
             pipeline.metric_sequence_gap(),

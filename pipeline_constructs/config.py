@@ -58,7 +58,7 @@ MAX_AUTH_CACHE_SECONDS = 3600
 class NoAuth(_Strict):
     """`sink.auth: {type: none}`: no credentials (only where it is spelled out)."""
 
-    type: Literal["none"]
+    type: Literal["none"] = Field(description="`none`: the register function sends no credentials.")
 
 
 class BearerAuth(_Strict):
@@ -66,9 +66,14 @@ class BearerAuth(_Strict):
     from a Secrets Manager secret (its name, or its full ARN) and kept `cache_seconds`; a 401
     reads it again once (a rotation does not fail a chunk)."""
 
-    type: Literal["bearer"]
-    secret: str
-    cache_seconds: int = Field(default=300, ge=1, le=MAX_AUTH_CACHE_SECONDS)
+    type: Literal["bearer"] = Field(description="`bearer`: `Authorization: Bearer <token>`.")
+    secret: str = Field(description=(
+        "The Secrets Manager secret that holds the token: its name (e.g. `core/acme/token`, in the stack's "
+        "account and Region) or its full ARN (with the 6 characters Secrets Manager appends). Its `SecretString` "
+        'is the token itself, or JSON `{"token": "..."}`. Only the register function may read it.'))
+    cache_seconds: int = Field(default=300, ge=1, le=MAX_AUTH_CACHE_SECONDS, description=(
+        "Seconds a token read is used before the secret is read again. A 401 reads it again at once (once "
+        "per request), so a rotation fails nothing."))
 
     @field_validator("secret")
     @classmethod
@@ -88,10 +93,16 @@ class SigV4Auth(_Strict):
     Gateway (`execute-api`) or Lambda function URL (`lambda`). `invoke_arn` is what the
     function is allowed to invoke (`execute-api:Invoke`, `lambda:InvokeFunctionUrl`), exactly."""
 
-    type: Literal["sigv4"]
-    service: Literal["execute-api", "lambda"]
-    region: str
-    invoke_arn: str = Field(validate_default=True)
+    type: Literal["sigv4"] = Field(description=(
+        "`sigv4`: each request signed with AWS Signature Version 4 by the register function's own role."))
+    service: Literal["execute-api", "lambda"] = Field(description=(
+        "`execute-api`: an API Gateway API with IAM authorization; `lambda`: a Lambda function URL with "
+        "`AWS_IAM` auth."))
+    region: str = Field(description="The core system's Region code, e.g. `eu-west-1`.")
+    invoke_arn: str = Field(validate_default=True, description=(
+        "Exactly what the register function may invoke, in `region`, without wildcards: the API method's ARN "
+        "(`arn:aws:execute-api:<region>:<account>:<api id>/<stage>/<METHOD>/<path>`) or the function's ARN "
+        "(`arn:aws:lambda:<region>:<account>:function:<name>`)."))
 
     @field_validator("region")
     @classmethod
@@ -119,17 +130,30 @@ AUTH_TYPES = ("none", "bearer", "sigv4")
 
 
 class SinkConfig(_Strict):
-    """The tenant's record sink: the core system endpoint that receives one POST per record."""
+    """The tenant's record sink: the core system endpoint that receives its records, in order.
+    Required, in the tenant or in `defaults` (merged key by key)."""
 
-    url: str
-    #: How register authenticates to the core system; required, `{type: none}` spelled out.
-    auth: SinkAuth
-    timeout_seconds: int = Field(default=10, ge=1, le=60)
-    #: How long the core system may stay unavailable before the file fails (and halts).
-    outage_budget_seconds: int = Field(default=3600, ge=1, le=86400)
-    #: Records per POST: 1 (the seed's contract) or a JSON array of up to this many records,
-    #: with one idempotency key per batch (README, "Batch contract for core-system owners").
-    batch_size: int = Field(default=1, ge=1, le=MAX_SINK_BATCH_SIZE)
+    url: str = Field(description=(
+        "The core system's endpoint: one POST per record (or per batch, `batch_size`). `https://`; plain "
+        "`http://` only for `localhost` and loopback addresses."))
+    auth: SinkAuth = Field(description=(
+        "How the register function authenticates to the core system, chosen by `type`. Required, so that no "
+        "tenant runs without credentials by accident: `{type: none}` is spelled out. Merged as a whole: a "
+        "tenant's `auth` replaces the one in `defaults`."))
+    timeout_seconds: int = Field(default=10, ge=1, le=60, description=(
+        "Seconds one POST may take. The register function's timeout is the chunk's requests (`chunk_size`, "
+        "or `ceil(chunk_size / batch_size)` in batch mode) x this + 30 s, between 1 and 15 minutes. A chunk "
+        "that would need more than 10 invocations at the slowest answer is refused: at most "
+        f"{budgets.max_chunk_size(10, 1)} records per chunk at 10 s, {budgets.max_chunk_size(60, 1)} at 60 s."))
+    outage_budget_seconds: int = Field(default=3600, ge=1, le=86400, description=(
+        "Seconds the core system may stay unavailable (one outage) before the file fails, and with "
+        "`on_failure: halt` halts the tenant. More than about 12 hours is refused: a chunk could not wait it "
+        "out within one page execution's history."))
+    batch_size: int = Field(default=1, ge=1, le=MAX_SINK_BATCH_SIZE, description=(
+        "Records per POST, at most `chunk_size`. `1`: one record per POST (the seed's contract). More: each "
+        "POST carries a JSON array of up to this many records with one idempotency key, for a core system that "
+        'implements the batch contract (README, "Batch contract for core-system owners"). Change it while the '
+        "tenant is idle."))
 
     @field_validator("url")
     @classmethod
@@ -143,34 +167,42 @@ class SinkConfig(_Strict):
 
 
 class AlarmConfig(_Strict):
-    """Alarm thresholds for one tenant."""
+    """When the tenant's alarms page (merged key by key with `defaults`). Each alarm's
+    description names what to run first (docs/operations.md)."""
 
-    #: A backlog alarm, not a stall alarm (the stall alarm watches the head message): files
-    #: arriving faster than they are ingested for hours, or a controller that never runs.
-    #: 6 hours: a burst of many files queued behind each other is normal and must not page.
-    queue_age_seconds: int = Field(default=21600, ge=60)
-    stall_after_seconds: int = Field(default=1800, ge=60)
-    error_logs_threshold: int = Field(default=1, ge=1)
-    evaluation_periods: int = Field(default=1, ge=1, le=24)
-    #: Failed tries of the core system per 5 minutes that page, when they are also at least
-    #: half of all tries (a blip retried in place makes at most 5).
-    sink_errors_threshold: int = Field(default=10, ge=1)
+    queue_age_seconds: int = Field(default=21600, ge=60, description=(
+        "Seconds the oldest message of the tenant's queue may wait before the `queue-age` alarm fires: a "
+        "backlog (files arriving faster than they are ingested for hours, or a controller that never runs), "
+        "not a stall. 6 hours by default: a burst of files queued behind each other is normal and must not page."))
+    stall_after_seconds: int = Field(default=1800, ge=60, description=(
+        "Seconds the next file may wait while no file of the tenant runs before the `stall` alarm fires (a "
+        "halted or stuck tenant)."))
+    error_logs_threshold: int = Field(default=1, ge=1, description=(
+        "ERROR log lines per 5 minutes, per function, that page."))
+    evaluation_periods: int = Field(default=1, ge=1, le=24, description=(
+        "Periods of 5 minutes an alarm must breach before it fires."))
+    sink_errors_threshold: int = Field(default=10, ge=1, description=(
+        "Failed tries of the core system per 5 minutes that page (`sink-errors`), when they are also at least "
+        "half of all tries (a blip retried in place makes at most 5)."))
 
 
 class OrderingConfig(_Strict):
-    """How a tenant's files are put in order (docs/design.md §4.8).
+    """How the tenant's files are put in order (docs/design.md §4.8)."""
 
-    ``arrival``: the order their events reach the tenant's FIFO queue (S3 does not order its
-    notifications across keys: a late one is logged and counted). ``key_sequence``: strictly by
-    the sequence number ``sequence_pattern`` finds in each key, from ``first_sequence``; a file
-    waits while an earlier number is missing and the gap alarm fires after
-    ``gap_alarm_after_seconds``.
-    """
-
-    by: Literal["arrival", "key_sequence"] = "arrival"
-    sequence_pattern: str = Field(default="", validate_default=True)
-    first_sequence: int = Field(default=1, ge=0)
-    gap_alarm_after_seconds: int = Field(default=900, ge=60)
+    by: Literal["arrival", "key_sequence"] = Field(default="arrival", description=(
+        "`arrival`: the order the files' events reach the tenant's FIFO queue (S3 does not order its "
+        "notifications across keys: a late one is logged and counted). `key_sequence`: strictly by the "
+        "sequence number `sequence_pattern` finds in each key, from `first_sequence`; a file waits while an "
+        "earlier number is missing. The queue is then a standard queue: changing `by` replaces the queue, so "
+        "drain the tenant first."))
+    sequence_pattern: str = Field(default="", validate_default=True, description=(
+        "With `key_sequence`, required: a Python regular expression searched in the object key; its group "
+        r"`seq` (or its only group, or the whole match) is the number, ASCII digits, e.g. `(?P<seq>\d+)\.csv$`. "
+        "Otherwise leave it out."))
+    first_sequence: int = Field(default=1, ge=0, description="The sequence number of the tenant's first file.")
+    gap_alarm_after_seconds: int = Field(default=900, ge=60, description=(
+        "With `key_sequence`: seconds a later file may wait for a missing number before the `sequence-gap` "
+        "alarm fires."))
 
     @field_validator("sequence_pattern")
     @classmethod
@@ -199,19 +231,24 @@ MAX_COMPLETION_TIMEOUT_SECONDS = 7 * 24 * 3600
 
 
 class CompletionConfig(_Strict):
-    """The core system's completion callback (seed 004, README "Completion callback").
+    """The core system's completion callback (seed 004, README "Completion callback"). Absent
+    or `wait: false`: a file is ingested once its last record is acknowledged."""
 
-    With ``wait: true`` a file whose records were all sent waits for the core system to
-    confirm (or reject) it through the tenant's completion entry point before it counts as
-    ingested. ``timeout_seconds``: how long the file waits in all; ``heartbeat_seconds``: the
-    longest silence between two heartbeats of the core system (None: no heartbeat needed).
-    A timeout fails the file (``CompletionTimedOut``) and follows ``on_failure``.
-    ``callers``: the IAM principals (role, user or account ARNs) allowed to answer."""
-
-    wait: bool = False
-    timeout_seconds: int = Field(default=3600, ge=1, le=MAX_COMPLETION_TIMEOUT_SECONDS)
-    heartbeat_seconds: int | None = Field(default=None, ge=1, le=MAX_COMPLETION_TIMEOUT_SECONDS)
-    callers: list[str] = Field(default_factory=list)
+    wait: bool = Field(default=False, description=(
+        "`true`: after its last record is acknowledged a file waits until the core system confirms or rejects "
+        "it through the tenant's completion entry point; the next file starts only then. `false`: the workflow "
+        "is exactly as without the feature."))
+    timeout_seconds: int = Field(default=3600, ge=1, le=MAX_COMPLETION_TIMEOUT_SECONDS, description=(
+        "Seconds a file waits for the answer, shorter than its time limit (`file_time_limit_seconds`); then it "
+        "fails with `CompletionTimedOut` and `on_failure` applies."))
+    heartbeat_seconds: int | None = Field(default=None, ge=1, le=MAX_COMPLETION_TIMEOUT_SECONDS, description=(
+        "Seconds, shorter than `timeout_seconds`: while it checks a file the core system must send a heartbeat "
+        "at least this often, or the file fails with `CompletionTimedOut` early. Default (null): no heartbeat "
+        "needed."))
+    callers: list[str] = Field(default_factory=list, description=(
+        "With `wait: true`, required: the IAM role, user or account-root ARNs "
+        "(`arn:aws:iam::<12 digits>:role/...`) allowed to invoke the tenant's entry point; each becomes a "
+        "statement of the function's resource policy."))
 
     @field_validator("callers")
     @classmethod
@@ -230,9 +267,11 @@ class NetworkConfig(_Strict):
     (README, "Private core systems"). Only the register function gets it: split, the controller
     and the closer talk to AWS APIs only. Ids, not lookups: synthesis needs no credentials."""
 
-    vpc_id: str
-    subnet_ids: list[str] = Field(min_length=1)
-    security_group_ids: list[str] = Field(min_length=1)
+    vpc_id: str = Field(description="The VPC of the subnets (`vpc-` and 8 or 17 hexadecimal digits).")
+    subnet_ids: list[str] = Field(min_length=1, description=(
+        "Subnet ids (`subnet-...`) of that VPC; give two in different Availability Zones."))
+    security_group_ids: list[str] = Field(min_length=1, description=(
+        "Security group ids (`sg-...`) whose outbound rules reach the core system and the VPC endpoints."))
 
     @field_validator("vpc_id")
     @classmethod
@@ -276,14 +315,13 @@ KMS_KEY_ARN_PATTERN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/(mrk-[0-9a-f]{
 
 
 class EncryptionConfig(_Strict):
-    """Customer-managed KMS encryption (README, "Encryption"). ``kms_key``: ``create`` (the app
-    makes a key, rotation on, kept when the stack is deleted) or the ARN of an existing key.
-    Top level: the shared resources (buckets, ledger table, unmatched-uploads log group, the
-    shared dead-letter queues);
-    in ``defaults`` or a tenant: the tenant's queues, log groups and functions' environment.
-    Absent: AWS-managed encryption, as without this block."""
+    """Customer-managed KMS encryption (README, "Encryption"): what it encrypts depends on where
+    it is written (top level: the shared resources; `defaults` or a tenant: the tenant's)."""
 
-    kms_key: str
+    kms_key: str = Field(description=(
+        "`create`: the app makes a key (rotation on, kept when its stack is deleted); or the ARN of an "
+        "existing symmetric key in the deployment's Region (`arn:aws:kms:<region>:<account>:key/<id>`, not an "
+        "alias), used as given: its policy must allow what the app's own keys allow."))
 
     @field_validator("kms_key")
     @classmethod
@@ -296,23 +334,76 @@ class EncryptionConfig(_Strict):
 
 
 class TenantConfig(_Strict):
-    """One tenant, with the defaults already applied."""
+    """One tenant, with the defaults already applied. Every tenant gets its own stack
+    (`OrderedIngest-Tenant-<id>`): EventBridge rules, queue, controller, workflow and alarms."""
 
-    id: str = Field(pattern=TENANT_ID_PATTERN)
-    prefix: str = Field(min_length=1, max_length=512)
-    format: Literal["csv", "jsonl"] = "csv"
-    chunk_size: int = Field(default=100, ge=1, le=MAX_BATCH_MODE_CHUNK_SIZE)  # <= MAX_CHUNK_SIZE in record mode
-    sink: SinkConfig
-    alarms: AlarmConfig = AlarmConfig()
-    on_failure: Literal["halt", "continue"] = "halt"
-    ordering: OrderingConfig = OrderingConfig()
-    #: How long one execution (one attempt at a file) may run before Step Functions times it
-    #: out (it then halts the tenant like a failure). Default: the outage budget plus 6 hours.
-    file_time_limit_seconds: int | None = Field(default=None, ge=60, le=budgets.MAX_FILE_TIME_LIMIT_SECONDS)
-    #: X-Ray tracing of the tenant's state machines and functions (seed 003). Off by default:
-    #: traces cost per trace recorded (README, "Tracing"), and the execution history and logs
-    #: already show where a file is.
-    tracing: bool = False
+    id: str = Field(pattern=TENANT_ID_PATTERN, description=(
+        "The tenant's name, unique: it names its stack and every resource of its pipeline. Lowercase letters, "
+        f"digits and single hyphens, starting with a letter, at most {names.MAX_TENANT_ID_LENGTH} characters so "
+        "that every derived name fits (`<id>-register-chunk` is a 64-character Lambda function name)."))
+    prefix: str = Field(min_length=1, max_length=512, description=(
+        "Key prefix of the tenant's files in the landing bucket: ends with `/`, does not start with `/`, is "
+        "not inside another tenant's prefix. Only letters, digits, `/`, `.`, `_` and `-`: S3 URL-encodes every "
+        "other character in the keys of its events, so the tenant's rule would never match."))
+    format: Literal["csv", "jsonl"] = Field(default="csv", description=(
+        "`csv`: comma-separated values, the first row is the header; `jsonl`: one JSON object per line."))
+    chunk_size: int = Field(default=100, ge=1, le=MAX_BATCH_MODE_CHUNK_SIZE, description=(
+        "Records per chunk, the unit the register function sends and the ledger records; a failing chunk stops "
+        f"every later one. At most {MAX_CHUNK_SIZE} with one record per POST, {MAX_BATCH_MODE_CHUNK_SIZE} with a "
+        "`sink.batch_size` above 1, and as many as `sink.timeout_seconds` allows."))
+    sink: SinkConfig = Field(description="Where the tenant's records go (required, in the tenant or in `defaults`).")
+    alarms: AlarmConfig = Field(default=AlarmConfig(), description="When the tenant's alarms page.")
+    on_failure: Literal["halt", "continue"] = Field(default="halt", description=(
+        "`halt`: after a failed, timed-out or aborted file nothing of the tenant starts until "
+        "`python -m ops resume` or `ops skip`; `continue`: the next file starts (the seed's behaviour)."))
+    ordering: OrderingConfig = Field(default=OrderingConfig(), description="How the tenant's files are put in order.")
+    file_time_limit_seconds: int | None = Field(
+        default=None, ge=60, le=budgets.MAX_FILE_TIME_LIMIT_SECONDS, description=(
+            "Seconds one execution (one attempt at a file) may run: the workflow's `TimeoutSeconds`. A longer "
+            "one times out and halts the tenant like a failure (`ops resume` gives the file a fresh limit). More "
+            "than `sink.outage_budget_seconds`, at most a year. Default (null): `sink.outage_budget_seconds` "
+            "plus 6 hours."))
+    tracing: bool = Field(default=False, description=(
+        "`true`: X-Ray tracing of the tenant's state machines and functions (seed 003), e.g. while "
+        "investigating latency. Off by default: X-Ray charges per trace recorded (a file of 10,000 chunks "
+        'records about 10,000; README, "Tracing"), and the execution history, the ledger and `ops status` '
+        "already show where a file is."))
+    duplicate_files: Literal["process", "skip"] = Field(default="process", description=(
+        "`process`: a byte-identical re-upload is processed again (its idempotency keys are new); `skip`: "
+        "split hashes the bytes (SHA-256) as it streams them, and a file with the bytes of a file of the tenant "
+        "that succeeded is sent nowhere and closes as `DUPLICATE` of it."))
+    chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS, description=(
+        "Chunks per page execution (the child workflow that registers a page of a file's chunks). Default "
+        "(null): the most that keep a page's history within budget "
+        f"({budgets.max_chunks_per_page(100, 10, 3600, 1)} at the default sink settings); more is refused. "
+        "Smaller values only make more, shorter pages (the tests use 2)."))
+    shard: int | None = Field(default=None, ge=0, lt=routing_rules.MAX_SHARDS, description=(
+        "With `routing.shards` only, not in `defaults`: the shard whose event bus holds the tenant's rules, "
+        "from 0 to `routing.shards` - 1 (a pin: set it to move a tenant out of a full shard). Default (null): "
+        "sha256 of `id` modulo `routing.shards`."))
+    target: str | None = Field(default=None, description=(
+        "The deployment target (a name under `targets:`) the tenant is deployed to: required, in the tenant or "
+        "in `defaults`, when targets are declared; not allowed without."))
+    pages_per_section: int | None = Field(default=None, ge=1, le=budgets.max_pages_per_section(), description=(
+        "Pages per section execution (a file of more pages runs them in sections). Default (null): the most a "
+        f"section's history holds ({budgets.max_pages_per_section()}); smaller values only make more, shorter "
+        "sections."))
+    completion: CompletionConfig = Field(default=CompletionConfig(), description=(
+        "The core system's completion callback."))
+    network: NetworkConfig | None = Field(default=None, description=(
+        'The VPC the register function runs in, for a core system reachable only from inside it (README, '
+        '"Private core systems"). Default (null): no VPC; `network: null` in a tenant turns off a `network` '
+        "of `defaults`."))
+    uploaders: list[str] = Field(default_factory=list, description=(
+        "Per tenant only (not in `defaults`): IAM role or user ARNs, or an account root ARN "
+        "(`arn:aws:iam::<12 digits>:root`: another account, which then decides which of its principals may "
+        "upload), that may put files under this tenant's prefix and nowhere else (the landing bucket's policy). "
+        "A role or user uploads for one tenant; the root of the tenant's own target account is refused."))
+    encryption: EncryptionConfig | None = Field(default=None, description=(
+        "The tenant's customer-managed key: its queue and intake dead-letter queue, its log groups and its "
+        "functions' environment variables; `create` makes it in the tenant's stack "
+        "(alias `alias/ordered-ingest/<id>`). Default (null): SQS-managed queues, CloudWatch Logs' own "
+        "encryption, Lambda's AWS managed key; `encryption: null` in a tenant turns off a key of `defaults`."))
 
     @property
     def file_time_limit(self) -> int:
@@ -320,34 +411,11 @@ class TenantConfig(_Strict):
         if self.file_time_limit_seconds is not None:
             return self.file_time_limit_seconds
         return budgets.default_file_time_limit_seconds(self.sink.outage_budget_seconds)
-    duplicate_files: Literal["process", "skip"] = "process"
-    #: Chunks per page execution (issue 9). Default: the most that keep a page's history in
-    #: budget; smaller values only make more, shorter pages (tests use 2 or 3).
-    chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS)
-    #: Sharded routing only (`routing.shards`): the shard whose event bus holds the tenant's
-    #: rules. Default: sha256(id) modulo routing.shards (pipeline_constructs/routing.py).
-    shard: int | None = Field(default=None, ge=0, lt=routing_rules.MAX_SHARDS)
-    #: The deployment target (a name under `targets:`) this tenant is deployed to (README, Scaling).
-    target: str | None = None
-    #: Pages per section execution (a file of more pages runs them in sections). Default: the
-    #: most a section's history holds; smaller values only make more, shorter sections.
-    pages_per_section: int | None = Field(default=None, ge=1, le=budgets.max_pages_per_section())
-    #: The core system's completion callback; absent or ``wait: false``: a file is ingested
-    #: once its last record is acknowledged (the workflow is unchanged).
-    completion: CompletionConfig = CompletionConfig()
-    #: The VPC of the register function (a private core system); None: no VPC.
-    network: NetworkConfig | None = None
-    #: IAM principals (role, user or account root ARNs) that may put files under this tenant's
-    #: prefix, and only there (the landing bucket's policy). Default: none.
-    uploaders: list[str] = Field(default_factory=list)
 
     @field_validator("uploaders")
     @classmethod
     def _uploader_arns(cls, uploaders: list[str]) -> list[str]:
         return _ids(uploaders, UPLOADER_ARN_PATTERN, "an IAM role, user or account root ARN", item="a principal")
-    #: The tenant's customer-managed key (its queues, log groups, functions' environment);
-    #: None: AWS-managed encryption.
-    encryption: EncryptionConfig | None = None
 
     @field_validator("id")
     @classmethod
@@ -377,7 +445,8 @@ class TenantConfig(_Strict):
 class NotificationsConfig(_Strict):
     """Who is told when an alarm fires: email subscriptions of the shared alarm topic."""
 
-    emails: list[str] = []
+    emails: list[str] = Field(default=[], description=(
+        "Email addresses subscribed to the alarm topic (each confirms its subscription)."))
 
     @field_validator("emails")
     @classmethod
@@ -389,33 +458,35 @@ class NotificationsConfig(_Strict):
 
 
 class RoutingConfig(_Strict):
-    """Where the tenants' EventBridge rules live (README, "Sharded routing").
+    """Where the tenants' EventBridge rules live (README, "Sharded routing")."""
 
-    ``shards`` 0 (the default): on the account's default bus, two per tenant (at most 149
-    tenants under the default 300 rules per bus). ``shards`` N: on N shard event buses of the
-    shared stack; the default bus holds two forwarding rules per shard. Choose N once: changing
-    it moves tenants between buses."""
+    shards: int = Field(default=0, ge=0, le=routing_rules.MAX_SHARDS, description=(
+        "`0`: every tenant's two rules on the account's default event bus (at most 149 tenants under the "
+        "default quota of 300 rules per bus). N: on N shard event buses of the shared stack; the default bus "
+        "then holds two forwarding rules per shard. Choose it once: changing it moves most tenants between buses."))
+    rules_per_bus: int = Field(default=routing_rules.RULES_PER_BUS, ge=2, description=(
+        "The account's \"Rules per event bus\" quota, for the shard buses: a shard bus that would need more "
+        "(2 per tenant) is refused."))
+    event_pattern_chars: int = Field(default=routing_rules.MAX_EVENT_PATTERN_CHARS, ge=256, description=(
+        "The account's \"Event pattern size\" quota, in characters: a forwarding or catch-all pattern above it "
+        "is refused."))
 
-    shards: int = Field(default=0, ge=0, le=routing_rules.MAX_SHARDS)
-    #: The account's "Rules per event bus" quota for the shard buses (default: AWS's 300).
-    rules_per_bus: int = Field(default=routing_rules.RULES_PER_BUS, ge=2)
-    #: The account's "Event pattern size" quota, in characters (default: AWS's 2,048).
-    event_pattern_chars: int = Field(default=routing_rules.MAX_EVENT_PATTERN_CHARS, ge=256)
+
 class AccountLimits(_Strict):
     """The account quotas synthesis checks the tenants against (it has no credentials: these
-    are declared, AWS's defaults unless raised; `python -m ops preflight` reads the real ones).
-    Sources of the defaults: README, "Scaling"."""
+    are declared, AWS's defaults unless raised; declare the raised value after a quota increase;
+    `python -m ops preflight` reads the real ones). Sources of the defaults: README, "Scaling"."""
 
-    #: EventBridge rules per event bus. Default: 300, 100 in af-south-1 and eu-south-1.
-    eventbridge_rules_per_bus: int | None = Field(default=None, ge=1)
-    #: Lambda concurrent executions of the account in the Region (new accounts may have less).
-    lambda_concurrent_executions: int = Field(default=1000, ge=1)
-    #: IAM roles of the account (global to the account: every target in it shares them).
-    iam_roles: int = Field(default=1000, ge=1)
-    #: CloudFormation stacks of the account in the Region.
-    cloudformation_stacks: int = Field(default=2000, ge=1)
-    #: Step Functions state machines of the account in the Region.
-    state_machines: int = Field(default=100_000, ge=1)
+    eventbridge_rules_per_bus: int | None = Field(default=None, ge=1, description=(
+        "EventBridge rules per event bus. Default (null): AWS's 300, 100 in af-south-1 and eu-south-1."))
+    lambda_concurrent_executions: int = Field(default=1000, ge=1, description=(
+        "Lambda concurrent executions of the account in the Region (new accounts may have less)."))
+    iam_roles: int = Field(default=1000, ge=1, description=(
+        "IAM roles of the account (4 per tenant; global to the account: every target in it shares them)."))
+    cloudformation_stacks: int = Field(default=2000, ge=1, description=(
+        "CloudFormation stacks of the account in the Region."))
+    state_machines: int = Field(default=100_000, ge=1, description=(
+        "Step Functions state machines of the account in the Region."))
 
 
 ACCOUNT_ID_PATTERN = r"^[0-9]{12}$"
@@ -426,10 +497,10 @@ TARGET_NAME_PATTERN = r"^[a-zA-Z][a-zA-Z0-9-]*$"
 class TargetConfig(_Strict):
     """A deployment target: one account and Region, a CDK Stage of its own (README, Scaling)."""
 
-    account: str
-    region: str
-    #: Overrides of the top-level `account_limits`, key by key.
-    account_limits: AccountLimits = AccountLimits()
+    account: str = Field(description="The 12-digit account id, quoted (`'111111111111'`).")
+    region: str = Field(description="The Region code, e.g. `eu-west-1`.")
+    account_limits: AccountLimits = Field(default=AccountLimits(), description=(
+        "Overrides of the top-level `account_limits` for this target, key by key."))
 
     @field_validator("account")
     @classmethod
@@ -443,16 +514,25 @@ class TargetConfig(_Strict):
 
 
 class AppConfig(_Strict):
-    """The whole file: notifications and the validated tenants."""
+    """The whole tenants file, validated: the tenants with `defaults:` applied."""
 
-    notifications: NotificationsConfig = NotificationsConfig()
-    tenants: tuple[TenantConfig, ...]
-    routing: RoutingConfig = RoutingConfig()
-    account_limits: AccountLimits = AccountLimits()
-    #: Deployment targets by name; empty: one deployment to the CLI's account and Region.
-    targets: dict[str, TargetConfig] = Field(default_factory=dict)
-    #: The shared resources' customer-managed key; None: AWS-managed encryption.
-    encryption: EncryptionConfig | None = None
+    notifications: NotificationsConfig = Field(default=NotificationsConfig(), description=(
+        "Who is told when an alarm fires."))
+    tenants: tuple[TenantConfig, ...] = Field(min_length=1, description=(
+        "The tenants, one entry each; `defaults:` applies under each entry's own keys."))
+    routing: RoutingConfig = Field(default=RoutingConfig(), description="Where the tenants' EventBridge rules live.")
+    account_limits: AccountLimits = Field(default=AccountLimits(), description=(
+        "The account quotas `cdk synth` checks the tenants against."))
+    targets: dict[str, TargetConfig] = Field(default_factory=dict, description=(
+        "Deployment targets by name (letters, digits and hyphens, starting with a letter), each one account and "
+        "Region and a CDK Stage of its own; every tenant then names its `target`. Two targets in the same "
+        "account and Region, or a target without tenants, are refused. Default (none): one deployment to the "
+        "account and Region of `cdk deploy`."))
+    encryption: EncryptionConfig | None = Field(default=None, description=(
+        "The shared resources' customer-managed key: the landing and work buckets (SSE-KMS, bucket keys on), "
+        "the ledger table, the unmatched-uploads log group and the shared stack's dead-letter queues; `create` "
+        "makes it in the shared stack (alias `alias/ordered-ingest`). Default (null): S3-managed keys for the "
+        "buckets, the AWS managed key for the ledger table, CloudWatch Logs' own encryption."))
 
     def limits_of(self, target: str) -> AccountLimits:
         """The top-level limits with the target's own overrides."""
@@ -557,6 +637,14 @@ TENANT_KEYS = tuple(TenantConfig.model_fields)
 #: `uploaders` are per tenant: a role or user is the uploader of one tenant (`_check_uploaders`).
 DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard", "uploaders"))
 TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing", "encryption")
+#: The `defaults:` block (`_merge`), as the schema and the reference describe it.
+DEFAULTS_DESCRIPTION = (
+    "Tenant options applied to every tenant; a tenant's own value wins. A block (`sink`, `alarms`, `ordering`, "
+    "`completion`, `network`, `encryption`) merges key by key, `sink.auth` is replaced as a whole; "
+    "`network: null` or `encryption: null` in a tenant turns that block of `defaults` off. Every tenant option "
+    "but " + ", ".join(
+        f"`{key}`" for key in TENANT_KEYS if key not in DEFAULTS_KEYS) + "."
+)
 _MISSING = object()
 
 
@@ -717,7 +805,7 @@ def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems
         problems.add(where, f"{field}.type", _lookup(data, (*error["loc"], "type")),
                      f"is not one of {', '.join(repr(t) for t in AUTH_TYPES)}", FIXES[f"{field}.type"])
         return
-    fix = FIXES.get(field) or FIXES.get(leaf, "see the tenants.yaml reference in the README")
+    fix = FIXES.get(field) or FIXES.get(leaf, "see the option in docs/configuration.md")
     problems.add(where, field, value, _plain_words(error), fix)
 
 
@@ -1051,7 +1139,7 @@ def _check_tenant_targets(tenants: list[TenantConfig], targets: dict[str, Target
 
 
 def _merge(defaults: dict, entry: dict) -> dict:
-    """Tenant values over defaults; the nested ``sink`` and ``alarms`` blocks merge key by key."""
+    """Tenant values over defaults; a block (a mapping in both) merges key by key, one level deep."""
     merged = dict(defaults)
     for key, value in entry.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):

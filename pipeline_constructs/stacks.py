@@ -5,15 +5,13 @@ limits whatever the number of tenants, lets one tenant deploy or roll back alone
 `cdk diff` name the tenant a change touches (the stack is `OrderedIngest-Tenant-<id>`).
 
 A tenant stack refers to the shared stack by fixed names (buckets, shard buses) and by the SSM
-parameters the shared stack writes (`SharedParameters`), never by export: it synthesizes and
+parameters the shared stack writes (`shared_refs`), never by export: it synthesizes and
 deploys in a cell of its own (`cells.py`), and the shared resources can change under it.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from aws_cdk import Aws, CfnOutput, Duration, Stack, Tags
+from aws_cdk import Aws, CfnOutput, Stack, Tags
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_kms as kms
@@ -24,11 +22,11 @@ from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import capacity, encryption, names, routing
-from pipeline_constructs.config import AppConfig, SinkAuth, TenantConfig
+from pipeline_constructs.config import AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
-from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+from pipeline_constructs.tenant_pipeline import SharedRefs, TenantPipeline
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
 
 
@@ -103,7 +101,7 @@ class SharedStack(_IngestStack):
 
 
     def _publish_for_tenants(self) -> None:
-        """The SSM parameters tenant stacks read the shared resources from (`SharedParameters`)."""
+        """The SSM parameters tenant stacks read the shared resources from (`shared_refs`)."""
         shared = self.resources
         for name, value in zip(contract.SHARED_PARAMETERS, (shared.ledger_table.table_name,
                                                             shared.alarm_topic.topic_arn, shared.alarm_key.key_arn)):
@@ -148,17 +146,29 @@ class SharedStack(_IngestStack):
         )
 
 
-class SharedParameters:
+def shared_refs(stack: Stack, *, shard: int | None, shared_kms_key: str | None) -> SharedRefs:
     """The shared resources as a tenant stack knows them: from the SSM parameters the shared
-    stack writes (`SharedStack._publish_for_tenants`), resolved at each deploy."""
+    stack writes (`SharedStack._publish_for_tenants`), resolved at each deploy, and by fixed
+    names (the buckets, the shard's bus), none by reference; the fixed bucket names also let the
+    tenant's policies name its prefix literally. `shard`: the routing shard whose bus holds the
+    tenant's rules (None: the default bus); `shared_kms_key`: the top-level `encryption.kms_key`."""
+    def value(name: str) -> str:
+        return ssm.StringParameter.value_for_string_parameter(stack, shared_parameter(name))
 
-    def __init__(self, scope: Construct) -> None:
-        def value(name: str) -> str:
-            return ssm.StringParameter.value_for_string_parameter(scope, shared_parameter(name))
-
-        self.ledger_table = dynamodb.Table.from_table_name(scope, "LedgerTable", value("ledger-table-name"))
-        self.alarm_topic = sns.Topic.from_topic_arn(scope, "AlarmTopic", value("alarm-topic-arn"))
-        self.alarm_key = kms.Key.from_key_arn(scope, "AlarmTopicKey", value("alarm-topic-key-arn"))
+    ledger_table = dynamodb.Table.from_table_name(stack, "LedgerTable", value("ledger-table-name"))
+    alarm_topic = sns.Topic.from_topic_arn(stack, "AlarmTopic", value("alarm-topic-arn"))
+    alarm_topic_key = kms.Key.from_key_arn(stack, "AlarmTopicKey", value("alarm-topic-key-arn"))
+    return SharedRefs(
+        landing_bucket=s3.Bucket.from_bucket_name(stack, "LandingBucket",
+                                                  names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)),
+        work_bucket=s3.Bucket.from_bucket_name(stack, "WorkBucket", names.work_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)),
+        ledger_table=ledger_table,
+        alarm_topic=alarm_topic,
+        alarm_topic_key=alarm_topic_key,
+        event_bus=None if shard is None else events.EventBus.from_event_bus_name(
+            stack, "ShardBus", names.shard_bus_name(shard)),
+        shared_kms_key_arn=encryption.shared_key_arn(stack, shared_kms_key),
+    )
 
 
 class TenantStack(_IngestStack):
@@ -173,63 +183,8 @@ class TenantStack(_IngestStack):
             description=f"Ordered per-tenant file ingestion: tenant {tenant.id}",
         )
         Tags.of(self).add("ordered-ingest:tenant", tenant.id)
-        # Every shared resource by a fixed name or an SSM parameter, none by reference: the
-        # buckets' fixed names also let this stack's policies name the tenant's prefix literally.
-        shared = SharedParameters(self)
-        self.pipeline = TenantPipeline(
-            self,
-            "Pipeline",
-            TenantPipelineProps(
-                tenant_id=tenant.id,
-                landing_prefix=tenant.prefix,
-                sink_url=tenant.sink.url,
-                format=tenant.format,
-                chunk_size=tenant.chunk_size,
-                sink_timeout_seconds=tenant.sink.timeout_seconds,
-                sink_outage_budget=Duration.seconds(tenant.sink.outage_budget_seconds),
-                sink_batch_size=tenant.sink.batch_size,
-                **sink_auth_props(tenant.sink.auth),
-                on_failure=tenant.on_failure,
-                duplicate_files=tenant.duplicate_files,
-                queue_age_alarm_after=Duration.seconds(tenant.alarms.queue_age_seconds),
-                stall_alarm_after=Duration.seconds(tenant.alarms.stall_after_seconds),
-                error_logs_threshold=tenant.alarms.error_logs_threshold,
-                alarm_evaluation_periods=tenant.alarms.evaluation_periods,
-                ordering=tenant.ordering.by,
-                sequence_pattern=tenant.ordering.sequence_pattern,
-                first_sequence=tenant.ordering.first_sequence,
-                sequence_gap_alarm_after=Duration.seconds(tenant.ordering.gap_alarm_after_seconds),
-                sink_errors_threshold=tenant.alarms.sink_errors_threshold,
-                file_time_limit=Duration.seconds(tenant.file_time_limit),
-                chunks_per_page=tenant.chunks_per_page,
-                pages_per_section=tenant.pages_per_section,
-                tracing=tenant.tracing,
-                completion_wait=tenant.completion.wait,
-                completion_timeout=Duration.seconds(tenant.completion.timeout_seconds),
-                completion_heartbeat=(Duration.seconds(tenant.completion.heartbeat_seconds)
-                                      if tenant.completion.heartbeat_seconds is not None else None),
-                completion_callers=tuple(tenant.completion.callers),
-                vpc_id=tenant.network.vpc_id if tenant.network else None,
-                vpc_subnet_ids=tuple(tenant.network.subnet_ids) if tenant.network else (),
-                vpc_security_group_ids=tuple(tenant.network.security_group_ids) if tenant.network else (),
-                landing_bucket=s3.Bucket.from_bucket_name(
-                    self, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
-                ),
-                work_bucket=s3.Bucket.from_bucket_name(
-                    self, "WorkBucket", names.work_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
-                ),
-                ledger_table=shared.ledger_table,
-                alarm_topic=shared.alarm_topic,
-                alarm_topic_key=shared.alarm_key,
-                event_bus=self._event_bus(None if shard is None else names.shard_bus_name(shard)),
-                kms_key=tenant.encryption.kms_key if tenant.encryption is not None else None,
-                shared_kms_key_arn=encryption.shared_key_arn(self, shared_kms_key),
-            ),
-        )
-
-    def _event_bus(self, name: str | None) -> events.IEventBus | None:
-        """The tenant's shard bus, by its fixed name (no cross-stack reference), or the default bus."""
-        return None if name is None else events.EventBus.from_event_bus_name(self, "ShardBus", name)
+        shared = shared_refs(self, shard=shard, shared_kms_key=shared_kms_key)
+        self.pipeline = TenantPipeline(self, "Pipeline", tenant=tenant, shared=shared)
 
 
 def dashboard_tenants(config: AppConfig) -> list[DashboardTenant]:
@@ -257,10 +212,3 @@ def dashboard_stacks(scope: Construct, config: AppConfig, shared_stack: SharedSt
     `TENANTS_PER_DASHBOARD` tenants)."""
     count = len(dashboard_names(len(config.tenants)))
     return [DashboardStack(scope, number, config, shared_stack) for number in range(2, count + 1)]
-
-
-def sink_auth_props(auth: SinkAuth) -> dict[str, Any]:
-    """`sink.auth` as the pipeline's flat `sink_auth*` props (a type's absent fields stay default)."""
-    fields = {"secret": "sink_auth_secret", "cache_seconds": "sink_auth_cache_seconds",
-              "service": "sink_auth_service", "region": "sink_auth_region", "invoke_arn": "sink_auth_invoke_arn"}
-    return {"sink_auth": auth.type, **{fields[name]: value for name, value in auth.model_dump().items() if name in fields}}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aws_cdk import ArnFormat, Aws, CfnOutput, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -22,7 +22,8 @@ from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import budgets, encryption, names, routing
-from pipeline_constructs.alarms import AlarmThresholds, pipeline_alarms
+from pipeline_constructs.alarms import pipeline_alarms
+from pipeline_constructs.config import BearerAuth, SigV4Auth, TenantConfig
 from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeline_function
 from pipeline_constructs.nag import acknowledge, acknowledge_all
 from pipeline_constructs.versions import ALIAS_NAME, live_alias, publish_version
@@ -66,122 +67,32 @@ def register_timeout(chunk_size: int, sink_timeout_seconds: int, sink_batch_size
 
 
 @dataclass(frozen=True)
-class TenantPipelineProps:
-    """Everything one tenant's pipeline needs; the app maps ``tenants.yaml`` onto it.
+class SharedRefs:
+    """The shared resources a tenant's pipeline plugs into. A tenant stack imports them by
+    fixed name or SSM parameter (`stacks.shared_refs`); a stack that holds `SharedResources`
+    passes its own."""
 
-    ``tenant_id``: names every resource of the pipeline (see ``names.py`` for the limits).
-    ``landing_prefix``: key prefix of the tenant's files in the landing bucket (ends with '/').
-    ``sink_url``: the core system's endpoint; one POST per record.
-    ``landing_bucket``, ``work_bucket``, ``ledger_table``, ``alarm_topic``, ``alarm_topic_key``:
-    the shared resources the pipeline plugs into.
-    ``format``: ``csv`` (first row is the header) or ``jsonl``. Default: ``csv``.
-    ``chunk_size``: records per chunk; a failing chunk stops every later one. Default: 100.
-    ``sink_timeout_seconds``: how long one POST may take. Default: 10.
-    ``sink_batch_size``: records per POST: 1 is one record per POST (the seed's contract), more
-    sends JSON arrays of up to this many records (the batch contract). Default: 1.
-    ``sink_outage_budget``: how long the core system may stay unavailable (one fault episode)
-    before the file fails. Default: 1 hour.
-    ``on_failure``: ``halt`` (a failed file stops the tenant until ``ops resume`` or ``ops
-    skip``) or ``continue`` (the next file starts). Default: ``halt``.
-    ``duplicate_files``: ``process`` (a byte-identical re-upload of a file that succeeded is
-    processed again) or ``skip`` (it is recorded as a duplicate, nothing sent; split reads the
-    tenant's ledger items for it). Default: ``process``.
-    ``queue_age_alarm_after``: the queue-age (backlog) alarm fires when the oldest message is
-    older. Default: 6 hours (a burst of files is normal; the stall alarm covers a stuck head).
-    ``stall_alarm_after``: the stall alarm fires when the head message has waited longer.
-    Default: 30 minutes.
-    ``error_logs_threshold``: ERROR log lines per 5 minutes that page. Default: 1.
-    ``alarm_evaluation_periods``: 5-minute periods an alarm must breach. Default: 1.
-    ``ordering``: ``arrival`` (files in the order their events reach the tenant's FIFO queue)
-    or ``key_sequence`` (files strictly by the sequence number ``sequence_pattern`` finds in
-    their keys, from ``first_sequence``; the queue is a standard queue and a file waits while
-    an earlier number is missing). Default: ``arrival``.
-    ``sequence_gap_alarm_after``: ``key_sequence`` only: the gap alarm fires when a later file
-    has waited this long for a missing sequence number. Default: 15 minutes.
-    ``sink_errors_threshold``: failed tries of the core system per 5 minutes that page (when
-    they are also at least half of all tries). Default: 10.
-    ``file_time_limit``: the workflow's ``TimeoutSeconds``: one execution that runs longer
-    times out (and halts the tenant like a failure). Default: the outage budget plus 6 hours.
-    ``chunks_per_page``: chunks per page execution (the child state machine). Default (None):
-    the most that keep a page's history within budget (``budgets.max_chunks_per_page``); a
-    value above that is refused. Small values make multi-page files cheap to test.
-    ``pages_per_section``: pages per section execution (a file of more pages runs them in
-    sections). Default (None): the most that keep a section's history within budget
-    (``budgets.max_pages_per_section``). Small values make multi-section files cheap to test.
-    ``tracing``: X-Ray tracing of the state machines and the functions. Default: off (cost).
-    ``completion_wait``: after its last chunk, a file waits for the core system to confirm it
-    through the tenant's completion entry point (README, "Completion callback"). Default: off
-    (the workflow is unchanged). ``completion_timeout``: how long it waits (then the file fails
-    with ``CompletionTimedOut`` and ``on_failure`` applies). Default: 1 hour.
-    ``completion_heartbeat``: the longest silence between the core system's heartbeats.
-    Default: None (no heartbeat needed). ``completion_callers``: the IAM principal ARNs allowed
-    to invoke the entry point. Default: none.
-    """
-
-    tenant_id: str
-    landing_prefix: str
-    sink_url: str
     landing_bucket: s3.IBucket
     work_bucket: s3.IBucket
     ledger_table: dynamodb.ITable
     alarm_topic: sns.ITopic
     alarm_topic_key: kms.IKey
-    format: str = "csv"
-    chunk_size: int = 100
-    sink_timeout_seconds: int = 10
-    sink_outage_budget: Duration = field(default_factory=lambda: Duration.hours(1))
-    sink_batch_size: int = 1
-    on_failure: str = "halt"
-    duplicate_files: str = "process"
-    queue_age_alarm_after: Duration = field(default_factory=lambda: Duration.hours(6))
-    stall_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(30))
-    error_logs_threshold: int = 1
-    alarm_evaluation_periods: int = 1
-    ordering: str = "arrival"
-    sequence_pattern: str = ""
-    first_sequence: int = 1
-    sequence_gap_alarm_after: Duration = field(default_factory=lambda: Duration.minutes(15))
-    sink_errors_threshold: int = 10
-    file_time_limit: Duration | None = None
-    chunks_per_page: int | None = None
-    #: The bus that holds the tenant's two rules: its shard's bus with ``routing.shards``.
-    #: Default (None): the account's default event bus.
+    #: The bus that holds the tenant's two rules: its shard's bus with `routing.shards`.
+    #: None: the account's default event bus.
     event_bus: events.IEventBus | None = None
-    pages_per_section: int | None = None
-    tracing: bool = False
-    completion_wait: bool = False
-    completion_timeout: Duration = field(default_factory=lambda: Duration.hours(1))
-    completion_heartbeat: Duration | None = None
-    completion_callers: tuple[str, ...] = ()
-    #: The VPC of the register function (README, "Private core systems"): its id, subnets and
-    #: security groups, by id (no lookup). Default (None and empty): no VPC.
-    vpc_id: str | None = None
-    vpc_subnet_ids: tuple[str, ...] = ()
-    vpc_security_group_ids: tuple[str, ...] = ()
-    #: The tenant's `encryption.kms_key`: ``create`` (a key in the tenant's stack, alias
-    #: `alias/ordered-ingest/<id>`) or a key ARN encrypts its queues, its log groups and its
-    #: functions' environment variables. Default (None): AWS-managed encryption.
-    kms_key: str | None = None
     #: The ARN of the shared resources' customer-managed key (top-level `encryption`): the
-    #: tenant's roles use it through S3 and DynamoDB. Default (None): AWS-managed keys there.
+    #: tenant's roles use it through S3 and DynamoDB. None: AWS-managed keys there.
     shared_kms_key_arn: str | None = None
-    #: How register authenticates to the core system (`sink.auth`): ``none`` (default),
-    #: ``bearer`` (``sink_auth_secret``: the Secrets Manager secret's name or full ARN, read
-    #: only by the register function; ``sink_auth_cache_seconds``: how long a token is kept) or
-    #: ``sigv4`` (``sink_auth_service``, ``sink_auth_region``; ``sink_auth_invoke_arn``: the API
-    #: method or function ARN the register function may invoke, exactly).
-    sink_auth: str = "none"
-    sink_auth_secret: str = ""
-    sink_auth_cache_seconds: int = 300
-    sink_auth_service: str = ""
-    sink_auth_region: str = ""
-    sink_auth_invoke_arn: str = ""
 
 
 class TenantPipeline(Construct):
     """Rule -> FIFO queue -> controller (concurrency 1) -> ordered workflow, with alarms.
 
-    Attributes: ``tenant_id``, ``landing_prefix``, ``rule``, ``queue``, ``controller``,
+    ``tenant``: the tenant's validated options (`config.TenantConfig`, from ``tenants.yaml``:
+    their meaning is documented on the model's fields, docs/configuration.md); ``shared``: the
+    shared resources it plugs into.
+
+    Attributes: ``tenant``, ``shared``, ``tenant_id``, ``landing_prefix``, ``rule``, ``queue``, ``controller``,
     ``split``, ``register`` (each a `PipelineFunction`: function, role, log group),
     ``functions`` (role -> Lambda function), ``log_groups`` (role -> log group, the
     workflow's included), ``state_machine``, ``alarms`` (name -> alarm). Metrics:
@@ -193,19 +104,19 @@ class TenantPipeline(Construct):
     ``metric_intake_failed_invocations``; ``metric_quarantined_messages``.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, props: TenantPipelineProps) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, tenant: TenantConfig, shared: SharedRefs) -> None:
         super().__init__(scope, construct_id)
         self._stack = Stack.of(self)
-        tenant_id = props.tenant_id
-        self.tenant_id = tenant_id
-        self.landing_prefix = props.landing_prefix
-        #: The completion entry point (`completion_wait`), or None; made once the workflow exists.
+        self.tenant, self.shared = tenant, shared
+        tenant_id = self.tenant_id = tenant.id
+        self.landing_prefix = tenant.prefix
+        #: The completion entry point (`completion.wait`), or None; made once the workflow exists.
         self.completion: PipelineFunction | None = None
-        self._page_budget(props)
-        #: The tenant's customer-managed key (`kms_key`), or None.
+        self._page_budget()
+        #: The tenant's customer-managed key (`encryption.kms_key`), or None.
         self.kms_key: kms.IKey | None = (
-            None if props.kms_key is None else encryption.customer_key(
-                self, "Key", props.kms_key, alias=encryption.tenant_key_alias(tenant_id),
+            None if tenant.encryption is None else encryption.customer_key(
+                self, "Key", tenant.encryption.kms_key, alias=encryption.tenant_key_alias(tenant_id),
                 description=f"Encrypts tenant {tenant_id}'s queues, log groups and function environments",
             )
         )
@@ -213,7 +124,7 @@ class TenantPipeline(Construct):
         # Arrival order is the FIFO queue's order (one message group per tenant); key-sequence
         # order is the controller's, so that queue is a standard one: a file whose turn has not
         # come waits aside instead of blocking the file it waits for.
-        fifo = props.ordering == "arrival"
+        fifo = tenant.ordering.by == "arrival"
         self.queue = sqs.Queue(
             self,
             "Queue",
@@ -252,19 +163,19 @@ class TenantPipeline(Construct):
             "its depth is alarmed (intake-dlq) and ops dlq replay empties it.",
         )
 
-        self.event_bus_name = props.event_bus.event_bus_name if props.event_bus is not None else None
+        self.event_bus_name = shared.event_bus.event_bus_name if shared.event_bus is not None else None
         self.rule = events.Rule(
             self,
             "ObjectCreatedRule",
-            event_bus=props.event_bus,
+            event_bus=shared.event_bus,
             rule_name=names.RULE.render(tenant_id),
-            description=f"Files created under s3://<landing>/{props.landing_prefix} go to tenant {tenant_id}'s queue",
+            description=f"Files created under s3://<landing>/{tenant.prefix} go to tenant {tenant_id}'s queue",
             event_pattern=events.EventPattern(
                 source=["aws.s3"],
                 detail_type=["Object Created"],
                 detail={
-                    "bucket": {"name": [props.landing_bucket.bucket_name]},
-                    "object": {"key": [{"prefix": props.landing_prefix}]},
+                    "bucket": {"name": [shared.landing_bucket.bucket_name]},
+                    "object": {"key": [{"prefix": tenant.prefix}]},
                 },
             ),
             targets=[
@@ -305,17 +216,17 @@ class TenantPipeline(Construct):
             environment=contract.environment(
                 contract.SplitEnv(
                     tenant_id=tenant_id,
-                    format=props.format,
-                    chunk_size=props.chunk_size,
-                    work_bucket=props.work_bucket.bucket_name,
-                    landing_prefix=props.landing_prefix,
-                    ledger_table_name=props.ledger_table.table_name,
-                    duplicate_files=props.duplicate_files,
+                    format=tenant.format,
+                    chunk_size=tenant.chunk_size,
+                    work_bucket=shared.work_bucket.bucket_name,
+                    landing_prefix=tenant.prefix,
+                    ledger_table_name=shared.ledger_table.table_name,
+                    duplicate_files=tenant.duplicate_files,
                     max_chunks=budgets.max_file_chunks(self.chunks_per_page, self.pages_per_section),
                 )
             ),
             role=self.data_role,
-            tracing=props.tracing,
+            tracing=tenant.tracing,
             kms_key=self.kms_key,
         )
         self.register = pipeline_function(
@@ -326,33 +237,33 @@ class TenantPipeline(Construct):
                 role="register",
                 function_name=names.REGISTER_FUNCTION.render(tenant_id),
                 handler="register_chunk.handler",
-                timeout=register_timeout(props.chunk_size, props.sink_timeout_seconds, props.sink_batch_size),
+                timeout=register_timeout(tenant.chunk_size, tenant.sink.timeout_seconds, tenant.sink.batch_size),
                 description=f"Sends tenant {tenant_id}'s records to the core system, in order",
             ),
             environment=contract.environment(
                 contract.RegisterEnv(
                     tenant_id=tenant_id,
-                    work_bucket=props.work_bucket.bucket_name,
-                    ledger_table_name=props.ledger_table.table_name,
-                    sink_url=props.sink_url,
-                    sink_timeout_seconds=props.sink_timeout_seconds,
-                    sink_outage_budget_seconds=int(props.sink_outage_budget.to_seconds()),
-                    landing_prefix=props.landing_prefix,
-                    sink_batch_size=props.sink_batch_size,
-                    sink_auth=props.sink_auth,
-                    sink_auth_secret=props.sink_auth_secret,
-                    sink_auth_cache_seconds=props.sink_auth_cache_seconds,
-                    sink_auth_service=props.sink_auth_service,
-                    sink_auth_region=props.sink_auth_region,
+                    work_bucket=shared.work_bucket.bucket_name,
+                    ledger_table_name=shared.ledger_table.table_name,
+                    sink_url=tenant.sink.url,
+                    sink_timeout_seconds=tenant.sink.timeout_seconds,
+                    sink_outage_budget_seconds=tenant.sink.outage_budget_seconds,
+                    landing_prefix=tenant.prefix,
+                    sink_batch_size=tenant.sink.batch_size,
+                    # `sink.auth` but its invoke_arn (what IAM lets the function invoke, not a
+                    # setting of the client); a type's absent fields keep the contract's defaults.
+                    sink_auth=tenant.sink.auth.type,
+                    **{f"sink_auth_{name}": value for name, value in
+                       tenant.sink.auth.model_dump(exclude={"type", "invoke_arn"}).items()},
                 )
             ),
             role=self.data_role,
-            tracing=props.tracing,
+            tracing=tenant.tracing,
             kms_key=self.kms_key,
         )
-        self._grant_tenant_objects(props)
-        self._attach_register_to_vpc(props)
-        self._grant_sink_auth(props)
+        self._grant_tenant_objects()
+        self._attach_register_to_vpc()
+        self._grant_sink_auth()
 
         state_machine_name = names.STATE_MACHINE.render(tenant_id)
         state_machine_arn = self._state_machine_arn(names.STATE_MACHINE)
@@ -373,13 +284,13 @@ class TenantPipeline(Construct):
                     # The name is fixed, so the ARN is known without referring to the state
                     # machine (which refers to this function): no dependency cycle.
                     state_machine_arn=state_machine_arn,
-                    ledger_table_name=props.ledger_table.table_name,
+                    ledger_table_name=shared.ledger_table.table_name,
                     queue_url=self.queue.queue_url,
-                    alarm_topic_arn=props.alarm_topic.topic_arn,
-                    on_failure=props.on_failure,
+                    alarm_topic_arn=shared.alarm_topic.topic_arn,
+                    on_failure=tenant.on_failure,
                 )
             ),
-            tracing=props.tracing,
+            tracing=tenant.tracing,
             kms_key=self.kms_key,
         )
 
@@ -402,9 +313,9 @@ class TenantPipeline(Construct):
         # Without a limit an execution may run a year, and the timed-out alarm could only fire
         # then; the close of a TIMED_OUT execution halts the tenant like a failure. A child never
         # outlives its file: the three state machines have the same limit.
-        self._time_limit_seconds = self._file_time_limit_seconds(props)
-        self._page_state_machine(props)
-        self._section_state_machine(props)
+        self._time_limit_seconds = tenant.file_time_limit
+        self._page_state_machine()
+        self._section_state_machine()
         self._grant_workflow_tasks(self.split.function, self.closer.function)
         self._grant_workflow_tasks(child=names.SECTION_STATE_MACHINE)
         self.state_machine = sfn.StateMachine(
@@ -422,14 +333,14 @@ class TenantPipeline(Construct):
                     closer_function_arn=self.closer.function.function_arn,
                     chunks_per_page=self.chunks_per_page,
                     pages_per_section=self.pages_per_section,
-                    completion=self._completion_wait(props),
+                    completion=self._completion_wait(),
                 ),
                 self._time_limit_seconds,
             )),
             logs=sfn.LogOptions(
                 destination=self.workflow_log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
             ),
-            tracing_enabled=props.tracing,
+            tracing_enabled=tenant.tracing,
         )
         self._publish_file_workflow()
 
@@ -440,7 +351,7 @@ class TenantPipeline(Construct):
         self.status_rule = events.Rule(
             self,
             "ExecutionStatusRule",
-            event_bus=props.event_bus,
+            event_bus=shared.event_bus,
             rule_name=names.STATUS_RULE.render(tenant_id),
             description=f"Status changes of tenant {tenant_id}'s executions go to its closer",
             event_pattern=events.EventPattern(
@@ -479,20 +390,20 @@ class TenantPipeline(Construct):
                     # The `live` alias: a file runs on the version this deploy published (or
                     # the one an operator rolled back to); execution ARNs drop the qualifier.
                     state_machine_arn=self.alias.attr_arn,
-                    ledger_table_name=props.ledger_table.table_name,
+                    ledger_table_name=shared.ledger_table.table_name,
                     queue_url=self.queue.queue_url,
                     metric_namespace=contract.METRIC_NAMESPACE,
-                    on_failure=props.on_failure,
+                    on_failure=tenant.on_failure,
                     waiting_visibility_seconds=int(WAITING_VISIBILITY.to_seconds()),
-                    work_bucket=props.work_bucket.bucket_name,
-                    landing_bucket=props.landing_bucket.bucket_name,
-                    landing_prefix=props.landing_prefix,
-                    ordering=props.ordering,
-                    sequence_pattern=props.sequence_pattern,
-                    first_sequence=props.first_sequence,
+                    work_bucket=shared.work_bucket.bucket_name,
+                    landing_bucket=shared.landing_bucket.bucket_name,
+                    landing_prefix=tenant.prefix,
+                    ordering=tenant.ordering.by,
+                    sequence_pattern=tenant.ordering.sequence_pattern,
+                    first_sequence=tenant.ordering.first_sequence,
                 )
             ),
-            tracing=props.tracing,
+            tracing=tenant.tracing,
             kms_key=self.kms_key,
         )
         # Partial batch responses: a waiting message is a reported item failure, not a function
@@ -500,33 +411,28 @@ class TenantPipeline(Construct):
         self.controller.function.add_event_source(
             event_sources.SqsEventSource(self.queue, batch_size=1, report_batch_item_failures=True)
         )
-        self._grant_controller(props)
-        self._grant_closer(props)
-        self._outputs(props)
-        if props.completion_wait:
-            self.completion = self._completion_entry_point(props)
+        self._grant_controller()
+        self._grant_closer()
+        self._outputs()
+        if tenant.completion.wait:
+            self.completion = self._completion_entry_point()
 
         self.alarms = pipeline_alarms(
             self,
-            props.alarm_topic,
-            AlarmThresholds(
-                queue_age_alarm_after=props.queue_age_alarm_after,
-                stall_alarm_after=props.stall_alarm_after,
-                error_logs_threshold=props.error_logs_threshold,
-                evaluation_periods=props.alarm_evaluation_periods,
-                sequence_gap_alarm_after=props.sequence_gap_alarm_after if not fifo else None,
-                sink_errors_threshold=props.sink_errors_threshold,
-            ),
+            shared.alarm_topic,
+            tenant.alarms,
+            # Files wait for a missing sequence number only when ordered by key sequence.
+            sequence_gap_alarm_after_seconds=None if fifo else tenant.ordering.gap_alarm_after_seconds,
         )
-        self._encryption(props)
-        self._acknowledge_findings(props)
+        self._encryption()
+        self._acknowledge_findings()
 
     # -- what the pipeline exposes ------------------------------------------------------------
 
     @property
     def pipeline_functions(self) -> dict[str, PipelineFunction]:
         """The pipeline's functions with their roles and log groups, by role (``completion`` too,
-        with `completion_wait`: its ERROR lines page like the others')."""
+        with `completion.wait`: its ERROR lines page like the others')."""
         functions = {"controller": self.controller, "split": self.split, "register": self.register, "closer": self.closer}
         if self.completion is not None:
             functions["completion"] = self.completion
@@ -646,29 +552,22 @@ class TenantPipeline(Construct):
             period=period,
         )
 
-    @staticmethod
-    def _file_time_limit_seconds(props: TenantPipelineProps) -> int:
-        if props.file_time_limit is not None:
-            return int(props.file_time_limit.to_seconds())
-        return budgets.default_file_time_limit_seconds(int(props.sink_outage_budget.to_seconds()))
+    # -- the completion callback (completion.wait) -----------------------------------------------
 
-    # -- the completion callback (completion_wait) -----------------------------------------------
-
-    @staticmethod
-    def _completion_wait(props: TenantPipelineProps) -> CompletionWait | None:
-        if not props.completion_wait:
+    def _completion_wait(self) -> CompletionWait | None:
+        completion = self.tenant.completion
+        if not completion.wait:
             return None
-        heartbeat = props.completion_heartbeat
         return CompletionWait(
-            timeout_seconds=int(props.completion_timeout.to_seconds()),
-            heartbeat_seconds=int(heartbeat.to_seconds()) if heartbeat is not None else None,
-            ledger_table_name=props.ledger_table.table_name,
+            timeout_seconds=completion.timeout_seconds,
+            heartbeat_seconds=completion.heartbeat_seconds,
+            ledger_table_name=self.shared.ledger_table.table_name,
         )
 
-    def _completion_entry_point(self, props: TenantPipelineProps) -> PipelineFunction:
+    def _completion_entry_point(self) -> PipelineFunction:
         """The function the core system invokes (lambda:InvokeFunction, SigV4: IAM-authenticated,
         never anonymous) to confirm or reject the tenant's waiting file. Only the principals of
-        `completion_callers` may invoke it (its resource policy); its own role reads and
+        `completion.callers` may invoke it (its resource policy); its own role reads and
         answers only this tenant's position and tokens of this tenant's state machine."""
         made = pipeline_function(
             self,
@@ -682,12 +581,12 @@ class TenantPipeline(Construct):
                 description=f"The core system confirms or rejects tenant {self.tenant_id}'s waiting file",
             ),
             environment=contract.environment(
-                contract.CompletionEnv(tenant_id=self.tenant_id, ledger_table_name=props.ledger_table.table_name)
+                contract.CompletionEnv(tenant_id=self.tenant_id, ledger_table_name=self.shared.ledger_table.table_name)
             ),
-            tracing=props.tracing,
+            tracing=self.tenant.tracing,
             kms_key=self.kms_key,
         )
-        for index, caller in enumerate(props.completion_callers):
+        for index, caller in enumerate(self.tenant.completion.callers):
             # One permission per caller, ids by position: the list is the contract with the core system.
             made.function.add_permission(
                 f"CoreSystemCaller{index}",
@@ -699,7 +598,7 @@ class TenantPipeline(Construct):
             iam.PolicyStatement(
                 sid="OwnPositionOnly",
                 actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
-                resources=[props.ledger_table.table_arn],
+                resources=[self.shared.ledger_table.table_arn],
                 conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.tenant_id]}},
             )
         )
@@ -710,7 +609,7 @@ class TenantPipeline(Construct):
             iam.PolicyStatement(
                 sid="LeaveCompletionTokenOnOwnPosition",
                 actions=["dynamodb:UpdateItem"],
-                resources=[props.ledger_table.table_arn],
+                resources=[self.shared.ledger_table.table_arn],
                 conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.tenant_id]}},
             )
         )
@@ -718,9 +617,9 @@ class TenantPipeline(Construct):
                   description=f"CompletionFunctionName of tenant {self.tenant_id} (the core system invokes it)")
         return made
 
-    # -- customer-managed keys (kms_key, shared_kms_key_arn) -------------------------------------
+    # -- customer-managed keys (encryption.kms_key, shared_kms_key_arn) ---------------------------
 
-    def _encryption(self, props: TenantPipelineProps) -> None:
+    def _encryption(self) -> None:
         """The key policy of the tenant's key (its log groups, its rules) and every role's use of
         the tenant's and the shared key: each only through the service that stores the data."""
         roles = {role: made.role for role, made in self.pipeline_functions.items()}
@@ -743,10 +642,10 @@ class TenantPipeline(Construct):
                 # controller's kms:Decrypt of the queue's messages is the SQS event source's grant.)
                 encryption.grant_via(role, self.kms_key.key_arn, ["kms:Decrypt"], ["lambda"],
                                      sid="DecryptOwnEnvironment")
-        key_arn = props.shared_kms_key_arn
+        key_arn = self.shared.shared_kms_key_arn
         if key_arn is None:
             return
-        landing, work = props.landing_bucket.bucket_arn, props.work_bucket.bucket_arn
+        landing, work = self.shared.landing_bucket.bucket_arn, self.shared.work_bucket.bucket_arn
         encryption.grant_via(self.data_role, key_arn, ["kms:Decrypt"], ["s3"], sid="DecryptOwnLandingFiles",
                              bucket_arn=landing)
         encryption.grant_via(self.data_role, key_arn, ["kms:GenerateDataKey", "kms:Decrypt"], ["s3"],
@@ -754,7 +653,7 @@ class TenantPipeline(Construct):
         encryption.grant_via(self.controller.role, key_arn, ["kms:GenerateDataKey"], ["s3"],
                              sid="EncryptQuarantinedMessages", bucket_arn=work)
         ledger_users: list[iam.IRole] = [self.data_role, *(roles[r] for r in roles if r not in ("split", "register"))]
-        if props.completion_wait:
+        if self.tenant.completion.wait:
             ledger_users.append(self.workflow_role)  # it leaves the completion token on the position
         for role in ledger_users:
             # The table key: DynamoDB decrypts it with the caller's permission.
@@ -762,17 +661,17 @@ class TenantPipeline(Construct):
 
     # -- permissions ----------------------------------------------------------------------------
 
-    def _grant_tenant_objects(self, props: TenantPipelineProps) -> None:
+    def _grant_tenant_objects(self) -> None:
         """Split and register (one role) read only this tenant's landing prefix; indexes live
         under the tenant's own folder."""
-        own_work = props.work_bucket.arn_for_objects(f"{contract.work_prefix(self.tenant_id)}*")
+        own_work = self.shared.work_bucket.arn_for_objects(f"{contract.work_prefix(self.tenant_id)}*")
         self.data_role.add_to_policy(
             iam.PolicyStatement(
                 # Split reads whichever file the tenant drops; register reads its chunk with a
                 # ranged GET of the pinned landing object version.
                 sid="ReadOwnLandingPrefix",
                 actions=["s3:GetObject", "s3:GetObjectVersion"],
-                resources=[props.landing_bucket.arn_for_objects(f"{self.landing_prefix}*")],
+                resources=[self.shared.landing_bucket.arn_for_objects(f"{self.landing_prefix}*")],
             )
         )
         self.data_role.add_to_policy(
@@ -790,13 +689,13 @@ class TenantPipeline(Construct):
                 # Without it a missing manifest answers 403 instead of 404.
                 sid="ListOwnChunks",
                 actions=["s3:ListBucket"],
-                resources=[props.work_bucket.bucket_arn],
+                resources=[self.shared.work_bucket.bucket_arn],
                 conditions={"StringLike": {"s3:prefix": [f"{contract.work_prefix(self.tenant_id)}*"]}},
             )
         )
         # Register's fence and progress; split looks up the content of files that succeeded
         # (duplicate_files: skip).
-        self._grant_own_ledger(self.data_role, props, "dynamodb:GetItem", "dynamodb:UpdateItem")
+        self._grant_own_ledger(self.data_role, "dynamodb:GetItem", "dynamodb:UpdateItem")
 
     def _only_own_rule_sends_to_queue(self) -> None:
         """CDK's `SqsQueue` target leaves out its `aws:SourceArn` condition when the queue has a
@@ -818,8 +717,8 @@ class TenantPipeline(Construct):
         policy.add_property_override(f"PolicyDocument.Statement.{index}.Condition",
                                      {"ArnEquals": {"aws:SourceArn": rule_arn}})
 
-    def _attach_register_to_vpc(self, props: TenantPipelineProps) -> None:
-        """With `vpc_id`, the register function (only it: it alone calls the core system) runs
+    def _attach_register_to_vpc(self) -> None:
+        """With `network`, the register function (only it: it alone calls the core system) runs
         in the tenant's subnets. The L1 `VpcConfig` by id: the L2 `vpc=` would need the subnets'
         Availability Zones (a lookup or more config) and attaches the AWS managed policy
         AWSLambdaVPCAccessExecutionRole (`*` on every ENI action); Lambda needs neither.
@@ -832,22 +731,20 @@ class TenantPipeline(Construct):
         on `*` (they support no resource-level permission); its logs actions are the function's
         own log group grant. The function depends on the role's policy, so CloudFormation grants
         these before Lambda checks them at creation."""
-        if props.vpc_id is None and not props.vpc_subnet_ids and not props.vpc_security_group_ids:
+        network = self.tenant.network
+        if network is None:
             return
-        if props.vpc_id is None or not props.vpc_subnet_ids or not props.vpc_security_group_ids:
-            raise ValueError(f"tenant {self.tenant_id!r}: vpc_id, vpc_subnet_ids and vpc_security_group_ids go "
-                             "together; give all three, or none (no VPC)")
         function = self.register.function.node.default_child
         assert isinstance(function, lambda_.CfnFunction)
         function.vpc_config = lambda_.CfnFunction.VpcConfigProperty(
-            subnet_ids=list(props.vpc_subnet_ids), security_group_ids=list(props.vpc_security_group_ids)
+            subnet_ids=list(network.subnet_ids), security_group_ids=list(network.security_group_ids)
         )
         stack = self._stack
 
         def ec2_arn(resource: str, name: str) -> str:
             return stack.format_arn(service="ec2", resource=resource, resource_name=name)
 
-        subnets = [ec2_arn("subnet", subnet) for subnet in props.vpc_subnet_ids]
+        subnets = [ec2_arn("subnet", subnet) for subnet in network.subnet_ids]
         self.data_role.add_to_policy(iam.PolicyStatement(
             sid="RegisterVpcDescribe",
             actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],
@@ -860,7 +757,7 @@ class TenantPipeline(Construct):
             sid="RegisterVpcCreateInterfaces",
             actions=["ec2:CreateNetworkInterface"],
             resources=[ec2_arn("network-interface", "*"), *subnets,
-                       *(ec2_arn("security-group", group) for group in props.vpc_security_group_ids)],
+                       *(ec2_arn("security-group", group) for group in network.security_group_ids)],
         ))
         # By VPC, not subnet: interfaces left in a subnet since removed from the config are
         # still cleaned up.
@@ -868,7 +765,7 @@ class TenantPipeline(Construct):
             sid="RegisterVpcManageInterfaces",
             actions=["ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"],
             resources=[ec2_arn("network-interface", "*")],
-            conditions={"ArnEquals": {"ec2:Vpc": ec2_arn("vpc", props.vpc_id)}},
+            conditions={"ArnEquals": {"ec2:Vpc": ec2_arn("vpc", network.vpc_id)}},
         ))
         partition, region, account = _as_nag_shows(stack)
         _acknowledge(
@@ -883,7 +780,7 @@ class TenantPipeline(Construct):
              "(ec2:Vpc)."),
         )
 
-    def _grant_sink_auth(self, props: TenantPipelineProps) -> None:
+    def _grant_sink_auth(self) -> None:
         """The register function's credentials for the core system: read its bearer token's
         secret, or invoke the IAM-authorized API or function URL it signs for. Split shares the
         role, so each statement holds only for credentials used by the register function
@@ -892,64 +789,67 @@ class TenantPipeline(Construct):
             service="lambda", resource="function", resource_name=names.REGISTER_FUNCTION.render(self.tenant_id),
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )}}
+        auth = self.tenant.sink.auth
         statements: list[iam.PolicyStatement] = []
-        if props.sink_auth == "bearer":
+        if isinstance(auth, BearerAuth):
             statements.append(iam.PolicyStatement(
                 sid="ReadOwnSinkToken", actions=["secretsmanager:GetSecretValue"],
-                resources=[sink_secret_arn(self, props.sink_auth_secret)], conditions=register_only,
+                resources=[sink_secret_arn(self, auth.secret)], conditions=register_only,
             ))
-        elif props.sink_auth == "sigv4" and props.sink_auth_service == "execute-api":
+        elif isinstance(auth, SigV4Auth) and auth.service == "execute-api":
             statements.append(iam.PolicyStatement(
                 sid="InvokeOwnSinkApi", actions=["execute-api:Invoke"],
-                resources=[props.sink_auth_invoke_arn], conditions=register_only,
+                resources=[auth.invoke_arn], conditions=register_only,
             ))
-        elif props.sink_auth == "sigv4":
+        elif isinstance(auth, SigV4Auth):
             # Function URLs created since October 2025 need both actions
             # (https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html); InvokeFunction only
             # through the URL, InvokeFunctionUrl only of an IAM-authorized URL.
             statements.append(iam.PolicyStatement(
                 sid="InvokeOwnSinkFunctionUrl", actions=["lambda:InvokeFunctionUrl"],
-                resources=[props.sink_auth_invoke_arn],
+                resources=[auth.invoke_arn],
                 conditions={**register_only, "StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}},
             ))
             statements.append(iam.PolicyStatement(
                 sid="InvokeOwnSinkFunctionThroughUrl", actions=["lambda:InvokeFunction"],
-                resources=[props.sink_auth_invoke_arn],
+                resources=[auth.invoke_arn],
                 conditions={**register_only, "Bool": {"lambda:InvokedViaFunctionUrl": "true"}},
             ))
         for statement in statements:
             self.data_role.add_to_policy(statement)
 
-    def _page_budget(self, props: TenantPipelineProps) -> None:
-        """`chunks_per_page` and the register invocations per chunk: what bounds a page's history."""
-        outage = int(props.sink_outage_budget.to_seconds())
-        self.invocation_budget = budgets.register_invocation_budget(
-            props.chunk_size, props.sink_timeout_seconds, outage, props.sink_batch_size
-        )
-        most = budgets.max_chunks_per_page(props.chunk_size, props.sink_timeout_seconds, outage, props.sink_batch_size)
+    def _page_budget(self) -> None:
+        """`chunks_per_page` and the register invocations per chunk: what bounds a page's history.
+        `parse_config` refuses a tenant these do not fit; a `TenantConfig` made otherwise is
+        checked here."""
+        tenant = self.tenant
+        size, timeout, outage, batch = (tenant.chunk_size, tenant.sink.timeout_seconds,
+                                        tenant.sink.outage_budget_seconds, tenant.sink.batch_size)
+        self.invocation_budget = budgets.register_invocation_budget(size, timeout, outage, batch)
+        most = budgets.max_chunks_per_page(size, timeout, outage, batch)
         if most < 1:
             raise ValueError(
-                f"tenant {props.tenant_id}: not one chunk fits a page's history budget with a "
+                f"tenant {tenant.id}: not one chunk fits a page's history budget with a "
                 f"{outage} s outage budget; use a shorter sink.outage_budget_seconds"
             )
-        wanted = most if props.chunks_per_page is None else props.chunks_per_page
+        wanted = most if tenant.chunks_per_page is None else tenant.chunks_per_page
         if not 1 <= wanted <= most:
-            raise ValueError(f"tenant {props.tenant_id}: chunks_per_page {wanted} must be from 1 to {most}")
+            raise ValueError(f"tenant {tenant.id}: chunks_per_page {wanted} must be from 1 to {most}")
         self.chunks_per_page = wanted
         most_pages = budgets.max_pages_per_section()
-        pages = most_pages if props.pages_per_section is None else props.pages_per_section
+        pages = most_pages if tenant.pages_per_section is None else tenant.pages_per_section
         if not 1 <= pages <= most_pages:
-            raise ValueError(f"tenant {props.tenant_id}: pages_per_section {pages} must be from 1 to {most_pages}")
+            raise ValueError(f"tenant {tenant.id}: pages_per_section {pages} must be from 1 to {most_pages}")
         self.pages_per_section = pages
 
-    def _page_state_machine(self, props: TenantPipelineProps) -> None:
+    def _page_state_machine(self) -> None:
         """The child state machine: one page of a file's chunks per execution, started (and
         waited for) by the parent's `RunPage`. Its executions are not watched by the status
         rule: the parent's close is the file's close, and the register function's fence
         checks the parent's execution name, which the page carries."""
         self._grant_workflow_tasks(self.register.function)
         self.page_log_group, self.page_state_machine, self.page_version = self._child_state_machine(
-            props, "Page", names.PAGE_STATE_MACHINE,
+            "Page", names.PAGE_STATE_MACHINE,
             build_page_definition(
                 partition=_PARTITION,
                 register_function_arn=self.register.function.function_arn,
@@ -958,14 +858,14 @@ class TenantPipeline(Construct):
             ),
         )
 
-    def _section_state_machine(self, props: TenantPipelineProps) -> None:
+    def _section_state_machine(self) -> None:
         """The middle state machine: one section of a file's pages per execution, started (and
         waited for) by the parent's `RunSection` when a file has more pages than one section
         holds. Like pages, its executions are not watched by the status rule. Its definition
         names the page version: a page change publishes a section version too."""
         self._grant_workflow_tasks(child=names.PAGE_STATE_MACHINE, rule=True)
         self.section_log_group, self.section_state_machine, self.section_version = self._child_state_machine(
-            props, "Section", names.SECTION_STATE_MACHINE,
+            "Section", names.SECTION_STATE_MACHINE,
             build_section_definition(
                 partition=_PARTITION,
                 page_version_arn=self.page_version.attr_arn,
@@ -975,7 +875,7 @@ class TenantPipeline(Construct):
         )
 
     def _child_state_machine(
-        self, props: TenantPipelineProps, kind: str, name: names.DerivedName, definition: State
+        self, kind: str, name: names.DerivedName, definition: State
     ) -> tuple[logs.LogGroup, sfn.StateMachine, sfn.CfnStateMachineVersion]:
         """A child workflow (`kind` Page or Section): its log group, its state machine on the
         shared workflow role, and this deploy's version of it."""
@@ -996,7 +896,7 @@ class TenantPipeline(Construct):
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_string(render(definition, self._time_limit_seconds)),
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
-            tracing_enabled=props.tracing,
+            tracing_enabled=self.tenant.tracing,
         )
         version = publish_version(
             self, f"{kind}WorkflowVersion", machine,
@@ -1017,18 +917,18 @@ class TenantPipeline(Construct):
             f"Tenant {self.tenant_id}'s files start here; point it at an earlier version to roll back",
         )
 
-    def _grant_own_ledger(self, role: iam.IRole, props: TenantPipelineProps, *actions: str) -> None:
+    def _grant_own_ledger(self, role: iam.IRole, *actions: str) -> None:
         """Only this tenant's items of the ledger (its partition)."""
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="OwnLedgerItemsOnly",
                 actions=list(actions),
-                resources=[props.ledger_table.table_arn],
+                resources=[self.shared.ledger_table.table_arn],
                 conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.tenant_id]}},
             )
         )
 
-    def _grant_controller(self, props: TenantPipelineProps) -> None:
+    def _grant_controller(self) -> None:
         """Start and describe only this tenant's workflow; touch only this tenant's ledger items."""
         role = self.controller.role
         # Step Functions authorizes a start through an alias on the unqualified ARN; the
@@ -1051,21 +951,21 @@ class TenantPipeline(Construct):
         )
         # UpdateItem + PutItem: the claim is one transaction (position and event marker).
         # DeleteItem: key_sequence ordering forgets a waiting note once its file starts.
-        self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem",
+        self._grant_own_ledger(role, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem",
                                "dynamodb:DeleteItem")
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="QuarantineUnusableMessages",
                 actions=["s3:PutObject"],
-                resources=[props.work_bucket.arn_for_objects(f"{contract.quarantine_prefix(self.tenant_id)}*")],
+                resources=[self.shared.work_bucket.arn_for_objects(f"{contract.quarantine_prefix(self.tenant_id)}*")],
             )
         )
 
-    def _grant_closer(self, props: TenantPipelineProps) -> None:
+    def _grant_closer(self) -> None:
         """Record closes, hand off (the queue's visibility), notify, stop an execution started by hand."""
         role = self.closer.role
         # Query + DeleteItem: key_sequence ordering hands off to the next sequence number's note.
-        self._grant_own_ledger(role, props, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem",
+        self._grant_own_ledger(role, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem",
                                "dynamodb:Query", "dynamodb:DeleteItem")
         role.add_to_policy(
             iam.PolicyStatement(
@@ -1083,11 +983,11 @@ class TenantPipeline(Construct):
         )
         # Not `grant_publish`: with an encrypted topic it adds kms:GenerateDataKey* (a wildcard).
         role.add_to_policy(
-            iam.PolicyStatement(sid="NotifyFailures", actions=["sns:Publish"], resources=[props.alarm_topic.topic_arn])
+            iam.PolicyStatement(sid="NotifyFailures", actions=["sns:Publish"], resources=[self.shared.alarm_topic.topic_arn])
         )
-        props.alarm_topic_key.grant(role, "kms:GenerateDataKey", "kms:Decrypt")
+        self.shared.alarm_topic_key.grant(role, "kms:GenerateDataKey", "kms:Decrypt")
 
-    def _outputs(self, props: TenantPipelineProps) -> None:
+    def _outputs(self) -> None:
         """What `ops` reads to find a tenant's resources in a deployed stack."""
         for output_id, value in {
             "TenantId": self.tenant_id,
@@ -1096,9 +996,9 @@ class TenantPipeline(Construct):
             # `ops resume` starts the resumed execution through it, as the controller does.
             "StateMachineAliasArn": self.alias.attr_arn,
             "LandingPrefix": self.landing_prefix,
-            "OnFailure": props.on_failure,
-            "Ordering": props.ordering,
-            "FirstSequence": str(props.first_sequence),
+            "OnFailure": self.tenant.on_failure,
+            "Ordering": self.tenant.ordering.by,
+            "FirstSequence": str(self.tenant.ordering.first_sequence),
             # `ops dlq`: the intake dead-letter queue, and the status rule's target for replays.
             "IntakeDlqUrl": self.intake_dlq.queue_url,
             "CloserFunctionName": self.closer.function.function_name,
@@ -1167,7 +1067,7 @@ class TenantPipeline(Construct):
             "unknown in advance.",
         )
 
-    def _acknowledge_findings(self, props: TenantPipelineProps) -> None:
+    def _acknowledge_findings(self) -> None:
         """Every wildcard left in this pipeline's policies is scoped to the tenant; each says why."""
         tenant_id, own_work = self.tenant_id, contract.work_prefix(self.tenant_id)
         # cdk-nag shows pseudo parameters as <AWS::...>, or their values in a stack with an
@@ -1216,12 +1116,12 @@ class TenantPipeline(Construct):
             self._child_executions_finding(names.PAGE_STATE_MACHINE, "page"),
             self._child_executions_finding(names.SECTION_STATE_MACHINE, "section"),
         )
-        if props.tracing:
+        if self.tenant.tracing:
             for role in (self.data_role, self.controller.role, self.closer.role):
                 _acknowledge(role, ("AwsSolutions-IAM5", "Resource::*",
                                     "X-Ray trace segments (the tenant's `tracing: true`) do not support "
                                     "resource-level permissions."))
-        if not props.tracing:
+        if not self.tenant.tracing:
             for machine in (self.state_machine, self.section_state_machine, self.page_state_machine):
                 _acknowledge(machine, ("AwsSolutions-SF2", None,
                                        "X-Ray tracing is the tenant's choice (`tracing: true`), off by default: "

@@ -8,11 +8,18 @@ import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 from aws_cdk.assertions import Template
 
 from pipeline_constructs.application import build_app
+
+if TYPE_CHECKING:
+    from pipeline_constructs.config import TenantConfig
+    from pipeline_constructs.shared import SharedResources
+    from pipeline_constructs.tenant_pipeline import SharedRefs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +48,27 @@ def one_problem(yaml_text: str) -> str:
     problems = problems_of(yaml_text)
     assert len(problems) == 1, problems
     return problems[0]
+
+
+def tenant_config(tenant_id: str, prefix: str, **options: Any) -> TenantConfig:
+    """Tenant `tenant_id` of a one-tenant file, validated as the app validates tenants.yaml.
+    `options` are its keys as the file writes them (blocks as dicts); its sink is
+    https://core.example.com without auth unless they say otherwise (merged as `defaults:` is)."""
+    from pipeline_constructs.config import parse_config
+
+    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com", "auth": {"type": "none"}}},
+                           "tenants": [{"id": tenant_id, "prefix": prefix, **options}]})
+    (tenant,) = parse_config(text).tenants
+    return tenant
+
+
+def shared_refs(shared: SharedResources) -> SharedRefs:
+    """What a stack that holds `shared` gives its TenantPipelines (the default event bus)."""
+    from pipeline_constructs.tenant_pipeline import SharedRefs
+
+    return SharedRefs(landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
+                      ledger_table=shared.ledger_table, alarm_topic=shared.alarm_topic,
+                      alarm_topic_key=shared.alarm_key)
 
 
 @dataclass(frozen=True)

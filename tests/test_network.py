@@ -146,31 +146,6 @@ def test_network_and_tracing_together_leave_no_unacknowledged_finding(network_ap
     assert traced["register"]["TracingConfig"] == {"Mode": "Active"}
 
 
-def test_the_construct_refuses_a_partial_network():
-    from aws_cdk import App, Stack
-    from aws_cdk import aws_dynamodb as dynamodb
-    from aws_cdk import aws_kms as kms
-    from aws_cdk import aws_s3 as s3
-    from aws_cdk import aws_sns as sns
-
-    from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
-
-    stack = Stack(App(), "S")
-    props = TenantPipelineProps(
-        tenant_id="acme", landing_prefix="acme/", sink_url="https://core.example.com/",
-        landing_bucket=s3.Bucket.from_bucket_name(stack, "L", "landing"),
-        work_bucket=s3.Bucket.from_bucket_name(stack, "W", "work"),
-        ledger_table=dynamodb.Table.from_table_name(stack, "T", "ledger"),
-        alarm_topic=sns.Topic.from_topic_arn(stack, "A", "arn:aws:sns:us-east-1:111111111111:alarms"),
-        alarm_topic_key=kms.Key.from_key_arn(stack, "K", "arn:aws:kms:us-east-1:111111111111:key/1"),
-        vpc_id=VPC, vpc_subnet_ids=tuple(SUBNETS),
-    )
-    with pytest.raises(ValueError) as raised:
-        TenantPipeline(stack, "Pipeline", props)
-    assert str(raised.value) == ("tenant 'acme': vpc_id, vpc_subnet_ids and vpc_security_group_ids go together; "
-                                 "give all three, or none (no VPC)")
-
-
 # --- configuration ---------------------------------------------------------------------------------
 
 

@@ -10,7 +10,8 @@ from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
-from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+from pipeline_constructs.tenant_pipeline import TenantPipeline
+from tests.conftest import shared_refs, tenant_config
 from tests.test_tenant_pipeline import function_named, policy_statements_of_role
 
 AUTH_ACTIONS = {"secretsmanager:GetSecretValue", "execute-api:Invoke", "lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}
@@ -35,13 +36,11 @@ def register_env(template: Template, tenant: str) -> dict[str, str]:
 
 
 def pipeline_with(tmp_path, **auth: Any) -> Template:
+    """Tenant `signed` with `sink.auth` `auth` (none when empty), beside the shared resources."""
     stack = Stack(App(outdir=str(tmp_path)), "MyStack")
     shared = SharedResources(stack, "Shared", SharedResourcesProps())
-    TenantPipeline(stack, "Pipeline", TenantPipelineProps(
-        tenant_id="signed", landing_prefix="s/", sink_url="https://core.example.com",
-        landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket, ledger_table=shared.ledger_table,
-        alarm_topic=shared.alarm_topic, alarm_topic_key=shared.alarm_key, **auth,
-    ))
+    tenant = tenant_config("signed", "s/", sink={"auth": auth or {"type": "none"}})
+    TenantPipeline(stack, "Pipeline", tenant=tenant, shared=shared_refs(shared))
     return Template.from_stack(stack)
 
 
@@ -71,7 +70,7 @@ def test_bearer_by_name_lets_only_the_register_function_read_exactly_that_secret
 
 def test_bearer_by_arn_grants_the_arn_as_given(tmp_path):
     arn = "arn:aws:secretsmanager:eu-west-1:111111111111:secret:core/token-AbC123"
-    template = pipeline_with(tmp_path, sink_auth="bearer", sink_auth_secret=arn, sink_auth_cache_seconds=60)
+    template = pipeline_with(tmp_path, type="bearer", secret=arn, cache_seconds=60)
     env = register_env(template, "signed")
     assert (env["SINK_AUTH_SECRET"], env["SINK_AUTH_CACHE_SECONDS"]) == (arn, "60")
     (statement,) = auth_statements(template)
@@ -79,8 +78,7 @@ def test_bearer_by_arn_grants_the_arn_as_given(tmp_path):
 
 
 def test_sigv4_to_an_api_may_invoke_exactly_that_method(tmp_path):
-    template = pipeline_with(tmp_path, sink_auth="sigv4", sink_auth_service="execute-api",
-                             sink_auth_region="eu-west-1", sink_auth_invoke_arn=API_ARN)
+    template = pipeline_with(tmp_path, type="sigv4", service="execute-api", region="eu-west-1", invoke_arn=API_ARN)
     env = register_env(template, "signed")
     assert (env["SINK_AUTH"], env["SINK_AUTH_SERVICE"], env["SINK_AUTH_REGION"], env["SINK_AUTH_SECRET"]) == (
         "sigv4", "execute-api", "eu-west-1", "-")
@@ -90,8 +88,7 @@ def test_sigv4_to_an_api_may_invoke_exactly_that_method(tmp_path):
 
 
 def test_sigv4_to_a_function_url_may_invoke_that_function_through_its_iam_url_only(tmp_path):
-    template = pipeline_with(tmp_path, sink_auth="sigv4", sink_auth_service="lambda",
-                             sink_auth_region="eu-west-1", sink_auth_invoke_arn=FUNCTION_ARN)
+    template = pipeline_with(tmp_path, type="sigv4", service="lambda", region="eu-west-1", invoke_arn=FUNCTION_ARN)
     by_action = {s["Action"]: s for s in auth_statements(template)}
     assert set(by_action) == {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}
     assert {s["Resource"] for s in by_action.values()} == {FUNCTION_ARN}
@@ -104,7 +101,7 @@ def test_sigv4_to_a_function_url_may_invoke_that_function_through_its_iam_url_on
 @pytest.mark.parametrize("auth", ["bearer", "sigv4"])
 def test_adding_auth_adds_no_role(tmp_path, auth):
     """IAM roles are an account quota (capacity.py counts 4 a tenant): auth reuses the data role."""
-    extra = ({"sink_auth_secret": "core/token"} if auth == "bearer" else
-             {"sink_auth_service": "lambda", "sink_auth_region": "eu-west-1", "sink_auth_invoke_arn": FUNCTION_ARN})
-    template = pipeline_with(tmp_path, sink_auth=auth, **extra)
+    extra = ({"secret": "core/token"} if auth == "bearer" else
+             {"service": "lambda", "region": "eu-west-1", "invoke_arn": FUNCTION_ARN})
+    template = pipeline_with(tmp_path, type=auth, **extra)
     assert len(template.find_resources("AWS::IAM::Role")) == len(pipeline_with(tmp_path / "n").find_resources("AWS::IAM::Role"))

@@ -9,7 +9,7 @@ from aws_cdk.assertions import Match, Template
 
 from pipeline_constructs import budgets
 from pipeline_constructs.stacks import shared_parameter
-from tests.conftest import ssm_parameter_ref
+from tests.conftest import shared_refs, ssm_parameter_ref, tenant_config
 
 LAMBDA_TRANSIENTS = [
     "Lambda.ServiceException",
@@ -410,19 +410,12 @@ def test_batch_size_reaches_the_register_function_and_sets_its_timeout(tmp_path)
     from aws_cdk import App, Stack
 
     from pipeline_constructs.shared import SharedResources, SharedResourcesProps
-    from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+    from pipeline_constructs.tenant_pipeline import TenantPipeline
 
     stack = Stack(App(outdir=str(tmp_path)), "MyStack")
     shared = SharedResources(stack, "Shared", SharedResourcesProps())
-    TenantPipeline(
-        stack, "Batched",
-        TenantPipelineProps(
-            tenant_id="batched", landing_prefix="b/", sink_url="https://core.example.com",
-            landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
-            ledger_table=shared.ledger_table, alarm_topic=shared.alarm_topic, alarm_topic_key=shared.alarm_key,
-            chunk_size=1000, sink_timeout_seconds=60, sink_batch_size=100,
-        ),
-    )
+    batched = tenant_config("batched", "b/", chunk_size=1000, sink={"timeout_seconds": 60, "batch_size": 100})
+    TenantPipeline(stack, "Batched", tenant=batched, shared=shared_refs(shared))
     register = function_named(Template.from_stack(stack), "batched-register-chunk")["Properties"]
     assert register["Environment"]["Variables"]["SINK_BATCH_SIZE"] == "100"
     assert register["Timeout"] == 630
@@ -701,26 +694,20 @@ def test_workflow_time_limit_comes_from_tenants_yaml(initech):
 
 @pytest.fixture
 def solo(tmp_path):
-    """A TenantPipeline with flat props in a user-defined stack, next to the shared resources."""
+    """A TenantPipeline in a user-defined stack, next to the shared resources."""
     from aws_cdk import App, Stack
 
     from pipeline_constructs.shared import SharedResources, SharedResourcesProps
-    from pipeline_constructs.tenant_pipeline import TenantPipeline, TenantPipelineProps
+    from pipeline_constructs.tenant_pipeline import TenantPipeline
 
     stack = Stack(App(outdir=str(tmp_path)), "MyStack")
     shared = SharedResources(stack, "Shared", SharedResourcesProps())
-    return TenantPipeline(
-        stack, "Solo",
-        TenantPipelineProps(
-            tenant_id="solo", landing_prefix="s/", sink_url="https://core.example.com",
-            landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
-            ledger_table=shared.ledger_table, alarm_topic=shared.alarm_topic, alarm_topic_key=shared.alarm_key,
-        ),
-    )
+    return TenantPipeline(stack, "Solo", tenant=tenant_config("solo", "s/"), shared=shared_refs(shared))
 
 
 def test_the_construct_is_reusable_in_any_stack_with_its_documented_attributes(solo):
-    """GIVEN shared resources and a TenantPipeline in one user-defined stack, with flat props
+    """GIVEN shared resources and a TenantPipeline in one user-defined stack, given a tenant's
+    options as `tenants.yaml` writes them
     WHEN it is synthesized
     THEN it produces the tenant's queue, workflow and alarms and exposes them as attributes."""
     from aws_cdk import Stack
