@@ -110,7 +110,7 @@ class TenantPipelineProps:
     (``budgets.max_pages_per_section``). Small values make multi-section files cheap to test.
     ``tracing``: X-Ray tracing of the state machines and the functions. Default: off (cost).
     ``completion_wait``: after its last chunk, a file waits for the core system to confirm it
-    through the tenant's completion entry point (docs/core-system.md, "Completion callback"). Default: off
+    through the tenant's completion entry point (README, "Completion callback"). Default: off
     (the workflow is unchanged). ``completion_timeout``: how long it waits (then the file fails
     with ``CompletionTimedOut`` and ``on_failure`` applies). Default: 1 hour.
     ``completion_heartbeat``: the longest silence between the core system's heartbeats.
@@ -153,7 +153,7 @@ class TenantPipelineProps:
     completion_timeout: Duration = field(default_factory=lambda: Duration.hours(1))
     completion_heartbeat: Duration | None = None
     completion_callers: tuple[str, ...] = ()
-    #: The VPC of the register function (docs/core-system.md, "Private core systems"): its id, subnets and
+    #: The VPC of the register function (README, "Private core systems"): its id, subnets and
     #: security groups, by id (no lookup). Default (None and empty): no VPC.
     vpc_id: str | None = None
     vpc_subnet_ids: tuple[str, ...] = ()
