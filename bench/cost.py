@@ -386,7 +386,7 @@ def tables(facts: Mapping[str, TenantFacts], scenarios: Sequence[Scenario] = SCE
         cost = file_cost(f, s)
         head = f"| {s.name} | {s.files_per_day} | {s.records_per_file:,} | {s.chunk_size} | {s.batch_size} | {cost.chunks:,} "
         if cost.chunks > f.max_chunks:
-            out.append(head + f"| refused by Split: more than {f.max_chunks:,} chunks (README, \"Largest file\") "
+            out.append(head + f"| refused by Split: more than {f.max_chunks:,} chunks (docs/scaling.md, \"Largest file\") "
                        + "| - " * 7 + "|")
             continue
         out.append(head + f"| {cost.pages:,} | {cost.transitions:,} ({cost.parent_transitions:,} + "

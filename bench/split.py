@@ -86,7 +86,7 @@ def measure(records: int, chunk_size: int) -> dict[str, float]:
                 tenant_id=TENANT, format="csv", chunk_size=chunk_size, work_bucket=WORK,
                 landing_prefix="bench/", ledger_table_name="ledger", duplicate_files="process",
                 # The bench measures Split's pass; the workflow's file-size limit (max_chunks,
-                # README "Largest file") is not what it measures, so it is lifted here.
+                # docs/scaling.md, "Largest file") is not what it measures, so it is lifted here.
                 max_chunks=10**9,
             )),
         }

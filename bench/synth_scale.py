@@ -4,7 +4,7 @@
                                          [--no-lint] [--print-only]
 
 For each N it writes a generated ``tenants.yaml`` of N tenants into a temporary directory
-(never into the repository; past 140 tenants on 40 routing shards, as README "Scaling" says),
+(never into the repository; past 140 tenants on 40 routing shards, as docs/scaling.md says),
 then measures, cdk-nag on, jsii and the CDK CLI as shipped:
 
 - ``whole``: ``cdk synth --quiet -c tenants=FILE -o DIR``: every cell in one assembly, one process;
@@ -57,7 +57,7 @@ IGNORED_LINT_RULES = ("W3005",)
 
 def extra_blocks(count: int) -> dict[str, Any]:
     """Top-level blocks besides `defaults`, `notifications` and `tenants`: what a file of
-    `count` tenants needs to pass synth's own checks in one account, as README "Scaling" says
+    `count` tenants needs to pass synth's own checks in one account, as docs/scaling.md says
     (past about 140 tenants: the rules sharded over 40 buses, IAM roles and Lambda
     concurrency raised and declared)."""
     if count <= 140:

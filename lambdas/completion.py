@@ -1,7 +1,7 @@
 """Completion entry point: the core system confirms or rejects the tenant's waiting file.
 
 With `completion.wait`, a file whose records were all acknowledged waits in the workflow's
-`WaitForCompletion` task, whose task token sits on the tenant's ledger position (README,
+`WaitForCompletion` task, whose task token sits on the tenant's ledger position (docs/core-system.md,
 "Completion callback"). The core system invokes this function (one per tenant, Lambda
 `Invoke` under IAM: only the principals of `completion.callers` may) with a
 `contract.CompletionRequest`:

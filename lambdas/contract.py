@@ -90,7 +90,7 @@ class CloserEnv:
 @dataclasses.dataclass(frozen=True)
 class CompletionEnv:
     """The environment of the completion entry point (the core system confirms or rejects the
-    tenant's waiting file; README "Completion callback")."""
+    tenant's waiting file; docs/core-system.md, "Completion callback")."""
 
     tenant_id: str
     ledger_table_name: str
@@ -626,7 +626,7 @@ def execution_arn(state_machine_arn: str, execution_name: str) -> str:
 
     A version or alias ARN (`...:stateMachine:NAME:live`, `...:NAME:3`) gives the same: an
     execution started through one is named after the state machine, without the qualifier
-    (README, "Versions, aliases and rollback")."""
+    (docs/operations.md, "Versions, aliases and rollback")."""
     parts = state_machine_arn.split(":")
     if len(parts) not in (7, 8) or parts[5] != "stateMachine" or not all(parts[6:]):
         raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
@@ -751,7 +751,7 @@ TENANT_NAMES: tuple[DerivedName, ...] = (
 MAX_TENANT_ID_LENGTH = min(name.max_id_length for name in TENANT_NAMES)
 
 # Of functions and state machines, whoever's: their log groups; the alias every tenant's
-# workflows are started through (README, "Versions, aliases and rollback").
+# workflows are started through (docs/operations.md, "Versions, aliases and rollback").
 FUNCTION_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/lambda/{function}", 512)
 STATE_MACHINE_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/vendedlogs/states/{state_machine}", 512)
 WORKFLOW_ALIAS = DerivedName("state machine alias name", "live", 80)

@@ -54,7 +54,7 @@ def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outc
     Also finishes a resume that was cut short (the ledger says the resumed execution runs,
     Step Functions does not know it). `NothingToDo` otherwise; `LedgerConflict` if the
     ledger changed meanwhile (run it again). `state_machine_arn`: what the execution starts
-    through, the tenant's `live` alias (the version it points at now; README, "Versions,
+    through, the tenant's `live` alias (the version it points at now; docs/operations.md, "Versions,
     aliases and rollback"); an unqualified ARN starts the latest revision.
     """
     position = ledger.read()

@@ -9,8 +9,8 @@ order; the key is `batch_idempotency_key` of the file version, the batch's first
 its record count. Batches are cut on a grid fixed by the chunk (records `chunk start + k x N`
 start a batch), so a batch that is sent again after a crash or a retry always holds the same
 records under the same key. The core system registers a batch atomically: all its records
-(2xx) or none (4xx, optionally naming the offending record, see `rejected_offset`). The README
-("Batch contract for core-system owners") is the owner-facing version of this.
+(2xx) or none (4xx, optionally naming the offending record, see `rejected_offset`). docs/core-system.md
+("The contract") is the owner-facing version of this.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def check_size(chunk_count: int, chunk_size: int, config: SplitEnv, *, stopped_a
     raise FileTooLargeError(
         f"{counted} of {chunk_size} records{stopped}; at most {config.max_chunks} chunks "
         f"({config.max_chunks * chunk_size} records) fit the workflow's bounded history. Nothing was sent: "
-        "split the file into smaller files, or raise chunk_size (see README, 'Largest file')",
+        "split the file into smaller files, or raise chunk_size (see docs/scaling.md, 'Largest file')",
         chunk_count=chunk_count,
         max_chunks=config.max_chunks,
     )
@@ -216,7 +216,7 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str, chunk_
                 raise SplitTimeLimitError(
                     f"validating the file did not finish within Split's time limit: {index.entries} chunks "
                     f"({offset} bytes) were read. Nothing was sent: split the file into smaller files "
-                    "(see README, 'Largest file')",
+                    "(see docs/scaling.md, 'Largest file')",
                     bytes_read=offset,
                     chunks_indexed=index.entries,
                 )

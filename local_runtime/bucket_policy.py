@@ -1,5 +1,5 @@
 """A small S3 bucket policy evaluator: the local runtime's gate on uploads, and the judge of the
-synthesized landing bucket policy in the tests (README, "Uploaders").
+synthesized landing bucket policy in the tests (docs/security.md, "Uploaders").
 
 Why not moto: moto 5.2.5 does not create `AWS::S3::BucketPolicy` from a template, and its S3
 evaluates a bucket policy without the caller (`FakeBucket.get_permission(action, resource)`:

@@ -7,7 +7,7 @@ registered twice). Every request is kept in arrival order so tests can check ord
 duplicates, and faults can be injected: 5xx/429 for a number of requests, a fixed latency,
 a fatal 4xx on chosen records.
 
-It also implements the batch contract (README, "Batch contract for core-system owners"): a
+It also implements the batch contract (docs/core-system.md, "The contract"): a
 POST whose body is a JSON array is one batch under one key, registered atomically: every
 record (201, or 200 for a key seen before) or none (the first fault that matches any of its
 records answers for the whole batch; a 4xx names the record in `rejected_index`). `requests`

@@ -3,7 +3,7 @@ target (account and Region), and the synth-time check against the limits declare
 ``tenants.yaml``.
 
 A stack per tenant keeps every template small whatever the number of tenants; what stops the
-app at scale are account quotas (README, "Scaling"). Synthesis has no credentials, so the
+app at scale are account quotas (docs/scaling.md). Synthesis has no credentials, so the
 limits it checks are the ones declared in ``tenants.yaml`` (AWS defaults unless raised);
 `python -m ops preflight` reads the real ones from the account.
 
@@ -70,7 +70,7 @@ def _per_tenant(per_tenant: int, tenants: int, shared: int, extra: str = "") -> 
 def default_bus_rules(tenants: Sequence[TenantConfig], routing_config: RoutingConfig | None = None) -> Need:
     """EventBridge rules this app puts on the default event bus of one target.
 
-    The one place that counts them: with ``routing.shards`` (README, "Sharded routing") two
+    The one place that counts them: with ``routing.shards`` (docs/scaling.md, "Sharded routing") two
     forwarding rules per shard replace the tenants' rules, and past one pattern's worth of
     prefixes the catch-all of unmatched uploads has a rule per catch-all bus (`routing.py`).
     """
@@ -142,7 +142,7 @@ def uploaders_of(tenant: TenantConfig) -> uploaders.TenantUploaders:
 #: Limits that are not account quotas one can raise (not in `account_limits`).
 FIXED_LIMITS = {"landing_bucket_policy_bytes": uploaders.BUCKET_POLICY_LIMIT_BYTES}
 
-_MOVE = "or move tenants to another target (targets:, README, Scaling)"
+_MOVE = "or move tenants to another target (targets:, docs/scaling.md)"
 
 
 @dataclass(frozen=True)
@@ -161,22 +161,22 @@ class Quota:
 
 QUOTAS: tuple[Quota, ...] = (
     Quota("eventbridge_rules_per_bus", "EventBridge rules on the default bus", "region", default_bus_rules,
-          "shard the rules over event buses with routing.shards (README, Sharded routing), " + _MOVE
+          "shard the rules over event buses with routing.shards (docs/scaling.md, Sharded routing), " + _MOVE
           + ", or raise the quota and set account_limits.eventbridge_rules_per_bus"),
     Quota("lambda_concurrent_executions", "Lambda concurrent executions", "region", lambda_concurrency,
           "raise the Lambda concurrent executions quota and set account_limits.lambda_concurrent_executions, "
           + _MOVE),
     Quota("iam_roles", "IAM roles", "account", iam_roles,
           "raise the IAM roles quota (at most 5,000) and set account_limits.iam_roles, or move tenants to a "
-          "target in another account (targets:, README, Scaling)"),
+          "target in another account (targets:, docs/scaling.md)"),
     Quota("cloudformation_stacks", "CloudFormation stacks", "region", cloudformation_stacks,
           "raise the CloudFormation stack count quota and set account_limits.cloudformation_stacks, " + _MOVE),
     Quota("state_machines", "Step Functions state machines", "region", state_machines,
           "raise the Step Functions state machines quota and set account_limits.state_machines, " + _MOVE),
     Quota("landing_bucket_policy_bytes", "S3 bucket policy size of the landing bucket (20 KB, not adjustable)",
           "region", landing_bucket_policy_bytes,
-          "give uploaders fewer principals (one role per uploading system), grant the tenants' uploads through "
-          "S3 access points instead (README, Scaling), " + _MOVE),
+          "give uploaders fewer principals (one role per uploading system; docs/scaling.md, Uploaders past one "
+          "bucket policy), " + _MOVE),
 )
 
 

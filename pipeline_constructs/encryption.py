@@ -16,7 +16,7 @@ Who may do what with a key:
 
 A key the app creates has rotation on and survives the deletion of its stack (RETAIN), like the
 data it encrypts. A key given by ARN is used as given: its policy is its owner's, and must allow
-what the statements here would (README, "Encryption").
+what the statements here would (docs/security.md, "Customer-managed keys").
 """
 
 from __future__ import annotations

@@ -397,7 +397,7 @@ def problems(
         pin_fix = (
             f"pin some of its tenants ({_listed(shard.tenant_ids)}) to a shard with room with 'shard:' "
             f"({_rooms(shard_layout, pattern_limit, exclude=shard.index)}), or raise routing.shards (that "
-            "moves tenants: README, Sharded routing)"
+            "moves tenants: docs/scaling.md, Sharded routing)"
         )
         if shard.object_pattern_size > pattern_limit:
             found.append(

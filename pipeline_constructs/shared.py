@@ -103,7 +103,7 @@ class SharedResources(Construct):
             event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
         )
 
-        # Each tenant's uploaders put under its prefix only (README, "Uploaders").
+        # Each tenant's uploaders put under its prefix only (docs/security.md, "Uploaders").
         for tenant in props.uploaders:
             for statement in uploader_statements(tenant, self.landing_bucket.bucket_arn):
                 self.landing_bucket.add_to_resource_policy(iam.PolicyStatement.from_json(statement))

@@ -112,7 +112,7 @@ class SharedStack(_IngestStack):
     def _export_what_tenants_imported(self) -> None:
         """The exports tenant stacks of the previous release import (the ledger table, the alarm
         topic and its key): kept for one release, so that the shared stack deploys before the
-        tenant stacks stop importing them (README, "Upgrading to cells"). Remove them in the
+        tenant stacks stop importing them (docs/scaling.md, "Upgrading to cells"). Remove them in the
         release after, once every tenant stack is deployed with SSM parameters. The exports
         have the names CDK gave the references themselves."""
         shared = self.resources

@@ -1126,7 +1126,7 @@ class TenantPipeline(Construct):
                 _acknowledge(machine, ("AwsSolutions-SF2", None,
                                        "X-Ray tracing is the tenant's choice (`tracing: true`), off by default: "
                                        "traces cost per trace recorded, and the execution history, the ledger and "
-                                       "`ops status` already show where each file is (README, Tracing)."))
+                                       "`ops status` already show where each file is (docs/configuration.md, tracing)."))
         _acknowledge(
             self.section_state_machine,
             ("AwsSolutions-SF1", None,

@@ -1,5 +1,5 @@
 """Per-tenant uploaders: the landing bucket policy statements that let each tenant's uploading
-system put files under its own prefix, and only there (README, "Uploaders").
+system put files under its own prefix, and only there (docs/security.md, "Uploaders").
 
 Pure model, no CDK import: the shared stack renders these statements into the landing
 bucket's policy (`shared.py`) and the capacity check measures the same statements against

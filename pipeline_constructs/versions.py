@@ -2,7 +2,7 @@
 state machine of a tenant, the controller starts files through the parent's alias, and an
 execution (with its children) finishes on the versions it started with.
 
-How it fits together (README, "Versions, aliases and rollback"):
+How it fits together (docs/operations.md, "Versions, aliases and rollback"):
 
 - `publish_version`: an `AWS::StepFunctions::StateMachineVersion` tied to the state machine's
   revision (`StateMachineRevisionId`). The property needs replacement when it changes, so a

@@ -121,7 +121,7 @@ def test_an_invalid_tenants_file_fails_the_app_with_the_message(tmp_path):
 def test_the_pinned_cdk_cli_synthesizes_without_credentials(tmp_path):
     cdk = ROOT / "node_modules" / ".bin" / "cdk"
     if not cdk.exists():
-        pytest.fail("node_modules/.bin/cdk is missing: run `make setup` (the README's commands do)")
+        pytest.fail("node_modules/.bin/cdk is missing: run `make setup` (every make target does)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(
         PATH=f"{ROOT / 'node_modules' / '.bin'}:{os.path.dirname(sys.executable)}:{env['PATH']}",

@@ -95,8 +95,8 @@ def test_fails_when_the_default_bus_would_hold_more_rules_than_the_quota():
     assert one_problem(tenants_yaml(301, head=head, target="prod")) == (
         "target 'prod' (111111111111/eu-west-1): EventBridge rules on the default bus: need 606 "
         "(2 per tenant x 301 tenants + 4 (the catch-all of unmatched uploads)), limit 300; fix: shard the rules over "
-        "event buses with routing.shards (README, Sharded routing), "
-        "or move tenants to another target (targets:, README, Scaling), or raise the quota and set "
+        "event buses with routing.shards (docs/scaling.md, Sharded routing), "
+        "or move tenants to another target (targets:, docs/scaling.md), or raise the quota and set "
         "account_limits.eventbridge_rules_per_bus"
     )
 
@@ -119,7 +119,7 @@ def test_fails_when_reserved_concurrency_would_leave_less_than_100_unreserved():
         "the deployment (the account and Region cdk deploy uses): Lambda concurrent executions: need 103 "
         "(1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved), limit 102; fix: raise the Lambda "
         "concurrent executions quota and set account_limits.lambda_concurrent_executions, or move tenants to "
-        "another target (targets:, README, Scaling)"
+        "another target (targets:, docs/scaling.md)"
     )
 
 
@@ -135,7 +135,7 @@ def test_fails_when_251_tenants_need_more_iam_roles_than_the_default_quota():
 
 def test_a_thousand_tenants_fit_one_account_at_the_iam_ceiling():
     """GIVEN 1,000 tenants, IAM roles at their ceiling (5,000) and the other quotas raised as
-    the README says WHEN validated THEN they fit: 4 roles a tenant is 4,000."""
+    docs/scaling.md says WHEN validated THEN they fit: 4 roles a tenant is 4,000."""
     head = ("account_limits: {iam_roles: 5000, eventbridge_rules_per_bus: 2100, "
             "lambda_concurrent_executions: 1100, cloudformation_stacks: 2000}\n")
     assert len(parse_config(tenants_yaml(1000, head=head)).tenants) == 1000
@@ -152,7 +152,7 @@ def test_fails_when_the_tenants_need_more_iam_roles_than_the_account_has():
     assert one_problem(tenants_yaml(6, head="account_limits: {iam_roles: 20}\n")) == (
         "the deployment (the account and Region cdk deploy uses): IAM roles: need 24 (4 per tenant x 6 tenants), "
         "limit 20; fix: raise the IAM roles quota (at most 5,000) and set account_limits.iam_roles, or move "
-        "tenants to a target in another account (targets:, README, Scaling)"
+        "tenants to a target in another account (targets:, docs/scaling.md)"
     )
 
 
@@ -160,7 +160,7 @@ def test_fails_when_the_tenants_need_more_stacks_than_the_quota():
     assert one_problem(tenants_yaml(3, head="account_limits: {cloudformation_stacks: 3}\n")) == (
         "the deployment (the account and Region cdk deploy uses): CloudFormation stacks: need 4 "
         "(1 per tenant x 3 tenants + 1 shared stack), limit 3; fix: raise the CloudFormation stack count quota "
-        "and set account_limits.cloudformation_stacks, or move tenants to another target (targets:, README, Scaling)"
+        "and set account_limits.cloudformation_stacks, or move tenants to another target (targets:, docs/scaling.md)"
     )
 
 
@@ -168,7 +168,7 @@ def test_fails_when_the_tenants_need_more_state_machines_than_the_quota():
     assert one_problem(tenants_yaml(3, head="account_limits: {state_machines: 8}\n")) == (
         "the deployment (the account and Region cdk deploy uses): Step Functions state machines: need 9 "
         "(3 per tenant x 3 tenants), limit 8; fix: raise the Step Functions state machines quota and set "
-        "account_limits.state_machines, or move tenants to another target (targets:, README, Scaling)"
+        "account_limits.state_machines, or move tenants to another target (targets:, docs/scaling.md)"
     )
 
 
@@ -197,7 +197,7 @@ def test_a_targets_own_limits_override_the_top_level_ones_for_that_target_only()
     assert one_problem(text) == (
         "target 'small' (222222222222/eu-west-1): Step Functions state machines: need 9 (3 per tenant x 3 tenants), "
         "limit 6; fix: raise the Step Functions state machines quota and set account_limits.state_machines, or "
-        "move tenants to another target (targets:, README, Scaling)"
+        "move tenants to another target (targets:, docs/scaling.md)"
     )
 
 

@@ -298,7 +298,7 @@ def test_no_state_input_or_output_holds_a_list_that_grows_with_the_file(synthesi
 
 
 def test_largest_file_per_chunk_size_at_the_default_sink_settings():
-    """What README's table states (sink timeout 10 s, outage budget 1 h)."""
+    """What the table of docs/scaling.md, "Largest file", states (sink timeout 10 s, outage budget 1 h)."""
     largest = {size: budgets.max_file_chunks(budgets.max_chunks_per_page(size, 10, 3600)) * size
                for size in (1, 100, 250, 870)}
     assert largest == {1: 7_904_288, 100: 790_428_800, 250: 1_976_072_000, 870: 6_876_730_560}

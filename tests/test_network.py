@@ -1,4 +1,4 @@
-"""Private core systems (README, "Private core systems"): `network:` puts the register function,
+"""Private core systems (docs/core-system.md, "Private core systems"): `network:` puts the register function,
 and only it, in the tenant's VPC, with the network-interface permissions Lambda needs."""
 
 from __future__ import annotations

@@ -116,13 +116,13 @@ def test_fails_when_the_accounts_real_quotas_cannot_hold_the_tenants(account, tm
     assert verdicts == [
         ("does not fit: EventBridge rules on the default bus: 8 after the deploy (4 in use, 3 of them this app's, "
          "+ need 7: 2 per tenant x 3 tenants + 1), limit 5; fix: shard the rules over event buses with "
-         "routing.shards (README, Sharded routing), "
-         "or move tenants to another target (targets:, README, Scaling), or raise the quota and set "
+         "routing.shards (docs/scaling.md, Sharded routing), "
+         "or move tenants to another target (targets:, docs/scaling.md), or raise the quota and set "
          "account_limits.eventbridge_rules_per_bus"),
         ("does not fit: Lambda concurrent executions: 1002 after the deploy (900 in use, 1 of them this app's, "
          "+ need 103: 1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved), limit 1000; fix: raise the "
          "Lambda concurrent executions quota and set account_limits.lambda_concurrent_executions, or move tenants "
-         "to another target (targets:, README, Scaling)"),
+         "to another target (targets:, docs/scaling.md)"),
     ]
     # and the table has one row per quota
     assert output.splitlines()[0] == (

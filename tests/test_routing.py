@@ -303,7 +303,7 @@ def test_fails_when_a_shards_forwarding_pattern_would_exceed_the_limit():
             "shard 0: field 'prefix' = 40: its tenants' prefixes make a forwarding pattern of 3179 "
             "characters (EventBridge's event pattern limit is 2048); pin some of its tenants ('t00', "
             "'t01', 't02' and 37 more) to a shard with room with 'shard:' (none has room: raise "
-            "routing.shards), or raise routing.shards (that moves tenants: README, Sharded routing), or "
+            "routing.shards), or raise routing.shards (that moves tenants: docs/scaling.md, Sharded routing), or "
             "shorten the prefixes"
         ),
     ]
@@ -317,7 +317,7 @@ def test_fails_when_a_shard_bus_would_exceed_its_rule_quota():
             "shard 0: field 'shard' = 6: its 6 tenants need 12 rules on bus ordered-ingest-shard-0 (2 "
             "each; the quota is 10 per bus); pin some of its tenants ('t0', 't1', 't2' and 3 more) to a "
             "shard with room with 'shard:' (none has room: raise routing.shards), or raise routing.shards "
-            "(that moves tenants: README, Sharded routing)"
+            "(that moves tenants: docs/scaling.md, Sharded routing)"
         ),
     ]
 
@@ -345,7 +345,7 @@ def test_fails_when_301_tenants_share_the_default_bus_without_shards():
     assert problem.startswith(
         "the deployment (the account and Region cdk deploy uses): EventBridge rules on the default bus: "
         "need 606 (2 per tenant x 301 tenants + 4 (the catch-all of unmatched uploads)), limit 300; fix: "
-        "shard the rules over event buses with routing.shards (README, Sharded routing)"
+        "shard the rules over event buses with routing.shards (docs/scaling.md, Sharded routing)"
     )
 
 

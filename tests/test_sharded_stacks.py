@@ -375,6 +375,6 @@ def test_fails_when_a_targets_shard_does_not_fit_naming_the_target():
             "target 'prod' shard 0: field 'shard' = 6: its 6 tenants need 12 rules on bus "
             "ordered-ingest-shard-0 (2 each; the quota is 10 per bus); pin some of its tenants ('t0', "
             "'t1', 't2' and 3 more) to a shard with room with 'shard:' (none has room: raise "
-            "routing.shards), or raise routing.shards (that moves tenants: README, Sharded routing)"
+            "routing.shards), or raise routing.shards (that moves tenants: docs/scaling.md, Sharded routing)"
         )
     ]

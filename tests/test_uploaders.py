@@ -1,4 +1,4 @@
-"""Per-tenant uploaders (README, "Uploaders"): the synthesized landing bucket policy, judged by
+"""Per-tenant uploaders (docs/security.md, "Uploaders"): the synthesized landing bucket policy, judged by
 a policy evaluator (`local_runtime.bucket_policy`), its size check and its configuration."""
 
 from __future__ import annotations
@@ -203,8 +203,8 @@ def test_fails_when_the_uploader_statements_do_not_fit_the_landing_bucket_policy
         "the deployment (the account and Region cdk deploy uses): S3 bucket policy size of the landing bucket "
         f"(20 KB, not adjustable): need {need} (310 bytes of the TLS-only statement + {need - 310} bytes of the "
         "uploader statements of 30 tenants), limit 20480; fix: give uploaders fewer principals (one role per "
-        "uploading system), grant the tenants' uploads through S3 access points instead (README, Scaling), "
-        "or move tenants to another target (targets:, README, Scaling)"
+        "uploading system; docs/scaling.md, Uploaders past one bucket policy), "
+        "or move tenants to another target (targets:, docs/scaling.md)"
     )
 
 

@@ -1,4 +1,4 @@
-"""The README's main command, small: it runs a fault scenario end to end and exits 0."""
+"""The main command (`make demo`), small: it runs a fault scenario end to end and exits 0."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def test_functions_and_workflow_are_as_declared(pipe: LocalPipeline) -> None:
     controller = lambda_.get_function(FunctionName=acme.controller)
     assert controller["Concurrency"]["ReservedConcurrentExecutions"] == 1
     variables = controller["Configuration"]["Environment"]["Variables"]
-    # files start through the workflow's `live` alias (README, "Versions, aliases and rollback")
+    # files start through the workflow's `live` alias (docs/operations.md, "Versions, aliases and rollback")
     assert variables[contract.env_name("state_machine_arn")] == f"{acme.state_machine_arn}:live"
     assert (
         variables[contract.env_name("ledger_table_name")] in pipe.client("dynamodb").list_tables()["TableNames"]

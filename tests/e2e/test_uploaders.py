@@ -1,5 +1,5 @@
-"""Per-tenant uploaders on the local runtime (README, "Uploaders"), and a tenant on a private
-network (README, "Private core systems").
+"""Per-tenant uploaders on the local runtime (docs/security.md, "Uploaders"), and a tenant on a private
+network (docs/core-system.md, "Private core systems").
 
 moto cannot evaluate a bucket policy per caller (its S3 judges a bucket policy without the
 principal, and its CloudFormation does not create `AWS::S3::BucketPolicy`), so

@@ -1,5 +1,5 @@
 """Versions, the `live` alias and a rollback, on the local runtime (moto runs the version the
-alias points at; README, "Versions, aliases and rollback")."""
+alias points at; docs/operations.md, "Versions, aliases and rollback")."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_a_bad_deploy_is_rolled_back_by_pointing_the_alias_at_the_previous_versi
                                                                                     f"{machine}:2")
     assert pipe.sink("rollback").accepted == []
 
-    # the rollback: the same call as `aws stepfunctions update-state-machine-alias` in the README
+    # the rollback: the same call as `aws stepfunctions update-state-machine-alias` in docs/operations.md
     sfn.update_state_machine_alias(stateMachineAliasArn=alias,
                                    routingConfiguration=[{"stateMachineVersionArn": f"{machine}:1", "weight": 100}])
     code, out = ops(pipe, "resume", "rollback")

@@ -591,7 +591,7 @@ def test_fails_when_the_index_is_of_another_version(work, sink, ledger):
 
 
 def expected_batch_key(version_id: str, first: int, count: int) -> str:
-    """The documented derivation (README, "Batch contract for core-system owners")."""
+    """The documented derivation (docs/core-system.md, "The contract")."""
     return hashlib.sha256(f"landing/acme/f.csv?versionId={version_id}#{first}+{count}".encode()).hexdigest()
 
 
