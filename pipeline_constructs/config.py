@@ -150,9 +150,9 @@ class SinkConfig(_Strict):
         "`on_failure: halt` halts the tenant. More than about 12 hours is refused: a chunk could not wait it "
         "out within one page execution's history."))
     batch_size: int = Field(default=1, ge=1, le=MAX_SINK_BATCH_SIZE, description=(
-        "Records per POST, at most `chunk_size`. `1`: one record per POST (the seed's contract). More: each "
+        "Records per POST, at most `chunk_size`. `1`: one record per POST (the original article's contract). More: each "
         "POST carries a JSON array of up to this many records with one idempotency key, for a core system that "
-        'implements the batch contract (README, "Batch contract for core-system owners"). Change it while the '
+        'implements the batch contract (docs/core-system.md, "The contract"). Change it while the '
         "tenant is idle."))
 
     @field_validator("url")
@@ -231,7 +231,7 @@ MAX_COMPLETION_TIMEOUT_SECONDS = 7 * 24 * 3600
 
 
 class CompletionConfig(_Strict):
-    """The core system's completion callback (seed 004, README "Completion callback"). Absent
+    """The core system's completion callback (docs/core-system.md, "Completion callback"). Absent
     or `wait: false`: a file is ingested once its last record is acknowledged."""
 
     wait: bool = Field(default=False, description=(
@@ -264,7 +264,7 @@ SECURITY_GROUP_ID_PATTERN = r"^sg-[0-9a-f]{8}([0-9a-f]{9})?$"
 
 class NetworkConfig(_Strict):
     """The VPC the register function runs in, for a core system reachable only from inside it
-    (README, "Private core systems"). Only the register function gets it: split, the controller
+    (docs/core-system.md, "Private core systems"). Only the register function gets it: split, the controller
     and the closer talk to AWS APIs only. Ids, not lookups: synthesis needs no credentials."""
 
     vpc_id: str = Field(description="The VPC of the subnets (`vpc-` and 8 or 17 hexadecimal digits).")
@@ -315,7 +315,7 @@ KMS_KEY_ARN_PATTERN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/(mrk-[0-9a-f]{
 
 
 class EncryptionConfig(_Strict):
-    """Customer-managed KMS encryption (README, "Encryption"): what it encrypts depends on where
+    """Customer-managed KMS encryption (docs/security.md, "Customer-managed keys"): what it encrypts depends on where
     it is written (top level: the shared resources; `defaults` or a tenant: the tenant's)."""
 
     kms_key: str = Field(description=(
@@ -355,7 +355,7 @@ class TenantConfig(_Strict):
     alarms: AlarmConfig = Field(default=AlarmConfig(), description="When the tenant's alarms page.")
     on_failure: Literal["halt", "continue"] = Field(default="halt", description=(
         "`halt`: after a failed, timed-out or aborted file nothing of the tenant starts until "
-        "`python -m ops resume` or `ops skip`; `continue`: the next file starts (the seed's behaviour)."))
+        "`python -m ops resume` or `ops skip`; `continue`: the next file starts (the original article's behaviour)."))
     ordering: OrderingConfig = Field(default=OrderingConfig(), description="How the tenant's files are put in order.")
     file_time_limit_seconds: int | None = Field(
         default=None, ge=60, le=budgets.MAX_FILE_TIME_LIMIT_SECONDS, description=(
@@ -364,9 +364,9 @@ class TenantConfig(_Strict):
             "than `sink.outage_budget_seconds`, at most a year. Default (null): `sink.outage_budget_seconds` "
             "plus 6 hours."))
     tracing: bool = Field(default=False, description=(
-        "`true`: X-Ray tracing of the tenant's state machines and functions (seed 003), e.g. while "
+        "`true`: X-Ray tracing of the tenant's state machines and functions, e.g. while "
         "investigating latency. Off by default: X-Ray charges per trace recorded (a file of 10,000 chunks "
-        'records about 10,000; README, "Tracing"), and the execution history, the ledger and `ops status` '
+        'records about 10,000), and the execution history, the ledger and `ops status` '
         "already show where a file is."))
     duplicate_files: Literal["process", "skip"] = Field(default="process", description=(
         "`process`: a byte-identical re-upload is processed again (its idempotency keys are new); `skip`: "
@@ -391,7 +391,7 @@ class TenantConfig(_Strict):
     completion: CompletionConfig = Field(default=CompletionConfig(), description=(
         "The core system's completion callback."))
     network: NetworkConfig | None = Field(default=None, description=(
-        'The VPC the register function runs in, for a core system reachable only from inside it (README, '
+        'The VPC the register function runs in, for a core system reachable only from inside it (docs/core-system.md, '
         '"Private core systems"). Default (null): no VPC; `network: null` in a tenant turns off a `network` '
         "of `defaults`."))
     uploaders: list[str] = Field(default_factory=list, description=(
@@ -458,7 +458,7 @@ class NotificationsConfig(_Strict):
 
 
 class RoutingConfig(_Strict):
-    """Where the tenants' EventBridge rules live (README, "Sharded routing")."""
+    """Where the tenants' EventBridge rules live (docs/scaling.md, "Sharded routing")."""
 
     shards: int = Field(default=0, ge=0, le=routing_rules.MAX_SHARDS, description=(
         "`0`: every tenant's two rules on the account's default event bus (at most 149 tenants under the "
@@ -475,7 +475,7 @@ class RoutingConfig(_Strict):
 class AccountLimits(_Strict):
     """The account quotas synthesis checks the tenants against (it has no credentials: these
     are declared, AWS's defaults unless raised; declare the raised value after a quota increase;
-    `python -m ops preflight` reads the real ones). Sources of the defaults: README, "Scaling"."""
+    `python -m ops preflight` reads the real ones). Sources of the defaults: docs/scaling.md, "Account quotas"."""
 
     eventbridge_rules_per_bus: int | None = Field(default=None, ge=1, description=(
         "EventBridge rules per event bus. Default (null): AWS's 300, 100 in af-south-1 and eu-south-1."))
@@ -495,7 +495,7 @@ TARGET_NAME_PATTERN = r"^[a-zA-Z][a-zA-Z0-9-]*$"
 
 
 class TargetConfig(_Strict):
-    """A deployment target: one account and Region, a CDK Stage of its own (README, Scaling)."""
+    """A deployment target: one account and Region, a CDK Stage of its own (docs/scaling.md, "Deployment targets")."""
 
     account: str = Field(description="The 12-digit account id, quoted (`'111111111111'`).")
     region: str = Field(description="The Region code, e.g. `eu-west-1`.")
@@ -566,7 +566,7 @@ FIXES: dict[str, str] = {
     "emails": "list email addresses such as 'oncall@example.com'",
     "sink": "set sink.url and sink.auth in the tenant or in defaults",
     "sink.auth": "add 'auth: {type: bearer, secret: <Secrets Manager secret name or ARN>}' or 'auth: {type: none}' "
-    "to sink, in the tenant or in defaults (or 'type: sigv4', README \"tenants.yaml\")",
+    "to sink, in the tenant or in defaults (or 'type: sigv4', docs/configuration.md)",
     "sink.auth.type": "use 'none', 'bearer' or 'sigv4'",
     "sink.auth.secret": "use the secret's name (e.g. 'core/acme/token') or its full ARN "
     "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')",

@@ -17,7 +17,7 @@ def test_fails_when_a_tenant_has_no_auth_anywhere():
     assert one_problem("tenants:\n  - {id: acme, prefix: a/, sink: {url: 'https://core.example.com'}}\n") == (
         "tenant 'acme': field 'sink.auth' = (missing): is required; add 'auth: {type: bearer, secret: "
         "<Secrets Manager secret name or ARN>}' or 'auth: {type: none}' to sink, in the tenant or in defaults "
-        "(or 'type: sigv4', README \"tenants.yaml\")"
+        "(or 'type: sigv4', docs/configuration.md)"
     )
 
 

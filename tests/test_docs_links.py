@@ -33,7 +33,9 @@ def _prose(text: str) -> str:
 
 
 def _slug(heading: str) -> str:
-    text = re.sub(r"<[^>]+>", "", heading)  # inline HTML
+    # inline HTML, but not inside a code span (`targets.<name>` keeps its `name`, as on GitHub)
+    text = "".join(part if index % 2 else re.sub(r"<[^>]+>", "", part)
+                   for index, part in enumerate(heading.split("`")))
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link's text only
     text = text.strip().lower()
     text = re.sub(r"[^\w\- ]", "", text)
