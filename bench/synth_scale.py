@@ -213,7 +213,7 @@ def assembly_figures(outdir: Path) -> dict[str, Any]:
     (shared_path,) = [p for p in found if p.name == "OrderedIngest-Shared.template.json"]
     shared = json.loads(shared_path.read_text())
     return {
-        "cells": len({p.parent for p in found}),
+        "cell_count": len({p.parent for p in found}),
         "stacks": len(templates),
         "shared_kb": templates["OrderedIngest-Shared"] / 1024,
         "largest_tenant_kb": max(v for k, v in templates.items() if k.startswith("OrderedIngest-Tenant-")) / 1024,
@@ -263,7 +263,7 @@ def table(rows: list[dict[str, Any]], paths: Sequence[str]) -> str:
                "templates over 1 MB", "unmatched-uploads pattern"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:
-        cells = [today, machine, f"{row['tenants']:,}", f"{row['cells']:,}", f"{row['stacks']:,}"]
+        cells = [today, machine, f"{row['tenants']:,}", f"{row['cell_count']:,}", f"{row['stacks']:,}"]
         for path in paths:
             run: Run = row[path]
             cells += [f"{run.seconds:.1f} s", f"{run.peak_rss_mb:,.0f} MB", f"{run.load_before:.1f}"]
