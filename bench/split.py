@@ -36,7 +36,7 @@ from local_runtime.moto_server import FAKE_CREDENTIALS, MotoServer  # noqa: E402
 RESULTS = ROOT / "docs" / "benchmarks.md"
 TABLE_HEADER = ("| date | machine | records | file | chunk size | chunks | split time | MB/s | peak RSS "
                 "| 10M records on Lambda (extrapolated) |")
-#: What `TenantPipeline` gives the split function (pipeline_constructs/tenant_pipeline.py).
+#: What `TenantPipeline` gives the split function (pipeline_constructs/data_plane.py).
 SPLIT_MEMORY_MB = 512
 SPLIT_TIMEOUT_SECONDS = 15 * 60
 LAMBDA_FULL_VCPU_MB = 1769

@@ -291,7 +291,7 @@ class Gate:
         stall. Otherwise the wait counts from the later of the message's send time and the
         last close (`closed_at`), so a halted tenant's head message accrues wait from the
         failure on, and a message handed off by a close starts near 0. The stall alarm watches
-        its Maximum (`TenantPipeline.metric_head_message_wait`)."""
+        its Maximum (`TenantMetrics.head_message_wait`, pipeline_constructs/metrics.py)."""
         self._publish(HEAD_WAIT_METRIC, 0.0 if position.running or self.closing_seen else self._idle_wait(position))
 
     def _idle_wait(self, position: Position) -> float:

@@ -61,18 +61,6 @@ class AlarmFactory:
 SINK_ERROR_RATE = 0.5
 
 
-def sink_error_rate(pipeline: TenantPipeline, threshold: int) -> cloudwatch.MathExpression:
-    """The share of failed tries of the core system in a period, 0 while fewer than
-    ``threshold`` tries failed (a blip retried in place makes at most 5). No point while the
-    register function did not run (missing data: not breaching)."""
-    return cloudwatch.MathExpression(
-        expression=f"IF(errors >= {threshold}, errors / (errors + acknowledged), 0)",
-        using_metrics={"errors": pipeline.metric_sink_errors(), "acknowledged": pipeline.metric_sink_requests()},
-        label="Failed share of the core system's tries",
-        period=pipeline.metric_sink_errors().period,
-    )
-
-
 #: Where each alarm's runbook entry lives; an alarm's description ends with its link.
 RUNBOOK = "docs/operations.md"
 
@@ -86,13 +74,14 @@ def pipeline_alarms(
     pipeline: TenantPipeline, topic: sns.ITopic, thresholds: AlarmConfig, *,
     sequence_gap_alarm_after_seconds: int | None = None,
 ) -> dict[str, cloudwatch.Alarm]:
-    """Every alarm of one tenant pipeline, from its ``metric_*`` methods; keyed by short name.
+    """Every alarm of one tenant pipeline, on the metrics of its factory (``pipeline.metrics``,
+    `metrics.TenantMetrics`); keyed by short name.
     ``thresholds``: the tenant's `alarms`; ``sequence_gap_alarm_after_seconds``: its
     `ordering.gap_alarm_after_seconds` with ``key_sequence`` ordering (None: no gap alarm).
 
     Each description says what the alarm means, what to run first (``python -m ops status``)
     and links to its runbook entry, which names the command that fixes it."""
-    tenant = pipeline.tenant_id
+    tenant, metrics = pipeline.tenant_id, pipeline.metrics
     factory = AlarmFactory(
         pipeline, name_prefix=tenant, topic=topic, evaluation_periods=thresholds.evaluation_periods
     )
@@ -100,7 +89,7 @@ def pipeline_alarms(
     for role, function in pipeline.pipeline_functions.items():
         factory.alarm(
             f"{role}-error-logs",
-            function.metric_error_log_lines(),
+            metrics.error_log_lines(role),
             thresholds.error_logs_threshold,
             f"Tenant {tenant}: the {role} function logged at ERROR level, a real fault (intended "
             f"waits log at INFO). First: {status}, then open log group {function.log_group_name} "
@@ -110,7 +99,7 @@ def pipeline_alarms(
     queue_age = thresholds.queue_age_seconds
     factory.alarm(
         "queue-age",
-        pipeline.metric_queue_age(),
+        metrics.queue_age(),
         queue_age,
         f"Tenant {tenant}: a file event has waited more than {queue_age} s in the queue: a backlog, "
         "not a burst (a burst of files waiting behind each other is normal). Files have arrived faster "
@@ -120,7 +109,7 @@ def pipeline_alarms(
     stall = thresholds.stall_after_seconds
     factory.alarm(
         "stall",
-        pipeline.metric_head_message_wait(),
+        metrics.head_message_wait(),
         stall,
         f"Tenant {tenant}: the next file has waited more than {stall} s while no file of the tenant ran "
         "(measured by the controller; time behind a running file does not count). The tenant is halted "
@@ -128,7 +117,7 @@ def pipeline_alarms(
     )
     factory.alarm(
         "sink-errors",
-        sink_error_rate(pipeline, thresholds.sink_errors_threshold),
+        metrics.sink_error_share(thresholds.sink_errors_threshold),
         SINK_ERROR_RATE,
         f"Tenant {tenant}: the core system keeps failing: at least {thresholds.sink_errors_threshold} "
         f"failed tries in 5 minutes, and at least {SINK_ERROR_RATE:.0%} of all tries. The file waits and "
@@ -136,10 +125,10 @@ def pipeline_alarms(
         f"core system's health. {runbook_link('sink-errors')}",
     )
     workflow_alarms: dict[str, tuple[Callable[[], cloudwatch.Metric], str]] = {
-        "workflow-failed": (pipeline.metric_executions_failed, "failed"),
-        "workflow-timed-out": (pipeline.metric_executions_timed_out, "timed out"),
-        "workflow-aborted": (pipeline.metric_executions_aborted, "was aborted"),
-        "workflow-throttled": (pipeline.metric_executions_throttled, "was throttled"),
+        "workflow-failed": (metrics.executions_failed, "failed"),
+        "workflow-timed-out": (metrics.executions_timed_out, "timed out"),
+        "workflow-aborted": (metrics.executions_aborted, "was aborted"),
+        "workflow-throttled": (metrics.executions_throttled, "was throttled"),
     }
     for key, (metric, what) in workflow_alarms.items():
         factory.alarm(
@@ -155,7 +144,7 @@ def pipeline_alarms(
         gap = sequence_gap_alarm_after_seconds
         factory.alarm(
             "sequence-gap",
-            pipeline.metric_sequence_gap(),
+            metrics.sequence_gap(),
             gap,
             f"Tenant {tenant}: a file has waited more than {gap} s for a missing sequence number (files are "
             "ordered by the sequence in their key names). Upload the missing file, or give the number up with "
@@ -173,7 +162,7 @@ def intake_alarms(pipeline: TenantPipeline, factory: AlarmFactory) -> None:
     dlq = f"python -m ops dlq list {tenant}"
     factory.alarm(
         "intake-dlq",
-        pipeline.metric_intake_dlq_messages(),
+        pipeline.metrics.intake_dlq_messages(),
         1,
         f"Tenant {tenant}: EventBridge gave up delivering an event to the tenant's queue or closer "
         f"(after 24 h of retries); a file in it is not ingested until replayed. First: {dlq}, then "
@@ -181,7 +170,7 @@ def intake_alarms(pipeline: TenantPipeline, factory: AlarmFactory) -> None:
     )
     factory.alarm(
         "intake-failed",
-        pipeline.metric_intake_failed_invocations(),
+        pipeline.metrics.intake_failed_invocations(),
         1,
         f"Tenant {tenant}: a delivery of the tenant's EventBridge rules failed for good (or could not "
         f"even be dead-lettered: then the event is lost and python -m ops reconcile finds the file). "
@@ -194,7 +183,7 @@ def _quarantine_alarm(factory: AlarmFactory, pipeline: TenantPipeline, status: s
     tenant = pipeline.tenant_id
     factory.alarm(
         "quarantine",
-        pipeline.metric_quarantined_messages(),
+        pipeline.metrics.quarantined_messages(),
         1,
         f"Tenant {tenant}: the controller quarantined a queue message that was not a usable file event "
         "(not an S3 Object Created event of the tenant's prefix, or no version id); the files behind it "

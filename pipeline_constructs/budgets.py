@@ -14,8 +14,13 @@ execution's history (25,000 at most), so a chunk may take at most
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lambdas import contract
+
+if TYPE_CHECKING:
+    from pipeline_constructs.config import TenantConfig
 
 REGISTER_MIN_TIMEOUT_SECONDS = 60
 REGISTER_MAX_TIMEOUT_SECONDS = 900  # Lambda's limit
@@ -211,3 +216,37 @@ def max_file_chunks(chunks_per_page: int, pages_per_section: int | None = None) 
     """The most chunks of one file (Split refuses more)."""
     pages = max_pages_per_section() if pages_per_section is None else pages_per_section
     return chunks_per_page * pages * max_sections()
+
+
+@dataclass(frozen=True)
+class PageBudget:
+    """What bounds a tenant's execution histories: chunks per page, pages per section, and
+    register invocations per chunk (`page_budget`)."""
+
+    chunks_per_page: int
+    pages_per_section: int
+    invocation_budget: int
+
+    @property
+    def max_file_chunks(self) -> int:
+        return max_file_chunks(self.chunks_per_page, self.pages_per_section)
+
+
+def page_budget(tenant: TenantConfig) -> PageBudget:
+    """The tenant's `chunks_per_page` and `pages_per_section` (default: the most the history
+    budget allows) and its register invocations per chunk. `parse_config` refuses a tenant
+    these do not fit; a `TenantConfig` made otherwise is refused here."""
+    size, timeout, outage, batch = (tenant.chunk_size, tenant.sink.timeout_seconds,
+                                    tenant.sink.outage_budget_seconds, tenant.sink.batch_size)
+    most = max_chunks_per_page(size, timeout, outage, batch)
+    if most < 1:
+        raise ValueError(f"tenant {tenant.id}: not one chunk fits a page's history budget with a {outage} s "
+                         "outage budget; use a shorter sink.outage_budget_seconds")
+    chunks = most if tenant.chunks_per_page is None else tenant.chunks_per_page
+    if not 1 <= chunks <= most:
+        raise ValueError(f"tenant {tenant.id}: chunks_per_page {chunks} must be from 1 to {most}")
+    most_pages = max_pages_per_section()
+    pages = most_pages if tenant.pages_per_section is None else tenant.pages_per_section
+    if not 1 <= pages <= most_pages:
+        raise ValueError(f"tenant {tenant.id}: pages_per_section {pages} must be from 1 to {most_pages}")
+    return PageBudget(chunks, pages, register_invocation_budget(size, timeout, outage, batch))

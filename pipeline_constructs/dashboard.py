@@ -1,9 +1,9 @@
 """The deployment's CloudWatch dashboard: a row per tenant.
 
-It lives in the shared stack and builds every metric from the deterministic names of
-`names.py` (queue name, state machine ARN) and the tenant dimension of the handlers' EMF
-metrics, so it refers to no tenant stack: no cross-stack reference, no dependency cycle, and a
-tenant stack can be deployed or destroyed alone.
+It lives in the shared stack and reads every metric from the tenant's metric factory
+(`metrics.TenantMetrics`, the one the tenant's alarms use), given the deterministic names of
+`names.py` (queue name, state machine ARN), so it refers to no tenant stack: no cross-stack
+reference, no dependency cycle, and a tenant stack can be deployed or destroyed alone.
 
 Each row: a title, then files done (executions succeeded), failed (failed, timed out,
 aborted), queued (messages visible and in flight), head wait (with the tenant's stall
@@ -26,12 +26,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import names
+from pipeline_constructs.metrics import TenantMetrics
+from pipeline_constructs.workflows import state_machine_arn
 
 DASHBOARD_NAME = contract.FIRST_DASHBOARD.render()
 #: CloudWatch's limit of widgets per dashboard.
@@ -40,7 +42,6 @@ MAX_WIDGETS = 500
 WIDGETS_PER_TENANT = 7
 TENANTS_PER_DASHBOARD = MAX_WIDGETS // WIDGETS_PER_TENANT
 GRAPH_WIDTH, GRAPH_HEIGHT = 4, 6
-PERIOD = Duration.minutes(5)
 
 
 @dataclass(frozen=True)
@@ -84,54 +85,28 @@ class IngestDashboards(Construct):
 def tenant_row(scope: Construct, tenant: DashboardTenant) -> list[cloudwatch.IWidget]:
     """One tenant's row: a title, then a `cloudwatch.Row` of six graphs."""
     tenant_id = tenant.tenant_id
-    machine = Stack.of(scope).format_arn(
-        service="states",
-        resource="stateMachine",
-        resource_name=names.STATE_MACHINE.render(tenant_id),
-        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    metrics = TenantMetrics(
+        tenant_id=tenant_id,
+        queue_name=names.QUEUE.render(tenant_id),
+        intake_dlq_name=names.INTAKE_DLQ.render(tenant_id),
+        state_machine_arn=state_machine_arn(scope, names.STATE_MACHINE, tenant_id),
     )
 
-    def states(metric_name: str, label: str) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace="AWS/States", metric_name=metric_name,
-                                 dimensions_map={"StateMachineArn": machine}, statistic="Sum", period=PERIOD,
-                                 label=label)
-
-    def queue(metric_name: str, label: str) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace="AWS/SQS", metric_name=metric_name,
-                                 dimensions_map={"QueueName": names.QUEUE.render(tenant_id)}, statistic="Maximum",
-                                 period=PERIOD, label=label)
-
-    def own(metric_name: str, statistic: str, label: str, period: Duration = PERIOD) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace=contract.METRIC_NAMESPACE, metric_name=metric_name,
-                                 dimensions_map={contract.TENANT_DIMENSION: tenant_id}, statistic=statistic,
-                                 period=period, label=label)
-
-    def graph(title: str, metrics: list[cloudwatch.IMetric], **options: object) -> cloudwatch.GraphWidget:
-        return cloudwatch.GraphWidget(title=f"{tenant_id}: {title}", left=metrics, width=GRAPH_WIDTH,
+    def graph(title: str, shown: list[cloudwatch.IMetric], **options: object) -> cloudwatch.GraphWidget:
+        return cloudwatch.GraphWidget(title=f"{tenant_id}: {title}", left=shown, width=GRAPH_WIDTH,
                                       height=GRAPH_HEIGHT, **options)  # type: ignore[arg-type]
 
-    error_rate = cloudwatch.MathExpression(
-        expression="IF(errors + acknowledged > 0, 100 * errors / (errors + acknowledged), 0)",
-        using_metrics={
-            "errors": own(contract.SINK_ERRORS_METRIC, "Sum", "failed tries"),
-            "acknowledged": own(contract.SINK_REQUESTS_METRIC, "Sum", "acknowledged tries"),
-        },
-        label="failed tries (%)",
-        period=PERIOD,
-    )
     return [
         cloudwatch.TextWidget(markdown=f"### Tenant {tenant_id}", width=GRAPH_WIDTH * 6, height=1),
         cloudwatch.Row(
-            graph("files done", [states("ExecutionsSucceeded", "succeeded")]),
-            graph("failed", [states("ExecutionsFailed", "failed"), states("ExecutionsTimedOut", "timed out"),
-                             states("ExecutionsAborted", "aborted")]),
-            graph("queued", [queue("ApproximateNumberOfMessagesVisible", "visible"),
-                             queue("ApproximateNumberOfMessagesNotVisible", "in flight")]),
-            graph("head wait (s)", [own(contract.HEAD_WAIT_METRIC, "Maximum", "head wait")],
+            graph("files done", [metrics.executions_succeeded(label="succeeded")]),
+            graph("failed", [metrics.executions_failed(label="failed"), metrics.executions_timed_out(label="timed out"),
+                             metrics.executions_aborted(label="aborted")]),
+            graph("queued", [metrics.queue_visible(label="visible"), metrics.queue_in_flight(label="in flight")]),
+            graph("head wait (s)", [metrics.head_message_wait(label="head wait")],
                   left_annotations=[cloudwatch.HorizontalAnnotation(value=tenant.stall_after_seconds,
                                                                      label="stall alarm")]),
-            graph("records per minute",
-                  [own(contract.RECORDS_SENT_METRIC, "Sum", "records", period=Duration.minutes(1))]),
-            graph("core system error rate (%)", [error_rate]),
+            graph("records per minute", [metrics.records_sent(period=Duration.minutes(1), label="records")]),
+            graph("core system error rate (%)", [metrics.sink_error_percent()]),
         ),
     ]

@@ -22,8 +22,10 @@ what the statements here would (docs/security.md, "Customer-managed keys").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
@@ -31,6 +33,10 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from lambdas import contract
+from pipeline_constructs import names
+
+if TYPE_CHECKING:
+    from pipeline_constructs.tenant_pipeline import TenantPipeline
 
 #: The `kms_key` value that makes the app create the key.
 CREATE = "create"
@@ -172,3 +178,53 @@ def grant_via(
     principal.grant_principal.add_to_principal_policy(
         iam.PolicyStatement(sid=sid, actions=list(actions), resources=[key_arn], conditions={"StringEquals": equals})
     )
+
+
+# -- a tenant's pipeline ------------------------------------------------------------------------
+
+
+def tenant_rule_arns(scope: Construct, tenant_id: str, event_bus: events.IEventBus | None) -> list[str]:
+    """The ARNs of a tenant's rules from their fixed names (object-created, status): what a key
+    policy and a queue policy name without referring to the rules (no dependency cycle)."""
+    bus = f"{event_bus.event_bus_name}/" if event_bus is not None else ""
+    stack = Stack.of(scope)
+    return [stack.format_arn(service="events", resource="rule", resource_name=f"{bus}{name.render(tenant_id)}")
+            for name in (names.RULE, names.STATUS_RULE)]
+
+
+def use_tenant_keys(pipeline: TenantPipeline) -> None:
+    """The key policy of the tenant's key (its log groups, its rules) and every role's use of
+    the tenant's and the shared key: each only through the service that stores the data."""
+    tenant_id, shared, key = pipeline.tenant_id, pipeline.shared, pipeline.kms_key
+    functions = pipeline.pipeline_functions
+    if key is not None:
+        log_groups = [made.log_group_name for made in functions.values()] + [
+            f"/aws/vendedlogs/states/{name.render(tenant_id)}"
+            for name in (names.STATE_MACHINE, names.SECTION_STATE_MACHINE, names.PAGE_STATE_MACHINE)
+        ]
+        # The object-created rule sends to the queue, both rules dead-letter to the intake DLQ.
+        pin_key_policy(key, [
+            allow_log_groups(key, log_groups, sid="CloudWatchLogsOwnLogGroups"),
+            allow_rules(key, tenant_rule_arns(pipeline, tenant_id, shared.event_bus),
+                        sid="EventBridgeDeliversOwnRules"),
+        ])
+        for role in dict.fromkeys(made.role for made in functions.values()):  # split and register share one
+            # Lambda decrypts a function's environment at start with its execution role. (The
+            # controller's kms:Decrypt of the queue's messages is the SQS event source's grant.)
+            grant_via(role, key.key_arn, ["kms:Decrypt"], ["lambda"], sid="DecryptOwnEnvironment")
+    key_arn = shared.shared_kms_key_arn
+    if key_arn is None:
+        return
+    landing, work = shared.landing_bucket.bucket_arn, shared.work_bucket.bucket_arn
+    grant_via(pipeline.data_role, key_arn, ["kms:Decrypt"], ["s3"], sid="DecryptOwnLandingFiles", bucket_arn=landing)
+    grant_via(pipeline.data_role, key_arn, ["kms:GenerateDataKey", "kms:Decrypt"], ["s3"], sid="EncryptOwnChunks",
+              bucket_arn=work)
+    grant_via(pipeline.controller.role, key_arn, ["kms:GenerateDataKey"], ["s3"], sid="EncryptQuarantinedMessages",
+              bucket_arn=work)
+    ledger_users: list[iam.IRole] = [pipeline.data_role, *(made.role for role, made in functions.items()
+                                                           if role not in ("split", "register"))]
+    if pipeline.tenant.completion.wait:
+        ledger_users.append(pipeline.workflow.role)  # it leaves the completion token on the position
+    for role in ledger_users:
+        # The table key: DynamoDB decrypts it with the caller's permission.
+        grant_via(role, key_arn, ["kms:Decrypt"], ["dynamodb"], sid="UseLedgerTableKey")

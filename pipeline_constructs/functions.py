@@ -1,7 +1,7 @@
 """One way to build the pipeline's Lambda functions: own role, own log group, JSON logs.
 
 The log group is made here, and so is its metric filter of ERROR lines: whoever alarms on a
-function's errors reads `PipelineFunction.metric_error_log_lines()`.
+function's errors reads `metrics.TenantMetrics.error_log_lines(role)`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -46,17 +45,6 @@ class PipelineFunction:
     role: iam.Role
     log_group: logs.LogGroup
     log_group_name: str  # the literal name, for alarm descriptions (log_group's is a token)
-    error_metric_name: str
-
-    def metric_error_log_lines(self, *, period: Duration = Duration.minutes(5)) -> cloudwatch.Metric:
-        """Lines the function logged at ERROR level (real faults; intended waits log INFO), the
-        runtime's own error records, and timeouts and crashes (platform records)."""
-        return cloudwatch.Metric(
-            namespace=contract.METRIC_NAMESPACE,
-            metric_name=self.error_metric_name,
-            statistic="Sum",
-            period=period,
-        )
 
 
 def lambda_code() -> lambda_.Code:
@@ -88,7 +76,6 @@ def pipeline_function(
         removal_policy=RemovalPolicy.RETAIN,
         encryption_key=kms_key,
     )
-    error_metric_name = contract.error_log_metric_name(spec.tenant_id, spec.role)
     logs.MetricFilter(
         scope,
         f"{spec.role.title()}ErrorLogFilter",
@@ -97,7 +84,7 @@ def pipeline_function(
         # of a timeout or crash (see `contract.error_log_filter_pattern`).
         filter_pattern=logs.FilterPattern.literal(contract.error_log_filter_pattern()),
         metric_namespace=contract.METRIC_NAMESPACE,
-        metric_name=error_metric_name,
+        metric_name=contract.error_log_metric_name(spec.tenant_id, spec.role),
         metric_value="1",
         filter_name=contract.ERROR_LOG_FILTER.render(spec.tenant_id, role=spec.role),
     )
@@ -139,5 +126,4 @@ def pipeline_function(
         role=role,
         log_group=log_group,
         log_group_name=log_group_name,
-        error_metric_name=error_metric_name,
     )

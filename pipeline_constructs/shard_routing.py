@@ -24,12 +24,12 @@ from constructs import Construct
 from lambdas import contract
 from pipeline_constructs import encryption, names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
-from pipeline_constructs.nag import acknowledge
-from pipeline_constructs.tenant_pipeline import (
+from pipeline_constructs.intake import (
     INTAKE_DLQ_RETENTION,
     INTAKE_MAX_EVENT_AGE,
     INTAKE_RETRY_ATTEMPTS,
 )
+from pipeline_constructs.nag import acknowledge
 
 METRIC_PERIOD = Duration.minutes(5)
 ALARM_PREFIX = contract.SHARED_PREFIX

@@ -24,7 +24,7 @@ How it fits together (docs/operations.md, "Versions, aliases and rollback"):
   state machine ARN, narrowed by the `states:StateMachineQualifier` condition key
   (https://docs.aws.amazon.com/step-functions/latest/dg/auth-version-alias.html), so the
   workflow role's grant on the children is the literal unqualified ARN
-  (`TenantPipeline._grant_workflow_tasks`; CDK's StepFunctionsStartExecution would write the
+  (`workflows._grant_start_child`; CDK's StepFunctionsStartExecution would write the
   version ARN, which authorizes nothing: aws/aws-cdk#30265, and would make a cycle between the
   shared role's policy and the children it names).
 """

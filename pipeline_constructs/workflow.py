@@ -44,9 +44,11 @@ in `lambdas/contract.py`; `_select` refuses a selector that does not cover exact
 The definitions are Amazon States Language written here as plain data, not CDK's state
 classes: building about 35 states a tenant through jsii cost a quarter of a 1,000-tenant synth
 (issue 10), and the data is what the templates hold anyway. What CDK's task classes also did
-is the tenant pipeline's: the workflow role's statements for the functions and child state
-machines the tasks name (`TenantPipeline._grant_workflow_tasks`). States and keys are in the
-order CDK wrote them, so deployed definitions did not change with this module.
+is `workflows.py`'s: the workflow role's statements for the functions and child state machines
+the tasks name, beside the state machines it makes of these definitions. A state's keys are in
+the order CDK wrote them; the parent's states are in the order of the flow above (issue 21: one
+definition change, the order of the parent's states in its DefinitionString, so each tenant's
+next deploy publishes a new version of its file workflow; the children's are unchanged).
 """
 
 from __future__ import annotations
@@ -212,13 +214,6 @@ def _in_order(*, comment: str, items_path: str, item_selector: State, start_at: 
         MaxConcurrency=1,
     )
     return state
-
-
-def _ordered(states: dict[str, State], order: tuple[str, ...]) -> dict[str, State]:
-    """`states` in `order` (the order CDK wrote them: a definition that does not change)."""
-    if sorted(states) != sorted(order):
-        raise ValueError(f"states {sorted(states)} are not the order's {sorted(order)}")
-    return {name: states[name] for name in order}
 
 
 def _clamped_range(*, names: tuple[str, str, str, str], result_path: str, span: int, step: int, list_key: str,
@@ -398,15 +393,6 @@ def build_section_definition(*, partition: str, page_version_arn: str, chunks_pe
     return {"StartAt": "SectionEnd", "States": states}
 
 
-#: The parent's states in the order CDK wrote them, without and with the completion wait.
-_PARENT_ORDER = ("Split", "AnyChunks", "Sections", "OneSection", "Pages", "PagesInOrder", "RecordSuccess",
-                 "SectionsInOrder", "RecordFailure", "IngestFailed", "FileIngested", "SplitCrashed")
-_PARENT_ORDER_WITH_COMPLETION = (
-    "Split", "AnyChunks", "Sections", "OneSection", "Pages", "PagesInOrder", "WaitForCompletion", "SectionsInOrder",
-    "RecordFailure", "CompletionTimedOut", "IngestFailed", "ResumedAfterLastRecord", "RecordSuccess", "FileIngested", "SplitCrashed",
-)
-
-
 def build_definition(
     *,
     partition: str,
@@ -464,6 +450,18 @@ def build_definition(
             next_state=next_state,
         )
 
+    # With `completion`, a file whose chunks are all registered waits for the confirmation; so
+    # does a resumed file whose every record was already acknowledged (its completion timed out
+    # or was rejected); a duplicate or empty file does not.
+    completion_wait: dict[str, State] = {} if completion is None else {
+        **completion_states(partition, completion, next_state="RecordSuccess", record_failure="RecordFailure"),
+        "ResumedAfterLastRecord": _choice(
+            [{"And": [{"Variable": "$.start_record", "IsPresent": True},
+                      {"Variable": "$.start_record", "NumericGreaterThan": 0}],
+              "Next": "WaitForCompletion"}],
+            default="RecordSuccess",
+        ),
+    }
     states: dict[str, State] = {
         "Split": _lambda_task(
             partition, split_function_arn,
@@ -499,28 +497,18 @@ def build_definition(
         ),
         "PagesInOrder": _children_in_order(partition, _PAGES, page_version_arn, "$.pages.first_chunks", page_fields,
                                            next_state=after_chunks, catch=on_error),
-        "RecordSuccess": record_close("SUCCEEDED", error_paths=False, next_state="FileIngested"),
         "SectionsInOrder": _children_in_order(partition, _SECTIONS, section_version_arn, "$.sections.first_chunks",
                                               page_fields, next_state=after_chunks, catch=on_error),
-        "RecordFailure": record_close("FAILED", error_paths=True, next_state="IngestFailed"),
+        **completion_wait,
+        "RecordSuccess": record_close("SUCCEEDED", error_paths=False, next_state="FileIngested"),
+        "FileIngested": {"Type": "Succeed"},
         "SplitCrashed": _crashed("split", "on this file, before this attempt sent any record", (), contract.ERROR_RESULT_PATH,
                                  contract.ERROR_RESULT_PATH, "RecordFailure"),
+        "RecordFailure": record_close("FAILED", error_paths=True, next_state="IngestFailed"),
         "IngestFailed": {"Type": "Fail", "ErrorPath": f"{contract.ERROR_RESULT_PATH}.Error",
                          "CausePath": f"{contract.ERROR_RESULT_PATH}.Cause"},
-        "FileIngested": {"Type": "Succeed"},
     }
-    if completion is None:
-        return {"StartAt": "Split", "States": _ordered(states, _PARENT_ORDER)}
-    states.update(completion_states(partition, completion, next_state="RecordSuccess", record_failure="RecordFailure"))
-    # A resumed file whose every record was already acknowledged (its completion timed out or
-    # was rejected) still waits for the confirmation; a duplicate or empty file does not.
-    states["ResumedAfterLastRecord"] = _choice(
-        [{"And": [{"Variable": "$.start_record", "IsPresent": True},
-                  {"Variable": "$.start_record", "NumericGreaterThan": 0}],
-          "Next": "WaitForCompletion"}],
-        default="RecordSuccess",
-    )
-    return {"StartAt": "Split", "States": _ordered(states, _PARENT_ORDER_WITH_COMPLETION)}
+    return {"StartAt": "Split", "States": states}
 
 
 def render(definition: State, timeout_seconds: int) -> str:

@@ -251,8 +251,8 @@ def test_landing_noncurrent_versions_outlive_the_queue_and_the_docs_quote_the_sa
     synthesized THEN its lifecycle rule keeps them exactly that long, longer than any file's
     message can wait (a queued file reads its pinned version when it starts), and every doc that
     states the window states this number."""
+    from pipeline_constructs.intake import QUEUE_RETENTION
     from pipeline_constructs.shared import LANDING_NONCURRENT_VERSION_DAYS
-    from pipeline_constructs.tenant_pipeline import QUEUE_RETENTION
     from tests.conftest import ROOT
 
     landing = bucket_named(shared_template, "ordered-ingest-landing-")

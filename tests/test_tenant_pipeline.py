@@ -395,7 +395,7 @@ def test_register_timeout_fits_a_chunk_at_the_slowest_answer_within_lambdas_limi
 
 
 def test_register_timeout_is_derived_from_chunk_size_and_sink_timeout():
-    from pipeline_constructs.tenant_pipeline import register_timeout
+    from pipeline_constructs.data_plane import register_timeout
 
     assert register_timeout(3, 1).to_seconds() == 60  # at least a minute
     assert register_timeout(10, 10).to_seconds() == 130
@@ -722,23 +722,31 @@ def test_the_construct_is_reusable_in_any_stack_with_its_documented_attributes(s
     assert (solo.tenant_id, solo.landing_prefix) == ("solo", "s/")
 
 
-def test_metric_methods_name_the_tenants_metrics(solo):
+def test_the_metric_factory_names_the_tenants_metrics(solo):
     """GIVEN a TenantPipeline
-    WHEN its metric_* methods are read
-    THEN each names the metric the handlers and metric filters publish for this tenant."""
+    WHEN the metrics of its factory (`pipeline.metrics`) are read
+    THEN each names the metric the handlers, metric filters and services publish for this tenant."""
+    from aws_cdk import Stack
+
     from lambdas import contract
 
-    head = solo.metric_head_message_wait()
+    metrics = solo.metrics
+    head = metrics.head_message_wait()
     assert (head.namespace, head.metric_name, head.statistic) == ("OrderedIngest", "HeadMessageWaitSeconds", "Maximum")
     assert head.dimensions == {"Tenant": "solo"}
-    errors = solo.metric_error_log_lines("register")
+    errors = metrics.error_log_lines("register")
     assert errors.metric_name == contract.error_log_metric_name("solo", "register") == "ErrorLogLines-solo-register"
-    assert solo.metric_executions_failed().metric_name == "ExecutionsFailed"
-    assert solo.metric_executions_timed_out().metric_name == "ExecutionsTimedOut"
-    assert solo.metric_executions_aborted().metric_name == "ExecutionsAborted"
-    assert solo.metric_executions_throttled().metric_name == "ExecutionThrottled"
-    assert solo.metric_queue_age().metric_name == "ApproximateAgeOfOldestMessage"
-    quarantined = solo.metric_quarantined_messages()
+    assert metrics.executions_failed().metric_name == "ExecutionsFailed"
+    assert metrics.executions_timed_out().metric_name == "ExecutionsTimedOut"
+    assert metrics.executions_aborted().metric_name == "ExecutionsAborted"
+    assert metrics.executions_throttled().metric_name == "ExecutionThrottled"
+    stack = Stack.of(solo)
+    failed = metrics.executions_failed()
+    assert stack.resolve(failed.dimensions) == {"StateMachineArn": stack.resolve(solo.state_machine.state_machine_arn)}
+    age = metrics.queue_age()
+    assert (age.namespace, age.metric_name) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
+    assert stack.resolve(age.dimensions) == {"QueueName": stack.resolve(solo.queue.queue_name)}
+    quarantined = metrics.quarantined_messages()
     assert (quarantined.metric_name, quarantined.statistic, quarantined.dimensions) == (
         "QuarantinedMessages", "Sum", {"Tenant": "solo"})
 

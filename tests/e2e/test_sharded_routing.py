@@ -19,7 +19,7 @@ from pipeline_checks import (
 
 from local_runtime import LocalPipeline
 from pipeline_constructs import names
-from pipeline_constructs.tenant_pipeline import WAITING_VISIBILITY
+from pipeline_constructs.control_plane import WAITING_VISIBILITY
 from tests.conftest import pattern_matches
 
 # sha256 modulo 2 (tests/test_routing.py pins it): acme on shard 0, globex and initech on 1.
