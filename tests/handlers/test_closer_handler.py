@@ -86,12 +86,19 @@ def test_a_success_is_recorded_and_the_waiting_file_is_handed_off_at_once(machin
     waiting_message(sqs, queue_url, ledger)
     assert visible(sqs, queue_url) == 0
 
-    result = close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "SUCCEEDED"})
+    # The rule's report of a success carries no error; a workflow payload may carry null ones.
+    result = close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "SUCCEEDED",
+                                               "error": "States.TaskFailed", "cause": "not an error of a success"})
 
     assert result == {"execution_name": "evt-a", "recorded": True, "halted": False, "handed_off": True}
     assert ledger.read().status == SUCCEEDED and ledger.read().waiting_receipt is None
     assert visible(sqs, queue_url) == 1
     assert published(sqs, topic) == []
+    # A success is recorded without an error, a cause or a crashed function, in the position and history.
+    position = ledger.read()
+    assert (position.error, position.cause, position.failed_in) == (None, None, None)
+    (entry,) = ledger.history()
+    assert (entry["error"], entry["cause"], entry["failed_in"]) == (None, None, None)
 
 
 def test_a_failure_halts_the_tenant_keeps_the_next_file_waiting_and_tells_what_to_do(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):

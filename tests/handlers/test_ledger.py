@@ -251,6 +251,8 @@ def test_a_files_settings_are_pinned_once_and_forgotten_with_the_next_file(ledge
         ledger.pin_settings("someone-else", 5, 4)
 
     ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    with pytest.raises(LedgerConflict):  # a closed file is not pinned again, not even by its own execution
+        ledger.pin_settings("e1", 3, 2)
     ledger.claim(ledger.read(), file("e2"), "e2", NOW + 2)
     assert (ledger.read().chunk_size, ledger.read().batch_size) == (None, None)
 
@@ -341,3 +343,22 @@ def test_a_notification_mark_is_kept_on_the_attempts_history_item(ledger):
 
     assert ledger.closed_attempt("e1").notified_at == NOW + 2
     assert ledger.read().status == FAILED and len(ledger.history()) == 1
+
+
+def test_closed_attempt_looks_back_over_the_newest_attempts_only(ledger, ddb):
+    """GIVEN 600 closed attempts in the history (more than one page of the query) WHEN an attempt
+    among the newest `RECENT_ATTEMPTS` is looked up THEN it is found; one older than that is not
+    (a report that late is a stranger's: the look-back is bounded, whatever the history's size)."""
+    from ledger import RECENT_ATTEMPTS
+
+    def item(n: int) -> dict:
+        return {"tenant": {"S": TENANT}, "entry": {"S": f"file#{n:013d}#old-{n}"}, "execution": {"S": f"old-{n}"},
+                "status": {"S": SUCCEEDED}, "started_at": {"N": str(n)}}
+
+    items = [item(n) for n in range(1, 601)]
+    for start in range(0, len(items), 25):
+        ddb.batch_write_item(RequestItems={ledger.table: [{"PutRequest": {"Item": i}} for i in items[start:start + 25]]})
+
+    assert ledger.closed_attempt("old-600").execution == "old-600"
+    assert ledger.closed_attempt(f"old-{600 - RECENT_ATTEMPTS + 10}") is not None
+    assert ledger.closed_attempt(f"old-{600 - RECENT_ATTEMPTS - 50}") is None
