@@ -243,6 +243,21 @@ def test_an_execution_the_ledger_does_not_know_is_stopped(machine, ledger_table,
     assert ledger.read().running and len(logs.errors()) == 1
 
 
+def test_a_running_event_of_an_execution_step_functions_does_not_know_changes_nothing(machine, ledger_table, queue_url,
+                                                                                      topic, ledger, sqs, sns, sfn,
+                                                                                      logs):
+    """GIVEN a RUNNING event naming an execution Step Functions does not have (forgotten, or never
+    started) WHEN the closer gets it THEN it stops nothing, records nothing and logs no error."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    sfn.start_execution(stateMachineArn=machine, name="evt-a", input="{}")
+
+    result = close(cfg, ledger, sqs, sns, sfn, {"detail": {"name": "gone", "status": "RUNNING"}})
+
+    assert result == {"execution_name": "gone", "recorded": False, "halted": False, "handed_off": False}
+    assert sfn.describe_execution(executionArn=execution_arn(machine, "evt-a"))["status"] == "RUNNING"
+    assert ledger.read().running and logs.errors() == []
+
+
 @pytest.mark.parametrize(("status", "recorded_as"), [("SUCCEEDED", SUCCEEDED), ("FAILED", FAILED)])
 def test_a_late_running_event_inside_the_close_window_changes_nothing(status, recorded_as, machine, ledger_table, queue_url, topic,
                                                                      ledger, sqs, sns, sfn, logs):
