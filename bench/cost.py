@@ -407,14 +407,14 @@ def tables(facts: Mapping[str, TenantFacts], scenarios: Sequence[Scenario] = SCE
                "local figures) | " + " | ".join(money(v) for v in slow) + " | - |")
     out.append("| **total** | " + " | ".join(f"**{money(sum(m.values()))}**" for _, m in priced)
                + f" | **{money(sum(idle.values()))}** |")
-    out += ["", "The seed design for the same files (only the services where it differs):", "",
+    out += ["", "The article's design for the same files (only the services where it differs):", "",
             "| service | " + " | ".join(s.name for s, _ in priced) + " |", "|" + " --- |" * (len(priced) + 1)]
     seeds = [seed_monthly(s) for s, _ in priced]
     for service in seeds[0]:
         out.append(f"| {service} | " + " | ".join(
             f"{money(seed[service])} (here {money(m[service])})" for seed, (_, m) in zip(seeds, priced)) + " |")
     seed_calls, own_calls = seed_burst(10, 600)
-    out += ["", (f"A burst of 10 files of 10 minutes each: the seed's controller runs {seed_calls:,} times "
+    out += ["", (f"A burst of 10 files of 10 minutes each: the article's controller runs {seed_calls:,} times "
                  f"(each a ListExecutions), this one at most {own_calls}.")]
     return "\n".join(out)
 
