@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 from pipeline_checks import (
     assert_files_in_order,
+    assert_one_key_per_record,
     assert_no_duplicates,
     assert_no_overlap,
     assert_records_in_file_order,
@@ -110,5 +111,12 @@ def test_the_faults_really_happened(run: Run) -> None:
     failed_keys = [r.idempotency_key for r in requests if r.status >= 400]
     for key in failed_keys:
         assert 200 <= [r.status for r in requests if r.idempotency_key == key][-1] < 300
-    assert not [r for r in requests if r.status < 300 and not r.registered], "an acknowledged record was sent again"
+    # An acknowledged record is sent again only after a register invocation died (on a loaded
+    # machine the scaled timeouts can expire: the retry continues at the ledger's last recorded
+    # progress), and then under the key it had: the core system registers it once.
+    resent = [r for r in requests if r.status < 300 and not r.registered]
+    register_log = pipe.logs(pipe.tenants["acme"].functions["register"])
+    died = '"type": "platform.report"' in register_log or "Task timed out" in register_log
+    assert not resent or died, "an acknowledged record was sent again, and no register invocation died"
+    assert_one_key_per_record(requests)
     assert all(r.idempotency_key for r in requests)

@@ -87,15 +87,19 @@ class Logs:
         self._caplog = caplog
 
     def records(self) -> list[logging.LogRecord]:
-        return list(self._caplog.records)
+        """The handlers' own records (their `ingest` loggers): what the function's log group
+        holds. moto logs too, from threads an earlier test may have left running (a Step
+        Functions execution); those are not the function's and never reach its metric filter."""
+        return [r for r in self._caplog.records
+                if r.name == runtime.LOGGER_NAME or r.name.startswith(runtime.LOGGER_NAME + ".")]
 
     def errors(self) -> list[logging.LogRecord]:
         """Records a `{ $.level = "ERROR" }` metric filter would count."""
-        return [r for r in self._caplog.records if r.levelno >= logging.ERROR]
+        return [r for r in self.records() if r.levelno >= logging.ERROR]
 
     def at(self, level: int) -> list[str]:
         """Messages logged at exactly `level`."""
-        return [r.getMessage() for r in self._caplog.records if r.levelno == level]
+        return [r.getMessage() for r in self.records() if r.levelno == level]
 
     def text(self) -> str:
         """Everything a log formatter could print of the captured records: message, arguments,
