@@ -78,7 +78,9 @@ def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = T
     dashboards: list[DashboardStack] = []
     by_id = {t.id: t for t in config.tenants}
     for unit in built:
-        scope = scopes.get(unit.target) or scopes.setdefault(unit.target, _scope(app, config, unit.target))
+        if unit.target not in scopes:
+            scopes[unit.target] = _scope(app, config, unit.target)
+        scope = scopes[unit.target]
         if unit.shared:
             own = _of_target(config, unit.target)
             shared_of[unit.target] = SharedStack(scope, own)

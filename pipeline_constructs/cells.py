@@ -112,12 +112,13 @@ def fingerprints(config: AppConfig) -> dict[str, str]:
     cell whose digest did not change between two tenants files synthesizes the same (with the
     same code)."""
     by_id = {t.id: t for t in config.tenants}
+    app = _app_settings(config)
     digests = {}
     for cell in cells_of(config):
         tenants = [by_id[tenant_id] for tenant_id in cell.tenant_ids]
         inputs: dict[str, Any] = {
             "cell": cell.name,
-            "app": _app_settings(config),
+            "app": app,
             "tenants": [t.model_dump(mode="json") for t in tenants],
         }
         if cell.shared:

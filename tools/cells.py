@@ -125,7 +125,8 @@ def diff(chosen: Sequence[cells.Cell], *, outdir: Path = OUTDIR, runner: Runner 
 # --- which cells a change touches ------------------------------------------------------------
 
 
-def _git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str) -> str:
+    """`git ARGS` in `repo`: its output; `CellsError` with git's message if it fails."""
     result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise CellsError(f"git {' '.join(args)}: {result.stderr.strip()}")
@@ -137,8 +138,8 @@ def code_changed(repo: Path, base: str, tenants: Path) -> list[str]:
     (untracked ones included): any of them may change what every cell synthesizes."""
     relative = _relative(repo, tenants)
     excluded = [f":(exclude){relative}"] if relative else []
-    changed = _git(repo, "diff", "--name-only", base, "--", ".", *excluded).split()
-    untracked = _git(repo, "ls-files", "--others", "--exclude-standard", "--", ".", *excluded).split()
+    changed = git(repo, "diff", "--name-only", base, "--", ".", *excluded).split()
+    untracked = git(repo, "ls-files", "--others", "--exclude-standard", "--", ".", *excluded).split()
     return sorted(set(changed) | set(untracked))
 
 
@@ -155,7 +156,7 @@ def base_config(repo: Path, base: str, tenants: Path) -> AppConfig | None:
     if relative is None:
         return load_config(tenants)  # kept outside the repository: the same file on both sides
     try:
-        text = _git(repo, "show", f"{base}:{relative}")
+        text = git(repo, "show", f"{base}:{relative}")
     except CellsError:
         return None
     return parse_config(text, source=f"{relative} at {base}")

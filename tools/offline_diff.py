@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -186,13 +185,6 @@ def apply_cli_verdict(diff: StackDiff, cli_changes: list[ResourceChange]) -> Non
 
 # --- synthesizing and the CLI ------------------------------------------------------------
 
-def cdk_executable() -> str:
-    found = shutil.which("cdk")
-    if not found:
-        raise DiffError("the CDK CLI is not on PATH; run `make setup` (it installs node_modules/.bin/cdk)")
-    return found
-
-
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["CDK_DISABLE_CLI_TELEMETRY"] = "true"
@@ -204,7 +196,7 @@ def _env() -> dict[str, str]:
 def synth_command(source: Path, tenants: Path, outdir: Path, cell: str | None = None) -> list[str]:
     """The CLI synth of one revision (or one cell of it), with this environment's Python (the
     base revision has no virtual environment of its own)."""
-    return [cdk_executable(), "synth", "--quiet", "--no-notices", "--app", f"{sys.executable} app.py",
+    return [cell_tools.cdk(), "synth", "--quiet", "--no-notices", "--app", f"{sys.executable} app.py",
             "--output", str(outdir), "--context", f"tenants={tenants}",
             *(["--context", f"cell={cell}"] if cell is not None else [])]
 
@@ -240,7 +232,7 @@ def synthesize(runs: list[Synth]) -> None:
 def cli_diff(head_outdir: Path, stack: str, base_template: Path) -> str:
     """`cdk diff` of one head stack against a base template: offline, no credentials."""
     result = subprocess.run(
-        [cdk_executable(), "diff", "--no-color", "--no-notices", "--app", str(head_outdir),
+        [cell_tools.cdk(), "diff", "--no-color", "--no-notices", "--app", str(head_outdir),
          "--exclusively", "--template", str(base_template), stack],
         env=_env(), capture_output=True, text=True, check=False,
     )
@@ -330,22 +322,15 @@ def render_full(report: Report) -> str:
 
 # --- revisions ----------------------------------------------------------------------------
 
-def _git(repo: Path, *args: str) -> str:
-    result = subprocess.run(["git", *args], check=False, cwd=repo, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise DiffError(f"git {' '.join(args)}: {result.stderr.strip()}")
-    return result.stdout.strip()
-
-
 def export_revision(repo: Path, revision: str, target: Path) -> str:
     """Write the files of `revision` into `target`; return its short commit id."""
     try:
-        commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
-    except DiffError:
+        commit = cell_tools.git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}").strip()
+    except cell_tools.CellsError:
         raise DiffError(f"base revision {revision!r} not found in {repo}; fetch it first "
                         f"(e.g. `git fetch origin main`) or pass BASE=<branch, tag or commit>") from None
     archive = target.with_suffix(".tar")
-    _git(repo, "archive", "--format=tar", f"--output={archive}", commit)
+    cell_tools.git(repo, "archive", "--format=tar", f"--output={archive}", commit)
     target.mkdir(parents=True)
     with tarfile.open(archive) as tar:
         # The "data" filter (Python 3.11.4+) refuses absolute paths and links out of `target`.
