@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from pipeline_checks import E2E_TIME_SCALE, write_tenants
 
 from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import E2E_TIME_SCALE, write_tenants
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,13 @@ import json
 import time
 
 import pytest
-from pipeline_checks import csv_file, wait_for
 
 from lambdas import contract
 from local_runtime import LocalPipeline
 from local_runtime.alarms import FilterPattern
 from ops.cli import EXIT_OK
 from ops.cli import main as ops_main
+from tests.e2e.pipeline_checks import csv_file, wait_for
 
 STALL_AFTER = {"stall_after_seconds": 150}
 

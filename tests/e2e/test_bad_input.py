@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import assert_files_in_order, assert_no_overlap, assert_records_in_file_order, csv_file
 
 from lambdas import contract
 from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import (
+    assert_files_in_order,
+    assert_no_overlap,
+    assert_records_in_file_order,
+    csv_file,
+)
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,12 @@ same batch again and registers nothing twice."""
 
 from __future__ import annotations
 
-
 import pytest
-from pipeline_checks import (
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+from ops.cli import EXIT_OK
+from tests.e2e.pipeline_checks import (
     assert_no_overlap,
     assert_records_in_file_order,
     assert_requests_in_order,
@@ -15,10 +18,6 @@ from pipeline_checks import (
     status,
     wait_for,
 )
-
-from lambdas import contract
-from local_runtime import LocalPipeline
-from ops.cli import EXIT_OK
 
 BATCH = 4
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import csv_file, wait_for
 
 from local_runtime import LocalPipeline
 from pipeline_constructs import names, routing
+from tests.e2e.pipeline_checks import csv_file, wait_for
 
 TENANTS = {
     "acme": "acme/",

@@ -11,10 +11,10 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from pipeline_checks import assert_records_in_file_order, assert_requests_in_order, csv_file
 
 from local_runtime import LocalPipeline
 from pipeline_constructs import workflow
+from tests.e2e.pipeline_checks import assert_records_in_file_order, assert_requests_in_order, csv_file
 
 
 @pytest.fixture(scope="module")

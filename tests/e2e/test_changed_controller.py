@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pipeline_checks import assert_no_overlap, csv_file
 
 from local_runtime import LocalPipeline
 from pipeline_constructs import functions
+from tests.e2e.pipeline_checks import assert_no_overlap, csv_file
 
 RUNNING_CHECK = "        if position.running:\n            return self._decide_running("
 

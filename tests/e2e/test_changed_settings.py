@@ -5,7 +5,11 @@ record the core system acknowledged is sent again under another key (docs/design
 from __future__ import annotations
 
 import pytest
-from pipeline_checks import (
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+from ops.cli import EXIT_OK
+from tests.e2e.pipeline_checks import (
     assert_no_duplicates,
     assert_one_key_per_record,
     assert_records_in_file_order,
@@ -14,10 +18,6 @@ from pipeline_checks import (
     ops,
     wait_for,
 )
-
-from lambdas import contract
-from local_runtime import LocalPipeline
-from ops.cli import EXIT_OK
 
 
 @pytest.fixture(scope="module")

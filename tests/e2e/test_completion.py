@@ -11,7 +11,11 @@ import json
 from typing import Any
 
 import pytest
-from pipeline_checks import (
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+from ops.cli import EXIT_OK
+from tests.e2e.pipeline_checks import (
     assert_files_in_order,
     assert_no_overlap,
     assert_records_in_file_order,
@@ -21,10 +25,6 @@ from pipeline_checks import (
     status,
     wait_for,
 )
-
-from lambdas import contract
-from local_runtime import LocalPipeline
-from ops.cli import EXIT_OK
 
 CALLERS = ["arn:aws:iam::111111111111:role/core-system"]
 

@@ -7,10 +7,14 @@ progress write, no answer.
 from __future__ import annotations
 
 import pytest
-from pipeline_checks import (
+
+from local_runtime import LocalPipeline
+from ops.cli import EXIT_OK
+from pipeline_constructs import budgets
+from tests.e2e.pipeline_checks import (
     assert_no_duplicates,
-    assert_one_key_per_record,
     assert_no_overlap,
+    assert_one_key_per_record,
     assert_records_in_file_order,
     csv_file,
     halted,
@@ -18,10 +22,6 @@ from pipeline_checks import (
     status,
     wait_for,
 )
-
-from local_runtime import LocalPipeline
-from ops.cli import EXIT_OK
-from pipeline_constructs import budgets
 
 ATTEMPTS = budgets.CRASH_RETRIES + 1
 

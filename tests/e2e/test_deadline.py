@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import assert_records_in_file_order, csv_file
 
 from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import assert_records_in_file_order, csv_file
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import E2E_TIME_SCALE, csv_file, wait_for
 
 from lambdas import contract
 from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import E2E_TIME_SCALE, csv_file, wait_for
 
 
 @pytest.fixture(scope="module")

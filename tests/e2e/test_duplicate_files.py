@@ -3,11 +3,10 @@ recorded as a duplicate and sent nowhere with `skip`, and processed again with `
 
 from __future__ import annotations
 
-
 import pytest
-from pipeline_checks import assert_no_overlap, assert_records_in_file_order, csv_file, status
 
 from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import assert_no_overlap, assert_records_in_file_order, csv_file, status
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
-from pipeline_checks import E2E_TIME_SCALE, UNUSED_SINK, assert_records_in_file_order, csv_file
 
 from local_runtime import LocalPipeline
 from pipeline_constructs import encryption
+from tests.e2e.pipeline_checks import E2E_TIME_SCALE, UNUSED_SINK, assert_records_in_file_order, csv_file
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from pipeline_checks import (
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import (
     assert_files_in_order,
     assert_no_overlap,
     assert_records_in_file_order,
@@ -12,9 +15,6 @@ from pipeline_checks import (
     records_of,
     wait_for,
 )
-
-from lambdas import contract
-from local_runtime import LocalPipeline
 
 BURST_FILES = 20
 RECORDS_PER_FILE = 7  # three chunks of 3, 3 and 1 records

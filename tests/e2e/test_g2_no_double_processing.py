@@ -8,16 +8,16 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from pipeline_checks import (
+
+from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import (
     assert_files_in_order,
-    assert_one_key_per_record,
     assert_no_duplicates,
     assert_no_overlap,
+    assert_one_key_per_record,
     assert_records_in_file_order,
     csv_file,
 )
-
-from local_runtime import LocalPipeline
 
 FILES = [("d0", 7), ("d1", 7), ("d2", 5), ("d3", 4), ("d4", 6)]
 #: The id d2's event comes again under (see `run`).

@@ -8,10 +8,10 @@ import json
 import time
 
 import pytest
-from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
 
 from lambdas import contract
 from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
 
 SLOW_LATENCY_SECONDS = 0.2
 SLOW_RECORDS = 50  # >= 10 s at the core system

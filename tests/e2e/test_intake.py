@@ -14,11 +14,17 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, ops, wait_for
 
 from demo.__main__ import StrayUploads
 from ops.cli import EXIT_OK
 from ops.discovery import discover
+from tests.e2e.pipeline_checks import (
+    assert_files_in_order,
+    assert_records_in_file_order,
+    csv_file,
+    ops,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")

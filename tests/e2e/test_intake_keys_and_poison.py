@@ -10,17 +10,17 @@ import io
 import json
 
 import pytest
-from pipeline_checks import (
-    assert_files_in_order,
-    assert_no_overlap,
-    assert_records_in_file_order,
-    csv_file,
-)
 
 from lambdas import contract
 from local_runtime import LocalPipeline
 from ops.cli import EXIT_OK
 from ops.cli import main as ops
+from tests.e2e.pipeline_checks import (
+    assert_files_in_order,
+    assert_no_overlap,
+    assert_records_in_file_order,
+    csv_file,
+)
 
 ODD_NAMES = ["red flower.csv", "c++ notes.csv", "year=2024.csv", "100% done.csv", "Köln € 日本.csv",
              "deep/er/folder name.csv"]

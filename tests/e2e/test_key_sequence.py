@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import assert_no_overlap, assert_records_in_file_order, csv_file, ops, wait_for
 
 from lambdas import contract
 from local_runtime import LocalPipeline
 from ops.cli import EXIT_OK
+from tests.e2e.pipeline_checks import assert_no_overlap, assert_records_in_file_order, csv_file, ops, wait_for
 
 TENANT = "seqco"
 RECORDS = 4

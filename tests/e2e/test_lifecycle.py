@@ -8,7 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import (
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+from ops.cli import EXIT_NOTHING_TO_DO, EXIT_OK
+from tests.e2e.pipeline_checks import (
     assert_files_in_order,
     assert_no_overlap,
     assert_records_in_file_order,
@@ -19,10 +23,6 @@ from pipeline_checks import (
     status,
     wait_for,
 )
-
-from lambdas import contract
-from local_runtime import LocalPipeline
-from ops.cli import EXIT_NOTHING_TO_DO, EXIT_OK
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import json
 from typing import Any
 
 import pytest
-from pipeline_checks import wait_for
 
 from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import wait_for
 
 #: A value only the records hold: wherever it shows up, a record leaked.
 CANARY = "canary-5e1f-record-content"

@@ -11,7 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import (
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+from ops.cli import EXIT_OK
+from tests.e2e.pipeline_checks import (
     assert_files_in_order,
     assert_no_duplicates,
     assert_no_overlap,
@@ -22,10 +26,6 @@ from pipeline_checks import (
     status,
     wait_for,
 )
-
-from lambdas import contract
-from local_runtime import LocalPipeline
-from ops.cli import EXIT_OK
 
 RECORDS_PER_PAGE = 6  # chunks_per_page 2 x chunk_size 3
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import (
+
+from local_runtime import LocalPipeline
+from ops.cli import EXIT_NOT_COMPLETED, EXIT_OK
+from tests.e2e.pipeline_checks import (
     assert_files_in_order,
     assert_no_duplicates,
     assert_records_in_file_order,
@@ -15,9 +18,6 @@ from pipeline_checks import (
     ops,
     wait_for,
 )
-
-from local_runtime import LocalPipeline
-from ops.cli import EXIT_NOT_COMPLETED, EXIT_OK
 
 
 @pytest.fixture(scope="module")

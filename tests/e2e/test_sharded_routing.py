@@ -9,18 +9,18 @@ import threading
 from typing import Any
 
 import pytest
-from pipeline_checks import (
+
+from local_runtime import LocalPipeline
+from pipeline_constructs import names
+from pipeline_constructs.control_plane import WAITING_VISIBILITY
+from tests.conftest import pattern_matches
+from tests.e2e.pipeline_checks import (
     assert_files_in_order,
     assert_no_overlap,
     assert_records_in_file_order,
     csv_file,
     wait_for,
 )
-
-from local_runtime import LocalPipeline
-from pipeline_constructs import names
-from pipeline_constructs.control_plane import WAITING_VISIBILITY
-from tests.conftest import pattern_matches
 
 # sha256 modulo 2 (tests/test_routing.py pins it): acme on shard 0, globex and initech on 1.
 SHARD_OF = {"acme": 0, "globex": 1, "initech": 1}

@@ -9,7 +9,10 @@ import json
 from typing import Any
 
 import pytest
-from pipeline_checks import (
+
+from lambdas import contract
+from local_runtime import LocalPipeline
+from tests.e2e.pipeline_checks import (
     assert_files_in_order,
     assert_no_overlap,
     assert_records_in_file_order,
@@ -19,9 +22,6 @@ from pipeline_checks import (
     status,
     wait_for,
 )
-
-from lambdas import contract
-from local_runtime import LocalPipeline
 
 BEARER_SECRET = "ordered-ingest/bearer/core-token"
 ROTATING_SECRET = "ordered-ingest/rotating/core-token"

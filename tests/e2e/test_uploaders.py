@@ -10,10 +10,10 @@ principal, and its CloudFormation does not create `AWS::S3::BucketPolicy`), so
 from __future__ import annotations
 
 import pytest
-from pipeline_checks import assert_records_in_file_order, csv_file
 
 from local_runtime import LocalPipeline, UploadDenied
 from local_runtime.pipeline import LOCAL_ACCOUNT
+from tests.e2e.pipeline_checks import assert_records_in_file_order, csv_file
 
 ACME_UPLOADER = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/acme-uploader"
 GLOBEX_UPLOADER = f"arn:aws:iam::{LOCAL_ACCOUNT}:user/globex-sftp"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_checks import assert_records_in_file_order, csv_file, halted, ops, wait_for
 
 from local_runtime import LocalPipeline
 from ops.cli import EXIT_OK
+from tests.e2e.pipeline_checks import assert_records_in_file_order, csv_file, halted, ops, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,11 @@ if str(LAMBDAS_DIR) not in sys.path:
     # The handlers are deployed as top-level modules (`controller.handler`); import them so.
     sys.path.insert(0, str(LAMBDAS_DIR))
 
-import boto3  # noqa: E402
-from moto import mock_aws  # noqa: E402
+import boto3
+import runtime
+from moto import mock_aws
 
-import runtime  # noqa: E402
-
-REGION = "us-east-1"
+from tests.handlers.support import LEDGER_TABLE, REGION, TENANT
 
 
 @pytest.fixture(autouse=True)
@@ -119,8 +118,6 @@ def logs(info_logs: pytest.LogCaptureFixture) -> Logs:
     return Logs(info_logs)
 
 
-LEDGER_TABLE = "ledger"
-TENANT = "acme"
 
 
 @pytest.fixture
@@ -154,13 +151,3 @@ def queue_url(sqs: Any) -> str:
 @pytest.fixture
 def sns(aws: None) -> Any:
     return boto3.client("sns", region_name=REGION)
-
-
-class Context:
-    """The part of the Lambda context object the handlers use."""
-
-    def __init__(self, seconds: float = 60) -> None:
-        self.seconds = seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int(self.seconds * 1000)

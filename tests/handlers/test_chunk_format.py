@@ -8,9 +8,8 @@ import csv
 import io
 from typing import Any
 
-import pytest
-
 import chunk_format
+import pytest
 from chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
 from contract import MalformedFileError
 

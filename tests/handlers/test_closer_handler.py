@@ -7,15 +7,15 @@ import logging
 import uuid
 from typing import Any
 
+import closer
 import pytest
 from botocore.exceptions import ClientError
-from conftest import TENANT
-
-import closer
 from closer import Closer, close_event, error_summary
 from contract import CloserEnv, FileRef, environment, execution_arn
 from ledger import DUPLICATE, FAILED, SUCCEEDED, Ledger
 from runtime import BoundLogger, get_logger
+
+from tests.handlers.support import TENANT
 
 NOW = 1_700_000_000.0
 DEFINITION = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})

@@ -15,10 +15,11 @@ from typing import Any
 import boto3
 import completion
 import pytest
-from conftest import LEDGER_TABLE, REGION, TENANT
 from contract import COMPLETION_REJECTED_ERROR, MAX_REJECT_REASON
 from moto import mock_aws
 from runtime import BoundLogger, get_logger
+
+from tests.handlers.support import LEDGER_TABLE, REGION, TENANT
 
 EVENT_ID = "event-0001"
 FILE_REF = {"event_id": EVENT_ID, "bucket": "landing", "key": "acme/a.csv", "version_id": "v1"}

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-import pytest
-
 import chunk_format
 import contract
+import pytest
 from contract import ConfigError, ControllerEnv, RegisterEnv, SplitEnv, environment, from_env
 
 

@@ -11,15 +11,22 @@ import re
 import uuid
 from typing import Any
 
-import pytest
-from conftest import TENANT, Context
-from moto.stepfunctions.models import StepFunctionBackend
-
 import controller
-from contract import MAX_FILE_EXECUTION_NAME, ControllerEnv, FileRef, environment, execution_arn, execution_name
+import pytest
+from contract import (
+    MAX_FILE_EXECUTION_NAME,
+    ControllerEnv,
+    FileRef,
+    environment,
+    execution_arn,
+    execution_name,
+)
 from controller import process_message
 from ledger import FAILED, RUNNING, Ledger
+from moto.stepfunctions.models import StepFunctionBackend
 from runtime import BoundLogger, get_logger
+
+from tests.handlers.support import TENANT, Context
 
 NOW = 1_700_000_100.5
 WORK_BUCKET = "work"

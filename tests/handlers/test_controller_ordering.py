@@ -13,12 +13,8 @@ import json
 import logging
 from typing import Any
 
-import pytest
-from conftest import TENANT
-from test_controller_handler import NOW, config, executions, ledger, queue, run, s3_event, set_status  # noqa: F401
-from test_controller_handler import quarantined, work_bucket  # noqa: F401
-
 import operations
+import pytest
 from contract import (
     LATE_ARRIVAL_METRIC,
     SEQUENCE_GAP_METRIC,
@@ -26,6 +22,20 @@ from contract import (
     sequence_of,
 )
 from ledger import Ledger, hand_off
+
+from tests.handlers.support import TENANT
+from tests.handlers.test_controller_handler import (
+    NOW,
+    config,
+    executions,
+    ledger,
+    quarantined,
+    queue,
+    run,
+    s3_event,
+    set_status,
+    work_bucket,
+)
 
 PATTERN = r"(?P<seq>\d+)\.csv$"
 

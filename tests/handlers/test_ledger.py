@@ -6,10 +6,20 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from conftest import TENANT
-
 from contract import FileRef
-from ledger import DUPLICATE, FAILED, RUNNING, SKIPPED, SUCCEEDED, AlreadyClaimed, Ledger, LedgerConflict, version_entry
+from ledger import (
+    DUPLICATE,
+    FAILED,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+    AlreadyClaimed,
+    Ledger,
+    LedgerConflict,
+    version_entry,
+)
+
+from tests.handlers.support import TENANT
 
 NOW = 1_700_000_000.0
 

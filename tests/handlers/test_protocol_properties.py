@@ -25,20 +25,20 @@ import json
 from typing import Any
 
 import boto3
-import pytest
-from conftest import REGION, TENANT
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from moto import mock_aws
-from moto.stepfunctions.models import stepfunctions_backends
-
 import operations
+import pytest
 from closer import Closer
 from contract import CLOSED_STATUSES, CloserEnv, ControllerEnv, execution_arn
 from controller import process_message
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from ledger import SKIPPED, Ledger, LedgerConflict, version_entry
+from moto import mock_aws
+from moto.stepfunctions.models import stepfunctions_backends
 from runtime import BoundLogger, get_logger
+
+from tests.handlers.support import REGION, TENANT
 
 HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
 
@@ -227,7 +227,7 @@ class Protocol(RuleBasedStateMachine):
             for message_id, receipt in list(self.in_flight.items()):
                 try:
                     self.sqs.change_message_visibility(QueueUrl=self.queue, ReceiptHandle=receipt, VisibilityTimeout=0)
-                except Exception:  # noqa: BLE001 - deleted or received again meanwhile
+                except Exception:
                     pass
                 self.in_flight.pop(message_id, None)
 

@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
-
 import chunk_format
 import contract
+import pytest
 import register_chunk
 import split
 from contract import FileRef, RegisterEnv, SinkRejectedError, SinkUnavailableError, StaleExecutionError
 from ledger import Ledger
 from runtime import BoundLogger, get_logger
 
-from conftest import TENANT, Context  # noqa: E402
+from tests.handlers.support import TENANT, Context
+
 WORK = "work"
 LANDING = "landing"
 KEY = "acme/f.csv"
@@ -54,7 +54,7 @@ def sink() -> Iterator[Sink]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like a real core system
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             state.requests.append(
                 {"path": self.path, "headers": dict(self.headers), "body": body, "client": self.client_address}

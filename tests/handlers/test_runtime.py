@@ -6,8 +6,14 @@ import logging
 from typing import Any
 
 import pytest
-
-from contract import ConfigError, ControllerEnv, MalformedFileError, PipelineError, SinkRetryableError, environment
+from contract import (
+    ConfigError,
+    ControllerEnv,
+    MalformedFileError,
+    PipelineError,
+    SinkRetryableError,
+    environment,
+)
 from runtime import BoundLogger, lambda_handler
 
 ENV = environment(

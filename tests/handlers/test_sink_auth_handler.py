@@ -16,10 +16,12 @@ import contract
 import pytest
 import register_chunk
 import sink_auth
-from conftest import REGION, Context
 from botocore.exceptions import ClientError, EndpointConnectionError
 from contract import SinkAuthError, SinkUnavailableError
-from test_register_chunk_handler import (  # noqa: F401 - fixtures
+
+from local_runtime.core_auth import SigV4Key, sigv4_problem
+from tests.handlers.support import REGION, Context
+from tests.handlers.test_register_chunk_handler import (
     Clock,
     cold_function,
     config,
@@ -30,8 +32,6 @@ from test_register_chunk_handler import (  # noqa: F401 - fixtures
     task,
     work,
 )
-
-from local_runtime.core_auth import SigV4Key, sigv4_problem
 
 SECRET = "ordered-ingest/acme/core-token"
 TOKEN = "tok-FIRST-5f1e8c"

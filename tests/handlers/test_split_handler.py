@@ -6,14 +6,14 @@ import hashlib
 import json
 from typing import Any
 
-import pytest
-
 import chunk_format
 import contract
+import pytest
 import split
 from contract import KeyOutsidePrefixError, MalformedFileError, SplitEnv
-from conftest import LEDGER_TABLE
 from split import split_file
+
+from tests.handlers.support import LEDGER_TABLE
 
 TENANT = "acme"
 LANDING = "landing"
