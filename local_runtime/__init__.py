@@ -18,7 +18,6 @@ _EXPORTS = {
     "SinkRequest": "local_runtime.sink",
     "SinkServer": "local_runtime.sink",
     "Tenant": "local_runtime.deploy",
-    "UploadDenied": "local_runtime.pipeline",
 }
 __all__ = [
     "LocalPipeline",
@@ -28,7 +27,6 @@ __all__ = [
     "SinkRequest",
     "SinkServer",
     "Tenant",
-    "UploadDenied",
 ]
 
 

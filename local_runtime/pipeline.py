@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from lambdas import contract
-from local_runtime import bucket_policy
 from local_runtime.alarms import LocalAlarms, moto_log_events, moto_queue_stats
 from local_runtime.deploy import Deployment, FunctionEnvironmentHook, Tenant
 from local_runtime.faults import Faults
@@ -28,14 +27,9 @@ from local_runtime.observation import Notification, NotificationCapture, Observe
 from local_runtime.poller import Delivery
 from local_runtime.progress import ProgressEvents, ProgressReporter
 from local_runtime.sink import SinkServer
-from pipeline_constructs import names
 
 #: The account of the local run (moto's default).
 LOCAL_ACCOUNT = "123456789012"
-
-
-class UploadDenied(PermissionError):
-    """The landing bucket's policy refuses an upload (S3 would answer 403 AccessDenied)."""
 
 
 class LocalPipeline:
@@ -198,36 +192,6 @@ class LocalPipeline:
         response = self.client("s3").put_object(Bucket=where.bucket, Key=key, Body=body)
         self.events.emit("file_uploaded", tenant, key=key, version_id=response["VersionId"])
         return key, response["VersionId"]
-
-    def upload_as(
-        self, principal: str, key: str, data: bytes | str, *, identity_allows: bool = True,
-        secure_transport: bool = True,
-    ) -> tuple[str, str]:
-        """Put ``key`` as the IAM principal ``principal`` would (an uploader's role or user ARN):
-        the synthesized landing bucket policy is evaluated first (`bucket_policy`: moto cannot
-        evaluate it per caller) and a refusal raises `UploadDenied`, as S3 answers AccessDenied.
-        ``identity_allows``: the caller's own identity policy allows the put (same account: an
-        Allow of either policy suffices; another account: both must allow)."""
-        request = bucket_policy.Request(principal, "s3:PutObject", f"arn:aws:s3:::{self.landing_bucket}/{key}",
-                                        secure_transport=secure_transport)
-        verdict = self.check_landing_access(request, identity_allows=identity_allows)
-        if not verdict.allowed:
-            raise UploadDenied(f"AccessDenied: {principal} may not put s3://{self.landing_bucket}/{key}: "
-                               f"{verdict.decision.value} {', '.join(verdict.statements)}".rstrip())
-        body = data.encode() if isinstance(data, str) else data
-        response = self.client("s3").put_object(Bucket=self.landing_bucket, Key=key, Body=body)
-        tenant = next((t for t, where in self.tenants.items() if key.startswith(where.prefix)), None)
-        if tenant is not None:
-            self.events.emit("file_uploaded", tenant, key=key, version_id=response["VersionId"])
-        return key, response["VersionId"]
-
-    def check_landing_access(self, request: bucket_policy.Request, *, identity_allows: bool = True
-                             ) -> bucket_policy.Verdict:
-        """S3's decision on ``request`` under the deployed landing bucket's synthesized policy."""
-        statements = bucket_policy.landing_policy(self.templates[names.SHARED_STACK_NAME],
-                                                  bucket_name=self.landing_bucket)
-        return bucket_policy.evaluate(statements, request, bucket_account=LOCAL_ACCOUNT,
-                                      identity_allows=identity_allows)
 
     def send_to_queue(self, tenant: str, body: str, *, deduplication_id: str | None = None) -> str:
         """Put a raw message on the tenant's queue (e.g. a duplicate of an EventBridge event).

@@ -215,15 +215,12 @@ def test_parliament_finds_nothing_in_the_network_interface_statements(network_ap
     action has: e.g. a new interface has no `ec2:Subnet` key, so a condition on it would never
     match and Lambda could not attach the function."""
     parliament = pytest.importorskip("parliament")
-    from local_runtime.bucket_policy import _resolve
+    from tools.iam_policies import Resolver
 
-    class Pseudo(dict):
-        def __missing__(self, key):
-            return {"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "111111111111"}[key[1]]
-
-    statements = [s for s in data_role_statements(network_app.templates["OrderedIngest-Tenant-private"])
+    stack = "OrderedIngest-Tenant-private"
+    statements = [s for s in data_role_statements(network_app.templates[stack])
                   if s.get("Sid", "").startswith("RegisterVpc")]
-    document = _resolve({"Version": "2012-10-17", "Statement": statements}, Pseudo())
+    document = Resolver(network_app.templates).resolve(stack, {"Version": "2012-10-17", "Statement": statements})
     findings = parliament.analyze_policy_string(json.dumps(document)).findings
     assert [(f.issue, f.detail) for f in findings] == []
 
