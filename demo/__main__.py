@@ -39,8 +39,8 @@ SCENARIOS = {
     "halt-resume": "the core system rejects a record of the first tenant's second file: the tenant halts with its "
     "later files queued; the core system is fixed and the operator runs `ops resume`: the file continues at that "
     "record, then the later files, every record once and in order",
-    "crash": "the first tenant's controller dies right after StartExecution once (the redelivery starts nothing new), "
-             "its split and register processes are killed (SIGKILL) mid-file and mid-chunk (retried, nothing lost "
+    "crash": "the first tenant's controller is killed (SIGKILL) right after StartExecution once (the redelivery "
+             "starts nothing new), its split and register processes mid-file and mid-chunk (retried, nothing lost "
              "or registered twice)",
     "duplicate-event": "the first tenant's first event is delivered twice (one execution only)",
     "slow-tenant": "the first tenant's core system is slow (other tenants are not delayed)",
@@ -101,7 +101,7 @@ def inject(pipe, scenario: str, first_tenant: str) -> None:
             pipe.sink(tenant).fail_with(status=503, times=3, on_record=7)
             pipe.sink(tenant).fail_with(status=429, times=2, on_record=42)
     elif scenario == "crash":
-        pipe.faults.crash_controller_after_start(first_tenant, times=1)
+        pipe.faults.kill(first_tenant, "controller", after="sfn.StartExecution")
         pipe.faults.kill(first_tenant, "split", after="s3.PutObject", times=1)
         pipe.faults.kill(first_tenant, "register", after="sink", count=3, times=2)
     elif scenario == "duplicate-event":
@@ -197,10 +197,9 @@ def report_faults(pipe, console: Console) -> None:
                           f"{resent} resent record(s) recognised by their idempotency key, not registered again")
     kills = Counter((tenant, role) for tenant, role, _ in pipe.faults.kills)
     for (tenant, role), times in kills.items():
-        console.print(f"{tenant}: {role} killed {times} time(s) mid-run; the workflow retried it and it went on "
-                      "where the ledger says")
-    for function, _ in pipe.faults.crashes:
-        console.print(f"{function}: crashed after StartExecution; the redelivered message started nothing new")
+        recovery = ("its message came back and no file was started twice" if role == "controller"
+                    else "the workflow retried it and it went on where the ledger says")
+        console.print(f"{tenant}: {role} killed {times} time(s) mid-run; {recovery}")
     for tenant, original, copy in pipe.faults.duplicates_sent:
         console.print(f"{tenant}: event delivered twice (message {original} and copy {copy}); one execution")
     for notification in pipe.notifications:

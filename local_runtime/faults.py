@@ -1,17 +1,16 @@
-"""Faults injected into the pipeline: controller crashes, real kills of any function's process
-at a chosen point, and duplicate events (the core system's faults are on `sink.SinkServer`)."""
+"""Faults injected into the pipeline: real kills of any function's process at a chosen point
+(the controller's after StartExecution included), and duplicate events (the core system's
+faults are on `sink.SinkServer`)."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from local_runtime.deploy import DeployedFunction
 from local_runtime.lambda_pool import InvocationResult
 from local_runtime.poller import Delivery
-from local_runtime.synth import CONTROLLER_ROLE
 
 
 class Faults:
@@ -25,22 +24,12 @@ class Faults:
     ) -> None:
         self._tenants = set(tenants)
         self._send_copy = send_copy
-        self.crashes: list[tuple[str, float]] = []  # (function name, when) of controller crashes
         self.duplicates_sent: list[tuple[str, str, str]] = []  # (tenant, original id, copy id)
-        self._crashes_armed: dict[str, int] = {}  # by tenant
         self._kills_armed: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}  # (tenant, role) -> (times, directive)
         self.kills: list[tuple[str, str, str]] = []  # (tenant, role, error type) of each kill that happened
         self._duplicates_armed: dict[str, int] = {}
         self._copies: set[str] = set()
         self._lock = threading.Lock()
-
-    def crash_controller_after_start(self, tenant: str, times: int = 1) -> None:
-        """The controller process dies right after a successful StartExecution, ``times`` times.
-
-        The invocation then fails like a Lambda runtime crash (`Runtime.ExitError`): the
-        message is not deleted and comes back after the visibility timeout.
-        """
-        self._arm(self._crashes_armed, tenant, times)
 
     def kill(self, tenant: str, role: str, *, after: str, count: int = 1, times: int = 1,
              error_type: str = "Runtime.ExitError") -> None:
@@ -49,10 +38,14 @@ class Faults:
         ``count``-th ``after`` event of the invocation, where ``after`` is a botocore call
         (``"s3.PutObject"``: once it succeeded) or ``"sink"`` (once the core system answered a
         request, so the records it carried are registered and the handler never hears of it).
+        A botocore call is named as in botocore's event names, ``<service id>.<operation>``:
+        ``kill(tenant, "controller", after="sfn.StartExecution")`` kills the controller right
+        after it started an execution.
 
         The invocation fails as Lambda reports a killed runtime: ``error_type``
         (`Runtime.ExitError`; `Runtime.OutOfMemory` for an out-of-memory kill), message
-        "Runtime exited with error: signal: killed".
+        "Runtime exited with error: signal: killed". A message the killed function was
+        handling is not deleted: it comes back after the visibility timeout.
         """
         if tenant not in self._tenants:
             raise KeyError(f"unknown tenant {tenant!r} (have: {', '.join(sorted(self._tenants))})")
@@ -71,7 +64,6 @@ class Faults:
 
     def clear(self) -> None:
         with self._lock:
-            self._crashes_armed.clear()
             self._kills_armed.clear()
             self._duplicates_armed.clear()
 
@@ -86,24 +78,19 @@ class Faults:
     def directives(self, function: DeployedFunction) -> dict[str, Any]:
         """What the worker of this invocation must do (a `LambdaDispatcher` fault source)."""
         with self._lock:
-            if function.role == CONTROLLER_ROLE and self._crashes_armed.get(function.tenant or "", 0) > 0:
-                return {"crash_after": "sfn.StartExecution"}
             times, kill = self._kills_armed.get((function.tenant or "", function.role or ""), (0, {}))
             if times > 0:
                 return {"kill": kill}
         return {}
 
     def observe_crash(self, function: DeployedFunction, result: InvocationResult) -> None:
+        """An armed kill happened: record it and count it off."""
         with self._lock:
             armed = (function.tenant or "", function.role or "")
-            if self._kills_armed.get(armed, (0, {}))[0] > 0:
-                times, kill = self._kills_armed[armed]
+            times, kill = self._kills_armed.get(armed, (0, {}))
+            if times > 0:
                 self.kills.append((*armed, kill["error_type"]))
                 self._kills_armed[armed] = (times - 1, kill)
-                return
-            if self._crashes_armed.get(function.tenant or "", 0) > 0:
-                self._crashes_armed[function.tenant or ""] -= 1
-            self.crashes.append((function.name, time.time()))
 
     def on_delivery(self, tenant: str, delivery: Delivery) -> str | None:
         """Send a copy of a first delivery if a duplicate is armed; returns the copy's id."""

@@ -25,7 +25,6 @@ from typing import Any, TextIO
 
 from local_runtime import worker_process
 from local_runtime.deploy import DeployedFunction
-from local_runtime.worker_process import CRASH_EXIT_CODE
 
 WORKER_SCRIPT = Path(worker_process.__file__).resolve()
 
@@ -42,7 +41,7 @@ class InvocationResult:
     payload: str
     errored: bool
     duration: float
-    crashed: bool = False  # the process died (deliberately or not) during the invocation
+    crashed: bool = False  # an armed kill (`faults.kill`) killed the process during the invocation
 
     @property
     def error_type(self) -> str | None:
@@ -263,8 +262,7 @@ class FunctionPool:
             # A kill armed by a fault says how Lambda would report it (e.g. Runtime.OutOfMemory).
             error_type = (faults or {}).get("kill", {}).get("error_type") or "Runtime.ExitError"
             result = _runtime_error(request_id, error_type, f"Runtime exited with error: {how}", started)
-            injected = died.returncode == CRASH_EXIT_CODE or (
-                "kill" in (faults or {}) and died.returncode == -signal.SIGKILL)
+            injected = "kill" in (faults or {}) and died.returncode == -signal.SIGKILL
             return InvocationResult(result.payload, True, result.duration, crashed=injected)
         self._release(worker)
         return InvocationResult(response["payload"], bool(response["errored"]), time.monotonic() - started)

@@ -27,9 +27,6 @@ import time
 import traceback
 from typing import Any
 
-#: Exit status of a deliberate crash (fault injection); the parent tells it from a real one.
-CRASH_EXIT_CODE = 86
-
 _DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # LogRecord attributes the runtime never copies into a line; every other attribute (each
 # `extra=` key) becomes a field. `tenant_id` is Lambda's own (tenant isolation mode): the
@@ -137,15 +134,10 @@ class LambdaContext:
         return max(0, int((self._deadline - time.time()) * 1000))
 
 
-def _crash_hook(event_name: str, http_response: Any = None, **_: Any) -> None:
-    """botocore `after-call` hook: die right after the named call succeeded, if armed."""
+def _after_call(event_name: str, http_response: Any = None, **_: Any) -> None:
+    """botocore `after-call` hook: a succeeded call that the armed `kill` names counts towards it."""
     if http_response is None or http_response.status_code >= 300:
         return
-    target = _faults.get("crash_after")
-    if target and event_name == f"after-call.{target}":
-        sys.stderr.write(f"local-runtime: injected crash after {target}\n")
-        sys.stderr.flush()
-        os._exit(CRASH_EXIT_CODE)
     kill = _faults.get("kill") or {}
     if kill.get("after") and event_name == f"after-call.{kill['after']}":
         _count_towards_kill(kill)
@@ -179,7 +171,7 @@ def _install_fault_hooks() -> None:
     import boto3
 
     boto3.setup_default_session()
-    boto3.DEFAULT_SESSION.events.register("after-call", _crash_hook)
+    boto3.DEFAULT_SESSION.events.register("after-call", _after_call)
     sink = _sink_endpoint()
     if sink is None:
         return

@@ -38,7 +38,7 @@ def run(start_pipeline) -> Run:
     sink.fail_with(503, times=2, on_record={"file": "d1", "seq": "4"})  # chunk 1 of d1, twice
     sink.fail_with(500, times=1, on_record={"file": "d3", "seq": "2"})
     sink.fail_with(429, times=1, on_record={"file": "d2", "seq": "0"})
-    pipe.faults.crash_controller_after_start("acme", times=1)  # d0's first delivery
+    pipe.faults.kill("acme", "controller", after="sfn.StartExecution")  # d0's first delivery
     # EventBridge delivers at least once: d0's event reaches the queue a second time.
     pipe.faults.duplicate_next_event("acme")
 
@@ -93,9 +93,12 @@ def test_the_faults_really_happened(run: Run) -> None:
     new execution; the sink answered the injected errors, the records it could not take were sent
     again with their keys, and no acknowledged record was ever sent again."""
     pipe = run.pipe
-    assert [name for name, _ in pipe.faults.crashes] == ["acme-controller"]
+    assert pipe.faults.kills == [("acme", "controller", "Runtime.ExitError")]
     d0 = [d for d in pipe.deliveries("acme") if '"acme/d0.csv"' in d.body]
     assert d0[0].error_type == "Runtime.ExitError" and d0[0].outcome == "failed"
+    # the killed delivery is the one that started d0's one execution: the kill came after the start
+    (d0_execution,) = [e for e in pipe.executions("acme") if e["key"] == "acme/d0.csv"]
+    assert d0[0].started <= d0_execution["startDate"].timestamp() <= d0[0].finished
     assert any(d.receive_count >= 2 and d.outcome == "deleted" for d in d0), (
         "the crashed message never came back"
     )
