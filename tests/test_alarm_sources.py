@@ -278,15 +278,6 @@ def test_every_alarm_watches_a_metric_its_stack_publishes_in_the_unit_it_compare
     assert {m.namespace for m in metrics} == set(PUBLISHERS), "every kind of publisher was checked"
 
 
-def test_the_sharded_app_checks_a_rule_on_a_shard_bus_and_the_sequence_gap_alarm(sharded_app):
-    """The two cases only the sharded app has: its rules' metrics carry their bus, and the
-    `key_sequence` tenant's gap alarm compares the tenants file's seconds."""
-    tenant = sharded_app.templates["OrderedIngest-Tenant-seqco"]
-    (failed, *_) = watched(alarm(sharded_app.templates["OrderedIngest-Tenant-acme"], "acme-intake-failed"))
-    assert failed.dimensions == {"EventBusName": "ordered-ingest-shard-0", "RuleName": "acme-object-created"}
-    assert alarm(tenant, "seqco-sequence-gap")["Threshold"] == 120
-
-
 def _set(path: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
     """A mutation: set the property at ``path`` (from the resource's `Properties`) of the
     resource found by ``path[0]`` (an alarm name, or a callable picking the resource)."""
