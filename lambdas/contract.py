@@ -588,6 +588,32 @@ SINK_ERRORS_METRIC = "SinkErrors"
 #: SinkRequests): dividing by records would hide a batch core system that fails half its tries.
 SINK_REQUESTS_METRIC = "SinkRequests"
 
+
+@dataclasses.dataclass(frozen=True)
+class EmfMetric:
+    """A metric a handler publishes in CloudWatch's embedded metric format: its CloudWatch
+    unit, and the handler module that publishes it (its function's `Handler` is
+    `<emitter>.handler`)."""
+
+    unit: str
+    emitter: str
+
+
+#: The one dimension set of every EMF metric (a metric is the name plus all its dimensions:
+#: an alarm on another set watches a metric nobody publishes).
+EMF_DIMENSIONS = (TENANT_DIMENSION,)
+#: Every EMF metric by name: the handlers publish from this table (`runtime.emf_line` takes
+#: the unit here), and tests/test_alarm_sources.py checks each alarm's metric against it.
+EMF_METRICS = {
+    HEAD_WAIT_METRIC: EmfMetric("Seconds", "controller"),
+    QUARANTINED_MESSAGES_METRIC: EmfMetric("Count", "controller"),
+    LATE_ARRIVAL_METRIC: EmfMetric("Count", "controller"),
+    SEQUENCE_GAP_METRIC: EmfMetric("Seconds", "controller"),
+    RECORDS_SENT_METRIC: EmfMetric("Count", "register_chunk"),
+    SINK_ERRORS_METRIC: EmfMetric("Count", "register_chunk"),
+    SINK_REQUESTS_METRIC: EmfMetric("Count", "register_chunk"),
+}
+
 #: The field the Lambda runtime itself writes in JSON log format for its own records (an
 #: unhandled exception outside the handler's wrapper, an import error): not `level`.
 RUNTIME_LOG_LEVEL_FIELD = "log_level"

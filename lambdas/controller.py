@@ -250,11 +250,11 @@ class Gate:
                 extra={"event_time": file["event_time"], "last_started_key": last["key"],
                        "last_started_event_time": last["event_time"]},
             )
-            self._publish(LATE_ARRIVAL_METRIC, 1, unit="Count")
+            self._publish(LATE_ARRIVAL_METRIC, 1)
 
-    def _publish(self, metric: str, value: float, *, unit: str = "Seconds") -> None:
+    def _publish(self, metric: str, value: float) -> None:
         emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=self.now(),
-                     metrics={metric: (round(value, 3), unit)})
+                     metrics={metric: round(value, 3)})
 
     def _decide_running(self, position: Position, sequence: int | None = None) -> ControllerResult:
         assert position.execution is not None
@@ -433,7 +433,7 @@ def quarantine(record: dict[str, Any], error: UnusableMessageError, *, config: C
               extra={"reason": error.reason, "message_id": message_id, "quarantine_key": key,
                      "error_type": type(error).__name__})
     emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now,
-                 metrics={QUARANTINED_MESSAGES_METRIC: (1, "Count")})
+                 metrics={QUARANTINED_MESSAGES_METRIC: 1})
     return ControllerResult(batchItemFailures=[], outcome="quarantined", execution_name=None)
 
 

@@ -448,9 +448,8 @@ def publish_metrics(register: Register, tenant_id: str, now: float) -> None:
     `RecordsSent`, `SinkErrors` and `SinkRequests`, always present, so a period with traffic has
     a point of each (the sink-errors alarm's rate and the dashboard divide errors by tries)."""
     emit_metrics(namespace=METRIC_NAMESPACE, tenant_id=tenant_id, now=now,
-                 metrics={RECORDS_SENT_METRIC: (register.sent, "Count"),
-                          SINK_ERRORS_METRIC: (register.errors, "Count"),
-                          SINK_REQUESTS_METRIC: (register.requests, "Count")})
+                 metrics={RECORDS_SENT_METRIC: register.sent, SINK_ERRORS_METRIC: register.errors,
+                          SINK_REQUESTS_METRIC: register.requests})
 
 
 @lambda_handler(

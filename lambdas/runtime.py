@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
 
-from contract import TENANT_DIMENSION, PipelineError, execution_arn, from_env
+from contract import EMF_DIMENSIONS, EMF_METRICS, TENANT_DIMENSION, PipelineError, execution_arn, from_env
 
 LOGGER_NAME = "ingest"
 
@@ -127,10 +127,10 @@ def pick(event: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {key: event.get(key) for key in keys}
 
 
-def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, tuple[float, str]]) -> str:
-    """One CloudWatch embedded-metric-format record: `metrics` maps a name to (value, unit),
-    all with the one `Tenant` dimension. Printed to stdout, CloudWatch Logs turns it into
-    metrics (the local runtime reads the same lines)."""
+def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, float]) -> str:
+    """One CloudWatch embedded-metric-format record: `metrics` maps a name of `EMF_METRICS`
+    to its value, published with the unit and the dimensions that table gives. Printed to
+    stdout, CloudWatch Logs turns it into metrics."""
     return json.dumps(
         {
             "_aws": {
@@ -138,17 +138,17 @@ def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str
                 "CloudWatchMetrics": [
                     {
                         "Namespace": namespace,
-                        "Dimensions": [[TENANT_DIMENSION]],
-                        "Metrics": [{"Name": name, "Unit": unit} for name, (_, unit) in metrics.items()],
+                        "Dimensions": [list(EMF_DIMENSIONS)],
+                        "Metrics": [{"Name": name, "Unit": EMF_METRICS[name].unit} for name in metrics],
                     }
                 ],
             },
             TENANT_DIMENSION: tenant_id,
-            **{name: value for name, (value, _) in metrics.items()},
+            **metrics,
         }
     )
 
 
-def emit_metrics(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, tuple[float, str]]) -> None:
+def emit_metrics(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, float]) -> None:
     """Print one EMF record (see `emf_line`)."""
     print(emf_line(namespace=namespace, tenant_id=tenant_id, now=now, metrics=metrics), flush=True)

@@ -18,18 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from lambdas import contract
-from local_runtime.alarms import LocalAlarms, moto_log_events, moto_queue_stats
 from local_runtime.deploy import Deployment, FunctionEnvironmentHook, Tenant
 from local_runtime.faults import Faults
 from local_runtime.lifecycle import Runtime
-from local_runtime.log_metrics import LogMetricPublisher, metric_filters
 from local_runtime.observation import Notification, NotificationCapture, Observer
 from local_runtime.poller import Delivery
 from local_runtime.progress import ProgressEvents, ProgressReporter
 from local_runtime.sink import SinkServer
-
-#: The account of the local run (moto's default).
-LOCAL_ACCOUNT = "123456789012"
 
 
 class LocalPipeline:
@@ -67,12 +62,9 @@ class LocalPipeline:
             function_environment=function_environment,
             status_events=status_events,
         )
-        self._region = region
-        self._alarms: LocalAlarms | None = None
         self._observer: Observer | None = None
         self._notifications: NotificationCapture | None = None
         self._progress: ProgressReporter | None = None
-        self._log_metrics: LogMetricPublisher | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -112,27 +104,11 @@ class LocalPipeline:
         runtime.dispatcher.add_listener(self._progress.on_invocation)
         for sink in runtime.sinks.values():
             sink.add_listener(self._progress.on_sink_request)
-        self._alarms = LocalAlarms(
-            self.templates,
-            {name: stack.resources for name, stack in deployment.stacks.items()},
-            time_scale=self.time_scale,
-            function_names=list(deployment.functions),
-            logs=self.logs,
-            state_machines={tenant: where.state_machine_arn for tenant, where in deployment.tenants.items()},
-            executions=self.executions,
-            queue_stats=moto_queue_stats(LOCAL_ACCOUNT, self._region),
-            log_events=moto_log_events(self.client),
-            region=self._region,
-            account=LOCAL_ACCOUNT,
-        )
-        self._alarms.start_sampling()
 
     def close(self) -> None:
         """Stop pollers, executions, workers, sinks and moto (idempotent)."""
         if self._progress is not None:
             self._progress.stop()
-        if self._alarms is not None:
-            self._alarms.stop()
         self._runtime.close()
 
     def _on_delivery(self, tenant: str, delivery: Delivery) -> None:
@@ -235,36 +211,6 @@ class LocalPipeline:
         assert self._runtime.dispatcher is not None, "start the pipeline first"
         path = self._runtime.dispatcher.log_path(function_name)
         return path.read_text(encoding="utf-8") if path.exists() else ""
-
-    def publish_log_metrics(self) -> dict[tuple[str, str], float]:
-        """Apply the templates' log metric filters to what moto's log groups received since the
-        last call and put the metrics into moto's CloudWatch, as CloudWatch Logs would
-        (`log_metrics.py`); returns (namespace, metric) -> value put."""
-        if self._log_metrics is None:
-            stacks = self.deployment.stacks
-
-            def physical_id(stack: str, logical_id: str) -> str | None:
-                found = stacks[stack].resources.get(logical_id) if stack in stacks else None
-                return found[1] if found else None
-
-            self._log_metrics = LogMetricPublisher(self.client, metric_filters(self.templates, physical_id))
-        return self._log_metrics.publish()
-    # -- alarms ---------------------------------------------------------------------------------
-
-    @property
-    def alarms(self) -> LocalAlarms:
-        """The synthesized alarms evaluated on what this run observed (`local_runtime/alarms.py`)."""
-        assert self._alarms is not None, "start the pipeline first"
-        return self._alarms
-
-    def alarms_in_alarm(self) -> set[str]:
-        """Names of the alarms in ALARM now (periods and duration thresholds scaled by `time_scale`)."""
-        return self.alarms.in_alarm()
-
-    def alarms_fired(self, since: float | None = None) -> set[str]:
-        """Names of the alarms that were in ALARM at any moment since ``since`` (epoch seconds;
-        default: the start of the run)."""
-        return self.alarms.fired(since)
 
     def is_idle(self, *, tenants: list[str] | None = None) -> bool:
         """One check of what `wait_until_idle` waits for (for a caller with its own loop)."""

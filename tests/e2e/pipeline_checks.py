@@ -7,6 +7,7 @@ guarantee (test_changed_construct.py, test_changed_controller.py).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import yaml
 
 from demo import verify
+from lambdas import contract
 
 #: Every duration of the templates is multiplied by this (visibility timeout 30 s -> 1 s).
 E2E_TIME_SCALE = 0.03
@@ -63,8 +65,6 @@ def status(pipe: Any, tenant: str) -> dict[str, Any]:
     """`ops status TENANT --json` (it must succeed)."""
     code, out = ops(pipe, "status", tenant, "--json")
     assert code == 0, out
-    import json
-
     return json.loads(out)[0]
 
 
@@ -73,6 +73,19 @@ def halted(pipe: Any, tenant: str) -> bool:
     return status(pipe, tenant)["state"] == "halted" and not any(
         e["status"] == "RUNNING" for e in pipe.executions(tenant)
     )
+
+
+def emf_values(pipe: Any, tenant: str, role: str, metric: str) -> list[float]:
+    """The values of ``metric`` in the EMF records the tenant's ``role`` function printed (its
+    log, oldest first), each published under the tenant's dimension."""
+    values = []
+    for line in pipe.logs(pipe.tenants[tenant].functions[role]).splitlines():
+        record = json.loads(line) if line.startswith("{") and '"_aws"' in line else {}
+        names = {m["Name"] for d in record.get("_aws", {}).get("CloudWatchMetrics", []) for m in d["Metrics"]}
+        if metric in names:
+            assert record[contract.TENANT_DIMENSION] == tenant, record
+            values.append(record[metric])
+    return values
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05) -> Any:

@@ -239,25 +239,6 @@ def test_moto_events_carry_keys_encoded_as_s3_does(key: str, in_event: str) -> N
     assert contract.s3_key_from_event(in_event) == key
 
 
-# --- the templates' log metric filters (log_metrics.py) ----------------------------------------
-
-
-def test_metric_filters_resolve_their_log_group_and_keep_only_literal_values():
-    from local_runtime.log_metrics import LogMetricFilter, metric_filters
-
-    templates = {"S": {"Resources": {
-        "Group": {"Type": "AWS::Logs::LogGroup", "Properties": {"LogGroupName": "/x"}},
-        "Count": {"Type": "AWS::Logs::MetricFilter", "Properties": {
-            "LogGroupName": {"Ref": "Group"}, "FilterPattern": "",
-            "MetricTransformations": [{"MetricNamespace": "N", "MetricName": "M", "MetricValue": "1"}]}},
-        "Sized": {"Type": "AWS::Logs::MetricFilter", "Properties": {
-            "LogGroupName": "/literal", "FilterPattern": "{ $.a = 1 }",
-            "MetricTransformations": [{"MetricNamespace": "N", "MetricName": "Bytes", "MetricValue": "$.size"}]}},
-    }}}
-    resolved = metric_filters(templates, lambda stack, logical_id: {("S", "Group"): "/physical"}.get((stack, logical_id)))
-    assert resolved == [LogMetricFilter("S", "Count", "/physical", "", "N", "M", 1.0)]
-
-
 def _run_map(items: int, fail_at: int | None = None) -> dict:
     """One execution of a Map (MaxConcurrency 1) over `items` Pass (or Fail) iterations, on
     moto with the local runtime's patch of its Map worker."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 REGION = "us-east-1"
 LEDGER_TABLE = "ledger"
 TENANT = "acme"
@@ -15,3 +18,27 @@ class Context:
 
     def get_remaining_time_in_millis(self) -> int:
         return int(self.seconds * 1000)
+
+
+def emf_records(stdout: str, emitter: str) -> list[dict[str, Any]]:
+    """The EMF records a handler printed, each checked against the contract's one table
+    (`EMF_METRICS`, which the alarms are checked against too): the one dimension set, with a
+    value; every metric in the table, published by ``emitter`` (the handler module) with the
+    table's unit and a number."""
+    from contract import EMF_DIMENSIONS, EMF_METRICS  # the handlers' own import (lambdas/ on sys.path)
+
+    records = []
+    for line in stdout.splitlines():
+        record = json.loads(line) if line.startswith("{") else {}
+        if "_aws" not in record:
+            continue
+        (directive,) = record["_aws"]["CloudWatchMetrics"]
+        assert directive["Dimensions"] == [list(EMF_DIMENSIONS)], directive
+        assert all(isinstance(record.get(name), str) and record[name] for name in EMF_DIMENSIONS), record
+        for metric in directive["Metrics"]:
+            name = metric["Name"]
+            assert name in EMF_METRICS, f"{emitter} publishes {name}, which is not in contract.EMF_METRICS"
+            assert (emitter, metric.get("Unit")) == (EMF_METRICS[name].emitter, EMF_METRICS[name].unit), metric
+            assert isinstance(record.get(name), (int, float)) and not isinstance(record[name], bool), record
+        records.append(record)
+    return records

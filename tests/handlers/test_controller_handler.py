@@ -26,7 +26,7 @@ from ledger import FAILED, RUNNING, Ledger
 from moto.stepfunctions.models import StepFunctionBackend
 from runtime import BoundLogger, get_logger
 
-from tests.handlers.support import TENANT, Context
+from tests.handlers.support import TENANT, Context, emf_records
 
 NOW = 1_700_000_100.5
 WORK_BUCKET = "work"
@@ -477,8 +477,8 @@ def test_emits_head_message_wait_metric_as_emf(config, sfn, ddb, sqs, queue, cap
 
 def head_waits(capsys: pytest.CaptureFixture[str]) -> list[float]:
     """The HeadMessageWaitSeconds values the controller printed since the last call."""
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    return [line["HeadMessageWaitSeconds"] for line in lines if "HeadMessageWaitSeconds" in line]
+    records = emf_records(capsys.readouterr().out, "controller")
+    return [record["HeadMessageWaitSeconds"] for record in records if "HeadMessageWaitSeconds" in record]
 
 
 def test_head_wait_is_zero_while_a_file_of_the_tenant_runs(config, sfn, ddb, sqs, queue, capsys):
@@ -657,7 +657,7 @@ def test_an_unusable_message_is_quarantined_and_let_go(handler_env, sfn, s3, wor
     assert reason in error.reason and error.message_id == record["messageId"]
     assert error.quarantine_key == stored["key"]
     assert "TOPSECRET" not in logs.text()
-    metrics = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    metrics = emf_records(capsys.readouterr().out, "controller")
     assert [m.get("QuarantinedMessages") for m in metrics] == [1]  # no head wait: nothing was decided
     assert metrics[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "QuarantinedMessages", "Unit": "Count"}]
     assert executions(sfn, handler_env) == {}

@@ -23,7 +23,7 @@ from contract import (
 )
 from ledger import Ledger, hand_off
 
-from tests.handlers.support import TENANT
+from tests.handlers.support import TENANT, emf_records
 from tests.handlers.test_controller_handler import (
     NOW,
     config,
@@ -51,13 +51,7 @@ def file_key(sequence: int) -> str:
 
 def emitted(capsys: pytest.CaptureFixture[str], metric: str) -> list[float]:
     """Values of `metric` in the EMF records the controller printed."""
-    values = []
-    for line in capsys.readouterr().out.splitlines():
-        record = json.loads(line)
-        if metric in record:
-            assert record["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"] in (metric, "HeadMessageWaitSeconds")
-            values.append(record[metric])
-    return values
+    return [record[metric] for record in emf_records(capsys.readouterr().out, "controller") if metric in record]
 
 
 def close(ledger: Ledger, execution: str, sqs: Any, queue_url: str, now: float) -> None:

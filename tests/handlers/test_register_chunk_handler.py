@@ -22,6 +22,7 @@ from contract import FileRef, RegisterEnv, SinkRejectedError, SinkUnavailableErr
 from ledger import Ledger
 from runtime import BoundLogger, get_logger
 
+from tests.handlers import support
 from tests.handlers.support import TENANT, Context
 
 WORK = "work"
@@ -470,9 +471,8 @@ def test_a_chunk_reuses_one_connection_to_the_core_system(work, sink, ledger):
 
 
 def emf_records(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
-    """The EMF records printed since the last call."""
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    return [line for line in lines if "_aws" in line]
+    """The EMF records printed since the last call (checked against `contract.EMF_METRICS`)."""
+    return support.emf_records(capsys.readouterr().out, "register_chunk")
 
 
 def test_publishes_records_sent_and_sink_errors_once_per_invocation(work, sink, ledger, capsys):
