@@ -1,11 +1,9 @@
-"""moto in server mode on 127.0.0.1, plus the few patches the local run relies on.
+"""moto in server mode on 127.0.0.1, plus the patches the local run relies on.
 
 Server mode (not `mock_aws`) because the Lambda workers are separate processes that reach
 moto over HTTP (`AWS_ENDPOINT_URL`), and because moto's Step Functions interpreter calls
-Lambda and SNS through `http://localhost:$MOTO_PORT`.
-
-Every patch is applied on entry and undone on exit; each one says which moto 5.2.5
-behaviour it changes and why (see docs/design.md, section 6).
+Lambda and SNS through `http://localhost:$MOTO_PORT`. Each patch is applied on entry and
+undone on exit; why each exists is in local_runtime/README.md ("moto 5.2.5 patches").
 """
 
 from __future__ import annotations
@@ -31,9 +29,6 @@ from local_runtime.lambda_pool import InvocationResult
 #: Signature of the function that runs one Lambda invocation: (function name, its
 #: environment variables in moto, event) -> result.
 LambdaInvoker = Callable[[str, dict[str, str], Any], InvocationResult]
-
-#: SQS long polls re-check for deliverable messages this often (instead of spinning).
-SQS_WAIT_POLL_SECONDS = 0.05
 
 #: moto accepts any credentials; the local account is moto's default, 123456789012.
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -163,19 +158,19 @@ class MotoServer:
             return None
 
 
-# --- patches -------------------------------------------------------------------------------
+# --- patches: each closes one gap of moto 5.2.5, named in local_runtime/README.md ("moto 5.2.5
+# patches", with the canary in tests/test_moto_gaps.py that fails once moto closes it itself) ---
 
 
 @contextmanager
 def moto_patches(*, invoker: LambdaInvoker, time_scale: float, status_events: bool = False) -> Iterator[None]:
-    """Apply every patch of the local run for the duration of the block; ``status_events``:
-    Step Functions' status-change events reach the default bus (`_sfn_status_change_events`)."""
+    """Apply every patch of the local run for the duration of the block, in the README's order;
+    ``status_events``: Step Functions' status-change events reach the default bus."""
     with ExitStack() as stack:
         stack.enter_context(_lambda_runs_local_workers(invoker))
         stack.enter_context(_s3_events_get_fresh_ids())
         stack.enter_context(_s3_event_keys_encoded())
         stack.enter_context(_scaled_retry_sleeps(time_scale))
-        stack.enter_context(_sqs_long_poll_sleeps())
         stack.enter_context(_cfn_state_machines_in_the_executing_backend())
         stack.enter_context(_cfn_state_machine_versions_and_aliases())
         stack.enter_context(_sfn_starts_through_aliases_and_versions())
@@ -200,13 +195,7 @@ def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
 
 
 def _lambda_runs_local_workers(invoker: LambdaInvoker) -> Any:
-    """`LambdaFunction._invoke_lambda` would start a Docker container: run a worker instead.
-
-    Returns what moto expects, `(payload, errored, logs)`. An errored payload is the Lambda
-    runtime's `{"errorType": <exception class>, "errorMessage": ...}`; moto's Step Functions
-    interpreter takes `errorType` as the error name, so Retry/Catch match `SinkRetryableError`
-    or `MalformedFileError` as on AWS.
-    """
+    """Every invocation runs in a worker process (`lambda_pool.py`), not in moto's Docker."""
     from moto.awslambda.models import LambdaFunction
 
     def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
@@ -215,18 +204,13 @@ def _lambda_runs_local_workers(invoker: LambdaInvoker) -> Any:
         result = invoker(
             self.function_name, dict(self.environment_vars or {}), event if event is not None else {}
         )
-        return result.payload, result.errored, ""
+        return result.payload, result.errored, ""  # what moto expects: (payload, errored, logs)
 
     return _patched(LambdaFunction, "_invoke_lambda", _invoke_lambda)
 
 
 class _FreshIdEvent(dict):  # type: ignore[type-arg]
-    """moto's EventBridge base message; each copy gets a new id and an ISO time, as on AWS.
-
-    moto 5.2.5 deep-copies one constant dict for every S3 event, so all of them carry the
-    same id; the controller names executions after it and would take every later file for a
-    duplicate of the first.
-    """
+    """moto's EventBridge base message, of which each deep copy gets a new id."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
         event = {key: copy.deepcopy(value, memo) for key, value in self.items()}
@@ -236,10 +220,11 @@ class _FreshIdEvent(dict):  # type: ignore[type-arg]
 
 @contextmanager
 def _s3_events_get_fresh_ids() -> Iterator[None]:
+    """Each S3 EventBridge event gets its own id (moto deep-copies one constant for all)."""
     import moto.events.utils as events_utils
 
-    # moto.s3.notifications imports the constant from moto.events.utils on every event;
-    # moto.events.models bound it at import, so only S3-originated events are affected.
+    # moto.s3.notifications imports the constant on every event; moto.events.models bound it
+    # at import, so only S3-originated events are affected.
     with _patched(events_utils, "_BASE_EVENT_MESSAGE", _FreshIdEvent(events_utils._BASE_EVENT_MESSAGE)):
         yield
 
@@ -270,8 +255,7 @@ class _EventKey:
 
 
 def _s3_event_keys_encoded() -> Any:
-    """moto 5.2.5 puts the raw key into its S3 EventBridge events; S3 URL-encodes it. Without
-    this, a file named with a space or a "+" would pass locally and fail on AWS."""
+    """S3 EventBridge events carry the key URL-encoded, as S3 writes it (moto: the raw key)."""
     from moto.s3 import notifications
 
     original = notifications._send_event_bridge_message
@@ -297,32 +281,15 @@ class _ScaledTime:
 
 
 def _scaled_retry_sleeps(time_scale: float) -> Any:
-    """moto's Step Functions `Retry` really sleeps IntervalSeconds x BackoffRate^n: scale it."""
+    """A `Retry`'s waits (moto really sleeps them) are scaled by `time_scale`."""
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
     return _patched(retrier_decl, "time", _ScaledTime(time_scale))
 
 
-def _sqs_long_poll_sleeps() -> Any:
-    """moto's long poll spins a core while a FIFO group is blocked: sleep between checks.
-
-    `Queue.wait_for_messages` returns at once when the queue holds *any* visible message,
-    even one that cannot be delivered (its group has a message in flight), so
-    `receive_message` loops hot for the whole WaitTimeSeconds and starves the server.
-    """
-    from moto.sqs.models import Queue
-
-    def wait_for_messages(self: Any, timeout: int) -> None:
-        time.sleep(min(float(timeout), SQS_WAIT_POLL_SECONDS))
-
-    return _patched(Queue, "wait_for_messages", wait_for_messages)
-
-
 def _cfn_state_machines_in_the_executing_backend() -> Any:
-    """moto's CloudFormation creates an `AWS::StepFunctions::StateMachine` in the plain
-    Step Functions backend, but with ``execute_state_machine`` on the API serves (and runs)
-    the parser backend's: the stack's state machine would not exist for StartExecution.
-    Create it in the backend the API uses (name, definition, role, tags, type)."""
+    """A stack's state machine is created in the backend the API serves when
+    `execute_state_machine` is on (moto: in the plain one, which StartExecution never sees)."""
     from moto.stepfunctions.models import StateMachine
     from moto.stepfunctions.responses import get_backend
     from moto.stepfunctions.utils import cfn_to_api_tags
@@ -343,11 +310,8 @@ def _cfn_state_machines_in_the_executing_backend() -> Any:
 
 
 def _sfn_start_execution_task_calls_boto_with_its_member_names() -> Any:
-    """moto 5.2.5's `states:startExecution(.sync|.sync:2)` task passes the state's parameter
-    names (`Input`, `Name`, `StateMachineArn`) to boto3, whose members are `input`, `name`,
-    `stateMachineArn` (botocore raises KeyError 'Input'), and its `.sync` resolvers then read
-    `ExecutionArn` from boto3's `executionArn` answer. Rename both ways, as Step Functions does;
-    the parent's page task (issue 9: pages of chunks as child executions) runs on it."""
+    """A `states:startExecution` task calls boto3 with its members (`input`, `stateMachineArn`)
+    and answers with the state's names (`ExecutionArn`); moto passes the state's names through."""
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
         StateTaskServiceSfn,
     )
@@ -366,12 +330,8 @@ def _sfn_start_execution_task_calls_boto_with_its_member_names() -> Any:
 
 @contextmanager
 def _states_errors_pass_through_fail_states_and_maps() -> Iterator[None]:
-    """moto 5.2.5 checks a `States.*` error name as if it were a custom one (which must not
-    start with "States.") in two places, and fails the execution with States.Runtime instead:
-    a Fail state whose `ErrorPath` yields it, and an inline Map iteration that ends with it.
-    Step Functions passes such an error on: a failed page execution fails the parent's
-    `RunPage` with `States.TaskFailed`, the `PagesInOrder` Map's Catch takes it, and
-    `IngestFailed` re-throws it."""
+    """A `States.*` error passes through a Fail state's `ErrorPath` and out of a Map iteration
+    (moto checks it as a custom error name and fails with States.Runtime)."""
     from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
     from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
     from moto.stepfunctions.parser.asl.component.state.fail import state_fail
@@ -390,10 +350,7 @@ SYNC_POLL_SECONDS = 0.05
 
 
 def _sync_tasks_poll_often() -> Any:
-    """moto 5.2.5 polls a `.sync` task's child execution every 0.5 s: with a page of a few
-    hundred records registered in about half a second, that wait would be a large share of a
-    file's time on the local runtime. Poll every `SYNC_POLL_SECONDS` (one DescribeExecution
-    on loopback) so local throughput figures measure the pipeline, not the poll."""
+    """A `.sync` task looks at its child execution every `SYNC_POLL_SECONDS`."""
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
         state_task_service_callback as callback,
     )
@@ -405,20 +362,9 @@ _forwarding = threading.local()
 
 
 def _event_bus_targets_forward_the_event() -> Any:
-    """A rule whose target is an event bus (sharded routing, `routing.shards`) forwards the
-    event itself, as EventBridge does, not a new one; a rule whose target is a Lambda function
-    (the tenants' status rules) invokes it asynchronously, as EventBridge does.
-
-    Also, an AWS service's event reaches the default bus only (`_service_event_off_the_default_bus`).
-    moto 5.2.5 re-publishes only `source`, `detail-type` and `detail` through `PutEvents`: the
-    forwarded event loses its `time` (the controller's late-arrival check reads it), its
-    `resources`, and the S3 event's account and Region become the receiving backend's. Here the
-    receiving bus's rules get the whole event with a fresh `id` (one per forward; AWS documents a
-    new id for the newer bus type's bus-to-bus target, and nothing of the classic buses: the
-    ledger's version marker, not the id, makes a second event for the same object version a
-    duplicate). As on AWS, an event a bus received from another bus is not forwarded
-    to a third one. moto has no Lambda target at all (it raises); other targets are delivered by
-    moto as before."""
+    """Rules deliver as EventBridge does: an AWS service's event reaches the default bus's rules
+    only; an event-bus target passes the event itself (a fresh id) to the receiving bus's rules,
+    and never on to a third bus; a Lambda target is invoked asynchronously. Other targets: moto."""
     from moto.events import models
     from moto.utilities.arns import parse_arn
 
@@ -442,7 +388,7 @@ def _event_bus_targets_forward_the_event() -> Any:
         for target in handled:
             if ":lambda:" in target["Arn"]:
                 _invoke_async(target["Arn"], copy.deepcopy(dict(original_event)))
-            elif not getattr(_forwarding, "active", False):  # AWS: never on to a third bus
+            elif not getattr(_forwarding, "active", False):
                 _forward(models, parse_arn(target["Arn"]), original_event)
         return None
 
@@ -462,15 +408,13 @@ def _forward(models: Any, bus_arn: Any, original_event: Any) -> None:
 
 
 def _service_event_off_the_default_bus(rule: Any, event: Any) -> bool:
-    """moto 5.2.5's S3 sends its events to the rules of every bus; AWS services send theirs to
-    the account's default bus only (a custom bus gets them only when a rule forwards them)."""
     source = str(event.get("source", "")) if isinstance(event, dict) else ""
     return (source.startswith("aws.") and getattr(rule, "event_bus_name", "default") != "default"
             and not getattr(_forwarding, "active", False))
 
 
 def _invoke_async(function_arn: str, event: dict[str, Any]) -> None:
-    """EventBridge invokes a Lambda target asynchronously: the caller never waits for it."""
+    """Through the workers (`_lambda_runs_local_workers`); the caller never waits for it."""
     from moto.awslambda.models import lambda_backends
     from moto.utilities.arns import parse_arn
 
@@ -481,10 +425,8 @@ def _invoke_async(function_arn: str, event: dict[str, Any]) -> None:
 
 
 def _sfn_status_change_events() -> Any:
-    """Step Functions sends a "Step Functions Execution Status Change" event to the default bus
-    when an execution starts running and when it closes; moto 5.2.5 sends none, so the tenants'
-    status rules (the closer's backstop) never fired locally. Emitted here from moto's execution
-    (start, and its worker's end), on a thread of their own as the events are asynchronous."""
+    """An execution's start and end send "Step Functions Execution Status Change" events to the
+    default bus, on a thread of their own (moto sends none)."""
     from moto.events import models
     from moto.stepfunctions.parser.backend import execution as executions
 
@@ -531,17 +473,16 @@ def _emit_status(models: Any, execution: Any) -> None:
     def deliver() -> None:
         for rule in list(bus.rules.values()):
             try:
-                rule.send_to_targets(copy.deepcopy(event))
-            except Exception:  # noqa: BLE001 - one rule's failure must not stop the others
+                rule.send_to_targets(copy.deepcopy(event), transform_input=False)  # as moto's S3 events
+            except Exception:  # one rule's failure must not stop the others
                 logging.getLogger(__name__).exception("status event delivery failed")
 
     threading.Thread(target=deliver, daemon=True, name="sfn-status-event").start()
+
+
 def _map_iterations_loop() -> Any:
-    """moto 5.2.5's inline Map worker goes on to each next item by calling itself
-    (`IterationWorker._eval_pool`), one Python frame per item, so a Map of about 970 items
-    exceeds the interpreter's recursion limit (a `RecursionError`, seen as `States.Runtime`).
-    Step Functions has no such limit: a section's Map runs up to 996 pages. The same steps,
-    in the same order, as a loop."""
+    """The inline Map worker goes from item to item in a loop (moto recurses once per item:
+    a `RecursionError` past about 970 items). The same steps, in the same order."""
     from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.iteration_worker import (
         IterationWorker,
     )
@@ -573,10 +514,8 @@ def _map_iterations_loop() -> Any:
 
 
 def _cfn_versions_models() -> tuple[type, type]:
-    """`AWS::StepFunctions::StateMachineVersion` and `::StateMachineAlias` for moto's
-    CloudFormation, which has neither (moto 5.2.5 implements the API only). A version publishes
-    the state machine's current definition (Ref and `Arn`: the version ARN); an alias routes to
-    its versions (Ref and `Arn`: the alias ARN)."""
+    """CloudFormation models of `AWS::StepFunctions::StateMachineVersion` (publishes the state
+    machine's current definition) and `::StateMachineAlias`; Ref and `Arn`: their ARNs."""
     from moto.core.common_models import CloudFormationModel
     from moto.stepfunctions.responses import get_backend
 
@@ -589,7 +528,7 @@ def _cfn_versions_models() -> tuple[type, type]:
             return self.arn
 
         @classmethod
-        def has_cfn_attr(cls, attr: str) -> bool:  # noqa: D102
+        def has_cfn_attr(cls, attr: str) -> bool:
             return attr == "Arn"
 
         def get_cfn_attribute(self, attribute_name: str) -> str:
@@ -635,7 +574,7 @@ def _cfn_versions_models() -> tuple[type, type]:
 
 @contextmanager
 def _cfn_state_machine_versions_and_aliases() -> Iterator[None]:
-    """Register the two models (`_cfn_versions_models`) for the block: moto finds a resource
+    """Registers the two models of `_cfn_versions_models` (moto has the API only): moto finds a
     type among `CloudFormationModel`'s subclasses, in lru-cached maps cleared on entry and exit."""
     from moto.cloudformation import parsing
 
@@ -660,12 +599,8 @@ _VERSIONED_START = threading.Lock()
 
 
 def _sfn_starts_through_aliases_and_versions() -> Any:
-    """moto 5.2.5 cannot start an execution through an alias ARN (`StateMachineDoesNotExist`)
-    and fails on a version ARN. Step Functions runs the version's definition (an alias's: the
-    version its routing picks), names the execution after the state machine
-    (`...:execution:<machine>:<name>`), lists it under the state machine, and reports
-    `stateMachineVersionArn` / `stateMachineAliasArn` in DescribeExecution. Do the same: run
-    the execution on the state machine with the version's definition, remember both ARNs."""
+    """StartExecution through an alias or version ARN runs the version's definition as an
+    execution of the state machine; DescribeExecution reports both ARNs (moto refuses both)."""
     import random
 
     from moto.stepfunctions.exceptions import ResourceNotFound
