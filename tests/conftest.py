@@ -6,6 +6,8 @@ import json
 import os
 import re
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -127,6 +129,30 @@ def moto_account(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():
         yield
+
+
+@contextmanager
+def moto_executing_state_machines(region: str = "us-east-1") -> Iterator[None]:
+    """In-process moto whose Step Functions executions run their definitions (on moto's
+    threads). On exit every execution still running is stopped and its threads are joined, so
+    that no later test sees its log records or its calls."""
+    import boto3
+    from moto import mock_aws
+    from moto.stepfunctions.parser.utils import TMP_THREADS
+
+    before = set(TMP_THREADS)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        try:
+            yield
+        finally:
+            sfn = boto3.client("stepfunctions", region_name=region)
+            for machine in sfn.list_state_machines()["stateMachines"]:
+                for execution in sfn.list_executions(stateMachineArn=machine["stateMachineArn"],
+                                                     statusFilter="RUNNING")["executions"]:
+                    sfn.stop_execution(executionArn=execution["executionArn"])
+            for thread in [t for t in TMP_THREADS if t not in before]:
+                thread.join(timeout=30)
+                assert not thread.is_alive(), f"a Step Functions thread outlived its test: {thread.name}"
 
 
 def create_ledger_table(ddb, name: str = "ledger") -> str:

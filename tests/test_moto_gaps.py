@@ -23,9 +23,8 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto import mock_aws
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, moto_executing_state_machines
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/canary"
@@ -42,7 +41,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """moto in-process, Step Functions executing their definitions, as the local runtime runs it."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+    with moto_executing_state_machines(REGION):
         yield
 
 

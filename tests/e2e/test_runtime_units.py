@@ -245,9 +245,9 @@ def _run_map(items: int, fail_at: int | None = None) -> dict:
     import time
 
     import boto3
-    from moto import mock_aws
 
     from local_runtime.moto_server import _map_iterations_loop
+    from tests.conftest import moto_executing_state_machines
 
     item = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
     if fail_at is not None:
@@ -259,7 +259,7 @@ def _run_map(items: int, fail_at: int | None = None) -> dict:
         "R": {"Type": "Pass", "Parameters": {"items.$": f"States.ArrayRange(0, {items - 1}, 1)"}, "Next": "M"},
         "M": {"Type": "Map", "ItemsPath": "$.items", "MaxConcurrency": 1, "ResultPath": None, "End": True,
               "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, **item}}}}
-    with _map_iterations_loop(), mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+    with _map_iterations_loop(), moto_executing_state_machines():
         sfn = boto3.client("stepfunctions", region_name="us-east-1")
         arn = sfn.create_state_machine(name="m", definition=json.dumps(definition),
                                        roleArn="arn:aws:iam::123456789012:role/r")["stateMachineArn"]

@@ -7,6 +7,7 @@ the handler answers is one Step Functions really waits on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -16,9 +17,9 @@ import boto3
 import completion
 import pytest
 from contract import COMPLETION_REJECTED_ERROR, MAX_REJECT_REASON
-from moto import mock_aws
 from runtime import BoundLogger, get_logger
 
+from tests.conftest import moto_executing_state_machines
 from tests.handlers.support import LEDGER_TABLE, REGION, TENANT
 
 EVENT_ID = "event-0001"
@@ -49,12 +50,12 @@ DEFINITION = _definition()
 @pytest.fixture
 def aws() -> Iterator[None]:
     """moto with executions that really run (the callback task waits for its token)."""
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+    with moto_executing_state_machines(REGION):
         yield
 
 
 @pytest.fixture
-def waiting(ledger_table: str, ddb: Any, sfn: Any) -> dict[str, str]:
+def waiting(ledger_table: str, ddb: Any, sfn: Any) -> Iterator[dict[str, str]]:
     """A tenant whose current file (execution `EVENT_ID`) waits in WaitForCompletion."""
     ddb.put_item(TableName=ledger_table, Item={
         "tenant": {"S": TENANT}, "entry": {"S": "position"}, "seq": {"N": "1"}, "execution": {"S": EVENT_ID},
@@ -65,8 +66,12 @@ def waiting(ledger_table: str, ddb: Any, sfn: Any) -> dict[str, str]:
                                        roleArn=role["Role"]["Arn"])["stateMachineArn"]
     execution = sfn.start_execution(stateMachineArn=machine, name=EVENT_ID,
                                     input=json.dumps({"tenant": TENANT}))["executionArn"]
-    wait_until(lambda: "completion_token" in position(ddb), "the task token on the position")
-    return {"execution_arn": execution}
+    token = wait_until(lambda: position(ddb).get("completion_token"), "the task token on the position")["S"]
+    yield {"execution_arn": execution}
+    # moto's callback wait ignores StopExecution until its timeout: end the wait, so that the
+    # execution's thread ends with the test.
+    with contextlib.suppress(sfn.exceptions.ClientError):
+        sfn.send_task_failure(taskToken=token, error="TestEnded")
 
 
 def wait_until(predicate: Any, what: str, timeout: float = 10) -> Any:
