@@ -1,17 +1,10 @@
-"""An SQS poller that plays the Lambda event source mapping of the templates.
-
-What it reproduces: batches of the mapping's size (1 here), at most the function's reserved
-concurrency invocations at a time, the event Lambda sends (``Records[0]`` with messageId,
-receiptHandle, body, attributes including SentTimestamp, ApproximateReceiveCount and
-MessageGroupId, eventSourceARN), delete on success, and on failure nothing: the message stays
-in flight until its (scaled) visibility timeout expires and is received again, its receive
-count one higher. Receives use ``WaitTimeSeconds=0`` and a short sleep: moto's long poll
-would spin while a FIFO group is blocked.
-"""
+"""`SqsPoller` plays an SQS event source mapping of the templates (local_runtime/README.md,
+"Pollers"). It receives with ``WaitTimeSeconds=0`` and a short pause: moto's long poll spins
+while a FIFO group is blocked."""
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import threading
 import time
@@ -38,26 +31,19 @@ class Delivery:
     finished: float
     outcome: str  # "deleted" (success), "kept" (reported as a batch item failure) or "failed" (function error)
     error_type: str | None
-    error_message: str | None
 
 
 class SqsPoller:
     """Polls one queue for one function, like `AWS::Lambda::EventSourceMapping`."""
 
     def __init__(
-        self,
-        mapping: EventSourceMappingSpec,
-        *,
-        sqs: Any,
-        lambda_client: Any,
-        region: str,
-        concurrency: int,
+        self, mapping: EventSourceMappingSpec, *, sqs: Any, lambda_client: Any, region: str, concurrency: int
     ) -> None:
         self.mapping = mapping
         self._sqs = sqs
         self._lambda = lambda_client
         self._region = region
-        self._concurrency = max(1, concurrency)
+        self._concurrency = concurrency
         self._listeners: list[Callable[[Delivery], None]] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -93,22 +79,18 @@ class SqsPoller:
             try:
                 handled = self._poll_once()
             except (BotoCoreError, ClientError, OSError):
-                # moto restarting or shutting down; the message (if any) stays in flight.
-                if self._stop.is_set():
-                    return
-                handled = False
+                handled = False  # moto shutting down; the message (if any) stays in flight
             if not handled:
                 self._stop.wait(POLL_INTERVAL_SECONDS)
 
     def _poll_once(self) -> bool:
-        response = self._sqs.receive_message(
+        messages = self._sqs.receive_message(
             QueueUrl=self.mapping.queue_url,
-            MaxNumberOfMessages=min(self.mapping.batch_size, 10),
+            MaxNumberOfMessages=self.mapping.batch_size,
             WaitTimeSeconds=0,
             AttributeNames=["All"],
             MessageAttributeNames=["All"],
-        )
-        messages = response.get("Messages") or []
+        ).get("Messages")
         if not messages:
             return False
         with self._lock:
@@ -124,49 +106,34 @@ class SqsPoller:
         started = time.time()
         invoked = self._lambda.invoke(
             FunctionName=self.mapping.function_name,
-            InvocationType="RequestResponse",
             Payload=json.dumps({"Records": [self._record(m) for m in messages]}).encode(),
         )
-        payload = invoked["Payload"].read().decode("utf-8", "replace")
+        response = json.loads(invoked["Payload"].read())
         failed = "FunctionError" in invoked
-        error_type = error_message = None
-        if failed:
-            try:
-                error = json.loads(payload)
-                error_type, error_message = error.get("errorType"), error.get("errorMessage")
-            except (ValueError, AttributeError):
-                error_message = payload
         kept: set[str] = set()
         if not failed:
             if self.mapping.report_batch_item_failures:
-                kept = _item_failures(payload)
-                if "*" in kept:
-                    kept = {m["MessageId"] for m in messages}
+                kept = _item_failures(response, messages)
             # Success deletes the batch, less the messages the function reported as failed
             # (partial batch responses): those stay in flight until their visibility ends.
             for message in messages:
                 if message["MessageId"] not in kept:
-                    self._sqs.delete_message(
-                        QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"]
-                    )
+                    self._sqs.delete_message(QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"])
         finished = time.time()
         for message in messages:
             delivery = Delivery(
                 message_id=message["MessageId"],
                 body=message["Body"],
-                receive_count=int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")),
+                receive_count=int(message["Attributes"]["ApproximateReceiveCount"]),
                 started=started,
                 finished=finished,
                 outcome="failed" if failed else ("kept" if message["MessageId"] in kept else "deleted"),
-                error_type=error_type,
-                error_message=error_message,
+                error_type=response["errorType"] if failed else None,
             )
             self.deliveries.append(delivery)
             for listener in self._listeners:
-                try:
+                with contextlib.suppress(Exception):  # observers must not stop the poller
                     listener(delivery)
-                except Exception:  # noqa: BLE001 - observers must not stop the poller
-                    pass
 
     def _record(self, message: dict[str, Any]) -> dict[str, Any]:
         """The SQS record shape Lambda passes to the function."""
@@ -174,20 +141,19 @@ class SqsPoller:
             "messageId": message["MessageId"],
             "receiptHandle": message["ReceiptHandle"],
             "body": message["Body"],
-            "attributes": {k: str(v) for k, v in (message.get("Attributes") or {}).items()},
-            "messageAttributes": message.get("MessageAttributes") or {},
-            "md5OfBody": message.get("MD5OfBody") or hashlib.md5(message["Body"].encode()).hexdigest(),  # noqa: S324
+            "attributes": message["Attributes"],
+            "messageAttributes": message.get("MessageAttributes", {}),
+            "md5OfBody": message["MD5OfBody"],
             "eventSource": "aws:sqs",
             "eventSourceARN": self.mapping.queue_arn,
             "awsRegion": self._region,
         }
 
 
-def _item_failures(payload: str) -> set[str]:
-    """The message ids a partial batch response lists; like Lambda, a malformed response fails
-    the whole batch (every message is kept)."""
+def _item_failures(response: Any, messages: list[dict[str, Any]]) -> set[str]:
+    """The message ids a partial batch response lists (none for a null response); like Lambda,
+    a malformed response fails the whole batch (every message is kept)."""
     try:
-        response = json.loads(payload)
         return {str(item["itemIdentifier"]) for item in (response or {}).get("batchItemFailures") or []}
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return {"*"}
+    except (TypeError, KeyError, AttributeError):
+        return {message["MessageId"] for message in messages}

@@ -440,7 +440,7 @@ def runtime_unhandled_line() -> str:
     stderr = io.StringIO()
     with redirect_stderr(stderr):
         worker_process._log_unhandled(
-            {"errorMessage": "boom", "errorType": "KeyError", "requestId": "r-1", "stackTrace": []}, "JSON")
+            {"errorMessage": "boom", "errorType": "KeyError", "requestId": "r-1", "stackTrace": []})
     return stderr.getvalue().strip()
 
 
