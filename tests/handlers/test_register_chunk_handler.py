@@ -766,19 +766,27 @@ def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_bud
     assert len(set(sink.keys())) == len(sink.requests)
 
 
-def test_a_warm_function_reads_a_files_manifest_and_index_once_then_one_ranged_get_per_chunk(work, sink, ledger):
-    """GIVEN a file of 2,100 records in chunks of 1 (the index spans three blocks of 1,024
-    entries) WHEN chunks 0-2,099 are registered by one warm function THEN each record arrives
-    once, in order, with its own key, and the work bucket was read 1 (manifest) + 3 (index
-    blocks) times, not 2 x 2,100: a chunk costs one ranged GET of the landing object."""
-    put_file(work, "".join(json.dumps({"id": n}) + "\n" for n in range(2100)).encode(), chunk_size=1)
+def test_a_warm_function_reads_a_files_manifest_and_index_once_then_one_ranged_get_per_chunk(
+        work, sink, ledger, monkeypatch):
+    """GIVEN a file of 40 records in chunks of 1 whose index spans three blocks (blocks of 16
+    entries here; 1,024 deployed: the count changes the cost of the test, not what it shows)
+    WHEN chunks 0-39 are registered by one warm function THEN each record arrives once, in
+    order, with its own key, and the work bucket was read 1 (manifest) + 3 (index blocks) times,
+    not 2 x 40: a chunk costs one ranged GET of the landing object."""
+    import chunk_format
+
+    for module in (chunk_format, register_chunk):
+        monkeypatch.setattr(module, "INDEX_BLOCK_ENTRIES", 16)
+    records = 40
+    put_file(work, "".join(json.dumps({"id": n}) + "\n" for n in range(records)).encode(), chunk_size=1)
     counting = CountingS3(work)
-    for index in range(2100):
-        result = register(counting, ledger, task(index, chunk_size=1, start_record=index, record_count=2100), config(sink))
+    for index in range(records):
+        result = register(counting, ledger, task(index, chunk_size=1, start_record=index, record_count=records),
+                          config(sink))
         assert result["done"] and result["start_record"] == index + 1
-    assert [body["id"] for body in sink.bodies()] == list(range(2100))
-    assert sink.keys() == [expected_key(LANDED["version_id"], n) for n in range(2100)]
-    assert counting.gets.count(WORK) == 1 + 3 and counting.gets.count(LANDING) == 2100
+    assert [body["id"] for body in sink.bodies()] == list(range(records))
+    assert sink.keys() == [expected_key(LANDED["version_id"], n) for n in range(records)]
+    assert counting.gets.count(WORK) == 1 + 3 and counting.gets.count(LANDING) == records
 
 
 def test_a_warm_function_does_not_serve_another_version_or_chunk_size_from_what_it_kept(work, sink):
