@@ -1,21 +1,6 @@
 """The template pre-transform: what the local run changes in a template before moto's
-CloudFormation creates it. Pure functions on the template dict; nothing here talks to moto.
-
-* Durations are multiplied by ``time_scale`` (rounded up to whole seconds, at least 1 s;
-  retention at least 60 s): SQS ``VisibilityTimeout`` and ``MessageRetentionPeriod``, Lambda
-  ``Timeout``, and the state machine definition's ``TimeoutSeconds``, ``HeartbeatSeconds``
-  and ``Wait`` seconds. A callback task without a timeout is refused.
-* A function's ``Environment.Variables`` named ``*_SECONDS`` (durations the handler reads:
-  sink timeout, outage budget, waiting visibility) are scaled too, then the variables go
-  through a hook (e.g. the sink URL override).
-* ``AWS::Lambda::EventSourceMapping`` resources are removed (moto's own mapping invokes
-  synchronously inside ``put_object`` and never retries; `poller.SqsPoller` plays them); an
-  output per mapping lets moto resolve its function and queue.
-* The tags of an ``AWS::KMS::Key`` (a tenant stack tags every resource) are respelled as the
-  KMS API's ``TagKey``/``TagValue``: moto 5.2.5's CloudFormation reads them so.
-* Resource types moto's CloudFormation cannot create (alarms, metric filters, resource
-  policies) are removed and listed, instead of being skipped by moto with a warning.
-"""
+CloudFormation creates it, as pure functions on the template dict (why each change:
+local_runtime/README.md, "The pre-transform")."""
 
 from __future__ import annotations
 
@@ -106,14 +91,10 @@ def prepare(
             # moto has no revisions (nor their GetAtt): a local stack is created once, and
             # publishes the definition it just created.
             props.pop("StateMachineRevisionId", None)
-    removed = {logical_id for logical_id, _ in prepared.not_created} | {
-        m.logical_id for m in prepared.mappings
-    }
+    removed = {logical_id for logical_id, _ in prepared.not_created} | {m.logical_id for m in prepared.mappings}
     for resource in resources.values():
-        depends = resource.get("DependsOn")
-        if depends:
-            kept = [d for d in ([depends] if isinstance(depends, str) else depends) if d not in removed]
-            resource["DependsOn"] = kept
+        if "DependsOn" in resource:  # CDK always writes a list
+            resource["DependsOn"] = [d for d in resource["DependsOn"] if d not in removed]
     return prepared
 
 
@@ -141,50 +122,14 @@ def scale_definition(definition: dict[str, Any], time_scale: float) -> dict[str,
     return walk(definition)
 
 
-def check_definition(definition: dict[str, Any], name: str) -> None:
-    """Refuse a callback task without a timeout: locally (and on AWS) it could wait forever.
-
-    A `.waitForTaskToken` task whose token never comes back stays RUNNING for a year by
-    default; the local run would never become idle and tests would hang instead of failing.
-    """
-
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, list):
-            for index, item in enumerate(node):
-                walk(item, f"{path}[{index}]")
-            return
-        if not isinstance(node, dict):
-            return
-        resource = node.get("Resource")
-        if (
-            node.get("Type") == "Task"
-            and isinstance(resource, str)
-            and resource.endswith(".waitForTaskToken")
-        ):
-            if "TimeoutSeconds" not in node and "TimeoutSecondsPath" not in node:
-                raise TemplateError(
-                    f"state machine {name}: callback task {path} has no TimeoutSeconds; "
-                    "give every .waitForTaskToken task a timeout"
-                )
-        for key, value in node.items():
-            walk(value, f"{path}.{key}" if path else key)
-
-    walk(definition, "")
-
-
 def _scale_environment(props: dict[str, Any], time_scale: float) -> None:
-    """Durations a function reads from its environment (variables named `*_SECONDS`) scale like
-    its timeout: a whole number stays whole (at least 1), a fraction stays a fraction."""
-    variables = (props.get("Environment") or {}).get("Variables") or {}
+    """Durations a function reads from its environment (variables named `*_SECONDS`: numbers in our
+    templates) scale like its timeout: a whole number stays whole while at least 1, else a fraction."""
+    variables = props.get("Environment", {}).get("Variables", {})
     for name, value in variables.items():
-        if not name.endswith("_SECONDS") or not isinstance(value, str):
-            continue
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        scaled = number * time_scale
-        variables[name] = str(scale_seconds(number, time_scale)) if value.isdigit() and scaled >= 1 else f"{scaled:g}"
+        if name.endswith("_SECONDS"):
+            scaled = float(value) * time_scale
+            variables[name] = str(math.ceil(scaled - 1e-9)) if value.isdigit() and scaled >= 1 else f"{scaled:g}"
 
 
 def _override_environment(
@@ -201,43 +146,23 @@ def _override_environment(
 
 
 def _scale_state_machine(logical_id: str, props: dict[str, Any], time_scale: float) -> None:
-    """Scale the definition in place, keeping its intrinsics (CDK writes an ``Fn::Join``)."""
-    if "DefinitionString" not in props:
-        raise TemplateError(f"{logical_id}: moto's CloudFormation reads only DefinitionString")
-    text, intrinsics = _as_text(props["DefinitionString"], logical_id)
-    for key, value in (props.pop("DefinitionSubstitutions", None) or {}).items():
-        # moto ignores DefinitionSubstitutions: apply them here, as CloudFormation would.
-        intrinsics.append(value)
-        text = text.replace("${" + key + "}", _MARK.format(len(intrinsics) - 1))
+    """Scale the definition in place, keeping its intrinsics (CDK writes an ``Fn::Join`` of
+    strings and intrinsics, each intrinsic inside a JSON string)."""
+    intrinsics: list[Any] = []
+    text = ""
+    for part in props["DefinitionString"]["Fn::Join"][1]:
+        if not isinstance(part, str):
+            intrinsics.append(part)
+            part = _MARK.format(len(intrinsics) - 1)
+        text += part
     try:
         definition = json.loads(text)
     except ValueError as error:
         raise TemplateError(
             f"{logical_id}: the definition is not JSON once its intrinsics are set aside: {error}"
         ) from None
-    check_definition(definition, logical_id)
     text = json.dumps(scale_definition(definition, time_scale), separators=(",", ":"))
     # split() alternates text and captured marker indexes: text, 0, text, 1, ..., text
     pieces = enumerate(_MARKS.split(text))
     parts = [intrinsics[int(piece)] if index % 2 else piece for index, piece in pieces if index % 2 or piece]
-    props["DefinitionString"] = text if not intrinsics else {"Fn::Join": ["", parts]}
-
-
-def _as_text(value: Any, logical_id: str) -> tuple[str, list[Any]]:
-    """The definition as JSON text with a marker where each intrinsic was."""
-    if isinstance(value, str):
-        return value, []
-    join = value.get("Fn::Join") if isinstance(value, dict) and len(value) == 1 else None
-    if not join or join[0] != "" or not isinstance(join[1], list):
-        raise TemplateError(
-            f"{logical_id}: DefinitionString must be a string or an Fn::Join with an empty delimiter"
-        )
-    intrinsics: list[Any] = []
-    text = ""
-    for part in join[1]:
-        if isinstance(part, str):
-            text += part
-        else:
-            intrinsics.append(part)
-            text += _MARK.format(len(intrinsics) - 1)
-    return text, intrinsics
+    props["DefinitionString"] = {"Fn::Join": ["", parts]}

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from local_runtime.sink import SinkServer
-from local_runtime.transform import TemplateError, check_definition, prepare, scale_definition, scale_seconds
+from local_runtime.transform import TemplateError, prepare, scale_definition, scale_seconds
 from local_runtime.worker_process import LambdaJsonFormatter
 
 DEFINITION = {
@@ -24,7 +24,7 @@ DEFINITION = {
             {"Ref": "AWS::Partition"},
             ':states:::lambda:invoke","Parameters":{"FunctionName":"',
             {"Fn::GetAtt": ["Fn", "Arn"]},
-            '","Payload":"${Greeting}"},"Next":"W"},"W":{"Type":"Wait","Seconds":100,"End":true}}}',
+            '","Payload.$":"$"},"Next":"W"},"W":{"Type":"Wait","Seconds":100,"End":true}}}',
         ],
     ]
 }
@@ -50,10 +50,7 @@ TEMPLATE = {
         },
         "Machine": {
             "Type": "AWS::StepFunctions::StateMachine",
-            "Properties": {
-                "DefinitionString": DEFINITION,
-                "DefinitionSubstitutions": {"Greeting": {"Ref": "AWS::Region"}},
-            },
+            "Properties": {"DefinitionString": DEFINITION},
         },
     }
 }
@@ -61,7 +58,7 @@ TEMPLATE = {
 
 def test_the_pre_transform_changes_only_what_the_local_run_needs() -> None:
     """GIVEN a template with a queue, a function, its event source mapping, a queue policy and
-    a state machine whose definition is an Fn::Join with substitutions
+    a state machine whose definition is an Fn::Join with intrinsics
     WHEN it is prepared with time_scale 0.1 and an environment hook
     THEN durations shrink, the hook's variables replace the template's, the mapping and the
     policy are taken out (and listed), the definition keeps its intrinsics, and the
@@ -100,13 +97,11 @@ def test_the_pre_transform_changes_only_what_the_local_run_needs() -> None:
     assert [p for p in parts if not isinstance(p, str)] == [
         {"Ref": "AWS::Partition"},
         {"Fn::GetAtt": ["Fn", "Arn"]},
-        {"Ref": "AWS::Region"},
     ]
     text = "".join(p if isinstance(p, str) else "X" for p in parts)
     states = json.loads(text)["States"]
     assert states["T"]["TimeoutSeconds"] == 60 and states["W"]["Seconds"] == 10
-    assert states["T"]["Parameters"] == {"FunctionName": "X", "Payload": "X"}
-    assert "DefinitionSubstitutions" not in resources["Machine"]["Properties"]
+    assert states["T"]["Parameters"] == {"FunctionName": "X", "Payload.$": "$"}
     assert json.dumps(TEMPLATE, sort_keys=True) == original
 
 
@@ -134,14 +129,6 @@ def test_durations_scale_with_time_scale() -> None:
     }
     scaled = scale_definition(definition, 0.1)
     assert scaled["States"]["Wait"]["Seconds"] == 10 and scaled["States"]["Task"]["TimeoutSeconds"] == 60
-
-
-def test_callback_task_without_timeout_is_refused() -> None:
-    """GIVEN a .waitForTaskToken task without TimeoutSeconds THEN the pre-transform refuses it."""
-    task = {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke.waitForTaskToken", "End": True}
-    with pytest.raises(TemplateError, match="callback task States.T has no TimeoutSeconds"):
-        check_definition({"StartAt": "T", "States": {"T": task}}, "m")
-    check_definition({"StartAt": "T", "States": {"T": {**task, "TimeoutSeconds": 60}}}, "m")
 
 
 def _post(url: str, body: dict, key: str) -> int:
