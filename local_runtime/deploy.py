@@ -1,14 +1,6 @@
-"""Deploy the synthesized app on moto, with moto's own CloudFormation.
-
-1. Bootstrap the local account as `cdk bootstrap` would for these templates: the assets
-   bucket (with the zipped code assets where the templates' ``Code.S3Bucket``/``S3Key``
-   point) and the bootstrap version parameter the templates read from SSM.
-2. Each stack, in dependency order: the pre-transform (`transform.prepare`), ``CreateStack``
-   (cross-stack ``Fn::ImportValue`` resolved by moto), then what moto's CloudFormation leaves
-   out of ``AWS::S3::Bucket``: ``VersioningConfiguration`` and the EventBridge notification.
-3. Read back from moto: physical ids, outputs, every function's configuration, each tenant's
-   resources (from the logical ids synthesis recorded) and the removed event source mappings.
-"""
+"""Deploy the synthesized app on moto, with moto's own CloudFormation: bootstrap, the
+pre-transform and ``CreateStack`` per stack, the bucket post-step, the read-back
+(local_runtime/README.md, "How it works", step 3)."""
 
 from __future__ import annotations
 
@@ -21,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local_runtime.synth import Synthesized, SynthesizedTenant
-from local_runtime.transform import RemovedMapping, prepare
+from local_runtime.synth import CodeAsset, Synthesized, SynthesizedTenant
+from local_runtime.transform import PreparedTemplate, RemovedMapping, prepare
 
 #: (tenant id, function role, environment variables) -> environment variables. The values are
 #: the template's, possibly unresolved intrinsics (``{"Ref": ...}``).
@@ -65,9 +57,7 @@ class EventSourceMappingSpec:
     queue_url: str
     batch_size: int
     enabled: bool
-    #: `FunctionResponseTypes: [ReportBatchItemFailures]`: messages the function lists in
-    #: `batchItemFailures` stay in the queue, the others are deleted.
-    report_batch_item_failures: bool = False
+    report_batch_item_failures: bool = False  # `FunctionResponseTypes: [ReportBatchItemFailures]`
 
 
 @dataclass(frozen=True)
@@ -116,9 +106,9 @@ def deploy(
     *,
     client: Callable[[str], Any],
     time_scale: float,
-    function_environment: FunctionEnvironmentHook | None = None,
+    function_environment: FunctionEnvironmentHook,
 ) -> Deployment:
-    """Create every stack of ``synthesized`` on moto (see the module docstring)."""
+    """Create every stack of ``synthesized`` on moto, in dependency order."""
     from moto.cloudformation.parsing import get_model_map
 
     sts = client("sts")
@@ -136,9 +126,8 @@ def deploy(
     for name in order.static_order():
 
         def environment(logical_id: str, variables: dict[str, Any], stack: str = name) -> dict[str, Any]:
-            if function_environment is None or (stack, logical_id) not in roles:
-                return variables
-            return function_environment(*roles[(stack, logical_id)], variables)
+            tenant_role = roles.get((stack, logical_id))
+            return function_environment(*tenant_role, variables) if tenant_role else variables
 
         prepared = prepare(
             by_name[name].template,
@@ -146,9 +135,7 @@ def deploy(
             creatable=get_model_map().__contains__,
             environment=environment,
         )
-        deployed = deployment.stacks[name] = _create_stack(
-            client, name, prepared.template, prepared.not_created
-        )
+        deployed = deployment.stacks[name] = _create_stack(client("cloudformation"), name, prepared)
         deployment.overrides.extend(f"{name}/{override}" for override in prepared.overrides)
         _complete_buckets(client("s3"), deployed)
         for logical_id, (kind, _) in deployed.resources.items():
@@ -161,30 +148,25 @@ def deploy(
             _mapping(client("sqs"), deployed, m) for m in prepared.mappings
         )
     for tenant in synthesized.tenants:
-        deployment.tenants[tenant.id] = _tenant(client, tenant, deployment.stacks[tenant.stack].resources)
+        deployment.tenants[tenant.id] = _tenant(client, tenant, deployment.stacks[tenant.stack])
     return deployment
 
 
 def _bootstrap(synthesized: Synthesized, client: Callable[[str], Any], account: str, region: str) -> None:
-    s3, created = client("s3"), set()
-    for asset in synthesized.assets:
-        bucket = asset.bucket
-        for name, value in (("AWS::AccountId", account), ("AWS::Region", region), ("AWS::Partition", "aws")):
-            bucket = bucket.replace("${" + name + "}", value)
-        if bucket not in created:
-            location = (
-                {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
-            )
-            s3.create_bucket(Bucket=bucket, **location)
-            created.add(bucket)
-        s3.put_object(Bucket=bucket, Key=asset.key, Body=_zip(asset.directory))
-    for stack in synthesized.stacks:
-        for parameter in (stack.template.get("Parameters") or {}).values():
-            name = str(parameter.get("Default", ""))
-            if parameter.get("Type", "").startswith("AWS::SSM::Parameter::Value") and name.startswith(
-                "/cdk-bootstrap/"
-            ):
-                client("ssm").put_parameter(Name=name, Value=BOOTSTRAP_VERSION, Type="String", Overwrite=True)
+    def bucket(asset: CodeAsset) -> str:
+        return (asset.bucket.replace("${AWS::AccountId}", account).replace("${AWS::Region}", region)
+                .replace("${AWS::Partition}", "aws"))
+
+    s3, assets = client("s3"), synthesized.assets.values()
+    location = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+    for name in {bucket(asset) for asset in assets}:
+        s3.create_bucket(Bucket=name, **location)
+    for asset in assets:
+        s3.put_object(Bucket=bucket(asset), Key=asset.key, Body=_zip(asset.directory))
+    parameters = [p for stack in synthesized.stacks for p in (stack.template.get("Parameters") or {}).values()]
+    for name in {str(parameter.get("Default")) for parameter in parameters}:
+        if name.startswith("/cdk-bootstrap/"):  # every stack reads it from SSM (`BootstrapVersion`)
+            client("ssm").put_parameter(Name=name, Value=BOOTSTRAP_VERSION, Type="String", Overwrite=True)
 
 
 def _zip(directory: Path) -> bytes:
@@ -196,17 +178,11 @@ def _zip(directory: Path) -> bytes:
     return buffer.getvalue()
 
 
-def _create_stack(
-    client: Callable[[str], Any],
-    name: str,
-    template: dict[str, Any],
-    not_created: list[tuple[str, str]],
-) -> DeployedStack:
-    cfn = client("cloudformation")
+def _create_stack(cfn: Any, name: str, prepared: PreparedTemplate) -> DeployedStack:
     try:
         cfn.create_stack(
             StackName=name,
-            TemplateBody=json.dumps(template),
+            TemplateBody=json.dumps(prepared.template),
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
         )
         described = cfn.describe_stacks(StackName=name)["Stacks"][0]
@@ -219,10 +195,10 @@ def _create_stack(
     listed = cfn.describe_stack_resources(StackName=name)["StackResources"]
     return DeployedStack(
         name=name,
-        template=template,
+        template=prepared.template,
         resources={r["LogicalResourceId"]: (r["ResourceType"], r.get("PhysicalResourceId", "")) for r in listed},
         outputs={o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs") or []},
-        not_created=not_created,
+        not_created=prepared.not_created,
     )
 
 
@@ -231,11 +207,10 @@ def _complete_buckets(s3: Any, stack: DeployedStack) -> None:
     for logical_id, (kind, bucket) in stack.resources.items():
         if kind != "AWS::S3::Bucket":
             continue
-        props = stack.template["Resources"][logical_id].get("Properties") or {}
-        if (props.get("VersioningConfiguration") or {}).get("Status") == "Enabled":
+        props = stack.template["Resources"][logical_id]["Properties"]
+        if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-        eventbridge = (props.get("NotificationConfiguration") or {}).get("EventBridgeConfiguration") or {}
-        if eventbridge.get("EventBridgeEnabled") in (True, "true"):
+        if props.get("NotificationConfiguration", {}).get("EventBridgeConfiguration", {}).get("EventBridgeEnabled"):
             s3.put_bucket_notification_configuration(
                 Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
             )
@@ -257,7 +232,7 @@ def _function(
         name=config["FunctionName"],
         arn=config["FunctionArn"],
         handler=config["Handler"],
-        code_dir=synthesized.asset(props["Code"]["S3Key"]).directory,
+        code_dir=synthesized.assets[props["Code"]["S3Key"]].directory,
         environment=dict((config.get("Environment") or {}).get("Variables") or {}),
         timeout_seconds=float(config["Timeout"]),
         memory_size=int(config.get("MemorySize", 128)),
@@ -269,44 +244,13 @@ def _function(
     )
 
 
-def _landing_bucket(events: Any, queue_arn: str) -> str:
-    """The bucket named in the event pattern of the rule that feeds the queue, on whichever bus
-    holds it (the default bus, or the tenant's shard bus with `routing.shards`): every bus and
-    rule, page by page (up to 99 shard and catch-all buses; a page holds 50)."""
-    for bus in _event_bus_names(events):
-        pages = events.get_paginator("list_rule_names_by_target").paginate(TargetArn=queue_arn, EventBusName=bus)
-        for rule in (name for page in pages for name in page["RuleNames"]):
-            pattern = json.loads(events.describe_rule(Name=rule, EventBusName=bus).get("EventPattern") or "{}")
-            names = pattern.get("detail", {}).get("bucket", {}).get("name")
-            if names:
-                return names[0]
-    raise DeployError(f"no EventBridge rule sends a bucket's events to {queue_arn}")
-
-
-def _event_bus_names(events: Any) -> list[str]:
-    """Every event bus of the account (ListEventBuses has no boto3 paginator)."""
-    found, kwargs = [], {}
-    while True:
-        response = events.list_event_buses(**kwargs)
-        found += [bus["Name"] for bus in response["EventBuses"]]
-        if not response.get("NextToken"):
-            return found
-        kwargs["NextToken"] = response["NextToken"]
-
-
 def _mapping(sqs: Any, stack: DeployedStack, mapping: RemovedMapping) -> EventSourceMappingSpec:
-    function = stack.outputs[
-        mapping.function_output
-    ]  # a name, or an ARN (`arn:...:function:NAME[:qualifier]`)
+    """Our mappings name the function by `Ref` (its name) and read an SQS queue."""
     queue_arn = stack.outputs[mapping.source_output]
-    if ":sqs:" not in queue_arn:
-        raise DeployError(
-            f"{stack.name}/{mapping.logical_id}: only SQS event sources run locally, not {queue_arn}"
-        )
     return EventSourceMappingSpec(
         stack=stack.name,
         logical_id=mapping.logical_id,
-        function_name=function.split(":")[6] if function.startswith("arn:") else function,
+        function_name=stack.outputs[mapping.function_output],
         queue_arn=queue_arn,
         queue_url=sqs.get_queue_url(QueueName=queue_arn.rsplit(":", 1)[-1])["QueueUrl"],
         batch_size=mapping.batch_size,
@@ -315,20 +259,19 @@ def _mapping(sqs: Any, stack: DeployedStack, mapping: RemovedMapping) -> EventSo
     )
 
 
-def _tenant(
-    client: Callable[[str], Any], tenant: SynthesizedTenant, resources: dict[str, tuple[str, str]]
-) -> Tenant:
-    queue_url = resources[tenant.queue][1]
-    attributes = client("sqs").get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]
+def _tenant(client: Callable[[str], Any], tenant: SynthesizedTenant, stack: DeployedStack) -> Tenant:
+    queue_url = stack.resources[tenant.queue][1]
+    attributes = client("sqs").get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    # the landing bucket, as moto resolved it into the pattern of the tenant's rule (on its shard's bus)
+    bus = stack.template["Resources"][tenant.rule]["Properties"].get("EventBusName", "default")
+    rule = client("events").describe_rule(Name=stack.resources[tenant.rule][1], EventBusName=bus)
     return Tenant(
         id=tenant.id,
         prefix=tenant.prefix,
         stack=tenant.stack,
-        bucket=_landing_bucket(client("events"), attributes["QueueArn"]),
+        bucket=json.loads(rule["EventPattern"])["detail"]["bucket"]["name"][0],
         queue_url=queue_url,
-        queue_arn=attributes["QueueArn"],
-        state_machine_arn=resources[tenant.state_machine][1],
-        functions={role: resources[logical_id][1] for role, logical_id in tenant.functions.items()},
+        queue_arn=attributes["Attributes"]["QueueArn"],
+        state_machine_arn=stack.resources[tenant.state_machine][1],
+        functions={role: stack.resources[logical_id][1] for role, logical_id in tenant.functions.items()},
     )

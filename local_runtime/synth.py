@@ -1,10 +1,5 @@
-"""Synthesize the CDK app in-process and record what the local run needs from it.
-
-The local runtime never re-describes the pipeline in Python: it deploys the templates and the
-Lambda code assets exactly as `cdk synth` produces them for the tenants file, and finds each
-tenant's resources from the construct tree (`TenantPipeline` instances), not from the
-templates' contents.
-"""
+"""Synthesize the CDK app in-process and record what the local run needs: the templates, the
+Lambda code assets and, from the construct tree, each `TenantPipeline`'s logical ids."""
 
 from __future__ import annotations
 
@@ -45,6 +40,7 @@ class SynthesizedTenant:
     prefix: str
     stack: str
     queue: str
+    rule: str  # the rule that sends its uploads to the queue
     state_machine: str
     functions: dict[str, str]  # role ("controller", "split", "register") -> logical id
 
@@ -53,21 +49,13 @@ class SynthesizedTenant:
 class Synthesized:
     """The cloud assembly of one tenants file."""
 
-    outdir: Path
     stacks: tuple[SynthesizedStack, ...]
-    assets: tuple[CodeAsset, ...]
+    assets: dict[str, CodeAsset]  # by object key (a function's `Code.S3Key`)
     tenants: tuple[SynthesizedTenant, ...]
 
     @property
     def templates(self) -> dict[str, dict[str, Any]]:
         return {stack.name: stack.template for stack in self.stacks}
-
-    def asset(self, s3_key: str) -> CodeAsset:
-        """The code asset a Lambda function's `Code.S3Key` names."""
-        for asset in self.assets:
-            if asset.key == s3_key:
-                return asset
-        raise KeyError(f"Lambda code {s3_key!r} is not a directory asset of this assembly")
 
 
 def ensure_node_on_path() -> None:
@@ -81,10 +69,8 @@ def ensure_node_on_path() -> None:
 
 
 def synthesize(tenants_file: str | Path, outdir: str | Path) -> Synthesized:
-    """Build the app of ``tenants_file`` with `build_app` and synthesize it into ``outdir``.
-
-    cdk-nag is left out (it only adds a report; the templates are the same).
-    """
+    """Build the app of ``tenants_file`` (`build_app`, cdk-nag off: it only adds a report) and
+    synthesize it into ``outdir``."""
     ensure_node_on_path()
     # deferred: importing aws_cdk starts the jsii Node process
     from pipeline_constructs.application import build_app, new_app
@@ -100,7 +86,7 @@ def synthesize(tenants_file: str | Path, outdir: str | Path) -> Synthesized:
         SynthesizedStack(stack.stack_name, stack.template, tuple(dep.id for dep in stack.dependencies))
         for stack in assembly.stacks
     )
-    return Synthesized(outdir=outdir, stacks=stacks, assets=_code_assets(outdir), tenants=_tenants(app))
+    return Synthesized(stacks=stacks, assets=_code_assets(outdir), tenants=_tenants(app))
 
 
 def _tenants(app: Any) -> tuple[SynthesizedTenant, ...]:
@@ -118,6 +104,7 @@ def _tenants(app: Any) -> tuple[SynthesizedTenant, ...]:
             prefix=pipeline.landing_prefix,
             stack=Stack.of(pipeline).stack_name,
             queue=logical_id(pipeline.queue),
+            rule=logical_id(pipeline.rule),
             state_machine=logical_id(pipeline.state_machine),
             functions={role: logical_id(function) for role, function in pipeline.functions.items()},
         )
@@ -126,7 +113,7 @@ def _tenants(app: Any) -> tuple[SynthesizedTenant, ...]:
     )
 
 
-def _code_assets(outdir: Path) -> tuple[CodeAsset, ...]:
+def _code_assets(outdir: Path) -> dict[str, CodeAsset]:
     """Directory assets listed in every `*.assets.json` manifest of the assembly."""
     found: dict[str, CodeAsset] = {}
     for manifest in sorted(outdir.glob("*.assets.json")):
@@ -139,5 +126,5 @@ def _code_assets(outdir: Path) -> tuple[CodeAsset, ...]:
                     destination["bucketName"],
                     destination["objectKey"],
                 )
-                found[f"{code.bucket}/{code.key}"] = code
-    return tuple(found.values())
+                found[code.key] = code
+    return found

@@ -1,5 +1,5 @@
 """Unit tests of the local runtime's parts that need no synthesis and no moto server: the
-template pre-transform, Lambda's JSON log format, the sink, finding a queue's landing bucket."""
+template pre-transform, Lambda's JSON log format, the sink, S3 event keys, the Map patch."""
 
 from __future__ import annotations
 
@@ -287,29 +287,3 @@ def test_a_kms_keys_tags_are_respelled_for_motos_cloudformation() -> None:
 
     assert resources["Key"]["Properties"]["Tags"] == [{"TagKey": "tenant", "TagValue": "acme"}]
     assert resources["Queue"]["Properties"]["Tags"] == [{"Key": "tenant", "Value": "acme"}]
-
-
-def test_the_landing_bucket_is_found_on_a_bus_past_the_first_page_of_buses(monkeypatch: pytest.MonkeyPatch) -> None:
-    """GIVEN 60 event buses (shards; ListEventBuses returns 50 a page) and the rule that feeds a
-    tenant's queue on the last one WHEN the local deploy looks for the queue's landing bucket
-    THEN it finds it there."""
-    import boto3
-    from moto import mock_aws
-
-    from local_runtime.deploy import _landing_bucket
-
-    for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        events = boto3.client("events", region_name="us-east-1")
-        for n in range(60):
-            events.create_event_bus(Name=f"ordered-ingest-shard-{n}")
-        queue_arn = "arn:aws:sqs:us-east-1:123456789012:acme-event-queue.fifo"
-        pattern = {"source": ["aws.s3"], "detail": {"bucket": {"name": ["the-landing-bucket"]}}}
-        events.put_rule(Name="acme-object-created", EventBusName="ordered-ingest-shard-59",
-                        EventPattern=json.dumps(pattern))
-        events.put_targets(Rule="acme-object-created", EventBusName="ordered-ingest-shard-59",
-                           Targets=[{"Id": "queue", "Arn": queue_arn, "SqsParameters": {"MessageGroupId": "acme"}}])
-
-        assert _landing_bucket(events, queue_arn) == "the-landing-bucket"
