@@ -1,10 +1,6 @@
-"""moto in server mode on 127.0.0.1, plus the patches the local run relies on.
-
-Server mode (not `mock_aws`) because the Lambda workers are separate processes that reach
-moto over HTTP (`AWS_ENDPOINT_URL`), and because moto's Step Functions interpreter calls
-Lambda and SNS through `http://localhost:$MOTO_PORT`. Each patch is applied on entry and
-undone on exit; why each exists is in local_runtime/README.md ("moto 5.2.5 patches").
-"""
+"""moto in server mode on 127.0.0.1, and the patches of the local run (why each:
+local_runtime/README.md, "moto 5.2.5 patches"). Server mode, not `mock_aws`: the workers are
+processes that reach moto over HTTP, and moto's Step Functions calls Lambda through $MOTO_PORT."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ import logging
 import os
 import threading
 import time
+import types
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,8 +23,7 @@ from botocore.config import Config
 from lambdas import contract
 from local_runtime.lambda_pool import InvocationResult
 
-#: Signature of the function that runs one Lambda invocation: (function name, its
-#: environment variables in moto, event) -> result.
+#: Runs one Lambda invocation: (function name, its environment variables in moto, event) -> result.
 LambdaInvoker = Callable[[str, dict[str, str], Any], InvocationResult]
 
 #: moto accepts any credentials; the local account is moto's default, 123456789012.
@@ -37,23 +33,17 @@ _active_lock = threading.Lock()
 
 
 class MotoServer:
-    """A `ThreadedMotoServer` on a free loopback port, configured for the local run.
+    """A `ThreadedMotoServer` on a free loopback port, configured for the local run; one per
+    process (moto's backends and the patches are process-wide)."""
 
-    Only one can run per process: moto's backends and the patches are process-wide.
-    """
-
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, region: str = "us-east-1") -> None:
-        self.host = host
-        self.port = port  # 0: any free port, known once started
-        self._server: Any = None
-        self._owns_lock = False
-        self._saved_env: dict[str, str | None] = {}
-        self._saved_config: dict[str, Any] | None = None
-        self._saved_log_levels: dict[str, int] = {}
-        self._session: boto3.session.Session | None = None
+    def __init__(self, region: str = "us-east-1") -> None:
+        self.host = "127.0.0.1"
+        self.port = 0  # any free port, known once started
+        self.region = region
+        self._undo = ExitStack()  # what `stop` undoes, in reverse
+        self._session = boto3.session.Session(region_name=region, **FAKE_CREDENTIALS)
         self._clients: dict[tuple[str, float, int], Any] = {}
         self._clients_lock = threading.Lock()
-        self.region = region
 
     @property
     def endpoint_url(self) -> str:
@@ -64,8 +54,6 @@ class MotoServer:
         key = (service, read_timeout, max_attempts)
         with self._clients_lock:
             if key not in self._clients:
-                if self._session is None:
-                    self._session = boto3.session.Session(region_name=self.region, **FAKE_CREDENTIALS)
                 self._clients[key] = self._session.client(
                     service,
                     endpoint_url=self.endpoint_url,
@@ -81,14 +69,20 @@ class MotoServer:
             raise RuntimeError(
                 "a local pipeline is already running in this process (moto state is process-wide)"
             )
-        self._owns_lock = True
+        self._undo.callback(_active_lock.release)
         try:
+            from moto.core.config import default_user_config
             from moto.server import ThreadedMotoServer
 
-            self._quiet_logs()
-            self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
-            self._server.start()
-            self.port = self._server.get_host_and_port()[1]
+            # werkzeug logs every request; moto's SFN parser logs each failed task at WARNING/ERROR.
+            for name in ("werkzeug", "moto.stepfunctions.parser"):
+                logger = logging.getLogger(name)
+                self._undo.callback(logger.setLevel, logger.level)
+                logger.setLevel(logging.CRITICAL)
+            server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+            server.start()
+            self._undo.callback(server.stop)
+            self.port = server.get_host_and_port()[1]
             # moto's Step Functions interpreter reaches Lambda and SNS at localhost:$MOTO_PORT.
             self._set_env("MOTO_PORT", str(self.port))
             # Loopback traffic (moto, sinks) must never go through a proxy from the environment.
@@ -97,69 +91,44 @@ class MotoServer:
                 self._set_env(
                     key, ",".join([*present, *(h for h in ("127.0.0.1", "localhost") if h not in present)])
                 )
-            self.reset()
-            from moto.core.config import default_user_config
-
             # The config API does not report this key back, so remember it from the module.
-            self._saved_config = {"stepfunctions": dict(default_user_config.get("stepfunctions", {}))}
+            self._undo.callback(
+                self._api, "/moto-api/config", {"stepfunctions": dict(default_user_config.get("stepfunctions", {}))}
+            )
+            self._undo.callback(self.reset)
+            self.reset()
             # Run state machines for real (the "mock_aws(config=...)" setting, server-mode API).
-            self._api("POST", "/moto-api/config", {"stepfunctions": {"execute_state_machine": True}})
+            self._api("/moto-api/config", {"stepfunctions": {"execute_state_machine": True}})
         except BaseException:
             self.stop()
             raise
 
     def reset(self) -> None:
         """Drop every resource of every service (a fresh account)."""
-        self._api("POST", "/moto-api/reset")
+        self._api("/moto-api/reset")
 
     def stop(self) -> None:
-        try:
-            if self._server is not None:
-                try:
-                    self.reset()
-                    if self._saved_config is not None:
-                        self._api("POST", "/moto-api/config", self._saved_config)
-                finally:
-                    self._server.stop()
-                    self._server = None
-        finally:
-            for key, value in self._saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-            self._saved_env.clear()
-            for name, level in self._saved_log_levels.items():
-                logging.getLogger(name).setLevel(level)
-            self._saved_log_levels.clear()
-            if self._owns_lock:
-                self._owns_lock = False
-                _active_lock.release()
+        """Reset moto, stop it, restore what `start` changed (idempotent)."""
+        self._undo.close()
 
     def _set_env(self, key: str, value: str) -> None:
-        self._saved_env.setdefault(key, os.environ.get(key))
+        self._undo.callback(_restore_env, key, os.environ.get(key))
         os.environ[key] = value
 
-    def _quiet_logs(self) -> None:
-        # werkzeug logs every request; moto's SFN parser logs each failed task at WARNING/ERROR.
-        for name in ("werkzeug", "moto.stepfunctions.parser"):
-            logger = logging.getLogger(name)
-            self._saved_log_levels[name] = logger.level
-            logger.setLevel(logging.CRITICAL)
-
-    def _api(self, method: str, path: str, body: Any = None) -> Any:
+    def _api(self, path: str, body: Any = None) -> None:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.endpoint_url + path, data=data, method=method)
-        with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read()
-        try:
-            return json.loads(text) if text else None
-        except ValueError:
-            return None
+        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST")
+        urllib.request.urlopen(request, timeout=30).close()
 
 
-# --- patches: each closes one gap of moto 5.2.5, named in local_runtime/README.md ("moto 5.2.5
-# patches", with the canary in tests/test_moto_gaps.py that fails once moto closes it itself) ---
+def _restore_env(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+
+
+# --- patches: each closes a gap of moto 5.2.5 (README row, canary in tests/test_moto_gaps.py) ---
 
 
 @contextmanager
@@ -199,11 +168,9 @@ def _lambda_runs_local_workers(invoker: LambdaInvoker) -> Any:
     from moto.awslambda.models import LambdaFunction
 
     def _invoke_lambda(self: Any, event: Any = None) -> tuple[str, bool, str]:
-        if isinstance(event, (str, bytes)):
+        if event is None or isinstance(event, (str, bytes)):  # Invoke's body; a rule target's event
             event = json.loads(event or "{}")
-        result = invoker(
-            self.function_name, dict(self.environment_vars or {}), event if event is not None else {}
-        )
+        result = invoker(self.function_name, dict(self.environment_vars or {}), event)
         return result.payload, result.errored, ""  # what moto expects: (payload, errored, logs)
 
     return _patched(LambdaFunction, "_invoke_lambda", _invoke_lambda)
@@ -218,22 +185,18 @@ class _FreshIdEvent(dict):  # type: ignore[type-arg]
         return event
 
 
-@contextmanager
-def _s3_events_get_fresh_ids() -> Iterator[None]:
+def _s3_events_get_fresh_ids() -> Any:
     """Each S3 EventBridge event gets its own id (moto deep-copies one constant for all)."""
     import moto.events.utils as events_utils
 
     # moto.s3.notifications imports the constant on every event; moto.events.models bound it
     # at import, so only S3-originated events are affected.
-    with _patched(events_utils, "_BASE_EVENT_MESSAGE", _FreshIdEvent(events_utils._BASE_EVENT_MESSAGE)):
-        yield
+    return _patched(events_utils, "_BASE_EVENT_MESSAGE", _FreshIdEvent(events_utils._BASE_EVENT_MESSAGE))
 
 
 def s3_event_key(key: str) -> str:
-    """A key as S3 writes it into an event notification: URL-encoded, a space as "+", every
-    character but letters, digits and `/ . _ -` as %XX of its UTF-8 bytes ("red flower.jpg"
-    -> "red+flower.jpg", "c++" -> "c%2B%2B", "a=1" -> "a%3D1"). The handlers decode it with
-    `contract.s3_key_from_event`."""
+    """A key as S3 writes it into an event: a space as "+", every character but letters, digits
+    and `/ . _ -` as %XX of its UTF-8 bytes. The handlers decode it (`contract.s3_key_from_event`)."""
     safe = contract.S3_EVENT_KEY_SAFE_CHARACTERS
     return "".join(
         c if c in safe else "+" if c == " " else "".join(f"%{byte:02X}" for byte in c.encode("utf-8")) for c in key
@@ -267,24 +230,13 @@ def _s3_event_keys_encoded() -> Any:
     return _patched(notifications, "_send_event_bridge_message", send)
 
 
-class _ScaledTime:
-    """Stands in for the `time` module inside moto's retrier: same clock, shorter sleeps."""
-
-    def __init__(self, scale: float) -> None:
-        self._scale = scale
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(max(0.0, seconds) * self._scale)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
 def _scaled_retry_sleeps(time_scale: float) -> Any:
     """A `Retry`'s waits (moto really sleeps them) are scaled by `time_scale`."""
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
-    return _patched(retrier_decl, "time", _ScaledTime(time_scale))
+    # the retrier's `time` module: it only sleeps
+    scaled = types.SimpleNamespace(sleep=lambda seconds: time.sleep(max(0.0, seconds) * time_scale))
+    return _patched(retrier_decl, "time", scaled)
 
 
 def _cfn_state_machines_in_the_executing_backend() -> Any:
@@ -307,6 +259,127 @@ def _cfn_state_machines_in_the_executing_backend() -> Any:
         )
 
     return _patched(StateMachine, "create_from_cloudformation_json", classmethod(create))
+
+
+@contextmanager
+def _cfn_state_machine_versions_and_aliases() -> Iterator[None]:
+    """CloudFormation models of `AWS::StepFunctions::StateMachineVersion` (publishes the machine's
+    current definition) and `::StateMachineAlias`, Ref and `Arn` their ARNs. moto finds a type
+    among `CloudFormationModel`'s direct subclasses, in lru-cached maps cleared on entry and exit."""
+    from moto.cloudformation import parsing
+
+    models = [_cfn_model("AWS::StepFunctions::StateMachineVersion", _publish_version),
+              _cfn_model("AWS::StepFunctions::StateMachineAlias", _create_alias)]
+    caches = (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map)
+    for cached in caches:
+        cached.cache_clear()
+    try:
+        yield
+    finally:
+        # A class cannot be unregistered from __subclasses__: make them unreachable instead.
+        for model in models:
+            model.cloudformation_type = staticmethod(lambda: "Custom::LocalRuntimeRemoved")  # type: ignore[method-assign]
+        for cached in caches:
+            cached.cache_clear()
+
+
+def _cfn_model(cfn_type: str, create: Callable[[Any, dict[str, Any]], str]) -> type:
+    """A model of `cfn_type` whose Ref and `Arn` are what `create(backend, properties)` returns."""
+    from moto.core.common_models import CloudFormationModel
+    from moto.stepfunctions.responses import get_backend
+
+    class Model(CloudFormationModel):
+        def __init__(self, arn: str) -> None:
+            self.physical_resource_id = arn
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return cfn_type
+
+        def get_cfn_attribute(self, attribute_name: str) -> str:
+            return self.physical_resource_id
+
+        @classmethod
+        def create_from_cloudformation_json(  # type: ignore[override]
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any
+        ) -> Model:
+            return cls(create(get_backend(account_id, region_name), cloudformation_json["Properties"]))
+
+    return Model
+
+
+def _publish_version(backend: Any, props: dict[str, Any]) -> str:
+    machine = backend.describe_state_machine(props["StateMachineArn"])
+    machine.publish(props.get("Description"))
+    return str(machine.latest_version.arn)
+
+
+def _create_alias(backend: Any, props: dict[str, Any]) -> str:
+    routes = [{"stateMachineVersionArn": r["StateMachineVersionArn"], "weight": int(r["Weight"])}
+              for r in props["RoutingConfiguration"]]
+    alias = backend.create_state_machine_alias(
+        name=props["Name"], routing_configuration=routes, description=props.get("Description")
+    )
+    return str(alias.arn)
+
+
+#: One start through a version or alias at a time: it lends the version's definition to the
+#: state machine for the moment moto snapshots it.
+_VERSIONED_START = threading.Lock()
+
+
+@contextmanager
+def _sfn_starts_through_aliases_and_versions() -> Iterator[None]:
+    """StartExecution through an alias or version ARN runs the version's definition as an
+    execution of the state machine; DescribeExecution reports both ARNs (moto refuses both)."""
+    import random
+
+    from moto.stepfunctions.exceptions import ResourceNotFound
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+    from moto.stepfunctions.responses import StepFunctionResponse
+
+    original = StepFunctionsParserBackend.start_execution
+
+    def start_execution(self: Any, state_machine_arn: str, name: Any = None, execution_input: Any = None,
+                        trace_header: Any = None) -> Any:
+        parts = state_machine_arn.split(":")
+        if len(parts) != 8:
+            return original(self, state_machine_arn, name, execution_input, trace_header)
+        machine_arn, qualifier = ":".join(parts[:7]), parts[7]
+        machine = self.describe_state_machine(machine_arn)
+        alias_arn = None
+        if not qualifier.isdigit():
+            alias = machine.aliases.get(qualifier)
+            if alias is None:
+                raise ResourceNotFound(f"State Machine Alias Does Not Exist: '{state_machine_arn}'")
+            alias_arn = alias.arn
+            routes = alias.routing_configuration
+            chosen = random.choices(routes, weights=[int(r["weight"]) for r in routes])[0]
+            qualifier = chosen["stateMachineVersionArn"].rsplit(":", 1)[1]
+        version = machine.versions.get(int(qualifier))
+        if version is None:
+            raise ResourceNotFound(f"State Machine Version Does Not Exist: '{state_machine_arn}'")
+        with _VERSIONED_START, _patched(machine, "definition", version.definition):
+            execution = original(self, machine_arn, name, execution_input, trace_header)
+        if not hasattr(execution, "state_machine_version_arn"):  # not an idempotent repeat
+            execution.state_machine_version_arn = version.arn
+            execution.state_machine_alias_arn = alias_arn
+        return execution
+
+    described = StepFunctionResponse.describe_execution
+
+    def describe_execution(self: Any) -> Any:
+        result = described(self)
+        execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
+        for field, value in (("stateMachineVersionArn", getattr(execution, "state_machine_version_arn", None)),
+                             ("stateMachineAliasArn", getattr(execution, "state_machine_alias_arn", None))):
+            if value:
+                result.result[field] = value
+        return result
+
+    with _patched(StepFunctionsParserBackend, "start_execution", start_execution), \
+            _patched(StepFunctionResponse, "describe_execution", describe_execution):
+        yield
 
 
 def _sfn_start_execution_task_calls_boto_with_its_member_names() -> Any:
@@ -336,12 +409,8 @@ def _states_errors_pass_through_fail_states_and_maps() -> Iterator[None]:
     from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
     from moto.stepfunctions.parser.asl.component.state.fail import state_fail
 
-    class _PassedOnErrorName(ErrorName):
-        def __init__(self, error_name: str | None) -> None:
-            super().__init__(error_name=error_name)
-
-    with _patched(state_fail, "CustomErrorName", _PassedOnErrorName), \
-            _patched(iteration_worker, "CustomErrorName", _PassedOnErrorName):
+    # ErrorName: CustomErrorName without its refusal of the "States." prefix
+    with _patched(state_fail, "CustomErrorName", ErrorName), _patched(iteration_worker, "CustomErrorName", ErrorName):
         yield
 
 
@@ -358,7 +427,7 @@ def _sync_tasks_poll_often() -> Any:
     return _patched(callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", SYNC_POLL_SECONDS)
 
 
-_forwarding = threading.local()
+_forwarding = threading.local()  # `active` while `_forward` hands an event to another bus
 
 
 def _event_bus_targets_forward_the_event() -> Any:
@@ -374,8 +443,9 @@ def _event_bus_targets_forward_the_event() -> Any:
         return ":event-bus/" in target["Arn"] or ":lambda:" in target["Arn"]
 
     def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
-        if _service_event_off_the_default_bus(self, original_event):
-            return None
+        forwarded = getattr(_forwarding, "active", False)
+        if str(original_event.get("source")).startswith("aws.") and self.event_bus_name != "default" and not forwarded:
+            return None  # moto's S3 sends its events to every bus
         handled = [t for t in self.targets if ours(t)]
         if not handled:
             return original(self, original_event, transform_input)
@@ -388,7 +458,7 @@ def _event_bus_targets_forward_the_event() -> Any:
         for target in handled:
             if ":lambda:" in target["Arn"]:
                 _invoke_async(target["Arn"], copy.deepcopy(dict(original_event)))
-            elif not getattr(_forwarding, "active", False):
+            elif not forwarded:
                 _forward(models, parse_arn(target["Arn"]), original_event)
         return None
 
@@ -397,20 +467,13 @@ def _event_bus_targets_forward_the_event() -> Any:
 
 def _forward(models: Any, bus_arn: Any, original_event: Any) -> None:
     bus = models.events_backends[bus_arn.account][bus_arn.region].describe_event_bus(bus_arn.resource_id)
-    event = copy.deepcopy(dict(original_event))
-    event["id"] = str(uuid.uuid4())
+    event = {**copy.deepcopy(dict(original_event)), "id": str(uuid.uuid4())}
     _forwarding.active = True
     try:
         for rule in list(bus.rules.values()):
             rule.send_to_targets(copy.deepcopy(event), transform_input=False)
     finally:
         _forwarding.active = False
-
-
-def _service_event_off_the_default_bus(rule: Any, event: Any) -> bool:
-    source = str(event.get("source", "")) if isinstance(event, dict) else ""
-    return (source.startswith("aws.") and getattr(rule, "event_bus_name", "default") != "default"
-            and not getattr(_forwarding, "active", False))
 
 
 def _invoke_async(function_arn: str, event: dict[str, Any]) -> None:
@@ -424,7 +487,8 @@ def _invoke_async(function_arn: str, event: dict[str, Any]) -> None:
                      name=f"eventbridge-{function.function_name}").start()
 
 
-def _sfn_status_change_events() -> Any:
+@contextmanager
+def _sfn_status_change_events() -> Iterator[None]:
     """An execution's start and end send "Step Functions Execution Status Change" events to the
     default bus, on a thread of their own (moto sends none)."""
     from moto.events import models
@@ -440,24 +504,20 @@ def _sfn_status_change_events() -> Any:
         terminated(self)
         _emit_status(models, self.execution)
 
-    stack = ExitStack()
-    stack.enter_context(_patched(executions.Execution, "start", started))
-    stack.enter_context(_patched(executions.BaseExecutionWorkerCommunication, "terminated", ended))
-    return stack
+    with _patched(executions.Execution, "start", started), \
+            _patched(executions.BaseExecutionWorkerCommunication, "terminated", ended):
+        yield
 
 
 def _emit_status(models: Any, execution: Any) -> None:
-    def millis(when: Any) -> int | None:
-        return int(when.timestamp() * 1000) if when is not None else None
-
     status = execution.exec_status.value
     detail = {
         "executionArn": execution.exec_arn,
         "stateMachineArn": execution.state_machine_arn,
         "name": execution.name,
         "status": status,
-        "startDate": millis(execution.start_date),
-        "stopDate": millis(execution.stop_date) if status != "RUNNING" else None,
+        "startDate": int(execution.start_date.timestamp() * 1000),
+        "stopDate": int(execution.stop_date.timestamp() * 1000) if status != "RUNNING" else None,
         "input": json.dumps(execution.input_data),
         "output": json.dumps(execution.output) if execution.output is not None else None,
         "error": execution.error,
@@ -508,151 +568,3 @@ def _map_iterations_loop() -> Any:
             self._job_pool.close_job(job)
 
     return _patched(IterationWorker, "_eval_pool", _eval_pool)
-
-
-# --- state machine versions and aliases (pipeline_constructs/versions.py) ------------------
-
-
-def _cfn_versions_models() -> tuple[type, type]:
-    """CloudFormation models of `AWS::StepFunctions::StateMachineVersion` (publishes the state
-    machine's current definition) and `::StateMachineAlias`; Ref and `Arn`: their ARNs."""
-    from moto.core.common_models import CloudFormationModel
-    from moto.stepfunctions.responses import get_backend
-
-    class _Published:  # moto looks for CloudFormationModel's *direct* subclasses only
-        def __init__(self, arn: str) -> None:
-            self.arn = arn
-
-        @property
-        def physical_resource_id(self) -> str:
-            return self.arn
-
-        @classmethod
-        def has_cfn_attr(cls, attr: str) -> bool:
-            return attr == "Arn"
-
-        def get_cfn_attribute(self, attribute_name: str) -> str:
-            return self.arn
-
-        @staticmethod
-        def cloudformation_name_type() -> str:
-            return ""
-
-    class CfnStateMachineVersion(_Published, CloudFormationModel):
-        @staticmethod
-        def cloudformation_type() -> str:
-            return "AWS::StepFunctions::StateMachineVersion"
-
-        @classmethod
-        def create_from_cloudformation_json(  # type: ignore[override]
-            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any
-        ) -> _Published:
-            props = cloudformation_json["Properties"]
-            machine = get_backend(account_id, region_name).describe_state_machine(props["StateMachineArn"])
-            machine.publish(props.get("Description"))
-            return cls(machine.latest_version.arn)
-
-    class CfnStateMachineAlias(_Published, CloudFormationModel):
-        @staticmethod
-        def cloudformation_type() -> str:
-            return "AWS::StepFunctions::StateMachineAlias"
-
-        @classmethod
-        def create_from_cloudformation_json(  # type: ignore[override]
-            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any
-        ) -> _Published:
-            props = cloudformation_json["Properties"]
-            routes = [{"stateMachineVersionArn": r["StateMachineVersionArn"], "weight": int(r["Weight"])}
-                      for r in props["RoutingConfiguration"]]
-            alias = get_backend(account_id, region_name).create_state_machine_alias(
-                name=props["Name"], routing_configuration=routes, description=props.get("Description")
-            )
-            return cls(alias.arn)
-
-    return CfnStateMachineVersion, CfnStateMachineAlias
-
-
-@contextmanager
-def _cfn_state_machine_versions_and_aliases() -> Iterator[None]:
-    """Registers the two models of `_cfn_versions_models` (moto has the API only): moto finds a
-    type among `CloudFormationModel`'s subclasses, in lru-cached maps cleared on entry and exit."""
-    from moto.cloudformation import parsing
-
-    def clear() -> None:
-        for cached in (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map):
-            cached.cache_clear()
-
-    models = _cfn_versions_models()
-    clear()
-    try:
-        yield
-    finally:
-        # A class cannot be unregistered from __subclasses__: make them unreachable instead.
-        for model in models:
-            model.cloudformation_type = staticmethod(lambda: "Custom::LocalRuntimeRemoved")  # type: ignore[method-assign]
-        clear()
-
-
-#: One start through a version or alias at a time: it lends the version's definition to the
-#: state machine for the moment moto snapshots it.
-_VERSIONED_START = threading.Lock()
-
-
-def _sfn_starts_through_aliases_and_versions() -> Any:
-    """StartExecution through an alias or version ARN runs the version's definition as an
-    execution of the state machine; DescribeExecution reports both ARNs (moto refuses both)."""
-    import random
-
-    from moto.stepfunctions.exceptions import ResourceNotFound
-    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
-
-    original = StepFunctionsParserBackend.start_execution
-
-    def start_execution(self: Any, state_machine_arn: str, name: Any = None, execution_input: Any = None,
-                        trace_header: Any = None) -> Any:
-        parts = state_machine_arn.split(":")
-        if len(parts) != 8:
-            return original(self, state_machine_arn, name, execution_input, trace_header)
-        machine_arn, qualifier = ":".join(parts[:7]), parts[7]
-        machine = self.describe_state_machine(machine_arn)
-        alias_arn = None
-        if not qualifier.isdigit():
-            alias = machine.aliases.get(qualifier)
-            if alias is None:
-                raise ResourceNotFound(f"State Machine Alias Does Not Exist: '{state_machine_arn}'")
-            alias_arn = alias.arn
-            routes = alias.routing_configuration
-            chosen = random.choices(routes, weights=[int(r["weight"]) for r in routes])[0]
-            qualifier = chosen["stateMachineVersionArn"].rsplit(":", 1)[1]
-        version = machine.versions.get(int(qualifier))
-        if version is None:
-            raise ResourceNotFound(f"State Machine Version Does Not Exist: '{state_machine_arn}'")
-        with _VERSIONED_START:
-            latest = machine.definition
-            machine.definition = version.definition
-            try:
-                execution = original(self, machine_arn, name, execution_input, trace_header)
-            finally:
-                machine.definition = latest
-        if not hasattr(execution, "state_machine_version_arn"):  # not an idempotent repeat
-            execution.state_machine_version_arn = version.arn
-            execution.state_machine_alias_arn = alias_arn
-        return execution
-
-    from moto.stepfunctions.responses import StepFunctionResponse
-
-    described = StepFunctionResponse.describe_execution
-
-    def describe_execution(self: Any) -> Any:
-        result = described(self)
-        execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
-        for field, value in (("stateMachineVersionArn", getattr(execution, "state_machine_version_arn", None)),
-                             ("stateMachineAliasArn", getattr(execution, "state_machine_alias_arn", None))):
-            if value:
-                result.result[field] = value
-        return result
-
-    stack = ExitStack()
-    stack.enter_context(_patched(StepFunctionsParserBackend, "start_execution", start_execution))
-    stack.enter_context(_patched(StepFunctionResponse, "describe_execution", describe_execution))
-    return stack

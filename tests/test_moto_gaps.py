@@ -264,7 +264,7 @@ def test_moto_sends_s3_events_to_the_rules_of_every_bus(aws: None) -> None:
 
     assert len(events["default"]) == 1
     assert len(events["custom"]) == 1, closed(
-        "sends S3 events to the default bus only", "_service_event_off_the_default_bus (and its call)")
+        "sends S3 events to the default bus only", "the default-bus check of _event_bus_targets_forward_the_event")
 
 
 def test_moto_forwards_only_source_detail_type_and_detail_to_another_bus(aws: None) -> None:
