@@ -6,7 +6,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup demo synth deploy cells test clean diff iam-lint security-doc config-docs
+.PHONY: setup demo synth deploy cells test test-fast clean diff iam-lint security-doc config-docs
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -50,9 +50,18 @@ cells: setup
 	python -m tools.cells list --tenants $(TENANTS)
 
 ## test: the whole test suite (template assertions, snapshots, cdk-nag, cfn-lint, handlers,
-## end to end); the generic checks of tests/test_user_tenants.py run on the tenants file.
+## moto canaries, end to end) in WORKERS pytest processes (pytest-xdist; each test file stays
+## in one process, so an end-to-end module starts one local pipeline); the generic checks of
+## tests/test_user_tenants.py run on the tenants file. WORKERS=0 runs it in this process.
+WORKERS ?= 2
 test: setup
-	pytest $(ARGS)
+	pytest -n $(WORKERS) --dist loadfile $(ARGS)
+
+## test-fast: the unit and template tests, for everyday tenant edits: config validation,
+## templates, snapshots, cdk-nag, the tenants file's checks, handlers and ops on moto; no test
+## marked slow (the end-to-end suite, the CDK CLI, git, many synths).
+test-fast: setup
+	pytest -n $(WORKERS) -m "not slow" $(ARGS)
 
 ## diff: offline diff of BASE (default origin/main) and the working tree, per tenant then per
 ## stack, no AWS credentials; when only the tenants file changed, only the cells it touches are

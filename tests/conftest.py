@@ -36,6 +36,13 @@ FIXTURE_TENANTS = ROOT / "tests" / "fixtures" / "tenants.yaml"
 DEFAULT_TENANTS = FIXTURE_TENANTS
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """End-to-end tests and runs of the CDK CLI are `slow`: `make test-fast` leaves them out."""
+    for item in items:
+        if item.get_closest_marker("cli") or item.nodeid.startswith("tests/e2e/"):
+            item.add_marker(pytest.mark.slow)
+
+
 def problems_of(yaml_text: str) -> list[str]:
     """The problems `parse_config` reports for a tenants file (dedented), which must be invalid."""
     from pipeline_constructs.config import ConfigError, parse_config

@@ -26,6 +26,8 @@ from botocore.exceptions import ClientError
 
 from tests.conftest import ROOT, moto_executing_state_machines
 
+pytestmark = pytest.mark.slow  # moto's own behaviour, for moto upgrades: make test runs it, make test-fast does not
+
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/canary"
 PASS = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}

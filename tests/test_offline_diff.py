@@ -28,6 +28,8 @@ from tools.offline_diff import (
     render_summary,
 )
 
+pytestmark = pytest.mark.slow  # git revisions and CDK CLI diffs: make test runs it, make test-fast does not
+
 BASE_TENANTS = """\
 defaults:
   sink:

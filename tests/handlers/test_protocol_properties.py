@@ -40,6 +40,8 @@ from runtime import BoundLogger, get_logger
 
 from tests.handlers.support import REGION, TENANT
 
+pytestmark = pytest.mark.slow  # hundreds of protocol steps on moto: make test runs it, make test-fast does not
+
 HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
 
 
