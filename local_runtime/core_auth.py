@@ -1,9 +1,6 @@
-"""What the local core system checks of a request's credentials (`sink.auth`): a bearer token it
-currently accepts, or an AWS Signature Version 4 recomputed with botocore from the request and
-the credentials the local runtime gives the worker processes.
-
-A real API Gateway or Lambda function URL does the same check (and IAM's); this one lets the
-end-to-end suite show that register signs what it sends, the body's hash included.
+"""The local core system's check of a SigV4 signature (`sink.auth` sigv4), recomputed with botocore
+from the request and the workers' credentials: what API Gateway would check, so the end-to-end suite
+shows that register signs what it sends, the body's hash included.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from local_runtime.poller import SqsPoller
 
 NOTIFICATION_QUEUE = "local-runtime-notifications"
 _IDLE_CHECK_INTERVAL = 0.1
+#: Keys DescribeExecution leaves out when they have no value; `executions` gives them as None.
+_OPTIONAL_EXECUTION_KEYS = ("stopDate", "error", "cause", "stateMachineVersionArn", "stateMachineAliasArn")
 
 
 @dataclass(frozen=True)
@@ -27,60 +29,17 @@ class Notification:
     message: str
     time: str
 
-    @property
-    def data(self) -> Any:
-        """The message parsed as JSON (the workflow's failure notice is JSON), else the text."""
-        try:
-            return json.loads(self.message)
-        except ValueError:
-            return self.message
-
-
-class NotificationCapture:
-    """Subscribes one SQS queue to every topic and keeps what arrives, in order."""
-
-    def __init__(self, client: Callable[[str], Any], topic_arns: Iterable[str]) -> None:
-        self._sqs = client("sqs")
-        self._queue_url = self._sqs.create_queue(QueueName=NOTIFICATION_QUEUE)["QueueUrl"]
-        queue_arn = self._sqs.get_queue_attributes(QueueUrl=self._queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
-        for topic_arn in topic_arns:
-            client("sns").subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
-        self._received: list[Notification] = []
-        self._lock = threading.Lock()
-
-    def all(self) -> list[Notification]:
-        with self._lock:
-            while messages := self._sqs.receive_message(QueueUrl=self._queue_url, MaxNumberOfMessages=10).get(
-                "Messages"
-            ):
-                for message in messages:
-                    envelope = json.loads(message["Body"])
-                    self._received.append(
-                        Notification(
-                            topic_arn=envelope.get("TopicArn", ""),
-                            subject=envelope.get("Subject"),
-                            message=envelope.get("Message", ""),
-                            time=envelope.get("Timestamp", ""),
-                        )
-                    )
-                    self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
-            return list(self._received)
-
 
 def list_executions(sfn: Any, state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
     """ListExecutions, every page."""
     kwargs = {"stateMachineArn": state_machine_arn, **({"statusFilter": status} if status else {})}
-    return [
-        item
-        for page in sfn.get_paginator("list_executions").paginate(**kwargs)
-        for item in page["executions"]
-    ]
+    pages = sfn.get_paginator("list_executions").paginate(**kwargs)
+    return [item for page in pages for item in page["executions"]]
 
 
 class Observer:
-    """Executions and idleness of the tenants' pipelines."""
+    """Executions, notifications and idleness of the tenants' pipelines. Notifications arrive on
+    a queue it subscribes to every topic of `topic_arns`."""
 
     def __init__(
         self,
@@ -88,43 +47,58 @@ class Observer:
         tenants: Mapping[str, Tenant],
         pollers: Mapping[str, SqsPoller],
         dispatcher: LambdaDispatcher,
+        topic_arns: Iterable[str],
     ) -> None:
         self._client = client
         self._tenants = tenants
         self._pollers = pollers
         self._dispatcher = dispatcher
+        self._sqs = client("sqs")
+        self._queue_url = self._sqs.create_queue(QueueName=NOTIFICATION_QUEUE)["QueueUrl"]
+        queue_arn = self._sqs.get_queue_attributes(QueueUrl=self._queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        for topic_arn in topic_arns:
+            client("sns").subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
+        self._notifications: list[Notification] = []
+        self._lock = threading.Lock()
+
+    def notifications(self) -> list[Notification]:
+        """Every notification so far, in arrival order."""
+        with self._lock:
+            while messages := self._sqs.receive_message(QueueUrl=self._queue_url, MaxNumberOfMessages=10).get(
+                "Messages"
+            ):
+                for message in messages:
+                    envelope = json.loads(message["Body"])
+                    self._notifications.append(
+                        Notification(envelope["TopicArn"], envelope.get("Subject"), envelope["Message"],
+                                     envelope["Timestamp"])
+                    )
+                    self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+            return list(self._notifications)
 
     def list_executions(self, tenant: str, status: str | None = None) -> list[dict[str, Any]]:
         return list_executions(self._client("stepfunctions"), self._tenants[tenant].state_machine_arn, status)
 
     def executions(self, tenant: str) -> list[dict[str, Any]]:
-        """The tenant's executions, oldest first, as DescribeExecution returns them
-        (``executionArn``, ``name``, ``status``, ``startDate``, ``stopDate``, ``error``,
-        ``cause``, ``stateMachineVersionArn``, ``stateMachineAliasArn``) with ``input``/``output``
-        parsed, plus the file's ``key`` and ``version_id``."""
+        """The tenant's executions, oldest first, as DescribeExecution gives them (`error`, `cause`,
+        `stopDate`, `stateMachineVersionArn`, `stateMachineAliasArn`: None when absent), `input` and
+        `output` parsed, plus the file's `key` and `version_id`."""
         sfn = self._client("stepfunctions")
         described = []
         for item in self.list_executions(tenant):
             detail = sfn.describe_execution(executionArn=item["executionArn"])
+            del detail["ResponseMetadata"]
             execution_input = json.loads(detail.get("input") or "{}")
-            described.append(
-                {
-                    "executionArn": detail["executionArn"],
-                    "name": detail["name"],
-                    "status": detail["status"],
-                    "startDate": detail["startDate"],
-                    "stopDate": detail.get("stopDate"),
-                    "input": execution_input,
-                    "output": json.loads(detail["output"]) if detail.get("output") else None,
-                    "error": detail.get("error"),
-                    "cause": detail.get("cause"),
-                    "key": execution_input.get("key"),
-                    "version_id": execution_input.get("version_id"),
-                    # started through the `live` alias: the version it ran on, and the alias
-                    "stateMachineVersionArn": detail.get("stateMachineVersionArn"),
-                    "stateMachineAliasArn": detail.get("stateMachineAliasArn"),
-                }
-            )
+            described.append({
+                **dict.fromkeys(_OPTIONAL_EXECUTION_KEYS),
+                **detail,
+                "input": execution_input,
+                "output": json.loads(detail["output"]) if detail.get("output") else None,
+                "key": execution_input.get("key"),
+                "version_id": execution_input.get("version_id"),
+            })
         return sorted(described, key=lambda e: (e["startDate"], e["name"]))
 
     def busy_reason(self, tenants: Iterable[str]) -> str | None:
@@ -133,8 +107,7 @@ class Observer:
         sqs = self._client("sqs")
         functions: list[str] = []
         for tenant in tenants:
-            poller = self._pollers.get(tenant)
-            if poller is not None and poller.busy:
+            if self._pollers[tenant].busy:
                 return f"{tenant}: the controller is handling a message"
             queue_url = self._tenants[tenant].queue_url
             attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]

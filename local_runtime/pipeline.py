@@ -1,11 +1,5 @@
-"""`LocalPipeline`: the whole pipeline on one machine, from the synthesized templates.
-
-    with LocalPipeline("tenants.yaml", time_scale=0.1) as pipe:
-        key, version = pipe.put_file("acme", "file-001.csv", b"id,amount\\n1,10\\n")
-        pipe.wait_until_idle()
-        pipe.sink("acme").accepted        # the records the core system registered
-
-It composes the runtime's parts: `lifecycle.Runtime` (start and stop), `observation`
+"""`LocalPipeline`: the whole pipeline on one machine, from the synthesized templates (the API:
+local_runtime/README.md). It composes `lifecycle.Runtime` (start and stop), `observation.Observer`
 (executions, notifications, idleness), `progress` (events for a live view) and `faults`.
 """
 
@@ -21,22 +15,19 @@ from lambdas import contract
 from local_runtime.deploy import Deployment, FunctionEnvironmentHook, Tenant
 from local_runtime.faults import Faults
 from local_runtime.lifecycle import Runtime
-from local_runtime.observation import Notification, NotificationCapture, Observer
+from local_runtime.observation import Notification, Observer
 from local_runtime.poller import Delivery
 from local_runtime.progress import ProgressEvents, ProgressReporter
 from local_runtime.sink import SinkServer
 
 
 class LocalPipeline:
-    """The pipeline of ``tenants_file`` running on moto, with real handlers and local sinks.
+    """The pipeline of `tenants_file` running on moto, with real handlers and local sinks.
 
-    ``time_scale`` multiplies every duration of the templates that the local run honours:
-    queue visibility timeout and retention, function timeouts, state machine timeouts and
-    Retry intervals (0.1: a 30 s visibility timeout becomes 3 s).
-
-    ``function_environment(tenant, role, variables) -> variables`` may change a tenant
-    function's environment before it is deployed; it runs after the default one
-    (`sink.point_register_at`: each register function sends to its tenant's local sink).
+    `time_scale` multiplies every duration of the templates that the local run honours (0.1: a
+    30 s visibility timeout becomes 3 s). `function_environment(tenant, role, variables) ->
+    variables` may change a tenant function's environment before it is deployed, after the
+    default hook (`sink.point_register_at`: each register function sends to its tenant's sink).
     """
 
     def __init__(
@@ -44,8 +35,6 @@ class LocalPipeline:
         tenants_file: str | Path,
         *,
         time_scale: float = 0.1,
-        region: str = "us-east-1",
-        workdir: str | Path | None = None,
         function_environment: FunctionEnvironmentHook | None = None,
         status_events: bool = False,
     ) -> None:
@@ -57,13 +46,10 @@ class LocalPipeline:
         self._runtime = Runtime(
             Path(tenants_file),
             time_scale=time_scale,
-            region=region,
-            workdir=Path(workdir) if workdir else None,
             function_environment=function_environment,
             status_events=status_events,
         )
         self._observer: Observer | None = None
-        self._notifications: NotificationCapture | None = None
         self._progress: ProgressReporter | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -91,16 +77,12 @@ class LocalPipeline:
         runtime.dispatcher.add_fault_source(self.faults.directives)
         runtime.dispatcher.add_crash_observer(self.faults.observe_crash)
         for tenant, poller in runtime.pollers.items():
-            poller.add_listener(functools.partial(self._on_delivery, tenant))
+            poller.add_listener(functools.partial(self.faults.on_delivery, tenant))
         self._observer = Observer(
-            runtime.server.client, deployment.tenants, runtime.pollers, runtime.dispatcher
+            runtime.server.client, deployment.tenants, runtime.pollers, runtime.dispatcher,
+            deployment.physical_ids("AWS::SNS::Topic"),
         )
-        self._notifications = NotificationCapture(
-            runtime.server.client, deployment.physical_ids("AWS::SNS::Topic")
-        )
-        self._progress = ProgressReporter(
-            self.events, self._observer.list_executions, list(deployment.tenants)
-        )
+        self._progress = ProgressReporter(self.events, self._observer.list_executions, self.tenant_ids)
         runtime.dispatcher.add_listener(self._progress.on_invocation)
         for sink in runtime.sinks.values():
             sink.add_listener(self._progress.on_sink_request)
@@ -111,11 +93,6 @@ class LocalPipeline:
             self._progress.stop()
         self._runtime.close()
 
-    def _on_delivery(self, tenant: str, delivery: Delivery) -> None:
-        copy_id = self.faults.on_delivery(tenant, delivery)
-        if copy_id:
-            self.events.emit("duplicate_sent", tenant, message_id=delivery.message_id, copy_id=copy_id)
-
     # -- where things are -------------------------------------------------------------------
 
     @property
@@ -124,10 +101,10 @@ class LocalPipeline:
         assert self._runtime.server is not None, "start the pipeline first"
         return self._runtime.server.endpoint_url
 
-    def client(self, service: str, *, read_timeout: float = 60.0, max_attempts: int = 2) -> Any:
+    def client(self, service: str) -> Any:
         """A boto3 client of the local account (cached; boto3 clients are thread-safe)."""
         assert self._runtime.server is not None, "start the pipeline first"
-        return self._runtime.server.client(service, read_timeout=read_timeout, max_attempts=max_attempts)
+        return self._runtime.server.client(service)
 
     @property
     def deployment(self) -> Deployment:
@@ -143,7 +120,7 @@ class LocalPipeline:
 
     @property
     def tenants(self) -> dict[str, Tenant]:
-        return self.deployment.tenants if self._runtime.deployment is not None else {}
+        return self.deployment.tenants
 
     @property
     def tenant_ids(self) -> list[str]:
@@ -154,14 +131,10 @@ class LocalPipeline:
         """The bucket the tenants' rules listen to."""
         return next(iter(self.tenants.values())).bucket
 
-    @property
-    def workdir(self) -> Path | None:
-        return self._runtime.workdir
-
     # -- input ------------------------------------------------------------------------------
 
     def put_file(self, tenant: str, name: str, data: bytes | str) -> tuple[str, str]:
-        """Upload ``name`` under the tenant's prefix; returns ``(key, version_id)``."""
+        """Upload `name` under the tenant's prefix; returns `(key, version_id)`."""
         where = self.tenants[tenant]
         key = where.prefix + name
         body = data.encode() if isinstance(data, str) else data
@@ -175,10 +148,9 @@ class LocalPipeline:
         A fresh deduplication id by default: the copy reaches the consumer as a redelivery
         from outside SQS's 5-minute deduplication window would.
         """
-        response = self.client("sqs").send_message(
-            **contract.queue_message(self.tenants[tenant].queue_url, tenant, body, deduplication_id or uuid.uuid4().hex)
-        )
-        return response["MessageId"]
+        queue_url = self.tenants[tenant].queue_url
+        message = contract.queue_message(queue_url, tenant, body, deduplication_id or uuid.uuid4().hex)
+        return self.client("sqs").send_message(**message)["MessageId"]
 
     # -- observation ------------------------------------------------------------------------
 
@@ -187,7 +159,7 @@ class LocalPipeline:
         return self._runtime.sinks[tenant]
 
     def add_invocation_listener(self, listener: Callable[[Any, Any, Any], None]) -> None:
-        """``listener(function, event, result)`` around every Lambda invocation (``result`` None
+        """`listener(function, event, result)` around every Lambda invocation (`result` None
         before it runs); it must not raise."""
         assert self._runtime.dispatcher is not None, "start the pipeline first"
         self._runtime.dispatcher.add_listener(listener)
@@ -204,7 +176,8 @@ class LocalPipeline:
     @property
     def notifications(self) -> list[Notification]:
         """Messages published to the app's SNS topics so far, in arrival order."""
-        return self._notifications.all() if self._notifications is not None else []
+        assert self._observer is not None, "start the pipeline first"
+        return self._observer.notifications()
 
     def logs(self, function_name: str) -> str:
         """What a function's workers wrote (the runtime's log lines, JSON in JSON log format)."""

@@ -1,18 +1,7 @@
-"""A local HTTP server per tenant that stands in for the core system, and the default
-`function_environment` hook that points each tenant's register function at it.
-
-It behaves like the contract in docs/architecture.md expects of the real one: one POST per
-record, the ``Idempotency-Key`` header deduplicates (a repeated key is answered 200 and not
-registered twice). Every request is kept in arrival order so tests can check ordering and
-duplicates, and faults can be injected: 5xx/429 for a number of requests, a fixed latency,
-a fatal 4xx on chosen records.
-
-It also implements the batch contract (docs/core-system.md, "The contract"): a
-POST whose body is a JSON array is one batch under one key, registered atomically: every
-record (201, or 200 for a key seen before) or none (the first fault that matches any of its
-records answers for the whole batch; a 4xx names the record in `rejected_index`). `requests`
-lists a batch record by record (`batch_offset` > 0 for all but its first), so the ordering and
-duplicate checks read both modes alike.
+"""`SinkServer`, the core-system stand-in of a tenant (local_runtime/README.md, `sink(tenant)`):
+the contract of docs/core-system.md (`Idempotency-Key` deduplicates; a JSON array is one batch,
+registered all or nothing), injected faults, the tenant's `sink.auth`; and the
+`function_environment` hooks that point each register function at it and make it demand the auth.
 """
 
 from __future__ import annotations
@@ -25,11 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from lambdas import contract
 from local_runtime.core_auth import SigV4Key, sigv4_problem
+from local_runtime.deploy import FunctionEnvironmentHook
 from local_runtime.synth import REGISTER_ROLE
 
 SINK_URL = contract.env_name("sink_url")
@@ -41,26 +32,22 @@ SINK_AUTH_REGION = contract.env_name("sink_auth_region")
 
 @dataclass
 class SinkAuthCheck:
-    """What the local core system demands (the tenant's `sink.auth`, read from the register
-    function's environment in the templates): nothing, `Authorization: Bearer <token>` with the
-    token it currently accepts (401 otherwise), or a valid SigV4 signature by the workers'
-    credentials (403 otherwise). `token` is generated per run and never printed; `accept_token`
-    switches it (a rotation on the core system's side)."""
+    """What the core system demands: nothing, `Authorization: Bearer <token>` (401 otherwise; the
+    token is made per run and never printed), or a SigV4 signature by `key` (403 otherwise)."""
 
     kind: str = "none"
     secret: str = ""
     token: str = ""
     key: SigV4Key | None = None
 
-    def problem(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> tuple[int, str] | None:
+    def problem(self, url: str, headers: Message, body: bytes) -> tuple[int, str] | None:
         """None if the request may pass, else the status and why (never quoting a credential)."""
         if self.kind == "bearer":
             sent = headers.get("Authorization") or ""
             if not hmac.compare_digest(sent.encode(), f"Bearer {self.token}".encode()):
                 return 401, "missing or wrong bearer token" if sent else "no Authorization header"
         elif self.kind == "sigv4":
-            assert self.key is not None
-            why = sigv4_problem(self.key, method=method, url=url, headers=headers, body=body)
+            why = sigv4_problem(self.key, method="POST", url=url, headers=dict(headers.items()), body=body)
             if why is not None:
                 return 403, why
         return None
@@ -68,13 +55,13 @@ class SinkAuthCheck:
 
 @dataclass(frozen=True)
 class AuthRefusal:
-    """A request the core system refused for its credentials (not in `requests`: nothing of it
-    was looked at)."""
+    """A request refused for its credentials (not in `requests`: nothing of it was looked at)."""
 
     status: int
     reason: str
     time: float
     idempotency_key: str | None
+
 
 #: Selects records: a predicate on the record body, a dict the body must contain, or an int:
 #: the record that would be registered at that position (0-based) of `accepted`.
@@ -83,20 +70,16 @@ RecordMatcher = Callable[[dict[str, Any]], bool] | dict[str, Any] | int | None
 
 @dataclass(frozen=True)
 class SinkRequest:
-    """One request the core system received."""
+    """One record the core system received (a batch gives one per record)."""
 
     idempotency_key: str | None
     body: Any  # the decoded JSON record (or the raw text if it was not JSON)
     status: int
     time: float  # epoch seconds, when the request arrived
     registered: bool  # True only the first time a record (key) was accepted
-    tenant_header: str | None = None
-    #: Batch mode: the number of the POST (0-based) that carried the record, and the record's
-    #: place in it. Record mode: the POST's number and 0.
-    post: int = 0
-    batch_offset: int = 0
-    #: The number of records of the POST if it was a batch (a JSON array), else None.
-    batch_size: int | None = None
+    post: int = 0  # the number (0-based) of the POST that carried it
+    batch_offset: int = 0  # its place in that POST
+    batch_size: int | None = None  # the POST's record count if it was a batch (a JSON array)
 
 
 @dataclass
@@ -121,7 +104,7 @@ class SinkServer:
     """The core-system stand-in of one tenant (start with `start()`, stop with `stop()`)."""
 
     tenant: str
-    host: str = "127.0.0.1"
+    auth: SinkAuthCheck = field(default_factory=SinkAuthCheck)
     _requests: list[SinkRequest] = field(default_factory=list)
     _accepted: list[Any] = field(default_factory=list)
     _seen_keys: set[str] = field(default_factory=set)
@@ -130,14 +113,10 @@ class SinkServer:
     _latency: float = 0.0
     _in_flight: int = 0
     _max_in_flight: int = 0
+    _auth_refusals: list[AuthRefusal] = field(default_factory=list)
+    _listeners: list[Callable[[str, SinkRequest], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
-    _thread: threading.Thread | None = None
-    _listeners: list[Callable[[str, SinkRequest], None]] = field(default_factory=list)
-    auth: SinkAuthCheck = field(default_factory=SinkAuthCheck)
-    _auth_refusals: list[AuthRefusal] = field(default_factory=list)
-
-    # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
         sink = self
@@ -148,20 +127,10 @@ class SinkServer:
             # and the client's delayed ACK stalls each record by ~40 ms.
             disable_nagle_algorithm = True
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 url = f"http://{self.headers.get('Host', '')}{self.path}"
-                refused = sink.auth.problem("POST", url, dict(self.headers.items()), raw)
-                if refused is not None:
-                    status, answer = refused[0], {"message": refused[1]}
-                    with sink._lock:
-                        sink._auth_refusals.append(
-                            AuthRefusal(refused[0], refused[1], time.time(), self.headers.get("Idempotency-Key")))
-                else:
-                    status, answer = sink._handle(
-                        raw, self.headers.get("Idempotency-Key"), self.headers.get("X-Tenant-Id")
-                    )
+                status, answer = sink._handle(url, self.headers, raw)
                 body = json.dumps({"status": status, **answer}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -169,35 +138,31 @@ class SinkServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}", daemon=True
-        )
-        self._thread.start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}",
+                         daemon=True).start()
 
     def stop(self) -> None:
+        """Stop serving (serve_forever returns, so its thread ends)."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
 
     @property
     def url(self) -> str:
         assert self._server is not None, "start() first"
-        return f"http://{self.host}:{self._server.server_address[1]}/records"
+        return f"http://127.0.0.1:{self._server.server_address[1]}/records"
 
     # -- what it received -------------------------------------------------------------------
 
     @property
     def requests(self) -> list[SinkRequest]:
-        """Every request, in arrival order (retries and duplicates included)."""
+        """Every record received, in arrival order (retries and duplicates included)."""
         with self._lock:
             return list(self._requests)
 
@@ -210,8 +175,7 @@ class SinkServer:
     @property
     def posts(self) -> int:
         """How many POSTs arrived (a batch is one)."""
-        with self._lock:
-            return self._posts
+        return self._posts
 
     @property
     def max_in_flight(self) -> int:
@@ -224,20 +188,9 @@ class SinkServer:
         with self._lock:
             return list(self._auth_refusals)
 
-    def require_bearer(self, secret: str) -> str:
-        """Demand a bearer token from now on (a new random one, also returned: the local
-        runtime stores it in the secret named `secret`). Never printed."""
-        self.auth = SinkAuthCheck(kind="bearer", secret=secret, token=f"tok-{secrets.token_urlsafe(24)}")
-        return self.auth.token
-
     def accept_token(self, token: str) -> SinkServer:
         """Accept `token` instead of the current one (the core system's side of a rotation)."""
         self.auth = dataclasses.replace(self.auth, token=token)
-        return self
-
-    def require_sigv4(self, key: SigV4Key) -> SinkServer:
-        """Demand a SigV4 signature by `key` (the workers' credentials, the tenant's service and Region)."""
-        self.auth = SinkAuthCheck(kind="sigv4", key=key)
         return self
 
     def add_listener(self, listener: Callable[[str, SinkRequest], None]) -> None:
@@ -248,7 +201,7 @@ class SinkServer:
     def fail_with(
         self, status: int = 503, *, times: int | None = 1, on_record: RecordMatcher = None
     ) -> SinkServer:
-        """Answer ``status`` (e.g. 503, 429) to the next ``times`` matching requests (None: always)."""
+        """Answer `status` (e.g. 503, 429) to the next `times` matching requests (None: always)."""
         with self._lock:
             self._failures.append(_Failure(status, times, on_record))
         return self
@@ -258,7 +211,7 @@ class SinkServer:
         return self.fail_with(status, times=None, on_record=on_record)
 
     def latency(self, seconds: float) -> SinkServer:
-        """Delay every response by ``seconds`` (a slow core system)."""
+        """Delay every response by `seconds` (a slow core system)."""
         self._latency = float(seconds)
         return self
 
@@ -269,92 +222,68 @@ class SinkServer:
         return self
 
     def reset(self) -> SinkServer:
-        """Forget requests, registered records and faults (between tests sharing one pipeline)."""
+        """Forget requests, registered records and faults (between runs sharing one sink)."""
+        self.clear_faults()
         with self._lock:
             self._requests.clear()
             self._accepted.clear()
             self._seen_keys.clear()
-            self._failures.clear()
-            self._max_in_flight = 0
-            self._posts = 0
-        self._latency = 0.0
+            self._max_in_flight = self._posts = 0
         return self
 
     # -- request handling -------------------------------------------------------------------
 
-    def _handle(self, raw: bytes, key: str | None, tenant_header: str | None) -> tuple[int, dict[str, Any]]:
+    def _handle(self, url: str, headers: Message, raw: bytes) -> tuple[int, dict[str, Any]]:
         arrived = time.time()
+        key = headers.get("Idempotency-Key")
+        refused = self.auth.problem(url, headers, raw)
+        if refused is not None:
+            with self._lock:
+                self._auth_refusals.append(AuthRefusal(*refused, arrived, key))
+            return refused[0], {"message": refused[1]}
         try:
             body: Any = json.loads(raw)
         except ValueError:
             body = raw.decode("utf-8", "replace")
+        batch_size = len(body) if isinstance(body, list) else None
+        records = body if batch_size is not None else [body]
         with self._lock:
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
-        try:
-            if self._latency:
-                time.sleep(self._latency)
-            with self._lock:
-                post = self._posts
-                self._posts += 1
-                if isinstance(body, list):
-                    status, registered, answer = self._decide_batch(key, body)
-                    requests = [
-                        SinkRequest(key, record, status, arrived, registered, tenant_header, post, offset, len(body))
-                        for offset, record in enumerate(body)
-                    ]
-                else:
-                    status, registered = self._decide(key, body)
-                    answer = {}
-                    requests = [SinkRequest(key, body, status, arrived, registered, tenant_header, post)]
-                self._requests.extend(requests)
-        finally:
-            with self._lock:
-                self._in_flight -= 1
+        time.sleep(self._latency)
+        with self._lock:
+            self._in_flight -= 1
+            post, self._posts = self._posts, self._posts + 1
+            status, rejected = self._decide(key, records)
+            requests = [
+                SinkRequest(key, record, status, arrived, status == 201, post, offset, batch_size)
+                for offset, record in enumerate(records)
+            ]
+            self._requests.extend(requests)
         for request in requests:
             for listener in self._listeners:
-                try:
-                    listener(self.tenant, request)
-                except Exception:  # noqa: BLE001 - observers must not break the sink
-                    pass
-        return status, answer
+                listener(self.tenant, request)
+        return status, {"rejected_index": rejected} if batch_size is not None and rejected is not None else {}
 
-    def _decide(self, key: str | None, body: Any) -> tuple[int, bool]:
+    def _decide(self, key: str | None, records: list[Any]) -> tuple[int, int | None]:
+        """All or nothing: the status of the POST, and the offset of the record a 4xx rejects."""
         if key is not None and key in self._seen_keys:
-            return 200, False  # idempotent replay: acknowledged, not registered again
+            return 200, None  # idempotent replay: acknowledged, not registered again
         for failure in self._failures:
-            if failure.remaining != 0 and _matches(failure.matcher, body, len(self._accepted)):
-                if failure.remaining is not None:
-                    failure.remaining -= 1
-                return failure.status, False
-        if key is not None:
-            self._seen_keys.add(key)
-        self._accepted.append(body)
-        return 201, True
-
-    def _decide_batch(self, key: str | None, records: list[Any]) -> tuple[int, bool, dict[str, Any]]:
-        """All or nothing: a fault matching any record answers for the whole batch."""
-        if key is not None and key in self._seen_keys:
-            return 200, False, {}
-        for failure in self._failures:
-            if failure.remaining == 0:
-                continue
             for offset, record in enumerate(records):
-                if _matches(failure.matcher, record, len(self._accepted) + offset):
+                if failure.remaining != 0 and _matches(failure.matcher, record, len(self._accepted) + offset):
                     if failure.remaining is not None:
                         failure.remaining -= 1
-                    return failure.status, False, ({"rejected_index": offset} if failure.status < 500 and failure.status != 429 else {})
+                    return failure.status, offset if failure.status < 500 and failure.status != 429 else None
         if key is not None:
             self._seen_keys.add(key)
         self._accepted.extend(records)
-        return 201, True, {}
+        return 201, None
 
 
-def point_register_at(
-    sinks: Mapping[str, SinkServer],
-) -> Callable[[str, str, dict[str, Any]], dict[str, Any]]:
+def point_register_at(sinks: Mapping[str, Any]) -> FunctionEnvironmentHook:
     """The default `function_environment` hook: a tenant's register function sends its records
-    to the tenant's local sink instead of the core system named in the tenants file."""
+    to the tenant's local sink (anything with a `url`) instead of the tenants file's core system."""
 
     def hook(tenant: str, role: str, environment: dict[str, Any]) -> dict[str, Any]:
         if role == REGISTER_ROLE and tenant in sinks:
@@ -364,14 +293,12 @@ def point_register_at(
     return hook
 
 
-def enforce_auth(sinks: Mapping[str, SinkServer], *, sigv4_credentials: tuple[str, str, str | None]
-                 ) -> Callable[[str, str, dict[str, Any]], dict[str, Any]]:
-    """A `function_environment` hook that reads each tenant's `sink.auth` from its register
-    function's environment and makes the tenant's local sink demand it. A bearer secret named by
-    full ARN is named by its name instead (moto makes up its own ARN suffix). `secrets_to_create`
-    (an attribute of the hook) is then {secret name: token}: the local runtime creates them
-    before any file flows. `sigv4_credentials`: (access key, secret key, session token) of the
-    workers."""
+def enforce_auth(
+    sinks: Mapping[str, SinkServer], worker_credentials: tuple[str, str, str]
+) -> tuple[FunctionEnvironmentHook, dict[str, str]]:
+    """A hook that makes each tenant's sink demand the `sink.auth` of its register function's
+    environment, and the bearer secrets to create before any file flows ({name: token}). A secret
+    named by full ARN is named by its name instead (moto makes up its own ARN suffix)."""
     to_create: dict[str, str] = {}
 
     def hook(tenant: str, role: str, environment: dict[str, Any]) -> dict[str, Any]:
@@ -381,13 +308,12 @@ def enforce_auth(sinks: Mapping[str, SinkServer], *, sigv4_credentials: tuple[st
         if kind == "bearer":
             secret = str(environment[SINK_AUTH_SECRET])
             name = secret.split(":secret:", 1)[1][:-7] if secret.startswith("arn:") else secret
-            to_create[name] = sinks[tenant].require_bearer(name)
+            token = to_create[name] = f"tok-{secrets.token_urlsafe(24)}"
+            sinks[tenant].auth = SinkAuthCheck(kind, secret=name, token=token)
             return {**environment, SINK_AUTH_SECRET: name}
         if kind == "sigv4":
-            access_key, secret_key, token = sigv4_credentials
-            sinks[tenant].require_sigv4(SigV4Key(access_key, secret_key, token, str(environment[SINK_AUTH_SERVICE]),
-                                                 str(environment[SINK_AUTH_REGION])))
+            service, region = str(environment[SINK_AUTH_SERVICE]), str(environment[SINK_AUTH_REGION])
+            sinks[tenant].auth = SinkAuthCheck(kind, key=SigV4Key(*worker_credentials, service, region))
         return environment
 
-    hook.secrets_to_create = to_create  # type: ignore[attr-defined]
-    return hook
+    return hook, to_create
