@@ -22,7 +22,7 @@ from local_runtime.synth import Synthesized, synthesize
 REGION = "us-east-1"
 #: The workers' session token (their credentials are moto's fake ones); a sigv4 sink checks it.
 WORKER_SESSION_TOKEN = "testing"
-CLOSING = "local pipeline shutting down"
+STOP_CAUSE = "local pipeline shutting down"
 
 
 class Runtime:
@@ -133,7 +133,7 @@ class Runtime:
         for tenant in self.deployment.tenants.values():
             try:
                 for execution in list_executions(sfn, tenant.state_machine_arn, "RUNNING"):
-                    sfn.stop_execution(executionArn=execution["executionArn"], cause=CLOSING)
+                    sfn.stop_execution(executionArn=execution["executionArn"], cause=STOP_CAUSE)
             except Exception:  # noqa: BLE001 - best effort while shutting down
                 pass
 
