@@ -115,10 +115,17 @@ class Runtime:
             )
             poller.start()
             self.pollers[function.tenant] = poller
+        # An invocation that ended may have sent or released a message (a hand-off, a kick).
+        self.dispatcher.add_listener(self._wake_pollers)
 
     def close(self) -> None:
         """Stop everything that was started (idempotent)."""
         self._exit.close()
+
+    def _wake_pollers(self, _function: Any, _event: Any, result: InvocationResult | None) -> None:
+        if result is not None:
+            for poller in self.pollers.values():
+                poller.wake()
 
     def _invoke(self, function_name: str, environment: dict[str, str], event: Any) -> InvocationResult:
         """moto's Lambda invocations (patched `_invoke_lambda`) land here."""

@@ -15,7 +15,7 @@ from local_runtime.lambda_pool import LambdaDispatcher
 from local_runtime.poller import SqsPoller
 
 NOTIFICATION_QUEUE = "local-runtime-notifications"
-_IDLE_CHECK_INTERVAL = 0.1
+_IDLE_CHECK_INTERVAL = 0.2
 #: Keys DescribeExecution leaves out when they have no value; `executions` gives them as None.
 _OPTIONAL_EXECUTION_KEYS = ("stopDate", "error", "cause", "stateMachineVersionArn", "stateMachineAliasArn")
 
@@ -102,13 +102,18 @@ class Observer:
         return sorted(described, key=lambda e: (e["startDate"], e["name"]))
 
     def busy_reason(self, tenants: Iterable[str]) -> str | None:
-        """Why the tenants are not idle (None: idle): a message being handled or waiting, a
-        RUNNING execution, or a Lambda invocation in progress."""
-        sqs = self._client("sqs")
-        functions: list[str] = []
-        for tenant in tenants:
+        """Why the tenants are not idle (None: idle): a message being handled, a Lambda
+        invocation in progress (both known here, asked first), a message waiting or a RUNNING
+        execution (asked of moto)."""
+        selected = list(tenants)
+        for tenant in selected:
             if self._pollers[tenant].busy:
                 return f"{tenant}: the controller is handling a message"
+        invocations = self._dispatcher.in_flight([f for t in selected for f in self._tenants[t].functions.values()])
+        if invocations:
+            return f"{invocations} Lambda invocations in progress"
+        sqs = self._client("sqs")
+        for tenant in selected:
             queue_url = self._tenants[tenant].queue_url
             attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
             waiting = int(attributes.get("ApproximateNumberOfMessages", 0))
@@ -118,9 +123,7 @@ class Observer:
             running = self.list_executions(tenant, status="RUNNING")
             if running:
                 return f"{tenant}: execution {running[0]['name']} is RUNNING"
-            functions.extend(self._tenants[tenant].functions.values())
-        invocations = self._dispatcher.in_flight(functions)
-        return f"{invocations} Lambda invocations in progress" if invocations else None
+        return None
 
     def wait_until_idle(self, timeout: float, tenants: Iterable[str]) -> None:
         """Block until `busy_reason` is None twice in a row; `TimeoutError` says what was busy."""

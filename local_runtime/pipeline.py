@@ -140,6 +140,7 @@ class LocalPipeline:
         body = data.encode() if isinstance(data, str) else data
         response = self.client("s3").put_object(Bucket=where.bucket, Key=key, Body=body)
         self.events.emit("file_uploaded", tenant, key=key, version_id=response["VersionId"])
+        self._runtime.pollers[tenant].wake()  # the event reached the queue within put_object
         return key, response["VersionId"]
 
     def send_to_queue(self, tenant: str, body: str, *, deduplication_id: str | None = None) -> str:
@@ -150,7 +151,9 @@ class LocalPipeline:
         """
         queue_url = self.tenants[tenant].queue_url
         message = contract.queue_message(queue_url, tenant, body, deduplication_id or uuid.uuid4().hex)
-        return self.client("sqs").send_message(**message)["MessageId"]
+        message_id = self.client("sqs").send_message(**message)["MessageId"]
+        self._runtime.pollers[tenant].wake()
+        return message_id
 
     # -- observation ------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """`SqsPoller` plays an SQS event source mapping of the templates (local_runtime/README.md,
-"Pollers"). It receives with ``WaitTimeSeconds=0`` and a short pause: moto's long poll spins
-while a FIFO group is blocked."""
+"Pollers"). It receives with ``WaitTimeSeconds=0`` (moto's long poll spins while a FIFO group is
+blocked) and pauses between empty receives, longer and longer until something wakes it: an
+idle tenant's poller would otherwise keep moto's server busy."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from local_runtime.deploy import EventSourceMappingSpec
 
-#: Pause between empty receives (the real mapping long-polls; this keeps moto idle).
+#: Pause after an empty receive, doubled after each further one up to the longest pause, and
+#: back to the first on a wake-up (`SqsPoller.wake`) or a message.
 POLL_INTERVAL_SECONDS = 0.05
+LONGEST_POLL_INTERVAL_SECONDS = 0.4
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class SqsPoller:
         self._concurrency = concurrency
         self._listeners: list[Callable[[Delivery], None]] = []
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self._busy = 0
         self._lock = threading.Lock()
@@ -63,8 +67,13 @@ class SqsPoller:
         """Called after each delivery (from the poller's thread; must not raise)."""
         self._listeners.append(listener)
 
+    def wake(self) -> None:
+        """Receive now: a message may have arrived (an upload, an invocation that ended)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         for thread in self._threads:
             thread.join(timeout=30)
         self._threads.clear()
@@ -75,13 +84,19 @@ class SqsPoller:
         return self._busy > 0
 
     def _run(self) -> None:
+        pause = POLL_INTERVAL_SECONDS
         while not self._stop.is_set():
             try:
                 handled = self._poll_once()
             except (BotoCoreError, ClientError, OSError):
                 handled = False  # moto shutting down; the message (if any) stays in flight
-            if not handled:
-                self._stop.wait(POLL_INTERVAL_SECONDS)
+            if handled:
+                pause = POLL_INTERVAL_SECONDS
+                continue
+            # A wake-up during the receive above is kept: the wait returns at once.
+            woken = self._wake.wait(pause)
+            self._wake.clear()
+            pause = POLL_INTERVAL_SECONDS if woken else min(2 * pause, LONGEST_POLL_INTERVAL_SECONDS)
 
     def _poll_once(self) -> bool:
         messages = self._sqs.receive_message(

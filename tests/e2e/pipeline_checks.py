@@ -89,13 +89,15 @@ def emf_values(pipe: Any, tenant: str, role: str, metric: str) -> list[float]:
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll until ``predicate()`` is truthy (never a fixed sleep); return its value."""
+    """Poll until ``predicate()`` is truthy (never a fixed sleep); return its value. The pause
+    grows from ``interval`` to 0.5 s: a predicate may cost moto dozens of calls (`ops status`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
+        interval = min(interval * 1.5, 0.5)
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
