@@ -64,10 +64,15 @@ def test_a_poison_message_between_two_files_is_quarantined_and_the_files_go_on(p
     assert [(e["key"], e["status"]) for e in executions] == [(first[0], "SUCCEEDED"), (second[0], "SUCCEEDED")]
     assert_files_in_order(executions, [first[0], second[0]])
     assert_records_in_file_order(pipe.sink("poison").accepted, [("first", 4), ("second", 5)])
-    (delivery,) = [d for d in pipe.deliveries("poison") if d.message_id == poison_id]
-    assert delivery.outcome == "deleted"
-    # What the quarantine alarm counts, for this tenant only.
-    assert emf_values(pipe, "poison", "controller", contract.QUARANTINED_MESSAGES_METRIC) == [1]
+    *starved, last = [d for d in pipe.deliveries("poison") if d.message_id == poison_id]
+    assert last.outcome == "deleted"
+    # On a starved machine the controller can outlive its scaled timeout (20 s x 0.03 = 1 s) and
+    # Lambda times it out: the message comes back, as on AWS, and is quarantined again under the
+    # same key. Any other failure is a bug.
+    assert all((d.outcome, d.error_type) == ("failed", "Sandbox.Timedout") for d in starved), starved
+    # What the quarantine alarm counts, for this tenant only: once per delivery that got so far.
+    quarantined = emf_values(pipe, "poison", "controller", contract.QUARANTINED_MESSAGES_METRIC)
+    assert quarantined == [1] * len(quarantined) and 1 <= len(quarantined) <= 1 + len(starved)
     assert emf_values(pipe, "keys", "controller", contract.QUARANTINED_MESSAGES_METRIC) == []
 
     s3 = pipe.client("s3")
