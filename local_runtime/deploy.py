@@ -33,12 +33,10 @@ class DeployedFunction:
     """A function as moto holds it, and what a worker needs to run it."""
 
     name: str
-    arn: str
     handler: str
     code_dir: Path
     environment: dict[str, str]  # the function's variables in moto (template + hook)
     timeout_seconds: float  # already scaled
-    memory_size: int = 128
     reserved_concurrency: int | None = None
     log_format: str = "Text"  # LoggingConfig.LogFormat
     log_level: str = "INFO"  # LoggingConfig.ApplicationLogLevel (JSON format only)
@@ -230,12 +228,10 @@ def _function(
     logging_config = props.get("LoggingConfig") or {}
     return DeployedFunction(
         name=config["FunctionName"],
-        arn=config["FunctionArn"],
         handler=config["Handler"],
         code_dir=synthesized.assets[props["Code"]["S3Key"]].directory,
         environment=dict((config.get("Environment") or {}).get("Variables") or {}),
         timeout_seconds=float(config["Timeout"]),
-        memory_size=int(config.get("MemorySize", 128)),
         reserved_concurrency=(found.get("Concurrency") or {}).get("ReservedConcurrentExecutions"),
         log_format=logging_config.get("LogFormat", "Text"),
         log_level=logging_config.get("ApplicationLogLevel", "INFO"),

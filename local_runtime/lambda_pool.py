@@ -36,7 +36,6 @@ class InvocationResult:
 
     payload: str
     errored: bool
-    duration: float
     crashed: bool = False  # an armed kill (`faults.kill`) killed the process during the invocation
 
     @property
@@ -168,7 +167,7 @@ class FunctionPool:
         started = time.monotonic()
         worker = self._acquire()
         if worker is None:
-            return _runtime_error(request_id, "Runtime.ExitError", "runtime is shutting down", started)
+            return _runtime_error(request_id, "Runtime.ExitError", "runtime is shutting down")
         timeout = self.function.timeout_seconds
         request = {"request_id": request_id, "event": event, "faults": faults, "deadline": time.time() + timeout}
         try:
@@ -176,7 +175,7 @@ class FunctionPool:
         except WorkerTimeout:
             self._release(worker, reusable=False)
             self._platform_report(request_id, "timeout", started)
-            return _runtime_error(request_id, "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds", started)
+            return _runtime_error(request_id, "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds")
         except WorkerDied as died:
             self._release(worker, reusable=False)
             self._platform_report(request_id, "error", started)
@@ -187,10 +186,10 @@ class FunctionPool:
             # A kill armed by a fault says how Lambda would report it (e.g. Runtime.OutOfMemory).
             kill = faults.get("kill")
             error_type = kill["error_type"] if kill else "Runtime.ExitError"
-            result = _runtime_error(request_id, error_type, f"Runtime exited with error: {how}", started)
+            result = _runtime_error(request_id, error_type, f"Runtime exited with error: {how}")
             return replace(result, crashed=kill is not None and code == -signal.SIGKILL)
         self._release(worker, reusable=True)
-        return InvocationResult(response["payload"], response["errored"], time.monotonic() - started)
+        return InvocationResult(response["payload"], response["errored"])
 
     def _platform_report(self, request_id: str, status: str, started: float) -> None:
         """Lambda's `platform.report` record of an invocation that timed out or whose runtime
@@ -214,9 +213,9 @@ class FunctionPool:
         self._log.close()
 
 
-def _runtime_error(request_id: str, error_type: str, message: str, started: float) -> InvocationResult:
+def _runtime_error(request_id: str, error_type: str, message: str) -> InvocationResult:
     payload = {"errorMessage": f"RequestId: {request_id} Error: {message}", "errorType": error_type}
-    return InvocationResult(json.dumps(payload), True, time.monotonic() - started)
+    return InvocationResult(json.dumps(payload), True)
 
 
 class LambdaDispatcher:
@@ -280,8 +279,7 @@ class LambdaDispatcher:
         """Invoke by name; ``environment`` is the function's current configuration in moto."""
         pool = self._pools.get(function_name)
         if pool is None:  # an unknown function, or the runtime closed
-            return _runtime_error(str(uuid.uuid4()), "Runtime.InvalidEntrypoint", f"no local worker for {function_name}",
-                                  time.monotonic())
+            return _runtime_error(str(uuid.uuid4()), "Runtime.InvalidEntrypoint", f"no local worker for {function_name}")
         if environment != pool.function.environment:
             # The function was reconfigured in moto (update-function-configuration): new environments.
             self.register(replace(pool.function, environment=dict(environment)))

@@ -119,7 +119,7 @@ def test_the_faults_really_happened(run: Run) -> None:
     # progress), and then under the key it had: the core system registers it once.
     resent = [r for r in requests if r.status < 300 and not r.registered]
     register_log = pipe.logs(pipe.tenants["acme"].functions["register"])
-    died = '"type": "platform.report"' in register_log or "Task timed out" in register_log
+    died = '"type": "platform.report"' in register_log
     assert not resent or died, "an acknowledged record was sent again, and no register invocation died"
     assert_one_key_per_record(requests)
     assert all(r.idempotency_key for r in requests)
