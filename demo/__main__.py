@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
 
             timeline.write(pipe, resources, args.timeline, origin=run_started_wall, end=time.time(),
                            title=f"ordered ingest, {args.tenants.name}, scenario {args.scenario}")
-            console.print(f"timeline of the run: {args.timeline}", markup=False)
+            console.print(f"timeline of the run: {args.timeline}", markup=False, soft_wrap=True)
         total = sum(v.records_delivered for v in verdicts)
         console.print(f"{total:,} records delivered in {elapsed:.1f} s; total run {time.monotonic() - started:.1f} s")
         ok = all(v.ok for v in verdicts)
