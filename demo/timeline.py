@@ -41,10 +41,10 @@ OUTCOMES: dict[str, tuple[str, str]] = {
 HALT_COLOUR, HALT_HATCH = "#f6d3d3", "#e8a5a5"
 #: Marker (matplotlib marker, colour, size, legend text) per event.
 MARKS: dict[str, tuple[str, str, float, str]] = {
-    "handoff": ("v", "#555555", 5, "hand-off: the next file starts"),
-    "halt": ("8", "#8b0000", 7, "halt: the tenant stops after a failed file"),
-    "resume": (">", "#000000", 7, "ops resume: the file runs again"),
-    "skip": ("X", "#444444", 7, "ops skip: the operator gives the file up"),
+    "handoff": ("v", "#555555", 5, "hand-off to the next file"),
+    "halt": ("8", "#8b0000", 7, "halt after a failure"),
+    "resume": (">", "#000000", 7, "ops resume"),
+    "skip": ("X", "#444444", 7, "ops skip"),
 }
 BAR_HEIGHT = 0.5  # lanes are 1 apart
 HALT_HEIGHT = BAR_HEIGHT
@@ -56,7 +56,7 @@ class Bar:
     """One execution: a file's attempt. Times in seconds from the run's origin."""
 
     tenant: str
-    file: str  # the object key's last part
+    file: str  # the object key's last part (a resumed attempt: and the record it resumed at)
     start: float
     stop: float | None  # None: still running when the picture was taken
     outcome: str  # a key of `OUTCOMES`
@@ -119,7 +119,7 @@ def from_run(
             stop = execution["stopDate"].timestamp() - origin if execution.get("stopDate") else None
             bar = Bar(
                 tenant=tenant,
-                file=str(execution.get("key") or execution["name"]).rsplit("/", 1)[-1],
+                file=_label(execution),
                 start=execution["startDate"].timestamp() - origin,
                 stop=stop,
                 outcome="DUPLICATE" if entry.get("status") == "DUPLICATE" else execution["status"],
@@ -204,12 +204,18 @@ def render(timeline: Timeline, path: Path, *, title: str = "ordered ingest: the 
     handles += [Line2D([], [], linestyle="none", marker=MARKS[kind][0], color=MARKS[kind][1], markersize=MARKS[kind][2],
                        label=MARKS[kind][3]) for kind, points in marks.items() if points]
     if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)), frameon=False, fontsize=8)
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False, fontsize=8)
 
     fig.draw_without_rendering()  # lays out the figure, so text and bars have their final sizes
     _drop_crowded_labels(ax, labels, timeline)
     fig.savefig(path)
     return fig
+
+
+def _label(execution: dict[str, Any]) -> str:
+    name = str(execution.get("key") or execution["name"]).rsplit("/", 1)[-1]
+    first = int((execution.get("input") or {}).get("start_record") or 0)
+    return f"{name} from record {first:,}" if first else name
 
 
 def _drop_crowded_labels(ax, labels: list[tuple[Bar, Any]], timeline: Timeline) -> None:

@@ -16,12 +16,12 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ORIGIN = T0.timestamp()
 
 
-def execution(event_id, key, start, stop, status="SUCCEEDED", attempt=0):
+def execution(event_id, key, start, stop, status="SUCCEEDED", attempt=0, start_record=0):
     """An execution as `LocalPipeline.executions` describes it (the fields the timeline reads)."""
     return {
         "name": execution_name(event_id, attempt), "key": key, "version_id": f"v-{event_id}", "status": status,
         "startDate": T0 + timedelta(seconds=start), "stopDate": None if stop is None else T0 + timedelta(seconds=stop),
-        "input": {"event_id": event_id, "key": key},
+        "input": {"event_id": event_id, "key": key, "start_record": start_record},
     }
 
 
@@ -31,12 +31,12 @@ def closed(event_id, status, *, halted=False, closed_at=None):
             "closed_at": None if closed_at is None else ORIGIN + closed_at}
 
 
-# acme: a.csv succeeds, b.csv fails and halts the tenant, the operator resumes it at 20 s, c.csv
-# follows; globex runs three files meanwhile, all succeed.
+# acme: a.csv succeeds, b.csv fails and halts the tenant, the operator resumes it at 20 s (at its
+# record 42), c.csv follows; globex runs three files meanwhile, all succeed.
 ACME = [
     execution("a1", "acme/a.csv", 1, 6),
     execution("a2", "acme/b.csv", 6.5, 12, "FAILED"),
-    execution("a2", "acme/b.csv", 20, 26, attempt=1),
+    execution("a2", "acme/b.csv", 20, 26, attempt=1, start_record=42),
     execution("a3", "acme/c.csv", 26.5, 31),
 ]
 GLOBEX = [
@@ -50,12 +50,13 @@ HISTORY = {"acme": [closed("a1", "SUCCEEDED", closed_at=6), closed("a2", "FAILED
 def test_from_run_finds_the_halt_the_resume_and_the_hand_offs():
     """GIVEN a tenant whose second file failed and halted it until `ops resume`, and a tenant
     running in parallel WHEN the run is read THEN the halt lasts from the failure to the resume,
-    the resumed attempt is a bar of its own, and every other next file is a hand-off."""
+    the resumed attempt is a bar of its own, named with the record it resumed at, and every
+    other next file is a hand-off."""
     timeline = from_run({"acme": ACME, "globex": GLOBEX}, HISTORY, origin=ORIGIN, end=ORIGIN + 32)
 
     assert timeline.tenants == ("acme", "globex")
     assert [(b.file, b.outcome, b.resumed) for b in timeline.bars if b.tenant == "acme"] == [
-        ("a.csv", "SUCCEEDED", False), ("b.csv", "FAILED", False), ("b.csv", "SUCCEEDED", True),
+        ("a.csv", "SUCCEEDED", False), ("b.csv", "FAILED", False), ("b.csv from record 42", "SUCCEEDED", True),
         ("c.csv", "SUCCEEDED", False),
     ]
     assert timeline.halts == (Halt("acme", 12, 20, "resume"),)
