@@ -134,8 +134,9 @@ class AwsTarget:
     timeout, poll_seconds = 900.0, 5.0
 
     def __init__(self, session: Any, run_id: str, workdir: Path, *, say: Callable[[str], None] = print,
-                 runner: Runner = run_visible) -> None:
+                 runner: Runner = run_visible, cells_runner: Callable[[Any], tuple[int, str]] | None = None) -> None:
         self.session, self.run_id, self.workdir, self.say, self.runner = session, run_id, workdir, say, runner
+        self.cells_runner = cells_runner
         self.tenant_ids = tenant_ids(run_id)
         self.region = session.region_name
         self.ops_args = ["--region", self.region or ""]
@@ -198,7 +199,8 @@ class AwsTarget:
         self.say(f"deploying the app for tenants {', '.join(self.tenant_ids)} ({tenants})")
         chosen = cell_tool.selected(load_config(tenants), [])
         cell_tool.deploy(tenants, chosen, ["--require-approval", "never", "--tags", f"{RUN_TAG}={self.run_id}"],
-                         outdir=self.workdir / "cells.out", out=self.say)
+                         outdir=self.workdir / "cells.out", out=self.say,
+                         **({"runner": self.cells_runner} if self.cells_runner else {}))
 
 
 def _bucket_exists(s3: Any, bucket: str) -> bool:

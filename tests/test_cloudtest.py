@@ -249,3 +249,99 @@ def test_teardown_skips_a_resource_its_stack_failed_to_create() -> None:
             return _Paginator()
 
     assert teardown.leftovers_of(_Cfn(), "s") == {teardown.Leftover("AWS::Logs::LogGroup", "/aws/lambda/fn")}
+
+
+# -- the AWS run's deploy and its clean-up, offline -------------------------------------------
+
+
+def _bootstrapped_session():
+    session = boto3.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
+    session.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
+    return session
+
+
+@mock_aws
+def test_the_aws_deploy_puts_the_stand_in_first_and_points_the_tagged_tenants_at_it(tmp_path: Path) -> None:
+    """GIVEN a bootstrapped account (moto) and a CDK CLI that records its commands WHEN the AWS
+    target deploys THEN the stand-in goes first, the tenants file signs requests to its URL
+    and names exactly its function, and every cell is deployed with the run's tag."""
+    from pipeline_constructs.config import load_config
+
+    session = _bootstrapped_session()
+    arn = f"arn:aws:lambda:{REGION}:123456789012:function:{runs.standin_function_name('r9')}"
+    commands: list[list[str]] = []
+
+    def cdk(argv: list[str], cwd: Path) -> int:
+        commands.append(argv)
+        outputs = Path(argv[argv.index("--outputs-file") + 1])
+        outputs.write_text(json.dumps({runs.standin_stack_name("r9"): {
+            "FunctionUrl": "https://abc.lambda-url.eu-west-1.on.aws/", "FunctionArn": arn, "TableName": "t"}}))
+        return 0
+
+    def cells(argv) -> tuple[int, str]:
+        commands.append(list(argv))
+        return 0, ""
+
+    target = targets.AwsTarget(session, "r9", tmp_path, say=lambda _: None, runner=cdk, cells_runner=cells)
+    target.preflight()
+    target.deploy()
+
+    assert "-m cloudtest.standin" in commands[0][commands[0].index("--app") + 1]
+    assert "run_id=r9" in commands[0]
+    config = load_config(tmp_path / "tenants.yaml")
+    assert [t.id for t in config.tenants] == ["ct-r9-a", "ct-r9-b"]
+    for tenant in config.tenants:
+        assert tenant.sink.url == "https://abc.lambda-url.eu-west-1.on.aws/"
+        assert (tenant.sink.auth.type, tenant.sink.auth.service, tenant.sink.auth.invoke_arn) == ("sigv4", "lambda", arn)
+    deploys = [c for c in commands[1:] if c[1] == "deploy"]
+    assert deploys and all(f"{runs.RUN_TAG}=r9" in c for c in deploys)
+    assert target.core is not None and target.core.table.name == "t"
+
+
+@mock_aws
+def test_an_interrupted_aws_run_still_destroys_what_it_deployed(tmp_path: Path, monkeypatch) -> None:
+    """GIVEN an AWS run whose deploy is interrupted (Ctrl-C) after one of its stacks was created
+    WHEN the run ends THEN teardown deleted that stack and its retained bucket, and the exit
+    code says the test did not pass."""
+    from cloudtest import __main__ as cli
+
+    session = _bootstrapped_session()
+    monkeypatch.setattr(cli, "WORKDIR", tmp_path)
+    monkeypatch.setattr(cli, "new_run_id", lambda: "r7")
+    monkeypatch.setattr(teardown.Teardown, "__init__", _fast_teardown(teardown.Teardown.__init__))
+
+    def deploy(self) -> None:
+        _stack(session.client("cloudformation"), runs.standin_stack_name("r7"), "r7",
+               {"B": _retained("AWS::S3::Bucket", BucketName="standin-r7")})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(targets.AwsTarget, "deploy", deploy)
+    said: list[str] = []
+
+    assert cli.run_on_aws(session, said.append) == cli.EXIT_FAILED
+    assert "interrupted" in said
+    assert [s["StackStatus"] for s in session.client("cloudformation").describe_stacks()["Stacks"]
+            if s["StackName"] == runs.standin_stack_name("r7")] in ([], ["DELETE_COMPLETE"])
+    assert session.client("s3").list_buckets()["Buckets"] == []
+    assert said[-1].startswith("run r7: everything it deployed is gone")
+
+
+def _fast_teardown(init):
+    def fast(self, *args, **kwargs):
+        init(self, *args, **{**kwargs, "poll_seconds": 0})
+    return fast
+
+
+def test_the_cli_refuses_without_credentials_in_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    from cloudtest import __main__ as cli
+
+    for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_REGION", REGION)
+
+    assert cli.main([]) == cli.EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert err.startswith("cloud-test: no AWS credentials: set AWS_PROFILE") and err.count("\n") == 1
