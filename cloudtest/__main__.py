@@ -86,7 +86,7 @@ class _NoInterruptions:
                  f"{self.run_id}` later)")
 
     def __enter__(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self.saved[signum] = signal.signal(signum, self._hold)
 
     def __exit__(self, *exc: object) -> None:
@@ -118,7 +118,8 @@ def run_on_aws(session: Any, say: Callable[[str], None]) -> int:
         print(f"cloud-test: {refused}", file=sys.stderr)
         return EXIT_REFUSED
     say(f"run {run_id}: account {target.account}, Region {target.region}")
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _terminate_as_interrupt)
     code = EXIT_FAILED
     started = time.monotonic()
     try:
@@ -160,6 +161,7 @@ def main(argv: Sequence[str] | None = None, say: Callable[[str], None] = print) 
         return clean_up(_session(args), args.run_id, say)
     if args.local:
         return run_locally(say)
+    os.chdir(targets.ROOT)  # the CDK CLI reads cdk.json here
     try:
         session = _session(args)
     except Exception as error:  # noqa: BLE001 - e.g. a profile that does not exist: one line

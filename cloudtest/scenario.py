@@ -21,10 +21,11 @@ from demo import verify
 from ops.cli import main as ops_main
 from ops.discovery import TenantResources, discover
 
-#: Records per file and the file of the first tenant whose record the stand-in refuses.
-RECORDS_PER_FILE = 6
+#: Records per file, in two chunks; the file of the first tenant, and its record, that the
+#: stand-in refuses: in the second chunk, after an acknowledged one and record.
+RECORDS_PER_FILE, CHUNK_SIZE = 6, 3
 FILES_PER_TENANT = 3
-HALTING_FILE, REJECTED_SEQ = 2, 2
+HALTING_FILE, REJECTED_SEQ = 2, 4
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,9 @@ def file_body(file_id: str, records: int = RECORDS_PER_FILE) -> bytes:
 
 
 def tenants_document(tenant_ids: Sequence[str], prefixes: Sequence[str], sink: dict[str, Any]) -> dict[str, Any]:
-    """The tenants file of a run: small chunks (several per file), a halt on failure (the default)."""
+    """The tenants file of a run: two chunks a file, a halt on failure (the default)."""
     return {
-        "defaults": {"format": "csv", "chunk_size": 2, "on_failure": "halt"},
+        "defaults": {"format": "csv", "chunk_size": CHUNK_SIZE, "on_failure": "halt"},
         "tenants": [{"id": t, "prefix": p, "sink": sink} for t, p in zip(tenant_ids, prefixes)],
     }
 
@@ -108,6 +109,7 @@ class Scenario:
         self.target, self.say = target, say
         self.report = Report()
         self.uploads: dict[str, list[verify.Upload]] = {t: [] for t in target.tenant_ids}
+        self._resources: dict[str, TenantResources] | None = None
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -125,7 +127,10 @@ class Scenario:
             raise RuntimeError(f"ops status {tenant} failed (exit {code}): {out.strip()}") from None
 
     def resources(self) -> dict[str, TenantResources]:
-        return discover(self.target.client("cloudformation"))
+        """The tenants' resources from the stacks' outputs (read once: they do not change)."""
+        if self._resources is None:
+            self._resources = discover(self.target.client("cloudformation"))
+        return self._resources
 
     def executions(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's file executions with their file (input `key`, `version_id`), oldest first."""

@@ -189,7 +189,8 @@ class AwsTarget:
         self.say(f"deploying {standin_stack_name(self.run_id)} (the recording core-system stand-in)")
         code = self.runner([cdk, "deploy", "--app", f"{sys.executable} -m cloudtest.standin", "-c",
                             f"run_id={self.run_id}", "--output", str(self.workdir / "stand-in.out"),
-                            "--outputs-file", str(outputs), "--require-approval", "never", "--no-notices"], ROOT)
+                            "--outputs-file", str(outputs), "--require-approval", "never", "--no-notices",
+                            "--tags", f"{RUN_TAG}={self.run_id}"], ROOT)
         if code != 0:
             raise RuntimeError(f"cdk deploy of the stand-in failed (exit {code})")
         values = json.loads(outputs.read_text())[standin_stack_name(self.run_id)]

@@ -37,7 +37,7 @@ def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_loca
     assert report.problems == [], "\n".join(lines)
     halting, steady = tenant_ids("e2e001")
     assert any(line.startswith(f"{halting} halted on file-2.csv") for line in lines), lines
-    assert f"{halting}: the resumed file went on at record 2, the one refused" in lines
+    assert f"{halting}: the resumed file went on at record {scenario.REJECTED_SEQ}, the one refused" in lines
     assert [f.tenant for f in report.figures] == [halting, steady]
     records = scenario.FILES_PER_TENANT * scenario.RECORDS_PER_FILE
     assert [f.records for f in report.figures] == [records, records]
