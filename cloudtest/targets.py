@@ -128,13 +128,25 @@ def run_visible(argv: list[str], cwd: Path) -> int:
     return subprocess.run(argv, cwd=cwd, env={**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"}, check=False).returncode
 
 
+def run_streaming(argv: Any) -> tuple[int, str]:
+    """`tools.cells`' runner, showing the CLI's output as it comes (a deploy takes minutes);
+    returns no output (it was shown)."""
+    env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    with subprocess.Popen(list(argv), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            print(line, end="", flush=True)
+    return process.returncode, ""
+
+
 class AwsTarget:
     """The run deployed to the session's account and Region (see the module's docstring)."""
 
     timeout, poll_seconds = 900.0, 5.0
 
     def __init__(self, session: Any, run_id: str, workdir: Path, *, say: Callable[[str], None] = print,
-                 runner: Runner = run_visible, cells_runner: Callable[[Any], tuple[int, str]] | None = None) -> None:
+                 runner: Runner = run_visible, cells_runner: Callable[[Any], tuple[int, str]] = run_streaming) -> None:
         self.session, self.run_id, self.workdir, self.say, self.runner = session, run_id, workdir, say, runner
         self.cells_runner = cells_runner
         self.tenant_ids = tenant_ids(run_id)
@@ -200,8 +212,7 @@ class AwsTarget:
         self.say(f"deploying the app for tenants {', '.join(self.tenant_ids)} ({tenants})")
         chosen = cell_tool.selected(load_config(tenants), [])
         cell_tool.deploy(tenants, chosen, ["--require-approval", "never", "--tags", f"{RUN_TAG}={self.run_id}"],
-                         outdir=self.workdir / "cells.out", out=self.say,
-                         **({"runner": self.cells_runner} if self.cells_runner else {}))
+                         outdir=self.workdir / "cells.out", out=self.say, runner=self.cells_runner)
 
 
 def _bucket_exists(s3: Any, bucket: str) -> bool:

@@ -15,7 +15,8 @@ lose them with a stack), so deleting the run's stacks is not enough. Teardown:
    it, turns a table's deletion protection off and deletes it, deletes the log groups, schedules
    each key's deletion (7 days, KMS's shortest wait).
 
-It carries on past a failure and returns what it could not do; the state file stays until
+Step Functions deletes a state machine's versions and aliases with it (DeleteStateMachine), so
+the versions the tenant stacks retain go with their state machines. It carries on past a failure and returns what it could not do; the state file stays until
 everything is gone, so `python -m cloudtest teardown <run id>` can finish the job later.
 """
 

@@ -345,3 +345,11 @@ def test_the_cli_refuses_without_credentials_in_one_line(monkeypatch, capsys, tm
     assert cli.main([]) == cli.EXIT_REFUSED
     err = capsys.readouterr().err
     assert err.startswith("cloud-test: no AWS credentials: set AWS_PROFILE") and err.count("\n") == 1
+
+
+def test_the_deploy_shows_the_cdk_clis_output_as_it_comes_and_returns_its_exit_code(capfd) -> None:
+    import sys
+
+    code, output = targets.run_streaming([sys.executable, "-c", "print('deploying'); raise SystemExit(3)"])
+    assert (code, output) == (3, "")
+    assert capfd.readouterr().out == "deploying\n"
