@@ -87,5 +87,13 @@ security-doc: setup
 config-docs: setup
 	python -m tools.config_docs --write
 
+## cloud-test: opt-in, on a real AWS account (credentials and a Region; one line and exit 2 without):
+## deploys two throwaway tenants and a recording core-system stand-in, checks order, exactly-once
+## and halt/resume, prints the hand-off gap and records/s, destroys everything, also after a
+## failure or Ctrl-C (docs/development.md#cloud-test). Its scenario runs in make test on the local runtime.
+.PHONY: cloud-test
+cloud-test: setup
+	python -m cloudtest $(ARGS)
+
 clean:
 	rm -rf cdk.out cells.out .pytest_cache
