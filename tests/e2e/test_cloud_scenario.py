@@ -25,14 +25,22 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTarget]:
     local.close()
 
 
-def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_local_runtime(target: LocalTarget) -> None:
+@pytest.fixture(scope="module")
+def ran(target: LocalTarget) -> tuple[scenario.Report, list[str]]:
+    """The scenario, run once for the module: each test below stands alone on its outcome."""
+    lines: list[str] = []
+    return scenario.Scenario(target, say=lines.append).run(), lines
+
+
+def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_local_runtime(
+    target: LocalTarget, ran: tuple[scenario.Report, list[str]],
+) -> None:
     """GIVEN the cloud test's two tenants (SigV4 to the stand-in, as on AWS) and a core system that
     refuses one record of the first tenant's second file
     WHEN the scenario uploads three files per tenant, waits for the halt, lets the core system
     accept and runs `ops resume`
     THEN every check holds, and the figures come from real executions."""
-    lines: list[str] = []
-    report = scenario.Scenario(target, say=lines.append).run()
+    report, lines = ran
 
     assert report.problems == [], "\n".join(lines)
     halting, steady = tenant_ids("e2e001")
@@ -49,8 +57,10 @@ def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_loca
     assert all(not target.pipe.sink(t).auth_refusals for t in target.tenant_ids)
 
 
-def test_the_checks_fail_when_a_record_reaches_the_core_system_twice(target: LocalTarget) -> None:
-    """GIVEN the run above WHEN the stand-in's record shows one record registered twice (a
+def test_the_checks_fail_when_a_record_reaches_the_core_system_twice(
+    target: LocalTarget, ran: tuple[scenario.Report, list[str]],
+) -> None:
+    """GIVEN the scenario's run (`ran`) WHEN the stand-in's record shows one record registered twice (a
     broken idempotency layer) THEN the scenario's check names it."""
     steady = target.tenant_ids[1]
     broken = scenario.Scenario(target, say=lambda _: None)
