@@ -283,6 +283,22 @@ def test_creates_the_provider_unless_one_is_given():
     assert not may_assume_with_token(resources["DiffRole"], token(sub), provider=existing)
 
 
+def test_parliament_finds_only_that_the_roles_get_credentials():
+    from tools.iam_lint import lint_document
+    from tools.iam_policies import PolicyDocument
+
+    roles = created(TEMPLATE, {"GitHubRepository": REPO})
+    findings = [(finding.policy, finding.issue, finding.detail)
+                for name in ("DiffRole", "DeployRole") for policy in roles[name]["Properties"]["Policies"]
+                for finding in lint_document(PolicyDocument("ci", name, "AWS::IAM::Role", "identity",
+                                                            policy["PolicyDocument"], roles=(name,)), ACCOUNT)]
+    # Getting credentials of the bootstrap roles is what both roles are for; no resource mismatch,
+    # no unknown action, no escalation. (parliament's checks of trust policies do not apply to
+    # web-identity trust: it reports a missing Resource and an unknown federation source.)
+    assert findings == [(f"ci/{name}", "CREDENTIALS_EXPOSURE", '{"actions": ["sts:assumerole"]}')
+                        for name in ("DiffRole", "DeployRole")]
+
+
 @pytest.mark.parametrize(("name", "value", "valid"), [
     ("GitHubRepository", "acme/ordered-ingest", True),
     ("GitHubRepository", "acme/ordered.ingest_2", True),
@@ -408,3 +424,46 @@ def test_each_property_fails_on_the_mistake_it_guards_against(mistake, change, c
     assert check(TEMPLATE) == []
     problems = check(mutate(change))
     assert expected in problems, problems
+
+
+# --- the set-up doc matches the workflows and the template ----------------------------------
+
+DOC = ROOT / "docs" / "development.md"
+
+
+def doc_table(header: str) -> list[list[str]]:
+    """The rows of the table of docs/development.md whose header row is `header`."""
+    lines = [line.strip() for line in DOC.read_text().splitlines()]
+    start = lines.index(header)
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_variables_table_lists_exactly_the_variables_each_workflow_reads():
+    used = {workflow.name: set(re.findall(r"\bvars\.([A-Za-z_][A-Za-z0-9_]*)", workflow.read_text()))
+            for workflow in sorted(WORKFLOWS.glob("*.yml"))}
+    documented: dict[str, set[str]] = {}
+    for variable, value, used_by in doc_table("| variable | value | used by |"):
+        name = variable.strip("`")
+        documented[name] = set(re.findall(r"`([\w.-]+\.yml)`", used_by))
+        # a role ARN comes from the template's output named in the row
+        for output in re.findall(r"output `(\w+)`", value):
+            assert output in TEMPLATE["Outputs"], (name, output)
+        assert name not in {"AWS_DIFF_ROLE_ARN", "AWS_DEPLOY_ROLE_ARN"} or "output `" in value, name
+    assert documented == {name: {w for w, names in used.items() if name in names}
+                          for name in set().union(*used.values())}
+
+
+def test_the_parameters_table_lists_the_templates_parameters_and_defaults():
+    rows = doc_table("| parameter | default | what |")
+    documented = {name.strip("`"): default for name, default, _ in rows}
+    assert set(documented) == set(TEMPLATE["Parameters"])
+    for name, spec in TEMPLATE["Parameters"].items():
+        if spec.get("Default"):
+            assert documented[name] == f"`{spec['Default']}`", name
+        else:
+            assert "`" not in documented[name], name  # (required) or "empty: ..."
