@@ -274,13 +274,16 @@ def test_creates_the_provider_unless_one_is_given():
     assert provider == {"Url": "https://token.actions.githubusercontent.com", "ClientIdList": ["sts.amazonaws.com"]}
     assert resolve(TEMPLATE["Outputs"]["OidcProviderArn"]["Value"], TEMPLATE, {}) == PROVIDER
     # GIVEN the account's existing provider: none is created, and the roles trust that one
-    existing = "arn:aws:iam::111111111111:oidc-provider/token.actions.githubusercontent.com"
-    parameters = {"GitHubRepository": REPO, "ExistingOidcProviderArn": existing + "-x"}
-    resources = created(TEMPLATE, parameters)
+    existing = "arn:aws-us-gov:iam::111111111111:oidc-provider/token.actions.githubusercontent.com"
+    assert re.fullmatch(TEMPLATE["Parameters"]["ExistingOidcProviderArn"]["AllowedPattern"], existing)
+    resources = created(TEMPLATE, {"GitHubRepository": REPO, "ExistingOidcProviderArn": existing})
     assert "GitHubOidcProvider" not in resources
     sub = f"repo:{REPO}:pull_request"
-    assert may_assume_with_token(resources["DiffRole"], token(sub), provider=existing + "-x")
-    assert not may_assume_with_token(resources["DiffRole"], token(sub), provider=existing)
+    for name in ("DiffRole", "DeployRole"):
+        assert resources[name]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+            "Federated": existing}
+    assert may_assume_with_token(resources["DiffRole"], token(sub), provider=existing)
+    assert not may_assume_with_token(resources["DiffRole"], token(sub), provider=PROVIDER)
 
 
 def test_parliament_finds_only_that_the_roles_get_credentials():
