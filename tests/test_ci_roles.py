@@ -41,18 +41,21 @@ TEMPLATE = load_template()
 
 # --- a small evaluator: the intrinsic functions this template uses ------------------------
 
+NO_VALUE = object()  # Ref AWS::NoValue: the list item or key is left out
+
 def resolve(node, template: dict, parameters: dict[str, str]):
     """The value of `node` once deployed with `parameters` (defaults for the others)."""
-    values = {name: spec.get("Default", "") for name, spec in template["Parameters"].items()}
+    values = {name: spec["Default"].split(",") if spec["Type"] == "CommaDelimitedList" else spec.get("Default", "")
+              for name, spec in template["Parameters"].items()}
     values.update(parameters)
     values.update({"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": PARTITION})
 
     def condition(name: str) -> bool:
-        (function, args), = template["Conditions"][name].items()
-        assert function == "Fn::Equals", function
-        return value(args[0]) == value(args[1])
+        return bool(value(template["Conditions"][name]))
 
-    def ref(name: str) -> str:
+    def ref(name: str):
+        if name == "AWS::NoValue":
+            return NO_VALUE
         if name in values:
             return values[name]
         assert template["Resources"][name]["Type"] == "AWS::IAM::OIDCProvider", name
@@ -60,7 +63,7 @@ def resolve(node, template: dict, parameters: dict[str, str]):
 
     def value(item):
         if isinstance(item, list):
-            return [value(i) for i in item]
+            return [v for v in map(value, item) if v is not NO_VALUE]
         if not isinstance(item, dict):
             return item
         if len(item) == 1:
@@ -76,8 +79,12 @@ def resolve(node, template: dict, parameters: dict[str, str]):
                 return f"arn:aws:iam::{ACCOUNT}:role/{arg[0]}-generated"
             if key == "Fn::Equals":
                 return value(arg[0]) == value(arg[1])
+            if key == "Fn::Not":
+                return not value(arg[0])
+            if key == "Fn::Join":
+                return arg[0].join(value(arg[1]))
             assert not key.startswith("Fn::"), f"the evaluator does not know {key}"
-        return {k: value(v) for k, v in item.items()}
+        return {k: v for k, v in ((k, value(v)) for k, v in item.items()) if v is not NO_VALUE}
 
     return value(node)
 
@@ -117,13 +124,16 @@ def _condition_holds(operator: str, tests: dict, claims: dict[str, str]) -> bool
 
 
 def may(role: dict, action: str, resource: str) -> bool:
-    """Whether the role's own policies allow `action` on `resource` (no Deny in this template)."""
+    """Whether the role's own policies allow `action` on `resource` (no Deny in this template);
+    `aws:ResourceAccount` is the account of the resource's ARN."""
+    context = {"aws:ResourceAccount": resource.split(":")[4]}
     for policy in role["Properties"].get("Policies", []):
         for statement in as_list(policy["PolicyDocument"]["Statement"]):
             assert statement["Effect"] == "Allow"
             if any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in as_list(statement["Action"])) and any(
                 fnmatch.fnmatchcase(resource, r) for r in as_list(statement["Resource"])
-            ):
+            ) and all(_condition_holds(operator, tests, context)
+                      for operator, tests in statement.get("Condition", {}).items()):
                 return True
     return False
 
@@ -176,6 +186,26 @@ PERMISSION_CASES = [
 ]
 
 
+#: (role, role ARN, may assume) with TargetAccountIds=222222222222,333333333333: the same bootstrap
+#: roles in those accounts too, and still nothing else.
+TARGETS = ["222222222222", "333333333333"]
+TARGET_CASES = [
+    ("DiffRole", bootstrap_role("lookup", account="222222222222"), True),
+    ("DiffRole", bootstrap_role("lookup", account="333333333333", region="us-east-1"), True),
+    ("DiffRole", bootstrap_role("deploy", account="222222222222"), False),
+    ("DiffRole", bootstrap_role("lookup", account="444444444444"), False),
+    ("DiffRole", bootstrap_role("lookup"), True),
+    ("DeployRole", bootstrap_role("deploy", account="222222222222"), True),
+    ("DeployRole", bootstrap_role("file-publishing", account="333333333333"), True),
+    ("DeployRole", bootstrap_role("image-publishing", account="333333333333"), True),
+    ("DeployRole", bootstrap_role("lookup", account="222222222222"), True),
+    ("DeployRole", bootstrap_role("cfn-exec", account="222222222222"), False),
+    ("DeployRole", bootstrap_role("deploy", account="444444444444"), False),
+    ("DeployRole", "arn:aws:iam::222222222222:role/Admin", False),
+    ("DeployRole", bootstrap_role("deploy"), True),
+]
+
+
 def trust_problems(template: dict) -> list[str]:
     roles = created(template, {"GitHubRepository": REPO})
     problems = [f"{role}: a token with sub {sub!r} {'may not' if expected else 'may'} assume it"
@@ -194,6 +224,10 @@ def permission_problems(template: dict) -> list[str]:
     problems = [f"{role}: sts:AssumeRole on {arn} is {'denied' if expected else 'allowed'}"
                 for role, arn, expected in PERMISSION_CASES
                 if may(roles[role], "sts:AssumeRole", arn) != expected]
+    with_targets = created(template, {"GitHubRepository": REPO, "TargetAccountIds": TARGETS})
+    problems += [f"{role} (targets): sts:AssumeRole on {arn} is {'denied' if expected else 'allowed'}"
+                 for role, arn, expected in TARGET_CASES
+                 if may(with_targets[role], "sts:AssumeRole", arn) != expected]
     for name, role in roles.items():
         if role["Type"] == "AWS::IAM::Role":
             actions = {a for policy in role["Properties"].get("Policies", [])
@@ -206,14 +240,17 @@ def permission_problems(template: dict) -> list[str]:
 
 
 def wildcard_problems(template: dict) -> list[str]:
-    """No action with a wildcard; every resource names this account and a bootstrap role."""
+    """No action with a wildcard; every resource names a bootstrap role of this account, or of any
+    account only under a condition that lists the target accounts exactly."""
     problems = []
-    for name, role in created(template, {"GitHubRepository": REPO}).items():
+    for name, role in created(template, {"GitHubRepository": REPO, "TargetAccountIds": TARGETS}).items():
         for policy in role["Properties"].get("Policies", []):
             for statement in as_list(policy["PolicyDocument"]["Statement"]):
                 problems += [f"{name}: action {a!r}" for a in as_list(statement["Action"]) if "*" in a or "?" in a]
+                pinned = statement.get("Condition") == {"StringEquals": {"aws:ResourceAccount": TARGETS}}
                 problems += [f"{name}: resource {r!r}" for r in as_list(statement["Resource"])
-                             if not r.startswith(f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-")]
+                             if not r.startswith(f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-")
+                             and not (pinned and r.startswith("arn:aws:iam::*:role/cdk-hnb659fds-"))]
     return problems
 
 
@@ -410,6 +447,13 @@ MUTATIONS = [
     ("the diff role reads CloudFormation itself",
      lambda t: policy(t, "DiffRole").update({"Action": ["sts:AssumeRole", "cloudformation:GetTemplate"]}),
      permission_problems, "DiffRole: may do ['cloudformation:GetTemplate', 'sts:AssumeRole'], not only sts:AssumeRole"),
+    ("the target accounts' statement without its account condition",
+     lambda t: role(t, "DeployRole")["Policies"][0]["PolicyDocument"]["Statement"][1]["Fn::If"][1].pop("Condition"),
+     permission_problems,
+     f"DeployRole (targets): sts:AssumeRole on {bootstrap_role('deploy', account='444444444444')} is allowed"),
+    ("the target accounts' statement in any account",
+     lambda t: role(t, "DiffRole")["Policies"][0]["PolicyDocument"]["Statement"][1]["Fn::If"][1].pop("Condition"),
+     wildcard_problems, "DiffRole: resource 'arn:aws:iam::*:role/cdk-hnb659fds-lookup-role-*'"),
     ("a wildcard action", lambda t: policy(t, "DeployRole").update({"Action": "sts:*"}),
      wildcard_problems, "DeployRole: action 'sts:*'"),
     ("a resource in any account",
