@@ -70,7 +70,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--serve", action="store_true",
                         help="after the demo files (use --files 0 to skip them), keep the pipeline running "
                         "and print its endpoint so you can upload your own files with the AWS CLI")
+    parser.add_argument("--timeline", type=Path, metavar="FILE.png",
+                        help="at the end, draw what happened into this file (.png, .svg or .pdf): a lane per "
+                        "tenant, a bar per execution coloured by outcome, halts, resumes and hand-offs marked")
     args = parser.parse_args(argv)
+    if args.timeline:
+        from demo.timeline import SUFFIXES  # matplotlib: only when asked for
+
+        if args.timeline.suffix.lower() not in SUFFIXES or not args.timeline.resolve().parent.is_dir():
+            parser.error(f"--timeline {args.timeline}: give a {' or '.join(SUFFIXES)} file in an existing directory")
     if args.files < 0 or args.records < 1 or args.big_records < 0:
         parser.error("--files must be >= 0, --records >= 1, --big-records >= 0")
     return args
@@ -414,6 +422,12 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"({config.tenants[0].id}'s core system was slow; the other tenants did not wait for it)",
                           markup=False)
         report_faults(pipe, console)
+        if args.timeline:
+            from demo import timeline
+
+            timeline.write(pipe, resources, args.timeline, origin=run_started_wall, end=time.time(),
+                           title=f"ordered ingest, {args.tenants.name}, scenario {args.scenario}")
+            console.print(f"timeline of the run: {args.timeline}", markup=False, soft_wrap=True)
         total = sum(v.records_delivered for v in verdicts)
         console.print(f"{total:,} records delivered in {elapsed:.1f} s; total run {time.monotonic() - started:.1f} s")
         ok = all(v.ok for v in verdicts)

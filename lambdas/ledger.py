@@ -711,6 +711,7 @@ def _history_entry(position: Position) -> dict[str, Any]:
         "file": position.file,
         "status": position.status,
         "closed_as": position.closed_as,
+        "halted": position.halted,  # the close halted the tenant (a skip's item: False, the halt is over)
         "attempt": position.attempt,
         "next_record": position.next_record,
         "record_count": position.record_count,

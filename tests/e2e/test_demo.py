@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import numpy as np
+from PIL import Image
+
 from demo.__main__ import main
+from demo.timeline import HALT_COLOUR, OUTCOMES
 from tests.conftest import ROOT
 
 
-def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys, monkeypatch):
+def assert_timeline_shows_a_halt(path):
+    """The picture opens, and holds bars of the succeeded and the failed colour and the halt's shade
+    (the exact pixel placement is checked in tests/test_demo_timeline.py)."""
+    pixels = np.asarray(Image.open(path).convert("RGB")).reshape(-1, 3)
+    colours = {tuple(p) for p in np.unique(pixels, axis=0)}
+
+    def rgb(hex_colour):
+        return tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+
+    for wanted in (OUTCOMES["SUCCEEDED"][0], OUTCOMES["FAILED"][0], HALT_COLOUR):
+        assert rgb(wanted) in colours, f"{wanted} not in the timeline"
+
+
+def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys, monkeypatch, tmp_path):
     """GIVEN the default tenants.yaml and a malformed file among the first tenant's files
     WHEN the demo runs
     THEN the bad file fails with its line number and reaches the alarm topic, the tenant
     halts, the demo shows `ops status` and skips the file with `ops skip`, the rest is
     delivered in order (initech's with its bearer token), the token is never printed, and
-    the demo exits 0."""
+    the demo exits 0; the timeline it drew shows succeeded files, the failed one and the halt."""
     from local_runtime import sink
 
     monkeypatch.setattr(sink.secrets, "token_urlsafe", lambda n: "DEMO-TOKEN-MARKER")
@@ -30,10 +47,14 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys, monkey
             "malformed",
             "--time-scale",
             "0.03",
+            "--timeline",
+            str(tmp_path / "run.png"),
         ]
     )
     out = capsys.readouterr().out
     assert status == 0, out
+    assert_timeline_shows_a_halt(tmp_path / "run.png")
+    assert f"timeline of the run: {tmp_path / 'run.png'}" in out
     assert "alarm topic: [ordered-ingest] acme: file failed (MalformedFileError)" in out
     assert "Error:     MalformedFileError: line 7" in out
     assert "Halted: acme" in out

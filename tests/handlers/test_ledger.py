@@ -136,7 +136,7 @@ def test_a_close_is_recorded_once_and_halts_a_failure_when_asked(ledger, status,
     with pytest.raises(LedgerConflict):  # the second report of the same close
         ledger.record_close("e1", status, halt_on_failure=halt, now=NOW + 2)
     (entry,) = ledger.history()
-    assert (entry["execution"], entry["status"], entry["closed_as"]) == ("e1", expected, status)
+    assert (entry["execution"], entry["status"], entry["closed_as"], entry["halted"]) == ("e1", expected, status, halted)
 
 
 def test_resume_and_skip_need_a_halted_failed_file(ledger):
@@ -153,9 +153,11 @@ def test_resume_and_skip_need_a_halted_failed_file(ledger):
     failed_again = ledger.record_close("e1-r1", "FAILED", halt_on_failure=True, now=NOW + 7)
     skipped = ledger.skip(failed_again, "bad data, agreed with the tenant", NOW + 8)
     assert (skipped.status, skipped.skip_reason, skipped.halted) == (SKIPPED, "bad data, agreed with the tenant", False)
-    # One entry per attempt, newest first; the skipped attempt keeps what made it fail.
+    # One entry per attempt, newest first; the skipped attempt keeps what made it fail. The
+    # resumed attempt halted the tenant until the resume; the skip ended the other's halt.
     history = ledger.history()
-    assert [(e["execution"], e["status"]) for e in history] == [("e1-r1", SKIPPED), ("e1", FAILED)]
+    assert [(e["execution"], e["status"], e["halted"]) for e in history] == [
+        ("e1-r1", SKIPPED, False), ("e1", FAILED, True)]
     assert history[0]["closed_as"] == "FAILED"
 
 
