@@ -1,20 +1,30 @@
 # One entry point for set-up, synth, tests and the local demo. Every target installs what it
-# needs first (Python venv from requirements-dev.txt, Node 22 + the pinned CDK CLI from npm).
+# needs first (Python venv from requirements-lock.txt, Node 22 + the pinned CDK CLI from npm).
 
 VENV ?= .venv
 PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup demo synth deploy cells test test-fast clean diff iam-lint security-doc config-docs
+.PHONY: setup lock demo synth deploy cells test test-fast clean diff iam-lint security-doc config-docs
 
 setup: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+# requirements-lock.txt: every package of requirements.txt and requirements-dev.txt with its exact
+# version and hashes; pip refuses anything else (--require-hashes).
+LOCK := requirements-lock.txt
+$(VENV)/.installed: $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
+	$(VENV)/bin/pip install --quiet --require-hashes -r $(LOCK)
 	touch $@
+
+## lock: re-resolve requirements-lock.txt from requirements.txt and requirements-dev.txt with the
+## pinned uv (any Python 3.11+ and platform, every file's hash); versions already locked are kept
+## while they fit, UPGRADE=1 takes the newest that fit. Run it after editing requirements*.txt.
+UPGRADE ?=
+lock: $(VENV)/.installed
+	uv pip compile requirements-dev.txt --universal --python-version 3.11 --generate-hashes \
+		--custom-compile-command "make lock" --quiet --output-file $(LOCK) $(if $(UPGRADE),--upgrade)
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
