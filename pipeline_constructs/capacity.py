@@ -122,25 +122,31 @@ def state_machines(tenants: Sequence[TenantConfig], _routing: RoutingConfig | No
     return _per_tenant(STATE_MACHINES_PER_TENANT, len(tenants), SHARED_STATE_MACHINES)
 
 
-def landing_bucket_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
-    """The landing bucket policy's size: TLS only, plus each tenant's uploader statements
-    (`uploaders.py`), counted at the longest bucket ARN a deployment can have."""
-    own = [uploaders_of(t) for t in tenants if t.uploaders]
-    base = uploaders.policy_bytes([])
-    count = uploaders.policy_bytes(own)
-    if not own:
-        return Need(count, f"{base} bytes of the TLS-only statement, no tenant with uploaders")
-    return Need(count, f"{base} bytes of the TLS-only statement + {count - base} bytes of the uploader statements "
-                       f"of {len(own)} tenant{'s' if len(own) != 1 else ''}")
+def upload_access_points(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    """S3 access points: one per tenant with `uploaders` (`uploaders.py`); the landing bucket's
+    policy stays one constant statement whatever their number."""
+    count = sum(1 for t in tenants if t.uploaders)
+    return Need(count, f"1 per tenant with uploaders x {count}")
+
+
+def upload_access_point_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    """The largest access point policy of the tenants (its size grows with the tenant's own
+    uploaders only), counted at the longest access point ARN a deployment can have."""
+    sizes = [(uploaders.access_point_policy_bytes(uploaders_of(t)), t) for t in tenants if t.uploaders]
+    if not sizes:
+        return Need(0, "no tenant with uploaders")
+    size, tenant = max(sizes, key=lambda found: found[0])
+    count = len(tenant.uploaders)
+    return Need(size, f"the largest, tenant '{tenant.id}' with {count} uploader{'s' if count != 1 else ''}")
 
 
 def uploaders_of(tenant: TenantConfig) -> uploaders.TenantUploaders:
-    """A tenant's uploaders, as the landing bucket policy names them."""
+    """A tenant's uploaders, as its access point policy names them."""
     return uploaders.TenantUploaders(tenant.id, tenant.prefix, tuple(tenant.uploaders))
 
 
 #: Limits that are not account quotas one can raise (not in `account_limits`).
-FIXED_LIMITS = {"landing_bucket_policy_bytes": uploaders.BUCKET_POLICY_LIMIT_BYTES}
+FIXED_LIMITS = {"upload_access_point_policy_bytes": uploaders.POLICY_LIMIT_BYTES}
 
 _MOVE = "or move tenants to another target (targets:, docs/scaling.md)"
 
@@ -173,10 +179,12 @@ QUOTAS: tuple[Quota, ...] = (
           "raise the CloudFormation stack count quota and set account_limits.cloudformation_stacks, " + _MOVE),
     Quota("state_machines", "Step Functions state machines", "region", state_machines,
           "raise the Step Functions state machines quota and set account_limits.state_machines, " + _MOVE),
-    Quota("landing_bucket_policy_bytes", "S3 bucket policy size of the landing bucket (20 KB, not adjustable)",
-          "region", landing_bucket_policy_bytes,
-          "give uploaders fewer principals (one role per uploading system; docs/scaling.md, Uploaders past one "
-          "bucket policy), " + _MOVE),
+    Quota("s3_access_points", "S3 access points", "region", upload_access_points,
+          "raise the S3 access points quota and set account_limits.s3_access_points, " + _MOVE),
+    Quota("upload_access_point_policy_bytes", "S3 access point policy size (20 KB, not adjustable)", "region",
+          upload_access_point_policy_bytes,
+          "give the tenant's uploaders fewer principals (one role per uploading system, or another account's "
+          "root whose own IAM picks the principals; docs/security.md, Uploaders)"),
 )
 
 
