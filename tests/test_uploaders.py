@@ -505,15 +505,6 @@ def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_p
         check_tls_only(policy, ap)
 
 
-def test_a_tenant_id_too_long_for_its_access_point_name_is_shortened_by_a_digest():
-    long_id = "a" * 30 + "-" + "b" * 18  # 49 characters, the longest id
-    name = names.upload_access_point_name(long_id)
-    assert 3 <= len(name) <= 50
-    assert name.startswith("a" * 30 + "-") and name.endswith("-uploads")
-    assert names.upload_access_point_name(long_id[:-1] + "c") != name
-    assert names.upload_access_point_name("a" * 42) == "a" * 42 + "-uploads"
-
-
 # --- configuration -----------------------------------------------------------------------------------
 
 
