@@ -140,13 +140,23 @@ def upload_access_point_policy_bytes(tenants: Sequence[TenantConfig], _routing: 
     return Need(size, f"the largest, tenant '{tenant.id}' with {count} uploader{'s' if count != 1 else ''}")
 
 
+def shared_key_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    """The created shared key's policy (`encryption.kms_key: create`): it names every uploader
+    of the target, so that they may encrypt what they put (`SharedResources.grant_upload`)."""
+    principals = sum(len(t.uploaders) for t in tenants)
+    count = uploaders.shared_key_policy_bytes([uploaders_of(t) for t in tenants])
+    return Need(count, f"{uploaders.SHARED_KEY_OTHER_STATEMENTS_BYTES} bytes of its other statements + "
+                       f"{principals} uploader principal{'s' if principals != 1 else ''}")
+
+
 def uploaders_of(tenant: TenantConfig) -> uploaders.TenantUploaders:
     """A tenant's uploaders, as its access point policy names them."""
     return uploaders.TenantUploaders(tenant.id, tenant.prefix, tuple(tenant.uploaders))
 
 
 #: Limits that are not account quotas one can raise (not in `account_limits`).
-FIXED_LIMITS = {"upload_access_point_policy_bytes": uploaders.POLICY_LIMIT_BYTES}
+FIXED_LIMITS = {"upload_access_point_policy_bytes": uploaders.POLICY_LIMIT_BYTES,
+                "shared_key_policy_bytes": uploaders.KEY_POLICY_LIMIT_BYTES}
 
 _MOVE = "or move tenants to another target (targets:, docs/scaling.md)"
 
@@ -163,6 +173,8 @@ class Quota:
     #: (the target's tenants, the file's `routing`) -> the need.
     need: Callable[[Sequence[Any], Any], Need]
     fix: str
+    #: Whether the quota concerns a target at all (default: every target).
+    applies: Callable[[Any], bool] = lambda target: True
 
 
 QUOTAS: tuple[Quota, ...] = (
@@ -185,6 +197,11 @@ QUOTAS: tuple[Quota, ...] = (
           upload_access_point_policy_bytes,
           "give the tenant's uploaders fewer principals (one role per uploading system, or another account's "
           "root whose own IAM picks the principals; docs/security.md, Uploaders)"),
+    Quota("shared_key_policy_bytes", "KMS key policy size of the created shared key (32 KB, not adjustable)",
+          "region", shared_key_policy_bytes,
+          "name fewer uploader principals (another account's root for all of that account's uploaders), "
+          "give encryption.kms_key a key ARN whose owner writes its policy, " + _MOVE,
+          applies=lambda target: target.creates_shared_key),
 )
 
 
@@ -200,6 +217,8 @@ class Target:
     tenants: tuple[TenantConfig, ...]
     #: The file's `routing:` block (shards: which rules sit on the default bus). None: no shards.
     routing: RoutingConfig | None = None
+    #: `encryption.kms_key: create`: the target's shared stack makes a key (its policy names the uploaders).
+    creates_shared_key: bool = False
 
     @property
     def label(self) -> str:
@@ -223,11 +242,12 @@ def default_rules_per_bus(region: str | None) -> int:
 
 def targets(config: AppConfig) -> list[Target]:
     """The deployment targets of a valid config, each with its tenants, in declaration order."""
+    creates_key = config.encryption is not None and config.encryption.kms_key == "create"
     if not config.targets:
-        return [Target("", None, None, config.account_limits, config.tenants, config.routing)]
+        return [Target("", None, None, config.account_limits, config.tenants, config.routing, creates_key)]
     return [
         Target(name, target.account, target.region, config.limits_of(name),
-               tuple(t for t in config.tenants if t.target == name), config.routing)
+               tuple(t for t in config.tenants if t.target == name), config.routing, creates_key)
         for name, target in config.targets.items()
     ]
 
@@ -256,7 +276,8 @@ def usage(deployment: Sequence[Target]) -> list[Usage]:
     found: list[Usage] = []
     for quota in QUOTAS:
         if quota.scope == "region":
-            found += [Usage(quota, t.label, quota.need(t.tenants, t.routing), t.limit(quota.field)) for t in deployment]
+            found += [Usage(quota, t.label, quota.need(t.tenants, t.routing), t.limit(quota.field))
+                      for t in deployment if quota.applies(t)]
             continue
         by_account: dict[str | None, list[Target]] = {}
         for t in deployment:

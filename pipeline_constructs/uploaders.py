@@ -169,6 +169,39 @@ def bucket_policy_bytes(tenants: Sequence[TenantUploaders]) -> int:
     return compact_bytes(bucket_policy_document(any(t.principals for t in tenants)))
 
 
+#: KMS's limit of a key policy (not adjustable), in bytes.
+KEY_POLICY_LIMIT_BYTES = 32 * 1024
+#: The created shared key's policy without the uploaders' statement, at the longest ARNs
+#: (`encryption.py`: the account's, the services' and the shared rules' statements; none grows
+#: with tenants), rounded up. tests/test_encryption.py measures it on the synthesized key.
+SHARED_KEY_OTHER_STATEMENTS_BYTES = 900
+
+
+def key_statement(principals: Sequence[str]) -> dict[str, Any]:
+    """The created shared key's statement that lets every tenant's uploaders encrypt what they
+    put, through S3, into the landing bucket only (`SharedResources.grant_upload` writes it), at
+    the longest Region and bucket ARN: one key policy names every uploader of the target."""
+    return {
+        "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "Condition": {"StringEquals": {
+            "kms:ViaService": [f"s3.{_LONGEST_REGION}.amazonaws.com"],
+            "kms:EncryptionContext:aws:s3:arn": LONGEST_LANDING_BUCKET_ARN,
+        }},
+        "Effect": "Allow",
+        "Principal": {"AWS": list(principals)},
+        "Resource": "*",
+        "Sid": "UploadersEncryptNewLandingObjects",
+    }
+
+
+def shared_key_policy_bytes(tenants: Sequence[TenantUploaders]) -> int:
+    """The created shared key's policy size: its other statements and, with uploaders, theirs."""
+    principals = [p for t in tenants for p in t.principals]
+    if not principals:
+        return SHARED_KEY_OTHER_STATEMENTS_BYTES
+    return SHARED_KEY_OTHER_STATEMENTS_BYTES + 1 + compact_bytes(key_statement(principals))
+
+
 def access_point_policy_bytes(tenant: TenantUploaders) -> int:
     """The size of the tenant's access point policy at its longest access point ARN."""
     return compact_bytes(access_point_policy(tenant, tenant.longest_access_point_arn))

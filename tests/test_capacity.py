@@ -362,3 +362,27 @@ def test_fails_when_one_tenants_uploaders_do_not_fit_its_access_point_policy():
         "(the largest, tenant 't0000' with 200 uploaders), limit 20480; fix: give the tenant's uploaders fewer "
         "principals (one role per uploading system, or another account's root whose own IAM picks the "
         "principals; docs/security.md, Uploaders)")
+
+
+def test_the_created_shared_keys_policy_is_counted_only_when_the_app_creates_the_key():
+    # GIVEN 10 tenants with 60 uploader roles each (600 principals the shared key's policy names)
+    plain = with_uploaders(10, principals=60)
+    created = with_uploaders(10, principals=60, head="encryption: {kms_key: create}\n")
+    # THEN without a created key nothing names them in a key policy: no such row
+    assert "shared_key_policy_bytes" not in {u.quota.field for u in capacity.usage(capacity.targets(parse_config(plain)))}
+    # and with one, the key policy needs 900 bytes + the statement naming all 600
+    (usage,) = [u for u in capacity.usage(capacity.targets(parse_config(created)))
+                if u.quota.field == "shared_key_policy_bytes"]
+    assert usage.limit == 32 * 1024 and usage.fits
+    assert usage.need.how == "900 bytes of its other statements + 600 uploader principals"
+
+
+def test_fails_when_the_created_shared_keys_policy_cannot_name_every_uploader():
+    problem = one_problem(with_uploaders(10, principals=70, head="encryption: {kms_key: create}\n"))
+    assert problem.startswith(
+        "the deployment (the account and Region cdk deploy uses): KMS key policy size of the created shared key "
+        "(32 KB, not adjustable): need ")
+    assert problem.endswith(
+        "(900 bytes of its other statements + 700 uploader principals), limit 32768; fix: name fewer uploader "
+        "principals (another account's root for all of that account's uploaders), give encryption.kms_key a key "
+        "ARN whose owner writes its policy, or move tenants to another target (targets:, docs/scaling.md)")
