@@ -69,10 +69,9 @@ class Reading:
 def preflight(target: capacity.Target, clients: Any) -> list[Reading]:
     """Read every quota of ``target`` from the account ``clients`` reach."""
     account = clients("sts").get_caller_identity()["Account"]
-    if target.account is not None:
-        if account != target.account:
-            raise WrongAccount(f"the credentials are for account {account}, {target.label} is account "
-                               f"{target.account}: use that account's credentials (AWS_PROFILE)")
+    if target.account is not None and account != target.account:
+        raise WrongAccount(f"the credentials are for account {account}, {target.label} is account "
+                           f"{target.account}: use that account's credentials (AWS_PROFILE)")
     tenants = target.tenants
     stacks = _active_stacks(clients("cloudformation"))
     own_stacks = {names.SHARED_STACK_NAME} | {names.TENANT_STACK.render(t.id) for t in tenants}

@@ -204,8 +204,8 @@ def test_fails_when_the_access_points_in_the_region_leave_no_room_for_the_tenant
     code, output = run(["preflight", "--tenants", str(tenants_file)], clients)
     # THEN it does not fit, counting acme's deployed access point once
     assert code == EXIT_DOES_NOT_FIT
-    assert [line for line in output.splitlines() if line.startswith("does not fit")] == [
+    assert [line for line in output.splitlines() if line.startswith("does not fit")] == [(
         "does not fit: S3 access points: 3 after the deploy (2 in use, 1 of them this app's, + need 2: 1 per tenant "
         "with uploaders x 2), limit 2; fix: raise the S3 access points quota and set account_limits.s3_access_points, "
         "or move tenants to another target (targets:, docs/scaling.md)"
-    ]
+    )]
