@@ -713,6 +713,7 @@ LONGEST_PARTS: dict[str, str] = {
     "chunk": str(MAX_CHUNK_INDEX),
     "digest": "0" * NAME_DIGEST_CHARS,
     "parameter": "alarm-topic-key-arn",  # the longest of `SHARED_PARAMETERS`
+    "tenant": "t" * 42,  # `upload_access_point_name`'s tenant part: the id, or the id shortened by a hash
 }
 
 
@@ -764,6 +765,10 @@ TENANT_ALARM = DerivedName(_ALARM, "{id}-{alarm}", 255)
 ERROR_LOG_FILTER = DerivedName("metric filter name", "{id}-{role}-error-logs", 512)
 ERROR_LOG_METRIC_NAME = DerivedName("metric name", ERROR_LOG_METRIC + "-{id}-{role}", 255)
 TENANT_KEY_ALIAS = DerivedName(_KMS_ALIAS, "alias/" + SHARED_PREFIX + "/{id}", 256)
+#: The S3 access point a tenant's `uploaders` put through (3 to 50 characters, unique per
+#: account and Region): `{tenant}` is the tenant id, or, for an id longer than 42 characters,
+#: its first letters and a digest (`upload_access_point_name`), so it limits no tenant id.
+UPLOAD_ACCESS_POINT = DerivedName("S3 access point name", "{tenant}-uploads", 50)
 #: What every tenant's state machine names share after the tenant id: a tenant id may not
 #: contain it (IAM wildcards on one tenant's child executions would cover another's).
 RESERVED_ID_PART = "-file-ingest-"
@@ -838,12 +843,28 @@ REPLAY_EVENT_ID = DerivedName("replayed event id", "reconcile-{digest}", 64)
 NAME_FAMILIES: tuple[DerivedName, ...] = (
     *TENANT_NAMES, FUNCTION_LOG_GROUP, STATE_MACHINE_LOG_GROUP, WORKFLOW_ALIAS, SHARED_STACK, DASHBOARD_STACK,
     FIRST_DASHBOARD, DASHBOARD,
-    LANDING_BUCKET, WORK_BUCKET, SHARED_ALARM, SHARED_KEY_ALIAS, SHARED_KEY_PARAMETER, SHARED_PARAMETER,
+    UPLOAD_ACCESS_POINT, LANDING_BUCKET, WORK_BUCKET, SHARED_ALARM, SHARED_KEY_ALIAS, SHARED_KEY_PARAMETER, SHARED_PARAMETER,
     UNMATCHED_UPLOADS_RULE,
     UNMATCHED_UPLOADS_FILTER, UNMATCHED_UPLOADS_LOG_GROUP, UNMATCHED_UPLOADS_DLQ, UNMATCHED_BUS,
     UNMATCHED_FORWARD_RULE, UNMATCHED_UPLOADS_BUS_RULE, SHARD_BUS, SHARD_OBJECTS_RULE, SHARD_STATUS_RULE,
     ROUTING_DLQ, FILE_EXECUTION, PAGE_EXECUTION, SECTION_EXECUTION, REPLAY_EVENT_ID,
 )
+
+
+#: How many hex digits of a digest shorten a long tenant id in its access point's name.
+ACCESS_POINT_DIGEST_CHARS = 10
+
+
+def upload_access_point_name(tenant_id: str) -> str:
+    """The name of the tenant's upload access point (`UPLOAD_ACCESS_POINT`): `<id>-uploads`, or
+    for an id too long for that, `<its first letters>-<digest of the id>-uploads`; a name is
+    shortened by a hash, never cut short, so two tenants never share one."""
+    room = len(LONGEST_PARTS["tenant"])
+    if len(tenant_id) <= room:
+        return UPLOAD_ACCESS_POINT.render(tenant=tenant_id)
+    readable = tenant_id[:room - 1 - ACCESS_POINT_DIGEST_CHARS].rstrip("-")
+    digest = hashlib.sha256(tenant_id.encode()).hexdigest()[:ACCESS_POINT_DIGEST_CHARS]
+    return UPLOAD_ACCESS_POINT.render(tenant=f"{readable}-{digest}")
 
 
 def tightest_broken(tenant_id: str) -> DerivedName | None:

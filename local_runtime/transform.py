@@ -95,7 +95,24 @@ def prepare(
     for resource in resources.values():
         if "DependsOn" in resource:  # CDK always writes a list
             resource["DependsOn"] = [d for d in resource["DependsOn"] if d not in removed]
+    # An output of a resource not created (a tenant's upload access point) cannot be resolved.
+    for key in [k for k, output in outputs.items() if _refers_to(output, removed)]:
+        del outputs[key]
     return prepared
+
+
+def _refers_to(node: Any, logical_ids: set[str]) -> bool:
+    """Whether a template fragment has a `Ref` or `Fn::GetAtt` of one of ``logical_ids``."""
+    if isinstance(node, list):
+        return any(_refers_to(item, logical_ids) for item in node)
+    if not isinstance(node, dict):
+        return False
+    if node.get("Ref") in logical_ids:
+        return True
+    target = node.get("Fn::GetAtt")
+    if isinstance(target, list) and target and target[0] in logical_ids:
+        return True
+    return any(_refers_to(value, logical_ids) for value in node.values())
 
 
 def scale_seconds(seconds: float, time_scale: float, minimum: int = 1) -> int:

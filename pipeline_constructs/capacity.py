@@ -122,25 +122,41 @@ def state_machines(tenants: Sequence[TenantConfig], _routing: RoutingConfig | No
     return _per_tenant(STATE_MACHINES_PER_TENANT, len(tenants), SHARED_STATE_MACHINES)
 
 
-def landing_bucket_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
-    """The landing bucket policy's size: TLS only, plus each tenant's uploader statements
-    (`uploaders.py`), counted at the longest bucket ARN a deployment can have."""
-    own = [uploaders_of(t) for t in tenants if t.uploaders]
-    base = uploaders.policy_bytes([])
-    count = uploaders.policy_bytes(own)
-    if not own:
-        return Need(count, f"{base} bytes of the TLS-only statement, no tenant with uploaders")
-    return Need(count, f"{base} bytes of the TLS-only statement + {count - base} bytes of the uploader statements "
-                       f"of {len(own)} tenant{'s' if len(own) != 1 else ''}")
+def upload_access_points(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    """S3 access points: one per tenant with `uploaders` (`uploaders.py`); the landing bucket's
+    policy stays one constant statement whatever their number."""
+    count = sum(1 for t in tenants if t.uploaders)
+    return Need(count, f"1 per tenant with uploaders x {count}")
+
+
+def upload_access_point_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    """The largest access point policy of the tenants (its size grows with the tenant's own
+    uploaders only), counted at the longest access point ARN a deployment can have."""
+    sizes = [(uploaders.access_point_policy_bytes(uploaders_of(t)), t) for t in tenants if t.uploaders]
+    if not sizes:
+        return Need(0, "no tenant with uploaders")
+    size, tenant = max(sizes, key=lambda found: found[0])
+    count = len(tenant.uploaders)
+    return Need(size, f"the largest, tenant '{tenant.id}' with {count} uploader{'s' if count != 1 else ''}")
+
+
+def shared_key_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+    """The created shared key's policy (`encryption.kms_key: create`): it names every uploader
+    of the target, so that they may encrypt what they put (`SharedResources.grant_upload`)."""
+    principals = sum(len(t.uploaders) for t in tenants)
+    count = uploaders.shared_key_policy_bytes([uploaders_of(t) for t in tenants])
+    return Need(count, f"{uploaders.SHARED_KEY_OTHER_STATEMENTS_BYTES} bytes of its other statements + "
+                       f"{principals} uploader principal{'s' if principals != 1 else ''}")
 
 
 def uploaders_of(tenant: TenantConfig) -> uploaders.TenantUploaders:
-    """A tenant's uploaders, as the landing bucket policy names them."""
+    """A tenant's uploaders, as its access point policy names them."""
     return uploaders.TenantUploaders(tenant.id, tenant.prefix, tuple(tenant.uploaders))
 
 
 #: Limits that are not account quotas one can raise (not in `account_limits`).
-FIXED_LIMITS = {"landing_bucket_policy_bytes": uploaders.BUCKET_POLICY_LIMIT_BYTES}
+FIXED_LIMITS = {"upload_access_point_policy_bytes": uploaders.POLICY_LIMIT_BYTES,
+                "shared_key_policy_bytes": uploaders.KEY_POLICY_LIMIT_BYTES}
 
 _MOVE = "or move tenants to another target (targets:, docs/scaling.md)"
 
@@ -157,6 +173,8 @@ class Quota:
     #: (the target's tenants, the file's `routing`) -> the need.
     need: Callable[[Sequence[Any], Any], Need]
     fix: str
+    #: Whether the quota concerns a target at all (default: every target).
+    applies: Callable[[Any], bool] = lambda target: True
 
 
 QUOTAS: tuple[Quota, ...] = (
@@ -173,10 +191,17 @@ QUOTAS: tuple[Quota, ...] = (
           "raise the CloudFormation stack count quota and set account_limits.cloudformation_stacks, " + _MOVE),
     Quota("state_machines", "Step Functions state machines", "region", state_machines,
           "raise the Step Functions state machines quota and set account_limits.state_machines, " + _MOVE),
-    Quota("landing_bucket_policy_bytes", "S3 bucket policy size of the landing bucket (20 KB, not adjustable)",
-          "region", landing_bucket_policy_bytes,
-          "give uploaders fewer principals (one role per uploading system; docs/scaling.md, Uploaders past one "
-          "bucket policy), " + _MOVE),
+    Quota("s3_access_points", "S3 access points", "region", upload_access_points,
+          "raise the S3 access points quota and set account_limits.s3_access_points, " + _MOVE),
+    Quota("upload_access_point_policy_bytes", "S3 access point policy size (20 KB, not adjustable)", "region",
+          upload_access_point_policy_bytes,
+          "give the tenant's uploaders fewer principals (one role per uploading system, or another account's "
+          "root whose own IAM picks the principals; docs/security.md, Uploaders)"),
+    Quota("shared_key_policy_bytes", "KMS key policy size of the created shared key (32 KB, not adjustable)",
+          "region", shared_key_policy_bytes,
+          "name fewer uploader principals (another account's root for all of that account's uploaders), "
+          "give encryption.kms_key a key ARN whose owner writes its policy, " + _MOVE,
+          applies=lambda target: target.creates_shared_key),
 )
 
 
@@ -192,6 +217,8 @@ class Target:
     tenants: tuple[TenantConfig, ...]
     #: The file's `routing:` block (shards: which rules sit on the default bus). None: no shards.
     routing: RoutingConfig | None = None
+    #: `encryption.kms_key: create`: the target's shared stack makes a key (its policy names the uploaders).
+    creates_shared_key: bool = False
 
     @property
     def label(self) -> str:
@@ -215,11 +242,12 @@ def default_rules_per_bus(region: str | None) -> int:
 
 def targets(config: AppConfig) -> list[Target]:
     """The deployment targets of a valid config, each with its tenants, in declaration order."""
+    creates_key = config.encryption is not None and config.encryption.kms_key == "create"
     if not config.targets:
-        return [Target("", None, None, config.account_limits, config.tenants, config.routing)]
+        return [Target("", None, None, config.account_limits, config.tenants, config.routing, creates_key)]
     return [
         Target(name, target.account, target.region, config.limits_of(name),
-               tuple(t for t in config.tenants if t.target == name), config.routing)
+               tuple(t for t in config.tenants if t.target == name), config.routing, creates_key)
         for name, target in config.targets.items()
     ]
 
@@ -248,7 +276,8 @@ def usage(deployment: Sequence[Target]) -> list[Usage]:
     found: list[Usage] = []
     for quota in QUOTAS:
         if quota.scope == "region":
-            found += [Usage(quota, t.label, quota.need(t.tenants, t.routing), t.limit(quota.field)) for t in deployment]
+            found += [Usage(quota, t.label, quota.need(t.tenants, t.routing), t.limit(quota.field))
+                      for t in deployment if quota.applies(t)]
             continue
         by_account: dict[str | None, list[Target]] = {}
         for t in deployment:

@@ -397,7 +397,8 @@ class TenantConfig(_Strict):
     uploaders: list[str] = Field(default_factory=list, description=(
         "Per tenant only (not in `defaults`): IAM role or user ARNs, or an account root ARN "
         "(`arn:aws:iam::<12 digits>:root`: another account, which then decides which of its principals may "
-        "upload), that may put files under this tenant's prefix and nowhere else (the landing bucket's policy). "
+        "upload), that may put files under this tenant's prefix and nowhere else, through the tenant's own S3 "
+        "access point (docs/security.md, Uploaders). "
         "A role or user uploads for one tenant; the root of the tenant's own target account is refused."))
     encryption: EncryptionConfig | None = Field(default=None, description=(
         "The tenant's customer-managed key: its queue and intake dead-letter queue, its log groups and its "
@@ -487,6 +488,8 @@ class AccountLimits(_Strict):
         "CloudFormation stacks of the account in the Region."))
     state_machines: int = Field(default=100_000, ge=1, description=(
         "Step Functions state machines of the account in the Region."))
+    s3_access_points: int = Field(default=10_000, ge=1, description=(
+        "S3 access points of the account in the Region (1 per tenant with `uploaders`)."))
 
 
 ACCOUNT_ID_PATTERN = r"^[0-9]{12}$"
@@ -925,10 +928,10 @@ def _character(c: str) -> str:
 
 
 def _check_uploaders(tenants: list[TenantConfig], targets: dict[str, TargetConfig], problems: _Problems) -> None:
-    """A principal uploads for one tenant only: each tenant's policy denies its uploaders every
-    put outside its prefix, so a principal listed by two tenants could put nowhere. An account
-    root ARN stands for another account: the root of the tenant's own target account would
-    name every principal of it, which the bucket policy cannot confine (`uploaders.py`)."""
+    """A principal uploads for one tenant only: listed by two tenants, one tenant's system could
+    put under the other's prefix. An account root ARN stands for another account: the root of
+    the tenant's own target account would name every principal of it, which no Deny can
+    confine (`uploaders.py`)."""
     owner: dict[str, str] = {}
     for tenant in tenants:
         target = targets.get(tenant.target or "")
@@ -944,8 +947,8 @@ def _check_uploaders(tenants: list[TenantConfig], targets: dict[str, TargetConfi
             if arn in owner and not arn.endswith(":root"):  # another account may upload for several tenants
                 problems.add(
                     f"tenant '{tenant.id}'", "uploaders", arn,
-                    f"is also an uploader of tenant '{owner[arn]}': each tenant's bucket policy denies its "
-                    "uploaders every put outside its own prefix, so this principal could upload nowhere",
+                    f"is also an uploader of tenant '{owner[arn]}': a role or user uploads for one tenant, so "
+                    "that one tenant's system can never put under another tenant's prefix",
                     "give each tenant's uploading system a principal (role or user) of its own",
                 )
             else:

@@ -1,5 +1,6 @@
-"""A tenant's intake: the queue its file events wait in, the rules on its bus (object created ->
-queue, execution status -> closer), and the dead-letter queue of both rules' targets.
+"""A tenant's intake: the access point its uploaders put files through, the queue its file
+events wait in, the rules on its bus (object created -> queue, execution status -> closer), and
+the dead-letter queue of both rules' targets.
 
 Each builder makes its resources in the caller's scope (the tenant's pipeline), under the
 construct ids the deployed stacks already have.
@@ -17,7 +18,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import encryption, names, routing
+from pipeline_constructs import encryption, names, routing, uploaders
 from pipeline_constructs.config import TenantConfig
 
 # The seed's queue timings. The controller's timeout must stay below the visibility timeout, or
@@ -137,4 +138,27 @@ def build_status_rule(scope: Construct, tenant_id: str, *, event_bus: events.IEv
         ),
         targets=[targets.LambdaFunction(closer, dead_letter_queue=dlq, retry_attempts=INTAKE_RETRY_ATTEMPTS,
                                         max_event_age=INTAKE_MAX_EVENT_AGE)],
+    )
+
+
+def build_upload_access_point(scope: Construct, tenant: TenantConfig, landing_bucket: s3.IBucket) -> s3.CfnAccessPoint | None:
+    """The access point the tenant's `uploaders` put files through (`UploadAccessPoint`, named
+    `names.upload_access_point_name`), on the shared landing bucket by its fixed name; its
+    policy lets them put under the tenant's prefix and nothing else (`uploaders.py`). None
+    without uploaders."""
+    if not tenant.uploaders:
+        return None
+    name = names.upload_access_point_name(tenant.id)
+    # Its own ARN from the fixed name: an access point's policy cannot refer to the access point.
+    arn = Stack.of(scope).format_arn(service="s3", resource="accesspoint", resource_name=name)
+    own = uploaders.TenantUploaders(tenant.id, tenant.prefix, tuple(tenant.uploaders))
+    return s3.CfnAccessPoint(
+        scope,
+        "UploadAccessPoint",
+        bucket=landing_bucket.bucket_name,
+        name=name,
+        policy=uploaders.access_point_policy(own, arn),
+        public_access_block_configuration=s3.CfnAccessPoint.PublicAccessBlockConfigurationProperty(
+            block_public_acls=True, block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True,
+        ),
     )

@@ -27,6 +27,7 @@ from lambdas.contract import (  # noqa: F401  (re-exported: the constructs' name
     TENANT_STACK,
     DerivedName,
     tightest_broken,
+    upload_access_point_name,
 )
 
 SHARED_STACK_NAME = contract.SHARED_STACK.render()

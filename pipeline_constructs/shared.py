@@ -17,8 +17,7 @@ from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import encryption, names
-from pipeline_constructs.uploaders import TenantUploaders
-from pipeline_constructs.uploaders import statements as uploader_statements
+from pipeline_constructs.uploaders import TenantUploaders, delegation_statement
 
 #: How long a superseded landing-file version is kept (the landing bucket's lifecycle rule for
 #: noncurrent versions). A file is always read from the version its event announced (Split
@@ -43,7 +42,8 @@ class SharedResourcesProps:
     ``quarantine_retention``: how long quarantined messages stay in the work bucket (under
     ``quarantine/``; default 400 days, the ledger's retention).
     ``uploaders``: per tenant, the principals allowed to put files under its prefix and
-    nowhere else (landing bucket policy statements, `uploaders.py`). Default: none.
+    nowhere else, through the tenant's access point (`uploaders.py`): the landing bucket
+    delegates to the access points, and a created key lets them encrypt. Default: none.
     ``kms_key``: the top-level `encryption.kms_key`: ``create`` or a key ARN encrypts the
     landing and work buckets (SSE-KMS, bucket keys on) and the ledger table with that
     customer-managed key (`SharedStack` gives it to the unmatched-uploads log group and the
@@ -103,10 +103,12 @@ class SharedResources(Construct):
             event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
         )
 
-        # Each tenant's uploaders put under its prefix only (docs/security.md, "Uploaders").
-        for tenant in props.uploaders:
-            for statement in uploader_statements(tenant, self.landing_bucket.bucket_arn):
-                self.landing_bucket.add_to_resource_policy(iam.PolicyStatement.from_json(statement))
+        # Uploaders put through their tenant's access point (its own policy, in the tenant's
+        # stack): one statement delegates to them, whatever the number of tenants
+        # (docs/security.md, "Uploaders").
+        if any(tenant.principals for tenant in props.uploaders):
+            self.landing_bucket.add_to_resource_policy(iam.PolicyStatement.from_json(
+                delegation_statement(self.landing_bucket.bucket_arn, Aws.ACCOUNT_ID)))
         # ... and, with a key this app creates, may encrypt what they put with it.
         self.grant_upload([iam.ArnPrincipal(arn) for tenant in props.uploaders for arn in tenant.principals])
 
@@ -177,8 +179,8 @@ class SharedResources(Construct):
         from another account) needs of the landing bucket's customer-managed key: a key-policy
         statement allowing `kms:GenerateDataKey` (a put) and `kms:Decrypt` (the parts of a
         multipart upload), through S3 and for the landing bucket only. The uploaders get no
-        `s3:GetObject`, so `kms:Decrypt` reads nothing. Their S3 permissions are the bucket
-        policy's; a cross-account uploader also needs the same KMS actions in its own IAM.
+        `s3:GetObject`, so `kms:Decrypt` reads nothing. Their S3 permissions are their access
+        points' policies; a cross-account uploader also needs the same KMS actions in its own IAM.
 
         Returns False when there is nothing this app can add: no customer-managed key (S3-managed
         encryption needs no grant) or a key given by ARN (its owner's policy must allow it)."""

@@ -64,7 +64,8 @@ class TenantPipeline(Construct):
     shared resources it plugs into.
 
     Attributes: ``tenant``, ``shared``, ``tenant_id``, ``landing_prefix``, ``kms_key`` (the
-    tenant's customer-managed key, or None); intake: ``queue``, ``intake_dlq`` (the events
+    tenant's customer-managed key, or None); intake: ``upload_access_point`` (with `uploaders`,
+    else None), ``queue``, ``intake_dlq`` (the events
     EventBridge could not deliver), ``rule``, ``status_rule``; functions (each a
     `PipelineFunction`: function, role, log group): ``controller``, ``split``, ``register``
     (sharing ``data_role``), ``closer``, ``completion`` (with `completion.wait`, else None), and
@@ -86,6 +87,8 @@ class TenantPipeline(Construct):
         )
 
         # Intake: S3 events of the tenant's prefix -> its queue; what cannot be delivered -> its DLQ.
+        # Uploaders put through it (None without `uploaders`).
+        self.upload_access_point = intake.build_upload_access_point(self, tenant, shared.landing_bucket)
         self.queue = intake.build_queue(self, tenant, self.kms_key)
         self.intake_dlq = intake.build_intake_dlq(self, tenant.id, self.kms_key)
         self.rule = intake.build_object_created_rule(
@@ -192,3 +195,9 @@ class TenantPipeline(Construct):
             "CloserFunctionName": self.closer.function.function_name,
         }.items():
             CfnOutput(self, output_id, value=value, description=f"{output_id} of tenant {self.tenant_id} (read by ops)")
+        if self.upload_access_point is not None:
+            # Where the uploaders put files: `aws s3 cp f s3://<alias>/<prefix>f` (docs/security.md, "Uploaders").
+            CfnOutput(self, "UploadAccessPointAlias", value=self.upload_access_point.attr_alias,
+                      description=f"The bucket-style alias tenant {self.tenant_id}'s uploaders put files through")
+            CfnOutput(self, "UploadAccessPointArn", value=self.upload_access_point.attr_arn,
+                      description=f"The access point tenant {self.tenant_id}'s uploaders put files through")

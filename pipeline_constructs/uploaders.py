@@ -1,31 +1,41 @@
-"""Per-tenant uploaders: the landing bucket policy statements that let each tenant's uploading
-system put files under its own prefix, and only there (docs/security.md, "Uploaders").
+"""Per-tenant uploaders: an S3 access point per tenant with `uploaders`, whose policy lets the
+tenant's uploading system put files under its own prefix and do nothing else, and the one
+constant landing bucket policy statement that delegates to those access points
+(docs/security.md, "Uploaders").
 
-Pure model, no CDK import: the shared stack renders these statements into the landing
-bucket's policy (`shared.py`) and the capacity check measures the same statements against
-S3's 20 KB bucket policy limit (`capacity.py`), so the two cannot drift.
+Pure model, no CDK import: the tenant stack renders `access_point_policy` into its access
+point (`tenant_pipeline.py`), the shared stack adds `delegation_statement` to the landing
+bucket's policy (`shared.py`), and the capacity check measures the same documents against
+S3's 20 KB (`capacity.py`), so the three cannot drift.
 
-Per tenant with `uploaders`, three statements:
+Why access points: a statement per tenant in the one bucket policy stopped at about 22 tenants
+(20 KB, not adjustable). Each access point has a policy of its own (20 KB too), lives in its
+tenant's stack, and the bucket policy holds one statement whatever the number of tenants
+(AWS docs, "Delegating access control to access points"): it allows the upload actions to any
+principal, but only through an access point of the bucket's own account
+(`s3:DataAccessPointAccount`), so an access point's policy decides who uploads. Only this
+account's administrators can create an access point on the bucket.
 
-* **Allow** exactly `s3:PutObject` and `s3:AbortMultipartUpload` on `<landing>/<prefix>*`.
-  PutObject also authorizes the multipart calls (`aws s3 cp` uses multipart above 8 MB);
-  AbortMultipartUpload lets a failed multipart upload clean its parts up at once instead of
-  leaving them to the 7-day lifecycle rule. It can neither create, read nor delete an object.
-* **Deny** every other action on the bucket and its objects (`NotAction`), and
-* **Deny** those two actions outside the prefix (`NotResource`),
+An access point's policy, per tenant with `uploaders`:
 
-both for the role and user ARNs only. An Allow in a bucket policy cannot take away what a
-same-account principal's own identity policy grants (`s3:*` on `*`, say); the Denies do, so
-isolation holds whatever the uploader's identity policy says. An account root ARN is another
-account (cross-account): there both policies must allow, so the Allow alone bounds it, and a
-Deny naming a root ARN would name every principal of that account, the pipeline's own roles
-and the operators if it is this account (`config._check_uploaders` refuses this account's root
-when `targets:` declare it). The Denies name the uploaders only: a principal listed as an
-uploader must be used for uploading only (it loses every other action on the bucket), and a
-role or user uploads for one tenant (`config._check_uploaders`).
+* **Allow** exactly `s3:PutObject` and `s3:AbortMultipartUpload` on
+  `<access point>/object/<prefix>*`. PutObject also authorizes the multipart calls
+  (CreateMultipartUpload, UploadPart, CompleteMultipartUpload: `aws s3 cp` uses multipart above
+  8 MB); AbortMultipartUpload lets a failed multipart upload clean its parts up at once instead
+  of leaving them to the 7-day lifecycle rule. It can neither read, list, tag nor delete.
+* **Deny** every other action through the access point (`NotAction`), and
+* **Deny** those two actions outside the prefix (`NotResource`), both for the role and user
+  ARNs only: an Allow cannot take away what a same-account principal's own identity policy
+  grants; the Denies do, for requests through the access point. An account root ARN is another
+  account: there every policy on the way must allow, so the Allow alone bounds it, and a Deny
+  naming a root would name every principal of that account.
+* **Deny** every request without TLS (`aws:SecureTransport` false), whoever sends it.
 
-TLS: the bucket's `enforce_ssl` statement (Deny `s3:*` to every principal without
-`aws:SecureTransport`) covers the uploaders too.
+Directly to the bucket (not through an access point), no statement names an uploader: another
+account's uploader gets nothing there (the delegation allows access-point requests only); a
+role or user of the bucket's own account gets what its own identity policy grants, so it must
+grant none on the landing bucket (docs/security.md, "Uploaders"). The bucket's `enforce_ssl`
+statement refuses plain HTTP on every path.
 """
 
 from __future__ import annotations
@@ -40,17 +50,25 @@ from pipeline_constructs import names
 
 #: What an uploader may do under its tenant's prefix, and nothing else.
 UPLOAD_ACTIONS = ("s3:PutObject", "s3:AbortMultipartUpload")
-#: S3's limit of a bucket policy (not adjustable), in bytes.
-BUCKET_POLICY_LIMIT_BYTES = 20 * 1024
+#: S3's limit of a bucket policy and of an access point policy (neither adjustable), in bytes.
+POLICY_LIMIT_BYTES = 20 * 1024
+#: The Sid of the bucket policy's one statement for uploaders.
+DELEGATION_SID = "UploadsThroughAccessPointsOfThisAccount"
 _ACCOUNT_ROOT = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:root$")
+_LONGEST_ACCOUNT, _LONGEST_REGION, _LONGEST_PARTITION = "123456789012", "ap-southeast-5", "aws-us-gov"
 #: The longest landing bucket ARN a deployment can have (partition `aws-us-gov`, a 14-character
-#: Region such as `ap-southeast-5`): the size check counts with it, so it never undercounts.
-LONGEST_LANDING_BUCKET_ARN = f"arn:aws-us-gov:s3:::{names.landing_bucket_name('123456789012', 'ap-southeast-5')}"
+#: Region such as `ap-southeast-5`): the size checks count with it, so they never undercount.
+LONGEST_LANDING_BUCKET_ARN = f"arn:{_LONGEST_PARTITION}:s3:::{names.landing_bucket_name(_LONGEST_ACCOUNT, _LONGEST_REGION)}"
+
+
+def access_point_arn(partition: str, region: str, account: str, name: str) -> str:
+    """`arn:<partition>:s3:<region>:<account>:accesspoint/<name>` (the parts may be CDK tokens)."""
+    return f"arn:{partition}:s3:{region}:{account}:accesspoint/{name}"
 
 
 @dataclass(frozen=True)
 class TenantUploaders:
-    """One tenant's uploaders: who may put files under which prefix."""
+    """One tenant's uploaders: who may put files under which prefix, through which access point."""
 
     tenant_id: str
     prefix: str
@@ -61,26 +79,37 @@ class TenantUploaders:
         """The role and user ARNs: the principals the Denies name (not account roots)."""
         return tuple(p for p in self.principals if not is_account_root(p))
 
+    @property
+    def access_point_name(self) -> str:
+        return names.upload_access_point_name(self.tenant_id)
+
+    @property
+    def longest_access_point_arn(self) -> str:
+        """The access point's ARN where it is longest: the size check counts with it."""
+        return access_point_arn(_LONGEST_PARTITION, _LONGEST_REGION, _LONGEST_ACCOUNT, self.access_point_name)
+
 
 def is_account_root(arn: str) -> bool:
     """`arn:aws:iam::<account>:root`: every principal of that account the account allows."""
     return bool(_ACCOUNT_ROOT.match(arn))
 
 
-def sid_prefix(tenant_id: str) -> str:
-    """`Uploaders<id>` with each hyphen as `X` (ids are lowercase: one id, one Sid), e.g.
-    `UploadersacmeXeu` for `acme-eu`."""
-    return "Uploaders" + tenant_id.replace("-", "X")
+def tls_only_statement(resources: list[str]) -> dict[str, Any]:
+    """Deny every request without TLS to `resources`, whoever sends it (CDK's `enforce_ssl` statement)."""
+    return {
+        "Action": "s3:*",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Resource": resources,
+    }
 
 
-def statements(tenant: TenantUploaders, bucket_arn: str) -> list[dict[str, Any]]:
-    """The tenant's statements in IAM JSON (`bucket_arn` may be a CDK token); none without uploaders."""
-    if not tenant.principals:
-        return []
-    own = f"{bucket_arn}/{tenant.prefix}*"
-    sid = sid_prefix(tenant.tenant_id)
+def access_point_policy(tenant: TenantUploaders, ap_arn: str) -> dict[str, Any]:
+    """The tenant's access point policy in IAM JSON (`ap_arn`, the access point's ARN, may be a CDK token)."""
+    own = f"{ap_arn}/object/{tenant.prefix}*"
     found: list[dict[str, Any]] = [{
-        "Sid": f"{sid}Put",
+        "Sid": "UploadersPut",
         "Effect": "Allow",
         "Principal": {"AWS": list(tenant.principals)},
         "Action": list(UPLOAD_ACTIONS),
@@ -89,48 +118,90 @@ def statements(tenant: TenantUploaders, bucket_arn: str) -> list[dict[str, Any]]
     if tenant.identities:
         found += [
             {
-                "Sid": f"{sid}DenyOtherActions",
+                "Sid": "UploadersDenyOtherActions",
                 "Effect": "Deny",
                 "Principal": {"AWS": list(tenant.identities)},
                 "NotAction": list(UPLOAD_ACTIONS),
-                "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                "Resource": [ap_arn, f"{ap_arn}/object/*"],
             },
             {
-                "Sid": f"{sid}DenyOtherKeys",
+                "Sid": "UploadersDenyOtherKeys",
                 "Effect": "Deny",
                 "Principal": {"AWS": list(tenant.identities)},
                 "Action": list(UPLOAD_ACTIONS),
                 "NotResource": own,
             },
         ]
-    return found
-
-
-def enforce_ssl_statement(bucket_arn: str) -> dict[str, Any]:
-    """The statement CDK's `enforce_ssl=True` writes (the policy's one statement without uploaders)."""
-    return {
-        "Action": "s3:*",
-        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-        "Effect": "Deny",
-        "Principal": {"AWS": "*"},
-        "Resource": [bucket_arn, f"{bucket_arn}/*"],
-    }
-
-
-def policy_document(tenants: Sequence[TenantUploaders], bucket_arn: str = LONGEST_LANDING_BUCKET_ARN) -> dict[str, Any]:
-    """The landing bucket's whole policy: TLS only, then each tenant's uploader statements."""
-    found = [enforce_ssl_statement(bucket_arn)]
-    for tenant in tenants:
-        found += statements(tenant, bucket_arn)
+    found.append({"Sid": "TlsOnly", **tls_only_statement([ap_arn, f"{ap_arn}/object/*"])})
     return {"Statement": found, "Version": "2012-10-17"}
 
 
-def policy_bytes(tenants: Sequence[TenantUploaders]) -> int:
-    """The policy's size as CloudFormation sends it (compact JSON), at the longest bucket ARN."""
-    return len(json.dumps(policy_document(tenants), separators=(",", ":")).encode())
+def delegation_statement(bucket_arn: str, account: str) -> dict[str, Any]:
+    """The landing bucket policy's one statement for every tenant's uploaders: the upload
+    actions on its objects to any principal, through an access point of `account` (the
+    bucket's own) only; each access point's policy then decides who."""
+    return {
+        "Sid": DELEGATION_SID,
+        "Effect": "Allow",
+        "Principal": {"AWS": "*"},
+        "Action": list(UPLOAD_ACTIONS),
+        "Resource": f"{bucket_arn}/*",
+        "Condition": {"StringEquals": {"s3:DataAccessPointAccount": account}},
+    }
 
 
-def tenant_bytes(tenant: TenantUploaders) -> int:
-    """What one tenant's statements add to the policy (with the comma between statements)."""
-    return sum(len(json.dumps(s, separators=(",", ":")).encode()) + 1
-               for s in statements(tenant, LONGEST_LANDING_BUCKET_ARN))
+def bucket_policy_document(with_uploaders: bool, bucket_arn: str = LONGEST_LANDING_BUCKET_ARN,
+                           account: str = _LONGEST_ACCOUNT) -> dict[str, Any]:
+    """The landing bucket's whole policy: TLS only, then, with uploaders, the delegation."""
+    found = [tls_only_statement([bucket_arn, f"{bucket_arn}/*"])]
+    if with_uploaders:
+        found.append(delegation_statement(bucket_arn, account))
+    return {"Statement": found, "Version": "2012-10-17"}
+
+
+def compact_bytes(document: dict[str, Any]) -> int:
+    """A policy's size as CloudFormation sends it (compact JSON)."""
+    return len(json.dumps(document, separators=(",", ":")).encode())
+
+
+def bucket_policy_bytes(tenants: Sequence[TenantUploaders]) -> int:
+    """The landing bucket policy's size at the longest bucket ARN: the same at any tenant count."""
+    return compact_bytes(bucket_policy_document(any(t.principals for t in tenants)))
+
+
+#: KMS's limit of a key policy (not adjustable), in bytes.
+KEY_POLICY_LIMIT_BYTES = 32 * 1024
+#: The created shared key's policy without the uploaders' statement, at the longest ARNs
+#: (`encryption.py`: the account's, the services' and the shared rules' statements; none grows
+#: with tenants), rounded up. tests/test_encryption.py measures it on the synthesized key.
+SHARED_KEY_OTHER_STATEMENTS_BYTES = 900
+
+
+def key_statement(principals: Sequence[str]) -> dict[str, Any]:
+    """The created shared key's statement that lets every tenant's uploaders encrypt what they
+    put, through S3, into the landing bucket only (`SharedResources.grant_upload` writes it), at
+    the longest Region and bucket ARN: one key policy names every uploader of the target."""
+    return {
+        "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "Condition": {"StringEquals": {
+            "kms:ViaService": [f"s3.{_LONGEST_REGION}.amazonaws.com"],
+            "kms:EncryptionContext:aws:s3:arn": LONGEST_LANDING_BUCKET_ARN,
+        }},
+        "Effect": "Allow",
+        "Principal": {"AWS": list(principals)},
+        "Resource": "*",
+        "Sid": "UploadersEncryptNewLandingObjects",
+    }
+
+
+def shared_key_policy_bytes(tenants: Sequence[TenantUploaders]) -> int:
+    """The created shared key's policy size: its other statements and, with uploaders, theirs."""
+    principals = [p for t in tenants for p in t.principals]
+    if not principals:
+        return SHARED_KEY_OTHER_STATEMENTS_BYTES
+    return SHARED_KEY_OTHER_STATEMENTS_BYTES + 1 + compact_bytes(key_statement(principals))
+
+
+def access_point_policy_bytes(tenant: TenantUploaders) -> int:
+    """The size of the tenant's access point policy at its longest access point ARN."""
+    return compact_bytes(access_point_policy(tenant, tenant.longest_access_point_arn))

@@ -80,7 +80,8 @@ def test_the_default_tenants_file_needs_what_its_templates_hold():
         "iam_roles": (12, 1000),
         "cloudformation_stacks": (4, 2000),
         "state_machines": (9, 100000),
-        "landing_bucket_policy_bytes": (310, 20480),
+        "s3_access_points": (0, 10000),
+        "upload_access_point_policy_bytes": (0, 20480),
     }
     assert by_field["lambda_concurrent_executions"].need.how == (
         "1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved")
@@ -317,3 +318,71 @@ def test_fails_when_an_account_limit_is_unknown_or_not_positive():
         ("account_limits: field 'iam_role' = 2000: unknown key; remove it or fix its spelling (did you mean "
          "'iam_roles'?)"),
     ]
+
+
+# --- uploaders: an access point per tenant --------------------------------------------------------
+
+
+def with_uploaders(count: int, *, head: str = "", principals: int = 1) -> str:
+    """``count`` tenants t0000... each with ``principals`` uploader roles of its own."""
+    lines = [textwrap.dedent(head), "defaults:", SINK.rstrip("\n"), "tenants:"]
+    for i in range(count):
+        roles = ", ".join(f"'arn:aws:iam::111111111111:role/t{i:04d}-uploader-{n}'" for n in range(principals))
+        lines.append(f"  - {{id: t{i:04d}, prefix: t{i:04d}/, uploaders: [{roles}]}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_each_tenant_with_uploaders_needs_one_access_point_and_its_policy_is_counted_alone():
+    # GIVEN 50 tenants with an uploader role each, and one without
+    config = parse_config(with_uploaders(50) + "  - {id: plain, prefix: plain/}\n")
+    by_field = {u.quota.field: u for u in capacity.usage(capacity.targets(config))}
+    # THEN 50 access points of the account's 10,000, and the largest access point policy far below 20 KB
+    assert (by_field["s3_access_points"].need, by_field["s3_access_points"].limit) == (
+        capacity.Need(50, "1 per tenant with uploaders x 50"), 10_000)
+    policy = by_field["upload_access_point_policy_bytes"]
+    assert policy.limit == 20 * 1024 and policy.need.count < 2048
+    assert policy.need.how == "the largest, tenant 't0000' with 1 uploader"
+
+
+def test_fails_when_the_tenants_with_uploaders_need_more_access_points_than_the_declared_quota():
+    assert one_problem(with_uploaders(3, head="account_limits: {s3_access_points: 2}\n")) == (
+        "the deployment (the account and Region cdk deploy uses): S3 access points: need 3 (1 per tenant with "
+        "uploaders x 3), limit 2; fix: raise the S3 access points quota and set account_limits.s3_access_points, "
+        "or move tenants to another target (targets:, docs/scaling.md)"
+    )
+
+
+def test_fails_when_one_tenants_uploaders_do_not_fit_its_access_point_policy():
+    # GIVEN a tenant with 200 uploader roles (about 25 KB of access point policy)
+    problem = one_problem(with_uploaders(1, principals=200))
+    assert problem.startswith(
+        "the deployment (the account and Region cdk deploy uses): S3 access point policy size (20 KB, not "
+        "adjustable): need ")
+    assert problem.endswith(
+        "(the largest, tenant 't0000' with 200 uploaders), limit 20480; fix: give the tenant's uploaders fewer "
+        "principals (one role per uploading system, or another account's root whose own IAM picks the "
+        "principals; docs/security.md, Uploaders)")
+
+
+def test_the_created_shared_keys_policy_is_counted_only_when_the_app_creates_the_key():
+    # GIVEN 10 tenants with 60 uploader roles each (600 principals the shared key's policy names)
+    plain = with_uploaders(10, principals=60)
+    created = with_uploaders(10, principals=60, head="encryption: {kms_key: create}\n")
+    # THEN without a created key nothing names them in a key policy: no such row
+    assert "shared_key_policy_bytes" not in {u.quota.field for u in capacity.usage(capacity.targets(parse_config(plain)))}
+    # and with one, the key policy needs 900 bytes + the statement naming all 600
+    (usage,) = [u for u in capacity.usage(capacity.targets(parse_config(created)))
+                if u.quota.field == "shared_key_policy_bytes"]
+    assert usage.limit == 32 * 1024 and usage.fits
+    assert usage.need.how == "900 bytes of its other statements + 600 uploader principals"
+
+
+def test_fails_when_the_created_shared_keys_policy_cannot_name_every_uploader():
+    problem = one_problem(with_uploaders(10, principals=70, head="encryption: {kms_key: create}\n"))
+    assert problem.startswith(
+        "the deployment (the account and Region cdk deploy uses): KMS key policy size of the created shared key "
+        "(32 KB, not adjustable): need ")
+    assert problem.endswith(
+        "(900 bytes of its other statements + 700 uploader principals), limit 32768; fix: name fewer uploader "
+        "principals (another account's root for all of that account's uploaders), give encryption.kms_key a key "
+        "ARN whose owner writes its policy, or move tenants to another target (targets:, docs/scaling.md)")

@@ -436,3 +436,20 @@ def test_a_tenant_turns_off_its_defaults_key_with_null() -> None:
     )
     assert [t.encryption.kms_key if t.encryption else None for t in config.tenants] == ["create", None]
     assert config.encryption is None
+
+
+def test_the_key_policy_size_model_is_the_synthesized_shared_key_at_the_longest_arns(created: Synthesized) -> None:
+    """GIVEN the created shared key's policy rendered for the longest Region, account and
+    partition WHEN measured THEN the capacity model's figure (its other statements and the
+    uploaders' statement) is never below it, and within 10 %."""
+    from pipeline_constructs import capacity
+    from pipeline_constructs.config import parse_config
+    from tools.iam_policies import Resolver
+
+    shared = {SHARED: created.templates[SHARED]}
+    (key,) = [r for k, r in shared[SHARED]["Resources"].items()
+              if r["Type"] == "AWS::KMS::Key" and k.startswith("SharedDataKey")]
+    resolver = Resolver(shared, account="123456789012", region="ap-southeast-5", partition="aws-us-gov")
+    actual = len(json.dumps(resolver.resolve(SHARED, key["Properties"]["KeyPolicy"]), separators=(",", ":")))
+    modelled = capacity.shared_key_policy_bytes(parse_config(CREATED).tenants).count
+    assert actual <= modelled <= actual * 1.1

@@ -206,3 +206,26 @@ def test_every_name_a_synthesized_app_gives_aws_is_in_the_table_and_fits(tmp_pat
             unknown.append((kinds, name))
         assert all(len(name) <= f.limit for f in families), (name, families)
     assert unknown == []
+
+
+#: S3's rules for an access point name: 3 to 50 lowercase letters, digits and hyphens, starting
+#: with a letter or digit, not ending with a hyphen or `-s3alias`.
+ACCESS_POINT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,48}[a-z0-9]")
+
+
+def test_every_tenant_ids_upload_access_point_name_is_valid_and_distinct() -> None:
+    """GIVEN tenant ids of every length up to the longest, some differing only past the 31st
+    character, and ids ending where a shortened name would cut them at a hyphen WHEN named
+    THEN each name is a valid access point name, readable (`<id>-uploads`) while it fits,
+    shortened by a digest of the whole id past that, and no two ids share one."""
+    ids = ["a" * n for n in range(1, contract.MAX_TENANT_ID_LENGTH + 1)]
+    ids += [f"{'t' * 31}-{n:017d}" for n in range(200)]  # 49 characters, the same first 32
+    ids += ["a" * 30 + "-" + "b" * 18, "a" * 30 + "-" + "b" * 17 + "c"]
+    found = {tenant_id: contract.upload_access_point_name(tenant_id) for tenant_id in ids}
+    assert all(ACCESS_POINT_NAME.fullmatch(name) and not name.endswith("-s3alias") for name in found.values())
+    assert len(set(found.values())) == len(ids)
+    assert found["a" * 42] == "a" * 42 + "-uploads"
+    shortened = found["a" * 43]
+    assert len(shortened) <= contract.UPLOAD_ACCESS_POINT.limit and shortened.startswith("a" * 31 + "-")
+    # a cut that ends on a hyphen is not doubled
+    assert "--" not in found["a" * 30 + "-" + "b" * 18]

@@ -24,8 +24,8 @@ THREE_TENANTS = textwrap.dedent(
     defaults:
       sink: {url: https://core.example.com/records, auth: {type: none}}
     tenants:
-      - {id: acme, prefix: acme/}
-      - {id: globex, prefix: globex/}
+      - {id: acme, prefix: acme/, uploaders: ['arn:aws:iam::123456789012:role/acme-uploader']}
+      - {id: globex, prefix: globex/, uploaders: ['arn:aws:iam::123456789012:role/globex-uploader']}
       - {id: initech, prefix: initech/}
     """
 )
@@ -35,7 +35,7 @@ STACK_TEMPLATE = json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}
 @pytest.fixture
 def account(moto_account):
     """A moto account where acme is already deployed (shared stack, acme's stack, rules, state
-    machines, roles) next to another application's resources."""
+    machines, roles, its upload access point) next to another application's resources."""
     cfn, events = boto3.client("cloudformation"), boto3.client("events")
     sfn, iam = boto3.client("stepfunctions"), boto3.client("iam")
     for stack in ("OrderedIngest-Shared", "OrderedIngest-Tenant-acme", "another-app"):
@@ -50,6 +50,12 @@ def account(moto_account):
     trust = json.dumps({"Version": "2012-10-17", "Statement": []})
     for i in range(9):  # acme's 7 and 2 of the other application
         iam.create_role(RoleName=f"role-{i}", AssumeRolePolicyDocument=trust)
+    landing = f"ordered-ingest-landing-{MOTO_ACCOUNT}-us-east-1"
+    boto3.client("s3").create_bucket(Bucket=landing)
+    boto3.client("s3").create_bucket(Bucket="another-bucket")
+    s3control = boto3.client("s3control")
+    s3control.create_access_point(AccountId=MOTO_ACCOUNT, Name="acme-uploads", Bucket=landing)
+    s3control.create_access_point(AccountId=MOTO_ACCOUNT, Name="another-access-point", Bucket="another-bucket")
 
 
 def clients_with(*, concurrency: int, unreserved: int, rules_quota: float | None, stacks_quota: float = 2000.0):
@@ -98,6 +104,8 @@ def test_a_fitting_account_passes_and_this_apps_deployed_resources_are_not_count
         "iam_roles": (1000, "IAM account summary", 9, 4, 12, 17),
         "cloudformation_stacks": (2000, "Service Quotas L-0485CB21 (applied)", 3, 2, 4, 5),
         "state_machines": (100000, "tenants.yaml (declared: not read from the account)", 4, 3, 9, 10),
+        # acme's access point is deployed; globex's is new
+        "s3_access_points": (10000, "tenants.yaml (declared: not read from the account)", 2, 1, 2, 3),
     }
     for stub in stubs:
         stub.assert_no_pending_responses()
@@ -184,3 +192,20 @@ def test_preflight_reads_a_file_whose_declared_limits_synth_would_refuse(account
     code, output = run(["preflight", "--tenants", str(tenants_file), "--json"], clients)
     assert code == EXIT_OK
     assert {q["field"]: q["limit"] for q in json.loads(output)["quotas"]}["iam_roles"] == 1000
+
+
+def test_fails_when_the_access_points_in_the_region_leave_no_room_for_the_tenants_uploaders(account, tmp_path):
+    # GIVEN a quota of 2 access points (declared: Service Quotas has none to read), another
+    # application's access point and acme's, and globex's still to come
+    tenants_file = tmp_path / "tenants.yaml"
+    tenants_file.write_text("account_limits: {s3_access_points: 2}\n" + THREE_TENANTS)
+    clients, _ = clients_with(concurrency=1000, unreserved=900, rules_quota=None)
+    # WHEN preflight runs
+    code, output = run(["preflight", "--tenants", str(tenants_file)], clients)
+    # THEN it does not fit, counting acme's deployed access point once
+    assert code == EXIT_DOES_NOT_FIT
+    assert [line for line in output.splitlines() if line.startswith("does not fit")] == [(
+        "does not fit: S3 access points: 3 after the deploy (2 in use, 1 of them this app's, + need 2: 1 per tenant "
+        "with uploaders x 2), limit 2; fix: raise the S3 access points quota and set account_limits.s3_access_points, "
+        "or move tenants to another target (targets:, docs/scaling.md)"
+    )]

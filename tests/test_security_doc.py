@@ -62,22 +62,28 @@ def test_every_role_of_a_tenant_and_the_routing_role_has_its_table(block):
 def test_the_completion_caller_and_the_uploader_are_the_only_principals_outside_the_account(block):
     """GIVEN the resource policies table THEN the only principals of another account are the
     configured completion caller, which may only invoke `<tenant>-completion`, and the tenant's
-    uploader, which may only put under the tenant's prefix (and encrypt what it puts, through S3)."""
+    uploader, which may only put under the tenant's prefix through the tenant's access point (and
+    encrypt what it puts, through S3)."""
     outside = [line for line in block.splitlines() if "arn:aws:iam::" in line and "<account>" not in line]
     uploader = "`AWS: arn:aws:iam::222222222222:role/tenant-uploader`"
+    ap = "`s3:accesspoint/<tenant>-uploads"
     assert outside == [
+        f"| `<tenant>-uploads` | UploadersPut | Allow | {uploader} | `s3:PutObject`<br>`s3:AbortMultipartUpload` "
+        f"| {ap}/object/<prefix>*` |  |",
+        f"| `<tenant>-uploads` | UploadersDenyOtherActions | Deny | {uploader} | every action but "
+        f"`s3:PutObject`<br>`s3:AbortMultipartUpload` | {ap}`<br>{ap}/object/*` |  |",
+        f"| `<tenant>-uploads` | UploadersDenyOtherKeys | Deny | {uploader} | `s3:PutObject`<br>`s3:AbortMultipartUpload` "
+        f"| everything but {ap}/object/<prefix>*` |  |",
         "| `<tenant>-completion` | (invoke permission) | Allow | `arn:aws:iam::111111111111:role/core-system` "
         "| `lambda:InvokeFunction` | `lambda:function:<tenant>-completion` |  |",
         f"| `SharedDataKey` | UploadersEncryptNewLandingObjects | Allow | {uploader} | `kms:Decrypt`<br>`kms:GenerateDataKey` "
         "| `kms:key/SharedDataKey` | `StringEquals kms:ViaService: s3.<region>.amazonaws.com`<br>"
         "`StringEquals kms:EncryptionContext:aws:s3:arn: landing bucket` |",
-        f"| `landing bucket` | Uploaders<tenant>Put | Allow | {uploader} | `s3:AbortMultipartUpload`<br>`s3:PutObject` "
-        "| `landing bucket/<prefix>*` |  |",
-        f"| `landing bucket` | Uploaders<tenant>DenyOtherActions | Deny | {uploader} | every action but "
-        "`s3:PutObject`<br>`s3:AbortMultipartUpload` | `landing bucket`<br>`landing bucket/*` |  |",
-        f"| `landing bucket` | Uploaders<tenant>DenyOtherKeys | Deny | {uploader} | `s3:AbortMultipartUpload`<br>`s3:PutObject` "
-        "| everything but `landing bucket/<prefix>*` |  |",
     ]
+    # the landing bucket names no uploader: one statement delegates the puts to this account's access points
+    assert ("| `landing bucket` | UploadsThroughAccessPointsOfThisAccount | Allow | `AWS: *` | "
+            "`s3:AbortMultipartUpload`<br>`s3:PutObject` | `landing bucket/*` | "
+            "`StringEquals s3:DataAccessPointAccount: <account>` |") in block.splitlines()
 
 
 def test_every_aws_call_of_ops_is_listed_with_what_it_is_used_on():

@@ -11,7 +11,7 @@ What is collected, per stack:
 
 - identity policies: `AWS::IAM::Policy`, `AWS::IAM::ManagedPolicy`, a role's inline `Policies`;
 - trust policies: a role's `AssumeRolePolicyDocument`;
-- resource policies: `AWS::S3::BucketPolicy`, `AWS::SQS::QueuePolicy`, `AWS::SNS::TopicPolicy`,
+- resource policies: `AWS::S3::BucketPolicy`, `AWS::S3::AccessPoint` (`Policy`), `AWS::SQS::QueuePolicy`, `AWS::SNS::TopicPolicy`,
   `AWS::KMS::Key` (`KeyPolicy`, where `Resource: "*"` means the key itself and is rendered as
   the key's ARN), `AWS::Logs::ResourcePolicy` (a JSON string), `AWS::SecretsManager::ResourcePolicy`.
 
@@ -38,6 +38,7 @@ LOGICAL_ID_HASH = re.compile(r"[0-9A-F]{8}$")
 #: ARN of a resource from its physical name: type -> format(name, r=Region, a=account, p=partition).
 ARN_FORMATS: dict[str, str] = {
     "AWS::S3::Bucket": "arn:{p}:s3:::{name}",
+    "AWS::S3::AccessPoint": "arn:{p}:s3:{r}:{a}:accesspoint/{name}",
     "AWS::SQS::Queue": "arn:{p}:sqs:{r}:{a}:{name}",
     "AWS::SNS::Topic": "arn:{p}:sns:{r}:{a}:{name}",
     "AWS::Lambda::Function": "arn:{p}:lambda:{r}:{a}:function:{name}",
@@ -63,6 +64,7 @@ ARN_FORMATS: dict[str, str] = {
 #: Properties that hold a resource's physical name, by type (else the logical id, hash removed).
 NAME_PROPERTIES: dict[str, str] = {
     "AWS::S3::Bucket": "BucketName",
+    "AWS::S3::AccessPoint": "Name",
     "AWS::SQS::Queue": "QueueName",
     "AWS::SNS::Topic": "TopicName",
     "AWS::Lambda::Function": "FunctionName",
@@ -326,6 +328,7 @@ class Resolver:
 #: what it protects).
 RESOURCE_POLICIES: dict[str, tuple[str, str | None]] = {
     "AWS::S3::BucketPolicy": ("PolicyDocument", "Bucket"),
+    "AWS::S3::AccessPoint": ("Policy", None),
     "AWS::SQS::QueuePolicy": ("PolicyDocument", "Queues"),
     "AWS::SNS::TopicPolicy": ("PolicyDocument", "Topics"),
     "AWS::KMS::Key": ("KeyPolicy", None),
@@ -374,7 +377,8 @@ def _documents(resolver: Resolver, stack: str, template: dict[str, Any]) -> Iter
                                      _render(resolver, stack, inline["PolicyDocument"]), roles=(logical_id,))
         elif kind_of in RESOURCE_POLICIES and RESOURCE_POLICIES[kind_of][0] in props:
             document_prop, target_prop = RESOURCE_POLICIES[kind_of]
-            target = _refs(props.get(target_prop)) if target_prop else ((logical_id,) if kind_of == "AWS::KMS::Key" else ())
+            target = _refs(props.get(target_prop)) if target_prop else (
+                (logical_id,) if kind_of in ("AWS::KMS::Key", "AWS::S3::AccessPoint") else ())
             found = PolicyDocument(stack, logical_id, kind_of, "resource", _render(resolver, stack, props[document_prop]),
                                    target=target)
             if kind_of == "AWS::KMS::Key":  # in a key policy, Resource "*" is this key

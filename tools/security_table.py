@@ -256,10 +256,10 @@ def resource_policy_table(templates: Mapping[str, dict[str, Any]], documents: Se
 #: The modules `python -m ops` runs: every AWS call they make is an action an operator needs.
 OPS_MODULES = ("ops/*.py", "lambdas/operations.py", "lambdas/ledger.py", "lambdas/runtime.py")
 #: The clients ops creates (`clients("<service>")`), botocore names.
-OPS_SERVICES = ("cloudformation", "dynamodb", "events", "iam", "lambda", "logs", "s3", "service-quotas",
-                "sqs", "stepfunctions", "sts")
+OPS_SERVICES = ("cloudformation", "dynamodb", "events", "iam", "lambda", "logs", "s3", "s3control",
+                "service-quotas", "sqs", "stepfunctions", "sts")
 #: botocore service name -> IAM prefix, where they differ.
-IAM_PREFIX = {"stepfunctions": "states", "service-quotas": "servicequotas"}
+IAM_PREFIX = {"stepfunctions": "states", "service-quotas": "servicequotas", "s3control": "s3"}
 #: An API operation whose IAM actions are not `<prefix>:<Operation>`.
 IAM_ACTIONS_OF = {
     "lambda:Invoke": ("lambda:InvokeFunction",),
@@ -287,6 +287,7 @@ OPS_RESOURCES = {
     "logs:FilterLogEvents": "`/ordered-ingest/unmatched-uploads` (status lists unmatched uploads)",
     "s3:DeleteObject": "`work bucket/quarantine/<tenant>/*` (quarantine replay moves a message)",
     "s3:GetObject": "`work bucket/quarantine/<tenant>/*`",
+    "s3:ListAccessPoints": "`*` (preflight counts the Region's access points)",
     "s3:ListBucket": "`work bucket`, prefix `quarantine/<tenant>/`",
     "s3:ListBucketVersions": "`landing bucket`, prefix `<prefix>` (reconcile)",
     "s3:PutObject": "`work bucket/quarantine/<tenant>/*` (the replayed copy)",

@@ -287,3 +287,25 @@ def test_a_kms_keys_tags_are_respelled_for_motos_cloudformation() -> None:
 
     assert resources["Key"]["Properties"]["Tags"] == [{"TagKey": "tenant", "TagValue": "acme"}]
     assert resources["Queue"]["Properties"]["Tags"] == [{"Key": "tenant", "Value": "acme"}]
+
+
+def test_outputs_of_a_resource_moto_cannot_create_are_dropped_with_it() -> None:
+    """GIVEN a tenant's upload access point (no model in moto's CloudFormation) and the outputs
+    naming it WHEN prepared THEN the access point and its outputs are gone (moto could not resolve
+    them), and every other output is kept."""
+    template = {
+        "Resources": {
+            "UploadAccessPoint": {"Type": "AWS::S3::AccessPoint", "Properties": {"Name": "acme-uploads"}},
+            "Queue": {"Type": "AWS::SQS::Queue", "Properties": {}},
+        },
+        "Outputs": {
+            "UploadAccessPointAlias": {"Value": {"Fn::GetAtt": ["UploadAccessPoint", "Alias"]}},
+            "UploadAccessPointArn": {"Value": {"Fn::Join": ["", [{"Ref": "UploadAccessPoint"}]]}},
+            "QueueUrl": {"Value": {"Ref": "Queue"}},
+        },
+    }
+
+    prepared = prepare(template, time_scale=1, creatable=lambda kind: kind != "AWS::S3::AccessPoint")
+
+    assert prepared.not_created == [("UploadAccessPoint", "AWS::S3::AccessPoint")]
+    assert prepared.template["Outputs"] == {"QueueUrl": {"Value": {"Ref": "Queue"}}}
