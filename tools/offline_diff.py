@@ -25,7 +25,11 @@ checked out with `git worktree add`: nothing is written into the repository's `.
 interrupted. Both revisions are synthesized by the CDK CLI with this environment's Python
 and packages, so the base revision is synthesized with today's dependencies.
 
-Exit code, like `diff`: 0 no difference, 1 differences, 2 error.
+The CLI counts the stacks with differences of each run (one stack each); the count is printed
+once, at the end, for the whole diff.
+
+Exit code: 0 the diff is printed (with or without differences), 2 error; with `--strict` (CI),
+1 when there are differences, like `diff`.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from tools.cdk_diff_output import STATEFUL_TYPES, ResourceChange, parse
 TENANT_STACK = re.compile(r"^(?:(?P<stage>.+)/)?OrderedIngest-Tenant-(?P<tenant>[^/]+)$")
 SECTIONS = ("Parameters", "Conditions", "Mappings", "Outputs", "Rules")
 EXIT_SAME, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+#: The count the CLI ends each `cdk diff` with (one stack per run here): replaced by one for all.
+CLI_COUNT = re.compile(r"^\W*Number of stacks with differences: \d+\s*$", re.MULTILINE)
 
 
 class DiffError(Exception):
@@ -255,8 +261,9 @@ def build_report(base_outdirs: list[Path], head_outdirs: list[Path], scratch: Pa
             continue
         assembly = head[diff.name].assembly
         assert assembly is not None
-        diff.cli_output = cli_diff(assembly, diff.name, base[diff.name].path if diff.name in base else empty)
-        apply_cli_verdict(diff, parse(diff.cli_output))
+        output = cli_diff(assembly, diff.name, base[diff.name].path if diff.name in base else empty)
+        apply_cli_verdict(diff, parse(output))
+        diff.cli_output = CLI_COUNT.sub("", output).strip()
     return report
 
 
@@ -317,7 +324,7 @@ def render_full(report: Report) -> str:
                          f"delete it, `cdk destroy {diff.name}` does)")
         else:
             parts.append(diff.cli_output)
-    return "\n\n".join(parts)
+    return "\n\n".join([*parts, f"Number of stacks with differences: {len(report.stacks)}"])
 
 
 # --- revisions ----------------------------------------------------------------------------
@@ -384,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
     if report.different:
         print("\nFull template diffs (cdk diff --template <base template>)\n")
         print(render_full(report))
-    return EXIT_DIFFERENT if report.different else EXIT_SAME
+    return EXIT_DIFFERENT if report.different and args.strict else EXIT_SAME
 
 
 def _plan(args: argparse.Namespace, repo: Path, scratch: Path, base_source: Path, base_tenants: Path,
@@ -414,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.offline_diff",
         description="Synthesize a base revision and the working tree and diff every stack, offline. "
-                    "Exit 0: no difference, 1: differences, 2: error.",
+                    "Exit 0: the diff is printed, 2: error; with --strict, 1: differences.",
     )
     parser.add_argument("--base", default="origin/main", help="git revision to compare with (default origin/main)")
     parser.add_argument("--tenants", default="tenants.yaml",
@@ -424,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare this tenants file (relative to --repo) with --tenants on the working "
                              "tree's code, instead of two revisions")
     parser.add_argument("--repo", default=".", help="the repository (default: the current directory)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when the revisions differ (for CI; make diff STRICT=1)")
     args = parser.parse_args(argv)
     try:
         return run(args)
