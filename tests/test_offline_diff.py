@@ -21,8 +21,10 @@ from tools.offline_diff import (
     EXIT_DIFFERENT,
     EXIT_ERROR,
     EXIT_SAME,
+    StackTemplate,
     base_tenants_file,
     build_report,
+    compare_stacks,
     main,
     read_assembly,
     render_full,
@@ -132,7 +134,7 @@ def test_identical_revisions_report_no_difference(assemblies, tmp_path):
     base, _ = assemblies
     report = build_report([base], [base], tmp_path)
     assert not report.different
-    assert render_summary(report) == "No difference: every stack's template is identical."
+    assert render_summary(report) == "No difference: every stack's template is identical (CDK metadata aside)."
 
 
 def test_stacks_inside_stages_are_named_by_stage_and_diffed(tmp_path):
@@ -262,3 +264,16 @@ def test_make_diff_passes_strict_only_when_asked():
 
     assert command() == "python -m tools.offline_diff --base v1 --tenants tenants.yaml"
     assert command("STRICT=1") == "python -m tools.offline_diff --base v1 --tenants tenants.yaml --strict"
+
+
+def test_a_change_of_the_cdk_metadata_alone_is_no_difference(tmp_path):
+    """The CLI's `AWS::CDK::Metadata` resource records the CDK version and feature flags in use:
+    `cdk diff` hides its changes, and so does the offline diff (a CDK upgrade is no news)."""
+    def stack(analytics: str, queue: dict) -> dict[str, StackTemplate]:
+        template = {"Resources": {"CDKMetadata": {"Type": "AWS::CDK::Metadata", "Properties": {"Analytics": analytics}},
+                                  "Queue": {"Type": "AWS::SQS::Queue", "Properties": queue}}}
+        return {"S": StackTemplate("S", tmp_path / "S.template.json", template)}
+
+    assert compare_stacks(stack("v2:a", {}), stack("v2:b", {})) == []
+    (diff,) = compare_stacks(stack("v2:a", {}), stack("v2:b", {"DelaySeconds": 1}))
+    assert [(r.logical_id, r.change) for r in diff.resources] == [("Queue", "changed")]

@@ -144,8 +144,8 @@ def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate
     replacement verdict: see `apply_cli_verdict`)."""
     diffs: list[StackDiff] = []
     for name in sorted(set(base) | set(head)):
-        old = base[name].template if name in base else {}
-        new = head[name].template if name in head else {}
+        old = _without_cdk_metadata(base[name].template) if name in base else {}
+        new = _without_cdk_metadata(head[name].template) if name in head else {}
         if old == new:
             continue
         old_resources, new_resources = old.get("Resources", {}), new.get("Resources", {})
@@ -167,6 +167,13 @@ def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate
         sections = [s for s in SECTIONS if old.get(s) != new.get(s)] if status == "changed" else []
         diffs.append(StackDiff(name=name, status=status, resources=resources, sections=sections))
     return diffs
+
+
+def _without_cdk_metadata(template: dict) -> dict:
+    """The template without its `AWS::CDK::Metadata` resource (the CDK version and feature flags
+    in use, for AWS's analytics): like `cdk diff`, a change of it alone is no difference."""
+    resources = {k: v for k, v in template.get("Resources", {}).items() if v.get("Type") != "AWS::CDK::Metadata"}
+    return {**template, "Resources": resources} if "Resources" in template else template
 
 
 def _lost_on_removal(resource: dict) -> bool:
@@ -295,7 +302,7 @@ def _resource_lines(diff: StackDiff) -> list[str]:
 
 def render_summary(report: Report) -> str:
     if not report.different:
-        return "No difference: every stack's template is identical."
+        return "No difference: every stack's template is identical (CDK metadata aside)."
     tenants = [d for d in report.stacks if d.tenant]
     others = [d for d in report.stacks if not d.tenant]
     lines = ["Tenants"]
