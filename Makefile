@@ -6,8 +6,16 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup lock demo synth deploy cells test test-fast clean diff iam-lint security-doc config-docs
+.PHONY: help setup lock demo synth deploy cells test test-fast clean diff iam-lint security-doc config-docs cloud-test
+.DEFAULT_GOAL := help
 
+## help: this list; `make` alone prints it.
+help:
+	@echo "make <target> [TENANTS=path/to/tenants.yaml] [ARGS=...]; every target installs what it needs first"
+	@awk '/^## [a-z][a-z-]*:/ { name = $$2; sub(/:$$/, "", name); sub(/^## [^:]*: */, ""); \
+	  printf "  %-13s %s\n", name, $$0 }' $(MAKEFILE_LIST)
+
+## setup: the Python venv (.venv, from requirements-lock.txt), Node 22 and the pinned CDK CLI (node_modules).
 setup: $(VENV)/.installed node_modules/.installed
 
 # requirements-lock.txt: every package of requirements.txt and requirements-dev.txt with its exact
@@ -18,9 +26,9 @@ $(VENV)/.installed: $(LOCK)
 	$(VENV)/bin/pip install --quiet --require-hashes -r $(LOCK)
 	touch $@
 
-## lock: re-resolve requirements-lock.txt from requirements.txt and requirements-dev.txt with the
-## pinned uv (any Python 3.11+ and platform, every file's hash); versions already locked are kept
-## while they fit, UPGRADE=1 takes the newest that fit. Run it after editing requirements*.txt.
+## lock: re-resolve requirements-lock.txt (exact versions, hashes) after editing requirements*.txt.
+## The pinned uv resolves for any Python 3.11+ and platform; versions already locked are kept
+## while they fit, UPGRADE=1 takes the newest that fit.
 UPGRADE ?=
 lock: $(VENV)/.installed
 	uv pip compile requirements-dev.txt --universal --python-version 3.11 --generate-hashes \
@@ -34,24 +42,24 @@ node_modules/.installed: package.json package-lock.json
 TENANTS ?= tenants.yaml
 export TENANTS
 
-## demo: the main job: the tenants file running end to end on a local moto server, with
-## sample files, live progress and a verification table. python -m demo exits 0 when every
+## demo: the tenants file running end to end on a local moto server, checked (the main job).
+## Sample files, live progress and a verification table. python -m demo exits 0 when every
 ## guarantee held, 1 when one broke (or the run timed out), 2 for a bad tenants file; make
 ## reports any non-zero exit as its own 2. Options go in ARGS, e.g.
 ## make demo ARGS="--scenario malformed" (python -m demo --help).
 demo: setup
 	python -m demo --tenants $(TENANTS) $(ARGS)
 
-## synth: synthesize every cell of the tenants file (python -m tools.cells list names them) with
-## the pinned CDK CLI, in parallel processes, one assembly each: cells.out/<cell> (no
-## credentials needed). CELLS="shard-3 shared" picks cells; more options in ARGS.
+## synth: synthesize every cell of the tenants file into cells.out/<cell>, no credentials needed.
+## With the pinned CDK CLI, in parallel processes, one assembly each (python -m tools.cells
+## list names the cells). CELLS="shard-3 shared" picks cells; more options in ARGS.
 CELLS ?=
 CELL_ARGS = $(foreach cell,$(CELLS),--cell $(cell))
 synth: setup
 	python -m tools.cells synth --tenants $(TENANTS) $(CELL_ARGS) $(ARGS)
 
-## deploy: synthesize, then `cdk deploy` every cell (or CELLS): each target's shared cell first,
-## then the others; CDK CLI deploy options after --, e.g. make deploy ARGS="-- --require-approval never".
+## deploy: synthesize, then `cdk deploy` every cell (or CELLS), each target's shared cell first.
+## CDK CLI deploy options after --, e.g. make deploy ARGS="-- --require-approval never".
 deploy: setup
 	python -m tools.cells deploy --tenants $(TENANTS) $(CELL_ARGS) $(ARGS)
 
@@ -59,51 +67,54 @@ deploy: setup
 cells: setup
 	python -m tools.cells list --tenants $(TENANTS)
 
-## test: the whole test suite (template assertions, snapshots, cdk-nag, cfn-lint, handlers,
-## moto canaries, end to end) in WORKERS pytest processes (pytest-xdist; each test file stays
-## in one process, so an end-to-end module starts one local pipeline); the generic checks of
-## tests/test_user_tenants.py run on the tenants file. WORKERS=0 runs it in this process.
+## test: the whole test suite, in WORKERS (default 2) pytest processes.
+## Template assertions, snapshots, cdk-nag, cfn-lint, handlers, moto canaries, end to end
+## (pytest-xdist; each test file stays in one process, so an end-to-end module starts one local
+## pipeline); the generic checks of tests/test_user_tenants.py run on the tenants file.
+## WORKERS=0 runs it in this process.
 WORKERS ?= 2
 test: setup
 	pytest -n $(WORKERS) --dist loadfile $(ARGS)
 
-## test-fast: the unit and template tests, for everyday tenant edits: config validation,
-## templates, snapshots, cdk-nag, the tenants file's checks, handlers and ops on moto; no test
-## marked slow (the end-to-end suite, the CDK CLI, git, many synths).
+## test-fast: the unit and template tests, for everyday tenant edits (no test marked slow).
+## Config validation, templates, snapshots, cdk-nag, the tenants file's checks, handlers and
+## ops on moto; not the end-to-end suite, the CDK CLI, git, many synths.
 test-fast: setup
 	pytest -n $(WORKERS) -m "not slow" $(ARGS)
 
-## diff: offline diff of BASE (default origin/main) and the working tree, per tenant then per
-## stack, no AWS credentials; when only the tenants file changed, only the cells it touches are
-## synthesized and diffed (python -m tools.offline_diff: exit 0 same, 1 different, 2 error;
-## make turns any non-zero exit into its own 2). TENANTS=path picks the tenants file.
+## diff: offline diff of BASE (default origin/main) and the working tree, no AWS credentials.
+## Per tenant then per stack; when only the tenants file changed, only the cells it touches are
+## synthesized and diffed. Exit 0 once the diff is printed, differences or not; STRICT=1 (CI)
+## fails on differences (python -m tools.offline_diff --strict exits 1, make its own 2). An
+## error (BASE not found, a revision that does not synthesize) fails either way.
 BASE ?= origin/main
+STRICT ?=
 diff: setup
-	python -m tools.offline_diff --base $(BASE) --tenants $(TENANTS)
+	python -m tools.offline_diff --base $(BASE) --tenants $(TENANTS)$(if $(STRICT), --strict)
 
-## iam-lint: every IAM policy of the tenants file's templates through parliament; prints each
-## finding (acknowledged ones with their reason, tools/iam_lint_acknowledgements.yaml); exit 0
-## clean, 1 a finding nobody acknowledged, 2 the tenants file does not synthesize.
+## iam-lint: every IAM policy of the tenants file's templates through parliament.
+## Prints each finding (acknowledged ones with their reason, tools/iam_lint_acknowledgements.yaml);
+## exit 0 clean, 1 a finding nobody acknowledged, 2 the tenants file does not synthesize.
 iam-lint: setup
 	python -m tools.iam_lint --tenants $(TENANTS)
 
-## security-doc: regenerate the least-privilege tables of docs/security.md from the templates
-## (tests/test_security_doc.py fails when they drift).
+## security-doc: regenerate the least-privilege tables of docs/security.md from the templates.
+## tests/test_security_doc.py fails when they drift.
 security-doc: setup
 	python -m tools.security_table --write
 
-## config-docs: regenerate tenants.schema.json and docs/configuration.md from the config model
-## (pipeline_constructs/config.py); tests/test_config_docs.py fails when they drift.
+## config-docs: regenerate tenants.schema.json and docs/configuration.md from the config model.
+## The model is pipeline_constructs/config.py; tests/test_config_docs.py fails when they drift.
 config-docs: setup
 	python -m tools.config_docs --write
 
-## cloud-test: opt-in, on a real AWS account (credentials and a Region; one line and exit 2 without):
-## deploys two throwaway tenants and a recording core-system stand-in, checks order, exactly-once
+## cloud-test: opt-in test on a real AWS account (needs credentials and a Region; exit 2 without).
+## It deploys two throwaway tenants and a recording core-system stand-in, checks order, exactly-once
 ## and halt/resume, prints the hand-off gap and records/s, destroys everything, also after a
 ## failure or Ctrl-C (docs/development.md#cloud-test). Its scenario runs in make test on the local runtime.
-.PHONY: cloud-test
 cloud-test: setup
 	python -m cloudtest $(ARGS)
 
+## clean: remove cdk.out, cells.out and .pytest_cache.
 clean:
 	rm -rf cdk.out cells.out .pytest_cache

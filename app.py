@@ -3,9 +3,15 @@
 context value `tenants` (`cdk synth -c tenants=path/to/tenants.yaml`).
 
 `-c cell=<name>` synthesizes one cell of the file (`pipeline_constructs/cells.py`,
-`python -m tools.cells list` names them); without it, every cell, in one assembly."""
+`python -m tools.cells list` names them); without it, every cell, in one assembly.
+
+Started with a Python that lacks aws-cdk-lib, it runs again with `.venv`'s (tools/project_env.py)."""
 
 import sys
+
+from tools.project_env import say_when_no_account, use_project_environment
+
+use_project_environment()
 
 from pipeline_constructs.application import CELL_CONTEXT, build_app, new_app
 from pipeline_constructs.cells import UnknownCell
@@ -20,3 +26,4 @@ except (ConfigError, UnknownCell) as error:
     print(error, file=sys.stderr)
     sys.exit(1)
 app.synth()
+say_when_no_account()

@@ -3,6 +3,7 @@ the tests, the tools and the local runtime."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack,
 
 #: The context key that names the cell to synthesize (`cdk synth -c cell=shard-3`).
 CELL_CONTEXT = "cell"
+#: The project's cdk.json: its `context` holds the feature flags, as `cdk init` records them.
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,13 @@ def new_app(**props: Any) -> App:
     warns (its findings fail nothing unless `@aws-cdk/core:validateAgainstDefaultRules` is
     set); it was about 70 % of the synth phase here (0.1 s a template, plus 4 s to load it),
     growing with the tenants. The templates are checked by cfn-lint instead, errors failing
-    (`tests/test_app.py`, `bench/synth_scale.py`). cdk-nag is not affected."""
-    return App(builtin_cloud_formation_validation=False, **props)
+    (`tests/test_app.py`, `bench/synth_scale.py`). cdk-nag is not affected.
+
+    The app starts with cdk.json's context (the feature flags): the CLI passes it to app.py,
+    and an app built in-process (the tests, the local runtime, the tools) must synthesize the
+    same templates. The CLI's own context (`-c key=value`) still wins, and so does `context`."""
+    context = {**json.loads(CDK_JSON.read_text()).get("context", {}), **props.pop("context", {})}
+    return App(builtin_cloud_formation_validation=False, context=context, **props)
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = T
                 scope, by_id[tenant_id], shard=unit.shard,
                 shared_kms_key=config.encryption.kms_key if config.encryption is not None else None)
             if unit.target in shared_of:
-                stack.add_dependency(shared_of[unit.target])
+                stack.add_stack_dependency(shared_of[unit.target])
     for target, scope in scopes.items():
         if target is not None:
             assert isinstance(scope, Stage)

@@ -100,18 +100,20 @@ def build_object_created_rule(scope: Construct, tenant: TenantConfig, *, landing
 def _only_own_rule_sends_to(queue: sqs.Queue, rule_arn: str) -> None:
     """CDK's `SqsQueue` target leaves out its `aws:SourceArn` condition when the queue has a
     customer-managed key (aws-cdk issue 11158: the rule's ARN would make the key depend on the
-    rule); `events.amazonaws.com` could then send to the queue from any rule of any account.
-    The rule's ARN from its fixed name has no such cycle: put the condition back."""
+    rule); with the feature flag `@aws-cdk/aws-events:eventsTargetQueueSameAccount` (cdk.json)
+    it keeps `aws:SourceAccount`, so any rule of the account could still send to the queue.
+    The rule's ARN from its fixed name has no such cycle: add the condition back."""
     queue_policy = queue.node.try_find_child("Policy")
     if not isinstance(queue_policy, sqs.QueuePolicy):
         return
     statements = Stack.of(queue).resolve(queue_policy.document)["Statement"]
     (index,) = [i for i, statement in enumerate(statements)
-                if statement.get("Principal") == {"Service": "events.amazonaws.com"} and "Condition" not in statement]
+                if statement.get("Principal") == {"Service": "events.amazonaws.com"}
+                and "ArnEquals" not in statement.get("Condition", {})]
     policy = queue_policy.node.default_child
     assert isinstance(policy, sqs.CfnQueuePolicy)
-    policy.add_property_override(f"PolicyDocument.Statement.{index}.Condition",
-                                 {"ArnEquals": {"aws:SourceArn": rule_arn}})
+    policy.add_property_override(f"PolicyDocument.Statement.{index}.Condition.ArnEquals",
+                                 {"aws:SourceArn": rule_arn})
 
 
 def build_status_rule(scope: Construct, tenant_id: str, *, event_bus: events.IEventBus | None,

@@ -1,10 +1,9 @@
-"""The app as a whole: stack layout, snapshots, cdk-nag, cfn-lint, the CLI path."""
+"""The app as a whole: stack layout, snapshots, cdk-nag, cfn-lint (the CDK CLI: test_cdk_cli.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -109,35 +108,12 @@ def test_an_invalid_tenants_file_fails_the_app_with_the_message(tmp_path):
     bad.write_text("tenants:\n  - {id: acme, prefix: a/, format: xml, sink: {url: 'https://x.example.com', auth: {type: none}}}\n")
     result = subprocess.run(
         [sys.executable, str(ROOT / "app.py")],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT, capture_output=True, text=True, check=False,
         env={**os.environ, "CDK_CONTEXT_JSON": json.dumps({"tenants": str(bad)}), "CDK_OUTDIR": str(tmp_path / "out")},
     )
     assert result.returncode == 1
     assert "tenant 'acme': field 'format' = 'xml'" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-@pytest.mark.cli
-def test_the_pinned_cdk_cli_synthesizes_without_credentials(tmp_path):
-    cdk = ROOT / "node_modules" / ".bin" / "cdk"
-    if not cdk.exists():
-        pytest.fail("node_modules/.bin/cdk is missing: run `make setup` (every make target does)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(
-        PATH=f"{ROOT / 'node_modules' / '.bin'}:{os.path.dirname(sys.executable)}:{env['PATH']}",
-        CDK_DISABLE_CLI_TELEMETRY="true",
-        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-        AWS_CONFIG_FILE=str(tmp_path / "none"),
-    )
-    result = subprocess.run(
-        [str(cdk), "synth", "--quiet", "-c", f"tenants={FIXTURE_TENANTS}", "--output", str(tmp_path / "cdk.out")],
-        cwd=ROOT, capture_output=True, text=True, env=env, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "cdk.out").glob("*.template.json")) == [
-        f"{name}.template.json" for name in ["OrderedIngest-Shared", *TENANT_STACKS]
-    ]
-    assert shutil.which("node", path=env["PATH"]).startswith(str(ROOT / "node_modules"))
 
 
 def test_the_app_leaves_cdks_builtin_template_validation_to_cfn_lint(tmp_path):

@@ -250,7 +250,8 @@ def test_a_tenant_key_is_made_in_its_stack_with_rotation_kept_on_delete_and_its_
 
 def test_only_the_tenants_own_rule_may_send_to_its_encrypted_queue(created: Synthesized) -> None:
     # GIVEN a tenant queue encrypted with the tenant's key (CDK's SqsQueue target then drops the
-    # rule condition, aws-cdk#11158)
+    # rule condition, aws-cdk#11158, and keeps only the account's, the cdk.json feature flag
+    # @aws-cdk/aws-events:eventsTargetQueueSameAccount)
     policies = _resources(created.templates["OrderedIngest-Tenant-sealed"], "AWS::SQS::QueuePolicy")
     (queue_policy,) = [p for p in policies.values() if "PipelineQueue" in json.dumps(p["Properties"]["Queues"])]
     # THEN EventBridge may send to it only from the tenant's object-created rule
@@ -258,7 +259,7 @@ def test_only_the_tenants_own_rule_may_send_to_its_encrypted_queue(created: Synt
     assert allow["Principal"] == {"Service": "events.amazonaws.com"}
     assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::Join": ["", [
         "arn:", {"Ref": "AWS::Partition"}, ":events:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
-        ":rule/sealed-object-created"]]}}}
+        ":rule/sealed-object-created"]]}}, "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
 
 
 def test_the_tenant_key_encrypts_its_queues_log_groups_and_function_environments(created: Synthesized) -> None:

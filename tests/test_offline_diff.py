@@ -20,8 +20,11 @@ from tests.conftest import ROOT, synthesize
 from tools.offline_diff import (
     EXIT_DIFFERENT,
     EXIT_ERROR,
+    EXIT_SAME,
+    StackTemplate,
     base_tenants_file,
     build_report,
+    compare_stacks,
     main,
     read_assembly,
     render_full,
@@ -113,6 +116,9 @@ def test_full_diff_is_the_cli_template_diff_of_each_changed_stack(report):
     # An added stack is diffed against an empty template: all of it is new.
     assert "Stack OrderedIngest-Tenant-beta" in full
     assert "[+] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5" in full
+    # The CLI counts each run's stack; the diff counts them once, all of them, at the end.
+    assert full.count("Number of stacks with differences") == 1
+    assert full.endswith("\n\nNumber of stacks with differences: 3")  # acme, beta and the shared stack
 
 
 def test_swapped_revisions_report_the_tenant_as_removed(assemblies, tmp_path):
@@ -128,7 +134,7 @@ def test_identical_revisions_report_no_difference(assemblies, tmp_path):
     base, _ = assemblies
     report = build_report([base], [base], tmp_path)
     assert not report.different
-    assert render_summary(report) == "No difference: every stack's template is identical."
+    assert render_summary(report) == "No difference: every stack's template is identical (CDK metadata aside)."
 
 
 def test_stacks_inside_stages_are_named_by_stage_and_diffed(tmp_path):
@@ -179,8 +185,8 @@ def test_git_revision_path_synthesizes_both_revisions(throwaway_repo, capsys):
     # WHEN the previous commit is diffed against the working tree (the last commit)
     code = main(["--base", "HEAD~1", "--repo", str(throwaway_repo)])
     out = capsys.readouterr().out
-    # THEN the base is the previous commit's own tenants.yaml and the diff exits 1 (like diff)
-    assert code == EXIT_DIFFERENT, out
+    # THEN the base is the previous commit's own tenants.yaml and the diff, printed, exits 0
+    assert code == EXIT_SAME, out
     assert "base: HEAD~1 (" in out and "tenants tenants.yaml" in out
     assert "Only the tenants file changed: 1 cell(s) touched (app)." in out
     assert "Tenants\n  added:    beta\n  removed:  -\n  changed:  acme\n" in out
@@ -234,16 +240,40 @@ def test_a_change_of_one_tenant_synthesizes_and_diffs_its_cell_only(throwaway_re
     try:
         (throwaway_repo / "tenants.yaml").write_text(SHARDED_BASE.replace(
             "prefix: initech/incoming/}", "prefix: initech/incoming/, chunk_size: 50}"))
-        code = main(["--base", "HEAD", "--repo", str(throwaway_repo)])
+        code = main(["--base", "HEAD", "--repo", str(throwaway_repo), "--strict"])
         out = capsys.readouterr().out
-        assert code == EXIT_DIFFERENT, out
+        assert code == EXIT_DIFFERENT, out  # --strict (CI): differences fail
         assert "Only the tenants file changed: 1 cell(s) touched (shard-1)." in out
         assert "Tenants\n  added:    -\n  removed:  -\n  changed:  initech\n" in out
         assert "OrderedIngest-Shared" not in out and "OrderedIngest-Tenant-globex" not in out
 
         (throwaway_repo / "app.py").write_text((throwaway_repo / "app.py").read_text() + "\n")
-        assert main(["--base", "HEAD", "--repo", str(throwaway_repo)]) == EXIT_DIFFERENT
+        assert main(["--base", "HEAD", "--repo", str(throwaway_repo)]) == EXIT_SAME
         assert "The code changed: every stack of both revisions is synthesized." in capsys.readouterr().out
     finally:
         _git(throwaway_repo, "checkout", "--quiet", "--", "tenants.yaml", "app.py")
         _git(throwaway_repo, "reset", "--quiet", "--hard", "HEAD~1")
+
+
+def test_make_diff_passes_strict_only_when_asked():
+    """`make diff` exits 0 once the diff is printed; `make diff STRICT=1` (CI) adds --strict."""
+    def command(*variables: str) -> str:
+        dry_run = subprocess.run(["make", "--no-print-directory", "-n", "diff", "BASE=v1", *variables], cwd=ROOT,
+                                 capture_output=True, text=True, check=True, timeout=60)
+        return dry_run.stdout.strip().splitlines()[-1]
+
+    assert command() == "python -m tools.offline_diff --base v1 --tenants tenants.yaml"
+    assert command("STRICT=1") == "python -m tools.offline_diff --base v1 --tenants tenants.yaml --strict"
+
+
+def test_a_change_of_the_cdk_metadata_alone_is_no_difference(tmp_path):
+    """The CLI's `AWS::CDK::Metadata` resource records the CDK version and feature flags in use:
+    `cdk diff` hides its changes, and so does the offline diff (a CDK upgrade is no news)."""
+    def stack(analytics: str, queue: dict) -> dict[str, StackTemplate]:
+        template = {"Resources": {"CDKMetadata": {"Type": "AWS::CDK::Metadata", "Properties": {"Analytics": analytics}},
+                                  "Queue": {"Type": "AWS::SQS::Queue", "Properties": queue}}}
+        return {"S": StackTemplate("S", tmp_path / "S.template.json", template)}
+
+    assert compare_stacks(stack("v2:a", {}), stack("v2:b", {})) == []
+    (diff,) = compare_stacks(stack("v2:a", {}), stack("v2:b", {"DelaySeconds": 1}))
+    assert [(r.logical_id, r.change) for r in diff.resources] == [("Queue", "changed")]

@@ -25,7 +25,11 @@ checked out with `git worktree add`: nothing is written into the repository's `.
 interrupted. Both revisions are synthesized by the CDK CLI with this environment's Python
 and packages, so the base revision is synthesized with today's dependencies.
 
-Exit code, like `diff`: 0 no difference, 1 differences, 2 error.
+The CLI counts the stacks with differences of each run (one stack each); the count is printed
+once, at the end, for the whole diff.
+
+Exit code: 0 the diff is printed (with or without differences), 2 error; with `--strict` (CI),
+1 when there are differences, like `diff`.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from tools.cdk_diff_output import STATEFUL_TYPES, ResourceChange, parse
 TENANT_STACK = re.compile(r"^(?:(?P<stage>.+)/)?OrderedIngest-Tenant-(?P<tenant>[^/]+)$")
 SECTIONS = ("Parameters", "Conditions", "Mappings", "Outputs", "Rules")
 EXIT_SAME, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+#: The count the CLI ends each `cdk diff` with (one stack per run here): replaced by one for all.
+CLI_COUNT = re.compile(r"^\W*Number of stacks with differences: \d+\s*$", re.MULTILINE)
 
 
 class DiffError(Exception):
@@ -138,8 +144,8 @@ def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate
     replacement verdict: see `apply_cli_verdict`)."""
     diffs: list[StackDiff] = []
     for name in sorted(set(base) | set(head)):
-        old = base[name].template if name in base else {}
-        new = head[name].template if name in head else {}
+        old = _without_cdk_metadata(base[name].template) if name in base else {}
+        new = _without_cdk_metadata(head[name].template) if name in head else {}
         if old == new:
             continue
         old_resources, new_resources = old.get("Resources", {}), new.get("Resources", {})
@@ -161,6 +167,13 @@ def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate
         sections = [s for s in SECTIONS if old.get(s) != new.get(s)] if status == "changed" else []
         diffs.append(StackDiff(name=name, status=status, resources=resources, sections=sections))
     return diffs
+
+
+def _without_cdk_metadata(template: dict) -> dict:
+    """The template without its `AWS::CDK::Metadata` resource (the CDK version and feature flags
+    in use, for AWS's analytics): like `cdk diff`, a change of it alone is no difference."""
+    resources = {k: v for k, v in template.get("Resources", {}).items() if v.get("Type") != "AWS::CDK::Metadata"}
+    return {**template, "Resources": resources} if "Resources" in template else template
 
 
 def _lost_on_removal(resource: dict) -> bool:
@@ -255,8 +268,9 @@ def build_report(base_outdirs: list[Path], head_outdirs: list[Path], scratch: Pa
             continue
         assembly = head[diff.name].assembly
         assert assembly is not None
-        diff.cli_output = cli_diff(assembly, diff.name, base[diff.name].path if diff.name in base else empty)
-        apply_cli_verdict(diff, parse(diff.cli_output))
+        output = cli_diff(assembly, diff.name, base[diff.name].path if diff.name in base else empty)
+        apply_cli_verdict(diff, parse(output))
+        diff.cli_output = CLI_COUNT.sub("", output).strip()
     return report
 
 
@@ -288,7 +302,7 @@ def _resource_lines(diff: StackDiff) -> list[str]:
 
 def render_summary(report: Report) -> str:
     if not report.different:
-        return "No difference: every stack's template is identical."
+        return "No difference: every stack's template is identical (CDK metadata aside)."
     tenants = [d for d in report.stacks if d.tenant]
     others = [d for d in report.stacks if not d.tenant]
     lines = ["Tenants"]
@@ -317,7 +331,7 @@ def render_full(report: Report) -> str:
                          f"delete it, `cdk destroy {diff.name}` does)")
         else:
             parts.append(diff.cli_output)
-    return "\n\n".join(parts)
+    return "\n\n".join([*parts, f"Number of stacks with differences: {len(report.stacks)}"])
 
 
 # --- revisions ----------------------------------------------------------------------------
@@ -384,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
     if report.different:
         print("\nFull template diffs (cdk diff --template <base template>)\n")
         print(render_full(report))
-    return EXIT_DIFFERENT if report.different else EXIT_SAME
+    return EXIT_DIFFERENT if report.different and args.strict else EXIT_SAME
 
 
 def _plan(args: argparse.Namespace, repo: Path, scratch: Path, base_source: Path, base_tenants: Path,
@@ -414,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.offline_diff",
         description="Synthesize a base revision and the working tree and diff every stack, offline. "
-                    "Exit 0: no difference, 1: differences, 2: error.",
+                    "Exit 0: the diff is printed, 2: error; with --strict, 1: differences.",
     )
     parser.add_argument("--base", default="origin/main", help="git revision to compare with (default origin/main)")
     parser.add_argument("--tenants", default="tenants.yaml",
@@ -424,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare this tenants file (relative to --repo) with --tenants on the working "
                              "tree's code, instead of two revisions")
     parser.add_argument("--repo", default=".", help="the repository (default: the current directory)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when the revisions differ (for CI; make diff STRICT=1)")
     args = parser.parse_args(argv)
     try:
         return run(args)
