@@ -56,9 +56,13 @@ MAX_AUTH_CACHE_SECONDS = 3600
 
 
 class NoAuth(_Strict):
-    """`sink.auth: {type: none}`: no credentials (only where it is spelled out)."""
+    """`sink.auth: {type: none}`: no credentials. Only in a tenant's own `sink`, never inherited
+    from `defaults` (`_check_default_auth`): a tenant that leaves `auth` out must not run without
+    credentials by accident."""
 
-    type: Literal["none"] = Field(description="`none`: the register function sends no credentials.")
+    type: Literal["none"] = Field(description=(
+        "`none`: the register function sends no credentials. Only in the tenant's own `sink`: refused in "
+        "`defaults`."))
 
 
 class BearerAuth(_Strict):
@@ -138,8 +142,9 @@ class SinkConfig(_Strict):
         "`http://` only for `localhost` and loopback addresses."))
     auth: SinkAuth = Field(description=(
         "How the register function authenticates to the core system, chosen by `type`. Required, so that no "
-        "tenant runs without credentials by accident: `{type: none}` is spelled out. Merged as a whole: a "
-        "tenant's `auth` replaces the one in `defaults`."))
+        "tenant runs without credentials by accident: a `bearer` or `sigv4` auth may sit in `defaults` and is "
+        "inherited (a tenant's own `auth` replaces it as a whole); `{type: none}` only in the tenant's own "
+        "`sink`, never in `defaults`."))
     timeout_seconds: int = Field(default=10, ge=1, le=60, description=(
         "Seconds one POST may take. The register function's timeout is the chunk's requests (`chunk_size`, "
         "or `ceil(chunk_size / batch_size)` in batch mode) x this + 30 s, between 1 and 15 minutes. A chunk "
@@ -565,8 +570,9 @@ FIXES: dict[str, str] = {
     "(default: the outage budget plus 6 hours)",
     "emails": "list email addresses such as 'oncall@example.com'",
     "sink": "set sink.url and sink.auth in the tenant or in defaults",
-    "sink.auth": "add 'auth: {type: bearer, secret: <Secrets Manager secret name or ARN>}' or 'auth: {type: none}' "
-    "to sink, in the tenant or in defaults (or 'type: sigv4', docs/configuration.md)",
+    "sink.auth": "add 'auth: {type: bearer, secret: <Secrets Manager secret name or ARN>}' to the tenant's sink "
+    "or to defaults (or 'type: sigv4', docs/configuration.md); 'auth: {type: none}' only to the tenant's own sink, "
+    "if its core system takes no credentials",
     "sink.auth.type": "use 'none', 'bearer' or 'sigv4'",
     "sink.auth.secret": "use the secret's name (e.g. 'core/acme/token') or its full ARN "
     "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')",
@@ -640,7 +646,8 @@ TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "tar
 #: The `defaults:` block (`_merge`), as the schema and the reference describe it.
 DEFAULTS_DESCRIPTION = (
     "Tenant options applied to every tenant; a tenant's own value wins. A block (`sink`, `alarms`, `ordering`, "
-    "`completion`, `network`, `encryption`) merges key by key, `sink.auth` is replaced as a whole; "
+    "`completion`, `network`, `encryption`) merges key by key, `sink.auth` is replaced as a whole and may not be "
+    "`{type: none}` here (no tenant inherits running without credentials); "
     "`network: null` or `encryption: null` in a tenant turns that block of `defaults` off. Every tenant option "
     "but " + ", ".join(
         f"`{key}`" for key in TENANT_KEYS if key not in DEFAULTS_KEYS) + "."
@@ -702,6 +709,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
                      "move it into the tenant whose files it uploads")
     _check_unknown({k: v for k, v in defaults.items() if k != "uploaders"}, DEFAULTS_KEYS, "defaults", problems)
     defaults = {k: v for k, v in defaults.items() if k in DEFAULTS_KEYS}
+    _check_default_auth(defaults, raw.get("tenants"), problems)
 
     notifications = _validate(NotificationsConfig, raw.get("notifications") or {}, "notifications", problems)
     routing = _validate(RoutingConfig, raw.get("routing") or {}, "routing", problems)
@@ -867,6 +875,35 @@ def _check_unknown(data: dict, valid: tuple[str, ...], where: str, problems: _Pr
     for key in data:
         if key not in valid:
             problems.add(where, str(key), data[key], "unknown key", _unknown_key_fix(str(key), valid))
+
+
+#: How many tenants a problem names before it says "and N more".
+NAMED_TENANTS = 5
+
+
+def _check_default_auth(defaults: dict, tenants_raw: Any, problems: _Problems) -> None:
+    """`sink.auth: {type: none}` is never inherited: in `defaults` it would let a tenant that
+    leaves its `auth` out run without credentials by accident. Reported once, on defaults,
+    naming the tenants that would have inherited it; they are still validated with it, so
+    that one run lists their other problems too."""
+    sink = defaults.get("sink")
+    auth = sink.get("auth") if isinstance(sink, dict) else None
+    if not (isinstance(auth, dict) and auth.get("type") == "none"):
+        return
+    inheriting = [
+        entry["id"] for entry in (tenants_raw if isinstance(tenants_raw, list) else [])
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str)
+        and not (isinstance(entry.get("sink"), dict) and "auth" in entry["sink"])
+    ]
+    named = ", ".join(f"'{t}'" for t in inheriting[:NAMED_TENANTS])
+    more = f" and {len(inheriting) - NAMED_TENANTS} more" if len(inheriting) > NAMED_TENANTS else ""
+    who = (f" (tenant{'s' if len(inheriting) > 1 else ''} {named}{more} would inherit it)" if inheriting else "")
+    problems.add(
+        "defaults", "sink.auth", auth,
+        "is never inherited: a tenant that leaves its auth out would run without credentials by accident" + who,
+        "write 'auth: {type: none}' in the sink of each tenant whose core system takes no credentials, and remove "
+        "it from defaults (a bearer or sigv4 auth may stay there)",
+    )
 
 
 def _check_unique_ids(declared: list[tuple[str, str]], problems: _Problems) -> None:
