@@ -41,7 +41,7 @@ SHARED = "OrderedIngest-Shared"
 
 TENANTS = f"""
 defaults:
-  sink: {{url: https://core.example.com/records, auth: {{type: none}}}}
+  sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}
 tenants:
   - id: acme
     prefix: acme/
@@ -319,7 +319,7 @@ def tenants_with_uploaders(count: int) -> str:
     entries = "\n".join(
         f"  - {{id: tenant-{i:03d}, prefix: tenant-{i:03d}/, uploaders: "
         f"['arn:aws:iam::{ACCOUNT}:role/tenant-{i:03d}-uploader']}}" for i in range(count))
-    return f"defaults:\n  sink: {{url: https://core.example.com/records, auth: {{type: none}}}}\ntenants:\n{entries}\n"
+    return f"defaults:\n  sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}\ntenants:\n{entries}\n"
 
 
 def test_twenty_tenants_with_one_uploader_role_each_fit_the_bucket_policy():
@@ -350,7 +350,7 @@ def test_fails_when_the_uploader_statements_do_not_fit_the_landing_bucket_policy
 
 def test_fails_when_an_uploader_is_not_an_iam_principal_arn():
     assert problems_of("""
-        defaults: {sink: {url: https://core.example.com/records, auth: {type: none}}}
+        defaults: {sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}}
         tenants:
           - {id: acme, prefix: acme/, uploaders: ['arn:aws:s3:::acme-bucket']}
     """) == [
@@ -363,7 +363,7 @@ def test_fails_when_an_uploader_is_not_an_iam_principal_arn():
 
 def test_fails_when_one_principal_uploads_for_two_tenants():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{ACME_UPLOADER}']}}
           - {{id: globex, prefix: globex/, uploaders: ['{ACME_UPLOADER}']}}
@@ -376,7 +376,7 @@ def test_fails_when_one_principal_uploads_for_two_tenants():
 
 def test_fails_when_uploaders_are_in_defaults():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, uploaders: ['{ACME_UPLOADER}']}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}, uploaders: ['{ACME_UPLOADER}']}}
         tenants:
           - {{id: acme, prefix: acme/}}
     """) == [
@@ -387,7 +387,7 @@ def test_fails_when_uploaders_are_in_defaults():
 
 def test_fails_when_an_uploader_is_listed_twice():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{ACME_UPLOADER}', '{ACME_UPLOADER}']}}
     """) == [
@@ -414,7 +414,7 @@ def test_parliament_finds_nothing_in_the_landing_bucket_policy(policy):
 
 def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, target: prod}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}, target: prod}}
         targets: {{prod: {{account: '{ACCOUNT}', region: eu-west-1}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['arn:aws:iam::{ACCOUNT}:root', '{PARTNER_ROOT}']}}
@@ -427,7 +427,7 @@ def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
 
 def test_another_accounts_root_may_upload_for_several_tenants_its_own_iam_separates_them():
     config = parse_config(textwrap.dedent(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{PARTNER_ROOT}']}}
           - {{id: globex, prefix: globex/, uploaders: ['{PARTNER_ROOT}']}}
