@@ -173,7 +173,7 @@ def test_every_kind_of_subscription_from_tenants_yaml_subscribes_the_alarm_topic
         ("email", "oncall@example.com"), ("https", "https://alerts.example.com/sns"), ("lambda", FUNCTION),
         ("sqs", QUEUE)]
     assert all(s["Properties"]["TopicArn"] == {"Ref": topic} for s in subscriptions)
-    assert template.find_resources("AWS::SQS::QueuePolicy") == {}
+    assert "alarm-inbox" not in json.dumps(template.find_resources("AWS::SQS::QueuePolicy"))
     (permission,) = template.find_resources("AWS::Lambda::Permission").values()
     assert permission["Properties"] == {"Action": "lambda:InvokeFunction", "FunctionName": FUNCTION,
                                         "Principal": "sns.amazonaws.com", "SourceArn": {"Ref": topic}}
@@ -218,12 +218,41 @@ def test_an_existing_unencrypted_topic_keeps_the_apps_topic_key_for_the_closers_
     assert tenants_parameter(template, "alarm-topic-key-arn") == {"Fn::GetAtt": [key, "Arn"]}
 
 
+@pytest.mark.parametrize("notifications", [
+    "{emails: [oncall@example.com], subscriptions: [{protocol: https, endpoint: 'https://alerts.example.com/sns'}, "
+    f"{{protocol: sqs, endpoint: '{QUEUE}'}}, {{protocol: lambda, endpoint: '{FUNCTION}'}}]}}",
+    f"{{topic_arn: '{TOPIC}', topic_kms_key: '{TOPIC_KEY}'}}",
+], ids=["subscriptions", "existing-topic"])
+def test_every_kind_of_notification_synthesizes_cdk_nag_and_cfn_lint_clean(notifications, tmp_path):
+    from cfnlint.api import lint_all
+
+    from tests.conftest import synthesize
+
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(f"notifications: {notifications}\n"
+                       "tenants: [{id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}}}]\n")
+    app = synthesize(tenants, tmp_path / "cdk.out")  # cdk-nag runs in the synth
+    (nag,) = [r for r in app.validation_report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert nag["conclusion"] == "success" and nag["violations"] == []
+    for name, template in app.templates.items():
+        findings = [f"{m.rule.id} {m.message}" for m in lint_all(json.dumps(template))
+                    if m.rule.id[0] in "EW" and m.rule.id != "W3005"]
+        assert findings == [], name
+
+
 def warnings_of(outdir) -> dict[str, list[str]]:
     """The warnings of each stack of an assembly, as `cdk synth` prints them."""
     manifest = json.loads((outdir / "manifest.json").read_text())
-    return {name: [entry["data"] for entries in artifact.get("metadata", {}).values() for entry in entries
-                   if entry["type"] == "aws:cdk:warning"]
-            for name, artifact in manifest["artifacts"].items() if artifact["type"] == "aws:cloudformation:stack"}
+    found = {}
+    for name, artifact in manifest["artifacts"].items():
+        if artifact["type"] != "aws:cloudformation:stack":
+            continue
+        metadata = artifact.get("metadata") or {}
+        if "additionalMetadataFile" in artifact:  # where the CDK writes it since 2.170
+            metadata = json.loads((outdir / artifact["additionalMetadataFile"]).read_text())
+        found[name] = [entry["data"] for entries in metadata.values() for entry in entries
+                       if entry["type"] == "aws:cdk:warning"]
+    return found
 
 
 def test_synth_warns_once_on_the_shared_stack_when_alarms_reach_nobody(synthesized):
