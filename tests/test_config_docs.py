@@ -22,7 +22,9 @@ EVERY_OPTION = textwrap.dedent("""\
                 security_group_ids: [sg-0123456789abcdef0]}
       alarms: {stall_after_seconds: 600}
       target: prod
-    notifications: {emails: [oncall@example.com]}
+    notifications: {emails: [oncall@example.com], subscriptions: [
+      {protocol: https, endpoint: 'https://alerts.example.com/sns'},
+      {protocol: lambda, endpoint: 'arn:aws:lambda:eu-west-1:111111111111:function:alarm-to-chat'}]}
     routing: {shards: 2, rules_per_bus: 300, event_pattern_chars: 2048}
     account_limits: {iam_roles: 5000}
     targets:
