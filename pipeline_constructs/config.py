@@ -674,7 +674,7 @@ FIXES: dict[str, str] = {
     "(the app's own alarm topic)",
     "topic_kms_key": "use the ARN of the key that encrypts topic_arn, 'arn:aws:kms:<region>:<account>:key/<id>', "
     "or leave it out (an unencrypted topic)",
-    "sink": "set sink.url and sink.auth in the tenant or in defaults",
+    "sink": "set sink.url and sink.auth in the tenant or in defaults ('auth: {type: none}' only in the tenant)",
     "sink.auth": "add 'auth: {type: bearer, secret: <Secrets Manager secret name or ARN>}' to the tenant's sink "
     "or to defaults (or 'type: sigv4', docs/configuration.md); 'auth: {type: none}' only to the tenant's own sink, "
     "if its core system takes no credentials",

@@ -73,7 +73,8 @@ class SharedResourcesProps:
 
 
 class SharedResources(Construct):
-    """Landing bucket, work bucket, access-log bucket, ledger table and alarm topic.
+    """Landing bucket, work bucket, access-log bucket, ledger table and alarm topic (the app's
+    own with its key and subscriptions, or an existing one: `alarm_topic_arn`).
 
     ``data_key``: the customer-managed key of the buckets and the table (`kms_key`), or None.
     ``grant_upload(principals)``: what an uploader needs of that key."""

@@ -231,7 +231,8 @@ def test_fails_when_the_sink_is_plain_http_to_a_remote_host():
 
 def test_fails_when_the_sink_is_missing():
     assert one_problem("tenants:\n  - {id: acme, prefix: a/}\n") == (
-        "tenant 'acme': field 'sink' = (missing): is required; set sink.url and sink.auth in the tenant or in defaults"
+        "tenant 'acme': field 'sink' = (missing): is required; set sink.url and sink.auth in the tenant or in defaults "
+        "('auth: {type: none}' only in the tenant)"
     )
 
 

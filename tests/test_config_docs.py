@@ -134,8 +134,8 @@ def test_the_schema_refuses_what_an_editor_can_flag_as_you_type(validator):
         "90 is greater than the maximum of 60",
         "Additional properties are not allowed ('chunk_sise' was unexpected)",
         "{'type': 'bearer'} is not valid under any of the given schemas",
-        "{'url': 'https://core.example.com', 'auth': {'type': 'none'}} should not be valid under "
-        "{'required': ['auth'], 'properties': {'auth': {'required': ['type'], 'properties': {'type': {'const': 'none'}}}}}",
+        ("{'url': 'https://core.example.com', 'auth': {'type': 'none'}} should not be valid under "
+        "{'required': ['auth'], 'properties': {'auth': {'required': ['type'], 'properties': {'type': {'const': 'none'}}}}}"),
     ]
     assert schema_problems(validator, "tenants:\n  - {id: acme}\n") == ["'prefix' is a required property"]
 

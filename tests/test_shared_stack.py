@@ -219,8 +219,8 @@ def test_an_existing_unencrypted_topic_keeps_the_apps_topic_key_for_the_closers_
 
 
 @pytest.mark.parametrize("notifications", [
-    "{emails: [oncall@example.com], subscriptions: [{protocol: https, endpoint: 'https://alerts.example.com/sns'}, "
-    f"{{protocol: sqs, endpoint: '{QUEUE}'}}, {{protocol: lambda, endpoint: '{FUNCTION}'}}]}}",
+    ("{emails: [oncall@example.com], subscriptions: [{protocol: https, endpoint: 'https://alerts.example.com/sns'}, "
+    f"{{protocol: sqs, endpoint: '{QUEUE}'}}, {{protocol: lambda, endpoint: '{FUNCTION}'}}]}}"),
     f"{{topic_arn: '{TOPIC}', topic_kms_key: '{TOPIC_KEY}'}}",
 ], ids=["subscriptions", "existing-topic"])
 def test_every_kind_of_notification_synthesizes_cdk_nag_and_cfn_lint_clean(notifications, tmp_path):
