@@ -452,7 +452,6 @@ SQS_QUEUE_ARN_PATTERN = r"^arn:aws[a-z-]*:sqs:(?P<region>[a-z0-9-]+):(?P<account
 LAMBDA_FUNCTION_ARN_PATTERN = (r"^arn:aws[a-z-]*:lambda:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):function:"
                                r"[A-Za-z0-9_-]{1,64}(:[A-Za-z0-9$_-]+)?$")
 SNS_TOPIC_ARN_PATTERN = r"^arn:aws[a-z-]*:sns:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):[A-Za-z0-9_-]{1,256}$"
-SUBSCRIPTION_PROTOCOLS = ("email", "https", "sqs", "lambda")
 
 
 class SubscriptionConfig(_Strict):
