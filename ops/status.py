@@ -11,10 +11,9 @@ from ledger import DUPLICATE, FAILED, SKIPPED, SUCCEEDED, Ledger
 from operations import describe_state
 
 from ops.discovery import TenantResources, shared_outputs
+from pipeline_constructs import names
 
 DAY_SECONDS = 86400
-#: The shared stack's output with the alarm topic's ARN (`pipeline_constructs/stacks.py`).
-ALARM_TOPIC_OUTPUT = "AlarmTopicArn"
 #: What SNS lists instead of an ARN for a subscription not confirmed yet.
 PENDING = "PendingConfirmation"
 
@@ -23,7 +22,7 @@ def alarm_topic(cfn: Any, sns: Any) -> dict[str, Any] | None:
     """The alarm topic of the deployment and its subscriptions, from the shared stack's output:
     ``{"arn", "confirmed", "pending", "error"}`` (``error``: why they could not be listed, e.g.
     a topic of another account); None for a shared stack deployed before the output."""
-    arn = shared_outputs(cfn).get(ALARM_TOPIC_OUTPUT)
+    arn = shared_outputs(cfn).get(names.ALARM_TOPIC_OUTPUT)
     if not arn:
         return None
     found: list[dict[str, Any]] = []

@@ -30,8 +30,6 @@ from pipeline_constructs.tenant_pipeline import SharedRefs, TenantPipeline
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
 
 
-#: The shared stack's output that holds the alarm topic's ARN (`ops status` shows it).
-ALARM_TOPIC_OUTPUT = "AlarmTopicArn"
 #: Feature flags the stacks rely on. Set on each stack (context is looked up the tree), so the
 #: CLI, the tests and the local runtime synthesize the same templates without cdk.json.
 FEATURE_FLAGS = {
@@ -82,7 +80,7 @@ class SharedStack(_IngestStack):
                   description="Where tenants drop their files (read by ops)")
         CfnOutput(self, "WorkBucketName", value=self.resources.work_bucket.bucket_name,
                   description="Chunks and quarantined messages (read by ops quarantine)")
-        CfnOutput(self, ALARM_TOPIC_OUTPUT, value=self.resources.alarm_topic.topic_arn,
+        CfnOutput(self, names.ALARM_TOPIC_OUTPUT, value=self.resources.alarm_topic.topic_arn,
                   description="Where every alarm and failed-file notification is published: subscribe here (shown by ops status)")
         if config.notifications.reach_nobody:
             # One line per shared stack in `cdk synth|diff|deploy` (tools/cells.py prints it once itself).
