@@ -359,8 +359,9 @@ def synthesize(scenarios: Sequence[Scenario]) -> dict[str, TenantFacts]:
 
     configs = sorted({(s.chunk_size, s.batch_size) for s in scenarios})
     document = {
-        "defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "none"}}},
-        "tenants": [{"id": f"c{c}b{b}", "prefix": f"c{c}b{b}/", "chunk_size": c, "sink": {"batch_size": b}}
+        "defaults": {"sink": {"url": "https://core.example.com/records"}},
+        "tenants": [{"id": f"c{c}b{b}", "prefix": f"c{c}b{b}/", "chunk_size": c,
+                     "sink": {"batch_size": b, "auth": {"type": "none"}}}
                     for c, b in configs],
     }
     with tempfile.TemporaryDirectory(prefix="cost-") as scratch:

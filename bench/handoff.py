@@ -42,8 +42,8 @@ HAND_OFF = "    def _hand_off(self, position: Position) -> bool:\n"
 def tenants_file(directory: Path) -> Path:
     path = directory / "tenants.yaml"
     path.write_text(yaml.safe_dump({
-        "defaults": {"chunk_size": 10, "sink": {"url": "http://127.0.0.1:9/unused", "auth": {"type": "none"}}},
-        "tenants": [{"id": "bench", "prefix": "bench/"}],
+        "defaults": {"chunk_size": 10, "sink": {"url": "http://127.0.0.1:9/unused"}},
+        "tenants": [{"id": "bench", "prefix": "bench/", "sink": {"auth": {"type": "none"}}}],
     }))
     return path
 

@@ -99,9 +99,8 @@ def tenants_file(directory: Path, chunk_size: int, batch: int, sink_timeout: int
     path = directory / "tenants.yaml"
     path.write_text(yaml.safe_dump({
         "defaults": {"format": "csv", "chunk_size": chunk_size,
-                     "sink": {"url": "http://127.0.0.1:9/unused", "timeout_seconds": sink_timeout, "batch_size": batch,
-                              "auth": AUTH[auth]}},
-        "tenants": [{"id": TENANT, "prefix": f"{TENANT}/"}],
+                     "sink": {"url": "http://127.0.0.1:9/unused", "timeout_seconds": sink_timeout, "batch_size": batch}},
+        "tenants": [{"id": TENANT, "prefix": f"{TENANT}/", "sink": {"auth": AUTH[auth]}}],
     }))
     return path
 

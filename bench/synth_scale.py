@@ -73,16 +73,17 @@ def tenants_document(count: int) -> dict[str, Any]:
     chunk size and tighter alarms (so that the templates are not all identical)."""
     tenants: list[dict[str, Any]] = []
     for index in range(1, count + 1):
-        tenant: dict[str, Any] = {"id": f"t{index:04d}", "prefix": f"t{index:04d}/incoming/"}
+        # `auth: {type: none}` on each tenant: defaults may not give it.
+        tenant: dict[str, Any] = {"id": f"t{index:04d}", "prefix": f"t{index:04d}/incoming/",
+                                  "sink": {"auth": {"type": "none"}}}
         if index % 5 == 0:
             tenant["format"] = "jsonl"
         if index % 10 == 0:
-            tenant.update(chunk_size=250, sink={"url": f"https://core-{index}.example.com/records"},
+            tenant.update(chunk_size=250, sink={"url": f"https://core-{index}.example.com/records", "auth": {"type": "none"}},
                           alarms={"stall_after_seconds": 600})
         tenants.append(tenant)
     return {
-        "defaults": {"format": "csv", "chunk_size": 100, "sink": {"url": "https://core.example.com/api/records",
-                                                                  "auth": {"type": "none"}}},
+        "defaults": {"format": "csv", "chunk_size": 100, "sink": {"url": "https://core.example.com/api/records"}},
         "notifications": {"emails": ["oncall@example.com"]},
         **extra_blocks(count),
         "tenants": tenants,

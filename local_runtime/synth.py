@@ -70,13 +70,18 @@ def ensure_node_on_path() -> None:
 
 def synthesize(tenants_file: str | Path, outdir: str | Path) -> Synthesized:
     """Build the app of ``tenants_file`` (`build_app`, cdk-nag off: it only adds a report) and
-    synthesize it into ``outdir``."""
+    synthesize it into ``outdir``. `notifications` is left out: the local account reaches none of
+    its endpoints or topic (SNS would fail the closer's publish), and the runtime captures what
+    the app's own topic gets (`observation.py`)."""
     ensure_node_on_path()
     # deferred: importing aws_cdk starts the jsii Node process
     from pipeline_constructs.application import build_app, new_app
+    from pipeline_constructs.config import NotificationsConfig, load_config
 
     outdir = Path(outdir)
-    built = build_app(tenants_file, app=new_app(outdir=str(outdir)), nag=False)
+    config = load_config(tenants_file)
+    config = config.model_copy(update={"notifications": NotificationsConfig()})
+    built = build_app(tenants_file, app=new_app(outdir=str(outdir)), nag=False, config=config)
     if built.config.targets:
         raise ValueError(f"{tenants_file} declares deployment targets: the local runtime runs the layout "
                          "without 'targets:' only (one deployment); use a tenants file without them")

@@ -34,7 +34,7 @@ from ledger import Ledger, LedgerConflict
 
 from ops import dlq, preflight, quarantine, reconcile, unmatched
 from ops.discovery import DiscoveryError, TenantResources, discover
-from ops.status import render, tenant_status
+from ops.status import alarm_topic, render, render_alarm_topic, tenant_status
 from pipeline_constructs import capacity
 from pipeline_constructs.config import AppConfig, ConfigError, load_config
 
@@ -171,6 +171,9 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
     ddb = clients("dynamodb")
     if args.command == "status":
         statuses = [tenant_status(t, ddb=ddb, sqs=clients("sqs"), now=now) for t in selected]
+        topic = None if args.json else alarm_topic(clients("cloudformation"), clients("sns"))
+        if topic is not None:
+            print(render_alarm_topic(topic) + "\n", file=out)
         print(json.dumps(statuses, indent=2, default=str) if args.json else render(statuses), file=out)
         if not args.json and args.tenant is None:
             _print_unmatched(clients, out, now)

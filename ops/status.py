@@ -10,9 +10,45 @@ from hints import Hint, commands, hint_for
 from ledger import DUPLICATE, FAILED, SKIPPED, SUCCEEDED, Ledger
 from operations import describe_state
 
-from ops.discovery import TenantResources
+from ops.discovery import TenantResources, shared_outputs
+from pipeline_constructs import names
 
 DAY_SECONDS = 86400
+#: What SNS lists instead of an ARN for a subscription not confirmed yet.
+PENDING = "PendingConfirmation"
+
+
+def alarm_topic(cfn: Any, sns: Any) -> dict[str, Any] | None:
+    """The alarm topic of the deployment and its subscriptions, from the shared stack's output:
+    ``{"arn", "confirmed", "pending", "error"}`` (``error``: why they could not be listed, e.g.
+    a topic of another account); None for a shared stack deployed before the output."""
+    arn = shared_outputs(cfn).get(names.ALARM_TOPIC_OUTPUT)
+    if not arn:
+        return None
+    found: list[dict[str, Any]] = []
+    try:
+        for page in sns.get_paginator("list_subscriptions_by_topic").paginate(TopicArn=arn):
+            found.extend(page.get("Subscriptions", []))
+    except Exception as error:  # noqa: BLE001 - shown, not fatal: the tenants' status still matters more
+        code = getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__
+        return {"arn": arn, "confirmed": None, "pending": None, "error": code}
+    pending = sum(1 for s in found if s.get("SubscriptionArn") == PENDING)
+    return {"arn": arn, "confirmed": len(found) - pending, "pending": pending, "error": None}
+
+
+def render_alarm_topic(topic: dict[str, Any]) -> str:
+    """One line: where the alarms go, and whether anyone gets them."""
+    head = f"alarm topic: {topic['arn']}"
+    if topic["error"]:
+        return f"{head} (its subscriptions could not be listed: {topic['error']})"
+    confirmed, pending = topic["confirmed"], topic["pending"]
+    waiting = f", {pending} pending confirmation" if pending else ""
+    if confirmed:
+        return f"{head} ({confirmed} subscription{'s' if confirmed > 1 else ''}{waiting})"
+    return (f"{head}: no confirmed subscription{waiting}, alarms reach nobody; "
+            + ("confirm it (the link SNS sent)" if pending else
+               "add notifications.emails or notifications.subscriptions to tenants.yaml and deploy")
+            + " (docs/operations.md#who-gets-the-alarms)")
 
 
 def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float | None = None) -> dict[str, Any]:

@@ -56,9 +56,13 @@ MAX_AUTH_CACHE_SECONDS = 3600
 
 
 class NoAuth(_Strict):
-    """`sink.auth: {type: none}`: no credentials (only where it is spelled out)."""
+    """`sink.auth: {type: none}`: no credentials. Only in a tenant's own `sink`, never inherited
+    from `defaults` (`_check_default_auth`): a tenant that leaves `auth` out must not run without
+    credentials by accident."""
 
-    type: Literal["none"] = Field(description="`none`: the register function sends no credentials.")
+    type: Literal["none"] = Field(description=(
+        "`none`: the register function sends no credentials. Only in the tenant's own `sink`: refused in "
+        "`defaults`."))
 
 
 class BearerAuth(_Strict):
@@ -138,8 +142,9 @@ class SinkConfig(_Strict):
         "`http://` only for `localhost` and loopback addresses."))
     auth: SinkAuth = Field(description=(
         "How the register function authenticates to the core system, chosen by `type`. Required, so that no "
-        "tenant runs without credentials by accident: `{type: none}` is spelled out. Merged as a whole: a "
-        "tenant's `auth` replaces the one in `defaults`."))
+        "tenant runs without credentials by accident: a `bearer` or `sigv4` auth may sit in `defaults` and is "
+        "inherited (a tenant's own `auth` replaces it as a whole); `{type: none}` only in the tenant's own "
+        "`sink`, never in `defaults`."))
     timeout_seconds: int = Field(default=10, ge=1, le=60, description=(
         "Seconds one POST may take. The register function's timeout is the chunk's requests (`chunk_size`, "
         "or `ceil(chunk_size / batch_size)` in batch mode) x this + 30 s, between 1 and 15 minutes. A chunk "
@@ -443,11 +448,70 @@ class TenantConfig(_Strict):
         return prefix
 
 
+#: An SQS queue ARN and a Lambda function ARN (optionally with a version or alias), as SNS subscribes them.
+SQS_QUEUE_ARN_PATTERN = r"^arn:aws[a-z-]*:sqs:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):[A-Za-z0-9_-]{1,80}(\.fifo)?$"
+LAMBDA_FUNCTION_ARN_PATTERN = (r"^arn:aws[a-z-]*:lambda:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):function:"
+                               r"[A-Za-z0-9_-]{1,64}(:[A-Za-z0-9$_-]+)?$")
+SNS_TOPIC_ARN_PATTERN = r"^arn:aws[a-z-]*:sns:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):[A-Za-z0-9_-]{1,256}$"
+
+
+class SubscriptionConfig(_Strict):
+    """One subscription of the alarm topic (docs/operations.md, "Who gets the alarms")."""
+
+    protocol: Literal["email", "https", "sqs", "lambda"] = Field(description=(
+        "`email`: an address, which must confirm (SNS e-mails a link). `https`: a URL that receives each "
+        "notification as a POST (it must confirm the subscription by fetching the `SubscribeURL` of the first "
+        "one; PagerDuty, Opsgenie and similar do). `sqs`: a standard queue's ARN; its queue policy, which "
+        "belongs to the queue's owner, must allow `sns.amazonaws.com` `sqs:SendMessage` with `aws:SourceArn` "
+        "the alarm topic's ARN (and its KMS key, if any, allow SNS); a queue of another account must also "
+        "confirm the subscription. `lambda`: a function's ARN; in the deploying account the app grants SNS "
+        "the invoke, a function of another account needs that grant (`aws lambda add-permission`) from its owner."))
+    endpoint: str = Field(validate_default=True, description=(
+        "Where notifications go: the address (`email`), the `https://` URL (`https`), the queue's ARN "
+        "(`arn:aws:sqs:<region>:<account>:<name>`) or the function's ARN "
+        "(`arn:aws:lambda:<region>:<account>:function:<name>`)."))
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_of_protocol(cls, endpoint: str, info: ValidationInfo) -> str:
+        protocol = info.data.get("protocol")
+        if protocol == "email":
+            return _matching(endpoint, EMAIL_PATTERN, "is not an email address")
+        if protocol == "https":
+            parts = urlsplit(endpoint)
+            if parts.scheme != "https" or not parts.hostname:
+                raise ValueError("is not an https:// URL (SNS would send the alarms unencrypted over http://)")
+            return endpoint
+        if protocol == "sqs":
+            _matching(endpoint, SQS_QUEUE_ARN_PATTERN, "is not an SQS queue ARN")
+            if endpoint.endswith(".fifo"):
+                raise ValueError("is a FIFO queue: the alarm topic is a standard topic, which cannot deliver to it")
+            return endpoint
+        if protocol == "lambda":
+            return _matching(endpoint, LAMBDA_FUNCTION_ARN_PATTERN, "is not a Lambda function ARN")
+        return endpoint
+
+
 class NotificationsConfig(_Strict):
-    """Who is told when an alarm fires: email subscriptions of the shared alarm topic."""
+    """Who is told when an alarm fires or a file fails: the subscriptions of the shared alarm
+    topic, or a topic of your own. With none of them, alarms reach nobody (`cdk synth` warns)."""
 
     emails: list[str] = Field(default=[], description=(
-        "Email addresses subscribed to the alarm topic (each confirms its subscription)."))
+        "Email addresses subscribed to the alarm topic (each confirms its subscription): the short form of "
+        "`subscriptions` with `protocol: email`."))
+    subscriptions: list[SubscriptionConfig] = Field(default=[], description=(
+        "Subscriptions of the alarm topic of any protocol: `email`, `https`, `sqs`, `lambda`. The topic's ARN is "
+        "the shared stack's output `AlarmTopicArn` (`python -m ops status` shows it)."))
+    topic_arn: str | None = Field(default=None, description=(
+        "An existing SNS topic that gets every alarm and notification instead of the app's own topic (then not "
+        "created; `emails` and `subscriptions` are refused: subscribe where that topic is managed). In the "
+        "Region of the deployment (CloudWatch alarms publish to their own Region only); its topic policy must "
+        "allow `cloudwatch.amazonaws.com` `sns:Publish` (and, from another account, the tenants' closer roles); "
+        "if it is encrypted, `topic_kms_key` names its key."))
+    topic_kms_key: str | None = Field(default=None, description=(
+        "With `topic_arn`: the ARN of the customer-managed KMS key that encrypts that topic (the tenants' closers "
+        "are granted `kms:GenerateDataKey` and `kms:Decrypt` on it; its key policy must allow "
+        "`cloudwatch.amazonaws.com` the same). Default (null): the topic is not encrypted."))
 
     @field_validator("emails")
     @classmethod
@@ -456,6 +520,43 @@ class NotificationsConfig(_Strict):
         if bad:
             raise ValueError(f"not an email address: {', '.join(bad)}")
         return emails
+
+    @field_validator("topic_arn")
+    @classmethod
+    def _topic_arn(cls, topic_arn: str | None) -> str | None:
+        if topic_arn is None:
+            return None
+        if topic_arn.endswith(".fifo"):
+            raise ValueError("is a FIFO topic: CloudWatch alarms publish to standard topics only")
+        return _matching(topic_arn, SNS_TOPIC_ARN_PATTERN, "is not an SNS topic ARN")
+
+    @field_validator("topic_kms_key")
+    @classmethod
+    def _topic_kms_key(cls, key: str | None, info: ValidationInfo) -> str | None:
+        if key is None:
+            return None
+        if "topic_arn" in info.data and info.data["topic_arn"] is None:
+            raise ValueError("is set, but topic_arn is not (the app's own topic has its own key)")
+        return _matching(key, KMS_KEY_ARN_PATTERN, "is not a KMS key ARN (an alias will not do: IAM names the key)")
+
+    @property
+    def endpoints(self) -> tuple[tuple[str, str], ...]:
+        """Every subscription as (protocol, endpoint): `emails` first, then `subscriptions`."""
+        return (*(("email", e) for e in self.emails), *((s.protocol, s.endpoint) for s in self.subscriptions))
+
+    @property
+    def reach_nobody(self) -> bool:
+        """No subscription and no topic of one's own: every alarm would reach nobody."""
+        return self.topic_arn is None and not self.endpoints
+
+
+#: The warning of a tenants file whose alarms would reach nobody (`AppConfig.notifications.reach_nobody`).
+ALARMS_REACH_NOBODY_ID = "ordered-ingest:alarms-reach-nobody"
+ALARMS_REACH_NOBODY = (
+    "tenants.yaml: no notifications.emails, notifications.subscriptions or notifications.topic_arn: every alarm "
+    "and failed-file notification would reach nobody; add an on-call address under notifications.emails, or "
+    "see docs/operations.md#who-gets-the-alarms"
+)
 
 
 class RoutingConfig(_Strict):
@@ -567,9 +668,18 @@ FIXES: dict[str, str] = {
     "file_time_limit_seconds": "use a whole number of seconds, longer than sink.outage_budget_seconds "
     "(default: the outage budget plus 6 hours)",
     "emails": "list email addresses such as 'oncall@example.com'",
-    "sink": "set sink.url and sink.auth in the tenant or in defaults",
-    "sink.auth": "add 'auth: {type: bearer, secret: <Secrets Manager secret name or ARN>}' or 'auth: {type: none}' "
-    "to sink, in the tenant or in defaults (or 'type: sigv4', docs/configuration.md)",
+    "protocol": "use 'email', 'https', 'sqs' or 'lambda'",
+    "endpoint": "give the address (email), the https:// URL (https), the standard queue's ARN "
+    "'arn:aws:sqs:<region>:<account>:<name>' (sqs) or the function's ARN "
+    "'arn:aws:lambda:<region>:<account>:function:<name>' (lambda)",
+    "topic_arn": "use the ARN of a standard SNS topic, 'arn:aws:sns:<region>:<account>:<name>', or leave it out "
+    "(the app's own alarm topic)",
+    "topic_kms_key": "use the ARN of the key that encrypts topic_arn, 'arn:aws:kms:<region>:<account>:key/<id>', "
+    "or leave it out (an unencrypted topic)",
+    "sink": "set sink.url and sink.auth in the tenant or in defaults ('auth: {type: none}' only in the tenant)",
+    "sink.auth": "add 'auth: {type: bearer, secret: <Secrets Manager secret name or ARN>}' to the tenant's sink "
+    "or to defaults (or 'type: sigv4', docs/configuration.md); 'auth: {type: none}' only to the tenant's own sink, "
+    "if its core system takes no credentials",
     "sink.auth.type": "use 'none', 'bearer' or 'sigv4'",
     "sink.auth.secret": "use the secret's name (e.g. 'core/acme/token') or its full ARN "
     "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')",
@@ -643,7 +753,8 @@ TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "tar
 #: The `defaults:` block (`_merge`), as the schema and the reference describe it.
 DEFAULTS_DESCRIPTION = (
     "Tenant options applied to every tenant; a tenant's own value wins. A block (`sink`, `alarms`, `ordering`, "
-    "`completion`, `network`, `encryption`) merges key by key, `sink.auth` is replaced as a whole; "
+    "`completion`, `network`, `encryption`) merges key by key, `sink.auth` is replaced as a whole and may not be "
+    "`{type: none}` here (no tenant inherits running without credentials); "
     "`network: null` or `encryption: null` in a tenant turns that block of `defaults` off. Every tenant option "
     "but " + ", ".join(
         f"`{key}`" for key in TENANT_KEYS if key not in DEFAULTS_KEYS) + "."
@@ -705,6 +816,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
                      "move it into the tenant whose files it uploads")
     _check_unknown({k: v for k, v in defaults.items() if k != "uploaders"}, DEFAULTS_KEYS, "defaults", problems)
     defaults = {k: v for k, v in defaults.items() if k in DEFAULTS_KEYS}
+    _check_default_auth(defaults, raw.get("tenants"), problems)
 
     notifications = _validate(NotificationsConfig, raw.get("notifications") or {}, "notifications", problems)
     routing = _validate(RoutingConfig, raw.get("routing") or {}, "routing", problems)
@@ -749,6 +861,8 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
         _check_completion(tenant, problems)
 
     _check_tenant_targets(tenants, targets, problems, every_tenant_valid=len(tenants) == len(tenants_raw))
+    if notifications is not None:
+        _check_notifications(notifications, targets or {}, problems)
     if routing is not None and not problems.lines:
         _check_routing(tenants, routing, problems)
 
@@ -790,7 +904,7 @@ def _untagged(error: Any) -> dict:
 
 def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems: _Problems) -> None:
     loc = [str(part) for part in error["loc"]]
-    field = ".".join(loc)
+    field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
     leaf = loc[-1] if loc else "(entry)"
     value = _lookup(data, error["loc"])
     kind = error["type"]
@@ -870,6 +984,67 @@ def _check_unknown(data: dict, valid: tuple[str, ...], where: str, problems: _Pr
     for key in data:
         if key not in valid:
             problems.add(where, str(key), data[key], "unknown key", _unknown_key_fix(str(key), valid))
+
+
+def _check_notifications(notifications: NotificationsConfig, targets: dict[str, TargetConfig],
+                         problems: _Problems) -> None:
+    """A subscription once; an existing topic instead of subscriptions, in the Region of every target."""
+    seen: set[tuple[str, str]] = set()
+    listed = [*((f"emails[{i}]", "email", e) for i, e in enumerate(notifications.emails)),
+              *((f"subscriptions[{i}].endpoint", s.protocol, s.endpoint) for i, s in enumerate(notifications.subscriptions))]
+    for field, protocol, endpoint in listed:
+        if (protocol, endpoint) in seen:
+            problems.add("notifications", field, endpoint, f"subscribes this {protocol} endpoint a second time",
+                         "list each endpoint once (emails is the short form of subscriptions with protocol email)")
+        seen.add((protocol, endpoint))
+    topic = notifications.topic_arn
+    if topic is None:
+        return
+    if notifications.endpoints:
+        problems.add(
+            "notifications", "topic_arn", topic,
+            "replaces the app's alarm topic, so emails and subscriptions would subscribe to nothing",
+            "subscribe those endpoints to that topic where it is managed and remove emails and subscriptions, or "
+            "remove topic_arn to subscribe them to the app's own topic",
+        )
+    region = re.match(SNS_TOPIC_ARN_PATTERN, topic).group("region")  # type: ignore[union-attr]
+    for name, target in targets.items():
+        if target.region != region:
+            problems.add(
+                "notifications", "topic_arn", topic,
+                f"is in Region {region}, but target '{name}' deploys to {target.region}: CloudWatch alarms publish "
+                "only to a topic of their own Region",
+                "use a topic in the targets' Region, or leave topic_arn out (each target then has its own topic)",
+            )
+
+
+#: How many tenants a problem names before it says "and N more".
+NAMED_TENANTS = 5
+
+
+def _check_default_auth(defaults: dict, tenants_raw: Any, problems: _Problems) -> None:
+    """`sink.auth: {type: none}` is never inherited: in `defaults` it would let a tenant that
+    leaves its `auth` out run without credentials by accident. Reported once, on defaults,
+    naming the tenants that would have inherited it; they are still validated with it, so
+    that one run lists their other problems too."""
+    sink = defaults.get("sink")
+    auth = sink.get("auth") if isinstance(sink, dict) else None
+    if not (isinstance(auth, dict) and auth.get("type") == "none"):
+        return
+    inheriting = [
+        entry["id"] for entry in (tenants_raw if isinstance(tenants_raw, list) else [])
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str)
+        and not (isinstance(entry.get("sink"), dict) and "auth" in entry["sink"])
+    ]
+    named = ", ".join(f"'{t}'" for t in inheriting[:NAMED_TENANTS])
+    more = f" and {len(inheriting) - NAMED_TENANTS} more" if len(inheriting) > NAMED_TENANTS else ""
+    who = (f" (tenant{'s' if len(inheriting) > 1 else ''} {named}{more} would inherit it)" if inheriting else "")
+    problems.add(
+        "defaults", "sink.auth", auth,
+        "is never inherited: a tenant that leaves its auth out would run without credentials by accident" + who,
+        "write 'auth: {type: none}' in the sink of each tenant whose core system takes no credentials, and remove "
+        "it from defaults (a bearer or sigv4 auth may stay there)",
+    )
 
 
 def _check_unique_ids(declared: list[tuple[str, str]], problems: _Problems) -> None:

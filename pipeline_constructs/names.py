@@ -31,6 +31,9 @@ from lambdas.contract import (  # noqa: F401  (re-exported: the constructs' name
 )
 
 SHARED_STACK_NAME = contract.SHARED_STACK.render()
+#: The shared stack's output that holds the alarm topic's ARN (written by `stacks.SharedStack`,
+#: shown by `ops status`): a fixed name, no export.
+ALARM_TOPIC_OUTPUT = "AlarmTopicArn"
 UNMATCHED_UPLOADS_RULE = contract.UNMATCHED_UPLOADS_RULE.render()
 UNMATCHED_UPLOADS_LOG_GROUP = contract.UNMATCHED_UPLOADS_LOG_GROUP.render()
 UNMATCHED_UPLOADS_DLQ = contract.UNMATCHED_UPLOADS_DLQ.render()

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aws_cdk import Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Aws, CfnCondition, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
@@ -34,6 +37,12 @@ class SharedResourcesProps:
     """Settings of the shared resources.
 
     ``alarm_emails``: addresses subscribed to the alarm topic (default: none).
+    ``alarm_subscriptions``: more subscriptions of the alarm topic, as (protocol, endpoint):
+    ``email`` (an address), ``https`` (a URL), ``sqs`` (a queue ARN), ``lambda`` (a function ARN).
+    ``alarm_topic_arn``: an existing topic that replaces the app's own (then no subscription
+    is allowed: they belong where that topic is managed); ``alarm_topic_key_arn``: the key that
+    encrypts it, if any (the tenants' closers are granted it; without one they are granted the
+    app's alarm-topic key, which is kept).
     ``noncurrent_version_retention``: how long superseded landing-file versions are kept
     (default `LANDING_NONCURRENT_VERSION_DAYS`, 90 days); the landing bucket is the source of
     truth for replays and resumes.
@@ -51,6 +60,9 @@ class SharedResourcesProps:
     """
 
     alarm_emails: tuple[str, ...] = ()
+    alarm_subscriptions: tuple[tuple[str, str], ...] = ()
+    alarm_topic_arn: str | None = None
+    alarm_topic_key_arn: str | None = None
     noncurrent_version_retention: Duration = field(
         default_factory=lambda: Duration.days(LANDING_NONCURRENT_VERSION_DAYS)
     )
@@ -61,7 +73,8 @@ class SharedResourcesProps:
 
 
 class SharedResources(Construct):
-    """Landing bucket, work bucket, access-log bucket, ledger table and alarm topic.
+    """Landing bucket, work bucket, access-log bucket, ledger table and alarm topic (the app's
+    own with its key and subscriptions, or an existing one: `alarm_topic_arn`).
 
     ``data_key``: the customer-managed key of the buckets and the table (`kms_key`), or None.
     ``grant_upload(principals)``: what an uploader needs of that key."""
@@ -148,31 +161,75 @@ class SharedResources(Construct):
         )
 
         # CloudWatch alarms cannot publish to a topic encrypted with the AWS managed key,
-        # so the topic has its own key that allows them.
-        self.alarm_key = kms.Key(
-            self,
-            "AlarmTopicKey",
-            description="Encrypts the ordered-ingest alarm topic",
-            enable_key_rotation=True,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-        self.alarm_key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchAlarmsToPublish",
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                resources=["*"],
+        # so the topic has its own key that allows them. With an existing topic the tenants'
+        # closers are granted its key, or (unencrypted) this one, kept for them.
+        self.alarm_key: kms.Key | None = None
+        if props.alarm_topic_arn is None or props.alarm_topic_key_arn is None:
+            self.alarm_key = kms.Key(
+                self,
+                "AlarmTopicKey",
+                description="Encrypts the ordered-ingest alarm topic",
+                enable_key_rotation=True,
+                removal_policy=RemovalPolicy.RETAIN,
             )
-        )
-        self.alarm_topic = sns.Topic(
-            self,
-            "AlarmTopic",
-            display_name="Ordered ingest alarms",
-            master_key=self.alarm_key,
-            enforce_ssl=True,
-        )
-        for email in props.alarm_emails:
-            self.alarm_topic.add_subscription(subscriptions.EmailSubscription(email))
+            self.alarm_key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="AllowCloudWatchAlarmsToPublish",
+                    principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                    resources=["*"],
+                )
+            )
+        if props.alarm_topic_arn is not None:
+            if props.alarm_emails or props.alarm_subscriptions:
+                raise ValueError("subscriptions belong where an existing alarm topic is managed")
+            self.alarm_topic: sns.ITopic = sns.Topic.from_topic_arn(self, "AlarmTopic", props.alarm_topic_arn)
+        else:
+            self.alarm_topic = sns.Topic(
+                self,
+                "AlarmTopic",
+                display_name="Ordered ingest alarms",
+                master_key=self.alarm_key,
+                enforce_ssl=True,
+            )
+        #: The key the tenants' closers may use to publish (`alarm-topic-key-arn`).
+        self.alarm_topic_key: kms.IKey = (
+            self.alarm_key if self.alarm_key is not None
+            else kms.Key.from_key_arn(self, "GivenAlarmTopicKey", props.alarm_topic_key_arn))
+        endpoints = (*(("email", email) for email in props.alarm_emails), *props.alarm_subscriptions)
+        for protocol, endpoint in endpoints:
+            self.alarm_topic.add_subscription(self._subscription(protocol, endpoint))
+
+    def _subscription(self, protocol: str, endpoint: str) -> sns.ITopicSubscription:
+        """A subscription of the alarm topic. An SQS queue's policy is its owner's (an imported
+        queue's is not changed here: docs/operations.md says what it must allow). A Lambda
+        function in the deploying account and Region gets SNS's invoke permission from this
+        stack, conditionally (the stack's account is known at deploy time only); one elsewhere
+        needs it from its owner."""
+        if protocol == "email":
+            return subscriptions.EmailSubscription(endpoint)
+        if protocol == "https":
+            return subscriptions.UrlSubscription(endpoint, protocol=sns.SubscriptionProtocol.HTTPS)
+        if protocol == "sqs":
+            return subscriptions.SqsSubscription(sqs.Queue.from_queue_arn(self, f"Queue{self._slug(endpoint)}", endpoint))
+        assert protocol == "lambda", protocol
+        slug = self._slug(endpoint)
+        function = lambda_.Function.from_function_attributes(
+            self, f"Function{slug}", function_arn=endpoint, skip_permissions=True)
+        arn = Stack.of(self).split_arn(endpoint, ArnFormat.COLON_RESOURCE_NAME)
+        here = CfnCondition(self, f"Function{slug}IsHere", expression=Fn.condition_and(
+            Fn.condition_equals(arn.account, Aws.ACCOUNT_ID), Fn.condition_equals(arn.region, Aws.REGION)))
+        permission = lambda_.CfnPermission(
+            self, f"Function{slug}InvokedByAlarmTopic", action="lambda:InvokeFunction", function_name=endpoint,
+            principal="sns.amazonaws.com", source_arn=self.alarm_topic.topic_arn)
+        permission.cfn_options.condition = here
+        return subscriptions.LambdaSubscription(function)
+
+    @staticmethod
+    def _slug(endpoint: str) -> str:
+        """A stable construct id part for an endpoint (its ARN's last part and a short hash)."""
+        name = "".join(c for c in endpoint.rsplit(":", 1)[-1] if c.isalnum())[:40]
+        return name + hashlib.sha256(endpoint.encode()).hexdigest()[:8].upper()
 
     def grant_upload(self, principals: Sequence[iam.IPrincipal]) -> bool:
         """What an uploader (an external system putting files into the landing bucket, maybe

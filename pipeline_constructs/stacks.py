@@ -11,7 +11,7 @@ deploys in a cell of its own (`cells.py`), and the shared resources can change u
 
 from __future__ import annotations
 
-from aws_cdk import Aws, CfnOutput, Stack, Tags
+from aws_cdk import Annotations, Aws, CfnOutput, Stack, Tags, Token
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_kms as kms
@@ -22,7 +22,7 @@ from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import capacity, encryption, names, routing
-from pipeline_constructs.config import AppConfig, TenantConfig
+from pipeline_constructs.config import ALARMS_REACH_NOBODY, ALARMS_REACH_NOBODY_ID, AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
@@ -66,6 +66,9 @@ class SharedStack(_IngestStack):
         self.resources = SharedResources(
             self, "Shared", SharedResourcesProps(
                 alarm_emails=tuple(config.notifications.emails),
+                alarm_subscriptions=tuple((s.protocol, s.endpoint) for s in config.notifications.subscriptions),
+                alarm_topic_arn=config.notifications.topic_arn,
+                alarm_topic_key_arn=config.notifications.topic_kms_key,
                 uploaders=tuple(capacity.uploaders_of(t) for t in config.tenants if t.uploaders),
                 kms_key=config.encryption.kms_key if config.encryption is not None else None,
             )
@@ -77,6 +80,11 @@ class SharedStack(_IngestStack):
                   description="Where tenants drop their files (read by ops)")
         CfnOutput(self, "WorkBucketName", value=self.resources.work_bucket.bucket_name,
                   description="Chunks and quarantined messages (read by ops quarantine)")
+        CfnOutput(self, names.ALARM_TOPIC_OUTPUT, value=self.resources.alarm_topic.topic_arn,
+                  description="Where every alarm and failed-file notification is published: subscribe here (shown by ops status)")
+        if config.notifications.reach_nobody:
+            # One line per shared stack in `cdk synth|diff|deploy` (tools/cells.py prints it once itself).
+            Annotations.of(self).add_warning_v2(ALARMS_REACH_NOBODY_ID, ALARMS_REACH_NOBODY)
         self._publish_for_tenants()
         self._export_what_tenants_imported()
         self._routing(config)
@@ -104,7 +112,7 @@ class SharedStack(_IngestStack):
         """The SSM parameters tenant stacks read the shared resources from (`shared_refs`)."""
         shared = self.resources
         for name, value in zip(contract.SHARED_PARAMETERS, (shared.ledger_table.table_name,
-                                                            shared.alarm_topic.topic_arn, shared.alarm_key.key_arn)):
+                                                            shared.alarm_topic.topic_arn, shared.alarm_topic_key.key_arn)):
             construct_id = "".join(part.capitalize() for part in name.split("-")) + "Parameter"
             ssm.StringParameter(self, construct_id, parameter_name=shared_parameter(name), string_value=value,
                                 description="Read by the tenant stacks at deploy time (ordered-ingest cells)")
@@ -117,8 +125,9 @@ class SharedStack(_IngestStack):
         have the names CDK gave the references themselves."""
         shared = self.resources
         for value in (shared.ledger_table.table_arn, shared.ledger_table.table_name,
-                      shared.alarm_topic.topic_arn, shared.alarm_key.key_arn):
-            self.export_value(value)
+                      shared.alarm_topic.topic_arn, shared.alarm_topic_key.key_arn):
+            if Token.is_unresolved(value):  # an existing topic (`notifications.topic_arn`) is not exported
+                self.export_value(value)
 
     def _routing(self, config: AppConfig) -> None:
         """Sharded routing (``routing.shards``) and the forwarding hop it and a large catch-all

@@ -62,11 +62,13 @@ def one_problem(yaml_text: str) -> str:
 def tenant_config(tenant_id: str, prefix: str, **options: Any) -> TenantConfig:
     """Tenant `tenant_id` of a one-tenant file, validated as the app validates tenants.yaml.
     `options` are its keys as the file writes them (blocks as dicts); its sink is
-    https://core.example.com without auth unless they say otherwise (merged as `defaults:` is)."""
+    https://core.example.com without auth (`type: none`, on the tenant) unless they say otherwise."""
     from pipeline_constructs.config import parse_config
 
-    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com", "auth": {"type": "none"}}},
-                           "tenants": [{"id": tenant_id, "prefix": prefix, **options}]})
+    # `auth: {type: none}` only on the tenant itself: defaults may not give it (config.py).
+    sink = {"auth": {"type": "none"}, **options.pop("sink", {})}
+    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com"}},
+                           "tenants": [{"id": tenant_id, "prefix": prefix, "sink": sink, **options}]})
     (tenant,) = parse_config(text).tenants
     return tenant
 

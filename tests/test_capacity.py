@@ -11,7 +11,7 @@ from pipeline_constructs import capacity
 from pipeline_constructs.config import parse_config
 from tests.conftest import one_problem, problems_of
 
-SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
+SINK = "  sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}\n"
 
 
 def tenants_yaml(count: int, *, head: str = "", target: str | None = None, start: int = 0) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_constructs.config import ALARMS_REACH_NOBODY
 from tests.conftest import FIXTURE_TENANTS, ROOT
 from tools.project_env import NO_CREDENTIALS, SETUP_HINT
 
@@ -65,7 +66,7 @@ def cdk(command: str, tmp_path: Path, *options: str) -> subprocess.CompletedProc
 
 
 @pytest.mark.cli
-def test_cdk_synth_from_a_shell_without_the_venv_uses_the_projects_python_and_says_only_one_line(tmp_path):
+def test_cdk_synth_from_a_shell_without_the_venv_uses_the_projects_python_and_says_only_what_matters(tmp_path):
     # GIVEN a shell whose python3 lacks aws-cdk-lib and no AWS credentials
     # WHEN `cdk synth` runs cdk.json's `python3 app.py`
     result = cdk("synth", tmp_path, "--quiet")
@@ -78,6 +79,8 @@ def test_cdk_synth_from_a_shell_without_the_venv_uses_the_projects_python_and_sa
     # feature-flag notice (cdk.json records them), no deprecation warning, no Node banner
     assert result.stderr.splitlines().count(NO_CREDENTIALS) == 1
     assert not re.search(r"feature flags|WARNING|Traceback|ModuleNotFoundError|!!", result.stdout + result.stderr)
+    # AND the tests' file subscribes nobody to the alarms: one warning, on the shared stack, not one per stack
+    assert result.stderr.count(ALARMS_REACH_NOBODY) == 1, result.stderr[-3000:]
 
 
 @pytest.mark.cli

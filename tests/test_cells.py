@@ -25,7 +25,7 @@ SHARDED_TARGETS = textwrap.dedent(
       prod: {account: '111111111111', region: eu-west-1}
       dr: {account: '222222222222', region: us-east-1}
     defaults:
-      sink: {url: https://core.example.com/records, auth: {type: none}}
+      sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}
       target: prod
     tenants:
       - {id: acme, prefix: acme/}
@@ -129,7 +129,7 @@ def test_a_change_the_shared_stack_reads_touches_the_shared_cell_too():
 
 
 def test_a_change_of_defaults_touches_every_tenant_and_a_shared_setting_every_cell():
-    assert touched(SHARDED, SHARDED.replace("auth: {type: none}}", "auth: {type: none}, timeout_seconds: 5}")) == [
+    assert touched(SHARDED, SHARDED.replace("core/token}}", "core/token}, timeout_seconds: 5}")) == [
         "shard-0", "shard-1"]
     assert touched(SHARDED, "notifications: {emails: [ops@example.com]}\n" + SHARDED) == ["shared", "shard-0", "shard-1"]
     assert touched(SHARDED, SHARDED) == []
@@ -137,7 +137,7 @@ def test_a_change_of_defaults_touches_every_tenant_and_a_shared_setting_every_ce
 
 #: Every tenant setting the shared stack does not read, changed for every tenant.
 ELSEWHERE = SHARDED.replace(
-    "sink: {url: https://core.example.com/records, auth: {type: none}}",
+    "sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}",
     "sink: {url: https://other.example.com/in, auth: {type: bearer, secret: core-token}, timeout_seconds: 5,\n"
     "         batch_size: 10, outage_budget_seconds: 600}\n"
     "  format: jsonl\n  chunk_size: 50\n  on_failure: continue\n  duplicate_files: skip\n"

@@ -121,3 +121,19 @@ def test_synth_writes_one_assembly_per_cell_holding_exactly_its_stacks(tmp_path,
               for name, path in built.items()}
     assert stacks == {"shared": ["OrderedIngest-Shared"], "shard-0": ["OrderedIngest-Tenant-acme"],
                       "shard-1": ["OrderedIngest-Tenant-globex", "OrderedIngest-Tenant-initech"]}
+
+
+def test_synth_warns_once_when_alarms_reach_nobody_not_once_per_cell(tmp_path, monkeypatch, capsys):
+    """GIVEN a file with three cells and nobody subscribed WHEN `make synth` synthesizes them in
+    parallel (each cell's CLI output is not shown) THEN one warning line on stderr, with the fix;
+    none with an address subscribed."""
+    from pipeline_constructs.config import ALARMS_REACH_NOBODY
+
+    monkeypatch.setattr(tool, "cdk", lambda: "cdk")
+    cli = FakeCli()
+    assert tool.main(["synth", "--tenants", str(write(tmp_path, SHARDED))], runner=cli) == tool.EXIT_OK
+    assert len(cli.runs) == 3
+    assert capsys.readouterr().err == f"warning: {ALARMS_REACH_NOBODY}\n"
+    subscribed = write(tmp_path, "notifications: {emails: [oncall@example.com]}\n" + SHARDED)
+    assert tool.main(["synth", "--tenants", str(subscribed)], runner=FakeCli()) == tool.EXIT_OK
+    assert capsys.readouterr().err == ""

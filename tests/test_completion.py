@@ -17,7 +17,7 @@ CALLER = "arn:aws:iam::111111111111:role/core-system"
 OTHER_CALLER = "arn:aws:iam::222222222222:role/core-audit"
 TENANTS = f"""
 defaults:
-  sink: {{url: "https://core.example.com/records", auth: {{type: none}}}}
+  sink: {{url: "https://core.example.com/records", auth: {{type: bearer, secret: core/token}}}}
 tenants:
   - id: plain
     prefix: plain/

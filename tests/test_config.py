@@ -13,7 +13,7 @@ from pipeline_constructs import names
 from pipeline_constructs.config import ConfigError, load_config, parse_config
 from tests.conftest import one_problem, problems_of
 
-SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
+SINK = "  sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}\n"
 
 
 def test_the_fixture_tenants_file_is_valid_and_applies_defaults():
@@ -231,7 +231,8 @@ def test_fails_when_the_sink_is_plain_http_to_a_remote_host():
 
 def test_fails_when_the_sink_is_missing():
     assert one_problem("tenants:\n  - {id: acme, prefix: a/}\n") == (
-        "tenant 'acme': field 'sink' = (missing): is required; set sink.url and sink.auth in the tenant or in defaults"
+        "tenant 'acme': field 'sink' = (missing): is required; set sink.url and sink.auth in the tenant or in defaults "
+        "('auth: {type: none}' only in the tenant)"
     )
 
 
@@ -239,7 +240,7 @@ def test_a_bad_default_is_reported_once_not_once_per_tenant():
     assert one_problem(
         """
         defaults:
-          sink: {url: "ftp://core", auth: {type: none}}
+          sink: {url: "ftp://core", auth: {type: bearer, secret: core/token}}
         tenants:
           - {id: acme, prefix: a/}
           - {id: beta, prefix: b/}
@@ -627,7 +628,7 @@ def test_fails_when_the_outage_budget_is_too_long_for_a_pages_history():
     problem = one_problem(
         """
         defaults:
-          sink: {url: https://core.example.com/records, auth: {type: none}, outage_budget_seconds: 86400}
+          sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}, outage_budget_seconds: 86400}
         tenants:
           - {id: acme, prefix: a/}
         """
@@ -703,7 +704,7 @@ def test_a_thousand_tenants_validate_and_an_overlap_between_the_first_and_last_i
 
     tenants = [{"id": f"t{i:05d}", "prefix": f"t{i:05d}/incoming/"} for i in range(1_000)]
     tenants.append({"id": "last", "prefix": "t00000/incoming/late/"})
-    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "none"}}}, "tenants": tenants})
+    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "bearer", "secret": "core/token"}}}, "tenants": tenants})
     with pytest.raises(ConfigError) as refused:
         parse_config(text, check_capacity=False)
     assert refused.value.problems == [
@@ -711,5 +712,5 @@ def test_a_thousand_tenants_validate_and_an_overlap_between_the_first_and_last_i
         "'t00000/incoming/'; give each tenant a prefix that is not inside another's"
     ]
     tenants.pop()
-    assert len(parse_config(yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "none"}}},
+    assert len(parse_config(yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "bearer", "secret": "core/token"}}},
                                             "tenants": tenants}), check_capacity=False).tenants) == 1_000

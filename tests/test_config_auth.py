@@ -13,25 +13,74 @@ def tenant_with(auth: str) -> str:
     return f"tenants:\n  - {{id: acme, prefix: a/, sink: {{url: 'https://core.example.com', auth: {auth}}}}}\n"
 
 
+NO_AUTH_FIX = (
+    "add 'auth: {type: bearer, secret: <Secrets Manager secret name or ARN>}' to the tenant's sink or to defaults "
+    "(or 'type: sigv4', docs/configuration.md); 'auth: {type: none}' only to the tenant's own sink, if its core "
+    "system takes no credentials"
+)
+NONE_IN_DEFAULTS = (
+    "defaults: field 'sink.auth' = {'type': 'none'}: is never inherited: a tenant that leaves its auth out would "
+    "run without credentials by accident%s; write 'auth: {type: none}' in the sink of each tenant whose core "
+    "system takes no credentials, and remove it from defaults (a bearer or sigv4 auth may stay there)"
+)
+
+
 def test_fails_when_a_tenant_has_no_auth_anywhere():
     assert one_problem("tenants:\n  - {id: acme, prefix: a/, sink: {url: 'https://core.example.com'}}\n") == (
-        "tenant 'acme': field 'sink.auth' = (missing): is required; add 'auth: {type: bearer, secret: "
-        "<Secrets Manager secret name or ARN>}' or 'auth: {type: none}' to sink, in the tenant or in defaults "
-        "(or 'type: sigv4', docs/configuration.md)"
+        f"tenant 'acme': field 'sink.auth' = (missing): is required; {NO_AUTH_FIX}"
     )
 
 
-def test_none_must_be_spelled_out_and_defaults_give_it_to_every_tenant():
-    config = parse_config(
+def test_fails_when_a_tenant_with_its_own_url_has_no_auth_and_defaults_have_none_either():
+    """GIVEN defaults with a url and no auth, a tenant with its own url and no auth: it fails, by name."""
+    assert problems_of(
+        "defaults: {sink: {url: 'https://core.example.com'}}\n"
+        "tenants:\n  - {id: acme, prefix: a/, sink: {auth: {type: none}}}\n"
+        "  - {id: beta, prefix: b/, sink: {url: 'https://beta-core.example.com'}}\n"
+    ) == [f"tenant 'beta': field 'sink.auth' = (missing): is required; {NO_AUTH_FIX}"]
+
+
+def test_fails_when_defaults_give_auth_none_naming_the_tenants_that_would_inherit_it():
+    """GIVEN `auth: {type: none}` in defaults (what the shipped file once did) and a tenant with
+    its own url and no auth WHEN validated THEN refused once, on defaults, naming the tenants that
+    would have run without credentials; a tenant with its own auth is not named."""
+    assert problems_of(
         "defaults: {sink: {url: 'https://core.example.com', auth: {type: none}}}\n"
-        "tenants:\n  - {id: acme, prefix: a/}\n"
+        "tenants:\n  - {id: acme, prefix: a/, sink: {url: 'https://acme-core.example.com'}}\n"
         "  - {id: beta, prefix: b/, sink: {auth: {type: bearer, secret: core/beta/token}}}\n"
+        "  - {id: gamma, prefix: c/}\n"
+    ) == [NONE_IN_DEFAULTS % " (tenants 'acme', 'gamma' would inherit it)"]
+
+
+def test_fails_when_defaults_give_auth_none_even_if_every_tenant_has_its_own_and_lists_other_problems():
+    """The refusal does not depend on who inherits it (the next tenant added would), and the
+    tenants' other problems are listed in the same run."""
+    assert problems_of(
+        "defaults: {sink: {url: 'https://core.example.com', auth: {type: none}}}\n"
+        "tenants:\n  - {id: acme, prefix: a/, sink: {auth: {type: none}}, format: xml}\n"
+    ) == [
+        NONE_IN_DEFAULTS % "",
+        "tenant 'acme': field 'format' = 'xml': is not one of 'csv' or 'jsonl'; use 'csv' (with a header row) or 'jsonl'",
+    ]
+
+
+def test_fails_when_defaults_give_auth_none_to_many_tenants_naming_five():
+    tenants = "".join(f"  - {{id: t{i}, prefix: t{i}/}}\n" for i in range(8))
+    assert problems_of(f"defaults: {{sink: {{url: 'https://core.example.com', auth: {{type: none}}}}}}\ntenants:\n{tenants}") == [
+        NONE_IN_DEFAULTS % " (tenants 't0', 't1', 't2', 't3', 't4' and 3 more would inherit it)"]
+
+
+def test_none_is_accepted_on_the_tenant_and_a_bearer_default_is_inherited():
+    config = parse_config(
+        "defaults: {sink: {url: 'https://core.example.com', auth: {type: bearer, secret: core/shared/token}}}\n"
+        "tenants:\n  - {id: acme, prefix: a/, sink: {auth: {type: none}}}\n"
+        "  - {id: beta, prefix: b/}\n"
     )
     acme, beta = config.tenants
+    # sink merges key by key: acme keeps the default url and replaces auth whole
+    assert acme.sink.url == "https://core.example.com"
     assert acme.sink.auth == NoAuth(type="none")
-    # sink merges key by key: beta keeps the default url and replaces auth whole
-    assert beta.sink.url == "https://core.example.com"
-    assert beta.sink.auth == BearerAuth(type="bearer", secret="core/beta/token", cache_seconds=300)
+    assert beta.sink.auth == BearerAuth(type="bearer", secret="core/shared/token", cache_seconds=300)
 
 
 def test_bearer_accepts_a_full_secret_arn_and_a_cache_time():

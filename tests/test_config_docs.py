@@ -17,12 +17,14 @@ from tools import config_docs
 #: A file that uses every block and every kind of `sink.auth`, with blocks merged from defaults.
 EVERY_OPTION = textwrap.dedent("""\
     defaults:
-      sink: {url: https://core.example.com/records, auth: {type: none}}
+      sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}
       network: {vpc_id: vpc-0123456789abcdef0, subnet_ids: [subnet-0123456789abcdef0],
                 security_group_ids: [sg-0123456789abcdef0]}
       alarms: {stall_after_seconds: 600}
       target: prod
-    notifications: {emails: [oncall@example.com]}
+    notifications: {emails: [oncall@example.com], subscriptions: [
+      {protocol: https, endpoint: 'https://alerts.example.com/sns'},
+      {protocol: lambda, endpoint: 'arn:aws:lambda:eu-west-1:111111111111:function:alarm-to-chat'}]}
     routing: {shards: 2, rules_per_bus: 300, event_pattern_chars: 2048}
     account_limits: {iam_roles: 5000}
     targets:
@@ -32,6 +34,7 @@ EVERY_OPTION = textwrap.dedent("""\
       - id: acme
         prefix: acme/
         network: {subnet_ids: [subnet-0fedcba9876543210]}
+        sink: {auth: {type: none}}
         uploaders: ['arn:aws:iam::222222222222:role/acme-uploader']
       - id: seq
         prefix: seq/
@@ -115,8 +118,9 @@ def test_the_example_files_are_valid_under_the_schema(validator):
 
 
 def test_the_schema_refuses_what_an_editor_can_flag_as_you_type(validator):
-    """GIVEN a misspelled key, a value out of range, a value not allowed and an incomplete
-    `sink.auth` THEN the schema refuses each (the loader does too, with its own messages)."""
+    """GIVEN a misspelled key, a value out of range, a value not allowed, an incomplete
+    `sink.auth` and `auth: {type: none}` in defaults THEN the schema refuses each (the loader does
+    too, with its own messages)."""
     text = textwrap.dedent("""\
         defaults: {sink: {url: https://core.example.com, auth: {type: none}}, chunk_sise: 10}
         tenants:
@@ -130,6 +134,8 @@ def test_the_schema_refuses_what_an_editor_can_flag_as_you_type(validator):
         "90 is greater than the maximum of 60",
         "Additional properties are not allowed ('chunk_sise' was unexpected)",
         "{'type': 'bearer'} is not valid under any of the given schemas",
+        ("{'url': 'https://core.example.com', 'auth': {'type': 'none'}} should not be valid under "
+        "{'required': ['auth'], 'properties': {'auth': {'required': ['type'], 'properties': {'type': {'const': 'none'}}}}}"),
     ]
     assert schema_problems(validator, "tenants:\n  - {id: acme}\n") == ["'prefix' is a required property"]
 

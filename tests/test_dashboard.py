@@ -114,7 +114,7 @@ def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows
 
     count = 2 * TENANTS_PER_DASHBOARD + 1
     config = parse_config(yaml.safe_dump({
-        "defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "none"}}},
+        "defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "bearer", "secret": "core/token"}}},
         "tenants": [{"id": f"t{i:04d}", "prefix": f"t{i:04d}/"} for i in range(count)],
     }))
     app = App(outdir=str(tmp_path))
@@ -146,7 +146,7 @@ def test_up_to_one_dashboard_of_tenants_there_is_no_dashboard_stack(tmp_path):
     from pipeline_constructs.stacks import SharedStack, dashboard_stacks
 
     config = parse_config(yaml.safe_dump({
-        "defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "none"}}},
+        "defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "bearer", "secret": "core/token"}}},
         "tenants": [{"id": f"t{i:04d}", "prefix": f"t{i:04d}/"} for i in range(TENANTS_PER_DASHBOARD)],
     }))
     app = App(outdir=str(tmp_path))

@@ -23,7 +23,7 @@ SHARED_GIVEN_KEY = "arn:aws:kms:us-east-1:111111111111:key/mrk-1234abcd12ab34cd5
 CREATED = f"""
 encryption: {{kms_key: create}}
 defaults:
-  sink: {{url: "https://core.example.com/records", auth: {{type: none}}}}
+  sink: {{url: "https://core.example.com/records", auth: {{type: bearer, secret: core/token}}}}
 tenants:
   - id: sealed
     prefix: sealed/
@@ -39,7 +39,7 @@ tenants:
 GIVEN = f"""
 encryption: {{kms_key: "{SHARED_GIVEN_KEY}"}}
 defaults:
-  sink: {{url: "https://core.example.com/records", auth: {{type: none}}}}
+  sink: {{url: "https://core.example.com/records", auth: {{type: bearer, secret: core/token}}}}
 tenants:
   - id: plain
     prefix: plain/
@@ -308,7 +308,7 @@ def test_on_a_shard_bus_the_tenant_key_names_its_rules_on_that_bus(tmp_path_fact
     """And the shared key encrypts the forwarding hop's dead-letter queue too."""
     sharded = _synthesize(tmp_path_factory, "sharded", (
         "routing: {shards: 2}\nencryption: {kms_key: create}\n"
-        "defaults: {sink: {url: 'https://core.example.com/r', auth: {type: none}}, encryption: {kms_key: create}}\n"
+        "defaults: {sink: {url: 'https://core.example.com/r', auth: {type: bearer, secret: core/token}}, encryption: {kms_key: create}}\n"
         "tenants:\n  - {id: acme, prefix: acme/}\n"))
     tenant = sharded.templates["OrderedIngest-Tenant-acme"]
     buses = {r["Properties"]["EventBusName"] for r in _resources(tenant, "AWS::Events::Rule").values()}
@@ -424,7 +424,7 @@ def test_fails_when_kms_key_is_neither_create_nor_a_key_arn() -> None:
 def test_fails_when_kms_key_is_an_alias() -> None:
     alias = "arn:aws:kms:eu-west-1:111111111111:alias/ordered-ingest"
     assert problems_of(
-        f"defaults: {{sink: {{url: 'https://core.example.com/r', auth: {{type: none}}}}, encryption: {{kms_key: '{alias}'}}}}\n"
+        f"defaults: {{sink: {{url: 'https://core.example.com/r', auth: {{type: bearer, secret: core/token}}}}, encryption: {{kms_key: '{alias}'}}}}\n"
         "tenants:\n  - {id: acme, prefix: acme/}\n"
     ) == [(f"defaults: field 'encryption.kms_key' = '{alias}': is an alias, not a key: key policies and IAM "
            f"statements need the key's own ARN; {FIX}")]
@@ -432,7 +432,7 @@ def test_fails_when_kms_key_is_an_alias() -> None:
 
 def test_a_tenant_turns_off_its_defaults_key_with_null() -> None:
     config = parse_config(
-        "defaults: {sink: {url: 'https://core.example.com/r', auth: {type: none}}, encryption: {kms_key: create}}\n"
+        "defaults: {sink: {url: 'https://core.example.com/r', auth: {type: bearer, secret: core/token}}, encryption: {kms_key: create}}\n"
         "tenants:\n  - {id: acme, prefix: acme/}\n  - {id: beta, prefix: beta/, encryption: null}\n"
     )
     assert [t.encryption.kms_key if t.encryption else None for t in config.tenants] == ["create", None]

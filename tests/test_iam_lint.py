@@ -167,7 +167,7 @@ def test_fails_when_the_tenants_file_does_not_synthesize(tmp_path: Path, capsys)
     """GIVEN a tenants file with a bad prefix WHEN `python -m tools.iam_lint` runs THEN it exits 2
     and passes on the config's own message (which names the tenant, the field and the fix)."""
     bad = tmp_path / "tenants.yaml"
-    bad.write_text("defaults: {sink: {url: 'https://core.example.com', auth: {type: none}}}\ntenants:\n  - {id: acme, prefix: /acme}\n",
+    bad.write_text("defaults: {sink: {url: 'https://core.example.com', auth: {type: bearer, secret: core/token}}}\ntenants:\n  - {id: acme, prefix: /acme}\n",
                    encoding="utf-8")
     assert iam_lint.main(["--tenants", str(bad)]) == iam_lint.EXIT_ERROR
     err = capsys.readouterr().err
@@ -183,7 +183,7 @@ def test_stacks_of_deployment_targets_are_linted_with_their_own_account(tmp_path
 
     tenants = tmp_path / "tenants.yaml"
     tenants.write_text(
-        "defaults: {sink: {url: 'https://core.example.com/records', auth: {type: none}}}\n"
+        "defaults: {sink: {url: 'https://core.example.com/records', auth: {type: bearer, secret: core/token}}}\n"
         "targets:\n  prod-eu: {account: '111111111111', region: eu-west-1}\n"
         "  prod-us: {account: '222222222222', region: us-east-1}\n"
         "tenants:\n  - {id: acme, prefix: acme/, target: prod-eu}\n  - {id: globex, prefix: globex/, target: prod-us}\n",

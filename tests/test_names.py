@@ -142,7 +142,7 @@ TENANTS = """
 routing: {shards: 2}
 encryption: {kms_key: create}
 defaults:
-  sink: {url: "https://core.example.com/records", auth: {type: none}}
+  sink: {url: "https://core.example.com/records", auth: {type: bearer, secret: core/token}}
 tenants:
   - id: %s
     prefix: long/

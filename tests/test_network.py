@@ -18,15 +18,18 @@ GROUPS = ["sg-0123456789abcdef0"]
 
 TENANTS = f"""
 defaults:
-  sink: {{url: https://core.internal.example.com/records, auth: {{type: none}}}}
+  sink: {{url: https://core.internal.example.com/records}}
 tenants:
   - id: private
     prefix: private/
+    sink: {{auth: {{type: none}}}}
     network: {{vpc_id: {VPC}, subnet_ids: {SUBNETS}, security_group_ids: {GROUPS}}}
   - id: public
     prefix: public/
+    sink: {{auth: {{type: none}}}}
   - id: traced
     prefix: traced/
+    sink: {{auth: {{type: none}}}}
     tracing: true
     network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}], security_group_ids: {GROUPS}}}
 """
@@ -152,7 +155,7 @@ def test_network_and_tracing_together_leave_no_unacknowledged_finding(network_ap
 def test_network_in_defaults_applies_to_every_tenant_and_a_tenant_may_override_a_key():
     config = parse_config(textwrap.dedent(f"""
         defaults:
-          sink: {{url: https://core.example.com/records, auth: {{type: none}}}}
+          sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}
           network: {{vpc_id: {VPC}, subnet_ids: {SUBNETS}, security_group_ids: {GROUPS}}}
         tenants:
           - {{id: acme, prefix: acme/}}
@@ -165,7 +168,7 @@ def test_network_in_defaults_applies_to_every_tenant_and_a_tenant_may_override_a
 
 def test_fails_when_network_ids_are_malformed_or_missing_naming_each_field():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}}}
         tenants:
           - id: acme
             prefix: acme/
@@ -191,7 +194,7 @@ def test_fails_when_network_ids_are_malformed_or_missing_naming_each_field():
 def test_fails_when_a_bad_network_in_defaults_is_blamed_on_defaults_once():
     assert problems_of(f"""
         defaults:
-          sink: {{url: https://core.example.com/records, auth: {{type: none}}}}
+          sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}
           network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}, {SUBNETS[0]}], security_group_ids: {GROUPS}}}
         tenants:
           - {{id: acme, prefix: acme/}}
@@ -228,7 +231,7 @@ def test_parliament_finds_nothing_in_the_network_interface_statements(network_ap
 def test_a_tenant_opts_out_of_the_defaults_network_with_null():
     config = parse_config(textwrap.dedent(f"""
         defaults:
-          sink: {{url: https://core.example.com/records, auth: {{type: none}}}}
+          sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}
           network: {{vpc_id: {VPC}, subnet_ids: {SUBNETS}, security_group_ids: {GROUPS}}}
         tenants:
           - {{id: acme, prefix: acme/}}
@@ -246,10 +249,10 @@ def test_in_a_deployment_target_the_interface_arns_name_its_account_and_region(t
     from pipeline_constructs.application import build_app
 
     (tmp_path / "tenants.yaml").write_text(textwrap.dedent(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, target: prod}}
+        defaults: {{sink: {{url: https://core.example.com/records}}, target: prod}}
         targets: {{prod: {{account: '111111111111', region: eu-west-1}}}}
         tenants:
-          - {{id: acme, prefix: acme/, network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}], security_group_ids: {GROUPS}}}}}
+          - {{id: acme, prefix: acme/, sink: {{auth: {{type: none}}}}, network: {{vpc_id: {VPC}, subnet_ids: [{SUBNETS[0]}], security_group_ids: {GROUPS}}}}}
     """))
     built = build_app(tmp_path / "tenants.yaml", app=App(outdir=str(tmp_path / "cdk.out")))
     built.app.synth()  # raises on an unacknowledged cdk-nag finding

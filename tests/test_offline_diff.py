@@ -37,7 +37,7 @@ BASE_TENANTS = """\
 defaults:
   sink:
     url: https://core.example.com/api/records
-    auth: {type: none}
+    auth: {type: bearer, secret: core/token}
 tenants:
   - id: acme
     prefix: acme/
@@ -48,7 +48,7 @@ HEAD_TENANTS = """\
 defaults:
   sink:
     url: https://core.example.com/api/records
-    auth: {type: none}
+    auth: {type: bearer, secret: core/token}
 tenants:
   - id: acme
     prefix: acme/
@@ -221,7 +221,7 @@ def test_the_base_uses_its_own_copy_of_a_tenants_file_in_the_repository(tmp_path
 
 SHARDED_BASE = """\
 defaults:
-  sink: {url: https://core.example.com/api/records, auth: {type: none}}
+  sink: {url: https://core.example.com/api/records, auth: {type: bearer, secret: core/token}}
 routing: {shards: 2}
 tenants:
   - {id: acme, prefix: acme/}

@@ -22,7 +22,7 @@ MOTO_ACCOUNT = "123456789012"
 THREE_TENANTS = textwrap.dedent(
     """
     defaults:
-      sink: {url: https://core.example.com/records, auth: {type: none}}
+      sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}
     tenants:
       - {id: acme, prefix: acme/, uploaders: ['arn:aws:iam::123456789012:role/acme-uploader']}
       - {id: globex, prefix: globex/, uploaders: ['arn:aws:iam::123456789012:role/globex-uploader']}

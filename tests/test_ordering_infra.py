@@ -8,7 +8,7 @@ from tests.conftest import synthesize
 
 TENANTS = """
 defaults:
-  sink: {url: "https://core.example.com/records", auth: {type: none}}
+  sink: {url: "https://core.example.com/records", auth: {type: bearer, secret: core/token}}
 tenants:
   - id: seqco
     prefix: seqco/

@@ -13,7 +13,7 @@ from pipeline_constructs import routing
 from pipeline_constructs.config import parse_config
 from tests.conftest import pattern_matches, problems_of, status_change, workflow_arn
 
-SINK = "  sink: {url: https://core.example.com/records, auth: {type: none}}\n"
+SINK = "  sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}\n"
 
 
 @dataclass(frozen=True)

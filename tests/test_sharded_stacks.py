@@ -20,7 +20,7 @@ from tests.conftest import synthesize
 SHARDED = textwrap.dedent(
     """
     defaults:
-      sink: {url: https://core.example.com/records, auth: {type: none}}
+      sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}
     routing:
       shards: 2
     tenants:
@@ -275,7 +275,7 @@ def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_
     concern) THEN the catch-all still fits: its buses, forwards, the one role, cdk-nag clean."""
     tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(200))
     shared, template, report = shared_stack_only(
-        tmp_path, f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: none}}}}\ntenants:\n{tenants}"
+        tmp_path, f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: bearer, secret: core/token}}}}\ntenants:\n{tenants}"
     )
     groups = routing.unmatched_layout([f"tenant-{i:04d}/" for i in range(200)]).groups
     assert len(groups) >= 2 and shared.shard_routing is None
@@ -305,7 +305,7 @@ def test_a_1000_tenant_sharded_shared_stack_fits_cloudformation_and_every_patter
     tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(1000))
     _, template, report = shared_stack_only(
         tmp_path,
-        f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: none}}}}\nrouting: "
+        f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: bearer, secret: core/token}}}}\nrouting: "
         f"{{shards: 40}}\ntenants:\n{tenants}",
     )
     assert len(resources(template, "AWS::Events::EventBus")) == 40 + 10
@@ -334,7 +334,7 @@ def test_each_deployment_target_shards_its_own_tenants_on_its_own_buses(tmp_path
           dr: {account: '222222222222', region: us-east-1}
         routing: {shards: 2}
         defaults:
-          sink: {url: https://core.example.com/records, auth: {type: none}}
+          sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}
           target: prod
         tenants:
           - {id: acme, prefix: acme/}
@@ -368,7 +368,7 @@ def test_fails_when_a_targets_shard_does_not_fit_naming_the_target():
         parse_config(
             "targets:\n  prod: {account: '111111111111', region: eu-west-1}\n"
             "routing: {shards: 1, rules_per_bus: 10}\n"
-            f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: none}}}}\n  target: prod\ntenants:\n{tenants}"
+            f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: bearer, secret: core/token}}}}\n  target: prod\ntenants:\n{tenants}"
         )
     assert caught.value.problems == [
         (

@@ -139,6 +139,150 @@ def test_email_subscriptions_come_from_tenants_yaml(tmp_path):
     assert {s["Properties"]["Protocol"] for s in subscriptions.values()} == {"email"}
 
 
+def shared_stack_of(notifications: str, tmp_path, *, head: str = "") -> Template:
+    """The shared stack of a one-tenant file with this `notifications:` block."""
+    from aws_cdk import App
+
+    from pipeline_constructs.config import parse_config
+    from pipeline_constructs.stacks import SharedStack
+
+    config = parse_config(
+        f"{head}notifications: {notifications}\n"
+        "tenants: [{id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}}}]\n"
+    )
+    return Template.from_stack(SharedStack(App(outdir=str(tmp_path)), config))
+
+
+QUEUE = "arn:aws:sqs:eu-west-1:111111111111:alarm-inbox"
+FUNCTION = "arn:aws:lambda:eu-west-1:222222222222:function:alarm-to-chat"
+TOPIC = "arn:aws:sns:eu-west-1:333333333333:central-alarms"
+TOPIC_KEY = "arn:aws:kms:eu-west-1:333333333333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def test_every_kind_of_subscription_from_tenants_yaml_subscribes_the_alarm_topic(tmp_path):
+    """GIVEN an address in `emails` and an https, sqs and lambda subscription THEN each is a
+    subscription of the app's topic; the queue's policy is left to its owner (no QueuePolicy,
+    which would replace theirs); the function gets SNS's invoke only where it can be granted:
+    in the deploying account and Region (a condition, as the account is known at deploy time)."""
+    template = shared_stack_of(
+        "{emails: [oncall@example.com], subscriptions: [{protocol: https, endpoint: 'https://alerts.example.com/sns'}, "
+        f"{{protocol: sqs, endpoint: '{QUEUE}'}}, {{protocol: lambda, endpoint: '{FUNCTION}'}}]}}", tmp_path)
+    (topic,) = template.find_resources("AWS::SNS::Topic")
+    subscriptions = template.find_resources("AWS::SNS::Subscription").values()
+    assert sorted((s["Properties"]["Protocol"], s["Properties"]["Endpoint"]) for s in subscriptions) == [
+        ("email", "oncall@example.com"), ("https", "https://alerts.example.com/sns"), ("lambda", FUNCTION),
+        ("sqs", QUEUE)]
+    assert all(s["Properties"]["TopicArn"] == {"Ref": topic} for s in subscriptions)
+    assert "alarm-inbox" not in json.dumps(template.find_resources("AWS::SQS::QueuePolicy"))
+    (permission,) = template.find_resources("AWS::Lambda::Permission").values()
+    assert permission["Properties"] == {"Action": "lambda:InvokeFunction", "FunctionName": FUNCTION,
+                                        "Principal": "sns.amazonaws.com", "SourceArn": {"Ref": topic}}
+    assert template.to_json()["Conditions"][permission["Condition"]] == {"Fn::And": [
+        {"Fn::Equals": ["222222222222", {"Ref": "AWS::AccountId"}]},
+        {"Fn::Equals": ["eu-west-1", {"Ref": "AWS::Region"}]}]}
+
+
+def test_the_alarm_topic_arn_is_an_output_with_a_stable_name_and_no_export(shared_template):
+    (topic,) = shared_template.find_resources("AWS::SNS::Topic")
+    assert shared_template.to_json()["Outputs"]["AlarmTopicArn"] == {
+        "Description": "Where every alarm and failed-file notification is published: subscribe here (shown by ops "
+                       "status)",
+        "Value": {"Ref": topic},
+    }
+
+
+def tenants_parameter(template: Template, name: str) -> object:
+    (parameter,) = [p["Properties"]["Value"] for p in template.find_resources("AWS::SSM::Parameter").values()
+                    if p["Properties"]["Name"].endswith(f"/{name}")]
+    return parameter
+
+
+def test_an_existing_topic_replaces_the_apps_own_for_every_alarm_and_notice(tmp_path):
+    """GIVEN `notifications.topic_arn` and its key THEN the app creates no topic and no topic key:
+    the tenants read the given topic and key from the shared parameters (their alarms and
+    closers publish there), the shared stack's own alarms notify it, and the output names it."""
+    template = shared_stack_of(f"{{topic_arn: '{TOPIC}', topic_kms_key: '{TOPIC_KEY}'}}", tmp_path)
+    assert template.find_resources("AWS::SNS::Topic") == {}
+    assert template.find_resources("AWS::SNS::Subscription") == {}
+    assert [k for k in template.find_resources("AWS::KMS::Key") if "AlarmTopicKey" in k] == []
+    assert tenants_parameter(template, "alarm-topic-arn") == TOPIC
+    assert tenants_parameter(template, "alarm-topic-key-arn") == TOPIC_KEY
+    alarms = template.find_resources("AWS::CloudWatch::Alarm").values()
+    assert alarms and all(a["Properties"]["AlarmActions"] == [TOPIC] for a in alarms)
+    assert template.to_json()["Outputs"]["AlarmTopicArn"]["Value"] == TOPIC
+
+
+def test_an_existing_unencrypted_topic_keeps_the_apps_topic_key_for_the_closers_grant(tmp_path):
+    template = shared_stack_of(f"{{topic_arn: '{TOPIC}'}}", tmp_path)
+    (key,) = [k for k in template.find_resources("AWS::KMS::Key") if "AlarmTopicKey" in k]
+    assert tenants_parameter(template, "alarm-topic-key-arn") == {"Fn::GetAtt": [key, "Arn"]}
+
+
+@pytest.mark.parametrize("notifications", [
+    ("{emails: [oncall@example.com], subscriptions: [{protocol: https, endpoint: 'https://alerts.example.com/sns'}, "
+    f"{{protocol: sqs, endpoint: '{QUEUE}'}}, {{protocol: lambda, endpoint: '{FUNCTION}'}}]}}"),
+    f"{{topic_arn: '{TOPIC}', topic_kms_key: '{TOPIC_KEY}'}}",
+], ids=["subscriptions", "existing-topic"])
+def test_every_kind_of_notification_synthesizes_cdk_nag_and_cfn_lint_clean(notifications, tmp_path):
+    from cfnlint.api import lint_all
+
+    from tests.conftest import synthesize
+
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(f"notifications: {notifications}\n"
+                       "tenants: [{id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}}}]\n")
+    app = synthesize(tenants, tmp_path / "cdk.out")  # cdk-nag runs in the synth
+    (nag,) = [r for r in app.validation_report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert nag["conclusion"] == "success" and nag["violations"] == []
+    for name, template in app.templates.items():
+        findings = [f"{m.rule.id} {m.message}" for m in lint_all(json.dumps(template))
+                    if m.rule.id[0] in "EW" and m.rule.id != "W3005"]
+        assert findings == [], name
+
+
+def warnings_of(outdir) -> dict[str, list[str]]:
+    """The warnings of each stack of an assembly, as `cdk synth` prints them."""
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    found = {}
+    for name, artifact in manifest["artifacts"].items():
+        if artifact["type"] != "aws:cloudformation:stack":
+            continue
+        metadata = artifact.get("metadata") or {}
+        if "additionalMetadataFile" in artifact:  # where the CDK writes it since 2.170
+            metadata = json.loads((outdir / artifact["additionalMetadataFile"]).read_text())
+        found[name] = [entry["data"] for entries in metadata.values() for entry in entries
+                       if entry["type"] == "aws:cdk:warning"]
+    return found
+
+
+def test_synth_warns_once_on_the_shared_stack_when_alarms_reach_nobody(synthesized):
+    """GIVEN the tests' file (`emails: []`, no subscription, no topic) THEN exactly one warning,
+    on the shared stack, naming the fix; none on the tenant stacks (tests/test_app.py checks that
+    the CDK CLI prints it once)."""
+    from pipeline_constructs.config import ALARMS_REACH_NOBODY
+
+    found = {name: [w for w in warnings if ALARMS_REACH_NOBODY in w]
+             for name, warnings in warnings_of(synthesized.outdir).items()}
+    assert {name: len(w) for name, w in found.items() if w} == {"OrderedIngest-Shared": 1}
+    assert "notifications.emails" in ALARMS_REACH_NOBODY and "docs/operations.md#who-gets-the-alarms" in ALARMS_REACH_NOBODY
+
+
+def test_no_warning_when_someone_gets_the_alarms(tmp_path):
+    from aws_cdk import App
+
+    from pipeline_constructs.config import parse_config
+    from pipeline_constructs.stacks import SharedStack
+
+    for index, notifications in enumerate(("{emails: [oncall@example.com]}",
+                                           f"{{subscriptions: [{{protocol: sqs, endpoint: '{QUEUE}'}}]}}",
+                                           f"{{topic_arn: '{TOPIC}'}}")):
+        app = App(outdir=str(tmp_path / str(index)))
+        SharedStack(app, parse_config(f"notifications: {notifications}\n"
+                                      "tenants: [{id: a, prefix: a/, sink: {url: 'https://c.example.com', auth: {type: none}}}]\n"))
+        app.synth()
+        assert warnings_of(tmp_path / str(index)) == {"OrderedIngest-Shared": []}, notifications
+
+
 # --- uploads outside every tenant prefix -------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ TWO_TARGETS = textwrap.dedent(
       prod: {account: '111111111111', region: eu-west-1}
       dr: {account: '222222222222', region: us-east-1, account_limits: {state_machines: 500}}
     defaults:
-      sink: {url: https://core.example.com/records, auth: {type: none}}
+      sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}
       target: prod
     tenants:
       - {id: acme, prefix: acme/}

@@ -828,7 +828,7 @@ def test_stack_outputs_let_ops_find_the_intake_dlq_and_the_closer(acme):
 
 TRACED = """
 defaults:
-  sink: {url: "https://core.example.com/records", auth: {type: none}}
+  sink: {url: "https://core.example.com/records", auth: {type: bearer, secret: core/token}}
 tenants:
   - {id: traced, prefix: traced/, tracing: true}
   - {id: plain, prefix: plain/}

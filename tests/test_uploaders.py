@@ -48,7 +48,7 @@ SHARED = "OrderedIngest-Shared"
 
 TENANTS = f"""
 defaults:
-  sink: {{url: https://core.example.com/records, auth: {{type: none}}}}
+  sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}
 tenants:
   - id: acme
     prefix: acme/
@@ -454,7 +454,7 @@ def tenants_with_uploaders(count: int, *, head: str = "") -> str:
     entries = "\n".join(
         f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/, uploaders: "
         f"['arn:aws:iam::{ACCOUNT}:role/tenant-{i:04d}-uploader']}}" for i in range(count))
-    return (f"{head}defaults:\n  sink: {{url: https://core.example.com/records, auth: {{type: none}}}}\n"
+    return (f"{head}defaults:\n  sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}\n"
             f"tenants:\n{entries}\n")
 
 
@@ -510,7 +510,7 @@ def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_p
 
 def test_fails_when_an_uploader_is_not_an_iam_principal_arn():
     assert problems_of("""
-        defaults: {sink: {url: https://core.example.com/records, auth: {type: none}}}
+        defaults: {sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}}
         tenants:
           - {id: acme, prefix: acme/, uploaders: ['arn:aws:s3:::acme-bucket']}
     """) == [
@@ -523,7 +523,7 @@ def test_fails_when_an_uploader_is_not_an_iam_principal_arn():
 
 def test_fails_when_one_principal_uploads_for_two_tenants():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{ACME_UPLOADER}']}}
           - {{id: globex, prefix: globex/, uploaders: ['{ACME_UPLOADER}']}}
@@ -536,7 +536,7 @@ def test_fails_when_one_principal_uploads_for_two_tenants():
 
 def test_fails_when_uploaders_are_in_defaults():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, uploaders: ['{ACME_UPLOADER}']}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}, uploaders: ['{ACME_UPLOADER}']}}
         tenants:
           - {{id: acme, prefix: acme/}}
     """) == [
@@ -547,7 +547,7 @@ def test_fails_when_uploaders_are_in_defaults():
 
 def test_fails_when_an_uploader_is_listed_twice():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{ACME_UPLOADER}', '{ACME_UPLOADER}']}}
     """) == [
@@ -581,7 +581,7 @@ def test_parliament_finds_nothing_unacknowledged_in_the_bucket_and_access_point_
 
 def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
     assert problems_of(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}, target: prod}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}, target: prod}}
         targets: {{prod: {{account: '{ACCOUNT}', region: eu-west-1}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['arn:aws:iam::{ACCOUNT}:root', '{PARTNER_ROOT}']}}
@@ -594,7 +594,7 @@ def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
 
 def test_another_accounts_root_may_upload_for_several_tenants_its_own_iam_separates_them():
     config = parse_config(textwrap.dedent(f"""
-        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: none}}}}}}
+        defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{PARTNER_ROOT}']}}
           - {{id: globex, prefix: globex/, uploaders: ['{PARTNER_ROOT}']}}

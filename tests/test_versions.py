@@ -121,7 +121,7 @@ def page_changed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, An
     error name of an over-budget chunk, which only the page's Fail state carries)."""
     directory = tmp_path_factory.mktemp("versions")
     tenants = directory / "tenants.yaml"
-    tenants.write_text("defaults: {sink: {url: https://core.example.com/r, auth: {type: none}}}\ntenants:\n  - {id: acme, prefix: acme/}\n")
+    tenants.write_text("defaults: {sink: {url: https://core.example.com/r, auth: {type: bearer, secret: core/token}}}\ntenants:\n  - {id: acme, prefix: acme/}\n")
     before = synthesize(tenants, directory / "before").templates["OrderedIngest-Tenant-acme"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(workflow, "CHUNK_OVER_BUDGET_ERROR", "ChunkBudgetSpent")
@@ -151,7 +151,7 @@ def test_nothing_changed_publishes_nothing(page_changed, tmp_path: Path):
     hand is kept until the next deploy that changes a workflow)."""
     before, _ = page_changed
     tenants = tmp_path / "tenants.yaml"
-    tenants.write_text("defaults: {sink: {url: https://core.example.com/r, auth: {type: none}}}\ntenants:\n  - {id: acme, prefix: acme/}\n")
+    tenants.write_text("defaults: {sink: {url: https://core.example.com/r, auth: {type: bearer, secret: core/token}}}\ntenants:\n  - {id: acme, prefix: acme/}\n")
     again = synthesize(tenants, tmp_path / "again").templates["OrderedIngest-Tenant-acme"]
     assert _deployed_definitions(again) == _deployed_definitions(before)
     assert again["Resources"] == before["Resources"]

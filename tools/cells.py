@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pipeline_constructs import cells
-from pipeline_constructs.config import AppConfig, ConfigError, load_config, parse_config
+from pipeline_constructs.config import ALARMS_REACH_NOBODY, AppConfig, ConfigError, load_config, parse_config
 
 OUTDIR = Path("cells.out")
 EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
         if args.command == "synth":
             for name, path in synth(tenants, chosen, outdir=args.outdir, jobs=args.jobs, runner=runner).items():
                 print(f"{name}: {path}")
+            # The cells' CLI output (where the shared stack's warning is) is not shown: once here.
+            if config.notifications.reach_nobody:
+                print(f"warning: {ALARMS_REACH_NOBODY}", file=sys.stderr)
             return EXIT_OK
         if args.command == "diff":
             return EXIT_DIFFERENT if diff(chosen, outdir=args.outdir, runner=runner) else EXIT_OK

@@ -42,7 +42,7 @@ TENANT_SECTION = "A tenant (`tenants[]` and `defaults`)"
 #: A bad file whose problems the reference shows, as `parse_config` reports them today.
 BAD_EXAMPLE = """\
 defaults:
-  sink: {url: https://core.example.com/records, auth: {type: none}}
+  sink: {url: https://core.example.com/records, auth: {type: bearer, secret: core/token}}
 tenants:
   - id: acme
     prefix: in/
@@ -76,10 +76,15 @@ def schema() -> dict[str, Any]:
     tenant["required"] = ["id", "prefix"]
     properties = generated["properties"]
     properties["encryption"]["anyOf"][0]["required"] = required[config.EncryptionConfig.__name__]
+    defaults = {key: tenant["properties"][key] for key in config.DEFAULTS_KEYS}
+    # `sink.auth: {type: none}` is never inherited (config._check_default_auth): an editor flags it here.
+    defaults["sink"] = {**defaults["sink"], "not": {
+        "required": ["auth"], "properties": {"auth": {"required": ["type"], "properties": {"type": {"const": "none"}}}},
+    }}
     properties["defaults"] = {
         "type": "object",
         "additionalProperties": False,
-        "properties": {key: tenant["properties"][key] for key in config.DEFAULTS_KEYS},
+        "properties": defaults,
         "description": config.DEFAULTS_DESCRIPTION,
     }
     for key in NULL_AS_EMPTY:

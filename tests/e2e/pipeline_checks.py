@@ -30,8 +30,10 @@ def write_tenants(
     """A small tenants file; each tenant dict needs at least ``id`` (prefix defaults to ``<id>/``);
     ``routing``: the file's ``routing:`` block (e.g. ``{"shards": 2}``)."""
     document: dict[str, Any] = {
-        "defaults": {"format": "csv", "chunk_size": chunk_size, "sink": {"url": UNUSED_SINK, "auth": {"type": "none"}}},
-        "tenants": [{"prefix": f"{t['id']}/", **t} for t in tenants],
+        "defaults": {"format": "csv", "chunk_size": chunk_size, "sink": {"url": UNUSED_SINK}},
+        # `auth: {type: none}` on each tenant (defaults may not give it), unless the tenant says otherwise.
+        "tenants": [{"prefix": f"{t['id']}/", **t, "sink": {"auth": {"type": "none"}, **t.get("sink", {})}}
+                    for t in tenants],
     }
     if routing is not None:
         document["routing"] = routing

@@ -22,10 +22,10 @@ def pipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPipeline]:
     path = tmp_path_factory.mktemp("tenants") / "tenants.yaml"
     path.write_text(yaml.safe_dump({
         "encryption": {"kms_key": "create"},
-        "defaults": {"format": "csv", "chunk_size": 3, "sink": {"url": UNUSED_SINK, "auth": {"type": "none"}}},
+        "defaults": {"format": "csv", "chunk_size": 3, "sink": {"url": UNUSED_SINK}},
         "tenants": [
-            {"id": "sealed", "prefix": "sealed/", "encryption": {"kms_key": "create"}},
-            {"id": "plain", "prefix": "plain/"},
+            {"id": "sealed", "prefix": "sealed/", "encryption": {"kms_key": "create"}, "sink": {"auth": {"type": "none"}}},
+            {"id": "plain", "prefix": "plain/", "sink": {"auth": {"type": "none"}}},
         ],
     }, sort_keys=False), encoding="utf-8")
     with LocalPipeline(path, time_scale=E2E_TIME_SCALE) as running:
