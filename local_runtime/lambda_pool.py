@@ -248,7 +248,9 @@ class LambdaDispatcher:
             "AWS_LAMBDA_LOG_FORMAT": function.log_format,
             "AWS_LAMBDA_LOG_LEVEL": function.log_level,
             "PYTHONPATH": str(function.code_dir),
-            "PYTHONDONTWRITEBYTECODE": "1",
+            # Compiled once per run, outside the code directory: compiling the handler's modules
+            # was most of a new environment's start (0.2 s of CPU of 0.3).
+            "PYTHONPYCACHEPREFIX": str(self._log_dir.parent / "pycache"),
         }
         size = function.reserved_concurrency or DEFAULT_MAX_ENVIRONMENTS
         pool = FunctionPool(function, env, self._log_dir / f"{function.name}.log", size)

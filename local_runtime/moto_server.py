@@ -30,6 +30,10 @@ LambdaInvoker = Callable[[str, dict[str, str], Any], InvocationResult]
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 _active_lock = threading.Lock()
+#: One boto3 session for every local run of this process: a session caches the service models
+#: it has parsed (about 0.7 s of CPU for a pipeline's clients), and holds no state of a run.
+_sessions: dict[str, Any] = {}
+_sessions_lock = threading.Lock()  # a session is not thread-safe; creating clients is serialized
 
 
 class MotoServer:
@@ -41,9 +45,7 @@ class MotoServer:
         self.port = 0  # any free port, known once started
         self.region = region
         self._undo = ExitStack()  # what `stop` undoes, in reverse
-        self._session = boto3.session.Session(region_name=region, **FAKE_CREDENTIALS)
         self._clients: dict[tuple[str, float, int], Any] = {}
-        self._clients_lock = threading.Lock()
 
     @property
     def endpoint_url(self) -> str:
@@ -52,9 +54,12 @@ class MotoServer:
     def client(self, service: str, *, read_timeout: float = 60.0, max_attempts: int = 2) -> Any:
         """A boto3 client of the local account (cached; boto3 clients are thread-safe)."""
         key = (service, read_timeout, max_attempts)
-        with self._clients_lock:
+        with _sessions_lock:
             if key not in self._clients:
-                self._clients[key] = self._session.client(
+                session = _sessions.get(self.region)
+                if session is None:
+                    session = _sessions[self.region] = boto3.session.Session(region_name=self.region, **FAKE_CREDENTIALS)
+                self._clients[key] = session.client(
                     service,
                     endpoint_url=self.endpoint_url,
                     config=Config(

@@ -1,5 +1,6 @@
 """The deployment on moto holds what the templates declare (moto's CloudFormation plus the
-runtime's pre-transform and post-steps), and the functions log in Lambda's JSON format."""
+runtime's pre-transform and post-steps), and the functions log in Lambda's JSON format; tenants
+with options that change their stack's shape (a private network, uploaders) deploy and run."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ import pytest
 
 from lambdas import contract
 from local_runtime import LocalPipeline
-from tests.e2e.pipeline_checks import E2E_TIME_SCALE, csv_file, wait_for
+from tests.e2e.pipeline_checks import E2E_TIME_SCALE, assert_records_in_file_order, csv_file, wait_for
+
+NETWORK = {"vpc_id": "vpc-0123456789abcdef0", "subnet_ids": ["subnet-0123456789abcdef0"],
+           "security_group_ids": ["sg-0123456789abcdef0"]}
 
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
-    return start_pipeline([{"id": "acme"}], chunk_size=3)
+    return start_pipeline([
+        {"id": "acme"},
+        {"id": "private", "network": NETWORK},
+        {"id": "loaded", "uploaders": ["arn:aws:iam::222222222222:role/loaded-uploader"]},
+    ], chunk_size=3)
 
 
 def test_queue_rule_and_bucket_are_as_declared(pipe: LocalPipeline) -> None:
@@ -59,8 +67,9 @@ def test_functions_and_workflow_are_as_declared(pipe: LocalPipeline) -> None:
 
     register = lambda_.get_function_configuration(FunctionName=acme.functions["register"])
     assert register["Environment"]["Variables"][contract.env_name("sink_url")] == pipe.sink("acme").url
-    (override,) = pipe.deployment.overrides
+    (override,) = [o for o in pipe.deployment.overrides if o.startswith(f"{acme.stack}/")]
     assert contract.env_name("sink_url") in override and pipe.sink("acme").url in override
+    assert len(pipe.deployment.overrides) == len(pipe.tenants)  # one per tenant: its sink URL
 
     definition = json.loads(
         pipe.client("stepfunctions").describe_state_machine(stateMachineArn=acme.state_machine_arn)[
@@ -115,3 +124,26 @@ def test_functions_log_in_lambdas_json_format_and_progress_is_reported(pipe: Loc
     }
     split = next(e for e in seen if e.kind == "file_split")
     assert (split.data["key"], split.data["chunk_count"], split.data["record_count"]) == (key, 2, 4)
+
+
+def test_a_tenant_on_a_private_network_deploys_and_runs_locally(pipe: LocalPipeline) -> None:
+    """GIVEN a tenant with `network` (moto keeps the VpcConfig and attaches nothing) WHEN a file
+    arrives THEN its register function, deployed with the tenant's subnets, delivers it."""
+    register = pipe.tenants["private"].functions["register"]
+    config = pipe.client("lambda").get_function_configuration(FunctionName=register)
+    assert config["VpcConfig"]["SubnetIds"] == NETWORK["subnet_ids"]
+    pipe.put_file("private", "d.csv", csv_file("d", 3))
+    pipe.wait_until_idle(timeout=120, tenants=["private"])
+    assert_records_in_file_order(pipe.sink("private").accepted, [("d", 3)])
+
+
+def test_a_tenant_with_uploaders_deploys_and_runs_locally(pipe: LocalPipeline) -> None:
+    """GIVEN a tenant with an uploader (its stack holds an access point, which moto's
+    CloudFormation cannot create and which is listed as not created; tests/test_uploaders.py
+    asserts its policy on the template) WHEN a file arrives in the landing bucket THEN it is
+    delivered in order."""
+    not_created = {kind for _, kind in pipe.deployment.stacks[pipe.tenants["loaded"].stack].not_created}
+    assert "AWS::S3::AccessPoint" in not_created
+    pipe.put_file("loaded", "u.csv", csv_file("u", 4))
+    pipe.wait_until_idle(timeout=120, tenants=["loaded"])
+    assert_records_in_file_order(pipe.sink("loaded").accepted, [("u", 4)])
