@@ -110,7 +110,7 @@ def test_status_json_names_the_halted_file_where_it_stopped_and_why(deployment):
     assert status["state"] == "halted"
     assert status["current_file"]["key"] == "acme/f.csv"
     assert status["current_file"]["next_record"] == 250 and status["current_file"]["record_count"] == 1000
-    assert status["current_file"]["chunk"] == {"index": 3, "count": 10}
+    assert status["current_file"]["chunk"] == {"index": 2, "count": 10}
     assert status["last_failure"]["error"] == "SinkRejectedError"
     assert status["head_wait_seconds"] == 90.0
     assert status["queue"] == {"visible": 0, "in_flight": 1}
@@ -169,7 +169,7 @@ def test_status_table_tells_the_halted_tenant_what_to_run(deployment):
     deployment.failed_file()
     code, out = deployment.ops("status")
     assert code == EXIT_HALTED
-    assert "chunk 3 of 10, records 250/1,000" in out
+    assert "chunk 2 of 10, records 250/1,000" in out
     assert "hint: fix the record's problem in the core system, then resume" in out
     assert "python -m ops resume acme" in out and "python -m ops skip acme" in out
 
@@ -191,7 +191,7 @@ def test_status_tells_to_skip_a_malformed_file_and_re_upload_it_not_to_resume_it
 
 def test_status_says_which_function_crashed_and_in_which_chunk(deployment):
     """GIVEN a file failed by the register function crashing past the workflow's retries in
-    chunk 3 (the closer recorded where) THEN status says so, and to resume after the fix."""
+    chunk 2 (the closer recorded where) THEN status says so, and to resume after the fix."""
     file = FileRef(tenant="acme", event_id="evt-c", bucket="landing", key="acme/c.csv", version_id="v1", size=1,
                    etag=None, event_time="")
     deployment.ledger.claim(deployment.ledger.read(), file, "evt-c", NOW - 600)
@@ -203,7 +203,7 @@ def test_status_says_which_function_crashed_and_in_which_chunk(deployment):
 
     assert json.loads(out)[0]["hint"] == {
         "action": "resume",
-        "text": "register crashed repeatedly (Runtime.OutOfMemory) in chunk 3: check its memory and timeout, then resume",
+        "text": "register crashed repeatedly (Runtime.OutOfMemory) in chunk 2: check its memory and timeout, then resume",
     }
 
 
