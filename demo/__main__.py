@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import json
 import shlex
 import signal
 import sys
@@ -144,17 +145,24 @@ def upload_all(pipe, plan: Plan, uploads: dict[str, list[Upload]]) -> None:
 
 
 class ChunkProgress:
-    """The latest chunk each tenant started, from the runtime's progress events."""
+    """The latest chunk each tenant started, from the Lambda invocations (not the progress events:
+    a subscriber to those makes the runtime poll the executions for `file_finished`, which the
+    demo does not need, and an idle `--serve` would pay for it)."""
 
     def __init__(self, pipe) -> None:
         self.latest: dict[str, tuple[int, int | None]] = {}
-        pipe.events.subscribe(self._on_event)
+        self._chunk_counts: dict[str, int] = {}  # chunk_prefix -> chunk_count
+        pipe.add_invocation_listener(self._on_invocation)
 
-    def _on_event(self, event) -> None:
-        if event.kind == "chunk_started":
-            self.latest[event.tenant] = (event.data["chunk_index"], event.data.get("chunk_count"))
-        elif event.kind == "file_split":
-            self.latest[event.tenant] = (-1, event.data.get("chunk_count"))
+    def _on_invocation(self, function, event, result) -> None:
+        if function.role == "register" and result is None:
+            count = self._chunk_counts.get(event.get("chunk_prefix", ""))
+            self.latest[function.tenant] = (event.get("chunk_index", -1), count)
+        elif function.role == "split" and result is not None and not result.errored:
+            split = result.value if isinstance(result.value, dict) else {}
+            if "chunk_prefix" in split:
+                self._chunk_counts[split["chunk_prefix"]] = split.get("chunk_count")
+                self.latest[function.tenant] = (-1, split.get("chunk_count"))
 
     def of(self, tenant: str) -> str:
         """"2 of 10": the chunk being registered, numbered from 0 as everywhere; "- of 10" between
@@ -291,27 +299,52 @@ def serve(pipe, console: Console, resources) -> None:
         "upload outside the tenant prefixes (no tenant ingests it). Ctrl-C stops.",
         soft_wrap=True,
     )
-    seen: dict[str, int] = {}
+    shown: set[str] = set()
+    looks: Counter[str] = Counter()  # of a failed execution whose close the ledger does not hold yet
     stray = StrayUploads(pipe)
+    # A file closes, and its close reaches the ledger, in a Lambda invocation (the closer): wait
+    # for one to end instead of polling; uploads outside every prefix run no function: look for
+    # them every SERVE_LOOK_SECONDS.
+    activity = threading.Event()
+    pipe.add_invocation_listener(lambda _function, _event, result: result is not None and activity.set())
     try:
         while True:
             for line in stray.new():
                 console.print(line, markup=False)
             for tenant in pipe.tenant_ids:
-                for execution in pipe.executions(tenant):
-                    key = execution["name"]
-                    if execution["status"] not in contract.CLOSED_STATUSES or key in seen:
+                for execution in newly_closed(pipe, tenant, shown):
+                    name = execution["name"]
+                    closed = None if execution["status"] == "SUCCEEDED" else closed_attempt(pipe, resources[tenant], name)
+                    if closed is None and execution["status"] != "SUCCEEDED" and looks[name] < 3:
+                        looks[name] += 1  # the closer records it, then its invocation ends: look again then
                         continue
-                    closed = None if execution["status"] == "SUCCEEDED" else closed_attempt(pipe, resources[tenant], key)
-                    # The closer records a failure a moment after Step Functions closes the execution.
-                    if closed is None and execution["status"] != "SUCCEEDED" and seen.setdefault(f"?{key}", 0) < 3:
-                        seen[f"?{key}"] += 1
-                        continue
-                    seen[key] = 1
+                    shown.add(name)
                     console.print(file_outcome(tenant, execution, closed), markup=False, soft_wrap=True)
-            time.sleep(1)
+            activity.wait(SERVE_LOOK_SECONDS)
+            activity.clear()
     except KeyboardInterrupt:
         console.print("stopping")
+
+
+#: How often an idle `--serve` looks for uploads outside every tenant prefix (and, as a safety
+#: net, for closed files).
+SERVE_LOOK_SECONDS = 3.0
+
+
+def newly_closed(pipe, tenant: str, shown: set[str]) -> list[dict[str, Any]]:
+    """The tenant's closed executions not in ``shown``, described (`input`, `output` parsed): one
+    ListExecutions, and a DescribeExecution only for those (not every execution, every time)."""
+    from local_runtime.observation import list_executions
+
+    sfn = pipe.client("stepfunctions")
+    closed = [e for e in list_executions(sfn, pipe.tenants[tenant].state_machine_arn)
+              if e["status"] in contract.CLOSED_STATUSES and e["name"] not in shown]
+    described = []
+    for execution in sorted(closed, key=lambda e: e["startDate"]):
+        detail = sfn.describe_execution(executionArn=execution["executionArn"])
+        described.append({**detail, "input": json.loads(detail.get("input") or "{}"),
+                          "output": json.loads(detail.get("output") or "null")})
+    return described
 
 
 def closed_attempt(pipe, resources, execution: str) -> dict[str, Any] | None:

@@ -163,9 +163,15 @@ def main(argv: Sequence[str] | None = None, *, clients: Any = None, out: Any = N
         return _failed(error, args.endpoint_url)
 
 
-def _failed(error: Exception, endpoint_url: str | None) -> int:
+NOT_A_PIPELINE = "not an AWS endpoint or no ordered-ingest stacks there"
+#: `preflight` reads account APIs (Lambda account settings, IAM, Service Quotas) a local run does not serve.
+NO_ACCOUNT_APIS = "not an AWS endpoint, or one without the account APIs preflight reads (a local run has no quotas)"
+
+
+def _failed(error: Exception, endpoint_url: str | None, what: str = NOT_A_PIPELINE) -> int:
     """Say in one line what failed: EXIT_NOT_FOUND for an endpoint that does not answer as AWS
-    does (a web server's HTML page, nothing listening), else EXIT_ERROR with the error."""
+    does (a web server's HTML page, an API it does not serve, nothing listening): `what` it is
+    then; else EXIT_ERROR with the error."""
     where = endpoint_url or "the AWS endpoint"
     if isinstance(error, (EndpointConnectionError, ConnectionClosedError)):
         print(f"ops: {where}: nothing answers there (is the local pipeline still running? "
@@ -174,8 +180,8 @@ def _failed(error: Exception, endpoint_url: str | None) -> int:
     # botocore names an error it could not read from the body by the bare HTTP status ("404").
     unreadable = isinstance(error, ClientError) and str(error.response.get("Error", {}).get("Code", "")).isdigit()
     if isinstance(error, ResponseParserError) or unreadable:
-        print(f"ops: {where}: not an AWS endpoint or no ordered-ingest stacks there (its answer is not an AWS "
-              "API response); check --endpoint-url or --region", file=sys.stderr)
+        print(f"ops: {where}: {what}; its answer is not an AWS API response (check --endpoint-url or --region)",
+              file=sys.stderr)
         return EXIT_NOT_FOUND
     print(f"ops: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
     return EXIT_ERROR
@@ -303,7 +309,7 @@ def _preflight(args: argparse.Namespace, clients: Any, out: Any) -> int:
         print(f"ops: {error}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - an operator's tool says what failed, with its exit code
-        return _failed(error, args.endpoint_url)
+        return _failed(error, args.endpoint_url, NO_ACCOUNT_APIS)
     fits = all(r.fits for r in readings)
     if args.json:
         print(json.dumps({"target": target.name or None, "account": target.account, "region": target.region,

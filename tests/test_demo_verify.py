@@ -206,3 +206,70 @@ def test_finish_times_name_every_tenant_from_the_first_upload():
 
     assert finish_times(Pipe(), ["slow", "fast", "idle"], 100.0) == (
         "Each tenant's last file closed at (from the first upload): slow 60.5 s, fast 4.2 s, idle -")
+
+
+class _Function:
+    def __init__(self, role: str) -> None:
+        self.role, self.tenant = role, "acme"
+
+
+class _Result:
+    def __init__(self, value: object, errored: bool = False) -> None:
+        self.value, self.errored = value, errored
+
+
+def test_the_chunk_column_follows_the_invocations_numbered_from_0_without_subscribing_to_progress_events():
+    """The live table's chunk comes from the split's result and the register invocations (a
+    subscriber to the progress events would make the runtime poll the executions: an idle
+    `--serve` would pay for it)."""
+    from demo.__main__ import ChunkProgress
+
+    class Pipe:
+        listeners: list = []
+
+        def add_invocation_listener(self, listener):
+            self.listeners.append(listener)
+
+        @property
+        def events(self):
+            raise AssertionError("the demo does not subscribe to the progress events")
+
+    pipe = Pipe()
+    chunks = ChunkProgress(pipe)
+    (listener,) = pipe.listeners
+    assert chunks.of("acme") == "-"
+    listener(_Function("split"), {"key": "acme/a.csv"}, _Result({"chunk_prefix": "p/", "chunk_count": 3}))
+    assert chunks.of("acme") == "- of 3"
+    listener(_Function("register"), {"chunk_prefix": "p/", "chunk_index": 0}, None)
+    listener(_Function("register"), {"chunk_prefix": "p/", "chunk_index": 0}, _Result({}))
+    assert chunks.of("acme") == "0 of 3"
+    listener(_Function("register"), {"chunk_prefix": "p/", "chunk_index": 2}, None)
+    assert chunks.of("acme") == "2 of 3"
+
+
+def test_serve_describes_only_the_executions_it_has_not_shown():
+    """An idle `--serve` lists each tenant's executions once a look and describes only the closed
+    ones it has not printed yet (describing every execution every second kept moto busy)."""
+    from demo.__main__ import newly_closed
+
+    listed = [{"executionArn": f"arn:{name}", "name": name, "status": status, "startDate": T0 + timedelta(seconds=n)}
+              for n, (name, status) in enumerate([("a", "SUCCEEDED"), ("b", "FAILED"), ("c", "RUNNING")])]
+    described: list[str] = []
+
+    class StepFunctions:
+        def get_paginator(self, _name):
+            return type("P", (), {"paginate": lambda self, **_: [{"executions": listed}]})()
+
+        def describe_execution(self, executionArn):
+            described.append(executionArn)
+            return {"name": executionArn[4:], "status": "FAILED", "input": '{"key": "acme/b.csv"}', "cause": "x"}
+
+    class Pipe:
+        tenants = {"acme": type("T", (), {"state_machine_arn": "arn:sm"})()}
+
+        def client(self, _service):
+            return StepFunctions()
+
+    (execution,) = newly_closed(Pipe(), "acme", shown={"a"})
+    assert described == ["arn:b"]
+    assert (execution["name"], execution["input"], execution["output"]) == ("b", {"key": "acme/b.csv"}, None)

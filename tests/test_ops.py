@@ -373,11 +373,16 @@ def html_server() -> Any:
     thread.join()
 
 
-@pytest.mark.parametrize("command", [["status"], ["resume", "acme"], ["preflight", "--tenants", "tenants.yaml"]])
-def test_an_endpoint_that_is_not_aws_is_named_in_one_line(html_server, command, capsys, monkeypatch):
-    """GIVEN --endpoint-url of a web server that answers HTML 404 pages WHEN ops runs THEN it
-    says in one line that this is not an AWS endpoint (or holds no pipeline), exit 5: no HTML,
-    no traceback."""
+@pytest.mark.parametrize(("command", "what"), [
+    (["status"], "not an AWS endpoint or no ordered-ingest stacks there"),
+    (["resume", "acme"], "not an AWS endpoint or no ordered-ingest stacks there"),
+    (["preflight", "--tenants", "tenants.yaml"],
+     "not an AWS endpoint, or one without the account APIs preflight reads (a local run has no quotas)"),
+])
+def test_an_endpoint_that_is_not_aws_is_named_in_one_line(html_server, command, what, capsys, monkeypatch):
+    """GIVEN --endpoint-url of a web server that answers HTML 404 pages (as moto does for an API
+    it does not serve) WHEN ops runs THEN it says in one line that this is not an AWS endpoint
+    (or holds no pipeline, or lacks the account APIs preflight reads), exit 5: no HTML, no traceback."""
     from tests.conftest import ROOT
 
     monkeypatch.chdir(ROOT)
@@ -385,8 +390,7 @@ def test_an_endpoint_that_is_not_aws_is_named_in_one_line(html_server, command, 
     code = main(["--endpoint-url", html_server, *command])
     err = capsys.readouterr().err
     assert code == EXIT_NOT_FOUND, err
-    assert err == (f"ops: {html_server}: not an AWS endpoint or no ordered-ingest stacks there (its answer is not an "
-                   "AWS API response); check --endpoint-url or --region\n")
+    assert err == f"ops: {html_server}: {what}; its answer is not an AWS API response (check --endpoint-url or --region)\n"
 
 
 def test_an_endpoint_where_nothing_listens_is_named_in_one_line(capsys, monkeypatch):
