@@ -378,7 +378,7 @@ def file_outcome(tenant: str, execution: dict, closed: dict[str, Any] | None = N
     size, count = closed.get("chunk_size"), closed.get("record_count")
     chunks = -(-count // size) if size and count is not None else None
     found = hints.hint(closed.get("error"), closed_as=closed.get("closed_as"), failed_in=closed.get("failed_in"),
-                 chunk=closed["next_record"] // size if size else None)
+                       chunk=closed["next_record"] // size if size else None)
     return f"{line}\n  stopped at {hints.stopped_at(closed['next_record'], count, size, chunks)}\n  hint: {found.text}"
 
 
