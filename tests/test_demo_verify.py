@@ -225,7 +225,8 @@ def test_the_chunk_column_follows_the_invocations_numbered_from_0_without_subscr
     from demo.__main__ import ChunkProgress
 
     class Pipe:
-        listeners: list = []
+        def __init__(self) -> None:
+            self.listeners: list = []
 
         def add_invocation_listener(self, listener):
             self.listeners.append(listener)
@@ -265,7 +266,8 @@ def test_serve_describes_only_the_executions_it_has_not_shown():
             return {"name": executionArn[4:], "status": "FAILED", "input": '{"key": "acme/b.csv"}', "cause": "x"}
 
     class Pipe:
-        tenants = {"acme": type("T", (), {"state_machine_arn": "arn:sm"})()}
+        def __init__(self) -> None:
+            self.tenants = {"acme": type("T", (), {"state_machine_arn": "arn:sm"})()}
 
         def client(self, _service):
             return StepFunctions()
