@@ -44,8 +44,9 @@ export TENANTS
 
 ## demo: the tenants file running end to end on a local moto server, checked (the main job).
 ## Sample files, live progress and a verification table. python -m demo exits 0 when every
-## guarantee held, 1 when one broke (or the run timed out), 2 for a bad tenants file; make
-## reports any non-zero exit as its own 2. Options go in ARGS, e.g.
+## guarantee held, 1 when one broke, 2 for bad usage or a bad tenants file, 3 when the run
+## timed out (--timeout) before every file closed (nothing verified); make reports any
+## non-zero exit as its own 2. Options go in ARGS, e.g.
 ## make demo ARGS="--scenario malformed" (python -m demo --help).
 demo: setup
 	python -m demo --tenants $(TENANTS) $(ARGS)

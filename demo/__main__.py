@@ -5,13 +5,16 @@
     python -m demo --scenario halt-resume  # a failed file halts its tenant; ops resume continues it
     python -m demo --serve               # keep the local pipeline up for your own files
 
-Exit status 0 when every guarantee held, 1 when one was violated, 2 on a usage error.
+Records and chunks are numbered from 0 in everything it prints (as the ledger, `ops` and the
+failure notification number them), lines of a file from 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
+import json
 import shlex
 import signal
 import sys
@@ -27,9 +30,17 @@ from rich.live import Live
 from rich.table import Table
 
 from demo.samples import SampleFile, malformed, sample_files
-from demo.verify import TenantVerdict, Upload, verify_tenant
+from demo.verify import TenantVerdict, Upload, attempts, verify_tenant
 from lambdas import contract
 from pipeline_constructs.config import ConfigError, load_config
+
+EXIT_HELD, EXIT_VIOLATED, EXIT_USAGE, EXIT_TIMED_OUT = 0, 1, 2, 3
+EXIT_CODES = (
+    "exit status: 0 every guarantee held; 1 a guarantee was violated (the verification table says which); "
+    "2 bad usage or tenants file; 3 the run timed out before every file closed (--timeout): nothing was verified"
+)
+#: The records of the one big file when no scenario runs (a scenario makes its point without it).
+BIG_RECORDS = 100_000
 
 SCENARIOS = {
     "none": "no fault",
@@ -54,13 +65,14 @@ class Plan:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES)
     parser.add_argument("--tenants", default="tenants.yaml", type=Path, help="tenants file (default: tenants.yaml)")
     parser.add_argument("--files", type=int, default=5, help="files per tenant (default: 5)")
     parser.add_argument("--records", type=int, default=300, help="typical records per file (default: 300)")
     parser.add_argument(
-        "--big-records", type=int, default=100_000,
-        help="records of the one big file, given to the tenant with the largest chunk_size (default: 100000; 0: none)",
+        "--big-records", type=int,
+        help=f"records of the one big file, given to the tenant with the largest chunk_size (default: {BIG_RECORDS} "
+        "without --scenario, 0 with one, so that the scenario shows its point within a minute; 0: none)",
     )
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="none",
                         help="fault to inject: " + "; ".join(f"{k}: {v}" for k, v in SCENARIOS.items()))
@@ -74,6 +86,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="at the end, draw what happened into this file (.png, .svg or .pdf): a lane per "
                         "tenant, a bar per execution coloured by outcome, halts, resumes and hand-offs marked")
     args = parser.parse_args(argv)
+    if args.big_records is None:
+        args.big_records = BIG_RECORDS if args.scenario == "none" else 0
     if args.timeline:
         from demo.timeline import SUFFIXES  # matplotlib: only when asked for
 
@@ -139,21 +153,30 @@ def upload_all(pipe, plan: Plan, uploads: dict[str, list[Upload]]) -> None:
 
 
 class ChunkProgress:
-    """The latest chunk each tenant started, from the runtime's progress events."""
+    """The latest chunk each tenant started, from the Lambda invocations (not the progress events:
+    a subscriber to those makes the runtime poll the executions for `file_finished`, which the
+    demo does not need, and an idle `--serve` would pay for it)."""
 
     def __init__(self, pipe) -> None:
         self.latest: dict[str, tuple[int, int | None]] = {}
-        pipe.events.subscribe(self._on_event)
+        self._chunk_counts: dict[str, int] = {}  # chunk_prefix -> chunk_count
+        pipe.add_invocation_listener(self._on_invocation)
 
-    def _on_event(self, event) -> None:
-        if event.kind == "chunk_started":
-            self.latest[event.tenant] = (event.data["chunk_index"], event.data.get("chunk_count"))
-        elif event.kind == "file_split":
-            self.latest[event.tenant] = (-1, event.data.get("chunk_count"))
+    def _on_invocation(self, function, event, result) -> None:
+        if function.role == "register" and result is None:
+            count = self._chunk_counts.get(event.get("chunk_prefix", ""))
+            self.latest[function.tenant] = (event.get("chunk_index", -1), count)
+        elif function.role == "split" and result is not None and not result.errored:
+            split = result.value if isinstance(result.value, dict) else {}
+            if "chunk_prefix" in split:
+                self._chunk_counts[split["chunk_prefix"]] = split.get("chunk_count")
+                self.latest[function.tenant] = (-1, split.get("chunk_count"))
 
     def of(self, tenant: str) -> str:
+        """"2 of 10": the chunk being registered, numbered from 0 as everywhere; "- of 10" between
+        the split and the first chunk."""
         index, count = self.latest.get(tenant, (-1, None))
-        return f"{index + 1}/{count}" if count else "-"
+        return f"{index if index >= 0 else '-'} of {count}" if count else "-"
 
 
 def progress_table(pipe, plan: Plan, uploads: dict[str, list[Upload]], started: float, chunks: ChunkProgress) -> Table:
@@ -229,16 +252,19 @@ def run_ops(pipe, console: Console, *args: str) -> int:
     return code
 
 
+def lambda_module(name: str) -> Any:
+    """A module of the Lambda code (`ledger`, `hints`, `closer`), imported as `python -m ops` does."""
+    import ops  # noqa: F401 - puts lambdas/ on the path: the functions import each other as top-level modules
+
+    return importlib.import_module(name)
+
+
 def halted_tenants(pipe, resources) -> dict[str, Any]:
     """Tenants halted after a failed file, with the hint for it (`lambdas/hints.py`), from their
     ledger position; ``resources``: what `ops.discovery.discover` found for the pipeline."""
-    import ops  # noqa: F401 - puts the Lambda code (the ledger) on the path, as for `python -m ops`
-    from hints import hint_for
-    from ledger import Ledger
-
-    ddb = pipe.client("dynamodb")
-    positions = {t: Ledger(ddb, resources[t].ledger_table, t).read() for t in pipe.tenant_ids}
-    return {t: hint_for(position) for t, position in positions.items() if position.halted}
+    ddb, ledger = pipe.client("dynamodb"), lambda_module("ledger")
+    positions = {t: ledger.Ledger(ddb, resources[t].ledger_table, t).read() for t in pipe.tenant_ids}
+    return {t: lambda_module("hints").hint_for(position) for t, position in positions.items() if position.halted}
 
 
 def settled(pipe, resources) -> bool:
@@ -268,7 +294,7 @@ def operate(pipe, resources, console: Console) -> bool:
     return True
 
 
-def serve(pipe, console: Console) -> None:
+def serve(pipe, console: Console, resources) -> None:
     prefixes = ", ".join(f"{t}: {pipe.tenants[t].prefix}" for t in pipe.tenant_ids)
     first = pipe.tenants[pipe.tenant_ids[0]].prefix
     console.print(
@@ -281,26 +307,65 @@ def serve(pipe, console: Console) -> None:
         "upload outside the tenant prefixes (no tenant ingests it). Ctrl-C stops.",
         soft_wrap=True,
     )
-    seen: dict[str, int] = {}
+    shown: set[str] = set()
+    looks: Counter[str] = Counter()  # of a failed execution whose close the ledger does not hold yet
     stray = StrayUploads(pipe)
+    # A file closes, and its close reaches the ledger, in a Lambda invocation (the closer): wait
+    # for one to end instead of polling; uploads outside every prefix run no function: look for
+    # them every SERVE_LOOK_SECONDS.
+    activity = threading.Event()
+    pipe.add_invocation_listener(lambda _function, _event, result: result is not None and activity.set())
     try:
         while True:
             for line in stray.new():
                 console.print(line, markup=False)
             for tenant in pipe.tenant_ids:
-                for execution in pipe.executions(tenant):
-                    key = execution["name"]
-                    if execution["status"] in contract.CLOSED_STATUSES and seen.get(key) != 1:
-                        seen[key] = 1
-                        console.print(file_outcome(tenant, execution), markup=False)
-            time.sleep(1)
+                for execution in newly_closed(pipe, tenant, shown):
+                    name = execution["name"]
+                    closed = None if execution["status"] == "SUCCEEDED" else closed_attempt(pipe, resources[tenant], name)
+                    if closed is None and execution["status"] != "SUCCEEDED" and looks[name] < 3:
+                        looks[name] += 1  # the closer records it, then its invocation ends: look again then
+                        continue
+                    shown.add(name)
+                    console.print(file_outcome(tenant, execution, closed), markup=False, soft_wrap=True)
+            activity.wait(SERVE_LOOK_SECONDS)
+            activity.clear()
     except KeyboardInterrupt:
         console.print("stopping")
 
 
-def file_outcome(tenant: str, execution: dict) -> str:
-    """One line per closed file for `--serve`: its records, or why it failed (never a record's
-    content: the cause names a line or a record index)."""
+#: How often an idle `--serve` looks for uploads outside every tenant prefix (and, as a safety
+#: net, for closed files).
+SERVE_LOOK_SECONDS = 3.0
+
+
+def newly_closed(pipe, tenant: str, shown: set[str]) -> list[dict[str, Any]]:
+    """The tenant's closed executions not in ``shown``, described (`input`, `output` parsed): one
+    ListExecutions, and a DescribeExecution only for those (not every execution, every time)."""
+    from local_runtime.observation import list_executions
+
+    sfn = pipe.client("stepfunctions")
+    closed = [e for e in list_executions(sfn, pipe.tenants[tenant].state_machine_arn)
+              if e["status"] in contract.CLOSED_STATUSES and e["name"] not in shown]
+    described = []
+    for execution in sorted(closed, key=lambda e: e["startDate"]):
+        detail = sfn.describe_execution(executionArn=execution["executionArn"])
+        described.append({**detail, "input": json.loads(detail.get("input") or "{}"),
+                          "output": json.loads(detail.get("output") or "null")})
+    return described
+
+
+def closed_attempt(pipe, resources, execution: str) -> dict[str, Any] | None:
+    """The ledger's record of a closed execution (its history item), if the closer wrote it."""
+    ledger = lambda_module("ledger").Ledger(pipe.client("dynamodb"), resources.ledger_table, resources.tenant_id)
+    return next((e for e in ledger.history(limit=20) if e["execution"] == execution), None)
+
+
+def file_outcome(tenant: str, execution: dict, closed: dict[str, Any] | None = None) -> str:
+    """One line per closed file for `--serve`: its records, or why it failed: the error type, its
+    message and where the file stopped (``closed``: the ledger's history item of the execution),
+    then the hint (`lambdas/hints.py`); never a stack trace or a record's content."""
+    hints = lambda_module("hints")
     where = f"{tenant}: s3://.../{execution['input'].get('key')}"
     if execution["status"] == "SUCCEEDED":
         split = (execution.get("output") or {}).get("split") or {}
@@ -311,9 +376,36 @@ def file_outcome(tenant: str, execution: dict) -> str:
             return f"{where} SUCCEEDED"
         sent = f"records {start:,} to {total - 1:,}" if start else f"{total:,} records"
         return f"{where} SUCCEEDED: {sent} registered" if total else f"{where} SUCCEEDED: no records"
-    cause = " ".join(str(execution.get("cause") or "").split())
-    cause = cause if len(cause) <= 300 else cause[:297] + "..."
-    return f"{where} {execution['status']}: {execution.get('error') or 'no error given'}: {cause or 'no cause given'}"
+    error, message = lambda_module("closer").error_summary(execution.get("error"), execution.get("cause"))
+    if closed and closed.get("error"):  # the closer's summary of the same failure
+        error, message = closed["error"], closed.get("cause") or message
+    message = " ".join(message.split()) or "no message given"
+    line = f"{where} {execution['status']}: {error}: {message if len(message) <= 300 else message[:297] + '...'}"
+    if closed is None:
+        return line
+    size, count = closed.get("chunk_size"), closed.get("record_count")
+    chunks = -(-count // size) if size and count is not None else None
+    found = hints.hint(closed.get("error"), closed_as=closed.get("closed_as"), failed_in=closed.get("failed_in"),
+                       chunk=closed["next_record"] // size if size else None)
+    return f"{line}\n  stopped at {hints.stopped_at(closed['next_record'], count, size, chunks)}\n  hint: {found.text}"
+
+
+def timeout_report(pipe, plan: Plan, uploads: dict[str, list[Upload]], timeout: float) -> str:
+    """What had not closed when the run gave up: a timeout, not a verdict on the guarantees."""
+    parts = []
+    for tenant, files in plan.files.items():
+        executions = pipe.executions(tenant)
+        # A file is closed when its last attempt is (a resumed file runs again).
+        closed = {file for file, tried in attempts(executions).items() if tried[-1]["status"] in contract.CLOSED_STATUSES}
+        running = sum(e["status"] == "RUNNING" for e in executions)
+        open_files = sum((u.key, u.version_id) not in closed for u in uploads[tenant])
+        not_uploaded = len(files) - len(uploads[tenant])
+        if open_files or not_uploaded:
+            parts.append(f"{tenant} {running} running, {open_files - running} queued, {not_uploaded} not uploaded yet "
+                         f"(of {len(files)} files)")
+    left = "; ".join(parts) or "every file closed, an operator's step was still due"
+    return (f"timed out after {timeout:.0f} s before the run finished: {left}. Nothing was verified: "
+            "raise --timeout, or run fewer or smaller files (--files, --records, --big-records).")
 
 
 def finish_times(pipe, tenants: list[str], run_started_at: float) -> str:
@@ -368,10 +460,10 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.tenants)
     except ConfigError as error:
         console.print(str(error), markup=False)
-        return 2
+        return EXIT_USAGE
     if config.targets:
         console.print(TARGETS_NOT_LOCAL.format(file=args.tenants), markup=False)
-        return 2
+        return EXIT_USAGE
     plan = make_plan(config, args)
 
     from local_runtime import LocalPipeline  # heavy import (moto, jsii): after argument checks
@@ -402,7 +494,6 @@ def main(argv: list[str] | None = None) -> int:
                     if not uploader.is_alive() and settled(pipe, resources):
                         break
                     if time.monotonic() - run_started > args.timeout:
-                        console.print(f"[red]timed out after {args.timeout:.0f} s[/red]")
                         timed_out = True
                         break
                     time.sleep(0.5)
@@ -412,6 +503,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print()
         uploader.join()
         elapsed = time.monotonic() - run_started
+        if timed_out:
+            console.print(timeout_report(pipe, plan, uploads, args.timeout), markup=False, style="red", soft_wrap=True)
+            if args.serve:
+                serve(pipe, console, resources)
+            return EXIT_TIMED_OUT
 
         verdicts = [
             verify_tenant(t, uploads[t], pipe.executions(t), pipe.sink(t).accepted) for t in plan.files
@@ -433,8 +529,8 @@ def main(argv: list[str] | None = None) -> int:
         ok = all(v.ok for v in verdicts)
         console.print("[green]every guarantee held[/green]" if ok else "[red]a guarantee was violated[/red]")
         if args.serve:
-            serve(pipe, console)
-    return 0 if ok else 1
+            serve(pipe, console, resources)
+    return EXIT_HELD if ok else EXIT_VIOLATED
 
 
 if __name__ == "__main__":

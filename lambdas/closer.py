@@ -32,7 +32,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
-from hints import CRASH_ERRORS, commands, hint_for
+from hints import CRASH_ERRORS, commands, hint_for, stopped_at
 from ledger import FAILED, Ledger, LedgerConflict, Position, hand_off
 from runtime import BoundLogger, aws_client, error_code, lambda_handler
 
@@ -216,12 +216,7 @@ class Closer:
         """Publish the failure of `attempt` (its history item), then mark it published."""
         file = attempt.file or {}
         tenant = self.config.tenant_id
-        chunk = attempt.next_record // attempt.chunk_size + 1 if attempt.chunk_size else None
-        where = f"record {attempt.next_record:,}"
-        if attempt.record_count is not None:
-            where += f" of {attempt.record_count:,}"
-        if chunk and attempt.chunk_count:
-            where = f"chunk {chunk} of {attempt.chunk_count}, {where}"
+        where = stopped_at(attempt.next_record, attempt.record_count, attempt.chunk_size, attempt.chunk_count)
         closed_as = attempt.closed_as or "FAILED"
         what = {"FAILED": "failed", "TIMED_OUT": "timed out", "ABORTED": "was stopped"}.get(closed_as, closed_as.lower())
         error_type = attempt.error or "Error"
@@ -240,7 +235,7 @@ class Closer:
                 consequence,
                 "",
                 f"File:      s3://{file.get('bucket', '?')}/{file.get('key', '?')} (version {file.get('version_id', '?')})",
-                f"Stopped:   {where} (every record before it reached the core system)",
+                f"Stopped:   {where}",
                 f"Error:     {error_type}" + (f": {attempt.cause}" if attempt.cause else ""),
                 f"Execution: {attempt.execution}",
                 "",

@@ -72,21 +72,40 @@ OTHER = Hint(RESUME, "find the cause in the execution's history and the function
 def hint(error: str | None, *, closed_as: str | None = None, failed_in: str | None = None,
          chunk: int | None = None) -> Hint:
     """The hint for a file that closed as `closed_as` (FAILED, TIMED_OUT, ABORTED) with
-    `error`; `failed_in` (the crashed function) and `chunk` (1-based) say where a crash was."""
+    `error`; `failed_in` (the crashed function) and `chunk` (numbered from 0, see `stopped_at`)
+    say where a crash was."""
     if closed_as == "TIMED_OUT":
         return TIMED_OUT
     if error in BY_ERROR:
         return BY_ERROR[error]
     if error in CRASH_ERRORS:
-        where = f" in chunk {chunk}" if chunk and failed_in == "register" else ""
+        where = f" in chunk {chunk}" if chunk is not None and failed_in == "register" else ""
         return Hint(RESUME, CRASH.format(function=failed_in or "a function", error=error, where=where))
     return ABORTED if closed_as == "ABORTED" else OTHER
 
 
 def hint_for(closed: Position) -> Hint:
     """The hint for a closed attempt: the ledger's position of a failed file, or a history item."""
-    chunk = closed.next_record // closed.chunk_size + 1 if closed.chunk_size else None
+    chunk = closed.next_record // closed.chunk_size if closed.chunk_size else None
     return hint(closed.error, closed_as=closed.closed_as, failed_in=closed.failed_in, chunk=chunk)
+
+
+def stopped_at(next_record: int, record_count: int | None = None, chunk_size: int | None = None,
+               chunk_count: int | None = None) -> str:
+    """Where a file stopped, in the words the notification, `ops status` and the demo use.
+
+    Records and chunks are numbered from 0 everywhere a person reads them, as the ledger
+    stores them and the core system's idempotency keys carry them: "chunk 2 of 10, record 250
+    of 1,000" is the chunk holding records 200-299 (chunk_size 100) and the record after the
+    first 250. Lines of a file are numbered from 1, as editors count them (`MalformedFileError`).
+    """
+    if record_count is not None and next_record >= record_count:
+        return f"after the last record (all {record_count:,} reached the core system)"
+    where = f"record {next_record:,}" + (f" of {record_count:,}" if record_count is not None else "")
+    if chunk_size and chunk_count:
+        where = f"chunk {min(next_record // chunk_size, chunk_count - 1)} of {chunk_count}, {where}"
+    reached = {0: "nothing", 1: "record 0"}.get(next_record, f"records 0-{next_record - 1:,}") + " reached the core system"
+    return f"{where} ({reached})"
 
 
 def commands(found: Hint, tenant: str) -> list[str]:

@@ -17,10 +17,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from local_runtime.deploy import EventSourceMappingSpec
 
-#: Pause after an empty receive, doubled after each further one up to the longest pause, and
-#: back to the first on a wake-up (`SqsPoller.wake`) or a message.
+#: Pause after an empty receive, doubled up to the longest (the resting one after `QUIET_SECONDS`
+#: with no message and no wake-up: an idle `--serve`); the first again on a wake-up or a message.
 POLL_INTERVAL_SECONDS = 0.05
-LONGEST_POLL_INTERVAL_SECONDS = 0.4
+LONGEST_POLL_INTERVAL_SECONDS, RESTING_POLL_INTERVAL_SECONDS, QUIET_SECONDS = 0.4, 2.0, 10.0
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,7 @@ class SqsPoller:
         self, mapping: EventSourceMappingSpec, *, sqs: Any, lambda_client: Any, region: str, concurrency: int
     ) -> None:
         self.mapping = mapping
-        self._sqs = sqs
-        self._lambda = lambda_client
-        self._region = region
-        self._concurrency = concurrency
+        self._sqs, self._lambda, self._region, self._concurrency = sqs, lambda_client, region, concurrency
         self._listeners: list[Callable[[Delivery], None]] = []
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -84,19 +81,22 @@ class SqsPoller:
         return self._busy > 0
 
     def _run(self) -> None:
-        pause = POLL_INTERVAL_SECONDS
+        pause, active = POLL_INTERVAL_SECONDS, time.monotonic()
         while not self._stop.is_set():
             try:
                 handled = self._poll_once()
             except (BotoCoreError, ClientError, OSError):
                 handled = False  # moto shutting down; the message (if any) stays in flight
             if handled:
-                pause = POLL_INTERVAL_SECONDS
+                pause, active = POLL_INTERVAL_SECONDS, time.monotonic()
                 continue
             # A wake-up during the receive above is kept: the wait returns at once.
             woken = self._wake.wait(pause)
             self._wake.clear()
-            pause = POLL_INTERVAL_SECONDS if woken else min(2 * pause, LONGEST_POLL_INTERVAL_SECONDS)
+            active = time.monotonic() if woken else active
+            quiet = time.monotonic() - active >= QUIET_SECONDS
+            longest = RESTING_POLL_INTERVAL_SECONDS if quiet else LONGEST_POLL_INTERVAL_SECONDS
+            pause = POLL_INTERVAL_SECONDS if woken else min(2 * pause, longest)
 
     def _poll_once(self) -> bool:
         messages = self._sqs.receive_message(

@@ -16,7 +16,9 @@ while acting (run the command again); 5 the tenant or the deployment was not fou
 messages that are not replayable events are in the tenant's dead-letter queue (listed, left
 there); 7 `reconcile` found object versions not completed and did not replay them (never seen
 without --replay, or failed: resume or skip them); 8 `preflight`: a quota of the account cannot
-hold what the tenants file needs (the table says which and the fix).
+hold what the tenants file needs (the table says which and the fix); 9 `status`: a tenant shown
+is halted (the table says which and what to run). An endpoint that is not AWS, or holds no
+ordered-ingest deployment, exits 5 with one line naming it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Any
 
 import boto3
 import operations
+from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
+from botocore.parsers import ResponseParserError
 from ledger import Ledger, LedgerConflict
 
 from ops import dlq, preflight, quarantine, reconcile, unmatched
@@ -42,6 +46,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_CONFLICT, EXIT_NOT_FOU
 EXIT_LEFT_IN_DLQ = 6
 EXIT_NOT_COMPLETED = 7
 EXIT_DOES_NOT_FIT = 8
+EXIT_HALTED = 9
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done, 1 error, 2 usage, 3 nothing to resume/skip, 4 ledger changed (run again), "
         "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events, "
         "7 reconcile found versions not completed (and did not replay them), "
-        "8 preflight: a quota of the account cannot hold what the tenants file needs.",
+        "8 preflight: a quota of the account cannot hold what the tenants file needs, "
+        "9 status: a tenant shown is halted (resume or skip its file).",
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--endpoint-url", help="a local runtime's endpoint (make demo ARGS=--serve prints it)")
@@ -154,8 +160,36 @@ def main(argv: Sequence[str] | None = None, *, clients: Any = None, out: Any = N
         print(f"ops: {error}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - an operator's tool says what failed, with its exit code
-        print(f"ops: {type(error).__name__}: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return _failed(error, args.endpoint_url)
+
+
+NOT_A_PIPELINE = "not an AWS endpoint or no ordered-ingest stacks there"
+#: `preflight` reads account APIs (Lambda account settings, IAM, Service Quotas) a local run does not serve.
+NO_ACCOUNT_APIS = "not an AWS endpoint, or one without the account APIs preflight reads (a local run has no quotas)"
+
+
+def _failed(error: Exception, endpoint_url: str | None, what: str = NOT_A_PIPELINE) -> int:
+    """Say in one line what failed: EXIT_NOT_FOUND for an endpoint that does not answer as AWS
+    does (a web server's HTML page, an API it does not serve, nothing listening): `what` it is
+    then; else EXIT_ERROR with the error."""
+    where = endpoint_url or "the AWS endpoint"
+    if isinstance(error, (EndpointConnectionError, ConnectionClosedError)):
+        print(f"ops: {where}: nothing answers there (is the local pipeline still running? "
+              "`python -m demo --serve` prints its endpoint)", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    # botocore names an error it could not read from the body by the bare HTTP status ("404").
+    unreadable = isinstance(error, ClientError) and str(error.response.get("Error", {}).get("Code", "")).isdigit()
+    if isinstance(error, ResponseParserError) or unreadable:
+        print(f"ops: {where}: {what}; its answer is not an AWS API response (check --endpoint-url or --region)",
+              file=sys.stderr)
+        return EXIT_NOT_FOUND
+    print(f"ops: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def _select(tenants: dict[str, TenantResources], tenant: str | None) -> list[TenantResources]:
@@ -177,7 +211,7 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
         print(json.dumps(statuses, indent=2, default=str) if args.json else render(statuses), file=out)
         if not args.json and args.tenant is None:
             _print_unmatched(clients, out, now)
-        return EXIT_OK
+        return EXIT_HALTED if any(s["state"] == "halted" for s in statuses) else EXIT_OK
     (tenant,) = selected
     if args.command == "quarantine":
         return _quarantine(args, tenant, clients, out)
@@ -278,8 +312,7 @@ def _preflight(args: argparse.Namespace, clients: Any, out: Any) -> int:
         print(f"ops: {error}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - an operator's tool says what failed, with its exit code
-        print(f"ops: {type(error).__name__}: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return _failed(error, args.endpoint_url, NO_ACCOUNT_APIS)
     fits = all(r.fits for r in readings)
     if args.json:
         print(json.dumps({"target": target.name or None, "account": target.account, "region": target.region,

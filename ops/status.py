@@ -71,7 +71,8 @@ def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float 
     if position.file is not None:
         chunk = None
         if position.chunk_size and position.chunk_count:
-            chunk = {"index": min(position.next_record // position.chunk_size + 1, position.chunk_count),
+            # Numbered from 0, as every output numbers chunks and records (`hints.stopped_at`).
+            chunk = {"index": min(position.next_record // position.chunk_size, position.chunk_count - 1),
                      "count": position.chunk_count}
         current = {
             "key": position.file["key"],

@@ -285,7 +285,7 @@ def build_page_definition(*, partition: str, register_function_arn: str, chunks_
             "Cause": f"the chunk used its {invocation_budget} register invocations (a bounded history); nothing is "
             "lost: `ops resume` continues at the first unacknowledged record",
         },
-        "ChunkCrashed": _crashed("register", "in chunk {} of the file", ("States.MathAdd($.chunk_index, 1)",), "$.crash",
+        "ChunkCrashed": _crashed("register", "in chunk {} of the file", ("$.chunk_index",), "$.crash",
                                  "$.crash", "RegisterCrashed"),
         "RegisterCrashed": {"Type": "Fail", "ErrorPath": "$.crash.Error", "CausePath": "$.crash.Cause"},
     }

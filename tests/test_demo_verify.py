@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
+
+import pytest
 
 from demo.samples import malformed, sample_files
 from demo.verify import Upload, check_records, request_order_problems, verify_tenant
@@ -104,18 +107,91 @@ def test_a_record_from_no_expected_file_and_a_record_sent_early_are_reported():
 
 def test_serve_prints_each_files_records_or_its_failure_cause():
     """`--serve` says, per closed file, how many records it registered (or which, for a resumed
-    file), or why it failed, without record content and on one line."""
+    file, numbered from 0), or why it failed: error type and message on one line, without a
+    stack trace, escaped JSON or record content."""
     from demo.__main__ import file_outcome
 
     done = {"status": "SUCCEEDED", "input": {"key": "acme/a.csv"}, "output": {"split": {"record_count": 1200}}}
     assert file_outcome("acme", done) == "acme: s3://.../acme/a.csv SUCCEEDED: 1,200 records registered"
     resumed = {**done, "input": {"key": "acme/a.csv", "start_record": 42}}
     assert file_outcome("acme", resumed) == "acme: s3://.../acme/a.csv SUCCEEDED: records 42 to 1,199 registered"
-    failed = {"status": "FAILED", "input": {"key": "acme/b.csv"}, "error": "MalformedFileError",
-              "cause": "line 7:\n has 3 fields, the header 2 " + "x" * 400}
+    lambda_cause = json.dumps({"errorType": "MalformedFileError", "errorMessage": "line 7:\n has 3 fields, the header 2 "
+                               + "x" * 400, "stackTrace": ["  File \"/var/task/split.py\", line 88, in run\n"]})
+    failed = {"status": "FAILED", "input": {"key": "acme/b.csv"}, "error": "MalformedFileError", "cause": lambda_cause}
     line = file_outcome("acme", failed)
     assert line.startswith("acme: s3://.../acme/b.csv FAILED: MalformedFileError: line 7: has 3 fields, the header 2 x")
     assert "\n" not in line and line.endswith("...") and len(line) < 400
+    assert "stackTrace" not in line and "split.py" not in line and "{" not in line
+
+
+def test_serve_says_where_a_failed_file_stopped_and_what_to_do_from_the_ledger():
+    """GIVEN a file failed in a page execution (the parent's cause: the child's description
+    holding the Lambda runtime's JSON) and the closer's ledger record of it THEN `--serve`
+    prints the error type and message, where it stopped (chunk and record numbered from 0, as
+    `ops status` and the notification say it) and the hint of lambdas/hints.py."""
+    from demo.__main__ import file_outcome
+
+    runtime = json.dumps({"errorType": "SinkRejectedError", "errorMessage": "chunk 2 record 50 (file record 250): HTTP 400",
+                          "stackTrace": ["  File \"/var/task/register_chunk.py\", line 291\n"]})
+    page = json.dumps({"executionArn": "arn:aws:states:us-east-1:1:execution:p:evt-p2", "status": "FAILED",
+                       "error": "SinkRejectedError", "cause": runtime})
+    failed = {"status": "FAILED", "input": {"key": "acme/f.csv"}, "error": "States.TaskFailed", "cause": page}
+    closed = {"execution": "evt", "error": "SinkRejectedError", "cause": "chunk 2 record 50 (file record 250): HTTP 400",
+              "closed_as": "FAILED", "failed_in": None, "next_record": 250, "record_count": 1000, "chunk_size": 100}
+
+    assert file_outcome("acme", failed) == (
+        "acme: s3://.../acme/f.csv FAILED: SinkRejectedError: chunk 2 record 50 (file record 250): HTTP 400")
+    assert file_outcome("acme", failed, closed).splitlines() == [
+        "acme: s3://.../acme/f.csv FAILED: SinkRejectedError: chunk 2 record 50 (file record 250): HTTP 400",
+        "  stopped at chunk 2 of 10, record 250 of 1,000 (records 0-249 reached the core system)",
+        "  hint: fix the record's problem in the core system, then resume",
+    ]
+
+
+def test_a_scenario_runs_without_the_big_file_unless_asked_and_the_default_run_keeps_it():
+    from demo.__main__ import BIG_RECORDS, parse_args
+
+    assert parse_args([]).big_records == BIG_RECORDS == 100_000
+    assert parse_args(["--scenario", "halt-resume"]).big_records == 0
+    assert parse_args(["--scenario", "crash", "--big-records", "5000"]).big_records == 5000
+    assert parse_args(["--big-records", "0"]).big_records == 0
+
+
+def test_help_documents_the_exit_codes(capsys):
+    from demo.__main__ import EXIT_TIMED_OUT, EXIT_VIOLATED, parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "exit status: 0 every guarantee held; 1 a guarantee was violated" in text
+    assert "3 the run timed out before every file closed (--timeout): nothing was verified" in text
+    assert (EXIT_VIOLATED, EXIT_TIMED_OUT) == (1, 3)
+
+
+def test_a_timed_out_run_says_what_had_not_closed_and_that_nothing_was_verified():
+    """GIVEN a run that gave up with a file running, one queued and one not uploaded yet THEN the
+    report is a timeout naming them, not a violated guarantee."""
+    from demo.__main__ import Plan, timeout_report
+
+    at = T0
+    uploads = {"acme": [Upload(f"acme/{n}.csv", "v", n, 1) for n in range(3)], "beta": [Upload("beta/0.csv", "v", 0, 1)]}
+    executions = {
+        "acme": [{"key": "acme/0.csv", "version_id": "v", "status": "SUCCEEDED", "startDate": at},
+                 {"key": "acme/1.csv", "version_id": "v", "status": "RUNNING", "startDate": at}],
+        "beta": [{"key": "beta/0.csv", "version_id": "v", "status": "SUCCEEDED", "startDate": at}],
+    }
+
+    class Pipe:
+        def executions(self, tenant):
+            return executions[tenant]
+
+    plan = Plan(files={"acme": sample_files("acme", "csv", files=4, records=1), "beta": sample_files("beta", "csv", files=1, records=1)},
+                expect_failure=set())
+    report = timeout_report(Pipe(), plan, uploads, 600)
+    assert report == ("timed out after 600 s before the run finished: acme 1 running, 1 queued, 1 not uploaded yet "
+                      "(of 4 files). Nothing was verified: raise --timeout, or run fewer or smaller files "
+                      "(--files, --records, --big-records).")
+    assert "violated" not in report
 
 
 def test_finish_times_name_every_tenant_from_the_first_upload():
@@ -130,3 +206,72 @@ def test_finish_times_name_every_tenant_from_the_first_upload():
 
     assert finish_times(Pipe(), ["slow", "fast", "idle"], 100.0) == (
         "Each tenant's last file closed at (from the first upload): slow 60.5 s, fast 4.2 s, idle -")
+
+
+class _Function:
+    def __init__(self, role: str) -> None:
+        self.role, self.tenant = role, "acme"
+
+
+class _Result:
+    def __init__(self, value: object, errored: bool = False) -> None:
+        self.value, self.errored = value, errored
+
+
+def test_the_chunk_column_follows_the_invocations_numbered_from_0_without_subscribing_to_progress_events():
+    """The live table's chunk comes from the split's result and the register invocations (a
+    subscriber to the progress events would make the runtime poll the executions: an idle
+    `--serve` would pay for it)."""
+    from demo.__main__ import ChunkProgress
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.listeners: list = []
+
+        def add_invocation_listener(self, listener):
+            self.listeners.append(listener)
+
+        @property
+        def events(self):
+            raise AssertionError("the demo does not subscribe to the progress events")
+
+    pipe = Pipe()
+    chunks = ChunkProgress(pipe)
+    (listener,) = pipe.listeners
+    assert chunks.of("acme") == "-"
+    listener(_Function("split"), {"key": "acme/a.csv"}, _Result({"chunk_prefix": "p/", "chunk_count": 3}))
+    assert chunks.of("acme") == "- of 3"
+    listener(_Function("register"), {"chunk_prefix": "p/", "chunk_index": 0}, None)
+    listener(_Function("register"), {"chunk_prefix": "p/", "chunk_index": 0}, _Result({}))
+    assert chunks.of("acme") == "0 of 3"
+    listener(_Function("register"), {"chunk_prefix": "p/", "chunk_index": 2}, None)
+    assert chunks.of("acme") == "2 of 3"
+
+
+def test_serve_describes_only_the_executions_it_has_not_shown():
+    """An idle `--serve` lists each tenant's executions once a look and describes only the closed
+    ones it has not printed yet (describing every execution every second kept moto busy)."""
+    from demo.__main__ import newly_closed
+
+    listed = [{"executionArn": f"arn:{name}", "name": name, "status": status, "startDate": T0 + timedelta(seconds=n)}
+              for n, (name, status) in enumerate([("a", "SUCCEEDED"), ("b", "FAILED"), ("c", "RUNNING")])]
+    described: list[str] = []
+
+    class StepFunctions:
+        def get_paginator(self, _name):
+            return type("P", (), {"paginate": lambda self, **_: [{"executions": listed}]})()
+
+        def describe_execution(self, executionArn):
+            described.append(executionArn)
+            return {"name": executionArn[4:], "status": "FAILED", "input": '{"key": "acme/b.csv"}', "cause": "x"}
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.tenants = {"acme": type("T", (), {"state_machine_arn": "arn:sm"})()}
+
+        def client(self, _service):
+            return StepFunctions()
+
+    (execution,) = newly_closed(Pipe(), "acme", shown={"a"})
+    assert described == ["arn:b"]
+    assert (execution["name"], execution["input"], execution["output"]) == ("b", {"key": "acme/b.csv"}, None)

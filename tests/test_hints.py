@@ -94,3 +94,17 @@ def test_the_runbook_says_where_a_corrected_re_upload_lands_in_the_order():
     section = " ".join(_workflow_failed_section().split())
     assert "it joins the tenant's queue **behind every file already waiting there**" in section
     assert "holds its later uploads at the source" in section
+
+
+def test_where_a_file_stopped_numbers_chunks_and_records_from_0_as_every_output_does():
+    """One convention for the notification, `ops status`, `--serve` and the register function's
+    errors ("chunk 2 record 50 (file record 250)"): chunks and records numbered from 0."""
+    from hints import stopped_at
+
+    assert stopped_at(250, 1000, 100, 10) == "chunk 2 of 10, record 250 of 1,000 (records 0-249 reached the core system)"
+    assert stopped_at(999, 1000, 100, 10) == "chunk 9 of 10, record 999 of 1,000 (records 0-998 reached the core system)"
+    assert stopped_at(0) == "record 0 (nothing reached the core system)"
+    assert stopped_at(1, 5) == "record 1 of 5 (record 0 reached the core system)"
+    assert stopped_at(1000, 1000, 100, 10) == "after the last record (all 1,000 reached the core system)"
+    assert hint("Runtime.ExitError", closed_as="FAILED", failed_in="register", chunk=0).text.startswith(
+        "register crashed repeatedly (Runtime.ExitError) in chunk 0:")

@@ -15,7 +15,15 @@ from tests.conftest import create_ledger_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
-from ops.cli import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USAGE, main  # noqa: E402
+from ops.cli import (  # noqa: E402
+    EXIT_CONFLICT,
+    EXIT_HALTED,
+    EXIT_NOT_FOUND,
+    EXIT_NOTHING_TO_DO,
+    EXIT_OK,
+    EXIT_USAGE,
+    main,
+)
 
 from contract import (  # noqa: E402
     MAX_CHUNK_INDEX,
@@ -97,12 +105,12 @@ def test_status_of_an_idle_tenant(deployment):
 def test_status_json_names_the_halted_file_where_it_stopped_and_why(deployment):
     deployment.failed_file()
     code, out = deployment.ops("status", "acme", "--json")
-    assert code == EXIT_OK
+    assert code == EXIT_HALTED
     (status,) = json.loads(out)
     assert status["state"] == "halted"
     assert status["current_file"]["key"] == "acme/f.csv"
     assert status["current_file"]["next_record"] == 250 and status["current_file"]["record_count"] == 1000
-    assert status["current_file"]["chunk"] == {"index": 3, "count": 10}
+    assert status["current_file"]["chunk"] == {"index": 2, "count": 10}
     assert status["last_failure"]["error"] == "SinkRejectedError"
     assert status["head_wait_seconds"] == 90.0
     assert status["queue"] == {"visible": 0, "in_flight": 1}
@@ -160,8 +168,8 @@ def test_status_finds_the_last_failure_behind_more_than_a_page_of_later_successe
 def test_status_table_tells_the_halted_tenant_what_to_run(deployment):
     deployment.failed_file()
     code, out = deployment.ops("status")
-    assert code == EXIT_OK
-    assert "chunk 3 of 10, records 250/1,000" in out
+    assert code == EXIT_HALTED
+    assert "chunk 2 of 10, records 250/1,000" in out
     assert "hint: fix the record's problem in the core system, then resume" in out
     assert "python -m ops resume acme" in out and "python -m ops skip acme" in out
 
@@ -174,7 +182,7 @@ def test_status_tells_to_skip_a_malformed_file_and_re_upload_it_not_to_resume_it
     code, out = deployment.ops("status")
     _, as_json = deployment.ops("status", "acme", "--json")
 
-    assert code == EXIT_OK
+    assert code == EXIT_HALTED
     assert ("hint: skip it and re-upload a corrected file (it will be processed after the files already queued)"
             in out)
     assert "python -m ops skip acme" in out and "python -m ops resume" not in out
@@ -183,7 +191,7 @@ def test_status_tells_to_skip_a_malformed_file_and_re_upload_it_not_to_resume_it
 
 def test_status_says_which_function_crashed_and_in_which_chunk(deployment):
     """GIVEN a file failed by the register function crashing past the workflow's retries in
-    chunk 3 (the closer recorded where) THEN status says so, and to resume after the fix."""
+    chunk 2 (the closer recorded where) THEN status says so, and to resume after the fix."""
     file = FileRef(tenant="acme", event_id="evt-c", bucket="landing", key="acme/c.csv", version_id="v1", size=1,
                    etag=None, event_time="")
     deployment.ledger.claim(deployment.ledger.read(), file, "evt-c", NOW - 600)
@@ -195,7 +203,7 @@ def test_status_says_which_function_crashed_and_in_which_chunk(deployment):
 
     assert json.loads(out)[0]["hint"] == {
         "action": "resume",
-        "text": "register crashed repeatedly (Runtime.OutOfMemory) in chunk 3: check its memory and timeout, then resume",
+        "text": "register crashed repeatedly (Runtime.OutOfMemory) in chunk 2: check its memory and timeout, then resume",
     }
 
 
@@ -323,3 +331,76 @@ def test_status_shows_the_files_recorded_as_duplicates(deployment):
         ("acme/b.csv", "v2", earlier)]
     code, out = deployment.ops("status")
     assert "acme: 1 duplicate file(s) in 24 h" in out and "acme/b.csv has the bytes of acme/a.csv (version v1)" in out
+
+
+def test_status_exits_9_while_a_tenant_is_halted_and_0_once_it_goes_on(deployment):
+    """GIVEN a tenant halted on a failed file THEN `status` (all tenants, the tenant, --json) exits
+    9, a code no other outcome of ops uses; after `resume` the tenant runs and `status` exits 0."""
+    assert EXIT_HALTED not in {EXIT_OK, EXIT_USAGE, EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_NOTHING_TO_DO, 1, 6, 7, 8}
+    assert deployment.ops("status")[0] == EXIT_OK
+    deployment.failed_file()
+
+    for argv in (["status"], ["status", "acme"], ["status", "acme", "--json"]):
+        assert deployment.ops(*argv)[0] == EXIT_HALTED, argv
+
+    assert deployment.ops("resume", "acme")[0] == EXIT_OK
+    code, out = deployment.ops("status", "acme")
+    assert (code, "running" in out) == (EXIT_OK, True)
+
+
+@pytest.fixture
+def html_server() -> Any:
+    """A plain web server on a free local port that answers every request with an HTML 404 page."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def _not_found(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_error(404)
+
+        do_GET = do_POST = _not_found
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.mark.parametrize(("command", "what"), [
+    (["status"], "not an AWS endpoint or no ordered-ingest stacks there"),
+    (["resume", "acme"], "not an AWS endpoint or no ordered-ingest stacks there"),
+    (["preflight", "--tenants", "tenants.yaml"],
+     "not an AWS endpoint, or one without the account APIs preflight reads (a local run has no quotas)"),
+])
+def test_an_endpoint_that_is_not_aws_is_named_in_one_line(html_server, command, what, capsys, monkeypatch):
+    """GIVEN --endpoint-url of a web server that answers HTML 404 pages (as moto does for an API
+    it does not serve) WHEN ops runs THEN it says in one line that this is not an AWS endpoint
+    (or holds no pipeline, or lacks the account APIs preflight reads), exit 5: no HTML, no traceback."""
+    from tests.conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    code = main(["--endpoint-url", html_server, *command])
+    err = capsys.readouterr().err
+    assert code == EXIT_NOT_FOUND, err
+    assert err == f"ops: {html_server}: {what}; its answer is not an AWS API response (check --endpoint-url or --region)\n"
+
+
+def test_an_endpoint_where_nothing_listens_is_named_in_one_line(capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago, closed again: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    code = main(["--endpoint-url", url, "status"])
+    err = capsys.readouterr().err
+    assert code == EXIT_NOT_FOUND
+    assert err.startswith(f"ops: {url}: nothing answers there") and err.count("\n") == 1

@@ -298,7 +298,7 @@ def test_register_and_split_fail_the_file_saying_what_crashed_once_the_retries_a
     assert page["ChunkCrashed"]["Parameters"] == {
         "Error.$": "$.crash.Error",
         "Cause.$": f"States.Format('register crashed {attempts} times in a row in chunk {{}} of the file "
-                   "(last: {})', States.MathAdd($.chunk_index, 1), $.crash.Error)",
+                   "(last: {})', $.chunk_index, $.crash.Error)",
     }
     assert page["ChunkCrashed"]["Next"] == "RegisterCrashed"
     assert page["RegisterCrashed"] == {"Type": "Fail", "ErrorPath": "$.crash.Error", "CausePath": "$.crash.Cause"}

@@ -64,10 +64,14 @@ def ops(pipe: Any, *args: str) -> tuple[int, str]:
 
 
 def status(pipe: Any, tenant: str) -> dict[str, Any]:
-    """`ops status TENANT --json` (it must succeed)."""
+    """`ops status TENANT --json` (it must succeed: exit 0, or 9 exactly when the tenant is halted)."""
+    from ops.cli import EXIT_HALTED, EXIT_OK
+
     code, out = ops(pipe, "status", tenant, "--json")
-    assert code == 0, out
-    return json.loads(out)[0]
+    assert code in (EXIT_OK, EXIT_HALTED), out
+    (found,) = json.loads(out)
+    assert (code == EXIT_HALTED) == (found["state"] == "halted"), (code, found["state"])
+    return found
 
 
 def halted(pipe: Any, tenant: str) -> bool:

@@ -85,3 +85,16 @@ def test_the_demo_halts_and_resumes(capsys):
     assert "The operator follows the hint for acme: fix the record's problem in the core system, then resume" in out
     assert "acme: resumed s3://" in out and "at record 42" in out
     assert "every guarantee held" in out
+
+
+def test_a_run_that_times_out_says_so_with_its_own_exit_status(capsys):
+    """GIVEN a run given no time (--timeout 0) WHEN the demo runs THEN it reports a timeout,
+    naming what had not closed, with exit status 3: not a violated guarantee (1)."""
+    from demo.__main__ import EXIT_TIMED_OUT
+
+    status = main(["--tenants", str(ROOT / "tests" / "fixtures" / "tenants.yaml"), "--files", "1", "--records", "5",
+                   "--scenario", "slow-tenant", "--timeout", "0", "--time-scale", "0.03"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert status == EXIT_TIMED_OUT, out
+    assert "timed out after 0 s before the run finished: acme " in out and "Nothing was verified" in out
+    assert "guarantee" not in out.split("timed out after")[1]

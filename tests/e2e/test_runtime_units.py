@@ -309,3 +309,43 @@ def test_outputs_of_a_resource_moto_cannot_create_are_dropped_with_it() -> None:
 
     assert prepared.not_created == [("UploadAccessPoint", "AWS::S3::AccessPoint")]
     assert prepared.template["Outputs"] == {"QueueUrl": {"Value": {"Ref": "Queue"}}}
+
+
+def test_an_idle_poller_backs_off_to_its_resting_pause_and_a_wake_up_brings_it_back(monkeypatch) -> None:
+    """GIVEN a poller whose queue stays empty (a clock that moves only by the pauses it waits)
+    THEN its pauses double from 50 ms to 0.4 s, and to 2 s once nothing came and nothing woke it
+    for 10 s (an idle `--serve` costs moto little CPU); a wake-up starts it at 50 ms again."""
+    from local_runtime import poller
+    from local_runtime.deploy import EventSourceMappingSpec
+
+    clock = [0.0]
+    monkeypatch.setattr(poller.time, "monotonic", lambda: clock[0])
+    mapping = EventSourceMappingSpec("s", "m", "f", "arn:q", "http://q", 1, True)
+
+    class EmptyQueue:
+        def receive_message(self, **_: object) -> dict[str, object]:
+            return {}
+
+    polling = poller.SqsPoller(mapping, sqs=EmptyQueue(), lambda_client=None, region="us-east-1", concurrency=1)
+    pauses: list[float] = []
+
+    class Wake:
+        """Records each pause; is woken once, at the 35th; stops the poller after 40."""
+
+        def wait(self, timeout: float) -> bool:
+            pauses.append(timeout)
+            clock[0] += timeout
+            if len(pauses) == 40:
+                polling._stop.set()
+            return len(pauses) == 35
+
+        def clear(self) -> None:
+            pass
+
+    polling._wake = Wake()
+    polling._run()
+
+    # 0.35 s, then 25 pauses of 0.4 s: quiet for 10 s, so the ceiling is the resting pause.
+    assert pauses[:28] == [0.05, 0.1, 0.2] + [0.4] * 25
+    assert pauses[28:35] == [0.8, 1.6, 2.0, 2.0, 2.0, 2.0, 2.0]
+    assert pauses[35:] == [0.05, 0.1, 0.2, 0.4, 0.4]  # woken at the 35th: quick again

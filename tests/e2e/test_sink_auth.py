@@ -12,6 +12,7 @@ import pytest
 
 from lambdas import contract
 from local_runtime import LocalPipeline
+from ops.cli import EXIT_HALTED
 from tests.e2e.pipeline_checks import (
     assert_files_in_order,
     assert_no_overlap,
@@ -130,7 +131,7 @@ def test_a_wrong_token_halts_the_tenant_with_an_error_naming_the_secret(pipe: Lo
     failure = status(pipe, "wrong")["last_failure"]
     assert (failure["error"], failure["cause"]) == (contract.SinkAuthError.__name__, message)
     code, out = ops(pipe, "status", "wrong")
-    assert code == 0 and f"secret '{WRONG_SECRET}'" in out and "python -m ops resume wrong" in out
+    assert code == EXIT_HALTED and f"secret '{WRONG_SECRET}'" in out and "python -m ops resume wrong" in out
 
     pipe.client("secretsmanager").put_secret_value(SecretId=WRONG_SECRET, SecretString=accepted)
     code, out = ops(pipe, "resume", "wrong")

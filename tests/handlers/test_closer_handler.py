@@ -116,7 +116,7 @@ def test_a_failure_halts_the_tenant_keeps_the_next_file_waiting_and_tells_what_t
     text = notice["Message"]
     assert notice["Subject"] == "[ordered-ingest] acme: file failed (SinkRejectedError)"
     assert "s3://landing/acme/f.csv (version v7)" in text
-    assert "chunk 4 of 10, record 304 of 1,000" in text
+    assert "Stopped:   chunk 3 of 10, record 304 of 1,000 (records 0-303 reached the core system)" in text
     assert "Error:     SinkRejectedError: chunk 3 record 4 (file record 304): HTTP 400" in text
     assert "python -m ops resume acme" in text and "python -m ops skip acme --reason" in text
     assert "Runbook: docs/operations.md#workflow-failed" in text
@@ -150,7 +150,7 @@ def test_a_crash_of_the_register_function_past_its_retries_says_what_crashed_and
 
     (notice,) = published(sqs, topic)
     assert notice["Subject"] == "[ordered-ingest] acme: file failed (Runtime.OutOfMemory)"
-    assert ("Hint:      register crashed repeatedly (Runtime.OutOfMemory) in chunk 4: check its memory and timeout, "
+    assert ("Hint:      register crashed repeatedly (Runtime.OutOfMemory) in chunk 3: check its memory and timeout, "
             "then resume") in notice["Message"]
     assert "python -m ops resume acme" in notice["Message"]
 
