@@ -470,7 +470,13 @@ def test_the_landing_bucket_policy_has_the_same_size_at_any_number_of_tenants_wi
     assert by_field["upload_access_point_policy_bytes"].need.count < uploaders.POLICY_LIMIT_BYTES // 10
 
 
-SHARDED_FIFTY = tenants_with_uploaders(50, head="routing: {shards: 10}\n")
+#: A team's day one (issue 23): 50 tenants, each with its own uploader role and its own bearer
+#: secret, alarms to the on-call address, rules sharded over 10 buses (cells).
+SHARDED_FIFTY = "routing: {shards: 10}\nnotifications: {emails: [oncall@example.com]}\n" + "".join([
+    "defaults:\n  sink: {url: https://core.example.com/records}\ntenants:\n",
+    *(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/, uploaders: ['arn:aws:iam::{ACCOUNT}:role/tenant-{i:04d}-uploader'], "
+      f"sink: {{auth: {{type: bearer, secret: ordered-ingest/tenant-{i:04d}/core-token}}}}}}\n" for i in range(50)),
+])
 
 
 @pytest.fixture(scope="module")
@@ -490,7 +496,8 @@ def fifty(tmp_path_factory):
 
 def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_policy_and_an_access_point_each(fifty):
     """The issue's case: 50 tenants, each with its own uploader role (about 43 KB of bucket
-    policy before, against S3's 20 KB). cdk-nag runs on each cell's synth."""
+    policy before, against S3's 20 KB) and its own bearer secret, alarms to an address.
+    cdk-nag runs on each cell's synth."""
     shard_cell, templates = fifty
     statements = landing_policy(templates)
     assert [without_sid(s) for s in statements] == [BUCKET_TLS_ONLY, DELEGATION]
@@ -503,6 +510,20 @@ def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_p
         check_allowed_to_put_only_under(policy, ap, uploader, f"{tenant_id}/")
         check_denied_all_but_putting_under(policy, ap, uploader, f"{tenant_id}/")
         check_tls_only(policy, ap)
+        # each tenant's register function reads its own bearer secret, and no other tenant's
+        secrets = {json.dumps(s["Resource"]) for s in statements_of(templates[names.TENANT_STACK.render(tenant_id)])
+                   if "secretsmanager:GetSecretValue" in json.dumps(s.get("Action"))}
+        assert secrets and all(f"ordered-ingest/{tenant_id}/core-token" in r for r in secrets), (tenant_id, secrets)
+    # the alarms reach the on-call address
+    (shared,) = [t for name, t in templates.items() if name == SHARED]
+    endpoints = [r["Properties"]["Endpoint"] for r in shared["Resources"].values() if r["Type"] == "AWS::SNS::Subscription"]
+    assert endpoints == ["oncall@example.com"]
+
+
+def statements_of(template: dict) -> list[dict]:
+    """Every statement of the template's IAM policies."""
+    return [s for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+            for s in r["Properties"]["PolicyDocument"]["Statement"]]
 
 
 # --- configuration -----------------------------------------------------------------------------------
