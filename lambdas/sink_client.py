@@ -65,8 +65,10 @@ def rejected_offset(body: bytes, record_count: int) -> int | None:
 #: closed it while it was idle (its keep-alive timeout, a load balancer's idle cut, a frozen
 #: execution environment thawed later): the request is sent again, at once, on a new connection.
 #: `http.client.RemoteDisconnected` (the far side's end of stream where the status line should
-#: be) is a ConnectionResetError.
-CLOSED_CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+#: be) is a ConnectionResetError; over TLS the same close surfaces as `ssl.SSLEOFError` (the TCP
+#: connection ended without TLS's close_notify) or `ssl.SSLZeroReturnError` (with it).
+CLOSED_CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, ssl.SSLEOFError,
+                            ssl.SSLZeroReturnError)
 
 
 class _HTTPSConnection(http.client.HTTPSConnection):

@@ -506,7 +506,7 @@ def connection_fields(capsys: pytest.CaptureFixture[str]) -> list[tuple[int, int
 
 
 def register_chunks(work: Any, ledger: Ledger, sink: Sink, chunks: int, *, between: Callable[[int], None] = lambda i: None,
-                    chunk_size: int = 3, clock: Clock | None = None) -> list[dict[str, Any]]:
+                    chunk_size: int = 3, clock: Clock | None = None, cfg: RegisterEnv | None = None) -> list[dict[str, Any]]:
     """A file of `chunks` chunks registered by one warm function, a chunk per invocation (each to done)."""
     put_file(work, "".join(json.dumps({"id": i}) + "\n" for i in range(chunks * chunk_size)).encode(),
              chunk_size=chunk_size)
@@ -515,7 +515,7 @@ def register_chunks(work: Any, ledger: Ledger, sink: Sink, chunks: int, *, betwe
         between(index)
         progress = task(index, chunk_size=chunk_size, start_record=index * chunk_size, record_count=chunks * chunk_size)
         while not progress.get("done"):
-            progress = register(work, ledger, progress, config(sink), clock)
+            progress = register(work, ledger, progress, cfg or config(sink), clock)
         results.append(progress)
     return results
 
