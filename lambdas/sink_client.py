@@ -88,13 +88,20 @@ class _HTTPSConnection(http.client.HTTPSConnection):
             self.tls_session = session
 
 
+def _default_tls_context() -> ssl.SSLContext:
+    """What `http.client.HTTPSConnection` would make: the system's CAs, HTTP/1.1 by ALPN."""
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
 class _Kept:
     """One pooled connection (created unconnected: `http.client` connects on the first request)."""
 
     def __init__(self, url: str, tls_context: ssl.SSLContext | None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme == "https":
-            context = tls_context or ssl.create_default_context()
+            context = tls_context or _default_tls_context()
             self.connection: http.client.HTTPConnection = _HTTPSConnection(parts.hostname, parts.port, context=context)
             self.connection.tls_context = context  # type: ignore[attr-defined]
         else:
@@ -146,6 +153,7 @@ class SinkConnection:
         self._clock = clock
         self.opened = 0
         self.reconnects = 0
+        self._answering = False  # the answer to the request at hand has begun (its status line came)
 
     def post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
         """POST; return the HTTP status and the response body (drained so the connection can be
@@ -160,7 +168,7 @@ class SinkConnection:
             return self._post(body, headers, timeout)
         except CLOSED_CONNECTION_ERRORS:
             left = timeout - (self._clock() - started)
-            if not reused or left <= 0:
+            if not reused or self._answering or left <= 0:
                 raise
         self.reconnects += 1
         return self._post(body, headers, left)
@@ -174,9 +182,11 @@ class SinkConnection:
             connection.timeout = kept.timeout = timeout
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)
+        self._answering = False
         try:
             connection.request("POST", self._path, body=body, headers=headers)
             response = connection.getresponse()
+            self._answering = True
             answer = response.read()
         except BaseException:
             self.close()

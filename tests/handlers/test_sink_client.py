@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import http.client
 import ipaddress
 import socket
 import ssl
@@ -187,3 +188,36 @@ def test_over_https_the_connection_is_kept_and_a_reconnect_resumes_the_tls_sessi
         pool.clear()
     finally:
         tls.stop()
+
+
+def test_a_connection_that_breaks_after_the_answer_began_is_not_sent_again_silently():
+    """GIVEN a kept connection on which the core system's answer starts (status line and headers)
+    and the connection is then reset WHEN posted THEN the error reaches the caller, whose retry
+    (backed off, counted as a failed try) sends it again under the same key: the connection layer
+    only re-sends what broke before any answer."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\npart"]
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                for answer in answers:
+                    request = b""
+                    while not request.endswith(b"\r\n\r\n{}"):  # the headers, then the body `post` sends
+                        request += conn.recv(65536)
+                    conn.sendall(answer)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # close = reset
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        pool = sink_client.ConnectionPool()
+        kept = sink_client.SinkConnection(f"http://127.0.0.1:{port}/r", pool=pool)
+        assert post(kept) == (200, b"ok")
+        with pytest.raises((ConnectionError, http.client.IncompleteRead)):
+            post(kept)
+        thread.join(5)
+        assert kept.reconnects == 0 and kept.opened == 1
+        pool.clear()
