@@ -143,12 +143,15 @@ def test_a_wrong_token_halts_the_tenant_with_an_error_naming_the_secret(pipe: Lo
 def test_a_sigv4_tenant_signs_every_request(pipe: LocalPipeline) -> None:
     """GIVEN a tenant with `auth: {type: sigv4}` and a core system that verifies each signature
     (recomputed with botocore from the request and the workers' credentials)
-    WHEN a file is processed THEN every record is registered and no request was refused."""
+    WHEN a file is processed THEN every record is registered, no request was refused, and the
+    chunks shared the register worker's kept connection."""
     pipe.put_file("signed", "s0.csv", csv_file("s0", 7))
     pipe.wait_until_idle(timeout=60, tenants=["signed"])
     assert [e["status"] for e in pipe.executions("signed")] == ["SUCCEEDED"]
     assert_records_in_file_order(pipe.sink("signed").accepted, [("s0", 7)])
     assert pipe.sink("signed").auth_refusals == []
+    # the warm worker keeps its connection across its invocations: not one connection per chunk (3)
+    assert pipe.sink("signed").connections < 3
 
 
 @pytest.mark.parametrize("tenant", ["bearer", "signed"])
