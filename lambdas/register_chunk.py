@@ -18,6 +18,9 @@ The function works within its budget (docs/design.md §4.7):
   that each fail once cost nothing, and only an outage longer than
   `sink_outage_budget_seconds` fails the file (`SinkUnavailableError`), which halts it;
 * any other answer (4xx, 3xx) is `SinkRejectedError`: the same record cannot succeed;
+* the connection to the core system outlives the invocation (`sink_client.POOL`, one per warm
+  execution environment): a kept connection the far side closed is replaced at once and the
+  request sent again under the same key, which costs no try;
 * with `sink.auth` (`sink_auth.py`) each request carries the tenant's credential; a 401 gets
   a fresh one (the bearer secret read again) and the request is sent again at once, once; a
   401 after that, or a 403, is `SinkAuthError` (naming the secret, never the token). A secret
