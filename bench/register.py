@@ -26,7 +26,7 @@ The fixed cost of a chunk in the pipeline is taken from the register invocations
 is the time from the invocation's start to its first POST plus from its last POST to its end,
 less what the handler alone measured for its own reads and writes; "index read" the chunk's S3
 GETs (the chunk index block, kept while warm, and the ranged GET of the landing object);
-"progress write" the ledger's fence read and progress writes; "state transitions" the time from
+"progress write" the ledger's fence read and the chunk's last progress write; "state transitions" the time from
 one register invocation's end to the next one's start (moto's Step Functions interpreter).
 
 The AWS projection replaces the local latencies by the per-call latencies stated in
@@ -121,7 +121,7 @@ def handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
     from ledger import Ledger
     from runtime import BoundLogger, get_logger
 
-    phases = {"index_read": 0.0, "progress_write": 0.0, "s3_gets": 0, "ledger_calls": 0}
+    phases = {"index_read": 0.0, "fence": 0.0, "writes": 0.0, "s3_gets": 0, "fence_calls": 0, "write_calls": 0}
 
     def timed(phase: str, count: str, call: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -138,9 +138,9 @@ def handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
             self.client, self.get_object = client, timed("index_read", "s3_gets", client.get_object)
 
     class TimedLedger(Ledger):
-        read = timed("progress_write", "ledger_calls", Ledger.read)
-        pin_settings = timed("progress_write", "ledger_calls", Ledger.pin_settings)
-        record_progress = timed("progress_write", "ledger_calls", Ledger.record_progress)
+        read = timed("fence", "fence_calls", Ledger.read)
+        pin_settings = timed("fence", "fence_calls", Ledger.pin_settings)
+        record_progress = timed("writes", "write_calls", Ledger.record_progress)
 
     config = contract.from_env(contract.RegisterEnv)
     s3 = TimedS3(boto3.client("s3"))
@@ -149,7 +149,7 @@ def handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
     file = {key: task[key] for key in ("tenant", "bucket", "key", "version_id")}
     ledger.claim(ledger.read(), {**file, "event_id": task["execution_name"], "size": 0, "etag": None,  # type: ignore[typeddict-item]
                                  "event_time": ""}, task["execution_name"], time.time())
-    phases.update(index_read=0.0, progress_write=0.0, s3_gets=0, ledger_calls=0)
+    phases.update({name: type(value)() for name, value in phases.items()})
     log = BoundLogger(get_logger("register_chunk"), {})
     started = time.perf_counter()
     for index in range(task["chunk_count"]):
@@ -393,12 +393,14 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
                     "ledger_tenant": f"alone-{tenant}-{round_number}", "task": file_task(pipe, tenant, name),
                 })
                 chunks = piped["chunks"]
-                own = (alone["index_read"] + alone["progress_write"]) / chunks
+                # outside the chunk's POSTs: its GETs, the fence read and the last progress write (the
+                # writes of each second of sending fall between its POSTs)
+                index_read = alone["index_read"] / chunks
+                progress = alone["fence"] / chunks + alone["writes"] / max(1, alone["write_calls"])
                 result = {"mode": mode, "chunk": chunk, "batch": batch, "raw": raw, "pipeline": piped, "alone": alone,
                           "per_chunk_ms": {
-                              "invocation": max(0.0, piped["in_invocation"] - own) * 1000,
-                              "index_read": alone["index_read"] / chunks * 1000,
-                              "progress_write": alone["progress_write"] / chunks * 1000,
+                              "invocation": max(0.0, piped["in_invocation"] - index_read - progress) * 1000,
+                              "index_read": index_read * 1000, "progress_write": progress * 1000,
                               "state_transitions": piped["between"] * 1000}}
                 results[mode].append(result)
                 print(describe(result), flush=True)
