@@ -83,7 +83,7 @@ class _HTTPSConnection(http.client.HTTPSConnection):
 
     def keep_session(self) -> None:
         """Remember the session of the current socket (TLS 1.3 tickets arrive with the first answer)."""
-        session = getattr(self.sock, "session", None)
+        session = self.sock.session  # type: ignore[union-attr]
         if session is not None:
             self.tls_session = session
 
@@ -106,8 +106,7 @@ class _Kept:
             self.connection.tls_context = context  # type: ignore[attr-defined]
         else:
             self.connection = http.client.HTTPConnection(parts.hostname, parts.port)
-        self.timeout: float | None = None
-        self.answered = 0  # requests answered on the current socket
+        self.timeout: float | None = None  # the current socket's
 
 
 class ConnectionPool:
@@ -162,7 +161,7 @@ class SinkConnection:
         A kept connection that turns out closed before the answer began is opened again and the
         same request (the same body, headers and idempotency key) sent once more, within what is
         left of `timeout`: the far side may or may not have read it, and the key makes that safe."""
-        reused = self._kept.answered > 0 and self._kept.connection.sock is not None
+        reused = self._kept.connection.sock is not None
         started = self._clock()
         try:
             return self._post(body, headers, timeout)
@@ -175,9 +174,10 @@ class SinkConnection:
 
     def _post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
         kept, connection = self._kept, self._kept.connection
-        if connection.sock is None:
+        new = connection.sock is None  # http.client connects in `request`
+        if new:
             self.opened += 1
-            kept.answered, kept.timeout = 0, None
+            kept.timeout = None
         if timeout != kept.timeout:  # a settimeout system call per request costs ~2% at local speed
             connection.timeout = kept.timeout = timeout
             if connection.sock is not None:
@@ -191,12 +191,10 @@ class SinkConnection:
         except BaseException:
             self.close()
             raise
-        if not kept.answered and isinstance(connection, _HTTPSConnection):
+        if new and isinstance(connection, _HTTPSConnection):
             connection.keep_session()
-        kept.answered += 1
         return response.status, answer
 
     def close(self) -> None:
         """Drop the connection (the next request opens a new one)."""
         self._kept.connection.close()
-        self._kept.answered, self._kept.timeout = 0, None

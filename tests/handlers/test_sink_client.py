@@ -31,10 +31,12 @@ class Server:
 
     def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         server = self
+        self.released = threading.Event()
         self.paths: list[str] = []
         self.sockets: list[socket.socket] = []
         self.resumed: list[bool] = []
         self.hang_up = False  # close the connection after reading the next request, without an answer
+        self.hang = threading.Event()  # set: the next requests wait (up to 5 s) before their answer
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -51,6 +53,8 @@ class Server:
                 if server.hang_up:
                     server.hang_up, self.close_connection = False, True
                     return
+                if server.hang.is_set():
+                    server.released.wait(5)
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
@@ -73,6 +77,7 @@ class Server:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def stop(self) -> None:
+        self.released.set()
         self.http.shutdown()
         self.http.server_close()
 
@@ -115,9 +120,39 @@ def test_invocations_share_one_connection_per_origin_each_with_its_own_path(serv
     assert post(first) == (200, b"ok") and post(first) == (200, b"ok")
     second = sink_client.SinkConnection(f"{server.origin}/other?tenant=a", pool=pool)
     assert post(second) == (200, b"ok")
+    assert post(sink_client.SinkConnection(server.origin, pool=pool)) == (200, b"ok")
 
-    assert server.paths == ["/records", "/records", "/other?tenant=a"] and len(server.sockets) == 1
+    assert server.paths == ["/records", "/records", "/other?tenant=a", "/"] and len(server.sockets) == 1
     assert (first.opened, first.reconnects, second.opened, second.reconnects) == (1, 0, 0, 0)
+    pool.clear()
+
+
+def test_each_core_system_gets_its_own_connection(server):
+    """GIVEN one pool WHEN it posts to two core systems (another port) THEN each request reaches its own."""
+    other = Server()
+    try:
+        pool = sink_client.ConnectionPool()
+        for _ in range(2):
+            post(sink_client.SinkConnection(f"{server.origin}/a", pool=pool))
+            post(sink_client.SinkConnection(f"{other.origin}/b", pool=pool))
+        assert (server.paths, other.paths) == (["/a", "/a"], ["/b", "/b"])
+        assert len(server.sockets) == len(other.sockets) == 1
+        pool.clear()
+    finally:
+        other.stop()
+
+
+def test_the_timeout_of_each_request_holds_on_a_kept_connection(server):
+    """GIVEN a kept connection used with a 5 s timeout WHEN the next request has a 0.2 s timeout and
+    the core system does not answer in time THEN it times out (the kept socket got the new timeout)."""
+    pool = sink_client.ConnectionPool()
+    kept = sink_client.SinkConnection(f"{server.origin}/r", pool=pool)
+    assert post(kept, timeout=5.0) == (200, b"ok")
+    server.hang.set()
+    with pytest.raises(TimeoutError):
+        post(kept, timeout=0.2)
+    assert kept.reconnects == 0
+    server.released.set()
     pool.clear()
 
 
@@ -169,9 +204,9 @@ def test_a_failure_after_the_reconnect_raises_and_leaves_no_connection_behind(se
 
 
 def test_over_https_the_connection_is_kept_and_a_reconnect_resumes_the_tls_session(tmp_path):
-    """GIVEN an HTTPS core system WHEN a warm function posts twice, the core system closes the idle
-    connection, and it posts again THEN the first two requests share one TLS connection, and the new
-    connection resumes the session (an abbreviated handshake) instead of a full one."""
+    """GIVEN an HTTPS core system WHEN a warm function posts once, the core system closes the idle
+    connection, and it posts twice more THEN the new connection resumes the session of the first
+    (an abbreviated handshake, not a full one) and carries both requests."""
     pem = self_signed(tmp_path)
     served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     served.load_cert_chain(pem)
@@ -180,9 +215,9 @@ def test_over_https_the_connection_is_kept_and_a_reconnect_resumes_the_tls_sessi
     try:
         pool = sink_client.ConnectionPool(tls_context=trusted)
         kept = sink_client.SinkConnection(f"{tls.origin}/records", pool=pool)
-        assert post(kept) == (200, b"ok") and post(kept) == (200, b"ok")
-        tls.close_idle()
         assert post(kept) == (200, b"ok")
+        tls.close_idle()
+        assert post(kept) == (200, b"ok") and post(kept) == (200, b"ok")
         assert (kept.opened, kept.reconnects) == (2, 1)
         assert tls.resumed == [False, True]
         pool.clear()
