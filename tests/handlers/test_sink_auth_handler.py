@@ -26,9 +26,9 @@ from tests.handlers.test_register_chunk_handler import (
     Clock,
     cold_function,
     config,
-    ledger,
     connection_fields,
     expected_key,
+    ledger,
     put_chunk,
     register,
     register_chunks,
@@ -323,7 +323,7 @@ def test_sigv4_signs_every_request_so_that_the_core_system_can_verify_it(work, s
 
 @pytest.mark.parametrize("kind", ["bearer", "sigv4"])
 def test_credentials_go_with_every_request_over_the_kept_connection_and_its_replacement(
-        work, sink, ledger, secrets, monkeypatch, capsys, kind):
+        work, sink, ledger, secrets, monkeypatch, capsys, kind):  # noqa: F811 - the imported fixtures
     """GIVEN a bearer (or sigv4) tenant and a core system that checks every request and closes the
     idle connection between the second and third invocations WHEN a warm function registers three
     chunks THEN every request carries the credential (a signature of its own body for sigv4), the
