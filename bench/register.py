@@ -1,24 +1,40 @@
-"""Benchmark of the register side: records/s of one file end to end on the local runtime, as
-a fraction of what a raw keep-alive client reaches against the same local core system.
+"""Benchmark of the register side, side by side in one run: a raw keep-alive client, the register
+handler alone, and the whole local pipeline, in record mode and in batch mode, against the same
+core-system stand-in; with each chunk's fixed cost broken down and projected onto AWS.
 
-    .venv/bin/python bench/register.py [--records 200000] [--chunk-size 1000] [--batch 1] [--time-scale 0.1]
-                                       [--auth none|bearer]
+    .venv/bin/python bench/register.py [--records 1000000] [--runs 3] [--modes record batch]
+                                       [--batch-size 100] [--sink-timeout 5] [--no-write]
 
-Two figures per run, both against the same core-system stand-in (`local_runtime/sink.py`'s
-`SinkServer`), run in a process of its own as a real core system is (`--sink-in-process` runs
-it in the pipeline's process instead, where it shares the interpreter with the moto server and
-the Step Functions interpreter's threads: the figures of the first rows of the table):
+One local pipeline with a tenant per mode (record: one record per POST; batch: `--batch-size`
+records per POST as JSON arrays), each with the largest `chunk_size` the register budget allows
+at `--sink-timeout` (`budgets.max_chunk_size`, at most 10,000; `--chunk-size` overrides), and
+the core-system stand-in (`local_runtime/sink.py`'s `SinkServer`) in a process of its own, as a
+real core system is. Each of `--runs` rounds measures, per mode, one after the other:
 
-* raw: a plain `http.client` keep-alive client in a separate process (as a register worker is)
-  POSTs the same records, one per POST (or `--batch` per POST as JSON arrays, with a key per
-  batch), nothing else, while the pipeline idles, before and after the file (the mean of the
-  two runs): the physical limit of this contract against this core system;
-* pipeline: one file of `--records` records uploaded to a one-tenant pipeline (chunk size
-  `--chunk-size`, `sink.batch_size` `--batch`), from the upload to the last record registered
-  (Split, the workflow, the ledger, the controller: everything), and the register span alone
-  (first to last request at the core system).
+* raw: a plain `http.client` keep-alive client in a process of its own (as a register worker
+  is) POSTs `--raw-records` records (or batches of them, with the same kind of keys), nothing
+  else: the physical limit of this contract against this core system;
+* pipeline: a file of `--records` records uploaded to the mode's tenant, from the upload to the
+  last record registered (Split, the controller, the workflows, the ledger: everything); every
+  record is checked to be registered once, in order;
+* handler alone: the real `register_chunk.register_chunk`, in a process of its own, sending the
+  same file's chunks one after the other as one warm function would (its own ledger position,
+  the pipeline's moto server for S3 and DynamoDB): no workflow, no invocation plumbing.
 
-Appends a row to the "Register throughput" table of docs/benchmarks.md.
+The fixed cost of a chunk in the pipeline is taken from the register invocations' start and end
+(the local runtime's invocation listener) and the core system's request times: "invocation"
+is the time from the invocation's start to its first POST plus from its last POST to its end,
+less what the handler alone measured for its own reads and writes; "index read" the chunk's S3
+GETs (the chunk index block, kept while warm, and the ranged GET of the landing object);
+"progress write" the ledger's fence read and the chunk's last progress write; "state transitions" the time from
+one register invocation's end to the next one's start (moto's Step Functions interpreter).
+
+The AWS projection replaces the local latencies by the per-call latencies stated in
+docs/benchmarks.md ("Register throughput"): `--aws-request-ms` per POST (the core system's own
+answer time and the round trip: not something this repository can know), `--aws-task-ms` per
+chunk for Step Functions' Lambda task (state transitions and the invoke), `--aws-s3-ms` per S3
+GET, `--aws-ddb-ms` per DynamoDB call. Prints a table and appends one row per mode (the median
+run) to the "Register throughput" section of docs/benchmarks.md, with the machine's load.
 """
 
 from __future__ import annotations
@@ -29,24 +45,26 @@ import http.client
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "lambdas"))
 
-import yaml  # noqa: E402
+import yaml
 
 RESULTS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Register throughput"
-TENANT = "bench"
+TENANTS = {"record": "rec", "batch": "bat"}
 
 
 def records_of(count: int) -> list[bytes]:
@@ -56,6 +74,9 @@ def records_of(count: int) -> list[bytes]:
 
 def csv_file(count: int) -> bytes:
     return ("file,seq\n" + "".join(f"f,{seq}\n" for seq in range(count))).encode()
+
+
+# --- raw keep-alive client -------------------------------------------------------------------------
 
 
 def raw_client(url: str, count: int, batch: int) -> float:
@@ -74,7 +95,7 @@ def raw_client(url: str, count: int, batch: int) -> float:
             chunk = records[first:first + batch]
             body, key = batch_body(chunk), batch_idempotency_key("raw", "f.csv", "v", first, len(chunk))
         connection.request("POST", parts.path, body=body,
-                           headers={"Content-Type": "application/json", "Idempotency-Key": key, "X-Tenant-Id": TENANT})
+                           headers={"Content-Type": "application/json", "Idempotency-Key": key, "X-Tenant-Id": "raw"})
         response = connection.getresponse()
         response.read()
         assert 200 <= response.status < 300, response.status
@@ -82,33 +103,82 @@ def raw_client(url: str, count: int, batch: int) -> float:
 
 
 def measure_raw(url: str, count: int, batch: int) -> float:
-    """Records/s of `raw_client` in its own process (as a register worker is) against `url`."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--raw-client", url, "--records", str(count), "--batch", str(batch)],
-        check=True, capture_output=True, text=True,
-    ).stdout
+    out = subprocess.run([sys.executable, __file__, "--raw-client", url, "--records", str(count),
+                          "--batch-size", str(batch)], check=True, capture_output=True, text=True).stdout
     return float(out.strip().splitlines()[-1])
 
 
-#: `--auth`: the tenant's `sink.auth` (bearer: the local runtime creates the secret; the stand-in
-#: outside the pipeline's process does not check the token, the register side's cost is measured).
-AUTH = {"none": {"type": "none"}, "bearer": {"type": "bearer", "secret": "bench/core-token"}}
+# --- the register handler alone --------------------------------------------------------------------
 
 
-def tenants_file(directory: Path, chunk_size: int, batch: int, sink_timeout: int, auth: str = "none") -> Path:
-    path = directory / "tenants.yaml"
-    path.write_text(yaml.safe_dump({
-        "defaults": {"format": "csv", "chunk_size": chunk_size,
-                     "sink": {"url": "http://127.0.0.1:9/unused", "timeout_seconds": sink_timeout, "batch_size": batch}},
-        "tenants": [{"id": TENANT, "prefix": f"{TENANT}/", "sink": {"auth": AUTH[auth]}}],
-    }))
-    return path
+def handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
+    """`--handler-alone`: every chunk of the spec's file through `register_chunk.register_chunk`,
+    one after the other, in this process (a warm function); returns rates and phase times."""
+    os.environ.update(spec["environment"])
+    import boto3
+    import contract
+    import register_chunk
+    from ledger import Ledger
+    from runtime import BoundLogger, get_logger
+
+    phases = {"index_read": 0.0, "fence": 0.0, "writes": 0.0, "s3_gets": 0, "fence_calls": 0, "write_calls": 0}
+
+    def timed(phase: str, count: str, call: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                phases[phase] += time.perf_counter() - started
+                phases[count] += 1
+        return wrapper
+
+    class TimedS3:
+        def __init__(self, client: Any) -> None:
+            self.client, self.get_object = client, timed("index_read", "s3_gets", client.get_object)
+
+    class TimedLedger(Ledger):
+        read = timed("fence", "fence_calls", Ledger.read)
+        pin_settings = timed("fence", "fence_calls", Ledger.pin_settings)
+        record_progress = timed("writes", "write_calls", Ledger.record_progress)
+
+    config = contract.from_env(contract.RegisterEnv)
+    s3 = TimedS3(boto3.client("s3"))
+    ledger = TimedLedger(boto3.client("dynamodb"), config.ledger_table_name, spec["ledger_tenant"])
+    task = spec["task"]
+    file = {key: task[key] for key in ("tenant", "bucket", "key", "version_id")}
+    ledger.claim(ledger.read(), {**file, "event_id": task["execution_name"], "size": 0, "etag": None,  # type: ignore[typeddict-item]
+                                 "event_time": ""}, task["execution_name"], time.time())
+    phases.update({name: type(value)() for name, value in phases.items()})
+    log = BoundLogger(get_logger("register_chunk"), {})
+    started = time.perf_counter()
+    for index in range(task["chunk_count"]):
+        progress: dict[str, Any] = {**task, "chunk_index": index, "start_record": index * task["chunk_size"]}
+        while not progress.get("done"):
+            progress = register_chunk.register_chunk(progress, config=config, s3=s3, ledger=ledger,  # type: ignore[arg-type]
+                                                      log=log, remaining_seconds=lambda: 900.0)
+    seconds = time.perf_counter() - started
+    return {"rate": task["record_count"] / seconds, "seconds": seconds, **phases}
+
+
+def measure_handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump(spec, file)
+    try:
+        out = subprocess.run([sys.executable, __file__, "--handler-alone", file.name], check=True,
+                             capture_output=True, text=True).stdout
+    finally:
+        os.unlink(file.name)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# --- the core-system stand-in in a process of its own ----------------------------------------------
 
 
 class SinkProcess:
     """The core-system stand-in in a process of its own, driven over its stdin/stdout."""
 
-    def __enter__(self) -> "SinkProcess":
+    def __enter__(self) -> Self:
         self.process = subprocess.Popen([sys.executable, __file__, "--sink-process"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)
         self.url = self._read()
@@ -131,12 +201,12 @@ class SinkProcess:
         self._command("reset")
 
     def received(self) -> dict[str, Any]:
-        """{"posts": N, "requests": [(time, body)], "accepted": [record]} since the last reset."""
+        """{"posts", "connections", "requests": [(time, body)], "accepted": [record]} since the last reset."""
         with tempfile.NamedTemporaryFile(suffix=".json") as dump:
             self._command(f"dump {dump.name}")
             return json.loads(Path(dump.name).read_text())
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         self._command("stop")
         self.process.wait(timeout=30)
 
@@ -145,7 +215,7 @@ def sink_process() -> None:
     """`--sink-process`: serve a SinkServer until told to stop (commands on stdin)."""
     from local_runtime.sink import SinkServer
 
-    sink = SinkServer(TENANT)
+    sink = SinkServer("bench")
     sink.start()
     print(sink.url, flush=True)
     for line in sys.stdin:
@@ -154,7 +224,7 @@ def sink_process() -> None:
             sink.reset()
         elif command == "dump":
             Path(argument).write_text(json.dumps({
-                "posts": sink.posts, "accepted": sink.accepted,
+                "posts": sink.posts, "connections": sink.connections, "accepted": sink.accepted,
                 "requests": [(r.time, r.body) for r in sink.requests],
             }))
         elif command == "stop":
@@ -164,129 +234,261 @@ def sink_process() -> None:
     sink.stop()
 
 
-def chained(*hooks: Any) -> Any:
-    def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
-        for one in hooks:
-            variables = one(tenant, role, variables)
-        return variables
-
-    return hook
+# --- the whole local pipeline ----------------------------------------------------------------------
 
 
-def split_chunk_size(size: int | None) -> Any:
-    """A `function_environment` hook that gives the split function another chunk size than the
-    tenants file allows (an experiment beyond the config's cap, never a deployment)."""
+class RegisterInvocations:
+    """Start and end of every register invocation (the local runtime's invocation listener)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: list[tuple[str, float, float | None]] = []  # tenant, start, end
+        self._open: dict[str, int] = {}
+
+    def __call__(self, function: Any, event: Any, result: Any) -> None:
+        if function.role != "register":
+            return
+        now = time.time()
+        with self.lock:
+            if result is None:
+                self._open[function.tenant] = len(self.calls)
+                self.calls.append((function.tenant, now, None))
+            else:
+                at = self._open.pop(function.tenant)
+                self.calls[at] = (function.tenant, self.calls[at][1], now)
+
+    def take(self, tenant: str) -> list[tuple[float, float]]:
+        with self.lock:
+            mine = [(start, end) for who, start, end in self.calls if who == tenant and end is not None]
+            self.calls = [call for call in self.calls if call[0] != tenant]
+        return mine
+
+
+def tenants_file(directory: Path, modes: dict[str, tuple[int, int]], sink_timeout: int) -> Path:
+    path = directory / "tenants.yaml"
+    path.write_text(yaml.safe_dump({
+        "defaults": {"format": "csv", "sink": {"url": "http://127.0.0.1:9/unused", "timeout_seconds": sink_timeout}},
+        "tenants": [{"id": TENANTS[mode], "prefix": f"{TENANTS[mode]}/", "chunk_size": chunk,
+                     "sink": {"batch_size": batch, "auth": {"type": "none"}}} for mode, (chunk, batch) in modes.items()],
+    }))
+    return path
+
+
+def chunk_breakdown(first_of_chunk: dict[int, tuple[float, float]],
+                    invocations: list[tuple[float, float]]) -> dict[str, float]:
+    """Mean seconds per chunk: from an invocation's start to its chunk's first POST plus from its
+    last POST to its end (`in_invocation`), and from one invocation's end to the next one's start
+    (`between`). Invocations are matched to chunks in order (one per chunk unless a deadline split one)."""
+    chunks = sorted(first_of_chunk.values())
+    ins = []
+    for (first, last), (start, end) in zip(chunks, invocations, strict=False):
+        ins.append(max(0.0, first - start) + max(0.0, end - last))
+    between = [invocations[i + 1][0] - invocations[i][1] for i in range(len(invocations) - 1)]
+    return {"in_invocation": statistics.fmean(ins) if ins else 0.0,
+            "between": statistics.fmean(between) if between else 0.0,
+            "chunks": len(chunks), "invocations": len(invocations)}
+
+
+def pipeline_run(pipe: Any, sink: SinkProcess, calls: RegisterInvocations, tenant: str, name: str, count: int,
+                 chunk_size: int) -> dict[str, Any]:
+    from demo import verify
+
+    sink.reset()
+    started = time.time()
+    pipe.put_file(tenant, name, csv_file(count))
+    pipe.wait_until_idle(timeout=7200, tenants=[tenant])
+    seconds = time.time() - started
+    received = sink.received()
+    problems = verify.check_records(received["accepted"], [("f", count)]).problems
+    assert not problems, problems[:3]
+    execution = pipe.executions(tenant)[-1]
+    assert execution["status"] == "SUCCEEDED", execution
+    chunks: dict[int, tuple[float, float]] = {}
+    for when, record in received["requests"]:
+        records = record if isinstance(record, list) else [record]
+        index = int(records[0]["seq"]) // chunk_size
+        first, last = chunks.get(index, (when, when))
+        chunks[index] = (min(first, when), max(last, when))
+    times = [when for when, _ in received["requests"]]
+    return {"seconds": seconds, "rate": count / seconds, "register_rate": count / (times[-1] - times[0]),
+            "posts": received["posts"], "connections": received["connections"],
+            **chunk_breakdown(chunks, calls.take(tenant))}
+
+
+def register_function(pipe: Any, tenant: str) -> Any:
+    return next(f for f in pipe.deployment.functions.values() if f.tenant == tenant and f.role == "register")
+
+
+def file_task(pipe: Any, tenant: str, name: str) -> dict[str, Any]:
+    """The register task of `name`'s last split (its manifest in the work bucket), chunk 0."""
     from lambdas import contract
 
-    variable = contract.env_name("chunk_size")
+    s3 = pipe.client("s3")
+    bucket = register_function(pipe, tenant).environment[contract.env_name("work_bucket")]
+    manifests = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=contract.work_prefix(tenant)):
+        for item in page.get("Contents", []):
+            if item["Key"].endswith("manifest.json"):
+                manifest = json.loads(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+                if manifest["source"]["key"].endswith(name):
+                    manifests.append((item["LastModified"], item["Key"], manifest))
+    _, key, manifest = max(manifests, key=lambda found: found[0])
+    source = manifest["source"]
+    return {"tenant": tenant, "bucket": source["bucket"], "key": source["key"], "version_id": source["version_id"],
+            "execution_name": f"alone-{name.removesuffix('.csv')}", "chunk_prefix": key.removesuffix("manifest.json"),
+            "chunk_size": int(manifest["chunk_size"]), "chunk_count": int(manifest["chunk_count"]),
+            "record_count": int(manifest["record_count"]), "fault_since": None}
 
-    def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
-        return {**variables, variable: str(size)} if size and variable in variables else variables
 
-    return hook
+# --- the AWS projection ----------------------------------------------------------------------------
 
 
-def measure(count: int, chunk_size: int, batch: int, sink_timeout: int, time_scale: float, raw_count: int,
-            split_chunk: int | None = None, sink_in_process: bool = False, auth: str = "none") -> dict[str, Any]:
-    """The raw client against the core-system stand-in while the pipeline idles (before and
-    after the file: the machine is shared, so both are kept), then the file."""
-    from demo import verify
+def aws_projection(records: int, chunk: int, batch: int, args: argparse.Namespace) -> dict[str, float]:
+    """Records/s on AWS of the raw client and of the pipeline, from the stated per-call latencies:
+    per chunk its POSTs, plus the Lambda task (`--aws-task-ms`), the fence read and the final
+    progress write (DynamoDB), the landing object's ranged GET (S3; the index block is kept warm),
+    and a progress write per second of sending."""
+    requests = -(-chunk // batch)
+    sending = requests * args.aws_request_ms / 1000
+    fixed = (args.aws_task_ms + args.aws_s3_ms + 2 * args.aws_ddb_ms) / 1000
+    writes = int(sending) * args.aws_ddb_ms / 1000
+    raw = batch / (args.aws_request_ms / 1000)
+    pipeline = chunk / (sending + fixed + writes)
+    return {"raw": raw, "pipeline": pipeline, "fixed_ms": (fixed + writes) * 1000}
+
+
+# --- one invocation of the bench -------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from local_runtime import LocalPipeline
     from local_runtime.sink import point_register_at
+    from pipeline_constructs import budgets
 
-    body = csv_file(count)
+    modes = {mode: (args.chunk_size or min(10_000, budgets.max_chunk_size(args.sink_timeout, batch)), batch)
+             for mode, batch in (("record", 1), ("batch", args.batch_size)) if mode in args.modes}
+    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     with contextlib.ExitStack() as stack:
-        work = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-register-"))
-        outside = None if sink_in_process else stack.enter_context(SinkProcess())
-        # the local runtime's own hook, pointed at the stand-in outside (anything with a `url`)
-        hooks = [split_chunk_size(split_chunk)] + ([point_register_at({TENANT: outside})] if outside else [])
-        pipe = stack.enter_context(LocalPipeline(tenants_file(Path(work), chunk_size, batch, sink_timeout, auth),
-                                                 time_scale=time_scale, function_environment=chained(*hooks)))
-        sink = outside or pipe.sink(TENANT)
-        raw = [measure_raw(sink.url, raw_count, batch)]
-        sink.reset()
-        started = time.time()
-        pipe.put_file(TENANT, "big.csv", body)
-        pipe.wait_until_idle(timeout=7200, tenants=[TENANT])
-        seconds = time.time() - started
-        if outside:
-            received = outside.received()
-            requests = [(when, record) for when, record in received["requests"]]
-            posts, accepted = received["posts"], received["accepted"]
-        else:
-            requests = [(r.time, r.body) for r in sink.requests]
-            posts, accepted = sink.posts, sink.accepted
-        problems = verify.check_records(accepted, [("f", count)]).problems
-        assert not problems, problems[:3]
-        (execution,) = pipe.executions(TENANT)
-        assert execution["status"] == "SUCCEEDED", execution
-        sink.reset()
-        raw.append(measure_raw(sink.url, raw_count, batch))
-    span = requests[-1][0] - requests[0][0]
-    size = split_chunk or chunk_size
-    chunks: dict[int, list[float]] = {}
-    for when, record in requests:
-        chunks.setdefault(int(record["seq"]) // size, []).append(when)
-    inside = sum(max(times) - min(times) for times in chunks.values())
-    return {"raw": sum(raw) / len(raw), "raw_runs": raw, "seconds": seconds, "rate": count / seconds,
-            "register_rate": count / span, "posts": posts, "first_record_after": requests[0][0] - started,
-            "inside_chunks": inside, "between_chunks": (span - inside) / max(1, len(chunks) - 1)}
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-register-")))
+        sink = stack.enter_context(SinkProcess())
+        pipe = stack.enter_context(LocalPipeline(
+            tenants_file(work, modes, args.sink_timeout), time_scale=args.time_scale,
+            function_environment=point_register_at({tenant: sink for tenant in TENANTS.values()})))
+        calls = RegisterInvocations()
+        pipe.add_invocation_listener(calls)
+        region = pipe.client("s3").meta.region_name
+        for round_number in range(1, args.runs + 1):
+            for mode, (chunk, batch) in modes.items():
+                tenant, name = TENANTS[mode], f"run{round_number}.csv"
+                sink.reset()
+                raw = measure_raw(sink.url, min(args.records, args.raw_records), batch)
+                piped = pipeline_run(pipe, sink, calls, tenant, name, args.records, chunk)
+                sink.reset()
+                function = register_function(pipe, tenant)
+                alone = measure_handler_alone({
+                    "environment": {**function.environment, "AWS_ENDPOINT_URL": pipe.endpoint_url,
+                                    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                                    "AWS_DEFAULT_REGION": region, "AWS_REGION": region},
+                    "ledger_tenant": f"alone-{tenant}-{round_number}", "task": file_task(pipe, tenant, name),
+                })
+                chunks = piped["chunks"]
+                # outside the chunk's POSTs: its GETs, the fence read and the last progress write (the
+                # writes of each second of sending fall between its POSTs)
+                index_read = alone["index_read"] / chunks
+                progress = alone["fence"] / chunks + alone["writes"] / max(1, alone["write_calls"])
+                result = {"mode": mode, "chunk": chunk, "batch": batch, "raw": raw, "pipeline": piped, "alone": alone,
+                          "per_chunk_ms": {
+                              "invocation": max(0.0, piped["in_invocation"] - index_read - progress) * 1000,
+                              "index_read": index_read * 1000, "progress_write": progress * 1000,
+                              "state_transitions": piped["between"] * 1000}}
+                results[mode].append(result)
+                print(describe(result), flush=True)
+    return results
 
 
-def append_row(row: str) -> None:
-    """Insert `row` after the last row of the section's table."""
+def describe(result: dict[str, Any]) -> str:
+    raw, piped, alone, cost = result["raw"], result["pipeline"], result["alone"], result["per_chunk_ms"]
+    return (f"{result['mode']:6} chunk {result['chunk']:>5} x{result['batch']:<3} raw {raw:>9,.0f}/s | "
+            f"handler alone {alone['rate']:>9,.0f}/s ({alone['rate'] / raw:.2f}) | pipeline {piped['rate']:>9,.0f}/s "
+            f"({piped['rate'] / raw:.2f}; register span {piped['register_rate'] / raw:.2f}) | per chunk: invocation "
+            f"{cost['invocation']:.0f} ms, index read {cost['index_read']:.1f} ms, progress write "
+            f"{cost['progress_write']:.1f} ms, state transitions {cost['state_transitions']:.0f} ms | "
+            f"{piped['connections']} connection(s) for {piped['chunks']} chunks")
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run whose pipeline/raw fraction is the median."""
+    ordered = sorted(runs, key=lambda r: r["pipeline"]["rate"] / r["raw"])
+    return ordered[len(ordered) // 2]
+
+
+def load_average() -> str:
+    return " / ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def append_rows(rows: list[str]) -> None:
+    """Insert `rows` after the last row of the section's first table."""
     lines = RESULTS.read_text().splitlines()
     start = lines.index(SECTION)
     end = start + 1
     while end < len(lines) and not lines[end].startswith("## "):
         end += 1
-    last_row = max(i for i in range(start, end) if lines[i].startswith("|"))
-    lines.insert(last_row + 1, row)
+    table = [i for i in range(start, end) if lines[i].startswith("|")]
+    last = table[0]
+    while last + 1 < end and lines[last + 1].startswith("|"):
+        last += 1
+    lines[last + 1:last + 1] = rows
     RESULTS.write_text("\n".join(lines) + "\n")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--chunk-size", type=int, default=1000)
-    parser.add_argument("--batch", type=int, default=1, help="sink.batch_size: records per POST (1: record mode)")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", choices=("record", "batch"), default=["record", "batch"])
+    parser.add_argument("--batch-size", type=int, default=100, help="sink.batch_size of the batch mode tenant")
+    parser.add_argument("--chunk-size", type=int, default=None,
+                        help="chunk_size of both tenants (default: the largest the register budget allows)")
     parser.add_argument("--sink-timeout", type=int, default=5, help="sink.timeout_seconds (bounds the chunk size)")
     parser.add_argument("--time-scale", type=float, default=0.1)
-    parser.add_argument("--raw-records", type=int, default=50_000, help="records the raw client sends per run")
-    parser.add_argument("--split-chunk-size", type=int, default=None,
-                        help="experiment: the split function's chunk size, above the config's cap of 1000")
-    parser.add_argument("--sink-in-process", action="store_true",
-                        help="run the core-system stand-in in the pipeline's process (the earlier rows)")
+    parser.add_argument("--raw-records", type=int, default=200_000, help="records the raw client sends per run")
+    parser.add_argument("--aws-request-ms", type=float, default=10.0, help="a POST to the core system on AWS")
+    parser.add_argument("--aws-task-ms", type=float, default=60.0, help="Step Functions' Lambda task, per chunk")
+    parser.add_argument("--aws-s3-ms", type=float, default=30.0, help="an S3 ranged GET")
+    parser.add_argument("--aws-ddb-ms", type=float, default=6.0, help="a DynamoDB read or write")
+    parser.add_argument("--no-write", action="store_true", help="print the rows, do not append them")
     parser.add_argument("--raw-client", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--handler-alone", metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument("--sink-process", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--no-write", action="store_true", help="print the row, do not append it")
-    parser.add_argument("--auth", choices=sorted(AUTH), default="none", help="the tenant's sink.auth type")
     args = parser.parse_args()
     if args.sink_process:
         sink_process()
         return 0
     if args.raw_client:
-        print(raw_client(args.raw_client, args.records, args.batch))
+        print(raw_client(args.raw_client, args.records, args.batch_size))
+        return 0
+    if args.handler_alone:
+        print(json.dumps(handler_alone(json.loads(Path(args.handler_alone).read_text()))))
         return 0
 
-    figures = measure(args.records, args.chunk_size, args.batch, args.sink_timeout, args.time_scale,
-                      min(args.records, args.raw_records), args.split_chunk_size, args.sink_in_process, args.auth)
-    raw, rate, register_rate = figures["raw"], figures["rate"], figures["register_rate"]
-    print(f"raw client runs: {', '.join(f'{r:,.0f}' for r in figures['raw_runs'])} records/s; "
-          f"first record {figures['first_record_after']:.1f} s after the upload; "
-          f"inside chunks {args.records / figures['inside_chunks']:,.0f} records/s "
-          f"({args.records / figures['inside_chunks'] / raw:.2f} of raw); "
-          f"{figures['between_chunks'] * 1000:.0f} ms between chunks")
-    mode = "record (1 per POST)" if args.batch == 1 else f"batch ({args.batch} per POST)"
-    row = (
-        f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {args.records:,} | "
-        f"{f'{args.split_chunk_size} (experiment)' if args.split_chunk_size else args.chunk_size} | "
-        f"{mode}{', sink in process' if args.sink_in_process else ''}{', bearer auth' if args.auth == 'bearer' else ''} | {raw:,.0f} | {figures['seconds']:.1f} s | {rate:,.0f} ({rate / raw:.2f}) | "
-        f"{register_rate:,.0f} ({register_rate / raw:.2f}) | {figures['posts']:,} |"
-    )
-    print(row)
+    load_before = load_average()
+    results = run(args)
+    rows = []
+    for mode, runs in results.items():
+        chosen = median_run(runs)
+        raw, piped, alone, cost = chosen["raw"], chosen["pipeline"], chosen["alone"], chosen["per_chunk_ms"]
+        fractions = ", ".join(f"{r['pipeline']['rate'] / r['raw']:.2f}" for r in runs)
+        aws = aws_projection(args.records, chosen["chunk"], chosen["batch"], args)
+        rows.append(
+            f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores, load {load_before} | {args.records:,} | "
+            f"{mode} ({chosen['batch']} per POST) | {chosen['chunk']} | {raw:,.0f} | {alone['rate']:,.0f} "
+            f"({alone['rate'] / raw:.2f}) | {piped['rate']:,.0f} ({piped['rate'] / raw:.2f}; runs {fractions}) | "
+            f"{cost['invocation']:.0f} / {cost['index_read']:.1f} / {cost['progress_write']:.1f} / "
+            f"{cost['state_transitions']:.0f} ms | {piped['connections']} for {piped['chunks']} chunks | "
+            f"{aws['pipeline'] / aws['raw']:.3f} ({aws['fixed_ms']:.0f} ms a chunk) |")
+    print("\n".join(rows))
     if not args.no_write:
-        append_row(row)
+        append_rows(rows)
     return 0
 
 

@@ -18,6 +18,9 @@ The function works within its budget (docs/design.md §4.7):
   that each fail once cost nothing, and only an outage longer than
   `sink_outage_budget_seconds` fails the file (`SinkUnavailableError`), which halts it;
 * any other answer (4xx, 3xx) is `SinkRejectedError`: the same record cannot succeed;
+* the connection to the core system outlives the invocation (`sink_client.POOL`, one per warm
+  execution environment): a kept connection the far side closed is replaced at once and the
+  request sent again under the same key, which costs no try;
 * with `sink.auth` (`sink_auth.py`) each request carries the tenant's credential; a 401 gets
   a fresh one (the bearer secret read again) and the request is sent again at once, once; a
   401 after that, or a 403, is `SinkAuthError` (naming the secret, never the token). A secret
@@ -352,13 +355,12 @@ def register_chunk(
                         sleep=sleep, log=log, auth=auth if auth is not None else sink_auth_for(config))
     register.check()
     records = read_chunk(s3, config, task)
-    sink = SinkConnection(config.sink_url, config.sink_timeout_seconds)
+    sink = SinkConnection(config.sink_url)  # the warm function's kept connection (sink_client.POOL)
     try:
         return register.run(records, sink)
     finally:
-        sink.close()
         records.close()
-        publish_metrics(register, config.tenant_id, clock())
+        publish_metrics(register, sink, config.tenant_id, clock())
 
 
 class _WarmCache:
@@ -443,13 +445,17 @@ def open_chunk(s3: Any, config: RegisterEnv, task: ChunkTask, manifest: dict[str
     return body, start
 
 
-def publish_metrics(register: Register, tenant_id: str, now: float) -> None:
+def publish_metrics(register: Register, sink: SinkConnection, tenant_id: str, now: float) -> None:
     """One EMF record per invocation, whatever its end (done, deadline, outage, rejection):
     `RecordsSent`, `SinkErrors` and `SinkRequests`, always present, so a period with traffic has
-    a point of each (the sink-errors alarm's rate and the dashboard divide errors by tries)."""
+    a point of each (the sink-errors alarm's rate and the dashboard divide errors by tries).
+    The same record carries, as plain fields (no metric, no cost), the connections the invocation
+    opened to the core system (`sink_connections`: 0 while the kept one stays open) and how many of
+    them replaced a kept connection the far side had closed (`sink_reconnects`)."""
     emit_metrics(namespace=METRIC_NAMESPACE, tenant_id=tenant_id, now=now,
                  metrics={RECORDS_SENT_METRIC: register.sent, SINK_ERRORS_METRIC: register.errors,
-                          SINK_REQUESTS_METRIC: register.requests})
+                          SINK_REQUESTS_METRIC: register.requests},
+                 fields={"sink_connections": sink.opened, "sink_reconnects": sink.reconnects})
 
 
 @lambda_handler(

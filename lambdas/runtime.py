@@ -127,10 +127,12 @@ def pick(event: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {key: event.get(key) for key in keys}
 
 
-def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, float]) -> str:
+def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, float],
+             fields: Mapping[str, Any] | None = None) -> str:
     """One CloudWatch embedded-metric-format record: `metrics` maps a name of `EMF_METRICS`
     to its value, published with the unit and the dimensions that table gives. Printed to
-    stdout, CloudWatch Logs turns it into metrics."""
+    stdout, CloudWatch Logs turns it into metrics. `fields` ride along as plain log fields
+    (searchable with Logs Insights, not metrics)."""
     return json.dumps(
         {
             "_aws": {
@@ -144,11 +146,13 @@ def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str
                 ],
             },
             TENANT_DIMENSION: tenant_id,
+            **(fields or {}),
             **metrics,
         }
     )
 
 
-def emit_metrics(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, float]) -> None:
+def emit_metrics(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, float],
+                 fields: Mapping[str, Any] | None = None) -> None:
     """Print one EMF record (see `emf_line`)."""
-    print(emf_line(namespace=namespace, tenant_id=tenant_id, now=now, metrics=metrics), flush=True)
+    print(emf_line(namespace=namespace, tenant_id=tenant_id, now=now, metrics=metrics, fields=fields), flush=True)

@@ -18,7 +18,10 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import ssl
+import time
 import urllib.parse
+from collections.abc import Callable
 
 #: A rejection's body is read for `rejected_index` only up to this size (never logged).
 MAX_REJECTION_BODY_BYTES = 64 * 1024
@@ -58,35 +61,140 @@ def rejected_offset(body: bytes, record_count: int) -> int | None:
     return None
 
 
-class SinkConnection:
-    """One keep-alive connection to the sink for a whole chunk.
+#: What a kept connection raises, before the core system's answer began, when the far side
+#: closed it while it was idle (its keep-alive timeout, a load balancer's idle cut, a frozen
+#: execution environment thawed later): the request is sent again, at once, on a new connection.
+#: `http.client.RemoteDisconnected` (the far side's end of stream where the status line should
+#: be) is a ConnectionResetError; over TLS the same close surfaces as `ssl.SSLEOFError` (the TCP
+#: connection ended without TLS's close_notify) or `ssl.SSLZeroReturnError` (with it).
+CLOSED_CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, ssl.SSLEOFError,
+                            ssl.SSLZeroReturnError)
 
-    A TLS handshake per request would dominate the cost of a chunk. `http.client` does not
-    follow redirects, which is what we want: a redirected POST would lose its body.
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    """Resumes the TLS session of the connection before it: a connection opened again after the
+    far side closed the kept one costs an abbreviated handshake, not a full one."""
+
+    tls_session: ssl.SSLSession | None = None
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # the TCP connection (no proxy tunnel: none is configured)
+        self.sock = self.tls_context.wrap_socket(self.sock, server_hostname=self.host, session=self.tls_session)
+
+    def keep_session(self) -> None:
+        """Remember the session of the current socket (TLS 1.3 tickets arrive with the first answer)."""
+        session = self.sock.session  # type: ignore[union-attr]
+        if session is not None:
+            self.tls_session = session
+
+
+def _default_tls_context() -> ssl.SSLContext:
+    """What `http.client.HTTPSConnection` would make: the system's CAs, HTTP/1.1 by ALPN."""
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+class _Kept:
+    """One pooled connection (created unconnected: `http.client` connects on the first request)."""
+
+    def __init__(self, url: str, tls_context: ssl.SSLContext | None) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme == "https":
+            context = tls_context or _default_tls_context()
+            self.connection: http.client.HTTPConnection = _HTTPSConnection(parts.hostname, parts.port, context=context)
+            self.connection.tls_context = context  # type: ignore[attr-defined]
+        else:
+            self.connection = http.client.HTTPConnection(parts.hostname, parts.port)
+        self.timeout: float | None = None  # the current socket's
+
+
+class ConnectionPool:
+    """The register function's connections to the core system, one per scheme, host and port,
+    kept as long as the execution environment stays warm (module-level `POOL`): a chunk costs
+    no TCP or TLS handshake while the far side keeps the connection open."""
+
+    def __init__(self, tls_context: ssl.SSLContext | None = None) -> None:
+        self.tls_context = tls_context
+        self._kept: dict[tuple[str, str | None, int | None], _Kept] = {}
+
+    def kept(self, url: str) -> _Kept:
+        parts = urllib.parse.urlsplit(url)
+        origin = (parts.scheme, parts.hostname, parts.port)
+        kept = self._kept.get(origin)
+        if kept is None:
+            kept = self._kept[origin] = _Kept(url, self.tls_context)
+        return kept
+
+    def clear(self) -> None:
+        """Close every connection (a test's cold start)."""
+        for kept in self._kept.values():
+            kept.connection.close()
+        self._kept.clear()
+
+
+POOL = ConnectionPool()
+
+
+class SinkConnection:
+    """One invocation's use of the kept connection to the sink (`POOL`), and what it cost:
+    `opened` (new connections: TCP, and TLS, handshakes) and `reconnects` (kept connections found
+    closed by the far side, each followed by the same request on a new one).
+
+    `http.client` does not follow redirects, which is what we want: a redirected POST would lose its body.
     """
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(self, url: str, *, pool: ConnectionPool | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._kept = (pool or POOL).kept(url)
         parts = urllib.parse.urlsplit(url)
-        factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        self._connection = factory(parts.hostname, parts.port, timeout=timeout)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._timeout: float | None = None
+        self._clock = clock
+        self.opened = 0
+        self.reconnects = 0
+        self._answering = False  # the answer to the request at hand has begun (its status line came)
 
     def post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
         """POST; return the HTTP status and the response body (drained so the connection can be
-        reused; the caller never logs it). Transport failures raise (OSError, HTTPException)."""
-        if timeout != self._timeout:  # a settimeout system call per request costs ~2% at local speed
-            self._connection.timeout = self._timeout = timeout
-            if self._connection.sock is not None:
-                self._connection.sock.settimeout(timeout)
+        reused; the caller never logs it). Transport failures raise (OSError, HTTPException).
+
+        A kept connection that turns out closed before the answer began is opened again and the
+        same request (the same body, headers and idempotency key) sent once more, within what is
+        left of `timeout`: the far side may or may not have read it, and the key makes that safe."""
+        reused = self._kept.connection.sock is not None
+        started = self._clock()
         try:
-            self._connection.request("POST", self._path, body=body, headers=headers)
-            response = self._connection.getresponse()
-            return response.status, response.read()
-        except (OSError, http.client.HTTPException):
+            return self._post(body, headers, timeout)
+        except CLOSED_CONNECTION_ERRORS:
+            left = timeout - (self._clock() - started)
+            if not reused or self._answering or left <= 0:
+                raise
+        self.reconnects += 1
+        return self._post(body, headers, left)
+
+    def _post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+        kept, connection = self._kept, self._kept.connection
+        new = connection.sock is None  # http.client connects in `request`
+        if new:
+            self.opened += 1
+            kept.timeout = None
+        if timeout != kept.timeout:  # a settimeout system call per request costs ~2% at local speed
+            connection.timeout = kept.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
+        self._answering = False
+        try:
+            connection.request("POST", self._path, body=body, headers=headers)
+            response = connection.getresponse()
+            self._answering = True
+            answer = response.read()
+        except BaseException:
             self.close()
             raise
+        if new and isinstance(connection, _HTTPSConnection):
+            connection.keep_session()
+        return response.status, answer
 
     def close(self) -> None:
-        self._connection.close()
-        self._timeout = None
+        """Drop the connection (the next request opens a new one)."""
+        self._kept.connection.close()

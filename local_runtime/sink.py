@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
+import random
 import secrets
 import threading
 import time
@@ -114,6 +115,10 @@ class SinkServer:
     _in_flight: int = 0
     _max_in_flight: int = 0
     _auth_refusals: list[AuthRefusal] = field(default_factory=list)
+    _connections: int = 0
+    _idle_timeout: float | None = None
+    _drop: float = 0.0
+    _random: random.Random = field(default_factory=random.Random)
     _listeners: list[Callable[[str, SinkRequest], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -127,6 +132,12 @@ class SinkServer:
             # and the client's delayed ACK stalls each record by ~40 ms.
             disable_nagle_algorithm = True
 
+            def setup(self) -> None:
+                self.timeout = sink._idle_timeout  # an idle kept connection is closed after it
+                super().setup()
+                with sink._lock:
+                    sink._connections += 1
+
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 url = f"http://{self.headers.get('Host', '')}{self.path}"
@@ -137,6 +148,8 @@ class SinkServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+                if sink._drop and sink._random.random() < sink._drop:
+                    self.close_connection = True  # without a `Connection: close`: the client finds out
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
@@ -178,6 +191,11 @@ class SinkServer:
         return self._posts
 
     @property
+    def connections(self) -> int:
+        """How many connections it accepted (each a TCP handshake of a client)."""
+        return self._connections
+
+    @property
     def max_in_flight(self) -> int:
         """The most requests that were ever being handled at the same time."""
         return self._max_in_flight
@@ -215,6 +233,14 @@ class SinkServer:
         self._latency = float(seconds)
         return self
 
+    def close_connections(self, *, idle_after: float | None = None, at_random: float = 0.0,
+                          seed: int = 0) -> SinkServer:
+        """Close a kept connection once it has been idle `idle_after` seconds (a keep-alive timeout)
+        and, with probability `at_random`, right after an answer (a load balancer's cut), as a
+        real core system may; connections opened from now on. None and 0: keep them open."""
+        self._idle_timeout, self._drop, self._random = idle_after, at_random, random.Random(seed)
+        return self
+
     def clear_faults(self) -> SinkServer:
         with self._lock:
             self._failures.clear()
@@ -228,7 +254,7 @@ class SinkServer:
             self._requests.clear()
             self._accepted.clear()
             self._seen_keys.clear()
-            self._max_in_flight = self._posts = 0
+            self._max_in_flight = self._posts = self._connections = 0
         return self
 
     # -- request handling -------------------------------------------------------------------

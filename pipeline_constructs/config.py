@@ -25,14 +25,13 @@ from pipeline_constructs import budgets, capacity, names
 from pipeline_constructs import routing as routing_rules
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
-MAX_CHUNK_SIZE = 1000
 #: The largest `sink.batch_size` (records per POST, one JSON array): a batch never spans chunks.
-MAX_SINK_BATCH_SIZE = MAX_CHUNK_SIZE
-#: With batches (`sink.batch_size` > 1) a chunk may hold more records: a chunk's fixed cost (a
-#: workflow iteration, an invocation, its reads and ledger writes: about 0.1 s locally) is then
-#: what limits throughput (docs/benchmarks.md, "Register throughput"); the register budget
-#: still bounds its requests x timeout.
-MAX_BATCH_MODE_CHUNK_SIZE = 10_000
+MAX_SINK_BATCH_SIZE = 1000
+#: The largest chunk in any mode. Below it, the register budget (`budgets.max_chunk_size`: a
+#: chunk's requests x `sink.timeout_seconds` within 10 invocations) bounds it: a chunk's fixed
+#: cost (a workflow iteration, an invocation, its reads and ledger writes) is amortised over as
+#: many records as the budget allows (docs/benchmarks.md, "Register throughput").
+MAX_CHUNK_SIZE = 10_000
 EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
 
 
@@ -352,10 +351,13 @@ class TenantConfig(_Strict):
         "other character in the keys of its events, so the tenant's rule would never match."))
     format: Literal["csv", "jsonl"] = Field(default="csv", description=(
         "`csv`: comma-separated values, the first row is the header; `jsonl`: one JSON object per line."))
-    chunk_size: int = Field(default=100, ge=1, le=MAX_BATCH_MODE_CHUNK_SIZE, description=(
+    chunk_size: int = Field(default=100, ge=1, le=MAX_CHUNK_SIZE, description=(
         "Records per chunk, the unit the register function sends and the ledger records; a failing chunk stops "
-        f"every later one. At most {MAX_CHUNK_SIZE} with one record per POST, {MAX_BATCH_MODE_CHUNK_SIZE} with a "
-        "`sink.batch_size` above 1, and as many as `sink.timeout_seconds` allows."))
+        f"every later one. At most {MAX_CHUNK_SIZE}, and at most what the register function's budget allows for "
+        "`sink.timeout_seconds` and `sink.batch_size` (10 invocations at the slowest answer): with one record per "
+        f"POST {budgets.max_chunk_size(10, 1)} at the default 10 s, {budgets.max_chunk_size(5, 1)} at 5 s, "
+        f"{budgets.max_chunk_size(1, 1)} at 1 s. Larger chunks amortise each chunk's fixed cost (an invocation, "
+        "its reads and ledger writes, the workflow's state transitions) over more records."))
     sink: SinkConfig = Field(description="Where the tenant's records go (required, in the tenant or in `defaults`).")
     alarms: AlarmConfig = Field(default=AlarmConfig(), description="When the tenant's alarms page.")
     on_failure: Literal["halt", "continue"] = Field(default="halt", description=(
@@ -652,7 +654,7 @@ FIXES: dict[str, str] = {
     ),
     "prefix": "use a key prefix such as 'acme/' that ends with '/'",
     "format": "use 'csv' (with a header row) or 'jsonl'",
-    "chunk_size": f"use a whole number from 1 to {MAX_CHUNK_SIZE} (to {MAX_BATCH_MODE_CHUNK_SIZE} with a sink.batch_size above 1)",
+    "chunk_size": f"use a whole number from 1 to {MAX_CHUNK_SIZE}, within the register budget of sink.timeout_seconds",
     "url": "use the core system's https:// endpoint",
     "timeout_seconds": "use a whole number of seconds from 1 to 60",
     "outage_budget_seconds": "use a whole number of seconds from 1 to 86400 (default 3600: one hour)",
@@ -1131,15 +1133,7 @@ def _check_uploaders(tenants: list[TenantConfig], targets: dict[str, TargetConfi
 
 
 def _check_batch_size(tenant: TenantConfig, problems: _Problems) -> None:
-    """A batch is cut inside one chunk: a batch_size above chunk_size would never fill. Chunks
-    above MAX_CHUNK_SIZE are for batch mode only."""
-    if tenant.chunk_size > MAX_CHUNK_SIZE and tenant.sink.batch_size == 1:
-        problems.add(
-            f"tenant '{tenant.id}'", "chunk_size", tenant.chunk_size,
-            f"is above {MAX_CHUNK_SIZE} with one record per POST (sink.batch_size 1)",
-            f"use a chunk_size of at most {MAX_CHUNK_SIZE}, or a sink.batch_size above 1 if the core system "
-            "implements the batch contract",
-        )
+    """A batch is cut inside one chunk: a batch_size above chunk_size would never fill."""
     if tenant.sink.batch_size > tenant.chunk_size:
         problems.add(
             f"tenant '{tenant.id}'", "sink.batch_size", tenant.sink.batch_size,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_constructs import names
+from pipeline_constructs import budgets, names
 from pipeline_constructs.config import ConfigError, load_config, parse_config
 from tests.conftest import one_problem, problems_of
 
@@ -123,7 +123,7 @@ def test_fails_when_the_format_is_unknown():
 
 @pytest.mark.parametrize(("value", "problem"), [
     (0, "is less than 1"),
-    (10001, "is more than 10000"),  # 1001 to 10000: test_fails_when_chunk_size_is_above_1000_in_record_mode
+    (10001, "is more than 10000"),  # below it, the register budget: test_fails_when_a_record_mode_chunk_is_more_than...
 ])
 def test_fails_when_chunk_size_is_out_of_range(value, problem):
     assert one_problem(
@@ -133,8 +133,8 @@ def test_fails_when_chunk_size_is_out_of_range(value, problem):
         tenants:
           - {{id: acme, prefix: a/, chunk_size: {value}}}
         """
-    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 1000 "
-          "(to 10000 with a sink.batch_size above 1)")
+    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 10000, "
+          "within the register budget of sink.timeout_seconds")
 
 
 def test_fails_when_a_threshold_is_negative():
@@ -337,13 +337,10 @@ def test_fails_when_a_chunk_at_the_slowest_answer_needs_too_many_register_invoca
 
 
 def test_the_largest_allowed_chunk_passes_and_one_more_fails():
-    from pipeline_constructs import budgets
-
-    for timeout in (1, 10, 60):
-        largest = min(1000, budgets.max_chunk_size(timeout))
+    for timeout in (1, 5, 10, 60):
+        largest = budgets.max_chunk_size(timeout)
         assert budgets.register_invocations_per_chunk(largest, timeout) <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
-        if largest < 1000:
-            assert budgets.register_invocations_per_chunk(largest + 1, timeout) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+        assert budgets.register_invocations_per_chunk(largest + 1, timeout) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
 
 
 # --- prefixes S3 would URL-encode in its events ----------------------------------------------
@@ -557,15 +554,30 @@ def test_the_largest_allowed_chunk_in_batch_mode_passes_and_one_more_fails():
         assert budgets.register_invocations_per_chunk(largest + 1, timeout, batch) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
 
 
-def test_fails_when_chunk_size_is_above_1000_in_record_mode():
+def test_record_mode_allows_any_chunk_the_register_budget_allows():
+    """GIVEN one record per POST and sink.timeout_seconds 5 WHEN the chunk is the largest the register
+    budget allows (1,740: 174 requests an invocation, 10 invocations) THEN it is accepted; at 1 s the
+    bound is 8,700."""
+    for timeout, largest in ((5, 1740), (1, 8700)):
+        (tenant,) = parse_config(textwrap.dedent(
+            f"""
+            tenants:
+              - {{id: acme, prefix: a/, chunk_size: {largest}, sink: {{url: 'https://core.example.com', auth: {{type: none}}, timeout_seconds: {timeout}}}}}
+            """
+        )).tenants
+        assert tenant.chunk_size == largest == budgets.max_chunk_size(timeout, 1)
+
+
+def test_fails_when_a_record_mode_chunk_is_more_than_the_register_budget_allows():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 5000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 1}}
+          - {id: acme, prefix: a/, chunk_size: 1741, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 5}}
         """
     ) == (
-        "tenant 'acme': field 'chunk_size' = 5000: is above 1000 with one record per POST (sink.batch_size 1); use a "
-        "chunk_size of at most 1000, or a sink.batch_size above 1 if the core system implements the batch contract"
+        "tenant 'acme': field 'chunk_size' = 1741: x sink.timeout_seconds 5 = 8705 s for a chunk at the slowest "
+        "answer, 11 invocations of the register function's 900 s limit (at most 10: each one adds to the "
+        "execution's history); use a chunk_size of at most 1740 at this timeout, or a lower sink.timeout_seconds"
     )
 
 
@@ -584,7 +596,7 @@ def test_batch_mode_allows_chunks_up_to_10000_and_no_more():
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 10001: is more than 10000; use a whole number "
-        "from 1 to 1000 (to 10000 with a sink.batch_size above 1)"
+        "from 1 to 10000, within the register budget of sink.timeout_seconds"
     )
 # --- pages of chunks (issue 9) -------------------------------------------------------------------
 

@@ -144,12 +144,44 @@ def test_a_wrong_token_halts_the_tenant_with_an_error_naming_the_secret(pipe: Lo
 def test_a_sigv4_tenant_signs_every_request(pipe: LocalPipeline) -> None:
     """GIVEN a tenant with `auth: {type: sigv4}` and a core system that verifies each signature
     (recomputed with botocore from the request and the workers' credentials)
-    WHEN a file is processed THEN every record is registered and no request was refused."""
+    WHEN a file is processed THEN every record is registered, no request was refused, and the
+    chunks shared the register worker's kept connection."""
     pipe.put_file("signed", "s0.csv", csv_file("s0", 7))
     pipe.wait_until_idle(timeout=60, tenants=["signed"])
     assert [e["status"] for e in pipe.executions("signed")] == ["SUCCEEDED"]
     assert_records_in_file_order(pipe.sink("signed").accepted, [("s0", 7)])
     assert pipe.sink("signed").auth_refusals == []
+    # the warm worker keeps its connection across its invocations: not one connection per chunk (3)
+    assert pipe.sink("signed").connections < 3
+
+
+@pytest.mark.parametrize("tenant", ["bearer", "signed"])
+def test_credentials_hold_over_kept_connections_the_core_system_cuts(pipe: LocalPipeline, tenant: str) -> None:
+    """GIVEN a core system that checks each request's credential, closes connections idle for 50 ms
+    and cuts one after an answer at random (two in five)
+    WHEN two files are processed THEN every record is registered once, in order, nothing is refused,
+    and the register functions' own counts match the core system's: each connection it accepted was
+    opened by an invocation, the cut ones were replaced (reconnects counted), the rest kept."""
+    sink = pipe.sink(tenant).close_connections(idle_after=0.05, at_random=0.4, seed=3)
+    before = sink.connections
+    try:
+        first = pipe.put_file(tenant, "k0.csv", csv_file("k0", 8))
+        second = pipe.put_file(tenant, "k1.csv", csv_file("k1", 7))
+        pipe.wait_until_idle(timeout=90, tenants=[tenant])
+    finally:
+        sink.close_connections()
+    executions = pipe.executions(tenant)[-2:]
+    assert [e["status"] for e in executions] == ["SUCCEEDED", "SUCCEEDED"]
+    assert_files_in_order(executions, [first[0], second[0]])
+    accepted = [r for r in sink.accepted if r["file"] in ("k0", "k1")]
+    assert_records_in_file_order(accepted, [("k0", 8), ("k1", 7)])
+    assert sink.auth_refusals == []
+    records = [json.loads(line) for line in pipe.logs(pipe.tenants[tenant].functions["register"]).splitlines()
+               if line.startswith("{") and '"sink_reconnects"' in line]
+    opened = sum(r["sink_connections"] for r in records)
+    reconnects = sum(r["sink_reconnects"] for r in records)
+    assert opened == sink.connections  # every connection the core system accepted, counted by its opener
+    assert 1 <= reconnects <= sink.connections - before  # at most one per connection it cut
 
 
 def everything_written(pipe: LocalPipeline) -> str:

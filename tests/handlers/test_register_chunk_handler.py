@@ -3,9 +3,11 @@ progress, the fence, the deadline, and the retry budget spent per fault episode.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import random
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ import chunk_format
 import contract
 import pytest
 import register_chunk
+import sink_client
 import split
 from contract import FileRef, RegisterEnv, SinkRejectedError, SinkUnavailableError, StaleExecutionError
 from ledger import Ledger
@@ -25,6 +28,8 @@ from runtime import BoundLogger, get_logger
 from tests.handlers import support
 from tests.handlers.support import TENANT, Context
 
+#: `Sink.respond`: take the request (it counts as received), close the connection without answering.
+HANG_UP = -1
 WORK = "work"
 LANDING = "landing"
 KEY = "acme/f.csv"
@@ -33,13 +38,27 @@ PREFIX = "chunks/acme/evt-1/"
 
 @dataclass
 class Sink:
-    """The core system stand-in: records every request, answers `respond(request_number)`."""
+    """The core system stand-in: records every request, answers `respond(request_number)` (0:
+    never; HANG_UP: takes the request, then closes the connection without an answer), and closes
+    the connection after answering when `hang_up_after(request_number)` says so."""
 
     url: str
     requests: list[dict[str, Any]] = field(default_factory=list)
     respond: Callable[[int], int] = lambda n: 200
+    hang_up_after: Callable[[int], bool] = lambda n: False
     release: threading.Event = field(default_factory=threading.Event)
     answer: bytes = b"TOPSECRETRSP"  # the response body (never logged)
+    sockets: list[socket.socket] = field(default_factory=list)  # every connection it accepted
+
+    @property
+    def connections(self) -> int:
+        return len(self.sockets)
+
+    def close_idle(self) -> None:
+        """Close every connection, as a keep-alive timeout does to an idle one (call it between requests)."""
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def bodies(self) -> list[dict[str, Any]]:
         return [json.loads(r["body"]) for r in self.requests]
@@ -55,15 +74,24 @@ def sink() -> Iterator[Sink]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like a real core system
 
+        def setup(self) -> None:
+            super().setup()
+            state.sockets.append(self.connection)
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             state.requests.append(
                 {"path": self.path, "headers": dict(self.headers), "body": body, "client": self.client_address}
             )
-            status = state.respond(len(state.requests) - 1)
+            number = len(state.requests) - 1
+            status = state.respond(number)
             if status == 0:  # hang until the test ends: a timeout without sleeping
                 state.release.wait(5)
                 return
+            if status == HANG_UP:
+                self.close_connection = True
+                return
+            self.close_connection = state.hang_up_after(number)  # no `Connection: close`: the client finds out
             self.send_response(status)
             if 300 <= status < 400:
                 self.send_header("Location", "/elsewhere")
@@ -136,7 +164,9 @@ def cold_function() -> Iterator[None]:
     """Each test starts as a cold function: nothing kept from another test's file."""
     register_chunk._MANIFESTS.clear()
     register_chunk._INDEX_BLOCKS.clear()
+    sink_client.POOL.clear()
     yield
+    sink_client.POOL.clear()
 
 
 class CountingS3:
@@ -467,6 +497,126 @@ def test_a_chunk_reuses_one_connection_to_the_core_system(work, sink, ledger):
     assert len({r["client"] for r in sink.requests}) == 1
 
 
+# --- the kept connection (sink_client.POOL) ------------------------------------------------------
+
+
+def connection_fields(capsys: pytest.CaptureFixture[str]) -> list[tuple[int, int, int]]:
+    """Per invocation since the last call: (connections opened, reconnects, sink errors)."""
+    return [(r["sink_connections"], r["sink_reconnects"], r["SinkErrors"]) for r in emf_records(capsys)]
+
+
+def register_chunks(work: Any, ledger: Ledger, sink: Sink, chunks: int, *, between: Callable[[int], None] = lambda i: None,
+                    chunk_size: int = 3, clock: Clock | None = None, cfg: RegisterEnv | None = None) -> list[dict[str, Any]]:
+    """A file of `chunks` chunks registered by one warm function, a chunk per invocation (each to done)."""
+    put_file(work, "".join(json.dumps({"id": i}) + "\n" for i in range(chunks * chunk_size)).encode(),
+             chunk_size=chunk_size)
+    results = []
+    for index in range(chunks):
+        between(index)
+        progress = task(index, chunk_size=chunk_size, start_record=index * chunk_size, record_count=chunks * chunk_size)
+        while not progress.get("done"):
+            progress = register(work, ledger, progress, cfg or config(sink), clock)
+        results.append(progress)
+    return results
+
+
+def registered_keys(sink: Sink) -> list[str]:
+    """The keys the core system registered, in order: each key once (a resend is deduplicated)."""
+    return list(dict.fromkeys(sink.keys()))
+
+
+def test_a_warm_function_sends_every_chunk_over_the_connection_it_kept(work, sink, ledger, capsys):
+    """GIVEN a core system that keeps connections open WHEN a warm function registers three chunks,
+    one per invocation THEN one connection carries all of them: the first invocation opens it, the
+    others open none (no TCP or TLS handshake per chunk)."""
+    register_chunks(work, ledger, sink, 3)
+
+    assert len(sink.requests) == 9 and sink.connections == 1
+    assert connection_fields(capsys) == [(1, 0, 0), (0, 0, 0), (0, 0, 0)]
+
+
+def test_a_kept_connection_closed_while_idle_is_opened_again_once_and_the_record_sent_on_it(work, sink, ledger, capsys):
+    """GIVEN the core system closes idle connections (its keep-alive timeout) between two invocations
+    WHEN the second chunk is registered THEN its first record, which found the kept connection closed,
+    goes again at once on one new connection under the same key: no error, no backoff, each record
+    registered once, the reconnect counted."""
+    clock = Clock()
+    register_chunks(work, ledger, sink, 2, between=lambda i: sink.close_idle() if i == 1 else None, clock=clock)
+
+    assert registered_keys(sink) == sink.keys()[:3] + sink.keys()[-3:]
+    assert registered_keys(sink) == [expected_key(LANDED["version_id"], i) for i in range(6)]
+    assert sink.connections == 2 and clock.sleeps == []
+    assert connection_fields(capsys) == [(1, 0, 0), (1, 1, 0)]
+
+
+def test_random_cuts_between_requests_lose_nothing_and_register_nothing_twice(work, sink, ledger, capsys):
+    """GIVEN a core system that closes the connection after an answer at random (a load balancer's
+    cut, a third of the time) and every idle connection before chunks 4 and 7 (its keep-alive
+    timeout) WHEN a warm function registers ten chunks of 3 THEN every record is registered once and
+    in order, the request after each cut (and only it) goes on a new connection, each cut costs one
+    reconnect and no failed try."""
+    cut = random.Random(7)
+    closed = {n for n in range(30) if cut.random() < 1 / 3}
+    sink.hang_up_after = lambda n: n in closed
+    idle_cuts = (4, 7)
+
+    register_chunks(work, ledger, sink, 10, between=lambda i: sink.close_idle() if i in idle_cuts else None)
+
+    assert sink.keys() == [expected_key(LANDED["version_id"], i) for i in range(30)]  # none sent twice
+    on_new_connection = [n for n in range(1, 30) if sink.requests[n]["client"] != sink.requests[n - 1]["client"]]
+    assert on_new_connection == sorted({n + 1 for n in closed if n < 29} | {3 * i for i in idle_cuts})
+    fields = connection_fields(capsys)
+    assert sum(reconnected for _, reconnected, _ in fields) == len(on_new_connection) > 5
+    assert sink.connections == 1 + len(on_new_connection) == sum(opened for opened, _, _ in fields)
+    assert [errors for _, _, errors in fields] == [0] * 10
+
+
+def test_a_request_the_core_system_took_but_did_not_answer_goes_again_under_the_same_key(work, sink, ledger, capsys):
+    """GIVEN a kept connection the core system closes after reading a request, before answering (it
+    may or may not have registered it) WHEN the chunk is registered THEN the request goes again at
+    once on a new connection with the same idempotency key and body, and the chunk continues."""
+    sink.respond = lambda n: HANG_UP if n == 1 else 200
+    clock = Clock()
+    put_chunk(work, 0, [{"id": i} for i in range(3)])
+
+    result = register(work, ledger, task(0), config(sink), clock)
+
+    assert result["done"] and result["records_sent"] == 3
+    keys = [expected_key(LANDED["version_id"], i) for i in range(3)]
+    assert sink.keys() == [keys[0], keys[1], keys[1], keys[2]]
+    assert sink.requests[1]["body"] == sink.requests[2]["body"]
+    assert sink.connections == 2 and clock.sleeps == []
+    assert connection_fields(capsys) == [(2, 1, 0)]
+
+
+def test_a_new_connection_that_breaks_is_a_failed_try_not_a_reconnect(work, sink, ledger, capsys):
+    """GIVEN the core system hangs up on the first request of a new connection (nothing was kept)
+    WHEN the chunk is registered THEN that is a failed try like any transport fault (counted, backed
+    off, sent again under the same key), not a silent reconnect."""
+    sink.respond = lambda n: HANG_UP if n == 0 else 200
+    clock = Clock()
+    put_chunk(work, 0, [{"id": i} for i in range(2)])
+
+    result = register(work, ledger, task(0), config(sink), clock)
+
+    assert result["done"] and sink.keys()[0] == sink.keys()[1]
+    assert clock.sleeps == [register_chunk.RETRY_BACKOFF_SECONDS[0]]
+    assert connection_fields(capsys) == [(2, 0, 1)]
+
+
+def test_a_reconnect_is_tried_once_then_the_fault_is_a_failed_try(work, sink, ledger, capsys):
+    """GIVEN a kept connection closed while idle, and a core system that also hangs up on the
+    request sent again on the new connection WHEN the chunk is registered THEN there is one reconnect,
+    then a failed try (backed off), then the record goes through: never a loop of reconnects."""
+    clock = Clock()
+    sink.respond = lambda n: HANG_UP if n == 3 else 200  # the 4th request to arrive: the one sent again
+    register_chunks(work, ledger, sink, 2, between=lambda i: sink.close_idle() if i == 1 else None, clock=clock)
+
+    assert registered_keys(sink) == [expected_key(LANDED["version_id"], i) for i in range(6)]
+    assert clock.sleeps == [register_chunk.RETRY_BACKOFF_SECONDS[0]]
+    assert connection_fields(capsys) == [(1, 0, 0), (2, 1, 1)]
+
+
 # --- metrics -------------------------------------------------------------------------------------
 
 
@@ -734,16 +884,16 @@ def test_handler_logs_a_batch_rejection_without_records_or_the_answer(work, sink
 # --- chunk size and timeouts fit together (budgets.py) ----------------------------------------------
 
 
-@pytest.mark.parametrize(("sink_timeout", "batch_size"), [(60, 1), (60, 5), (60, 100)])
+@pytest.mark.parametrize(("sink_timeout", "batch_size"), [(60, 1), (5, 1), (60, 5), (60, 100)])
 def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_budget(work, sink, ledger, sink_timeout, batch_size):
-    """GIVEN the largest chunk synthesis allows (at most 1000) for this sink timeout and batch size,
+    """GIVEN the largest chunk synthesis allows (at most 10,000) for this sink timeout and batch size,
     and a core system that takes the whole timeout for every request WHEN the workflow invokes the
     register function (with the timeout synthesis gives it) until the chunk is done THEN it needs at
     most MAX_REGISTER_INVOCATIONS_PER_CHUNK invocations, each ending before its deadline, and every
     record is sent exactly once."""
     from pipeline_constructs import budgets
 
-    size = min(1000 if batch_size == 1 else 10_000, budgets.max_chunk_size(sink_timeout, batch_size))
+    size = min(10_000, budgets.max_chunk_size(sink_timeout, batch_size))
     function_timeout = budgets.register_timeout_seconds(size, sink_timeout, batch_size)
     put_chunk(work, 0, [{"id": i} for i in range(size)], chunk_size=size)
     clock = Clock()

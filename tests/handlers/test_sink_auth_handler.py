@@ -22,12 +22,16 @@ from contract import SinkAuthError, SinkUnavailableError
 from local_runtime.core_auth import SigV4Key, sigv4_problem
 from tests.handlers.support import REGION, Context
 from tests.handlers.test_register_chunk_handler import (
+    LANDED,
     Clock,
     cold_function,
     config,
+    connection_fields,
+    expected_key,
     ledger,
     put_chunk,
     register,
+    register_chunks,
     sink,
     task,
     work,
@@ -314,6 +318,35 @@ def test_sigv4_signs_every_request_so_that_the_core_system_can_verify_it(work, s
     other = dataclasses.replace(KEY, secret_key="another-key")
     assert sigv4_problem(other, method="POST", url=sink.url, headers=first["headers"], body=first["body"]) == (
         "the signature does not match the request")
+    sink_auth.function_credentials.cache_clear()
+
+
+@pytest.mark.parametrize("kind", ["bearer", "sigv4"])
+def test_credentials_go_with_every_request_over_the_kept_connection_and_its_replacement(
+        work, sink, ledger, secrets, monkeypatch, capsys, kind):  # noqa: F811 - the imported fixtures
+    """GIVEN a bearer (or sigv4) tenant and a core system that checks every request and closes the
+    idle connection between the second and third invocations WHEN a warm function registers three
+    chunks THEN every request carries the credential (a signature of its own body for sigv4), the
+    first two chunks share one connection, the third reconnects once, nothing is refused or sent twice."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEY.secret_key)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", KEY.token)
+    sink_auth.function_credentials.cache_clear()
+
+    def verified(n: int) -> int:
+        request = sink.requests[n]
+        if kind == "bearer":
+            return 201 if request["headers"].get("Authorization") == f"Bearer {TOKEN}" else 401
+        why = sigv4_problem(KEY, method="POST", url=sink.url, headers=request["headers"], body=request["body"])
+        return 201 if why is None else 403
+
+    sink.respond = verified
+    cfg = bearer(config(sink)) if kind == "bearer" else signed_config(config(sink))
+    register_chunks(work, ledger, sink, 3, cfg=cfg, between=lambda i: sink.close_idle() if i == 2 else None)
+
+    assert sink.keys() == [expected_key(LANDED["version_id"], i) for i in range(9)]
+    assert len({r["client"] for r in sink.requests[:6]}) == 1 and sink.connections == 2
+    assert [(opened, reconnects) for opened, reconnects, _ in connection_fields(capsys)] == [(1, 0), (0, 0), (1, 1)]
     sink_auth.function_credentials.cache_clear()
 
 
