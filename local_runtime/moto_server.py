@@ -578,12 +578,14 @@ def _map_iterations_loop() -> Any:
 
 def _fifo_groups_wait_for_messages_in_flight() -> Any:
     """A FIFO queue delivers no message of a group while an earlier one of it is in flight
-    (received, not deleted, its visibility not over), as SQS does. moto keeps "in flight" in a
-    set of its own: a ChangeMessageVisibility to 0 (the closer's hand-off) takes the message out
-    of it, and a later one with its receipt handle (a controller still deciding on it: moto
-    accepts it, SQS answers MessageNotInflight) hides it again without putting it back, so the
-    group's next message went out first (G1 broken locally). Before each receive, every received
-    FIFO message that is not visible is in the set again."""
+    (received, not deleted, its visibility not over), and then the group's oldest first, as SQS
+    does. moto keeps "in flight" in a set of its own: a ChangeMessageVisibility to 0 (a close's
+    hand-off) takes the message out of it, and a later one with its receipt handle (a controller
+    still deciding on that message waits: moto accepts it, SQS answers MessageNotInflight) hides
+    it again without putting it back, so the group's next file went out while the one before
+    it was in flight; and a receive skips a group's visible oldest message while a later one
+    whose visibility ended is still in the set. Before each receive of a FIFO queue, the set
+    holds exactly the received messages that are not visible."""
     from moto.sqs.models import SQSBackend
 
     receive = SQSBackend.receive_message
@@ -591,10 +593,9 @@ def _fifo_groups_wait_for_messages_in_flight() -> Any:
     def receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
         queue = self.get_queue(queue_name)
         if queue.fifo_queue:
-            queue.pending_messages.update(
-                message for message in list(queue._messages)
-                if message.group_id and message.approximate_receive_count and not message.visible
-            )
+            in_flight = {m for m in list(queue._messages) if m.approximate_receive_count and not m.visible}
+            queue.pending_messages.intersection_update(in_flight)
+            queue.pending_messages.update(in_flight)
         return receive(self, queue_name, *args, **kwargs)
 
     return _patched(SQSBackend, "receive_message", receive_message)
