@@ -155,6 +155,7 @@ def moto_patches(*, invoker: LambdaInvoker, time_scale: float, status_events: bo
         if status_events:
             stack.enter_context(_sfn_status_change_events())
         stack.enter_context(_map_iterations_loop())
+        stack.enter_context(_fifo_groups_wait_for_messages_in_flight())
         yield
 
 
@@ -573,3 +574,28 @@ def _map_iterations_loop() -> Any:
             self._job_pool.close_job(job)
 
     return _patched(IterationWorker, "_eval_pool", _eval_pool)
+
+
+def _fifo_groups_wait_for_messages_in_flight() -> Any:
+    """A FIFO queue delivers no message of a group while an earlier one of it is in flight
+    (received, not deleted, its visibility not over), and then the group's oldest first, as SQS
+    does. moto keeps "in flight" in a set of its own: a ChangeMessageVisibility to 0 (a close's
+    hand-off) takes the message out of it, and a later one with its receipt handle (a controller
+    still deciding on that message waits: moto accepts it, SQS answers MessageNotInflight) hides
+    it again without putting it back, so the group's next file went out while the one before
+    it was in flight; and a receive skips a group's visible oldest message while a later one
+    whose visibility ended is still in the set. Before each receive of a FIFO queue, the set
+    holds exactly the received messages that are not visible."""
+    from moto.sqs.models import SQSBackend
+
+    receive = SQSBackend.receive_message
+
+    def receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = self.get_queue(queue_name)
+        if queue.fifo_queue:
+            in_flight = {m for m in list(queue._messages) if m.approximate_receive_count and not m.visible}
+            queue.pending_messages.intersection_update(in_flight)
+            queue.pending_messages.update(in_flight)
+        return receive(self, queue_name, *args, **kwargs)
+
+    return _patched(SQSBackend, "receive_message", receive_message)

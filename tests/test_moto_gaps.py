@@ -344,6 +344,52 @@ def test_moto_map_worker_recurses_once_per_item(aws: None, monkeypatch: pytest.M
     assert depths[0] + 1000 * min(growth) > sys.getrecursionlimit(), "a 1,000-item Map now fits moto's recursion"
 
 
+def fifo_group_after_a_hand_off_race() -> tuple[Any, str, str, list[str]]:
+    """A FIFO queue with messages f2, f3 of one group; f2 received, made visible (the close of
+    the file ahead hands it off) and hidden again with the same receipt handle (the controller
+    deciding on it waits): f2 is in flight, not deleted. Returns the client, the queue URL, f2's
+    receipt handle and the bodies the next receive gets."""
+    sqs = boto3.client("sqs")
+    url = sqs.create_queue(QueueName="gate.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "30"})["QueueUrl"]
+    for body in ("f2", "f3"):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="tenant")
+    (f2,) = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert f2["Body"] == "f2"
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=f2["ReceiptHandle"], VisibilityTimeout=0)
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=f2["ReceiptHandle"], VisibilityTimeout=30)
+    return sqs, url, f2["ReceiptHandle"], bodies(sqs, url)
+
+
+def bodies(sqs: Any, url: str) -> list[str]:
+    return [message["Body"] for message in sqs.receive_message(QueueUrl=url).get("Messages", [])]
+
+
+def test_moto_hands_out_a_groups_next_message_while_one_is_in_flight(aws: None) -> None:
+    """GIVEN f2 handed off and hidden again (`fifo_group_after_a_hand_off_race`) THEN moto hands
+    out f3 while f2 is in flight; SQS delivers no later message of a group while one is in flight."""
+    *_, following = fifo_group_after_a_hand_off_race()
+
+    assert following == ["f3"], closed("holds a FIFO group while a message of it is in flight",
+                                       "_fifo_groups_wait_for_messages_in_flight")
+
+
+def test_the_patched_queue_holds_the_group_while_its_message_is_in_flight(aws: None) -> None:
+    """GIVEN the same race under `_fifo_groups_wait_for_messages_in_flight` THEN nothing is
+    received while f2 is in flight; f2 again once it is visible; f3 only once f2 is deleted."""
+    from local_runtime.moto_server import _fifo_groups_wait_for_messages_in_flight
+
+    with _fifo_groups_wait_for_messages_in_flight():
+        sqs, url, receipt, following = fifo_group_after_a_hand_off_race()
+        assert following == []
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
+        (f2,) = sqs.receive_message(QueueUrl=url)["Messages"]
+        assert f2["Body"] == "f2"
+        assert bodies(sqs, url) == []
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=f2["ReceiptHandle"])
+        assert bodies(sqs, url) == ["f3"]
+
+
 def test_the_readme_lists_each_patch_in_order_with_its_canaries() -> None:
     """THEN the README's table names exactly the patches `moto_patches()` applies, in its order,
     and the canaries of its rows are exactly this module's canaries."""
