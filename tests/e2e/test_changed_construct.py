@@ -44,16 +44,18 @@ def test_the_deployed_definition_is_the_changed_one(pipe: LocalPipeline) -> None
 
 def test_map_concurrency_two_breaks_record_order_and_the_checks_catch_it(pipe: LocalPipeline) -> None:
     """GIVEN the changed workflow and a slow core system
-    WHEN a file of 4 chunks is processed
+    WHEN a file of 8 chunks is processed
     THEN two chunks were sent at the same time and the G1 record-order checks fail."""
-    # 0.6 s per chunk: longer than a second register environment takes to start.
+    # 0.6 s per chunk (the most the scaled sink timeout allows), 8 chunks: even when the second
+    # register environment's start (slow on a busy machine) outlasts the first pair, later pairs
+    # overlap.
     sink = pipe.sink("acme").latency(0.2)
-    pipe.put_file("acme", "f.csv", csv_file("f", 12))
+    pipe.put_file("acme", "f.csv", csv_file("f", 24))
 
     pipe.wait_until_idle(timeout=60, tenants=["acme"])
 
     assert sink.max_in_flight == 2
     with pytest.raises(AssertionError, match="out of order"):
-        assert_records_in_file_order(sink.accepted, [("f", 12)])
+        assert_records_in_file_order(sink.accepted, [("f", 24)])
     with pytest.raises(AssertionError, match="was sent before"):
         assert_requests_in_order(sink.requests)

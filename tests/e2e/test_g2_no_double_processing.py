@@ -80,7 +80,10 @@ def test_the_same_object_version_under_another_event_id_runs_once(run: Run) -> N
     delivery across a bus-to-bus hop may carry a new id, a replay does) THEN it is consumed and
     nothing starts: the ledger's version marker stops it, not the event id; d2 ran once."""
     copies = [d for d in run.pipe.deliveries("acme") if OTHER_ID in d.body]
-    assert [d.outcome for d in copies] == ["deleted"]
+    # consumed once; before that, only a controller that timed out on a loaded machine (the
+    # scaled timeout is 0.6 s) may have left it for redelivery
+    assert [d.outcome for d in copies][-1:] == ["deleted"], copies
+    assert all(d.outcome == "failed" and d.error_type == "Sandbox.Timedout" for d in copies[:-1]), copies
     executions = run.pipe.executions("acme")
     assert OTHER_ID not in {e["name"] for e in executions}
     assert [e["key"] for e in executions].count("acme/d2.csv") == 1
@@ -95,16 +98,19 @@ def test_the_faults_really_happened(run: Run) -> None:
     pipe = run.pipe
     assert pipe.faults.kills == [("acme", "controller", "Runtime.ExitError")]
     d0 = [d for d in pipe.deliveries("acme") if '"acme/d0.csv"' in d.body]
-    assert d0[0].error_type == "Runtime.ExitError" and d0[0].outcome == "failed"
+    # one delivery was killed; any other that failed timed out (the scaled 0.6 s, a loaded machine)
+    (killed,) = [d for d in d0 if d.error_type == "Runtime.ExitError"]
+    assert killed.outcome == "failed"
+    assert all(d.error_type == "Sandbox.Timedout" for d in d0 if d.outcome == "failed" and d is not killed), d0
     # the killed delivery is the one that started d0's one execution: the kill came after the start
     (d0_execution,) = [e for e in pipe.executions("acme") if e["key"] == "acme/d0.csv"]
-    assert d0[0].started <= d0_execution["startDate"].timestamp() <= d0[0].finished
+    assert killed.started <= d0_execution["startDate"].timestamp() <= killed.finished
     assert any(d.receive_count >= 2 and d.outcome == "deleted" for d in d0), (
         "the crashed message never came back"
     )
     assert sum(d.outcome == "deleted" for d in d0) == 3, "original + two duplicate copies are all consumed"
     assert [(tenant, original) for tenant, original, _ in pipe.faults.duplicates_sent] == [
-        ("acme", d0[0].message_id)
+        ("acme", killed.message_id)
     ]
 
     requests = pipe.sink("acme").requests
