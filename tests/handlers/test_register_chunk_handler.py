@@ -73,6 +73,7 @@ def sink() -> Iterator[Sink]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like a real core system
+        disable_nagle_algorithm = True  # else each answer's body waits ~40 ms for a delayed ACK
 
         def setup(self) -> None:
             super().setup()

@@ -40,6 +40,7 @@ class Server:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else each answer's body waits ~40 ms for a delayed ACK
 
             def setup(self) -> None:
                 super().setup()
