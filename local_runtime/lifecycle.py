@@ -122,9 +122,13 @@ class Runtime:
         """Stop everything that was started (idempotent)."""
         self._exit.close()
 
-    def _wake_pollers(self, _function: Any, _event: Any, result: InvocationResult | None) -> None:
-        if result is not None:
-            for poller in self.pollers.values():
+    def _wake_pollers(self, function: Any, _event: Any, result: InvocationResult | None) -> None:
+        """An ended invocation of a tenant's function wakes that tenant's poller (one of a shared
+        function every poller), except split and register: they never send or release a message."""
+        if result is None or function.role in ("split", "register"):
+            return
+        for tenant, poller in self.pollers.items():
+            if function.tenant in (None, tenant):
                 poller.wake()
 
     def _invoke(self, function_name: str, environment: dict[str, str], event: Any) -> InvocationResult:
