@@ -16,7 +16,8 @@ while acting (run the command again); 5 the tenant or the deployment was not fou
 messages that are not replayable events are in the tenant's dead-letter queue (listed, left
 there); 7 `reconcile` found object versions not completed and did not replay them (never seen
 without --replay, or failed: resume or skip them); 8 `preflight`: a quota of the account cannot
-hold what the tenants file needs (the table says which and the fix); 9 `status`: a tenant shown
+hold what the tenants file needs, or an uploader role or user of the account lacks the uploader
+tag or does not exist (a line says which and the fix); 9 `status`: a tenant shown
 is halted (the table says which and what to run). An endpoint that is not AWS, or holds no
 ordered-ingest deployment, exits 5 with one line naming it.
 """
@@ -57,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events, "
         "7 reconcile found versions not completed (and did not replay them), "
         "8 preflight: a quota of the account cannot hold what the tenants file needs, "
+        "or an uploader of the account is not tagged or does not exist, "
         "9 status: a tenant shown is halted (resume or skip its file).",
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
@@ -89,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _preflight_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "preflight", help="before a deploy: do the account's quotas hold what the tenants file needs?")
+        "preflight", help="before a deploy: do the account's quotas hold what the tenants file needs, and do its "
+        "uploaders carry the uploader tag?")
     parser.add_argument("--tenants", default="tenants.yaml", help="the tenants file (default: tenants.yaml)")
     parser.add_argument("--target", help="the deployment target to check (required when the file declares several); "
                         "its Region is the default --region")
@@ -298,7 +301,8 @@ def _reconcile(args: argparse.Namespace, tenant: TenantResources, clients: Any, 
 
 
 def _preflight(args: argparse.Namespace, clients: Any, out: Any) -> int:
-    """`preflight`: 0 every quota fits, 8 one does not, 2 a bad tenants file or target, 1 an AWS error."""
+    """`preflight`: 0 ready, 8 a quota does not fit or an uploader of the account is not tagged, 2 a bad
+    tenants file or target, 1 an AWS error."""
     try:
         config = load_config(args.tenants, check_capacity=False)
         target = _preflight_target(config, args.target)
@@ -307,20 +311,20 @@ def _preflight(args: argparse.Namespace, clients: Any, out: Any) -> int:
         return EXIT_USAGE
     clients = clients or Clients(args.region or target.region, args.endpoint_url)
     try:
-        readings = preflight.preflight(target, clients)
+        result = preflight.preflight(target, clients)
     except preflight.WrongAccount as error:
         print(f"ops: {error}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - an operator's tool says what failed, with its exit code
         return _failed(error, args.endpoint_url, NO_ACCOUNT_APIS)
-    fits = all(r.fits for r in readings)
     if args.json:
         print(json.dumps({"target": target.name or None, "account": target.account, "region": target.region,
-                          "tenants": len(target.tenants), "fits": fits,
-                          "quotas": [r.as_dict() for r in readings]}, indent=2), file=out)
+                          "tenants": len(target.tenants), "fits": result.fits,
+                          "quotas": [r.as_dict() for r in result.readings],
+                          "untagged_uploaders": [u.as_dict() for u in result.untagged]}, indent=2), file=out)
     else:
-        print(preflight.render(target, readings, target.tenants), file=out)
-    return EXIT_OK if fits else EXIT_DOES_NOT_FIT
+        print(preflight.render(target, result), file=out)
+    return EXIT_OK if result.ready else EXIT_DOES_NOT_FIT
 
 
 def _preflight_target(config: AppConfig, name: str | None) -> capacity.Target:

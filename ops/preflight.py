@@ -5,6 +5,11 @@ tenants.yaml).
 Per quota: the limit (Service Quotas, or the service's own account API), what is in use now,
 how much of that this app already has deployed (a re-deploy replaces it, so it is not counted
 twice), and whether what is in use by everything else plus what the tenants file needs fits.
+
+Then the tenants' uploaders that are roles or users of the account itself: each must exist and
+carry the tag `uploaders.UPLOADER_TAG_KEY`, or the landing bucket policy cannot keep it to its
+access point (docs/security.md, "Uploaders"). Another account's principals and account roots are
+not looked up: the bucket grants them nothing directly, and their IAM is not this account's.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from pipeline_constructs import capacity, names, routing
+from pipeline_constructs import capacity, names, routing, uploaders
 from pipeline_constructs.config import TenantConfig
 
 #: Service Quotas codes of the quotas not readable from the service's own account API.
@@ -66,12 +71,109 @@ class Reading:
                 "after_deploy": self.after_deploy, "fits": self.fits}
 
 
-def preflight(target: capacity.Target, clients: Any) -> list[Reading]:
-    """Read every quota of ``target`` from the account ``clients`` reach."""
+@dataclass(frozen=True)
+class UntaggedUploader:
+    """A tenant's uploader, a role or user of the target's account, that does not exist or
+    does not carry the uploader tag."""
+
+    tenant_id: str
+    arn: str
+    #: "role" or "user".
+    kind: str
+    exists: bool
+
+    @property
+    def name(self) -> str:
+        """The role or user name (an ARN's path is not part of it)."""
+        return self.arn.rsplit("/", 1)[-1]
+
+    @property
+    def tag_command(self) -> str:
+        return (f"aws iam tag-{self.kind} --{self.kind}-name {self.name} "
+                f"--tags Key={uploaders.UPLOADER_TAG_KEY},Value=true")
+
+    def line(self) -> str:
+        if self.exists:
+            return (f"uploader not tagged: tenant '{self.tenant_id}': {self.arn} has no tag "
+                    f"{uploaders.UPLOADER_TAG_KEY}, so the landing bucket policy does not keep it to its access "
+                    f"point; fix: {self.tag_command}")
+        return (f"uploader not found: tenant '{self.tenant_id}': {self.arn} does not exist in this account (the "
+                f"deploy of the tenant's access point would fail); fix: create the {self.kind}, then "
+                f"{self.tag_command}, or correct the ARN in the tenants file")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tenant": self.tenant_id, "arn": self.arn, "exists": self.exists, "fix": self.tag_command}
+
+
+@dataclass(frozen=True)
+class Result:
+    """What `ops preflight` found: every quota, and the uploaders not ready."""
+
+    readings: list[Reading]
+    untagged: list[UntaggedUploader]
+
+    @property
+    def fits(self) -> bool:
+        return all(r.fits for r in self.readings)
+
+    @property
+    def ready(self) -> bool:
+        """Every quota fits and every uploader of the account is tagged: deploy."""
+        return self.fits and not self.untagged
+
+
+def preflight(target: capacity.Target, clients: Any) -> Result:
+    """Read every quota of ``target`` and its uploaders' tags from the account ``clients`` reach."""
     account = clients("sts").get_caller_identity()["Account"]
     if target.account is not None and account != target.account:
         raise WrongAccount(f"the credentials are for account {account}, {target.label} is account "
                            f"{target.account}: use that account's credentials (AWS_PROFILE)")
+    return Result(_readings(target, clients, account), untagged_uploaders(target.tenants, clients("iam"), account))
+
+
+def untagged_uploaders(tenants: Sequence[TenantConfig], iam: Any, account: str) -> list[UntaggedUploader]:
+    """Each uploader of ``tenants`` that is a role or user of ``account`` and does not exist or
+    lacks the uploader tag (any value; IAM matches tag keys in policies without regard to case)."""
+    found = []
+    for tenant in tenants:
+        for arn in tenant.uploaders:
+            kind = _own_identity(arn, account)
+            if kind is None:
+                continue
+            untagged = UntaggedUploader(tenant.id, arn, kind, exists=True)
+            try:
+                keys = _tag_keys(iam, kind, untagged.name)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "NoSuchEntity":
+                    raise
+                found.append(UntaggedUploader(tenant.id, arn, kind, exists=False))
+                continue
+            if uploaders.UPLOADER_TAG_KEY.lower() not in {k.lower() for k in keys}:
+                found.append(untagged)
+    return found
+
+
+def _own_identity(arn: str, account: str) -> str | None:
+    """"role" or "user" for a role or user ARN of ``account``; None for another account's
+    principal or an account root."""
+    parts = arn.split(":", 5)
+    if parts[4] != account or uploaders.is_account_root(arn):
+        return None
+    return parts[5].split("/", 1)[0]
+
+
+def _tag_keys(iam: Any, kind: str, name: str) -> set[str]:
+    found: set[str] = set()
+    if kind == "role":
+        pages = iam.get_paginator("list_role_tags").paginate(RoleName=name)
+    else:
+        pages = iam.get_paginator("list_user_tags").paginate(UserName=name)
+    for page in pages:
+        found |= {t["Key"] for t in page.get("Tags", [])}
+    return found
+
+
+def _readings(target: capacity.Target, clients: Any, account: str) -> list[Reading]:
     tenants = target.tenants
     stacks = _active_stacks(clients("cloudformation"))
     own_stacks = {names.SHARED_STACK_NAME} | {names.TENANT_STACK.render(t.id) for t in tenants}
@@ -172,8 +274,10 @@ def _state_machines(sfn: Any) -> set[str]:
     return found
 
 
-def render(target: capacity.Target, readings: Sequence[Reading], tenants: Sequence[TenantConfig]) -> str:
-    """The table `ops preflight` prints, then a verdict line per quota that does not fit."""
+def render(target: capacity.Target, result: Result) -> str:
+    """The table `ops preflight` prints, then a verdict line per quota that does not fit and one
+    per uploader not tagged."""
+    readings, tenants = result.readings, target.tenants
     header = ("quota", "limit", "source", "in use", "this app", "need", "after deploy", "fits")
     rows = [(r.quota.title, str(r.limit), r.source, str(r.in_use), str(r.this_app), str(r.need.count),
              str(r.after_deploy), "yes" if r.fits else "NO") for r in readings]
@@ -185,6 +289,7 @@ def render(target: capacity.Target, readings: Sequence[Reading], tenants: Sequen
             lines.append(f"does not fit: {r.quota.title}: {r.after_deploy} after the deploy ({r.in_use} in use, "
                          f"{r.this_app} of them this app's, + need {r.need.count}: {r.need.how}), limit {r.limit}; "
                          f"fix: {r.quota.fix}")
-    if all(r.fits for r in readings):
+    if result.fits:
         lines.append("fits: every quota holds what the tenants file needs")
+    lines += [u.line() for u in result.untagged]
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import encryption, names
-from pipeline_constructs.uploaders import TenantUploaders, delegation_statement
+from pipeline_constructs.uploaders import TenantUploaders, bucket_statements
 
 #: How long a superseded landing-file version is kept (the landing bucket's lifecycle rule for
 #: noncurrent versions). A file is always read from the version its event announced (Split
@@ -117,11 +117,11 @@ class SharedResources(Construct):
         )
 
         # Uploaders put through their tenant's access point (its own policy, in the tenant's
-        # stack): one statement delegates to them, whatever the number of tenants
-        # (docs/security.md, "Uploaders").
+        # stack): one statement delegates to them and one keeps tagged uploaders to them,
+        # whatever the number of tenants (docs/security.md, "Uploaders").
         if any(tenant.principals for tenant in props.uploaders):
-            self.landing_bucket.add_to_resource_policy(iam.PolicyStatement.from_json(
-                delegation_statement(self.landing_bucket.bucket_arn, Aws.ACCOUNT_ID)))
+            for statement in bucket_statements(self.landing_bucket.bucket_arn, Aws.ACCOUNT_ID):
+                self.landing_bucket.add_to_resource_policy(iam.PolicyStatement.from_json(statement))
         # ... and, with a key this app creates, may encrypt what they put with it.
         self.grant_upload([iam.ArnPrincipal(arn) for tenant in props.uploaders for arn in tenant.principals])
 

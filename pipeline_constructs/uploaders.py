@@ -1,18 +1,18 @@
 """Per-tenant uploaders: an S3 access point per tenant with `uploaders`, whose policy lets the
-tenant's uploading system put files under its own prefix and do nothing else, and the one
-constant landing bucket policy statement that delegates to those access points
-(docs/security.md, "Uploaders").
+tenant's uploading system put files under its own prefix and do nothing else, and the two
+constant landing bucket policy statements that delegate to those access points and keep tagged
+uploaders to them (docs/security.md, "Uploaders").
 
 Pure model, no CDK import: the tenant stack renders `access_point_policy` into its access
-point (`tenant_pipeline.py`), the shared stack adds `delegation_statement` to the landing
+point (`tenant_pipeline.py`), the shared stack adds `bucket_statements` to the landing
 bucket's policy (`shared.py`), and the capacity check measures the same documents against
 S3's 20 KB (`capacity.py`), so the three cannot drift.
 
 Why access points: a statement per tenant in the one bucket policy stopped at about 22 tenants
 (20 KB, not adjustable). Each access point has a policy of its own (20 KB too), lives in its
-tenant's stack, and the bucket policy holds one statement whatever the number of tenants
-(AWS docs, "Delegating access control to access points"): it allows the upload actions to any
-principal, but only through an access point of the bucket's own account
+tenant's stack, and the bucket policy holds the same statements whatever the number of tenants
+(AWS docs, "Delegating access control to access points"): the delegation allows the upload
+actions to any principal, but only through an access point of the bucket's own account
 (`s3:DataAccessPointAccount`), so an access point's policy decides who uploads. Only this
 account's administrators can create an access point on the bucket.
 
@@ -32,10 +32,14 @@ An access point's policy, per tenant with `uploaders`:
 * **Deny** every request without TLS (`aws:SecureTransport` false), whoever sends it.
 
 Directly to the bucket (not through an access point), no statement names an uploader: another
-account's uploader gets nothing there (the delegation allows access-point requests only); a
-role or user of the bucket's own account gets what its own identity policy grants, so it must
-grant none on the landing bucket (docs/security.md, "Uploaders"). The bucket's `enforce_ssl`
-statement refuses plain HTTP on every path.
+account's uploader gets nothing there (the delegation allows access-point requests only). A
+role or user of the bucket's own account would get what its own identity policy grants, and
+naming each one in the bucket policy grows it past 20 KB; so uploaders carry the IAM tag
+`UPLOADER_TAG_KEY` (any value), and one more constant statement denies every principal that
+carries it every S3 action on the bucket not made through an access point
+(`only_through_access_points_statement`). `ops preflight` reports each same-account uploader
+without the tag (docs/security.md, "Uploaders"). The bucket's `enforce_ssl` statement refuses
+plain HTTP on every path.
 """
 
 from __future__ import annotations
@@ -52,8 +56,14 @@ from pipeline_constructs import names
 UPLOAD_ACTIONS = ("s3:PutObject", "s3:AbortMultipartUpload")
 #: S3's limit of a bucket policy and of an access point policy (neither adjustable), in bytes.
 POLICY_LIMIT_BYTES = 20 * 1024
-#: The Sid of the bucket policy's one statement for uploaders.
+#: The Sid of the bucket policy's statement that delegates the uploads to the access points.
 DELEGATION_SID = "UploadsThroughAccessPointsOfThisAccount"
+#: The Sid of the bucket policy's statement that keeps tagged uploaders to their access points.
+ONLY_THROUGH_ACCESS_POINTS_SID = "UploadersOnlyThroughAccessPoints"
+#: The IAM tag (any value) an uploader role or user carries: the landing bucket policy denies a
+#: principal with it everything not made through an access point. IAM tag keys allow letters,
+#: digits, spaces and `_ . : / = + - @`, up to 128 characters (IAM API reference, `Tag`).
+UPLOADER_TAG_KEY = "ordered-ingest:uploader"
 _ACCOUNT_ROOT = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:root$")
 _LONGEST_ACCOUNT, _LONGEST_REGION, _LONGEST_PARTITION = "123456789012", "ap-southeast-5", "aws-us-gov"
 #: The longest landing bucket ARN a deployment can have (partition `aws-us-gov`, a 14-character
@@ -150,12 +160,42 @@ def delegation_statement(bucket_arn: str, account: str) -> dict[str, Any]:
     }
 
 
+def only_through_access_points_statement(bucket_arn: str) -> dict[str, Any]:
+    """Deny every S3 action on the bucket and its objects to any principal tagged
+    `UPLOADER_TAG_KEY`, unless the request comes through an access point: a same-account
+    uploader cannot go around its access point's Denies, whatever its identity policy grants.
+
+    `Null` false on `aws:PrincipalTag/<key>`: the request's principal carries the tag (a global
+    condition key, usable in every policy, a bucket policy included: IAM User Guide, "AWS global
+    condition context keys"; a role session carries its role's tags and a user its own, "Pass
+    session tags in AWS STS"). `Null` true on `s3:DataAccessPointArn`: the request did not come
+    through an access point (S3 sets the key on requests made through one only: Service
+    Authorization Reference, "Actions, resources, and condition keys for Amazon S3"; S3 User
+    Guide, "Configuring IAM policies for using access points"). Both keys under one operator:
+    both must hold. Neither key names anyone, so the statement is the same at any tenant count."""
+    return {
+        "Sid": ONLY_THROUGH_ACCESS_POINTS_SID,
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "s3:*",
+        "Resource": [bucket_arn, f"{bucket_arn}/*"],
+        "Condition": {"Null": {f"aws:PrincipalTag/{UPLOADER_TAG_KEY}": "false", "s3:DataAccessPointArn": "true"}},
+    }
+
+
+def bucket_statements(bucket_arn: str, account: str) -> list[dict[str, Any]]:
+    """The landing bucket policy's statements for every tenant's uploaders (the shared stack
+    adds them when a tenant has uploaders): the delegation, and tagged uploaders through
+    access points only."""
+    return [delegation_statement(bucket_arn, account), only_through_access_points_statement(bucket_arn)]
+
+
 def bucket_policy_document(with_uploaders: bool, bucket_arn: str = LONGEST_LANDING_BUCKET_ARN,
                            account: str = _LONGEST_ACCOUNT) -> dict[str, Any]:
-    """The landing bucket's whole policy: TLS only, then, with uploaders, the delegation."""
+    """The landing bucket's whole policy: TLS only, then, with uploaders, their statements."""
     found = [tls_only_statement([bucket_arn, f"{bucket_arn}/*"])]
     if with_uploaders:
-        found.append(delegation_statement(bucket_arn, account))
+        found += bucket_statements(bucket_arn, account)
     return {"Statement": found, "Version": "2012-10-17"}
 
 

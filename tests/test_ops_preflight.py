@@ -19,6 +19,7 @@ from botocore.stub import Stubber
 from ops.cli import EXIT_DOES_NOT_FIT, EXIT_OK, EXIT_USAGE, main
 
 MOTO_ACCOUNT = "123456789012"
+UPLOADER_TAG = "ordered-ingest:uploader"
 THREE_TENANTS = textwrap.dedent(
     """
     defaults:
@@ -35,7 +36,8 @@ STACK_TEMPLATE = json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}
 @pytest.fixture
 def account(moto_account):
     """A moto account where acme is already deployed (shared stack, acme's stack, rules, state
-    machines, roles, its upload access point) next to another application's resources."""
+    machines, roles, its upload access point) next to another application's resources, and
+    acme's and globex's uploader roles, tagged."""
     cfn, events = boto3.client("cloudformation"), boto3.client("events")
     sfn, iam = boto3.client("stepfunctions"), boto3.client("iam")
     for stack in ("OrderedIngest-Shared", "OrderedIngest-Tenant-acme", "another-app"):
@@ -48,8 +50,10 @@ def account(moto_account):
         sfn.create_state_machine(name=machine, definition=definition,
                                  roleArn=f"arn:aws:iam::{MOTO_ACCOUNT}:role/sfn")
     trust = json.dumps({"Version": "2012-10-17", "Statement": []})
-    for i in range(9):  # acme's 7 and 2 of the other application
+    for i in range(7):  # acme's 7
         iam.create_role(RoleName=f"role-{i}", AssumeRolePolicyDocument=trust)
+    for uploader in ("acme-uploader", "globex-uploader"):  # not this app's: the tenants' own, tagged
+        iam.create_role(RoleName=uploader, AssumeRolePolicyDocument=trust, Tags=[{"Key": UPLOADER_TAG, "Value": "true"}])
     landing = f"ordered-ingest-landing-{MOTO_ACCOUNT}-us-east-1"
     boto3.client("s3").create_bucket(Bucket=landing)
     boto3.client("s3").create_bucket(Bucket="another-bucket")
@@ -96,6 +100,8 @@ def test_a_fitting_account_passes_and_this_apps_deployed_resources_are_not_count
     assert code == EXIT_OK
     report = json.loads(output)
     assert report["fits"] is True and report["tenants"] == 3
+    # both uploader roles are this account's and tagged
+    assert report["untagged_uploaders"] == []
     got = {q["field"]: (q["limit"], q["source"], q["in_use"], q["this_app"], q["need"], q["after_deploy"])
            for q in report["quotas"]}
     assert got == {
@@ -209,3 +215,57 @@ def test_fails_when_the_access_points_in_the_region_leave_no_room_for_the_tenant
         "with uploaders x 2), limit 2; fix: raise the S3 access points quota and set account_limits.s3_access_points, "
         "or move tenants to another target (targets:, docs/scaling.md)"
     )]
+
+
+def test_fails_when_an_uploader_of_the_account_is_not_tagged_or_does_not_exist(account, tmp_path):
+    # GIVEN acme's uploader role tagged, globex's untagged, and initech's uploaders: a role that
+    # does not exist, a user without the tag, another account's role and another account's root
+    iam = boto3.client("iam")
+    iam.untag_role(RoleName="globex-uploader", TagKeys=[UPLOADER_TAG])
+    iam.create_user(UserName="initech-sftp", Tags=[{"Key": "team", "Value": "initech"}])
+    tenants_file = tmp_path / "tenants.yaml"
+    tenants_file.write_text(THREE_TENANTS.replace("{id: initech, prefix: initech/}", (
+        "{id: initech, prefix: initech/, uploaders: ['arn:aws:iam::123456789012:role/initech-uploader', "
+        "'arn:aws:iam::123456789012:user/sftp/initech-sftp', 'arn:aws:iam::222222222222:role/partner-uploader', "
+        "'arn:aws:iam::222222222222:root']}")))
+    looked_up: list[tuple[str, str]] = []
+    iam.meta.events.register("before-parameter-build.iam", lambda params, model, **_: looked_up.append(
+        (model.name, params.get("RoleName") or params.get("UserName"))))
+    clients, _ = clients_with(concurrency=1000, unreserved=900, rules_quota=None)
+    # WHEN preflight runs
+    code, output = run(["preflight", "--tenants", str(tenants_file)],
+                       lambda service: iam if service == "iam" else clients(service))
+    # THEN every quota fits, yet it exits 8 with one line per uploader that is not ready
+    assert code == EXIT_DOES_NOT_FIT
+    assert "fits: every quota holds what the tenants file needs" in output.splitlines()
+    assert [line for line in output.splitlines() if line.startswith("uploader")] == [
+        ("uploader not tagged: tenant 'globex': arn:aws:iam::123456789012:role/globex-uploader has no tag "
+         "ordered-ingest:uploader, so the landing bucket policy does not keep it to its access point; fix: "
+         "aws iam tag-role --role-name globex-uploader --tags Key=ordered-ingest:uploader,Value=true"),
+        ("uploader not found: tenant 'initech': arn:aws:iam::123456789012:role/initech-uploader does not exist in "
+         "this account (the deploy of the tenant's access point would fail); fix: create the role, then "
+         "aws iam tag-role --role-name initech-uploader --tags Key=ordered-ingest:uploader,Value=true, or correct "
+         "the ARN in the tenants file"),
+        ("uploader not tagged: tenant 'initech': arn:aws:iam::123456789012:user/sftp/initech-sftp has no tag "
+         "ordered-ingest:uploader, so the landing bucket policy does not keep it to its access point; fix: "
+         "aws iam tag-user --user-name initech-sftp --tags Key=ordered-ingest:uploader,Value=true"),
+    ]
+    # and only this account's roles and users were looked up, by name (a path is not part of it)
+    tag_lookups = [call for call in looked_up if call[0] in ("ListRoleTags", "ListUserTags")]
+    assert tag_lookups == [("ListRoleTags", "acme-uploader"), ("ListRoleTags", "globex-uploader"),
+                           ("ListRoleTags", "initech-uploader"), ("ListUserTags", "initech-sftp")]
+
+
+def test_preflight_json_lists_the_uploaders_not_tagged(account, tmp_path):
+    # GIVEN acme's uploader role without the tag
+    boto3.client("iam").untag_role(RoleName="acme-uploader", TagKeys=[UPLOADER_TAG])
+    tenants_file = tmp_path / "tenants.yaml"
+    tenants_file.write_text(THREE_TENANTS)
+    clients, _ = clients_with(concurrency=1000, unreserved=900, rules_quota=None)
+    # WHEN preflight runs with --json THEN the quotas fit, it exits 8 and lists it with its fix
+    code, output = run(["preflight", "--tenants", str(tenants_file), "--json"], clients)
+    report = json.loads(output)
+    assert code == EXIT_DOES_NOT_FIT and report["fits"] is True
+    assert report["untagged_uploaders"] == [{
+        "tenant": "acme", "arn": "arn:aws:iam::123456789012:role/acme-uploader", "exists": True,
+        "fix": "aws iam tag-role --role-name acme-uploader --tags Key=ordered-ingest:uploader,Value=true"}]
