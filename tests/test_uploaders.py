@@ -1,6 +1,7 @@
 """Per-tenant uploaders (docs/security.md, "Uploaders"): each tenant's access point and its
-policy, the landing bucket policy's one delegating statement, asserted statement by statement
-on the synthesized templates; their sizes at any tenant count; the configuration.
+policy, the landing bucket policy's two statements for uploaders (the delegation, and tagged
+uploaders through access points only), asserted statement by statement on the synthesized
+templates; their sizes at any tenant count; the configuration.
 
 What the statements must say, from S3's authorization (AWS docs, "How Amazon S3 authorizes a
 request", "Configuring IAM policies for using access points"): a request through an access
@@ -10,7 +11,9 @@ the bucket's own account is allowed when a resource policy or its own identity p
 another account's principal only when both sides do. So an uploader stays in its prefix
 through its access point whatever its identity policy allows only if unconditional Denies of
 the access point policy name it for every other action and every other key; the bucket policy
-gives nothing to anyone directly, and through access points only the upload actions. Each
+gives nothing to anyone directly, and through access points only the upload actions; and a
+principal tagged as an uploader is denied every action on the bucket not made through an
+access point (so a same-account uploader cannot go around its access point). Each
 check below is shown to fail on a policy that breaks what it guards
 (`test_each_check_fails_on_a_policy_that_breaks_it`). moto evaluates no access point policy:
 these static checks are the test.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import textwrap
 from collections.abc import Callable
 
@@ -78,9 +82,15 @@ def tls_only(resources: list[str]) -> dict:
 
 #: CDK's `enforce_ssl` statement of the bucket.
 BUCKET_TLS_ONLY = tls_only([BUCKET_ARN, f"{BUCKET_ARN}/*"])
-#: The bucket's one statement for uploaders: the upload actions, through this account's access points only.
+#: The bucket's one Allow for uploaders: the upload actions, through this account's access points only.
 DELEGATION = {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": sorted(UPLOAD), "Resource": f"{BUCKET_ARN}/*",
               "Condition": {"StringEquals": {"s3:DataAccessPointAccount": ACCOUNT}}}
+#: The IAM tag uploaders carry (docs/security.md and preflight's fix name it).
+UPLOADER_TAG = "aws:PrincipalTag/ordered-ingest:uploader"
+#: The bucket's one Deny for uploaders: a principal with the tag, every action, unless through an access point.
+ONLY_THROUGH_ACCESS_POINTS = {
+    "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*", "Resource": [BUCKET_ARN, f"{BUCKET_ARN}/*"],
+    "Condition": {"Null": {UPLOADER_TAG: "false", "s3:DataAccessPointArn": "true"}}}
 
 #: Where the landing bucket ARN is longest (`uploaders.LONGEST_LANDING_BUCKET_ARN`).
 LONGEST = {"account": "123456789012", "region": "ap-southeast-5", "partition": "aws-us-gov"}
@@ -213,9 +223,23 @@ def check_bucket_grants_only_puts_through_its_accounts_access_points(policy: lis
     assert [{**a, "Action": sorted(listed(a["Action"]))} for a in allows] == [DELEGATION]
 
 
-def check_bucket_denies_nothing_but_plain_http(policy: list[dict]) -> None:
-    """No Deny but TLS only: the pipeline's roles and the operators keep what their identity policies grant."""
-    assert [s for s in policy if s["Effect"] == "Deny"] == [BUCKET_TLS_ONLY]
+def check_bucket_keeps_tagged_uploaders_to_access_points(policy: list[dict]) -> None:
+    """A Deny names every principal (`*`) that carries the uploader tag (`Null` false: the key
+    is present, any value) for every action on the bucket and on every object, unless the
+    request comes through an access point (`Null` true on `s3:DataAccessPointArn`: S3 sets it
+    on access point requests only). Both keys under one operator: both must hold. So a
+    same-account uploader, whatever its identity policy grants, reaches the bucket through its
+    access point only, where that access point's Denies confine it."""
+    denies = [shape(s) for s in policy if s["Effect"] == "Deny" and principals(s) == {"*"}]
+    assert shape(ONLY_THROUGH_ACCESS_POINTS) in denies, denies
+
+
+def check_bucket_denies_untagged_principals_nothing_but_plain_http(policy: list[dict]) -> None:
+    """Every Deny but TLS only requires the uploader tag: the pipeline's roles and the operators
+    (untagged) keep what their identity policies grant."""
+    others = [s for s in policy if s["Effect"] == "Deny" and s != BUCKET_TLS_ONLY]
+    assert BUCKET_TLS_ONLY in policy
+    assert all(s.get("Condition", {}).get("Null", {}).get(UPLOADER_TAG) == "false" for s in others), others
 
 
 # --- what the synthesized policies let each principal do --------------------------------------------------
@@ -260,11 +284,27 @@ def test_a_cross_account_uploader_is_allowed_to_put_under_its_prefix_and_no_deny
 
 
 def test_the_bucket_policy_names_no_one_so_the_pipelines_roles_and_operators_keep_their_access(policy):
-    """Directly to the bucket no statement grants or denies anyone anything but plain HTTP; its
-    one Allow is the delegation to this account's access points, puts only."""
+    """Directly to the bucket no statement grants anyone anything, nor denies an untagged
+    principal anything but plain HTTP; its one Allow is the delegation to this account's access
+    points, puts only; its statements name no principal but `*`, so the policy does not grow."""
     check_bucket_grants_only_puts_through_its_accounts_access_points(policy)
-    check_bucket_denies_nothing_but_plain_http(policy)
+    check_bucket_denies_untagged_principals_nothing_but_plain_http(policy)
     assert not [s for s in policy if "Principal" in s and principals(s) - {"*"}]
+    assert len(policy) == 3
+
+
+def test_a_tagged_uploader_is_denied_everything_on_the_bucket_not_through_an_access_point(policy):
+    """The constant answer to a same-account uploader going around its access point: the tag
+    on its role or user, not its ARN in the bucket policy (docs/security.md, "Uploaders")."""
+    check_bucket_keeps_tagged_uploaders_to_access_points(policy)
+    assert uploaders.UPLOADER_TAG_KEY == UPLOADER_TAG.removeprefix("aws:PrincipalTag/")
+
+
+def test_the_uploader_tag_key_is_a_valid_iam_tag_key():
+    """IAM tag keys: 1 to 128 letters, digits, spaces and `_ . : / = + - @`, not `aws:` first
+    (IAM API reference, `Tag`)."""
+    assert re.fullmatch(r"[\w .:/=+\-@]{1,128}", uploaders.UPLOADER_TAG_KEY)
+    assert not uploaders.UPLOADER_TAG_KEY.lower().startswith("aws:")
 
 
 def test_the_access_point_policies_name_no_one_else(acme_policy, globex_policy):
@@ -369,9 +409,32 @@ BUCKET_MUTATIONS = [
     pytest.param(change(uploaders.DELEGATION_SID, Resource=[BUCKET_ARN, f"{BUCKET_ARN}/*"]),
                  check_bucket_grants_only_puts_through_its_accounts_access_points, id="delegate the bucket's own actions"),
     pytest.param(add({"Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:GetObject", "Resource": f"{BUCKET_ARN}/*"}),
-                 check_bucket_denies_nothing_but_plain_http, id="deny the pipeline its reads"),
-    pytest.param(change(None, Resource=[BUCKET_ARN]), check_bucket_denies_nothing_but_plain_http,
+                 check_bucket_denies_untagged_principals_nothing_but_plain_http, id="deny the pipeline its reads"),
+    pytest.param(change(None, Resource=[BUCKET_ARN]), check_bucket_denies_untagged_principals_nothing_but_plain_http,
                  id="bucket tls only for the bucket, not objects"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Effect="Allow"),
+                 check_bucket_keeps_tagged_uploaders_to_access_points, id="tagged uploaders allowed, not denied"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {UPLOADER_TAG: "false"}}),
+                 check_bucket_keeps_tagged_uploaders_to_access_points,
+                 id="tagged uploaders denied through their access points too (no Null on s3:DataAccessPointArn)"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID,
+                        Condition={"Null": {UPLOADER_TAG: "false", "s3:DataAccessPointArn": "false"}}),
+                 check_bucket_keeps_tagged_uploaders_to_access_points,
+                 id="tagged uploaders denied through access points only"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {"s3:DataAccessPointArn": "true"}}),
+                 check_bucket_keeps_tagged_uploaders_to_access_points, id="no tag condition: everyone kept to access points"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {"s3:DataAccessPointArn": "true"}}),
+                 check_bucket_denies_untagged_principals_nothing_but_plain_http,
+                 id="no tag condition: the pipeline's roles denied the bucket"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID,
+                        Condition={"Null": {"aws:PrincipalTag/uploader": "false", "s3:DataAccessPointArn": "true"}}),
+                 check_bucket_keeps_tagged_uploaders_to_access_points, id="another tag key than the one preflight checks"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Resource=f"{BUCKET_ARN}/*"),
+                 check_bucket_keeps_tagged_uploaders_to_access_points, id="deny on objects only, so listing is left"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Action=["s3:GetObject", "s3:DeleteObject"]),
+                 check_bucket_keeps_tagged_uploaders_to_access_points, id="deny reads and deletes only, so puts are left"),
+    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Principal={"AWS": ACME_UPLOADER}),
+                 check_bucket_keeps_tagged_uploaders_to_access_points, id="deny one uploader by ARN, not every tagged one"),
 ]
 
 
@@ -500,7 +563,7 @@ def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_p
     cdk-nag runs on each cell's synth."""
     shard_cell, templates = fifty
     statements = landing_policy(templates)
-    assert [without_sid(s) for s in statements] == [BUCKET_TLS_ONLY, DELEGATION]
+    assert [without_sid(s) for s in statements] == [BUCKET_TLS_ONLY, DELEGATION, ONLY_THROUGH_ACCESS_POINTS]
     assert len(json.dumps(statements)) < 1024
     assert shard_cell.tenant_ids and len(shard_cell.tenant_ids) < 50
     for tenant_id in shard_cell.tenant_ids:

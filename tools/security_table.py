@@ -282,6 +282,8 @@ OPS_RESOURCES = {
     "dynamodb:UpdateItem": "`ledger table`, the tenant's items",
     "events:ListRules": "`*` (preflight counts the default bus's rules)",
     "iam:GetAccountSummary": "`*` (preflight reads the role quota)",
+    "iam:ListRoleTags": "the tenants' uploader roles of the account (preflight checks their uploader tag)",
+    "iam:ListUserTags": "the tenants' uploader users of the account (preflight checks their uploader tag)",
     "lambda:GetAccountSettings": "`*` (preflight reads the concurrency quota)",
     "lambda:InvokeFunction": "`<tenant>-close-file` (dlq replay hands status changes to the closer)",
     "logs:FilterLogEvents": "`/ordered-ingest/unmatched-uploads` (status lists unmatched uploads)",
