@@ -80,10 +80,14 @@ def test_the_completion_caller_and_the_uploader_are_the_only_principals_outside_
         "| `kms:key/SharedDataKey` | `StringEquals kms:ViaService: s3.<region>.amazonaws.com`<br>"
         "`StringEquals kms:EncryptionContext:aws:s3:arn: landing bucket` |",
     ]
-    # the landing bucket names no uploader: one statement delegates the puts to this account's access points
+    # the landing bucket names no uploader: one statement delegates the puts to this account's access
+    # points, one denies a principal with the uploader tag everything not through an access point
     assert ("| `landing bucket` | UploadsThroughAccessPointsOfThisAccount | Allow | `AWS: *` | "
             "`s3:AbortMultipartUpload`<br>`s3:PutObject` | `landing bucket/*` | "
             "`StringEquals s3:DataAccessPointAccount: <account>` |") in block.splitlines()
+    assert ("| `landing bucket` | UploadersOnlyThroughAccessPoints | Deny | `AWS: *` | `s3:*` | "
+            "`landing bucket`<br>`landing bucket/*` | `Null aws:PrincipalTag/ordered-ingest:uploader: false`<br>"
+            "`Null s3:DataAccessPointArn: true` |") in block.splitlines()
 
 
 def test_every_aws_call_of_ops_is_listed_with_what_it_is_used_on():
@@ -96,6 +100,8 @@ def test_every_aws_call_of_ops_is_listed_with_what_it_is_used_on():
     assert {"states:StartExecution", "lambda:InvokeFunction", "s3:ListBucketVersions", "dynamodb:TransactWriteItems"} & set(
         actions) == {"states:StartExecution", "lambda:InvokeFunction", "s3:ListBucketVersions"}
     assert actions["lambda:InvokeFunction"] == ["ops/dlq.py"]
+    # preflight reads the uploaders' tags
+    assert actions["iam:ListRoleTags"] == actions["iam:ListUserTags"] == ["ops/preflight.py"]
 
 
 def test_fails_when_ops_calls_an_action_the_doc_does_not_describe(monkeypatch):
