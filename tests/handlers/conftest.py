@@ -20,6 +20,7 @@ import boto3
 import runtime
 from moto import mock_aws
 
+from tests.conftest import share_service_models
 from tests.handlers.support import LEDGER_TABLE, REGION, TENANT
 
 
@@ -61,6 +62,7 @@ def info_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 def aws() -> Iterator[None]:
     """Everything inside runs against moto; Step Functions executions stay RUNNING."""
     with mock_aws():
+        share_service_models()
         yield
 
 

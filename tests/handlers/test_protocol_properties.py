@@ -38,6 +38,8 @@ from moto import mock_aws
 from moto.stepfunctions.models import stepfunctions_backends
 from runtime import BoundLogger, get_logger
 
+from tests.conftest import share_service_models
+
 from tests.handlers.support import REGION, TENANT
 
 pytestmark = pytest.mark.slow  # hundreds of protocol steps on moto: make test runs it, make test-fast does not
@@ -76,6 +78,7 @@ class Protocol(RuleBasedStateMachine):
         super().__init__()
         self.mock = mock_aws()
         self.mock.start()
+        share_service_models()
         self.ddb = boto3.client("dynamodb", region_name=REGION)
         self.sqs = boto3.client("sqs", region_name=REGION)
         self.sfn = boto3.client("stepfunctions", region_name=REGION)
