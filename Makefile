@@ -79,7 +79,8 @@ test: setup
 
 ## test-fast: the unit and template tests, for everyday tenant edits (no test marked slow).
 ## Config validation, templates, snapshots, cdk-nag, the tenants file's checks, handlers and
-## ops on moto; not the end-to-end suite, the CDK CLI, git, many synths.
+## ops on moto; not the end-to-end suite, the CDK CLI, git, many synths, cfn-lint over the
+## fixture apps (tests/test_user_tenants.py still lints the templates of your tenants file).
 test-fast: setup
 	pytest -n $(WORKERS) -m "not slow" $(ARGS)
 

@@ -93,6 +93,7 @@ def test_every_acknowledgement_names_a_nag_rule_and_carries_a_real_reason(synthe
     assert all("[" in rule for _, rule, _ in found if "IAM5" in rule)
 
 
+@pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 def test_cfn_lint_finds_no_error_and_no_warning_beyond_cdks_redundant_depends_on(synthesized):
     from cfnlint.api import lint_all
 

@@ -83,6 +83,7 @@ def whole(sharded_file, tmp_path_factory) -> dict[str, dict]:
     return synth(sharded_file, tmp_path_factory.mktemp("whole"), None)
 
 
+@pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 def test_a_shard_cell_synthesizes_its_tenants_stacks_alone_exactly_as_the_whole_app_does(sharded_file, whole,
                                                                                          tmp_path):
     """GIVEN the sharded file WHEN shard 1 is synthesized alone THEN its assembly holds the stacks of

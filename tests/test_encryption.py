@@ -362,6 +362,7 @@ def test_the_encrypted_stacks_are_cdk_nag_clean(fixture: str, request: pytest.Fi
     assert nag["conclusion"] == "success" and nag["violations"] == []
 
 
+@pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 @pytest.mark.parametrize("fixture", ["created", "given"])
 def test_the_encrypted_templates_are_cfn_lint_clean(fixture: str, request: pytest.FixtureRequest) -> None:
     from cfnlint.api import lint_all

@@ -206,6 +206,7 @@ def test_fails_when_a_bad_network_in_defaults_is_blamed_on_defaults_once():
     ]
 
 
+@pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 def test_cfn_lint_finds_nothing_in_a_tenant_stack_with_network(network_app):
     from cfnlint.api import lint_all
 

@@ -182,6 +182,7 @@ def test_sharding_stays_cdk_nag_clean(sharded):
     assert nag["conclusion"] == "success" and nag["violations"] == []
 
 
+@pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 def test_sharded_templates_pass_cfn_lint(sharded):
     from cfnlint.api import lint_all
 

@@ -223,6 +223,7 @@ def test_an_existing_unencrypted_topic_keeps_the_apps_topic_key_for_the_closers_
     f"{{protocol: sqs, endpoint: '{QUEUE}'}}, {{protocol: lambda, endpoint: '{FUNCTION}'}}]}}"),
     f"{{topic_arn: '{TOPIC}', topic_kms_key: '{TOPIC_KEY}'}}",
 ], ids=["subscriptions", "existing-topic"])
+@pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 def test_every_kind_of_notification_synthesizes_cdk_nag_and_cfn_lint_clean(notifications, tmp_path):
     from cfnlint.api import lint_all
 

@@ -76,6 +76,7 @@ def test_a_targets_shared_stack_knows_its_own_tenants_only(two_targets):
     assert built.tenants["initech"].node.scope is built.stages["dr"].stage
 
 
+@pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 def test_a_target_stage_stays_cdk_nag_clean_and_cfn_lint_clean(two_targets):
     from cfnlint.api import lint_all
 

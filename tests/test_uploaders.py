@@ -642,6 +642,7 @@ def test_fails_when_an_uploader_is_listed_twice():
     ]
 
 
+@pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 @pytest.mark.parametrize("stack", [SHARED, "OrderedIngest-Tenant-acme", "OrderedIngest-Tenant-globex"])
 def test_cfn_lint_finds_nothing_in_the_stacks_with_uploaders(uploaders_app, stack):
     from cfnlint.api import lint_all
