@@ -254,7 +254,7 @@ class Closer:
                              extra={"error_code": error_code(error)})
 
 
-@lambda_handler("closer", CloserEnv, log_fields=lambda event: {})
+@lambda_handler("closer", CloserEnv, log_fields=lambda event: {}, clients=("dynamodb", "sqs", "sns", "stepfunctions"))
 def handler(event: dict[str, Any], config: CloserEnv, log: BoundLogger, context: Any) -> dict[str, Any]:
     """Workflow task or EventBridge target: an execution of this tenant changed status."""
     closer = Closer(

@@ -187,7 +187,8 @@ def _send(sfn: Any, operation: str, **kwargs: Any) -> None:
 
 
 @lambda_handler("completion", CompletionEnv,
-                log_fields=lambda event: {"action": event.get("action"), "file_id": event.get("file")})
+                log_fields=lambda event: {"action": event.get("action"), "file_id": event.get("file")},
+                clients=("dynamodb", "stepfunctions"))
 def handler(event: Any, config: CompletionEnv, log: BoundLogger, context: Any) -> CompletionAnswer:
     return answer(event, tenant_id=config.tenant_id, table=config.ledger_table_name, ddb=aws_client("dynamodb"),
                   sfn=aws_client("stepfunctions"), now=time.time(), log=log)

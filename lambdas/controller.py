@@ -437,7 +437,8 @@ def quarantine(record: dict[str, Any], error: UnusableMessageError, *, config: C
     return ControllerResult(batchItemFailures=[], outcome="quarantined", execution_name=None)
 
 
-@lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])})
+@lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])},
+                clients=("stepfunctions", "dynamodb", "sqs", "s3"))
 def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger, context: Any) -> ControllerResult:
     """SQS event source entry point (batch size 1, partial batch responses on)."""
     records = event.get("Records") or []

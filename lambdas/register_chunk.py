@@ -462,6 +462,7 @@ def publish_metrics(register: Register, sink: SinkConnection, tenant_id: str, no
     "register_chunk",
     RegisterEnv,
     log_fields=lambda event: pick(event, "execution_name", "key", "version_id", "chunk_index", "start_record"),
+    clients=("s3", "dynamodb"),
 )
 def handler(event: ChunkTask, config: RegisterEnv, log: BoundLogger, context: Any) -> ChunkProgress:
     """Step Functions task entry point (`ChunkTask` in, `ChunkProgress` out)."""

@@ -259,7 +259,8 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str, chunk_
     return manifest
 
 
-@lambda_handler("split", SplitEnv, log_fields=lambda event: pick(event, "event_id", "key", "version_id", "start_record"))
+@lambda_handler("split", SplitEnv, log_fields=lambda event: pick(event, "event_id", "key", "version_id", "start_record"),
+                clients=("s3", "dynamodb"))
 def handler(event: SplitRequest, config: SplitEnv, log: BoundLogger, context: Any) -> SplitResult:
     """Step Functions task entry point (`SplitRequest` in, `SplitResult` out)."""
     log.info("split started")

@@ -9,6 +9,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -57,25 +58,87 @@ class WorkerDied(Exception):
         self.returncode = returncode
 
 
+class ForkServer:
+    """The parent of a run's workers (`worker_process.serve_forks`): boto3 imported and its models
+    parsed once, each worker a fork. Its own session: a Ctrl-C of the demo reaches this process only."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs, open(log, "ab") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-u", str(WORKER_SCRIPT), str(theirs.fileno())], env=env,
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+                start_new_session=True,
+            )
+        self._lock = threading.Lock()
+        self._exits: dict[int, int] = {}  # pid -> returncode, reported and not yet asked for
+
+    def spawn(self, request: dict[str, Any], fds: list[int]) -> int:
+        """A new worker for ``request`` (handler, env, cwd) with ``fds`` as its stdin, stdout, stderr."""
+        with self._lock:
+            socket.send_fds(self._socket, [json.dumps(request).encode()], fds)
+            while "spawned" not in (message := self._receive()):
+                pass
+            return message["spawned"]
+
+    def returncode(self, pid: int) -> int:
+        """The exit status of a worker whose pipes closed (it has ended, or is ending); killed
+        (-9) when the fork server is gone: the run is closing."""
+        with self._lock:
+            try:
+                while pid not in self._exits:
+                    self._receive()
+            except (OSError, RuntimeError):
+                return -signal.SIGKILL
+            return self._exits.pop(pid)
+
+    def _receive(self) -> dict[str, Any]:
+        data = self._socket.recv(4096)
+        if not data:
+            raise RuntimeError(f"the workers' fork server ended (status {self.process.wait()})")
+        message = json.loads(data)
+        if "exited" in message:
+            self._exits[message["exited"]] = message["code"]
+        return message
+
+    def close(self) -> None:
+        self._socket.close()  # the fork server returns on end of file
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 class Worker:
     """One process running one function's handler, one invocation at a time."""
 
-    def __init__(self, function: DeployedFunction, env: dict[str, str], log: TextIO) -> None:
+    def __init__(self, function: DeployedFunction, env: dict[str, str], log: TextIO, forks: ForkServer) -> None:
         self._buffer = b""
         self._ready = False
-        self.process = subprocess.Popen(
-            [sys.executable, "-u", str(WORKER_SCRIPT), function.handler],
-            env=env,
-            cwd=str(function.code_dir),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            start_new_session=True,  # a Ctrl-C of the demo reaches the parent only
-        )
+        self._forks = forks
+        stdin, self._stdin = os.pipe()
+        self._stdout, stdout = os.pipe()
+        try:
+            request = {"handler": function.handler, "env": env, "cwd": str(function.code_dir)}
+            self.pid = forks.spawn(request, [stdin, stdout, log.fileno()])
+        except BaseException:
+            os.close(self._stdin)
+            os.close(self._stdout)
+            raise
+        finally:
+            os.close(stdin)
+            os.close(stdout)
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
+        """False once the process has ended: an idle worker writes nothing, so a readable
+        stdout is its end of file."""
+        return not select.select([self._stdout], [], [], 0)[0]
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
     def invoke(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         if not self._ready:
@@ -84,17 +147,14 @@ class Worker:
         # As on Lambda, the init (imports) of a new environment does not count against the
         # invocation's timeout: at a small time scale it would time out every cold start.
         deadline = time.monotonic() + timeout
-        assert self.process.stdin is not None
         try:
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
+            os.write(self._stdin, (json.dumps(request) + "\n").encode())
         except OSError:
-            raise WorkerDied(self.process.wait()) from None
+            raise WorkerDied(self._forks.returncode(self.pid)) from None
         return json.loads(self._read_line(deadline))
 
     def _read_line(self, deadline: float) -> bytes:
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
+        fd = self._stdout
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -103,18 +163,18 @@ class Worker:
                 continue
             data = os.read(fd, 65536)
             if not data:
-                raise WorkerDied(self.process.wait())
+                raise WorkerDied(self._forks.returncode(self.pid))
             self._buffer += data
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
     def stop(self) -> None:
         """Kill the process (an idle worker has nothing left to do), reap it, close its pipes."""
-        self.process.kill()
-        self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
-            with contextlib.suppress(OSError):
-                stream.close()  # type: ignore[union-attr]
+        self.kill()
+        fds, (self._stdin, self._stdout) = (self._stdin, self._stdout), (-1, -1)
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
 
 
 #: Called around every invocation (progress events, tests); must not raise.
@@ -125,13 +185,16 @@ class FunctionPool:
     """The execution environments of one function; one is started at once, so that the first
     invocation does not wait for the handler's imports."""
 
-    def __init__(self, function: DeployedFunction, env: dict[str, str], log_path: Path, size: int) -> None:
+    def __init__(
+        self, function: DeployedFunction, env: dict[str, str], log_path: Path, size: int, forks: ForkServer
+    ) -> None:
         self.function = function
+        self._forks = forks
         self.log_path = log_path
         self._env = env
         self._size = size
         self._log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._idle = [Worker(function, env, self._log)]
+        self._idle = [Worker(function, env, self._log, forks)]
         self._busy: set[Worker] = set()
         self._closed = False
         self._cond = threading.Condition()
@@ -146,7 +209,7 @@ class FunctionPool:
                 while self._idle and not self._idle[-1].alive:
                     self._idle.pop().stop()
                 if self._idle or len(self._busy) < self._size:
-                    worker = self._idle.pop() if self._idle else Worker(self.function, self._env, self._log)
+                    worker = self._idle.pop() if self._idle else Worker(self.function, self._env, self._log, self._forks)
                     self._busy.add(worker)
                     return worker
                 self._cond.wait()
@@ -207,10 +270,15 @@ class FunctionPool:
             idle, busy, self._idle = self._idle, list(self._busy), []
             self._cond.notify_all()
         for worker in busy:
-            worker.process.kill()  # the invocation's thread sees it die and stops it
+            worker.kill()  # the invocation's thread sees it die and stops it
         for worker in idle:
             worker.stop()
         self._log.close()
+
+
+def _host_env() -> dict[str, str]:
+    """What a worker keeps of this process's environment."""
+    return {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
 
 
 def _runtime_error(request_id: str, error_type: str, message: str) -> InvocationResult:
@@ -234,6 +302,11 @@ class LambdaDispatcher:
         self._listeners: list[InvocationListener] = []
         self._fault_sources: list[Callable[[DeployedFunction], dict[str, Any]]] = []
         self._crash_observers: list[Callable[[DeployedFunction, InvocationResult], None]] = []
+        # Compiled once per run, outside the code directories: compiling the handler's modules
+        # was most of a new interpreter's start.
+        self._forks = ForkServer(
+            {**_host_env(), "PYTHONPYCACHEPREFIX": str(log_dir.parent / "pycache")}, log_dir / "fork-server.log"
+        )
 
     def register(self, function: DeployedFunction) -> None:
         """Start the function's pool, in place of its previous one."""
@@ -241,19 +314,16 @@ class LambdaDispatcher:
             raise ValueError(f"{function.name}: LoggingConfig.LogFormat {function.log_format!r}; the local "
                              "workers write Lambda's JSON log format only")
         env = {
-            **{key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")},
+            **_host_env(),
             **function.environment,
             **self._runtime_env,
             "AWS_LAMBDA_FUNCTION_NAME": function.name,
             "AWS_LAMBDA_LOG_FORMAT": function.log_format,
             "AWS_LAMBDA_LOG_LEVEL": function.log_level,
             "PYTHONPATH": str(function.code_dir),
-            # Compiled once per run, outside the code directory: compiling the handler's modules
-            # was most of a new environment's start (0.2 s of CPU of 0.3).
-            "PYTHONPYCACHEPREFIX": str(self._log_dir.parent / "pycache"),
         }
         size = function.reserved_concurrency or DEFAULT_MAX_ENVIRONMENTS
-        pool = FunctionPool(function, env, self._log_dir / f"{function.name}.log", size)
+        pool = FunctionPool(function, env, self._log_dir / f"{function.name}.log", size, self._forks)
         with self._lock:
             old = self._pools.get(function.name)
             self._pools[function.name] = pool
@@ -307,3 +377,4 @@ class LambdaDispatcher:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.close()
+        self._forks.close()

@@ -1,7 +1,13 @@
 """One Lambda execution environment, the Python runtime's stand-in: ``python .../worker_process.py
 <handler>`` (local_runtime/README.md, "Workers" and "Lambda's JSON log format").
 
-Protocol: one JSON request per line on stdin (``{"request_id", "event", "faults", "deadline"}``),
+The runtime starts one fork server per run (``python .../worker_process.py <socket fd>``): it
+imports boto3 and parses the service models once, and each execution environment is a fork of
+it (a new interpreter per environment cost about 0.5 s of CPU, most of an end-to-end test's).
+A worker's request comes with its stdin, stdout and log file descriptors (``socket.send_fds``);
+the fork server answers ``{"spawned": pid}`` and later ``{"exited": pid, "code": returncode}``.
+
+Protocol of a worker: one JSON request per line on stdin (``{"request_id", "event", "faults", "deadline"}``),
 one JSON response per line on the original stdout (``{"ready"}`` once the handler is imported,
 then ``{"errored", "payload"}``). The handler's own stdout goes to stderr (the function's log),
 so a ``print`` in a handler cannot corrupt the protocol.
@@ -13,15 +19,18 @@ only at import time, so that tests can import `LambdaJsonFormatter` from here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import os
+import select
 import signal
+import socket
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 _DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # A LogRecord's own attributes never become fields; every other one (each `extra=` key) does.
@@ -33,6 +42,9 @@ _faults: dict[str, Any] = {}
 _request_id = ""
 #: The armed kill's `after` events seen in this invocation.
 _kill_count = 0
+#: The services of the handlers' clients: the fork server parses their models before it forks.
+_WARM_SERVICES = ("s3", "sqs", "dynamodb", "stepfunctions", "sns", "secretsmanager")
+_loader: Any = None  # the fork server's botocore loader, holding those models
 
 
 class LambdaJsonFormatter(logging.Formatter):
@@ -99,9 +111,14 @@ def _install_fault_hooks() -> None:
     import urllib.parse
 
     import boto3
+    import botocore.session
 
-    # Every client the handler creates through boto3's default session inherits the hook.
-    boto3.setup_default_session()
+    # Every client the handler creates through boto3's default session inherits the hook; the
+    # session is new (this environment's variables), its models those the fork server parsed.
+    session = botocore.session.get_session()
+    if _loader is not None:
+        session.register_component("data_loader", _loader)
+    boto3.setup_default_session(botocore_session=session)
     boto3.DEFAULT_SESSION.events.register("after-call", _after_call)
     sink = urllib.parse.urlsplit(os.environ.get("SINK_URL", ""))
     getresponse = http.client.HTTPConnection.getresponse
@@ -116,10 +133,8 @@ def _install_fault_hooks() -> None:
     http.client.HTTPConnection.getresponse = counted_getresponse  # type: ignore[method-assign]
 
 
-def main() -> None:
+def main(handler_name: str) -> None:
     global _faults, _request_id, _kill_count
-    # The script's directory is sys.path[0]; the function must not import the runtime's modules.
-    del sys.path[0]
     protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
     log = logging.StreamHandler(sys.stderr)
@@ -127,7 +142,7 @@ def main() -> None:
     logging.getLogger().addHandler(log)
     logging.getLogger().setLevel(os.environ["AWS_LAMBDA_LOG_LEVEL"])
     _install_fault_hooks()
-    module_name, _, function_name = sys.argv[1].rpartition(".")
+    module_name, _, function_name = handler_name.rpartition(".")
     handler = getattr(importlib.import_module(module_name), function_name)
     protocol.write(json.dumps({"ready": True}) + "\n")
 
@@ -152,5 +167,65 @@ def main() -> None:
         protocol.write(json.dumps(response) + "\n")
 
 
+def serve_forks(control: socket.socket) -> None:
+    """The fork server: each request on ``control`` becomes a worker process; returns when the
+    runtime closes the socket (it stopped its workers first)."""
+    global _loader
+    import botocore.loaders
+    import botocore.session
+
+    _loader = botocore.loaders.create_loader()
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _loader)
+    for service in _WARM_SERVICES:  # parses its model and endpoint rules; no network call
+        session.create_client(service, region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-")
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    while True:
+        readable = select.select([control, wake_r], [], [])[0]
+        if wake_r in readable:  # a worker ended: report its exit status
+            os.read(wake_r, 4096)
+            with contextlib.suppress(ChildProcessError):
+                while (ended := os.waitpid(-1, os.WNOHANG))[0]:
+                    code = os.waitstatus_to_exitcode(ended[1])
+                    control.send(json.dumps({"exited": ended[0], "code": code}).encode())
+        if control in readable:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
+            if not message:
+                return
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                _become_worker(json.loads(message), fds, close=(wake_r, wake_w))
+            for fd in fds:
+                os.close(fd)
+            control.send(json.dumps({"spawned": pid}).encode())
+
+
+def _become_worker(request: dict[str, Any], fds: list[int], *, close: tuple[int, ...]) -> NoReturn:
+    """In the forked child: the request's stdin, stdout and log as fds 0-2, the function's
+    environment and code directory (sys.path[0], as /var/task on Lambda), then `main`."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in close:
+        os.close(fd)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.path[0] = request["cwd"]  # was this script's directory: the runtime's modules stay out of reach
+    code = 0
+    try:
+        main(request["handler"])
+    except BaseException:  # noqa: BLE001 - a worker never returns into the fork server's loop
+        traceback.print_exc()
+        code = 1
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    serve_forks(socket.socket(fileno=int(sys.argv[1])))

@@ -88,3 +88,25 @@ def test_fails_before_the_logic_runs_when_the_environment_is_incomplete(monkeypa
     with pytest.raises(ConfigError, match="TENANT_ID is not set"):
         make_handler()({"key": "k"}, None)
     assert logs.records() == []
+
+
+@pytest.mark.parametrize("in_lambda", [True, False])
+def test_makes_the_declared_clients_at_init_only_in_a_lambda_environment(monkeypatch, in_lambda):
+    """GIVEN a handler declaring the clients it uses WHEN its module is imported (the decorator runs)
+    in a Lambda execution environment THEN each client exists before the first invocation (init does
+    not count against its timeout); outside Lambda importing makes none."""
+    import runtime
+
+    runtime.aws_client.cache_clear()
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    if in_lambda:
+        monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "acme-controller")
+    else:
+        monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    try:
+        lambda_handler("controller", ControllerEnv, clients=("sqs", "dynamodb"))(lambda *args: None)
+
+        made = runtime.aws_client.cache_info().currsize
+        assert made == (2 if in_lambda else 0)
+    finally:
+        runtime.aws_client.cache_clear()
