@@ -174,11 +174,11 @@ class AwsTarget:
         where = f"account {self.account}, Region {self.region}"
         cfn = self.client("cloudformation")
         try:
-            cfn.describe_stacks(StackName=names.SHARED_STACK_NAME)
+            cfn.describe_stacks(StackName=names.shared_stack_name())
         except cfn.exceptions.ClientError:
             pass
         else:
-            raise Refused(f"{names.SHARED_STACK_NAME} is deployed in {where}: the app's shared names are fixed per "
+            raise Refused(f"{names.shared_stack_name()} is deployed in {where}: the app's shared names are fixed per "
                           "account and Region, so run the test in another Region (AWS_REGION=...) or account")
         for bucket in (names.landing_bucket_name(self.account, self.region),
                        names.work_bucket_name(self.account, self.region)):

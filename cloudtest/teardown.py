@@ -53,7 +53,7 @@ def run_stacks(cfn: Any, run_id: str) -> list[dict[str, Any]]:
             tags = {t["Key"]: t["Value"] for t in stack.get("Tags") or []}
             if tags.get(RUN_TAG) == run_id and stack["StackStatus"] != "DELETE_COMPLETE":
                 found.append(stack)
-    return sorted(found, key=lambda s: (s["StackName"] == names.SHARED_STACK_NAME, s["StackName"]))
+    return sorted(found, key=lambda s: (s["StackName"] == names.shared_stack_name(), s["StackName"]))
 
 
 def leftovers_of(cfn: Any, stack_name: str) -> set[Leftover]:
@@ -103,7 +103,7 @@ class Teardown:
             self._settle(cfn, stack)
             leftovers |= leftovers_of(cfn, stack["StackId"])
         self._save(leftovers)
-        last = [s for s in stacks if s["StackName"] == names.SHARED_STACK_NAME]
+        last = [s for s in stacks if s["StackName"] == names.shared_stack_name()]
         for wave in ([s for s in stacks if s not in last], last):
             for stack in wave:
                 self.say(f"deleting stack {stack['StackName']}")

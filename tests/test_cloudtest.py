@@ -132,7 +132,7 @@ def test_fails_when_there_is_no_region_with_one_line(tmp_path: Path) -> None:
 @mock_aws
 def test_fails_when_the_app_is_already_deployed_in_the_account_and_region(tmp_path: Path) -> None:
     session = boto3.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
-    session.client("cloudformation").create_stack(StackName=names.SHARED_STACK_NAME, TemplateBody=json.dumps(
+    session.client("cloudformation").create_stack(StackName=names.shared_stack_name(), TemplateBody=json.dumps(
         {"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}))
     with pytest.raises(targets.Refused, match="OrderedIngest-Shared is deployed in account 123456789012, Region "
                                               "eu-west-1: the app's shared names are fixed"):
@@ -171,7 +171,7 @@ def test_teardown_deletes_the_runs_stacks_and_what_they_retain_and_nothing_else(
     other run's are untouched, and no state file is left."""
     session = boto3.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
     cfn, s3 = session.client("cloudformation"), session.client("s3")
-    _stack(cfn, names.SHARED_STACK_NAME, "r1", {
+    _stack(cfn, names.shared_stack_name(), "r1", {
         "Landing": _retained("AWS::S3::Bucket", BucketName="landing-r1",
                              VersioningConfiguration={"Status": "Enabled"}),
         "Ledger": _retained("AWS::DynamoDB::Table", TableName="ledger-r1", BillingMode="PAY_PER_REQUEST",
@@ -190,7 +190,7 @@ def test_teardown_deletes_the_runs_stacks_and_what_they_retain_and_nothing_else(
     for n in range(3):
         s3.put_object(Bucket="landing-r1", Key="acme/f.csv", Body=f"v{n}".encode())
     s3.delete_object(Bucket="landing-r1", Key="acme/f.csv")  # a delete marker too
-    key_id = next(r["PhysicalResourceId"] for r in cfn.list_stack_resources(StackName=names.SHARED_STACK_NAME)[
+    key_id = next(r["PhysicalResourceId"] for r in cfn.list_stack_resources(StackName=names.shared_stack_name())[
         "StackResourceSummaries"] if r["ResourceType"] == "AWS::KMS::Key")
     state = tmp_path / "r1.teardown.json"
     said: list[str] = []
@@ -207,7 +207,7 @@ def test_teardown_deletes_the_runs_stacks_and_what_they_retain_and_nothing_else(
     assert session.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]["KeyState"] == "PendingDeletion"
     # the tenant stack goes before the shared one
     deleting = [line for line in said if line.startswith("deleting stack")]
-    assert deleting[-1] == f"deleting stack {names.SHARED_STACK_NAME}"
+    assert deleting[-1] == f"deleting stack {names.shared_stack_name()}"
     assert not state.exists()
 
 
