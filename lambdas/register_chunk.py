@@ -448,7 +448,8 @@ def publish_metrics(register: Register, sink: SinkConnection, config: RegisterEn
     """One EMF record per invocation, whatever its end (done, deadline, outage, rejection):
     `RecordsSent`, `SinkErrors` and `SinkRequests`, always present, so a period with traffic has
     a point of each (the sink-errors alarm's rate and the dashboard divide errors by tries).
-    In the namespace of the function's environment (the app's, qualified). The same record carries, as plain fields (no metric, no cost), the connections the invocation
+    In the namespace of the function's environment (the app's, qualified). The same record carries,
+    as plain fields (no metric, no cost), the connections the invocation
     opened to the core system (`sink_connections`: 0 while the kept one stays open) and how many of
     them replaced a kept connection the far side had closed (`sink_reconnects`)."""
     emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now,

@@ -66,7 +66,8 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
         )
     ledger_table = _outputs(shared).get("LedgerTableName")
     if not ledger_table:
-        raise DiscoveryError(f"stack {names.shared_stack_name()} has no LedgerTableName output: deploy this version first")
+        raise DiscoveryError(f"stack {names.shared_stack_name()} has no LedgerTableName output: deploy this version "
+                             "first")
     work_bucket = _outputs(shared).get("WorkBucketName", "")
     prefix = names.TENANT_STACK.render("")
     found: dict[str, TenantResources] = {}

@@ -86,7 +86,8 @@ def pipeline_alarms(
     and links to its runbook entry, which names the command that fixes it."""
     tenant, metrics = pipeline.tenant_id, pipeline.metrics
     factory = AlarmFactory(
-        pipeline, name=contract.TENANT_ALARM, tenant_id=tenant, topic=topic, evaluation_periods=thresholds.evaluation_periods
+        pipeline, name=contract.TENANT_ALARM, tenant_id=tenant, topic=topic,
+        evaluation_periods=thresholds.evaluation_periods,
     )
     status = f"python -m ops status {tenant}"
     for role, function in pipeline.pipeline_functions.items():

@@ -648,8 +648,8 @@ class AppConfig(_Strict):
         "that a second copy of the app (a staging copy, the cloud test's) deploys beside the first in the same "
         "account and Region. Lowercase letters and digits, starting with a letter, at most "
         f"{contract.MAX_QUALIFIER_LENGTH} characters (the landing bucket's name is the longest); each tenant id "
-        "then has the qualifier's length plus one fewer characters. `python -m ops --qualifier <qualifier>` works on that "
-        "copy. Default (null): no qualifier, the names as documented."))
+        "then has the qualifier's length plus one fewer characters. `python -m ops --qualifier <qualifier>` works "
+        "on that copy. Default (null): no qualifier, the names as documented."))
 
     def limits_of(self, target: str) -> AccountLimits:
         """The top-level limits with the target's own overrides."""

@@ -54,7 +54,8 @@ class DashboardTenant:
 def dashboard_names(tenant_count: int) -> list[str]:
     """`OrderedIngest`, then `OrderedIngest-2`, ... for each `TENANTS_PER_DASHBOARD` tenants."""
     count = max(1, -(-tenant_count // TENANTS_PER_DASHBOARD))
-    return [contract.FIRST_DASHBOARD.render() if index == 0 else contract.DASHBOARD.render(number=index + 1) for index in range(count)]
+    return [contract.FIRST_DASHBOARD.render() if index == 0 else contract.DASHBOARD.render(number=index + 1)
+            for index in range(count)]
 
 
 class IngestDashboards(Construct):

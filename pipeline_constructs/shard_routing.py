@@ -79,7 +79,8 @@ class Forwarding(Construct):
                 conditions={
                     "ArnLike": {
                         "aws:SourceArn": stack.format_arn(
-                            service="events", resource="rule", resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-*"
+                            service="events", resource="rule",
+                            resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-*",
                         )
                     }
                 },
