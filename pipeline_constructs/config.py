@@ -649,7 +649,8 @@ class AppConfig(_Strict):
         "account and Region. Lowercase letters and digits, starting with a letter, at most "
         f"{contract.MAX_QUALIFIER_LENGTH} characters (the landing bucket's name is the longest); each tenant id "
         "then has the qualifier's length plus one fewer characters. `python -m ops --qualifier <qualifier>` works "
-        "on that copy. Default (null): no qualifier, the names as documented."))
+        "on that copy. (Tenant `acme` of the copy and a tenant `<qualifier>-acme` of an unqualified deployment "
+        "would share their names: do not give both.) Default (null): no qualifier, the names as documented."))
 
     def limits_of(self, target: str) -> AccountLimits:
         """The top-level limits with the target's own overrides."""
