@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from demo import verify
+from lambdas import contract
 from ops.cli import main as ops_main
 from ops.discovery import TenantResources, discover
 
@@ -50,6 +51,8 @@ class Target(Protocol):
     """Where the pipeline runs: its two tenants deployed, the stand-in, and how to reach them."""
 
     tenant_ids: tuple[str, str]
+    #: The tenants file's `qualifier`: what `python -m ops` is given as `--qualifier`.
+    qualifier: str
     core: CoreStandIn
     #: `--region R` or `--endpoint-url URL`: what `python -m ops` is given.
     ops_args: list[str]
@@ -65,9 +68,11 @@ def file_body(file_id: str, records: int = RECORDS_PER_FILE) -> bytes:
     return ("file,seq\n" + "".join(f"{file_id},{seq}\n" for seq in range(records))).encode()
 
 
-def tenants_document(tenant_ids: Sequence[str], prefixes: Sequence[str], sink: dict[str, Any]) -> dict[str, Any]:
-    """The tenants file of a run: two chunks a file, a halt on failure (the default)."""
+def tenants_document(qualifier: str, tenant_ids: Sequence[str], prefixes: Sequence[str],
+                     sink: dict[str, Any]) -> dict[str, Any]:
+    """The tenants file of a run: its qualifier, two chunks a file, a halt on failure (the default)."""
     return {
+        "qualifier": qualifier,
         "defaults": {"format": "csv", "chunk_size": CHUNK_SIZE, "on_failure": "halt"},
         "tenants": [{"id": t, "prefix": p, "sink": sink} for t, p in zip(tenant_ids, prefixes)],
     }
@@ -115,7 +120,7 @@ class Scenario:
 
     def ops(self, *args: str) -> tuple[int, str]:
         out = io.StringIO()
-        code = ops_main([*self.target.ops_args, *args], out=out)
+        code = ops_main([*self.target.ops_args, "--qualifier", self.target.qualifier, *args], out=out)
         return code, out.getvalue()
 
     def status(self, tenant: str) -> dict[str, Any]:
@@ -129,7 +134,8 @@ class Scenario:
     def resources(self) -> dict[str, TenantResources]:
         """The tenants' resources from the stacks' outputs (read once: they do not change)."""
         if self._resources is None:
-            self._resources = discover(self.target.client("cloudformation"))
+            with contract.qualified(self.target.qualifier):
+                self._resources = discover(self.target.client("cloudformation"))
         return self._resources
 
     def executions(self, tenant: str) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """Where the cloud test's scenario runs (`cloudtest.scenario.Target`):
 
 * `AwsTarget`: a real account and Region: the recording stand-in's stack and the app's cells
-  deployed with the CDK CLI under the run's id (tenants `ct-<id>-a`, `ct-<id>-b`; every stack
-  tagged `ordered-ingest-cloud-test=<id>`), reached through boto3 with the Region; destroyed by
+  deployed with the CDK CLI under the run's id (tenants `ct-<id>-a`, `ct-<id>-b`; the app's
+  names qualified `ct<id>-`, so it runs beside a deployment of the app; every stack tagged
+  `ordered-ingest-cloud-test=<id>`), reached through boto3 with the Region; destroyed by
   `cloudtest.teardown`.
 * `LocalTarget`: the same tenants file on the local runtime (`local_runtime.LocalPipeline`,
   moto on 127.0.0.1), reached through boto3 and `ops` with its endpoint URL; the stand-in is
@@ -22,9 +23,8 @@ from typing import Any
 import yaml
 from boto3.dynamodb.conditions import Key
 
-from cloudtest.runs import RUN_TAG, standin_function_name, standin_stack_name, tenant_ids
+from cloudtest.runs import RUN_TAG, qualifier, standin_function_name, standin_stack_name, tenant_ids
 from cloudtest.scenario import Received, tenants_document
-from pipeline_constructs import names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,7 @@ class Refused(Exception):
 
 def write_tenants(directory: Path, run_id: str, sink: dict[str, Any]) -> Path:
     ids = tenant_ids(run_id)
-    document = tenants_document(ids, [f"cloud-test/{t}/" for t in ids], sink)
+    document = tenants_document(qualifier(run_id), ids, [f"cloud-test/{t}/" for t in ids], sink)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "tenants.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
@@ -78,7 +78,7 @@ class LocalTarget:
 
         arn = f"arn:aws:lambda:{self.REGION}:{self.ACCOUNT}:function:{standin_function_name(run_id)}"
         path = write_tenants(workdir, run_id, sigv4_sink("https://core-stand-in.invalid/records", self.REGION, arn))
-        self.tenant_ids = tenant_ids(run_id)
+        self.tenant_ids, self.qualifier = tenant_ids(run_id), qualifier(run_id)
         self.timeout, self.poll_seconds = timeout, 0.5
         self.pipe = LocalPipeline(path, time_scale=time_scale)
         self.pipe.start()
@@ -149,7 +149,7 @@ class AwsTarget:
                  runner: Runner = run_visible, cells_runner: Callable[[Any], tuple[int, str]] = run_streaming) -> None:
         self.session, self.run_id, self.workdir, self.say, self.runner = session, run_id, workdir, say, runner
         self.cells_runner = cells_runner
-        self.tenant_ids = tenant_ids(run_id)
+        self.tenant_ids, self.qualifier = tenant_ids(run_id), qualifier(run_id)
         self.region = session.region_name
         self.ops_args = ["--region", self.region or ""]
         self.core: AwsCore | None = None  # type: ignore[assignment]
@@ -159,8 +159,8 @@ class AwsTarget:
         return self.session.client(service)
 
     def preflight(self) -> None:
-        """Refuse (one line) without credentials, a Region, a bootstrapped environment, or where
-        the app is already deployed (its shared names are fixed per account and Region)."""
+        """Refuse (one line) without credentials, a Region or a bootstrapped environment. A
+        deployment of the app there is no obstacle: the run's names are qualified."""
         if not self.region:
             raise Refused("no AWS Region: set AWS_REGION (or AWS_DEFAULT_REGION, a profile's region, or --region) to the "
                           "Region to test in")
@@ -172,19 +172,6 @@ class AwsTarget:
         except Exception as error:  # noqa: BLE001 - one line, whatever the SDK raised
             raise Refused(f"the AWS credentials do not work: {error}") from None
         where = f"account {self.account}, Region {self.region}"
-        cfn = self.client("cloudformation")
-        try:
-            cfn.describe_stacks(StackName=names.SHARED_STACK_NAME)
-        except cfn.exceptions.ClientError:
-            pass
-        else:
-            raise Refused(f"{names.SHARED_STACK_NAME} is deployed in {where}: the app's shared names are fixed per "
-                          "account and Region, so run the test in another Region (AWS_REGION=...) or account")
-        for bucket in (names.landing_bucket_name(self.account, self.region),
-                       names.work_bucket_name(self.account, self.region)):
-            if _bucket_exists(self.client("s3"), bucket):
-                raise Refused(f"bucket {bucket} exists in {where} (retained from an earlier deployment): run the test "
-                              "in another Region, or delete the bucket if nothing needs it")
         try:
             self.client("ssm").get_parameter(Name="/cdk-bootstrap/hnb659fds/version")
         except Exception:  # noqa: BLE001 - absent or not readable: both mean `cdk bootstrap` first
@@ -209,15 +196,9 @@ class AwsTarget:
         self.core = AwsCore(self.session.resource("dynamodb").Table(values["TableName"]))
         tenants = write_tenants(self.workdir, self.run_id,
                                 sigv4_sink(values["FunctionUrl"], self.region, values["FunctionArn"]))
-        self.say(f"deploying the app for tenants {', '.join(self.tenant_ids)} ({tenants})")
+        self.say(f"deploying the app for tenants {', '.join(self.tenant_ids)}, its names qualified "
+                 f"{self.qualifier}- ({tenants})")
         chosen = cell_tool.selected(load_config(tenants), [])
         cell_tool.deploy(tenants, chosen, ["--require-approval", "never", "--tags", f"{RUN_TAG}={self.run_id}"],
                          outdir=self.workdir / "cells.out", out=self.say, runner=self.cells_runner)
 
-
-def _bucket_exists(s3: Any, bucket: str) -> bool:
-    try:
-        s3.head_bucket(Bucket=bucket)
-    except s3.exceptions.ClientError as error:
-        return error.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound")
-    return True

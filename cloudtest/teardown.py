@@ -4,11 +4,14 @@ The app's buckets, ledger table, log groups and keys are `RETAIN` (a real deploy
 lose them with a stack), so deleting the run's stacks is not enough. Teardown:
 
 1. finds the run's stacks by their tag (`ordered-ingest-cloud-test=<run id>`; nothing else is
-   touched), waits for any update in progress to settle;
+   touched; the run's shared stack by its qualified name), waits for any update in progress to
+   settle;
 2. lists, before deleting each, the physical ids of what outlives it: S3 buckets, DynamoDB
    tables, log groups (each Lambda function's `/aws/lambda/<name>` too, which Lambda may create
    itself), KMS keys; only resources the stack created (a resource that failed to create, e.g.
-   a bucket name that already existed, is not the run's);
+   a bucket name that already existed, is not the run's); and, by the run's qualifier (`ct<run
+   id>`, which no other deployment's names start with), its landing and work buckets and its log
+   groups, so a run whose stacks are gone and whose state file is lost is still cleaned up;
 3. records them in a state file, then deletes the stacks: every stack but the shared one, then
    the shared one (the tenant stacks read its parameters);
 4. deletes the leftovers: empties each bucket (every version and delete marker) and deletes
@@ -29,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cloudtest.runs import RUN_TAG
+from cloudtest.runs import RUN_TAG, qualifier
+from lambdas import contract
 from pipeline_constructs import names
 
 RETAINED_TYPES = ("AWS::S3::Bucket", "AWS::DynamoDB::Table", "AWS::DynamoDB::GlobalTable", "AWS::Logs::LogGroup",
@@ -45,15 +49,22 @@ class Leftover:
     physical_id: str
 
 
+def shared_stack_of(run_id: str) -> str:
+    """The run's shared stack: the app's, qualified."""
+    with contract.qualified(qualifier(run_id)):
+        return names.shared_stack_name()
+
+
 def run_stacks(cfn: Any, run_id: str) -> list[dict[str, Any]]:
-    """The run's stacks that still exist, in deletion order (the shared stack last)."""
+    """The run's stacks that still exist, in deletion order (the run's shared stack last)."""
+    shared = shared_stack_of(run_id)
     found = []
     for page in cfn.get_paginator("describe_stacks").paginate():
         for stack in page.get("Stacks", []):
             tags = {t["Key"]: t["Value"] for t in stack.get("Tags") or []}
             if tags.get(RUN_TAG) == run_id and stack["StackStatus"] != "DELETE_COMPLETE":
                 found.append(stack)
-    return sorted(found, key=lambda s: (s["StackName"] == names.SHARED_STACK_NAME, s["StackName"]))
+    return sorted(found, key=lambda s: (s["StackName"] == shared, s["StackName"]))
 
 
 def leftovers_of(cfn: Any, stack_name: str) -> set[Leftover]:
@@ -68,6 +79,26 @@ def leftovers_of(cfn: Any, stack_name: str) -> set[Leftover]:
                 found.add(Leftover(resource["ResourceType"], physical))
             elif resource["ResourceType"] == "AWS::Lambda::Function":
                 found.add(Leftover("AWS::Logs::LogGroup", f"/aws/lambda/{physical}"))
+    return found
+
+
+def qualified_leftovers(clients: Callable[[str], Any], run_id: str) -> set[Leftover]:
+    """What the run's copy of the app retains, found by its qualified names: the landing and
+    work buckets (whether they exist or not: deleting a missing bucket is no problem), and every
+    log group whose name starts with the qualifier (the functions', the workflows', the
+    unmatched uploads')."""
+    account = clients("sts").get_caller_identity()["Account"]
+    region = clients("s3").meta.region_name
+    with contract.qualified(qualifier(run_id)):
+        found = {Leftover("AWS::S3::Bucket", bucket(account, region))
+                 for bucket in (names.landing_bucket_name, names.work_bucket_name)}
+        prefixes = [contract.FUNCTION_LOG_GROUP.render(function=contract.qualify("")),
+                    contract.STATE_MACHINE_LOG_GROUP.render(state_machine=contract.qualify("")),
+                    contract.qualify("/")]
+    logs = clients("logs")
+    for prefix in prefixes:
+        for page in logs.get_paginator("describe_log_groups").paginate(logGroupNamePrefix=prefix):
+            found |= {Leftover("AWS::Logs::LogGroup", group["logGroupName"]) for group in page["logGroups"]}
     return found
 
 
@@ -103,13 +134,18 @@ class Teardown:
             self._settle(cfn, stack)
             leftovers |= leftovers_of(cfn, stack["StackId"])
         self._save(leftovers)
-        last = [s for s in stacks if s["StackName"] == names.SHARED_STACK_NAME]
+        last = [s for s in stacks if s["StackName"] == shared_stack_of(self.run_id)]
         for wave in ([s for s in stacks if s not in last], last):
             for stack in wave:
                 self.say(f"deleting stack {stack['StackName']}")
                 cfn.delete_stack(StackName=stack["StackId"])
             for stack in wave:
                 self._wait_deleted(cfn, stack)
+        try:
+            leftovers |= qualified_leftovers(self.clients, self.run_id)
+        except Exception as error:  # noqa: BLE001 - carry on with what the stacks named, report it
+            self.problems.append(f"the run's qualified buckets and log groups could not be listed: "
+                                 f"{type(error).__name__}: {error}")
         for leftover in sorted(leftovers):
             self._delete(leftover)
         if not self.problems:

@@ -12,6 +12,8 @@ the local runtime and the tests use it too.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -21,6 +23,7 @@ import os
 import re
 import typing
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict, TypeVar
 
 # --- the functions' environment ------------------------------------------------------------
@@ -28,7 +31,9 @@ from typing import Any, NotRequired, TypedDict, TypeVar
 # One frozen dataclass per function. The environment variable of a field is its name in
 # upper case; `environment()` renders an instance for the construct, `from_env()` reads it
 # back in the handler, typed and checked. A field's metadata may hold `minimum` (numbers),
-# `choices` (strings) or `schemes` (URLs).
+# `choices` (strings) or `schemes` (URLs); `implicit`: the variable is left out while the value
+# is the field's default, and read as the default when absent (so that a new field changes no
+# template of the app as shipped).
 
 
 class ConfigError(RuntimeError):
@@ -41,6 +46,8 @@ def env_name(field_name: str) -> str:
 
 
 ON_FAILURE = ("halt", "continue")
+#: The app's CloudWatch namespace as shipped; a qualified app's is `metric_namespace()`.
+METRIC_NAMESPACE = "OrderedIngest"
 #: The value of an optional environment variable that is not set (Lambda keeps no empty ones).
 NONE = "-"
 #: How a tenant's files are put in order: by their arrival in the FIFO queue, or by a sequence
@@ -156,6 +163,8 @@ class RegisterEnv:
     #: sigv4: the service (`SIGV4_SERVICES`) and the Region the signature is for.
     sink_auth_service: str = dataclasses.field(default="", metadata={"optional": True})
     sink_auth_region: str = dataclasses.field(default="", metadata={"optional": True})
+    #: Where the RecordsSent, SinkRequests and SinkErrors metrics go: the app's, qualified.
+    metric_namespace: str = dataclasses.field(default=METRIC_NAMESPACE, metadata={"implicit": True})
 
 
 EnvT = TypeVar("EnvT")
@@ -163,7 +172,8 @@ EnvT = TypeVar("EnvT")
 
 def environment(config: Any) -> dict[str, str]:
     """The environment variables of a config instance, for the function's `environment=`."""
-    return {env_name(f.name): str(getattr(config, f.name)) or NONE for f in dataclasses.fields(config)}
+    return {env_name(f.name): str(getattr(config, f.name)) or NONE for f in dataclasses.fields(config)
+            if not (f.metadata.get("implicit") and getattr(config, f.name) == f.default)}
 
 
 def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = None) -> EnvT:
@@ -176,6 +186,9 @@ def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = 
         raw = source.get(name, "").strip()
         if field.metadata.get("optional") and raw in ("", NONE):
             values[field.name] = ""
+            continue
+        if field.metadata.get("implicit") and not raw:
+            values[field.name] = field.default
             continue
         if not raw:
             raise ConfigError(f"environment variable {name} is not set; the function's deployment must set it")
@@ -536,7 +549,6 @@ class StaleExecutionError(PipelineError):
 
 # --- metrics -------------------------------------------------------------------------------
 
-METRIC_NAMESPACE = "OrderedIngest"
 #: Published by the controller (EMF) for every message it handles, after reading the ledger:
 #: 0 while a file of the tenant runs, else now - max(SentTimestamp, the last close). It is the
 #: time the head message waited while nothing ran (a stall), not its time in the queue.
@@ -717,26 +729,62 @@ LONGEST_PARTS: dict[str, str] = {
 }
 
 
+#: The qualifier in effect: "" (the app as shipped) or the tenants file's `qualifier`. Set for
+#: the length of a synth (`application.build_app`) or of an `ops` command (`--qualifier`) by
+#: `qualified()`. The handlers never read it: their environment holds qualified names.
+_QUALIFIER: contextvars.ContextVar[str] = contextvars.ContextVar("qualifier", default="")
+#: A qualifier: lowercase letters and digits, starting with a letter (no hyphen, so a qualified
+#: name reads back to one qualifier); at most `MAX_QUALIFIER_LENGTH` characters.
+QUALIFIER_PATTERN = r"^[a-z][a-z0-9]*$"
+
+
+@contextlib.contextmanager
+def qualified(qualifier: str | None) -> Iterator[None]:
+    """Render every name fixed per account and Region with `qualifier` ("" or None: none) inside."""
+    token = _QUALIFIER.set(qualifier or "")
+    try:
+        yield
+    finally:
+        _QUALIFIER.reset(token)
+
+
+def current_qualifier() -> str:
+    return _QUALIFIER.get()
+
+
+def qualify(name: str, qualifier: str | None = None) -> str:
+    """`name` with the qualifier (default: the one in effect) in front: `<q>-<name>`, after the
+    leading `/` of a path (`/<q>-ordered-ingest/...`) and after `alias/` of a KMS alias."""
+    qualifier = current_qualifier() if qualifier is None else qualifier
+    if not qualifier:
+        return name
+    head = next((h for h in ("alias/", "/") if name.startswith(h)), "")
+    return f"{head}{qualifier}-{name.removeprefix(head)}"
+
+
 @dataclasses.dataclass(frozen=True)
 class DerivedName:
     """A family of names: a template (placeholders `{id}`, the tenant id, and those of
-    `LONGEST_PARTS`) and the longest name AWS accepts."""
+    `LONGEST_PARTS`) and the longest name AWS accepts. `qualified`: the names are fixed per
+    account and Region (or namespace), so the qualifier in effect starts them (`qualify`)."""
 
     kind: str
     template: str
     limit: int
+    qualified: bool = True
 
-    def render(self, tenant_id: str = "", **parts: object) -> str:
-        return self.template.format(id=tenant_id, **parts)
+    def render(self, tenant_id: str = "", *, qualifier: str | None = None, **parts: object) -> str:
+        name = self.template.format(id=tenant_id, **parts)
+        return qualify(name, qualifier) if self.qualified else name
 
-    def longest(self, tenant_id: str | None = None) -> str:
+    def longest(self, tenant_id: str | None = None, *, qualifier: str | None = None) -> str:
         """The longest name of the family (of `tenant_id`): every placeholder at its longest."""
-        return self.render("a" * MAX_TENANT_ID_LENGTH if tenant_id is None else tenant_id, **LONGEST_PARTS)
+        return self.render("a" * MAX_TENANT_ID_LENGTH if tenant_id is None else tenant_id, qualifier=qualifier,
+                           **LONGEST_PARTS)
 
-    @property
-    def max_id_length(self) -> int:
-        """The longest tenant id this family's names accept."""
-        return self.limit - len(self.longest(""))
+    def max_id_length(self, qualifier: str = "") -> int:
+        """The longest tenant id this family's names accept (with `qualifier`)."""
+        return self.limit - len(self.longest("", qualifier=qualifier))
 
 
 _LAMBDA, _STATE_MACHINE, _RULE, _STACK = "Lambda function name", "state machine name", "EventBridge rule name", "stack name"
@@ -763,7 +811,8 @@ STATUS_RULE = DerivedName(_RULE, "{id}-sfn-status", 64)
 INTAKE_DLQ = DerivedName("SQS queue name", "{id}-intake-dlq", 80)
 TENANT_ALARM = DerivedName(_ALARM, "{id}-{alarm}", 255)
 ERROR_LOG_FILTER = DerivedName("metric filter name", "{id}-{role}-error-logs", 512)
-ERROR_LOG_METRIC_NAME = DerivedName("metric name", ERROR_LOG_METRIC + "-{id}-{role}", 255)
+#: In the app's metric namespace (`METRIC_NAMESPACES`, qualified), so not qualified itself.
+ERROR_LOG_METRIC_NAME = DerivedName("metric name", ERROR_LOG_METRIC + "-{id}-{role}", 255, qualified=False)
 TENANT_KEY_ALIAS = DerivedName(_KMS_ALIAS, "alias/" + SHARED_PREFIX + "/{id}", 256)
 #: The S3 access point a tenant's `uploaders` put through (3 to 50 characters, unique per
 #: account and Region): `{tenant}` is the tenant id, or, for an id longer than 42 characters,
@@ -779,13 +828,14 @@ TENANT_NAMES: tuple[DerivedName, ...] = (
     INTAKE_DLQ, TENANT_ALARM, ERROR_LOG_FILTER, ERROR_LOG_METRIC_NAME, TENANT_KEY_ALIAS,
 )
 #: The longest tenant id every derived name accepts.
-MAX_TENANT_ID_LENGTH = min(name.max_id_length for name in TENANT_NAMES)
+MAX_TENANT_ID_LENGTH = min(name.max_id_length() for name in TENANT_NAMES)
 
-# Of functions and state machines, whoever's: their log groups; the alias every tenant's
-# workflows are started through (docs/operations.md, "Versions, aliases and rollback").
-FUNCTION_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/lambda/{function}", 512)
-STATE_MACHINE_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/vendedlogs/states/{state_machine}", 512)
-WORKFLOW_ALIAS = DerivedName("state machine alias name", "live", 80)
+# Of functions and state machines, whoever's: their log groups (qualified by the function's or
+# state machine's name); the alias every tenant's workflows are started through (one per state
+# machine; docs/operations.md, "Versions, aliases and rollback").
+FUNCTION_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/lambda/{function}", 512, qualified=False)
+STATE_MACHINE_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/vendedlogs/states/{state_machine}", 512, qualified=False)
+WORKFLOW_ALIAS = DerivedName("state machine alias name", "live", 80, qualified=False)
 
 # Shared: fixed, or numbered per shard (`{index}`), per account and Region, per dashboard.
 SHARED_STACK = DerivedName(_STACK, APP_NAME + "-Shared", 128)
@@ -828,17 +878,21 @@ SHARD_OBJECTS_RULE = DerivedName(_RULE, SHARED_PREFIX + "-shard-{index}-objects"
 SHARD_STATUS_RULE = DerivedName(_RULE, SHARED_PREFIX + "-shard-{index}-status", 64)
 #: Where EventBridge puts an event it could not forward to a shard bus for a day.
 ROUTING_DLQ = DerivedName("SQS queue name", SHARED_PREFIX + "-routing-dlq", 80)
+#: The CloudWatch namespace of the app's metrics (`METRIC_NAMESPACE` unqualified): two copies of
+#: the app with a tenant of the same id must not share its metrics (nor fire each other's alarms).
+METRIC_NAMESPACES = DerivedName("metric namespace", METRIC_NAMESPACE, 255)
 
-# Executions (`execution_name`) and the event ids `ops reconcile --replay` makes.
+# Executions (`execution_name`) and the event ids `ops reconcile --replay` makes: per state
+# machine, never qualified.
 #: A file's execution, any attempt: at most `MAX_FILE_EXECUTION_NAME` by construction.
-FILE_EXECUTION = DerivedName("execution name", "{execution}", MAX_EXECUTION_NAME)
+FILE_EXECUTION = DerivedName("execution name", "{execution}", MAX_EXECUTION_NAME, qualified=False)
 PAGE_EXECUTION = DerivedName("execution name", PAGE_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
-                             MAX_EXECUTION_NAME)
+                             MAX_EXECUTION_NAME, qualified=False)
 SECTION_EXECUTION = DerivedName("execution name", SECTION_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
-                                MAX_EXECUTION_NAME)
+                                MAX_EXECUTION_NAME, qualified=False)
 #: `reconcile-<digest of the object version>`: short enough to be the name of its file's
 #: executions itself (plus `-r<attempt>`), like an EventBridge event id (36 characters).
-REPLAY_EVENT_ID = DerivedName("replayed event id", "reconcile-{digest}", 64)
+REPLAY_EVENT_ID = DerivedName("replayed event id", "reconcile-{digest}", 64, qualified=False)
 
 NAME_FAMILIES: tuple[DerivedName, ...] = (
     *TENANT_NAMES, FUNCTION_LOG_GROUP, STATE_MACHINE_LOG_GROUP, WORKFLOW_ALIAS, SHARED_STACK, DASHBOARD_STACK,
@@ -847,8 +901,26 @@ NAME_FAMILIES: tuple[DerivedName, ...] = (
     UNMATCHED_UPLOADS_RULE,
     UNMATCHED_UPLOADS_FILTER, UNMATCHED_UPLOADS_LOG_GROUP, UNMATCHED_UPLOADS_DLQ, UNMATCHED_BUS,
     UNMATCHED_FORWARD_RULE, UNMATCHED_UPLOADS_BUS_RULE, SHARD_BUS, SHARD_OBJECTS_RULE, SHARD_STATUS_RULE,
-    ROUTING_DLQ, FILE_EXECUTION, PAGE_EXECUTION, SECTION_EXECUTION, REPLAY_EVENT_ID,
+    ROUTING_DLQ, METRIC_NAMESPACES, FILE_EXECUTION, PAGE_EXECUTION, SECTION_EXECUTION, REPLAY_EVENT_ID,
 )
+#: The qualified families whose names hold no tenant id: the qualifier alone must fit them.
+SHARED_NAMES = tuple(family for family in NAME_FAMILIES if family.qualified
+                     and "{id}" not in family.template and "{tenant}" not in family.template)
+#: The longest qualifier: every qualified name that holds no tenant id stays within its limit
+#: (the landing bucket's 63 characters decide); a tenant id loses the qualifier's length and
+#: one to the names it derives (`tightest_broken`).
+MAX_QUALIFIER_LENGTH = min(family.limit - len(family.longest(qualifier="")) for family in SHARED_NAMES) - 1
+
+
+def qualifier_broken(qualifier: str) -> DerivedName | None:
+    """The name family with the smallest limit that ``qualifier`` makes too long, if any."""
+    broken = [family for family in SHARED_NAMES if len(family.longest(qualifier=qualifier)) > family.limit]
+    return min(broken, key=lambda family: family.limit - len(family.longest(qualifier=""))) if broken else None
+
+
+def metric_namespace() -> str:
+    """The app's metric namespace, qualified."""
+    return METRIC_NAMESPACES.render()
 
 
 #: How many hex digits of a digest shorten a long tenant id in its access point's name.
@@ -859,7 +931,7 @@ def upload_access_point_name(tenant_id: str) -> str:
     """The name of the tenant's upload access point (`UPLOAD_ACCESS_POINT`): `<id>-uploads`, or
     for an id too long for that, `<its first letters>-<digest of the id>-uploads`; a name is
     shortened by a hash, never cut short, so two tenants never share one."""
-    room = len(LONGEST_PARTS["tenant"])
+    room = UPLOAD_ACCESS_POINT.limit - len(UPLOAD_ACCESS_POINT.render(tenant=""))
     if len(tenant_id) <= room:
         return UPLOAD_ACCESS_POINT.render(tenant=tenant_id)
     readable = tenant_id[:room - 1 - ACCESS_POINT_DIGEST_CHARS].rstrip("-")
@@ -867,10 +939,11 @@ def upload_access_point_name(tenant_id: str) -> str:
     return UPLOAD_ACCESS_POINT.render(tenant=f"{readable}-{digest}")
 
 
-def tightest_broken(tenant_id: str) -> DerivedName | None:
-    """The derived name with the smallest limit that ``tenant_id`` overflows, if any."""
-    broken = [name for name in TENANT_NAMES if len(name.longest(tenant_id)) > name.limit]
-    return min(broken, key=lambda name: name.max_id_length) if broken else None
+def tightest_broken(tenant_id: str, qualifier: str = "") -> DerivedName | None:
+    """The derived name with the smallest limit that ``tenant_id`` overflows (with
+    ``qualifier``), if any."""
+    broken = [name for name in TENANT_NAMES if len(name.longest(tenant_id, qualifier=qualifier)) > name.limit]
+    return min(broken, key=lambda name: name.max_id_length(qualifier)) if broken else None
 
 
 #: A plain execution name: what Step Functions accepts and CloudWatch Logs can log (letters,

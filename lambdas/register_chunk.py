@@ -57,7 +57,6 @@ from chunk_format import (
     index_block_range,
 )
 from contract import (
-    METRIC_NAMESPACE,
     RECORDS_SENT_METRIC,
     SINK_ERRORS_METRIC,
     SINK_REQUESTS_METRIC,
@@ -360,7 +359,7 @@ def register_chunk(
         return register.run(records, sink)
     finally:
         records.close()
-        publish_metrics(register, sink, config.tenant_id, clock())
+        publish_metrics(register, sink, config, clock())
 
 
 class _WarmCache:
@@ -445,14 +444,15 @@ def open_chunk(s3: Any, config: RegisterEnv, task: ChunkTask, manifest: dict[str
     return body, start
 
 
-def publish_metrics(register: Register, sink: SinkConnection, tenant_id: str, now: float) -> None:
+def publish_metrics(register: Register, sink: SinkConnection, config: RegisterEnv, now: float) -> None:
     """One EMF record per invocation, whatever its end (done, deadline, outage, rejection):
     `RecordsSent`, `SinkErrors` and `SinkRequests`, always present, so a period with traffic has
     a point of each (the sink-errors alarm's rate and the dashboard divide errors by tries).
-    The same record carries, as plain fields (no metric, no cost), the connections the invocation
+    In the namespace of the function's environment (the app's, qualified). The same record carries,
+    as plain fields (no metric, no cost), the connections the invocation
     opened to the core system (`sink_connections`: 0 while the kept one stays open) and how many of
     them replaced a kept connection the far side had closed (`sink_reconnects`)."""
-    emit_metrics(namespace=METRIC_NAMESPACE, tenant_id=tenant_id, now=now,
+    emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now,
                  metrics={RECORDS_SENT_METRIC: register.sent, SINK_ERRORS_METRIC: register.errors,
                           SINK_REQUESTS_METRIC: register.requests},
                  fields={"sink_connections": sink.opened, "sink_reconnects": sink.reconnects})

@@ -1,6 +1,6 @@
 """`python -m ops`: status, resume and skip, against AWS or the local runtime.
 
-    python -m ops [--region R] [--endpoint-url URL] status [TENANT] [--json]
+    python -m ops [--region R] [--endpoint-url URL] [--qualifier Q] status [TENANT] [--json]
     python -m ops resume TENANT
     python -m ops skip TENANT --reason TEXT
     python -m ops quarantine list TENANT [--show-body]
@@ -18,7 +18,9 @@ there); 7 `reconcile` found object versions not completed and did not replay the
 without --replay, or failed: resume or skip them); 8 `preflight`: a quota of the account cannot
 hold what the tenants file needs, or an uploader role or user of the account lacks the uploader
 tag or does not exist (a line says which and the fix); 9 `status`: a tenant shown
-is halted (the table says which and what to run). An endpoint that is not AWS, or holds no
+is halted (the table says which and what to run). `--qualifier Q` works on the copy of the app
+deployed with `qualifier: Q` in its tenants file (its names start with `Q-`); `preflight` takes
+the qualifier of the tenants file it reads. An endpoint that is not AWS, or holds no
 ordered-ingest deployment, exits 5 with one line naming it.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +40,7 @@ from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConn
 from botocore.parsers import ResponseParserError
 from ledger import Ledger, LedgerConflict
 
+from lambdas import contract
 from ops import dlq, preflight, quarantine, reconcile, unmatched
 from ops.discovery import DiscoveryError, TenantResources, discover
 from ops.status import alarm_topic, render, render_alarm_topic, tenant_status
@@ -63,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--endpoint-url", help="a local runtime's endpoint (make demo ARGS=--serve prints it)")
+    parser.add_argument("--qualifier", type=_qualifier, help="the copy of the app deployed with this `qualifier` in "
+                        "its tenants file (default: none, the app's names as shipped)")
     commands = parser.add_subparsers(dest="command", required=True)
     status = commands.add_parser("status", help="queue, head wait, current file and progress, last failure, files done")
     status.add_argument("tenant", nargs="?", help="one tenant (default: all)")
@@ -87,6 +93,13 @@ def _parser() -> argparse.ArgumentParser:
     _reconcile_parser(commands)
     _preflight_parser(commands)
     return parser
+
+
+def _qualifier(value: str) -> str:
+    if not re.match(contract.QUALIFIER_PATTERN, value) or len(value) > contract.MAX_QUALIFIER_LENGTH:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a qualifier: lowercase letters and digits, starting with "
+                                         f"a letter, at most {contract.MAX_QUALIFIER_LENGTH} characters")
+    return value
 
 
 def _preflight_parser(commands: Any) -> None:
@@ -146,10 +159,15 @@ def main(argv: Sequence[str] | None = None, *, clients: Any = None, out: Any = N
     if args.command == "preflight":
         return _preflight(args, clients, out)
     clients = clients or Clients(args.region, args.endpoint_url)
+    with contract.qualified(args.qualifier):
+        return _discover_and_run(args, clients, out, time.time() if now is None else now)
+
+
+def _discover_and_run(args: argparse.Namespace, clients: Any, out: Any, now: float) -> int:
     try:
         tenants = discover(clients("cloudformation"))
         selected = _select(tenants, getattr(args, "tenant", None))
-        return _run(args, selected, clients, out, time.time() if now is None else now)
+        return _run(args, selected, clients, out, now)
     except (DiscoveryError, KeyError) as error:
         print(f"ops: {error.args[0] if error.args else error}", file=sys.stderr)
         return EXIT_NOT_FOUND
@@ -306,12 +324,16 @@ def _preflight(args: argparse.Namespace, clients: Any, out: Any) -> int:
     try:
         config = load_config(args.tenants, check_capacity=False)
         target = _preflight_target(config, args.target)
+        if args.qualifier not in (None, config.qualifier):
+            raise ValueError(f"--qualifier {args.qualifier}: the tenants file's qualifier is {config.qualifier!r}; "
+                             "leave --qualifier out (preflight takes the file's)")
     except (ConfigError, ValueError) as error:
         print(f"ops: {error}", file=sys.stderr)
         return EXIT_USAGE
     clients = clients or Clients(args.region or target.region, args.endpoint_url)
     try:
-        result = preflight.preflight(target, clients)
+        with contract.qualified(config.qualifier):
+            result = preflight.preflight(target, clients)
     except preflight.WrongAccount as error:
         print(f"ops: {error}", file=sys.stderr)
         return EXIT_USAGE

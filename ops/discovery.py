@@ -58,15 +58,16 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
     stacks: list[dict[str, Any]] = []
     for page in cfn.get_paginator("describe_stacks").paginate():
         stacks.extend(page.get("Stacks", []))
-    shared = next((s for s in stacks if s["StackName"] == names.SHARED_STACK_NAME), None)
+    shared = next((s for s in stacks if s["StackName"] == names.shared_stack_name()), None)
     if shared is None:
         raise DiscoveryError(
-            f"no stack {names.SHARED_STACK_NAME} found: check the account, the region (--region) or the "
+            f"no stack {names.shared_stack_name()} found: check the account, the region (--region) or the "
             "endpoint (--endpoint-url)"
         )
     ledger_table = _outputs(shared).get("LedgerTableName")
     if not ledger_table:
-        raise DiscoveryError(f"stack {names.SHARED_STACK_NAME} has no LedgerTableName output: deploy this version first")
+        raise DiscoveryError(f"stack {names.shared_stack_name()} has no LedgerTableName output: deploy this version "
+                             "first")
     work_bucket = _outputs(shared).get("WorkBucketName", "")
     prefix = names.TENANT_STACK.render("")
     found: dict[str, TenantResources] = {}
@@ -103,7 +104,7 @@ def shared_outputs(cfn: Any) -> dict[str, str]:
     """The shared stack's outputs by construct id (e.g. `UnmatchedUploadsLogGroupName`); empty
     when there is no shared stack."""
     try:
-        (stack,) = cfn.describe_stacks(StackName=names.SHARED_STACK_NAME)["Stacks"]
+        (stack,) = cfn.describe_stacks(StackName=names.shared_stack_name())["Stacks"]
     except Exception:  # noqa: BLE001 - not deployed (moto and AWS raise different errors)
         return {}
     return _outputs(stack)

@@ -176,9 +176,9 @@ def _tag_keys(iam: Any, kind: str, name: str) -> set[str]:
 def _readings(target: capacity.Target, clients: Any, account: str) -> list[Reading]:
     tenants = target.tenants
     stacks = _active_stacks(clients("cloudformation"))
-    own_stacks = {names.SHARED_STACK_NAME} | {names.TENANT_STACK.render(t.id) for t in tenants}
+    own_stacks = {names.shared_stack_name()} | {names.TENANT_STACK.render(t.id) for t in tenants}
     deployed = [t for t in tenants if names.TENANT_STACK.render(t.id) in stacks]
-    shared_deployed = names.SHARED_STACK_NAME in stacks
+    shared_deployed = names.shared_stack_name() in stacks
     quotas = {q.field: q for q in capacity.QUOTAS}
 
     def need(field: str) -> capacity.Need:

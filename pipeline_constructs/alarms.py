@@ -23,28 +23,31 @@ if TYPE_CHECKING:
 
 
 class AlarmFactory:
-    """Makes alarms that page through one topic; ``name_prefix`` starts every alarm name.
+    """Makes alarms that page through one topic, named by ``name`` (`contract.TENANT_ALARM` of
+    ``tenant_id``, or `contract.SHARED_ALARM`).
 
     Every alarm fires at or above its threshold, treats missing data as fine, and notifies
     the topic (the action is applied here, once).
     """
 
-    def __init__(self, scope: Construct, *, name_prefix: str, topic: sns.ITopic, evaluation_periods: int) -> None:
+    def __init__(self, scope: Construct, *, name: contract.DerivedName, tenant_id: str = "", topic: sns.ITopic,
+                 evaluation_periods: int) -> None:
         self._scope = scope
-        self._prefix = name_prefix
+        self._name, self._tenant_id = name, tenant_id
         self._action = actions.SnsAction(topic)
         self._evaluation_periods = evaluation_periods
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
     def alarm(self, key: str, metric: cloudwatch.IMetric, threshold: float, description: str) -> cloudwatch.Alarm:
-        """Alarm ``<prefix>-<key>`` (construct id from ``key``, stable) on ``metric``."""
+        """Alarm ``<tenant>-<key>`` or ``ordered-ingest-<key>`` (qualified; construct id from ``key``, stable)
+        on ``metric``."""
         if len(key) > contract.MAX_ALARM_KEY:
             # The name table (contract.TENANT_ALARM, SHARED_ALARM) counts on it.
             raise ValueError(f"alarm key {key!r} is longer than {contract.MAX_ALARM_KEY} characters")
         created = cloudwatch.Alarm(
             self._scope,
             f"{key.title().replace('-', '')}Alarm",
-            alarm_name=f"{self._prefix}-{key}",
+            alarm_name=self._name.render(self._tenant_id, alarm=key),
             alarm_description=description,
             metric=metric,
             threshold=threshold,
@@ -83,7 +86,8 @@ def pipeline_alarms(
     and links to its runbook entry, which names the command that fixes it."""
     tenant, metrics = pipeline.tenant_id, pipeline.metrics
     factory = AlarmFactory(
-        pipeline, name_prefix=tenant, topic=topic, evaluation_periods=thresholds.evaluation_periods
+        pipeline, name=contract.TENANT_ALARM, tenant_id=tenant, topic=topic,
+        evaluation_periods=thresholds.evaluation_periods,
     )
     status = f"python -m ops status {tenant}"
     for role, function in pipeline.pipeline_functions.items():

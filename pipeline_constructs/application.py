@@ -12,6 +12,7 @@ from aws_cdk import App, Environment, Stage, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
+from lambdas import contract
 from pipeline_constructs import cells
 from pipeline_constructs.config import AppConfig, load_config
 from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack, dashboard_stacks
@@ -75,9 +76,14 @@ def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = T
     without, at the top of the app, environment-agnostic. A tenant stack depends on its shared
     stack (deploy order) when both are built; it refers to it only by names.
 
-    `config`: the tenants file already loaded (`load_config(tenants_file)`), not read again."""
+    `config`: the tenants file already loaded (`load_config(tenants_file)`), not read again.
+    Every name is rendered with the file's `qualifier` (`contract.qualified`)."""
     config = config if config is not None else load_config(tenants_file)
-    app = app or new_app()
+    with contract.qualified(config.qualifier):
+        return _build(app or new_app(), config, nag, cell)
+
+
+def _build(app: App, config: AppConfig, nag: bool, cell: str | None) -> IngestApp:
     built = cells.cells_of(config) if cell is None else (cells.cell_named(config, cell),)
     scopes: dict[str | None, Construct] = {}
     stages: dict[str, TargetStage] = {}

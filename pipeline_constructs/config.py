@@ -435,7 +435,7 @@ class TenantConfig(_Strict):
                              "machine names share (another tenant's permissions could then cover this one's)")
         broken = names.tightest_broken(tenant_id)
         if broken is not None:
-            derived = broken.longest(tenant_id)
+            derived = broken.longest(tenant_id, qualifier="")
             raise ValueError(
                 f"is {len(tenant_id)} characters, so the derived {broken.kind} '{derived}' is "
                 f"{len(derived)} characters (limit {broken.limit})"
@@ -639,6 +639,18 @@ class AppConfig(_Strict):
         "the ledger table, the unmatched-uploads log group and the shared stack's dead-letter queues; `create` "
         "makes it in the shared stack (alias `alias/ordered-ingest`). Default (null): S3-managed keys for the "
         "buckets, the AWS managed key for the ledger table, CloudWatch Logs' own encryption."))
+    qualifier: str | None = Field(default=None, pattern=contract.QUALIFIER_PATTERN, min_length=1,
+                                  max_length=contract.MAX_QUALIFIER_LENGTH, description=(
+        "A name that starts every name the app gives what is fixed per account and Region (stacks, buckets, "
+        "queues, functions, state machines, rules, event buses, alarms, SSM parameters, KMS aliases, log groups, "
+        "access points, the dashboards, the metric namespace): `<qualifier>-OrderedIngest-Shared`, "
+        "`<qualifier>-acme-controller`, `alias/<qualifier>-ordered-ingest`, `/<qualifier>-ordered-ingest/...`, so "
+        "that a second copy of the app (a staging copy, the cloud test's) deploys beside the first in the same "
+        "account and Region. Lowercase letters and digits, starting with a letter, at most "
+        f"{contract.MAX_QUALIFIER_LENGTH} characters (the landing bucket's name is the longest); each tenant id "
+        "then has the qualifier's length plus one fewer characters. `python -m ops --qualifier <qualifier>` works "
+        "on that copy. (Tenant `acme` of the copy and a tenant `<qualifier>-acme` of an unqualified deployment "
+        "would share their names: do not give both.) Default (null): no qualifier, the names as documented."))
 
     def limits_of(self, target: str) -> AccountLimits:
         """The top-level limits with the target's own overrides."""
@@ -706,6 +718,8 @@ FIXES: dict[str, str] = {
     "rules_per_bus": "use the account's 'Rules per event bus' quota (default 300)",
     "event_pattern_chars": "use the account's 'Event pattern size' quota in characters (default 2048)",
     "target": "use the name of a target declared under 'targets:'",
+    "qualifier": "use a short name of lowercase letters and digits that starts with a letter, e.g. 'staging' or "
+    f"'ct1a2b3c' (at most {contract.MAX_QUALIFIER_LENGTH} characters), or leave it out (no qualifier)",
     "account": "quote the 12-digit account id, e.g. account: '111111111111'",
     "region": "use a Region code such as 'eu-west-1'",
     "eventbridge_rules_per_bus": "use the account's quota (Service Quotas: EventBridge, rules per event bus), "
@@ -751,7 +765,8 @@ PROBLEMS: dict[str, str] = {
 TENANT_KEYS = tuple(TenantConfig.model_fields)
 #: `uploaders` are per tenant: a role or user is the uploader of one tenant (`_check_uploaders`).
 DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard", "uploaders"))
-TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing", "encryption")
+TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing", "encryption",
+                  "qualifier")
 #: The `defaults:` block (`_merge`), as the schema and the reference describe it.
 DEFAULTS_DESCRIPTION = (
     "Tenant options applied to every tenant; a tenant's own value wins. A block (`sink`, `alarms`, `ordering`, "
@@ -826,6 +841,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     targets = _validate_targets(raw.get("targets"), problems)
     encryption = (_validate(EncryptionConfig, raw["encryption"], "encryption", problems)
                   if raw.get("encryption") is not None else None)
+    qualifier = _check_qualifier(raw.get("qualifier"), problems)
 
     tenants_raw = raw.get("tenants")
     if not isinstance(tenants_raw, list) or not tenants_raw:
@@ -855,6 +871,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     _check_prefix_overlaps(declared, problems)
     _check_prefix_characters(declared, problems)
     _check_uploaders(tenants, targets or {}, problems)
+    _check_qualified_ids(tenants, qualifier, problems)
     for tenant in tenants:
         _check_batch_size(tenant, problems)
         _check_register_budget(tenant, problems)
@@ -873,7 +890,7 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     assert notifications is not None and account_limits is not None and targets is not None
     assert routing is not None
     config = AppConfig(notifications=notifications, tenants=tuple(tenants), account_limits=account_limits,
-                       targets=targets, routing=routing, encryption=encryption)
+                       targets=targets, routing=routing, encryption=encryption, qualifier=qualifier)
     # Capacity last, on a file otherwise valid: the counts need every tenant and its target.
     over = capacity.problems(config) if check_capacity else []
     if over:
@@ -1330,6 +1347,36 @@ def _lookup(data: Any, loc: tuple) -> Any:
         else:
             return _MISSING
     return data
+
+
+def _check_qualifier(value: Any, problems: _Problems) -> str | None:
+    """The top-level `qualifier`, or None (absent, or reported)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.match(contract.QUALIFIER_PATTERN, value):
+        problems.add("file", "qualifier", value, "has characters other than lowercase letters and digits, or does "
+                     "not start with a letter (it starts every resource name)", FIXES["qualifier"])
+        return None
+    broken = contract.qualifier_broken(value)
+    if broken is not None:
+        derived = broken.longest(qualifier=value)
+        problems.add("file", "qualifier", value, f"is {len(value)} characters, so the derived {broken.kind} "
+                     f"'{derived}' is {len(derived)} characters (limit {broken.limit})", FIXES["qualifier"])
+        return None
+    return value
+
+
+def _check_qualified_ids(tenants: list[TenantConfig], qualifier: str | None, problems: _Problems) -> None:
+    """Each tenant id fits every name it derives with the qualifier in front."""
+    for tenant in tenants if qualifier else ():
+        broken = names.tightest_broken(tenant.id, qualifier or "")
+        if broken is not None:
+            derived = broken.longest(tenant.id, qualifier=qualifier)
+            problems.add(f"tenant '{tenant.id}'", "id", tenant.id,
+                         f"is {len(tenant.id)} characters, so with qualifier '{qualifier}' the derived {broken.kind} "
+                         f"'{derived}' is {len(derived)} characters (limit {broken.limit})",
+                         f"use an id of at most {broken.max_id_length(qualifier or '')} characters, or a shorter "
+                         "qualifier")
 
 
 def _tenant_label(entry: Any, index: int) -> str:

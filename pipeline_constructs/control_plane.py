@@ -105,7 +105,7 @@ def build_controller(scope: Construct, tenant: TenantConfig, *, queue: sqs.IQueu
             state_machine_arn=alias.attr_arn,
             ledger_table_name=ledger_table.table_name,
             queue_url=queue.queue_url,
-            metric_namespace=contract.METRIC_NAMESPACE,
+            metric_namespace=contract.metric_namespace(),
             on_failure=tenant.on_failure,
             waiting_visibility_seconds=int(WAITING_VISIBILITY.to_seconds()),
             work_bucket=work_bucket.bucket_name,

@@ -35,7 +35,6 @@ from pipeline_constructs import names
 from pipeline_constructs.metrics import TenantMetrics
 from pipeline_constructs.workflows import state_machine_arn
 
-DASHBOARD_NAME = contract.FIRST_DASHBOARD.render()
 #: CloudWatch's limit of widgets per dashboard.
 MAX_WIDGETS = 500
 #: A title and six graphs.
@@ -55,7 +54,8 @@ class DashboardTenant:
 def dashboard_names(tenant_count: int) -> list[str]:
     """`OrderedIngest`, then `OrderedIngest-2`, ... for each `TENANTS_PER_DASHBOARD` tenants."""
     count = max(1, -(-tenant_count // TENANTS_PER_DASHBOARD))
-    return [DASHBOARD_NAME if index == 0 else contract.DASHBOARD.render(number=index + 1) for index in range(count)]
+    return [contract.FIRST_DASHBOARD.render() if index == 0 else contract.DASHBOARD.render(number=index + 1)
+            for index in range(count)]
 
 
 class IngestDashboards(Construct):

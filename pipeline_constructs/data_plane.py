@@ -103,6 +103,7 @@ def build_data_plane(scope: Construct, tenant: TenantConfig, *, budget: budgets.
             sink_auth=sink.auth.type,
             **{f"sink_auth_{name}": value
                for name, value in sink.auth.model_dump(exclude={"type", "invoke_arn"}).items()},
+            metric_namespace=contract.metric_namespace(),
         )),
         role=role,
         tracing=tenant.tracing,

@@ -40,19 +40,27 @@ if TYPE_CHECKING:
 
 #: The `kms_key` value that makes the app create the key.
 CREATE = "create"
-#: The alias of the shared resources' key (one per account and Region).
-SHARED_KEY_ALIAS = contract.SHARED_KEY_ALIAS.render()
-#: Where the shared stack publishes the ARN of the key it created: tenant stacks read it by
-#: this fixed name (a CloudFormation SSM parameter type, resolved at each deploy), so a tenant
-#: stack needs no export of the shared stack and the shared key can change without the
-#: "export in use" lock.
-SHARED_KEY_PARAMETER = contract.SHARED_KEY_PARAMETER.render()
+def shared_key_alias() -> str:
+    """The alias of the shared resources' key (one per account and Region)."""
+    return contract.SHARED_KEY_ALIAS.render()
 
 
-#: The names of the shared stack's rules whose dead-letter queues the shared key encrypts
-#: (names.py: `ordered-ingest-unmatched-...`, `ordered-ingest-shard-<k>-...`; on a custom bus,
-#: whose name starts so too, `<bus>/<rule>`). The same pattern as the routing DLQ's queue policy.
-SHARED_RULES = "ordered-ingest-*"
+def shared_key_parameter() -> str:
+    """Where the shared stack publishes the ARN of the key it created: tenant stacks read it by
+    this fixed name (a CloudFormation SSM parameter type, resolved at each deploy), so a tenant
+    stack needs no export of the shared stack and the shared key can change without the
+    "export in use" lock."""
+    return contract.SHARED_KEY_PARAMETER.render()
+
+
+def shared_rules() -> str:
+    """The names of the shared stack's rules whose dead-letter queues the shared key encrypts
+    (names.py: `ordered-ingest-unmatched-...`, `ordered-ingest-shard-<k>-...`, qualified; on a
+    custom bus, whose name starts so too, `<bus>/<rule>`). The same pattern as the routing DLQ's
+    queue policy."""
+    return contract.qualify(contract.SHARED_PREFIX) + "-*"
+
+
 #: What CloudWatch Logs does with the key of an encrypted log group.
 LOGS_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey",
                 "kms:GenerateDataKeyWithoutPlaintext", "kms:DescribeKey"]
@@ -79,10 +87,10 @@ def customer_key(scope: Construct, construct_id: str, setting: str, *, alias: st
 
 def shared_key_arn(scope: Construct, setting: str | None) -> str | None:
     """The shared key's ARN as a tenant stack names it: as given, or (``create``) the value of
-    `SHARED_KEY_PARAMETER` at deploy time. None: the shared resources use AWS-managed keys."""
+    `shared_key_parameter()` at deploy time. None: the shared resources use AWS-managed keys."""
     if setting is None or setting != CREATE:
         return setting
-    return ssm.StringParameter.value_for_string_parameter(scope, SHARED_KEY_PARAMETER)
+    return ssm.StringParameter.value_for_string_parameter(scope, shared_key_parameter())
 
 
 def queue_encryption(key: kms.IKey | None) -> dict:

@@ -83,7 +83,7 @@ def pipeline_function(
         # The handlers' ERROR lines, the runtime's own error records and the platform records
         # of a timeout or crash (see `contract.error_log_filter_pattern`).
         filter_pattern=logs.FilterPattern.literal(contract.error_log_filter_pattern()),
-        metric_namespace=contract.METRIC_NAMESPACE,
+        metric_namespace=contract.metric_namespace(),
         metric_name=contract.error_log_metric_name(spec.tenant_id, spec.role),
         metric_value="1",
         filter_name=contract.ERROR_LOG_FILTER.render(spec.tenant_id, role=spec.role),

@@ -92,12 +92,12 @@ class TenantMetrics:
         """Lines the function with ``role`` (``controller``, ``split``, ...) logged at ERROR level
         (real faults; intended waits log INFO), the runtime's own error records, and timeouts and
         crashes (its log group's metric filter, `functions.pipeline_function`; Sum)."""
-        return cloudwatch.Metric(namespace=contract.METRIC_NAMESPACE,
+        return cloudwatch.Metric(namespace=contract.metric_namespace(),
                                  metric_name=contract.error_log_metric_name(self.tenant_id, role),
                                  statistic="Sum", period=period)
 
     def _own(self, name: str, statistic: str, period: Duration, label: str | None = None) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace=contract.METRIC_NAMESPACE, metric_name=name,
+        return cloudwatch.Metric(namespace=contract.metric_namespace(), metric_name=name,
                                  dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
                                  statistic=statistic, period=period, label=label)
 

@@ -30,14 +30,27 @@ from lambdas.contract import (  # noqa: F401  (re-exported: the constructs' name
     upload_access_point_name,
 )
 
-SHARED_STACK_NAME = contract.SHARED_STACK.render()
 #: The shared stack's output that holds the alarm topic's ARN (written by `stacks.SharedStack`,
 #: shown by `ops status`): a fixed name, no export.
 ALARM_TOPIC_OUTPUT = "AlarmTopicArn"
-UNMATCHED_UPLOADS_RULE = contract.UNMATCHED_UPLOADS_RULE.render()
-UNMATCHED_UPLOADS_LOG_GROUP = contract.UNMATCHED_UPLOADS_LOG_GROUP.render()
-UNMATCHED_UPLOADS_DLQ = contract.UNMATCHED_UPLOADS_DLQ.render()
-ROUTING_DLQ = contract.ROUTING_DLQ.render()
+
+# Every name below is rendered when called, with the qualifier in effect (`contract.qualified`).
+
+
+def shared_stack_name() -> str:
+    return contract.SHARED_STACK.render()
+
+
+def unmatched_uploads_log_group() -> str:
+    return contract.UNMATCHED_UPLOADS_LOG_GROUP.render()
+
+
+def unmatched_uploads_dlq() -> str:
+    return contract.UNMATCHED_UPLOADS_DLQ.render()
+
+
+def routing_dlq() -> str:
+    return contract.ROUTING_DLQ.render()
 
 
 def dashboard_stack_name(number: int) -> str:
@@ -74,7 +87,7 @@ def shard_status_rule_name(index: int) -> str:
 
 def unmatched_uploads_rule_name(index: int) -> str:
     """The catch-all's rule on its bus ``index`` (0: the default bus's rule)."""
-    return UNMATCHED_UPLOADS_RULE if index == 0 else contract.UNMATCHED_UPLOADS_BUS_RULE.render(index=index)
+    return (contract.UNMATCHED_UPLOADS_RULE if index == 0 else contract.UNMATCHED_UPLOADS_BUS_RULE).render(index=index)
 
 
 def unmatched_bus_name(index: int) -> str:

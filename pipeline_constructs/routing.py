@@ -311,7 +311,7 @@ def default_bus_rule_names(
 ) -> set[str]:
     """The names of the rules `default_bus_rules` counts (`ops preflight` finds them deployed)."""
     catch_all = unmatched_layout([t.prefix for t in tenants], limit=pattern_limit)
-    found = {names.UNMATCHED_UPLOADS_RULE} | {
+    found = {names.unmatched_uploads_rule_name(0)} | {
         names.unmatched_forward_rule_name(g.index + 1) for g in catch_all.groups
     }
     if not shards:

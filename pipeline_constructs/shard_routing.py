@@ -32,7 +32,6 @@ from pipeline_constructs.intake import (
 from pipeline_constructs.nag import acknowledge
 
 METRIC_PERIOD = Duration.minutes(5)
-ALARM_PREFIX = contract.SHARED_PREFIX
 
 
 class Forwarding(Construct):
@@ -57,7 +56,7 @@ class Forwarding(Construct):
         self.dead_letter_queue = sqs.Queue(
             self,
             "Dlq",
-            queue_name=names.ROUTING_DLQ,
+            queue_name=names.routing_dlq(),
             retention_period=INTAKE_DLQ_RETENTION,
             **encryption.queue_encryption(kms_key),
             enforce_ssl=True,
@@ -80,13 +79,14 @@ class Forwarding(Construct):
                 conditions={
                     "ArnLike": {
                         "aws:SourceArn": stack.format_arn(
-                            service="events", resource="rule", resource_name=f"{ALARM_PREFIX}-*"
+                            service="events", resource="rule",
+                            resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-*",
                         )
                     }
                 },
             )
         )
-        self._factory = AlarmFactory(self, name_prefix=ALARM_PREFIX, topic=alarm_topic, evaluation_periods=1)
+        self._factory = AlarmFactory(self, name=contract.SHARED_ALARM, topic=alarm_topic, evaluation_periods=1)
         self._factory.alarm(
             "routing-dlq",
             self.dead_letter_queue.metric_approximate_number_of_messages_visible(
@@ -95,7 +95,7 @@ class Forwarding(Construct):
             1,
             "EventBridge gave up forwarding an event from the default bus to a shard bus (after 24 h of "
             f"retries): a file upload or a status change that no tenant received. It is in queue "
-            f"{names.ROUTING_DLQ}. First: read it there (source, key or execution), then python -m ops "
+            f"{names.routing_dlq()}. First: read it there (source, key or execution), then python -m ops "
             f"reconcile TENANT --replay for an upload. {runbook_link('routing-dlq')}",
         )
         self.alarms = self._factory.alarms
@@ -148,11 +148,11 @@ class Forwarding(Construct):
             key,
             expression,
             1,
-            f"A forward of {what} from the default bus failed for good (then it is in {names.ROUTING_DLQ}) "
+            f"A forward of {what} from the default bus failed for good (then it is in {names.routing_dlq()}) "
             "or "
             "could not even be dead-lettered (then the event is lost: python -m ops reconcile TENANT finds "
             "the "
-            f"file). First: read {names.ROUTING_DLQ}. {runbook_link('routing-dlq')}",
+            f"file). First: read {names.routing_dlq()}. {runbook_link('routing-dlq')}",
         )
 
 

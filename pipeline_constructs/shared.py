@@ -265,11 +265,11 @@ class SharedResources(Construct):
 
     def _data_key(self, setting: str | None) -> kms.IKey | None:
         """The shared resources' key; a created one is published under its fixed SSM name for the
-        tenant stacks (`encryption.SHARED_KEY_PARAMETER`)."""
+        tenant stacks (`encryption.shared_key_parameter()`)."""
         if setting is None:
             return None
         key = encryption.customer_key(
-            self, "DataKey", setting, alias=encryption.SHARED_KEY_ALIAS,
+            self, "DataKey", setting, alias=encryption.shared_key_alias(),
             description="Encrypts the ordered-ingest landing and work buckets and the ledger table",
         )
         # The dead-letter queues of the shared stack's rules (unmatched uploads, forwarding to
@@ -277,7 +277,7 @@ class SharedResources(Construct):
         # bus a rule's ARN is rule/<bus>/<name>, and the buses are named so too.
         encryption.allow_rules(
             key,
-            [Stack.of(self).format_arn(service="events", resource="rule", resource_name=encryption.SHARED_RULES)],
+            [Stack.of(self).format_arn(service="events", resource="rule", resource_name=encryption.shared_rules())],
             sid="EventBridgeDeadLettersOfSharedRules",
             operator="ArnLike",
         )
@@ -285,7 +285,7 @@ class SharedResources(Construct):
             ssm.StringParameter(
                 self,
                 "DataKeyArnParameter",
-                parameter_name=encryption.SHARED_KEY_PARAMETER,
+                parameter_name=encryption.shared_key_parameter(),
                 string_value=key.key_arn,
                 description="ARN of the ordered-ingest shared key (read by the tenant stacks)",
             )

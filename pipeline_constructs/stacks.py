@@ -60,7 +60,7 @@ class SharedStack(_IngestStack):
     def __init__(self, scope: Construct, config: AppConfig) -> None:
         super().__init__(
             scope,
-            names.SHARED_STACK_NAME,
+            names.shared_stack_name(),
             description="Ordered per-tenant file ingestion: shared buckets, ledger table, alarm topic",
         )
         self.resources = SharedResources(

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 RETRY_ATTEMPTS = 185
 MAX_EVENT_AGE = Duration.hours(24)
 METRIC_PERIOD = Duration.minutes(5)
-#: The alarms of the shared stack start with this (the tenants' start with the tenant id).
-ALARM_PREFIX = contract.SHARED_PREFIX
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,7 @@ class UnmatchedUploads(Construct):
         super().__init__(scope, construct_id)
         if not props.tenant_prefixes:
             raise ValueError("UnmatchedUploads needs at least one tenant prefix; without tenants every upload is unmatched")
-        self.log_group_name = names.UNMATCHED_UPLOADS_LOG_GROUP
+        self.log_group_name = names.unmatched_uploads_log_group()
         # AWS-managed encryption of CloudWatch Logs: the events hold keys and sizes, no content.
         self.log_group = logs.LogGroup(
             self,
@@ -85,7 +83,7 @@ class UnmatchedUploads(Construct):
         self.dead_letter_queue = sqs.Queue(
             self,
             "Dlq",
-            queue_name=names.UNMATCHED_UPLOADS_DLQ,
+            queue_name=names.unmatched_uploads_dlq(),
             retention_period=Duration.days(14),
             **encryption.queue_encryption(props.kms_key),
             enforce_ssl=True,
@@ -100,7 +98,7 @@ class UnmatchedUploads(Construct):
         self.rule = events.Rule(
             self,
             "Rule",
-            rule_name=names.UNMATCHED_UPLOADS_RULE,
+            rule_name=names.unmatched_uploads_rule_name(0),
             description="Files created in the landing bucket outside every tenant prefix go to a log group",
             event_pattern=unmatched_pattern(props.landing_bucket.bucket_name, self.layout.excluded),
         )
@@ -121,12 +119,12 @@ class UnmatchedUploads(Construct):
             "Count",
             log_group=self.log_group,
             filter_pattern=logs.FilterPattern.all_events(),
-            metric_namespace=contract.METRIC_NAMESPACE,
+            metric_namespace=contract.metric_namespace(),
             metric_name=contract.UNMATCHED_UPLOADS_METRIC,
             metric_value="1",
             filter_name=contract.UNMATCHED_UPLOADS_FILTER.render(),
         )
-        factory = AlarmFactory(self, name_prefix=ALARM_PREFIX, topic=props.alarm_topic, evaluation_periods=1)
+        factory = AlarmFactory(self, name=contract.SHARED_ALARM, topic=props.alarm_topic, evaluation_periods=1)
         factory.alarm(
             "unmatched-uploads",
             self.metric_unmatched_uploads(),
@@ -140,7 +138,7 @@ class UnmatchedUploads(Construct):
             self.metric_dlq_messages(),
             1,
             "EventBridge could not log an upload outside every tenant prefix (the log group refused it for "
-            f"a day); the event is in queue {names.UNMATCHED_UPLOADS_DLQ}. First: read it there. "
+            f"a day); the event is in queue {names.unmatched_uploads_dlq()}. First: read it there. "
             f"{runbook_link('unmatched-uploads')}",
         )
         self.alarms = factory.alarms
@@ -187,7 +185,7 @@ class UnmatchedUploads(Construct):
     def metric_unmatched_uploads(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
         """Uploads outside every tenant prefix (the metric filter's count, Sum)."""
         return cloudwatch.Metric(
-            namespace=contract.METRIC_NAMESPACE,
+            namespace=contract.metric_namespace(),
             metric_name=contract.UNMATCHED_UPLOADS_METRIC,
             statistic="Sum",
             period=period,

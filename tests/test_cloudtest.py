@@ -15,6 +15,7 @@ from moto import mock_aws
 
 from cloudtest import runs, standin, targets, teardown
 from cloudtest.standin_function import recorder
+from lambdas import contract
 from pipeline_constructs import names
 from pipeline_constructs.application import new_app
 
@@ -130,24 +131,10 @@ def test_fails_when_there_is_no_region_with_one_line(tmp_path: Path) -> None:
 
 
 @mock_aws
-def test_fails_when_the_app_is_already_deployed_in_the_account_and_region(tmp_path: Path) -> None:
-    session = boto3.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
-    session.client("cloudformation").create_stack(StackName=names.SHARED_STACK_NAME, TemplateBody=json.dumps(
-        {"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}))
-    with pytest.raises(targets.Refused, match="OrderedIngest-Shared is deployed in account 123456789012, Region "
-                                              "eu-west-1: the app's shared names are fixed"):
-        targets.AwsTarget(session, "r1", tmp_path).preflight()
-
-
-@mock_aws
-def test_fails_when_a_retained_landing_bucket_or_no_bootstrap_is_there(tmp_path: Path) -> None:
+def test_fails_when_the_account_and_region_are_not_bootstrapped(tmp_path: Path) -> None:
     session = boto3.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
     target = targets.AwsTarget(session, "r1", tmp_path)
     with pytest.raises(targets.Refused, match=r"is not bootstrapped for the CDK: run `cdk bootstrap aws://123456789012/eu-west-1`"):
-        target.preflight()
-    bucket = names.landing_bucket_name("123456789012", REGION)
-    session.client("s3").create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
-    with pytest.raises(targets.Refused, match=f"bucket {bucket} exists"):
         target.preflight()
 
 
@@ -165,13 +152,20 @@ def _retained(kind: str, **properties) -> dict:
 
 @mock_aws
 def test_teardown_deletes_the_runs_stacks_and_what_they_retain_and_nothing_else(tmp_path: Path) -> None:
-    """GIVEN the stacks of run r1 (a shared one with a versioned bucket holding files, a table
-    with deletion protection, a log group and a key, all retained; a tenant stack) and a stack
-    of another run WHEN teardown runs THEN r1's stacks and retained resources are gone, the
-    other run's are untouched, and no state file is left."""
+    """GIVEN the stacks of run r1, named with its qualifier (a shared one with a versioned bucket
+    holding files, a table with deletion protection, a log group and a key, all retained; a
+    tenant stack), a log group Lambda made for one of r1's functions, a stack of another run and
+    the app as shipped, deployed beside them WHEN teardown runs THEN r1's stacks and retained
+    resources are gone, the others are untouched, and no state file is left."""
     session = boto3.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
     cfn, s3 = session.client("cloudformation"), session.client("s3")
-    _stack(cfn, names.SHARED_STACK_NAME, "r1", {
+    with contract.qualified(runs.qualifier("r1")):
+        shared, tenant = names.shared_stack_name(), names.TENANT_STACK.render("ct-r1-a")
+    assert (shared, tenant) == ("ctr1-OrderedIngest-Shared", "ctr1-OrderedIngest-Tenant-ct-r1-a")
+    cfn.create_stack(StackName=names.shared_stack_name(), TemplateBody=json.dumps({"Resources": {
+        "Logs": _retained("AWS::Logs::LogGroup", LogGroupName="/aws/lambda/acme-split")}}))
+    session.client("logs").create_log_group(logGroupName="/aws/lambda/ctr1-ct-r1-b-controller")
+    _stack(cfn, shared, "r1", {
         "Landing": _retained("AWS::S3::Bucket", BucketName="landing-r1",
                              VersioningConfiguration={"Status": "Enabled"}),
         "Ledger": _retained("AWS::DynamoDB::Table", TableName="ledger-r1", BillingMode="PAY_PER_REQUEST",
@@ -180,8 +174,8 @@ def test_teardown_deletes_the_runs_stacks_and_what_they_retain_and_nothing_else(
                             AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}]),
         "Key": _retained("AWS::KMS::Key", KeyPolicy=json.dumps({"Version": "2012-10-17", "Statement": []})),
     })
-    _stack(cfn, names.TENANT_STACK.render("ct-r1-a"), "r1", {
-        "Logs": _retained("AWS::Logs::LogGroup", LogGroupName="/aws/lambda/ct-r1-a-split"),
+    _stack(cfn, tenant, "r1", {
+        "Logs": _retained("AWS::Logs::LogGroup", LogGroupName="/aws/lambda/ctr1-ct-r1-a-split"),
         "Queue": {"Type": "AWS::SQS::Queue"},
     })
     _stack(cfn, "OrderedIngestCloudTest-r2-CoreStandIn", "r2", {
@@ -190,7 +184,7 @@ def test_teardown_deletes_the_runs_stacks_and_what_they_retain_and_nothing_else(
     for n in range(3):
         s3.put_object(Bucket="landing-r1", Key="acme/f.csv", Body=f"v{n}".encode())
     s3.delete_object(Bucket="landing-r1", Key="acme/f.csv")  # a delete marker too
-    key_id = next(r["PhysicalResourceId"] for r in cfn.list_stack_resources(StackName=names.SHARED_STACK_NAME)[
+    key_id = next(r["PhysicalResourceId"] for r in cfn.list_stack_resources(StackName=shared)[
         "StackResourceSummaries"] if r["ResourceType"] == "AWS::KMS::Key")
     state = tmp_path / "r1.teardown.json"
     said: list[str] = []
@@ -199,16 +193,41 @@ def test_teardown_deletes_the_runs_stacks_and_what_they_retain_and_nothing_else(
 
     assert problems == []
     left = {s["StackName"] for s in cfn.describe_stacks()["Stacks"] if s["StackStatus"] != "DELETE_COMPLETE"}
-    assert left == {"OrderedIngestCloudTest-r2-CoreStandIn"}
+    assert left == {"OrderedIngestCloudTest-r2-CoreStandIn", "OrderedIngest-Shared"}
     assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == []
     assert session.client("dynamodb").list_tables()["TableNames"] == []
     groups = [g["logGroupName"] for g in session.client("logs").describe_log_groups()["logGroups"]]
-    assert groups == ["/other-run"]
+    assert groups == ["/aws/lambda/acme-split", "/other-run"]
     assert session.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]["KeyState"] == "PendingDeletion"
     # the tenant stack goes before the shared one
     deleting = [line for line in said if line.startswith("deleting stack")]
-    assert deleting[-1] == f"deleting stack {names.SHARED_STACK_NAME}"
+    assert deleting[-1] == f"deleting stack {shared}"
     assert not state.exists()
+
+
+@mock_aws
+def test_teardown_finds_the_runs_retained_buckets_and_log_groups_by_its_qualifier(tmp_path: Path) -> None:
+    """GIVEN run r1's landing bucket (with a file) and log groups left after its stacks are gone,
+    with no state file, and the app as shipped's bucket and log group WHEN teardown runs THEN
+    r1's are gone, found by the qualifier `ctr1`, and the app's are untouched."""
+    session = boto3.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
+    s3, logs = session.client("s3"), session.client("logs")
+    with contract.qualified(runs.qualifier("r1")):
+        landing = names.landing_bucket_name("123456789012", REGION)
+        unmatched = names.unmatched_uploads_log_group()
+    plain = names.landing_bucket_name("123456789012", REGION)
+    for bucket in (landing, plain):
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+        s3.put_object(Bucket=bucket, Key="a/f.csv", Body=b"x")
+    for group in (unmatched, "/aws/lambda/ctr1-ct-r1-a-split", "/aws/vendedlogs/states/ctr1-ct-r1-a-file-ingest-page",
+                  names.unmatched_uploads_log_group()):
+        logs.create_log_group(logGroupName=group)
+
+    state = tmp_path / "state.json"
+    assert teardown.Teardown(session.client, "r1", state, say=lambda _: None, poll_seconds=0).run() == []
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == [plain]
+    groups = [g["logGroupName"] for g in logs.describe_log_groups()["logGroups"]]
+    assert groups == ["/ordered-ingest/unmatched-uploads"]
 
 
 @mock_aws
@@ -262,9 +281,10 @@ def _bootstrapped_session():
 
 @mock_aws
 def test_the_aws_deploy_puts_the_stand_in_first_and_points_the_tagged_tenants_at_it(tmp_path: Path) -> None:
-    """GIVEN a bootstrapped account (moto) and a CDK CLI that records its commands WHEN the AWS
-    target deploys THEN the stand-in goes first, the tenants file signs requests to its URL
-    and names exactly its function, and every cell is deployed with the run's tag."""
+    """GIVEN a bootstrapped account (moto) where the app is deployed, and a CDK CLI that records its
+    commands WHEN the AWS target deploys THEN the stand-in goes first, the tenants file qualifies
+    every name with the run's qualifier, signs requests to the stand-in's URL and names exactly its
+    function, and every cell is deployed with the run's tag."""
     from pipeline_constructs.config import load_config
 
     session = _bootstrapped_session()
@@ -282,6 +302,9 @@ def test_the_aws_deploy_puts_the_stand_in_first_and_points_the_tagged_tenants_at
         commands.append(list(argv))
         return 0, ""
 
+    # the app as shipped is deployed here: no obstacle, the run's names are qualified
+    session.client("cloudformation").create_stack(StackName=names.shared_stack_name(), TemplateBody=json.dumps(
+        {"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}))
     target = targets.AwsTarget(session, "r9", tmp_path, say=lambda _: None, runner=cdk, cells_runner=cells)
     target.preflight()
     target.deploy()
@@ -290,6 +313,7 @@ def test_the_aws_deploy_puts_the_stand_in_first_and_points_the_tagged_tenants_at
     assert "run_id=r9" in commands[0]
     config = load_config(tmp_path / "tenants.yaml")
     assert [t.id for t in config.tenants] == ["ct-r9-a", "ct-r9-b"]
+    assert config.qualifier == target.qualifier == "ctr9"
     for tenant in config.tenants:
         assert tenant.sink.url == "https://abc.lambda-url.eu-west-1.on.aws/"
         assert (tenant.sink.auth.type, tenant.sink.auth.service, tenant.sink.auth.invoke_arn) == ("sigv4", "lambda", arn)

@@ -70,7 +70,7 @@ def _resources(template: dict, kind: str) -> dict[str, dict]:
 def _key_parameters(template: dict) -> dict[str, dict]:
     """The SSM parameter of the shared key's ARN (the shared stack's others name the ledger and the topic)."""
     return {k: r for k, r in _resources(template, "AWS::SSM::Parameter").items()
-            if r["Properties"]["Name"] == encryption.SHARED_KEY_PARAMETER}
+            if r["Properties"]["Name"] == encryption.shared_key_parameter()}
 
 
 def _only_key(template: dict) -> tuple[str, dict]:
@@ -108,7 +108,7 @@ def test_without_encryption_no_key_is_made_and_aws_managed_keys_stay(synthesized
     (table,) = _resources(shared, "AWS::DynamoDB::Table").values()
     assert table["Properties"]["SSESpecification"] == {"SSEEnabled": True}  # the AWS managed key
     tenant = synthesized.templates["OrderedIngest-Tenant-acme"]
-    assert not _resources(tenant, "AWS::KMS::Key") and encryption.SHARED_KEY_PARAMETER not in json.dumps(tenant)
+    assert not _resources(tenant, "AWS::KMS::Key") and encryption.shared_key_parameter() not in json.dumps(tenant)
     assert all(q["Properties"]["SqsManagedSseEnabled"] for q in _resources(tenant, "AWS::SQS::Queue").values())
     assert not [g for g in _resources(tenant, "AWS::Logs::LogGroup").values() if "KmsKeyId" in g["Properties"]]
     assert not [f for f in _resources(tenant, "AWS::Lambda::Function").values() if "KmsKeyArn" in f["Properties"]]
@@ -184,10 +184,10 @@ def test_tenant_stacks_read_the_created_shared_key_from_its_fixed_ssm_parameter(
     shared = created.templates[SHARED]
     key_id, _ = _only_key(shared)
     (parameter,) = _key_parameters(shared).values()
-    assert parameter["Properties"]["Name"] == encryption.SHARED_KEY_PARAMETER
+    assert parameter["Properties"]["Name"] == encryption.shared_key_parameter()
     assert parameter["Properties"]["Value"] == {"Fn::GetAtt": [key_id, "Arn"]}
     plain = created.templates["OrderedIngest-Tenant-plain"]
-    assert ssm_parameter_ref(plain, encryption.SHARED_KEY_PARAMETER)
+    assert ssm_parameter_ref(plain, encryption.shared_key_parameter())
     assert "ExportsOutputFnGetAttSharedDataKey" not in json.dumps(plain)
 
 
@@ -196,7 +196,7 @@ def test_the_data_role_uses_the_shared_key_only_through_s3_for_its_buckets_and_t
 ) -> None:
     """Split and register: decrypt landing files, encrypt and read chunks, use the ledger's key."""
     plain = created.template("OrderedIngest-Tenant-plain")
-    key = ssm_parameter_ref(created.templates["OrderedIngest-Tenant-plain"], encryption.SHARED_KEY_PARAMETER)
+    key = ssm_parameter_ref(created.templates["OrderedIngest-Tenant-plain"], encryption.shared_key_parameter())
     statements = {s["Sid"]: s for s in _kms_statements(plain, "PipelineDataRole")}
     assert statements == {
         "DecryptOwnLandingFiles": {
@@ -349,7 +349,7 @@ def test_a_given_shared_key_arn_is_used_as_given_no_key_nor_parameter_is_made(gi
     (table,) = _resources(shared, "AWS::DynamoDB::Table").values()
     assert table["Properties"]["SSESpecification"]["KMSMasterKeyId"] == SHARED_GIVEN_KEY
     plain = given.templates["OrderedIngest-Tenant-plain"]
-    assert encryption.SHARED_KEY_PARAMETER not in json.dumps(plain)
+    assert encryption.shared_key_parameter() not in json.dumps(plain)
     resources = {s["Sid"]: s["Resource"] for s in _kms_statements(given.template("OrderedIngest-Tenant-plain"),
                                                                   "PipelineDataRole")}
     assert resources == dict.fromkeys(["DecryptOwnLandingFiles", "EncryptOwnChunks", "UseLedgerTableKey"], SHARED_GIVEN_KEY)

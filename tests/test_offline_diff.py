@@ -21,6 +21,7 @@ from tools.offline_diff import (
     EXIT_DIFFERENT,
     EXIT_ERROR,
     EXIT_SAME,
+    TENANT_STACK,
     StackTemplate,
     base_tenants_file,
     build_report,
@@ -135,6 +136,14 @@ def test_identical_revisions_report_no_difference(assemblies, tmp_path):
     report = build_report([base], [base], tmp_path)
     assert not report.different
     assert render_summary(report) == "No difference: every stack's template is identical (CDK metadata aside)."
+
+
+def test_a_qualified_tenant_stack_is_named_by_its_tenant():
+    """A copy of the app with `qualifier: q1`: its tenant stacks are found as the app's are."""
+    assert [TENANT_STACK.match(name)["tenant"] for name in (
+        "q1-OrderedIngest-Tenant-acme", "prod/q1-OrderedIngest-Tenant-a-b", "OrderedIngest-Tenant-q1-acme")] == [
+        "acme", "a-b", "q1-acme"]
+    assert TENANT_STACK.match("q1-OrderedIngest-Shared") is None
 
 
 def test_stacks_inside_stages_are_named_by_stage_and_diffed(tmp_path):

@@ -35,6 +35,8 @@ from contract import (  # noqa: E402
     execution_name,
 )
 from ledger import Ledger  # noqa: E402
+from lambdas import contract  # noqa: E402
+from ops.discovery import discover  # noqa: E402
 from ops.reconcile import ObjectVersion, replay_event_id  # noqa: E402
 
 REGION = "us-east-1"
@@ -51,25 +53,29 @@ def stack(outputs: dict[str, str]) -> str:
 
 
 class Deployment:
-    """What ops finds in an account: the shared stack, one tenant stack, its queue, machine and ledger."""
+    """What ops finds in an account: the shared stack, one tenant stack, its queue, machine and
+    ledger; with a `qualifier`, named as the app names them with `qualifier:` in its tenants file."""
 
-    def __init__(self) -> None:
+    def __init__(self, qualifier: str = "") -> None:
         self.clients = lambda service: boto3.client(service, region_name=REGION)
         ddb, sqs, sfn, cfn = (self.clients(s) for s in ("dynamodb", "sqs", "stepfunctions", "cloudformation"))
-        create_ledger_table(ddb)
-        self.queue_url = sqs.create_queue(QueueName="acme-event-queue.fifo",
+        def named(name: str) -> str:
+            return f"{qualifier}-{name}" if qualifier else name
+
+        self.ledger_table = create_ledger_table(ddb, named("ledger"))
+        self.queue_url = sqs.create_queue(QueueName=named("acme-event-queue.fifo"),
                                           Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
-        self.machine = sfn.create_state_machine(name="acme-file-ingest-workflow", definition=HOLD,
+        self.machine = sfn.create_state_machine(name=named("acme-file-ingest-workflow"), definition=HOLD,
                                                 roleArn="arn:aws:iam::123456789012:role/wf")["stateMachineArn"]
-        cfn.create_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
+        cfn.create_stack(StackName=named("OrderedIngest-Shared"), TemplateBody=json.dumps({
             "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-            "Outputs": {"LedgerTableName": {"Value": "ledger"}},
+            "Outputs": {"LedgerTableName": {"Value": self.ledger_table}},
         }))
-        cfn.create_stack(StackName="OrderedIngest-Tenant-acme", TemplateBody=stack({
+        cfn.create_stack(StackName=named("OrderedIngest-Tenant-acme"), TemplateBody=stack({
             "TenantId": "acme", "QueueUrl": self.queue_url, "StateMachineArn": self.machine,
             "LandingPrefix": "acme/", "OnFailure": "halt",
         }))
-        self.ledger = Ledger(ddb, "ledger", "acme")
+        self.ledger = Ledger(ddb, self.ledger_table, "acme")
         self.sfn, self.sqs = sfn, sqs
 
     def ops(self, *argv: str) -> tuple[int, str]:
@@ -290,6 +296,30 @@ def test_skip_needs_a_reason_and_hands_off_to_the_next_file(deployment):
     assert (position.status, position.skip_reason, position.halted) == ("SKIPPED", "tenant re-sends a corrected file", False)
     visible = deployment.sqs.get_queue_attributes(QueueUrl=deployment.queue_url, AttributeNames=["All"])["Attributes"]
     assert visible["ApproximateNumberOfMessages"] == "1"
+
+
+def test_the_qualifier_finds_the_qualified_copy_of_the_app_and_not_the_app_as_shipped(deployment):
+    """GIVEN the app as shipped (acme halted) and a copy deployed with `qualifier: q1` (acme idle)
+    in the same account and Region."""
+    deployment.failed_file()
+    copy = Deployment(qualifier="q1")
+    # WHEN ops looks with --qualifier q1, THEN it finds the copy's tenant, queue, machine and ledger
+    with contract.qualified("q1"):
+        (found,) = discover(copy.clients("cloudformation")).values()
+    assert (found.stack, found.queue_url, found.state_machine_arn, found.ledger_table) == (
+        "q1-OrderedIngest-Tenant-acme", copy.queue_url, copy.machine, "q1-ledger")
+    code, out = copy.ops("--qualifier", "q1", "status", "--json")
+    assert (code, json.loads(out)[0]["state"]) == (EXIT_OK, "idle")
+    # and without it, the app as shipped only
+    (plain,) = discover(deployment.clients("cloudformation")).values()
+    assert (plain.stack, plain.ledger_table) == ("OrderedIngest-Tenant-acme", "ledger")
+    assert deployment.ops("status")[0] == EXIT_HALTED
+
+
+def test_fails_when_the_qualifier_is_not_one(deployment, capsys):
+    assert deployment.ops("--qualifier", "Q-1", "status")[0] == EXIT_USAGE
+    assert ("argument --qualifier: 'Q-1' is not a qualifier: lowercase letters and digits, starting with a letter, "
+            "at most 12 characters") in capsys.readouterr().err
 
 
 def test_an_unknown_tenant_or_an_empty_account_is_not_found(deployment, monkeypatch):

@@ -117,6 +117,21 @@ def test_a_fitting_account_passes_and_this_apps_deployed_resources_are_not_count
         stub.assert_no_pending_responses()
 
 
+def test_a_qualified_copy_counts_the_app_as_shipped_as_another_applications_use(account, tmp_path):
+    # GIVEN the three tenants with `qualifier: q1`, beside the app as shipped (acme deployed)
+    tenants_file = tmp_path / "tenants.yaml"
+    tenants_file.write_text("qualifier: q1\n" + THREE_TENANTS)
+    clients, _ = clients_with(concurrency=1000, unreserved=900, rules_quota=None)
+    # WHEN preflight runs (it takes the file's qualifier)
+    code, output = run(["preflight", "--tenants", str(tenants_file), "--json"], clients)
+    # THEN none of acme's deployed resources is the copy's own: all count as the account's use
+    assert code == EXIT_OK
+    assert {q["field"]: q["this_app"] for q in json.loads(output)["quotas"]} == {
+        "eventbridge_rules_per_bus": 0, "lambda_concurrent_executions": 0, "iam_roles": 0, "cloudformation_stacks": 0,
+        "state_machines": 0, "s3_access_points": 0}
+    assert run(["--qualifier", "q2", "preflight", "--tenants", str(tenants_file)], clients)[0] == EXIT_USAGE
+
+
 def test_fails_when_the_accounts_real_quotas_cannot_hold_the_tenants(account, tmp_path):
     # GIVEN other functions reserving 899 of 1,000 and a rules quota lowered to 5
     tenants_file = tmp_path / "tenants.yaml"

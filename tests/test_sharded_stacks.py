@@ -86,7 +86,7 @@ def test_every_forward_retries_for_a_day_then_dead_letters_with_the_one_routing_
     (dlq_id,) = [
         k
         for k, q in resources(shared, "AWS::SQS::Queue").items()
-        if q["Properties"].get("QueueName") == names.ROUTING_DLQ
+        if q["Properties"].get("QueueName") == names.routing_dlq()
     ]
     (role_id,) = resources(shared, "AWS::IAM::Role")
     for name, rule in rules_by_name(shared).items():

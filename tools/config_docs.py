@@ -34,7 +34,8 @@ SCHEMA_FILE = ROOT / "tenants.schema.json"
 DOC = ROOT / "docs" / "configuration.md"
 COMMAND = "python -m tools.config_docs --write"
 #: The top-level keys in the order the reference shows them (the loader's `TOP_LEVEL_KEYS`).
-TOP_LEVEL_ORDER = ("defaults", "tenants", "notifications", "routing", "account_limits", "targets", "encryption")
+TOP_LEVEL_ORDER = ("defaults", "tenants", "notifications", "routing", "account_limits", "targets", "encryption",
+                   "qualifier")
 #: Top-level blocks the loader reads as empty when they are `null` (`raw.get(key) or {}`).
 NULL_AS_EMPTY = ("defaults", "notifications", "routing", "targets", "account_limits")
 #: The heading of the tenant's options in the reference.

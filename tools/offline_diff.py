@@ -51,8 +51,9 @@ from pipeline_constructs.config import ConfigError, load_config
 from tools import cells as cell_tools
 from tools.cdk_diff_output import STATEFUL_TYPES, ResourceChange, parse
 
-#: A tenant's stack, whatever Stage holds it (`OrderedIngest-Tenant-<id>`, see names.py).
-TENANT_STACK = re.compile(r"^(?:(?P<stage>.+)/)?OrderedIngest-Tenant-(?P<tenant>[^/]+)$")
+#: A tenant's stack, whatever Stage holds it and whatever its qualifier (`OrderedIngest-Tenant-<id>`,
+#: `<qualifier>-OrderedIngest-Tenant-<id>`, see names.py).
+TENANT_STACK = re.compile(r"^(?:(?P<stage>.+)/)?(?:[a-z][a-z0-9]*-)?OrderedIngest-Tenant-(?P<tenant>[^/]+)$")
 SECTIONS = ("Parameters", "Conditions", "Mappings", "Outputs", "Rules")
 EXIT_SAME, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
 #: The count the CLI ends each `cdk diff` with (one stack per run here): replaced by one for all.

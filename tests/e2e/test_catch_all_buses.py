@@ -59,7 +59,7 @@ def test_every_stray_upload_is_logged_once_and_no_tenant_file(pipe):
     logs = pipe.client("logs")
 
     def logged_keys() -> list[str]:
-        found = logs.filter_log_events(logGroupName=names.UNMATCHED_UPLOADS_LOG_GROUP).get("events", [])
+        found = logs.filter_log_events(logGroupName=names.unmatched_uploads_log_group()).get("events", [])
         return sorted(json.loads(e["message"])["detail"]["object"]["key"] for e in found)
 
     wait_for(lambda: len(logged_keys()) >= len(STRAYS), timeout=20, what="the stray uploads in the log group")

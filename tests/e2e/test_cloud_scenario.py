@@ -35,8 +35,8 @@ def ran(target: LocalTarget) -> tuple[scenario.Report, list[str]]:
 def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_local_runtime(
     target: LocalTarget, ran: tuple[scenario.Report, list[str]],
 ) -> None:
-    """GIVEN the cloud test's two tenants (SigV4 to the stand-in, as on AWS) and a core system that
-    refuses one record of the first tenant's second file
+    """GIVEN the cloud test's two tenants (SigV4 to the stand-in, as on AWS), their names qualified,
+    and a core system that refuses one record of the first tenant's second file
     WHEN the scenario uploads three files per tenant, waits for the halt, lets the core system
     accept and runs `ops resume`
     THEN every check holds, and the figures come from real executions."""
@@ -55,6 +55,11 @@ def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_loca
     assert all(f.records_per_second > 0 for f in report.figures)
     # every request was signed: the sink refused none for its credentials
     assert all(not target.pipe.sink(t).auth_refusals for t in target.tenant_ids)
+    # under the run's qualifier (on AWS, beside a deployment of the app): every stack, and ops found them
+    assert target.qualifier == "cte2e001"
+    assert sorted(target.pipe.templates) == [
+        "cte2e001-OrderedIngest-Shared", f"cte2e001-OrderedIngest-Tenant-{halting}",
+        f"cte2e001-OrderedIngest-Tenant-{steady}"]
 
 
 def test_the_checks_fail_when_a_record_reaches_the_core_system_twice(

@@ -46,7 +46,7 @@ def test_a_file_goes_through_the_encrypted_pipeline(pipe: LocalPipeline) -> None
     _, version_id = pipe.put_file("sealed", "a.csv", csv_file("a", 7))
     pipe.wait_until_idle(timeout=120, tenants=["sealed"])
 
-    shared_key = _key_arn(pipe, encryption.SHARED_KEY_ALIAS)
+    shared_key = _key_arn(pipe, encryption.shared_key_alias())
     head = pipe.client("s3").head_object(Bucket=pipe.landing_bucket, Key="sealed/a.csv", VersionId=version_id)
     assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", shared_key)
     assert [e["status"] for e in pipe.executions("sealed")] == ["SUCCEEDED"]
@@ -59,14 +59,14 @@ def test_the_tenant_key_encrypts_the_tenants_queue_and_the_shared_key_is_read_fr
     encryption, and the tenant's data role names the shared key's ARN that the SSM parameter
     (written by the shared stack) resolved to at deploy time."""
     tenant_key = _key_arn(pipe, encryption.tenant_key_alias("sealed"))
-    shared_key = _key_arn(pipe, encryption.SHARED_KEY_ALIAS)
+    shared_key = _key_arn(pipe, encryption.shared_key_alias())
     sqs = pipe.client("sqs")
 
     sealed = sqs.get_queue_attributes(QueueUrl=pipe.tenants["sealed"].queue_url, AttributeNames=["All"])["Attributes"]
     plain = sqs.get_queue_attributes(QueueUrl=pipe.tenants["plain"].queue_url, AttributeNames=["All"])["Attributes"]
     assert sealed.get("KmsMasterKeyId") == tenant_key
     assert "KmsMasterKeyId" not in plain
-    parameter = pipe.client("ssm").get_parameter(Name=encryption.SHARED_KEY_PARAMETER)["Parameter"]["Value"]
+    parameter = pipe.client("ssm").get_parameter(Name=encryption.shared_key_parameter())["Parameter"]["Value"]
     assert parameter == shared_key
     iam = pipe.client("iam")
     policies = [

@@ -56,11 +56,11 @@ def dlq_messages(pipe: Any, dlq_url: str) -> tuple[int, int]:
 def unmatched_upload_events(pipe: Any) -> list[dict[str, Any]]:
     """The events in the log group that the shared stack's UnmatchedUploads metric filter reads;
     its pattern matches every event, so each counts one."""
-    shared = pipe.templates[names.SHARED_STACK_NAME]["Resources"].values()
+    shared = pipe.templates[names.shared_stack_name()]["Resources"].values()
     (metric_filter,) = [r["Properties"] for r in shared if r["Type"] == "AWS::Logs::MetricFilter"
                         and r["Properties"]["MetricTransformations"][0]["MetricName"] == contract.UNMATCHED_UPLOADS_METRIC]
     assert metric_filter["FilterPattern"] == ""
-    group = pipe.deployment.stacks[names.SHARED_STACK_NAME].resources[metric_filter["LogGroupName"]["Ref"]][1]
+    group = pipe.deployment.stacks[names.shared_stack_name()].resources[metric_filter["LogGroupName"]["Ref"]][1]
     return [json.loads(e["message"]) for e in pipe.client("logs").filter_log_events(logGroupName=group)["events"]]
 
 

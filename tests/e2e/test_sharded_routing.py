@@ -95,7 +95,7 @@ def test_each_tenants_rules_are_on_its_shard_bus_and_the_default_bus_only_forwar
         "ordered-ingest-shard-0-status",
         "ordered-ingest-shard-1-objects",
         "ordered-ingest-shard-1-status",
-        names.UNMATCHED_UPLOADS_RULE,
+        names.unmatched_uploads_rule_name(0),
     }
     for k in (0, 1):
         on_shard = {r["Name"] for r in events.list_rules(EventBusName=names.shard_bus_name(k))["Rules"]}
@@ -147,7 +147,7 @@ def test_an_upload_outside_every_prefix_is_still_logged(pipe, ingested):
     logs = pipe.client("logs")
 
     def logged() -> list[str]:
-        found = logs.filter_log_events(logGroupName=names.UNMATCHED_UPLOADS_LOG_GROUP).get("events", [])
+        found = logs.filter_log_events(logGroupName=names.unmatched_uploads_log_group()).get("events", [])
         return [e["message"] for e in found]
 
     messages = wait_for(logged, timeout=20, what="the stray upload in the unmatched-uploads log group")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import chunk_format
@@ -29,6 +30,18 @@ def test_environment_round_trips_through_from_env():
     register = RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://core",
                            sink_timeout_seconds=2.5, sink_outage_budget_seconds=3600, landing_prefix="a/")
     assert from_env(RegisterEnv, environment(register)) == register
+
+
+def test_an_implicit_variable_is_left_out_at_its_default_and_read_back_as_it():
+    """`RegisterEnv.metric_namespace`: absent for the app as shipped (its templates unchanged), set
+    for a qualified copy."""
+    register = RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://core",
+                           sink_timeout_seconds=2.5, sink_outage_budget_seconds=3600, landing_prefix="a/")
+    assert "METRIC_NAMESPACE" not in environment(register)
+    assert from_env(RegisterEnv, environment(register)).metric_namespace == "OrderedIngest"
+    qualified = dataclasses.replace(register, metric_namespace="q1-OrderedIngest")
+    assert environment(qualified)["METRIC_NAMESPACE"] == "q1-OrderedIngest"
+    assert from_env(RegisterEnv, environment(qualified)) == qualified
 
 
 def test_fails_when_required_variable_is_missing():

@@ -21,7 +21,15 @@ import pytest
 import register_chunk
 import sink_client
 import split
-from contract import FileRef, RegisterEnv, SinkRejectedError, SinkUnavailableError, StaleExecutionError
+from contract import (
+    FileRef,
+    RegisterEnv,
+    SinkRejectedError,
+    SinkUnavailableError,
+    StaleExecutionError,
+    environment,
+    from_env,
+)
 from ledger import Ledger
 from runtime import BoundLogger, get_logger
 
@@ -641,6 +649,18 @@ def test_publishes_records_sent_and_sink_errors_once_per_invocation(work, sink, 
     assert directive["Metrics"] == [{"Name": "RecordsSent", "Unit": "Count"}, {"Name": "SinkErrors", "Unit": "Count"},
                                     {"Name": "SinkRequests", "Unit": "Count"}]
     assert record["SinkRequests"] == 4  # one acknowledged POST per record in record mode
+
+
+def test_publishes_in_the_namespace_its_environment_names(work, sink, ledger, capsys):
+    """GIVEN the register function of a qualified copy of the app (METRIC_NAMESPACE set by the
+    construct) WHEN it registers a chunk THEN its metrics go to that namespace, not the app's."""
+    put_chunk(work, 0, [{"id": 0}], chunk_size=1)
+    env = {**environment(config(sink)), "METRIC_NAMESPACE": "q1-OrderedIngest"}
+
+    register(work, ledger, task(0, chunk_size=1), from_env(RegisterEnv, env))
+
+    (record,) = emf_records(capsys)
+    assert record["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "q1-OrderedIngest"
 
 
 def test_publishes_sink_errors_when_the_outage_fails_the_file(work, sink, ledger, capsys):
