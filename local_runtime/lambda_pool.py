@@ -117,15 +117,12 @@ class Worker:
         self._buffer = b""
         self._ready = False
         self._forks = forks
-        stdin, self._stdin = os.pipe()
+        stdin, stdin_w = os.pipe()
         self._stdout, stdout = os.pipe()
+        self._stdin = open(stdin_w, "wb")  # noqa: SIM115 - closed in stop()
         try:
             request = {"handler": function.handler, "env": env, "cwd": str(function.code_dir)}
             self.pid = forks.spawn(request, [stdin, stdout, log.fileno()])
-        except BaseException:
-            os.close(self._stdin)
-            os.close(self._stdout)
-            raise
         finally:
             os.close(stdin)
             os.close(stdout)
@@ -148,7 +145,8 @@ class Worker:
         # invocation's timeout: at a small time scale it would time out every cold start.
         deadline = time.monotonic() + timeout
         try:
-            os.write(self._stdin, (json.dumps(request) + "\n").encode())
+            self._stdin.write((json.dumps(request) + "\n").encode())
+            self._stdin.flush()
         except OSError:
             raise WorkerDied(self._forks.returncode(self.pid)) from None
         return json.loads(self._read_line(deadline))
@@ -171,10 +169,11 @@ class Worker:
     def stop(self) -> None:
         """Kill the process (an idle worker has nothing left to do), reap it, close its pipes."""
         self.kill()
-        fds, (self._stdin, self._stdout) = (self._stdin, self._stdout), (-1, -1)
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        stdout, self._stdout = self._stdout, -1
+        if stdout >= 0:
+            os.close(stdout)
 
 
 #: Called around every invocation (progress events, tests); must not raise.
