@@ -153,9 +153,7 @@ def upload_all(pipe, plan: Plan, uploads: dict[str, list[Upload]]) -> None:
 
 
 class ChunkProgress:
-    """The latest chunk each tenant started, from the Lambda invocations (not the progress events:
-    a subscriber to those makes the runtime poll the executions for `file_finished`, which the
-    demo does not need, and an idle `--serve` would pay for it)."""
+    """The latest chunk each tenant started, from the Lambda invocations."""
 
     def __init__(self, pipe) -> None:
         self.latest: dict[str, tuple[int, int | None]] = {}

@@ -176,7 +176,7 @@ class Worker:
             os.close(stdout)
 
 
-#: Called around every invocation (progress events, tests); must not raise.
+#: Called around every invocation (the demo's live view, tests); must not raise.
 InvocationListener = Callable[[DeployedFunction, Any, "InvocationResult | None"], None]
 
 

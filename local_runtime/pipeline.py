@@ -1,6 +1,6 @@
 """`LocalPipeline`: the whole pipeline on one machine, from the synthesized templates (the API:
 local_runtime/README.md). It composes `lifecycle.Runtime` (start and stop), `observation.Observer`
-(executions, notifications, idleness), `progress` (events for a live view) and `faults`.
+(executions, notifications, idleness) and `faults`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from local_runtime.faults import Faults
 from local_runtime.lifecycle import Runtime
 from local_runtime.observation import Notification, Observer
 from local_runtime.poller import Delivery
-from local_runtime.progress import ProgressEvents, ProgressReporter
 from local_runtime.sink import SinkServer
 
 
@@ -41,7 +40,6 @@ class LocalPipeline:
         if not 0 < time_scale <= 1:
             raise ValueError("time_scale must be in (0, 1]")
         self.time_scale = time_scale
-        self.events = ProgressEvents()
         self.faults = Faults()
         self._runtime = Runtime(
             Path(tenants_file),
@@ -50,7 +48,6 @@ class LocalPipeline:
             status_events=status_events,
         )
         self._observer: Observer | None = None
-        self._progress: ProgressReporter | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -82,15 +79,9 @@ class LocalPipeline:
             runtime.server.client, deployment.tenants, runtime.pollers, runtime.dispatcher,
             deployment.physical_ids("AWS::SNS::Topic"),
         )
-        self._progress = ProgressReporter(self.events, self._observer.list_executions, self.tenant_ids)
-        runtime.dispatcher.add_listener(self._progress.on_invocation)
-        for sink in runtime.sinks.values():
-            sink.add_listener(self._progress.on_sink_request)
 
     def close(self) -> None:
         """Stop pollers, executions, workers, sinks and moto (idempotent)."""
-        if self._progress is not None:
-            self._progress.stop()
         self._runtime.close()
 
     # -- where things are -------------------------------------------------------------------
@@ -139,7 +130,6 @@ class LocalPipeline:
         key = where.prefix + name
         body = data.encode() if isinstance(data, str) else data
         response = self.client("s3").put_object(Bucket=where.bucket, Key=key, Body=body)
-        self.events.emit("file_uploaded", tenant, key=key, version_id=response["VersionId"])
         self._runtime.pollers[tenant].wake()  # the event reached the queue within put_object
         return key, response["VersionId"]
 

@@ -119,7 +119,6 @@ class SinkServer:
     _idle_timeout: float | None = None
     _drop: float = 0.0
     _random: random.Random = field(default_factory=random.Random)
-    _listeners: list[Callable[[str, SinkRequest], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -211,9 +210,6 @@ class SinkServer:
         self.auth = dataclasses.replace(self.auth, token=token)
         return self
 
-    def add_listener(self, listener: Callable[[str, SinkRequest], None]) -> None:
-        self._listeners.append(listener)
-
     # -- fault injection --------------------------------------------------------------------
 
     def fail_with(
@@ -286,9 +282,6 @@ class SinkServer:
                 for offset, record in enumerate(records)
             ]
             self._requests.extend(requests)
-        for request in requests:
-            for listener in self._listeners:
-                listener(self.tenant, request)
         return status, {"rejected_index": rejected} if batch_size is not None and rejected is not None else {}
 
     def _decide(self, key: str | None, records: list[Any]) -> tuple[int, int | None]:
