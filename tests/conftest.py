@@ -37,10 +37,14 @@ DEFAULT_TENANTS = FIXTURE_TENANTS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """End-to-end tests and runs of the CDK CLI are `slow`: `make test-fast` leaves them out."""
+    """End-to-end tests and runs of the CDK CLI are `slow`: `make test-fast` leaves them out.
+    Files with a slow test run first: with `--dist loadfile` each file goes to the next free
+    worker in collection order, and a long file last would end the run on one worker alone."""
     for item in items:
         if item.get_closest_marker("cli") or item.nodeid.startswith("tests/e2e/"):
             item.add_marker(pytest.mark.slow)
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 def problems_of(yaml_text: str) -> list[str]:

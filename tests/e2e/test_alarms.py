@@ -29,7 +29,7 @@ STALL_AFTER = {"stall_after_seconds": 150}
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
-    return start_pipeline(
+    pipe = start_pipeline(
         [
             {"id": "burst", "alarms": STALL_AFTER},
             {"id": "halted", "alarms": STALL_AFTER},
@@ -40,6 +40,14 @@ def pipe(start_pipeline) -> LocalPipeline:
         ],
         chunk_size=5,
     )
+    # The two scenarios that wait for a state (a halt) start at once, each on its own tenant,
+    # and converge while the other tests run; their tests check where they ended.
+    pipe.put_file("halted", "bad.csv", b"file,seq\nbad,0\nbad\n")
+    pipe.put_file("halted", "next.csv", csv_file("next", 2))
+    pipe.sink("slow").latency(0.2)
+    pipe.put_file("slow", "long.csv", csv_file("long", 40))
+    pipe.put_file("slow", "next.csv", csv_file("next", 2))
+    return pipe
 
 
 def alarm(pipe: LocalPipeline, tenant: str, key: str) -> dict[str, Any]:
@@ -87,10 +95,9 @@ def test_a_halted_tenant_with_a_file_queued_publishes_a_head_wait_above_the_stal
     pipe: LocalPipeline,
 ) -> None:
     """GIVEN a malformed file that fails and halts the tenant, and a good file queued behind it
-    WHEN nobody resumes THEN the controller, seeing the queued file again, publishes a head wait
-    above the stall threshold, and the only execution is the failed one."""
-    pipe.put_file("halted", "bad.csv", b"file,seq\nbad,0\nbad\n")
-    pipe.put_file("halted", "next.csv", csv_file("next", 2))
+    (uploaded when the module started) WHEN nobody resumes THEN the controller, seeing the queued
+    file again, publishes a head wait above the stall threshold, and the only execution is the
+    failed one."""
     threshold = stall_threshold(pipe, "halted")
 
     wait_for(lambda: any(w > threshold for w in head_waits(pipe, "halted")), timeout=60, interval=0.5,
@@ -122,12 +129,9 @@ def test_a_core_system_outage_publishes_sink_errors_and_logs_no_error(pipe: Loca
 
 def test_a_file_past_its_time_limit_times_out_and_halts_the_tenant(pipe: LocalPipeline) -> None:
     """GIVEN a file that takes longer than the tenant's file_time_limit_seconds, a second file behind
-    it WHEN it runs THEN Step Functions times the execution out (the workflow's TimeoutSeconds) and
-    the tenant is halted like after a failure: the second file does not start."""
-    pipe.sink("slow").latency(0.2)
-    pipe.put_file("slow", "long.csv", csv_file("long", 40))
-    pipe.put_file("slow", "next.csv", csv_file("next", 2))
-
+    it (uploaded when the module started) WHEN it runs THEN Step Functions times the execution out
+    (the workflow's TimeoutSeconds) and the tenant is halted like after a failure: the second file
+    does not start."""
     wait_for(lambda: halted(pipe, "slow"), timeout=60, interval=0.5, what="the slow tenant to halt")
 
     assert [e["status"] for e in pipe.executions("slow")] == ["TIMED_OUT"]

@@ -24,6 +24,11 @@ from tests.e2e.pipeline_checks import (
     wait_for,
 )
 
+#: Uploaded together (`halting`): the scenarios that run into a halt converge at once, each on
+#: its own tenant, while the first of their tests runs; each test takes it from there.
+HALTS_FILES = [(name, 7) for name in ("a", "b", "c")]
+SKIPS_FILES = [("a.csv", csv_file("a", 4)), ("bad.csv", b"file,seq\nbad,0\nbad\n"), ("c.csv", csv_file("c", 4))]
+
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
@@ -40,13 +45,26 @@ def pipe(start_pipeline) -> LocalPipeline:
     )
 
 
-def test_a_rejected_record_halts_the_tenant_and_resume_completes_everything_in_order(pipe: LocalPipeline) -> None:
+@pytest.fixture(scope="module")
+def halting(pipe: LocalPipeline) -> dict[str, list[tuple[str, str]]]:
+    """The uploads (key, version id) of the tenants `halts`, `skips` and `brief`, by tenant."""
+    pipe.sink("halts").reject(on_record={"file": "b", "seq": "4"}, status=400)
+    pipe.sink("brief").fail_with(503, times=None, on_record=lambda body: int(body["seq"]) >= 5)
+    return {
+        "halts": [pipe.put_file("halts", f"{name}.csv", csv_file(name, count)) for name, count in HALTS_FILES],
+        "skips": [pipe.put_file("skips", name, body) for name, body in SKIPS_FILES],
+        "brief": [pipe.put_file("brief", "a.csv", csv_file("a", 9))],
+    }
+
+
+def test_a_rejected_record_halts_the_tenant_and_resume_completes_everything_in_order(
+    pipe: LocalPipeline, halting: dict[str, list[tuple[str, str]]]
+) -> None:
     """GIVEN three files and a core system that rejects record 4 of the second (a fatal 400)
-    WHEN they arrive THEN the second file fails at record 4 and the third stays queued; `ops
+    WHEN they arrive (`halting`) THEN the second file fails at record 4 and the third stays queued; `ops
     status` says where and why; WHEN the core system is fixed and the operator runs `ops resume`
     THEN the second file continues at record 4 and the third follows: every record once, in order."""
-    sink = pipe.sink("halts").reject(on_record={"file": "b", "seq": "4"}, status=400)
-    uploads = [pipe.put_file("halts", f"{name}.csv", csv_file(name, 7)) for name in ("a", "b", "c")]
+    sink, uploads = pipe.sink("halts"), halting["halts"]
 
     wait_for(lambda: halted(pipe, "halts"), timeout=60, what="the tenant to halt")
     state = status(pipe, "halts")
@@ -73,14 +91,13 @@ def test_a_rejected_record_halts_the_tenant_and_resume_completes_everything_in_o
     assert ops(pipe, "resume", "halts")[0] == EXIT_NOTHING_TO_DO
 
 
-def test_skip_gives_the_file_up_with_a_reason_and_the_next_file_starts(pipe: LocalPipeline) -> None:
-    """GIVEN a malformed file between two good ones WHEN it halts the tenant and the operator
-    skips it with a reason THEN the next file starts, and the ledger keeps the reason."""
-    uploads = [
-        pipe.put_file("skips", "a.csv", csv_file("a", 4)),
-        pipe.put_file("skips", "bad.csv", b"file,seq\nbad,0\nbad\n"),
-        pipe.put_file("skips", "c.csv", csv_file("c", 4)),
-    ]
+def test_skip_gives_the_file_up_with_a_reason_and_the_next_file_starts(
+    pipe: LocalPipeline, halting: dict[str, list[tuple[str, str]]]
+) -> None:
+    """GIVEN a malformed file between two good ones (`halting`) WHEN it halts
+    the tenant and the operator skips it with a reason THEN the next file starts, and the ledger
+    keeps the reason."""
+    uploads = halting["skips"]
     wait_for(lambda: halted(pipe, "skips"), timeout=60, what="the tenant to halt")
     assert ops(pipe, "skip", "skips")[0] != EXIT_OK  # --reason is required
 
@@ -123,13 +140,14 @@ def pipe_sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def test_an_outage_past_the_budget_halts_and_resume_continues_where_it_stopped(pipe: LocalPipeline) -> None:
+def test_an_outage_past_the_budget_halts_and_resume_continues_where_it_stopped(
+    pipe: LocalPipeline, halting: dict[str, list[tuple[str, str]]]
+) -> None:
     """GIVEN an outage budget of 1.8 s (60 s scaled) and a core system that goes down at record 5
-    WHEN the outage outlasts the budget THEN the file fails with SinkUnavailableError at record 5
+    (`halting`) WHEN the outage outlasts the budget THEN the file fails with SinkUnavailableError at record 5
     and the tenant halts; WHEN the core system is back and the operator resumes THEN records 5-8
     are sent once and nothing before them again."""
-    sink = pipe.sink("brief").fail_with(503, times=None, on_record=lambda body: int(body["seq"]) >= 5)
-    pipe.put_file("brief", "a.csv", csv_file("a", 9))
+    sink = pipe.sink("brief")
     wait_for(lambda: halted(pipe, "brief"), timeout=60, what="the tenant to halt")
     state = status(pipe, "brief")
     assert state["last_failure"]["error"] == contract.SinkUnavailableError.__name__
