@@ -27,6 +27,7 @@ ordered-ingest deployment, exits 5 with one line naming it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -35,6 +36,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 import operations
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 from botocore.parsers import ResponseParserError
@@ -135,15 +138,26 @@ def _reconcile_parser(commands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+@functools.cache
+def _service_models() -> botocore.loaders.Loader:
+    """One loader per process: a new session parses each service's model again (about 0.1 s of
+    CPU per client), and the demo and the tests run commands in-process, one session each."""
+    return botocore.loaders.create_loader()
+
+
+def _session(**options: Any) -> boto3.session.Session:
+    core = botocore.session.get_session()
+    core.register_component("data_loader", _service_models())
+    return boto3.session.Session(botocore_session=core, **options)
+
+
 class Clients:
     """boto3 clients for AWS (default credentials) or a local endpoint (any credentials)."""
 
     def __init__(self, region: str | None, endpoint_url: str | None) -> None:
-        session = boto3.session.Session(region_name=region or ("us-east-1" if endpoint_url else None))
+        session = _session(region_name=region or ("us-east-1" if endpoint_url else None))
         if endpoint_url and session.get_credentials() is None:
-            session = boto3.session.Session(
-                region_name=session.region_name, aws_access_key_id="local", aws_secret_access_key="local"
-            )
+            session = _session(region_name=session.region_name, aws_access_key_id="local", aws_secret_access_key="local")
         self._session, self._endpoint = session, endpoint_url
 
     def __call__(self, service: str) -> Any:
