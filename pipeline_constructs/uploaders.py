@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lambdas import contract
 from pipeline_constructs import names
 
 #: What an uploader may do under its tenant's prefix, and nothing else.
@@ -67,8 +68,10 @@ UPLOADER_TAG_KEY = "ordered-ingest:uploader"
 _ACCOUNT_ROOT = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:root$")
 _LONGEST_ACCOUNT, _LONGEST_REGION, _LONGEST_PARTITION = "123456789012", "ap-southeast-5", "aws-us-gov"
 #: The longest landing bucket ARN a deployment can have (partition `aws-us-gov`, a 14-character
-#: Region such as `ap-southeast-5`): the size checks count with it, so they never undercount.
-LONGEST_LANDING_BUCKET_ARN = f"arn:{_LONGEST_PARTITION}:s3:::{names.landing_bucket_name(_LONGEST_ACCOUNT, _LONGEST_REGION)}"
+#: Region such as `ap-southeast-5`, the longest `qualifier`): the size checks count with it, so
+#: they never undercount.
+LONGEST_LANDING_BUCKET_ARN = "arn:{}:s3:::{}".format(_LONGEST_PARTITION, contract.LANDING_BUCKET.render(
+    account=_LONGEST_ACCOUNT, region=_LONGEST_REGION, qualifier="a" * contract.MAX_QUALIFIER_LENGTH))
 
 
 def access_point_arn(partition: str, region: str, account: str, name: str) -> str:

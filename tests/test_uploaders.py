@@ -96,6 +96,12 @@ ONLY_THROUGH_ACCESS_POINTS = {
 LONGEST = {"account": "123456789012", "region": "ap-southeast-5", "partition": "aws-us-gov"}
 
 
+def with_longest_qualifier(statements: list[dict]) -> list[dict]:
+    """A policy rendered at `LONGEST`, as an app with the longest `qualifier` would have it."""
+    plain = names.landing_bucket_name(LONGEST["account"], LONGEST["region"])
+    return json.loads(json.dumps(statements).replace(plain, uploaders.LONGEST_LANDING_BUCKET_ARN.split(":::")[1]))
+
+
 @pytest.fixture(scope="module")
 def uploaders_app(tmp_path_factory):
     root = tmp_path_factory.mktemp("uploaders")
@@ -486,7 +492,7 @@ def test_each_tenant_with_uploaders_has_its_access_point_on_the_landing_bucket_a
 def test_without_uploaders_the_landing_policy_is_tls_only_and_the_model_counts_just_that(synthesized):
     """The tests' default tenants declare no uploaders: their shared stack is as before, no access point."""
     assert landing_policy(synthesized.templates) == [BUCKET_TLS_ONLY]
-    longest = landing_policy(synthesized.templates, **LONGEST)
+    longest = with_longest_qualifier(landing_policy(synthesized.templates, **LONGEST))
     assert uploaders.bucket_policy_bytes([]) == len(
         json.dumps({"Statement": longest, "Version": "2012-10-17"}, separators=(",", ":")))
     assert not [name for name, t in synthesized.templates.items() if access_points(t)]
@@ -500,7 +506,7 @@ def test_the_size_models_are_the_synthesized_policies_at_the_longest_arns(upload
         return len(json.dumps({"Statement": statements, "Version": "2012-10-17"}, separators=(",", ":")))
 
     config = parse_config(TENANTS)
-    bucket = landing_policy(uploaders_app.templates, **LONGEST)
+    bucket = with_longest_qualifier(landing_policy(uploaders_app.templates, **LONGEST))
     assert bucket[0]["Resource"][0] == uploaders.LONGEST_LANDING_BUCKET_ARN
     assert size(bucket) <= uploaders.bucket_policy_bytes([capacity.uploaders_of(t) for t in config.tenants]) \
         <= size(bucket) * 1.01
@@ -527,7 +533,8 @@ def test_the_landing_bucket_policy_has_the_same_size_at_any_number_of_tenants_wi
     head = "account_limits: {iam_roles: 5000, eventbridge_rules_per_bus: 2500, lambda_concurrent_executions: 2000}\n"
     config = parse_config(tenants_with_uploaders(count, head=head))
     own = [capacity.uploaders_of(t) for t in config.tenants]
-    assert uploaders.bucket_policy_bytes(own) == uploaders.bucket_policy_bytes(own[:1]) < 1024
+    # 1,043 bytes at the longest bucket ARN (the longest qualifier and Region, partition aws-us-gov)
+    assert uploaders.bucket_policy_bytes(own) == uploaders.bucket_policy_bytes(own[:1]) == 1043
     by_field = {u.quota.field: u for u in capacity.usage(capacity.targets(config))}
     assert by_field["s3_access_points"].need == capacity.Need(count, f"1 per tenant with uploaders x {count}")
     assert by_field["upload_access_point_policy_bytes"].need.count < uploaders.POLICY_LIMIT_BYTES // 10
