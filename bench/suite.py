@@ -58,7 +58,8 @@ def run_once(rev: str, workers: int, log: Path) -> tuple[float, float, str]:
 
 
 def minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {round(seconds % 60):02d} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
 
 
 def record(rows: list[str]) -> None:
