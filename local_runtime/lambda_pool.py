@@ -167,7 +167,7 @@ class Worker:
         return line
 
     def stop(self) -> None:
-        """Kill the process (an idle worker has nothing left to do), reap it, close its pipes."""
+        """Kill the process (an idle worker has nothing left to do; the fork server reaps it), close its pipes."""
         self.kill()
         with contextlib.suppress(OSError):
             self._stdin.close()

@@ -1,5 +1,5 @@
-"""One Lambda execution environment, the Python runtime's stand-in: ``python .../worker_process.py
-<handler>`` (local_runtime/README.md, "Workers" and "Lambda's JSON log format").
+"""Lambda execution environments, the Python runtime's stand-in, and the fork server that starts
+them (local_runtime/README.md, "Workers" and "Lambda's JSON log format").
 
 The runtime starts one fork server per run (``python .../worker_process.py <socket fd>``): it
 imports boto3 and parses the service models once, and each execution environment is a fork of

@@ -132,25 +132,18 @@ def initech(synthesized) -> Template:
     return synthesized.template("OrderedIngest-Tenant-initech")
 
 
-_BOTOCORE_LOADER: Any = None
-
-
 def share_service_models() -> None:
     """Give boto3 a fresh default session whose service models come from one botocore loader
     per process. Call it right after moto starts: `mock_aws` sets boto3's default session to
     None (so that the fake credentials apply), and a new session parses endpoints.json and each
     service model's JSON again, about 0.2 s of every test that makes clients. moto restores
-    the previous default session when it stops, so nothing outlives the test but the models."""
+    the previous default session when it stops, so nothing outlives the test but the models
+    (the loader is `ops`' own, `ops.cli.shared_session`)."""
     import boto3
-    import botocore.loaders
-    import botocore.session
 
-    global _BOTOCORE_LOADER
-    if _BOTOCORE_LOADER is None:
-        _BOTOCORE_LOADER = botocore.loaders.create_loader()
-    session = botocore.session.get_session()
-    session.register_component("data_loader", _BOTOCORE_LOADER)
-    boto3.setup_default_session(botocore_session=session)
+    from ops.cli import shared_session
+
+    boto3.DEFAULT_SESSION = shared_session()
 
 
 @pytest.fixture
