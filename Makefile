@@ -19,11 +19,14 @@ help:
 setup: $(VENV)/.installed node_modules/.installed
 
 # requirements-lock.txt: every package of requirements.txt and requirements-dev.txt with its exact
-# version and hashes; pip refuses anything else (--require-hashes).
+# version and hashes; anything else is refused (--require-hashes). uv installs it, about 4x faster
+# than pip; pip installs uv itself first, at the version and hashes the lock gives it.
 LOCK := requirements-lock.txt
 $(VENV)/.installed: $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --require-hashes -r $(LOCK)
+	awk '/^uv==/ { pin = 1 } pin { print } pin && !/\\$$/ { exit }' $(LOCK) > $(VENV)/uv-lock.txt
+	$(VENV)/bin/pip install --quiet --require-hashes -r $(VENV)/uv-lock.txt
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --require-hashes --compile-bytecode -r $(LOCK)
 	touch $@
 
 ## lock: re-resolve requirements-lock.txt (exact versions, hashes) after editing requirements*.txt.
@@ -68,14 +71,14 @@ deploy: setup
 cells: setup
 	python -m tools.cells list --tenants $(TENANTS)
 
-## test: the whole test suite, in WORKERS (default 2) pytest processes.
+## test: the whole test suite, in WORKERS (default 3) pytest processes.
 ## Template assertions, snapshots, cdk-nag, cfn-lint, handlers, moto canaries, end to end
 ## (pytest-xdist; each test file stays in one process, so an end-to-end module starts one local
 ## pipeline); the generic checks of tests/test_user_tenants.py run on the tenants file.
 ## WORKERS=0 runs it in this process.
-WORKERS ?= 2
+WORKERS ?= 3
 test: setup
-	pytest -n $(WORKERS) --dist loadfile $(ARGS)
+	pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 ## test-fast: the unit and template tests, for everyday tenant edits (no test marked slow).
 ## Config validation, templates, snapshots, cdk-nag, the tenants file's checks, handlers and

@@ -78,9 +78,11 @@ def main() -> int:
     parser.add_argument("--rev", default="HEAD", help="the commit to clone and test (default HEAD)")
     parser.add_argument("--runs", type=int, default=1, help="runs in a row (default 1)")
     parser.add_argument("--burners", type=int, default=0, help="processes keeping a core busy each (default 0)")
-    parser.add_argument("--workers", type=int, default=2, help="make test WORKERS (default 2)")
+    parser.add_argument("--workers", type=int, default=None, help="make test WORKERS (default: the Makefile's)")
     parser.add_argument("--no-write", action="store_true", help=f"print the rows, do not write {RESULTS.name}")
     args = parser.parse_args()
+    if args.workers is None:  # the Makefile's default, as make test runs it
+        args.workers = int(re.search(r"^WORKERS \?= (\d+)$", (ROOT / "Makefile").read_text(), re.M).group(1))
 
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.rev], check=True,
                             capture_output=True, text=True).stdout.strip()

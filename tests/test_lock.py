@@ -1,4 +1,4 @@
-"""requirements-lock.txt, what `make setup` installs (pip --require-hashes), holds every
+"""requirements-lock.txt, what `make setup` installs (uv, --require-hashes), holds every
 requirement of requirements.txt and requirements-dev.txt at a version they allow, each with its
 hashes. A requirement added or narrowed without `make lock` fails here, naming the fix."""
 
@@ -75,7 +75,22 @@ def test_the_lock_says_how_it_is_made():
     ]
     makefile = (ROOT / "Makefile").read_text()
     assert "uv pip compile requirements-dev.txt --universal --python-version 3.11 --generate-hashes" in makefile
-    assert "pip install --quiet --require-hashes -r $(LOCK)" in makefile
+    assert "uv pip install --quiet --python $(VENV)/bin/python --require-hashes --compile-bytecode -r $(LOCK)" in makefile
+
+
+def test_setup_installs_uv_at_the_version_and_hashes_of_the_lock(tmp_path):
+    """`make setup` pips uv itself from the lines the Makefile's awk cuts out of the lock: exactly
+    uv's pin with every one of its hashes, nothing more."""
+    import subprocess
+
+    makefile = (ROOT / "Makefile").read_text()
+    (command,) = [line.strip() for line in makefile.splitlines() if line.strip().startswith("awk '/^uv==/")]
+    program = command.split("'")[1].replace("$$", "$")
+    cut = subprocess.run(["awk", program, str(LOCK)], capture_output=True, text=True, check=True).stdout
+    (pin, hashes), = locked(cut)
+    (uv, lock_hashes), = [(p, h) for p, h in locked(LOCK.read_text()) if p.name == "uv"]
+    assert (str(pin), hashes) == (str(uv), lock_hashes) and hashes > 0
+    assert "$(VENV)/bin/pip install --quiet --require-hashes -r $(VENV)/uv-lock.txt" in makefile
 
 
 def test_fails_when_a_requirement_is_missing_or_outside_its_range():
