@@ -18,6 +18,7 @@ from cloudtest.standin_function import recorder
 from lambdas import contract
 from pipeline_constructs import names
 from pipeline_constructs.application import new_app
+from tests.conftest import cfn_lint_findings
 
 REGION = "eu-west-1"
 
@@ -52,14 +53,11 @@ def test_the_stand_in_is_an_iam_authorized_function_url_recording_into_its_own_t
 
 
 def test_the_stand_in_stack_is_cdk_nag_clean_and_cfn_lint_clean(standin_stack) -> None:
-    from cfnlint.api import ManualArgs, lint
-
     _, template, outdir = standin_stack
     report = json.loads((outdir / "validation-report.json").read_text())
     assert all(r["conclusion"] == "success" and r["violations"] == [] for r in report["pluginReports"])
     # one Region with function URLs (cfn-lint's default Region); W3005: CDK's redundant DependsOn
-    matches = lint(json.dumps(template), config=ManualArgs(regions=[REGION]))
-    assert [f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id != "W3005"] == []
+    assert cfn_lint_findings(template, regions=(REGION,)) == []
 
 
 # -- the recorder, on moto --------------------------------------------------------------------

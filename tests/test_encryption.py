@@ -15,7 +15,7 @@ from aws_cdk.assertions import Template
 from pipeline_constructs import encryption
 from pipeline_constructs.config import parse_config
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
-from tests.conftest import Synthesized, problems_of, ssm_parameter_ref, synthesize
+from tests.conftest import Synthesized, cfn_lint_findings, problems_of, ssm_parameter_ref, synthesize
 from tests.test_tenant_pipeline import policy_statements_of_role
 
 GIVEN_KEY = "arn:aws:kms:us-east-1:111111111111:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -365,13 +365,8 @@ def test_the_encrypted_stacks_are_cdk_nag_clean(fixture: str, request: pytest.Fi
 @pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 @pytest.mark.parametrize("fixture", ["created", "given"])
 def test_the_encrypted_templates_are_cfn_lint_clean(fixture: str, request: pytest.FixtureRequest) -> None:
-    from cfnlint.api import lint_all
-
     for name, template in request.getfixturevalue(fixture).templates.items():
-        # W3005: CDK adds DependsOn on a role that a GetAtt already implies (as tests/test_app.py).
-        findings = [f"{m.rule.id} {m.message}" for m in lint_all(json.dumps(template))
-                    if m.rule.id[0] in "EW" and m.rule.id != "W3005"]
-        assert findings == [], name
+        assert cfn_lint_findings(template) == [], name
 
 
 # --- uploaders ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from aws_cdk.assertions import Template
 from pipeline_constructs import names, routing
 from pipeline_constructs.shard_routing import Forwarding
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
-from tests.conftest import synthesize
+from tests.conftest import cfn_lint_findings, synthesize
 
 SHARDED = textwrap.dedent(
     """
@@ -184,15 +184,8 @@ def test_sharding_stays_cdk_nag_clean(sharded):
 
 @pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 def test_sharded_templates_pass_cfn_lint(sharded):
-    from cfnlint.api import lint_all
-
     for name, template in sharded.templates.items():
-        findings = [
-            f"{m.rule.id} {m.message}"
-            for m in lint_all(json.dumps(template))
-            if m.rule.id[0] in "EW" and m.rule.id != "W3005"
-        ]
-        assert findings == [], name
+        assert cfn_lint_findings(template) == [], name
 
 
 def test_without_shards_no_bus_role_or_forward_is_created(shared_template):
@@ -288,14 +281,7 @@ def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_
     assert "ordered-ingest-routing-dlq" in alarms
     (nag,) = [r for r in report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
     assert nag["conclusion"] == "success" and nag["violations"] == []
-    from cfnlint.api import lint_all
-
-    findings = [
-        f"{m.rule.id} {m.message}"
-        for m in lint_all(json.dumps(template))
-        if m.rule.id[0] in "EW" and m.rule.id != "W3005"
-    ]
-    assert findings == []
+    assert cfn_lint_findings(template) == []
 
 
 def test_a_1000_tenant_sharded_shared_stack_fits_cloudformation_and_every_pattern(tmp_path):

@@ -8,6 +8,8 @@ import re
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from tests.conftest import cfn_lint_findings
+
 
 def buckets(template: Template) -> dict[str, dict]:
     return template.find_resources("AWS::S3::Bucket")
@@ -225,8 +227,6 @@ def test_an_existing_unencrypted_topic_keeps_the_apps_topic_key_for_the_closers_
 ], ids=["subscriptions", "existing-topic"])
 @pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
 def test_every_kind_of_notification_synthesizes_cdk_nag_and_cfn_lint_clean(notifications, tmp_path):
-    from cfnlint.api import lint_all
-
     from tests.conftest import synthesize
 
     tenants = tmp_path / "tenants.yaml"
@@ -236,9 +236,7 @@ def test_every_kind_of_notification_synthesizes_cdk_nag_and_cfn_lint_clean(notif
     (nag,) = [r for r in app.validation_report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
     assert nag["conclusion"] == "success" and nag["violations"] == []
     for name, template in app.templates.items():
-        findings = [f"{m.rule.id} {m.message}" for m in lint_all(json.dumps(template))
-                    if m.rule.id[0] in "EW" and m.rule.id != "W3005"]
-        assert findings == [], name
+        assert cfn_lint_findings(template) == [], name
 
 
 def warnings_of(outdir) -> dict[str, list[str]]:
