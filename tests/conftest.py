@@ -134,22 +134,24 @@ def initech(synthesized) -> Template:
     return synthesized.template("OrderedIngest-Tenant-initech")
 
 
-def cfn_lint_findings(template: dict | str, *, regions: tuple[str, ...] | None = None) -> list[str]:
+def cfn_lint_findings(template: dict | str, *, regions: tuple[str, ...] | None = None,
+                      ignored: tuple[str, ...] = ("W3005",)) -> list[str]:
     """cfn-lint's errors and warnings of one template (a dict or its JSON/YAML text), each
-    "<rule id> <message>", but W3005 (CDK adds a DependsOn on a role that a GetAtt already
-    implies; harmless): every Region and rule (`lint_all`), or the default rules in `regions`."""
+    "<rule id> <message>", but the `ignored` rules (W3005: CDK adds a DependsOn on a role that a
+    GetAtt already implies; harmless in a synthesized template): every Region and rule
+    (`lint_all`), or the default rules in `regions`."""
     text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
-    return list(_cfn_lint(text, regions))
+    return list(_cfn_lint(text, regions, ignored))
 
 
 @functools.cache
-def _cfn_lint(text: str, regions: tuple[str, ...] | None) -> tuple[str, ...]:
+def _cfn_lint(text: str, regions: tuple[str, ...] | None, ignored: tuple[str, ...]) -> tuple[str, ...]:
     # The fixture apps share stacks (a tenant's stack is the same beside another notification or
     # key): a template linted before in this process is not linted again.
     from cfnlint.api import ManualArgs, lint, lint_all
 
     matches = lint(text, config=ManualArgs(regions=list(regions))) if regions else lint_all(text)
-    return tuple(f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id != "W3005")
+    return tuple(f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id not in ignored)
 
 
 def share_service_models() -> None:

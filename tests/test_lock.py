@@ -78,7 +78,7 @@ def test_the_lock_says_how_it_is_made():
     assert "uv pip install --quiet --python $(VENV)/bin/python --require-hashes --compile-bytecode -r $(LOCK)" in makefile
 
 
-def test_setup_installs_uv_at_the_version_and_hashes_of_the_lock(tmp_path):
+def test_setup_installs_uv_at_the_version_and_hashes_of_the_lock():
     """`make setup` pips uv itself from the lines the Makefile's awk cuts out of the lock: exactly
     uv's pin with every one of its hashes, nothing more."""
     import subprocess
