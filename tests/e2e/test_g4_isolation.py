@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import time
 
 import pytest
 
@@ -16,8 +15,6 @@ from tests.e2e.pipeline_checks import assert_files_in_order, assert_records_in_f
 SLOW_LATENCY_SECONDS = 0.2
 SLOW_RECORDS = 50  # >= 10 s at the core system
 FAST_FILES = [("q0", 4), ("q1", 4)]
-#: The fast tenant's files must be done this soon after upload (the slow file needs >= 10 s).
-FAST_BOUND_SECONDS = 7.0
 
 
 @pytest.fixture(scope="module")
@@ -28,19 +25,19 @@ def pipe(start_pipeline) -> LocalPipeline:
 def test_a_slow_tenant_does_not_delay_another(pipe: LocalPipeline) -> None:
     """GIVEN tenant 'slow' whose core system takes 0.2 s per record, processing a 50-record file
     WHEN tenant 'fast' uploads two files while that file is in progress
-    THEN both of fast's files complete within 7 s of upload, while slow's file is still running."""
+    THEN both of fast's files complete while slow's file is still running, before its last record
+    reaches the core system. (No wall-clock bound: a machine busy with other work stretches fast's
+    files too, and a timed assertion then fails with isolation intact.)"""
     pipe.sink("slow").latency(SLOW_LATENCY_SECONDS)
     slow_key, _ = pipe.put_file("slow", "big.csv", csv_file("big", SLOW_RECORDS))
     wait_for(lambda: pipe.sink("slow").requests, timeout=30, what="the slow file to reach the core system")
 
-    uploaded = time.monotonic()
     fast_keys = [pipe.put_file("fast", f"{name}.csv", csv_file(name, n))[0] for name, n in FAST_FILES]
     pipe.wait_until_idle(timeout=30, tenants=["fast"])
-    fast_elapsed = time.monotonic() - uploaded
 
     (slow_execution,) = pipe.executions("slow")
     assert slow_execution["status"] == "RUNNING", "the slow file should still be in progress"
-    assert fast_elapsed < FAST_BOUND_SECONDS, f"fast tenant took {fast_elapsed:.1f}s"
+    assert len(pipe.sink("slow").accepted) < SLOW_RECORDS, "fast's files waited for slow's last record"
     fast_executions = pipe.executions("fast")
     assert [e["status"] for e in fast_executions] == ["SUCCEEDED"] * len(FAST_FILES)
     assert_files_in_order(fast_executions, fast_keys)
