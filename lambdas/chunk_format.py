@@ -27,6 +27,7 @@ import json
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate, chain, repeat
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from contract import MalformedFileError
@@ -323,8 +324,18 @@ def chunk_records(body: Any, fmt: str, header: list[str] | None, *, base: int) -
         return
     if not header:
         raise ValueError("a CSV chunk needs the file's header")
+    encode = csv_record_encoder(header)
     for n, (_, row) in enumerate(CsvRecords(lines, header), start=1):
-        yield n, json.dumps(dict(zip(header, row)), separators=(",", ":")).encode("utf-8")
+        yield n, encode(row)
+
+
+def csv_record_encoder(header: list[str]) -> Callable[[list[str]], bytes]:
+    """A CSV row (as wide as its header, whose names are unique: `CsvRecords` sees to both) as
+    the object the core system gets: the bytes of `json.dumps(dict(zip(header, row)),
+    separators=(",", ":"))`, from one format string per chunk. `json.dumps` with separators
+    builds an encoder for every call: this is about 7x faster, most of batch mode's CPU."""
+    template = "{" + ",".join(encode_basestring_ascii(name).replace("%", "%%") + ":%s" for name in header) + "}"
+    return lambda row: (template % tuple(map(encode_basestring_ascii, row))).encode("ascii")
 
 
 # --- the chunk index ---------------------------------------------------------------------

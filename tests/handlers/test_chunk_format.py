@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import Any
 
 import chunk_format
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
 from contract import MalformedFileError
 
@@ -163,3 +166,23 @@ def test_a_quote_free_block_is_read_without_the_csv_module(monkeypatch):
     got, count, error = parse_all(QUOTE_FREE_CASES["plain"], 1)
     assert (count, error) == (40, None) and len(calls) > 10
     assert all(real(text, 2) is not None for text in calls)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.data())
+def test_a_csv_record_is_encoded_exactly_as_json_dumps_encodes_its_object(data):
+    """Any header (unique, non-empty names) and any row of its width, whatever the characters
+    (quotes, backslashes, control characters, %, non-ASCII, surrogate pairs): the record's bytes
+    are those of `json.dumps(dict(zip(header, row)), separators=(",", ":"))`, keys in header order."""
+    header = data.draw(st.lists(st.text(min_size=1), min_size=1, max_size=6, unique=True))
+    row = data.draw(st.lists(st.text(), min_size=len(header), max_size=len(header)))
+    expected = json.dumps(dict(zip(header, row)), separators=(",", ":")).encode("utf-8")
+    assert chunk_format.csv_record_encoder(header)(row) == expected
+
+
+def test_csv_records_of_a_chunk_are_its_rows_as_json_objects():
+    body = '1,"Zoë, ""q""",100%\n2,"a\nb",\\\n'.encode()
+    assert list(chunk_records(io.BytesIO(body), "csv", ["id", 'na"me', "%s"], base=0)) == [
+        (1, b'{"id":"1","na\\"me":"Zo\\u00eb, \\"q\\"","%s":"100%"}'),
+        (2, b'{"id":"2","na\\"me":"a\\nb","%s":"\\\\"}'),
+    ]
