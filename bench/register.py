@@ -7,7 +7,7 @@ core-system stand-in; with each chunk's fixed cost broken down and projected ont
 
 One local pipeline with a tenant per mode (record: one record per POST; batch: `--batch-size`
 records per POST as JSON arrays), each with the largest `chunk_size` the register budget allows
-at `--sink-timeout` (`budgets.max_chunk_size`, at most 10,000; `--chunk-size` overrides), and
+at `--sink-timeout` (`budgets.max_chunk_size`, at most `config.MAX_CHUNK_SIZE`; `--chunk-size` overrides), and
 the core-system stand-in (`local_runtime/sink.py`'s `SinkServer`) in a process of its own, as a
 real core system is. Each of `--runs` rounds measures, per mode, one after the other:
 
@@ -364,8 +364,9 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from local_runtime import LocalPipeline
     from local_runtime.sink import point_register_at
     from pipeline_constructs import budgets
+    from pipeline_constructs.config import MAX_CHUNK_SIZE
 
-    modes = {mode: (args.chunk_size or min(10_000, budgets.max_chunk_size(args.sink_timeout, batch)), batch)
+    modes = {mode: (args.chunk_size or min(MAX_CHUNK_SIZE, budgets.max_chunk_size(args.sink_timeout, batch)), batch)
              for mode, batch in (("record", 1), ("batch", args.batch_size)) if mode in args.modes}
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     with contextlib.ExitStack() as stack:

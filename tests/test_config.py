@@ -123,7 +123,7 @@ def test_fails_when_the_format_is_unknown():
 
 @pytest.mark.parametrize(("value", "problem"), [
     (0, "is less than 1"),
-    (10001, "is more than 10000"),  # below it, the register budget: test_fails_when_a_record_mode_chunk_is_more_than...
+    (100001, "is more than 100000"),  # below it, the register budget: test_fails_when_a_record_mode_chunk_is_more_than...
 ])
 def test_fails_when_chunk_size_is_out_of_range(value, problem):
     assert one_problem(
@@ -133,7 +133,7 @@ def test_fails_when_chunk_size_is_out_of_range(value, problem):
         tenants:
           - {{id: acme, prefix: a/, chunk_size: {value}}}
         """
-    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 10000, "
+    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 100000, "
           "within the register budget of sink.timeout_seconds")
 
 
@@ -581,23 +581,44 @@ def test_fails_when_a_record_mode_chunk_is_more_than_the_register_budget_allows(
     )
 
 
-def test_batch_mode_allows_chunks_up_to_10000_and_no_more():
+def test_batch_mode_allows_chunks_up_to_100000_and_no_more():
     (tenant,) = parse_config(textwrap.dedent(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 10000, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1000}}
+          - {id: acme, prefix: a/, chunk_size: 100000, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1000}}
         """
     )).tenants
-    assert tenant.chunk_size == 10000
+    assert tenant.chunk_size == 100000
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 10001, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1000}}
+          - {id: acme, prefix: a/, chunk_size: 100001, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1000}}
         """
     ) == (
-        "tenant 'acme': field 'chunk_size' = 10001: is more than 10000; use a whole number "
-        "from 1 to 10000, within the register budget of sink.timeout_seconds"
+        "tenant 'acme': field 'chunk_size' = 100001: is more than 100000; use a whole number "
+        "from 1 to 100000, within the register budget of sink.timeout_seconds"
     )
+
+
+def test_a_batch_mode_chunk_is_bounded_by_the_register_budget_below_the_limit():
+    """GIVEN batches of 100 at the default 10 s sink timeout THEN 87,000 records a chunk (870 POSTs,
+    87 a 900 s invocation at the slowest answer, 10 invocations) pass and one batch more is refused."""
+    def tenants(chunk_size: int) -> str:
+        return f"""
+        tenants:
+          - {{id: acme, prefix: a/, chunk_size: {chunk_size}, sink: {{url: 'https://core.example.com', auth: {{type: none}}, batch_size: 100}}}}
+        """
+
+    (tenant,) = parse_config(textwrap.dedent(tenants(87000))).tenants
+    assert tenant.chunk_size == 87000 == budgets.max_chunk_size(10, 100)
+    assert one_problem(tenants(87100)) == (
+        "tenant 'acme': field 'chunk_size' = 87100: in 871 batches of sink.batch_size 100 x sink.timeout_seconds "
+        "10 = 8710 s for a chunk at the slowest answer, 11 invocations of the register function's 900 s limit "
+        "(at most 10: each one adds to the execution's history); use a chunk_size of at most 87000 at this "
+        "timeout, or a lower sink.timeout_seconds, or a larger sink.batch_size"
+    )
+
+
 # --- pages of chunks (issue 9) -------------------------------------------------------------------
 
 

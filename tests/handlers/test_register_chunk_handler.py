@@ -912,14 +912,15 @@ def test_handler_logs_a_batch_rejection_without_records_or_the_answer(work, sink
     (60, 100),
 ])
 def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_budget(work, sink, ledger, sink_timeout, batch_size):
-    """GIVEN the largest chunk synthesis allows (at most 10,000) for this sink timeout and batch size,
+    """GIVEN the largest chunk synthesis allows (at most MAX_CHUNK_SIZE) for this sink timeout and batch size,
     and a core system that takes the whole timeout for every request WHEN the workflow invokes the
     register function (with the timeout synthesis gives it) until the chunk is done THEN it needs at
     most MAX_REGISTER_INVOCATIONS_PER_CHUNK invocations, each ending before its deadline, and every
     record is sent exactly once."""
     from pipeline_constructs import budgets
+    from pipeline_constructs.config import MAX_CHUNK_SIZE
 
-    size = min(10_000, budgets.max_chunk_size(sink_timeout, batch_size))
+    size = min(MAX_CHUNK_SIZE, budgets.max_chunk_size(sink_timeout, batch_size))
     function_timeout = budgets.register_timeout_seconds(size, sink_timeout, batch_size)
     put_chunk(work, 0, [{"id": i} for i in range(size)], chunk_size=size)
     clock = Clock()
