@@ -171,7 +171,7 @@ def serve_forks(control: socket.socket) -> None:
     """The fork server: each request on ``control`` becomes a worker process; returns when the
     runtime closes the socket (it stopped its workers first)."""
     global _loader
-    import boto3  # noqa: F401 - imported here once, not in each worker (most of a worker's start)
+    import boto3  # noqa: F401 - imported here once, not again in each worker
     import botocore.loaders
     import botocore.session
 
