@@ -11,10 +11,10 @@ from typing import Any
 
 import chunk_format
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
 from contract import MalformedFileError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 READ_SIZES = [1, 2, 3, 5, 7, 13, 64 * 1024]
 
