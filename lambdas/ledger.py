@@ -205,24 +205,30 @@ class Ledger:
 
     def _update(self, expression: str, condition: str, values: dict[str, Any], *, names: dict[str, str] | None = None,
                 entry: str = POSITION) -> Position:
+        """A conditional update of `entry`; the position as it is after it."""
+        item = self._write(expression, condition, values, names=names, entry=entry, return_values="ALL_NEW")
+        return Position.from_item(self.tenant, item)
+
+    def _write(self, expression: str, condition: str, values: dict[str, Any], *, names: dict[str, str] | None = None,
+               entry: str = POSITION, return_values: str = "NONE") -> dict[str, Any]:
+        """A conditional update of `entry`; `LedgerConflict` if the condition does not hold."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "Key": self._key(entry),
             "UpdateExpression": expression,
             "ConditionExpression": condition,
-            "ReturnValues": "ALL_NEW",
+            "ReturnValues": return_values,
         }
         if values:
             kwargs["ExpressionAttributeValues"] = values
         if names:
             kwargs["ExpressionAttributeNames"] = names
         try:
-            item = self.ddb.update_item(**kwargs)["Attributes"]
+            return self.ddb.update_item(**kwargs).get("Attributes", {})
         except Exception as error:  # botocore ClientError; not imported to keep this stdlib-only
             if error_code(error) == "ConditionalCheckFailedException":
                 raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
             raise
-        return Position.from_item(self.tenant, item)
 
     # -- the controller ---------------------------------------------------------------------
 
@@ -396,8 +402,9 @@ class Ledger:
         chunk_size: int | None = None,
         chunk_count: int | None = None,
         record_count: int | None = None,
-    ) -> Position:
-        """Every record before `next_record` is acknowledged; only ever moves forward.
+    ) -> None:
+        """Every record before `next_record` is acknowledged; only ever moves forward. Nothing
+        is read back: register writes this up to once a second for the whole chunk.
 
         `LedgerConflict` if `execution` is not the running execution of the current file, or
         the position is already further.
@@ -413,7 +420,7 @@ class Ledger:
         if record_count is not None:
             sets.append("record_count = :records")
             values[":records"] = _n(record_count)
-        return self._update(
+        self._write(
             "SET " + ", ".join(sets),
             "execution = :execution AND #status = :running AND next_record <= :next",
             values,
