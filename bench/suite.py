@@ -34,6 +34,20 @@ def burn() -> None:
         pass
 
 
+def reference_seconds() -> float:
+    """This machine's speed right now: the best of three runs of a fixed pure-Python loop (20
+    million additions). Hosts of the same kind differ, and one host drifts by a third or more
+    within an hour; a suite time is comparable with another only beside this figure."""
+
+    def once() -> float:
+        started, total = time.perf_counter(), 0
+        for number in range(20_000_000):
+            total += number
+        return time.perf_counter() - started
+
+    return min(once() for _ in range(3))
+
+
 def run_once(rev: str, workers: int, log: Path) -> tuple[float, float, str]:
     """Clone ``rev`` into a temporary directory and run `make setup`, then `make test`; return the
     install and test seconds and pytest's summary line."""
@@ -86,6 +100,7 @@ def main() -> int:
 
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.rev], check=True,
                             capture_output=True, text=True).stdout.strip()
+    reference = reference_seconds()
     burners = [multiprocessing.Process(target=burn, daemon=True) for _ in range(args.burners)]
     for process in burners:
         process.start()
@@ -98,7 +113,7 @@ def main() -> int:
             install, tests, outcome = run_once(commit, args.workers, log)
             green = green and "failed" not in outcome and "error" not in outcome and "exited" not in outcome
             row = (f"| {date.today().isoformat()} | `{commit}` | {load}, {os.cpu_count()} cores, WORKERS="
-                   f"{args.workers} | {run}/{args.runs} | {minutes(install)} | {minutes(tests)} | {outcome} |")
+                   f"{args.workers}, reference loop {reference:.1f} s | {run}/{args.runs} | {minutes(install)} | {minutes(tests)} | {outcome} |")
             print(row, f"(log: {log})", flush=True)
             rows.append(row)
     finally:
