@@ -13,7 +13,9 @@ real core system is. Each of `--runs` rounds measures, per mode, one after the o
 
 * raw: a plain `http.client` keep-alive client in a process of its own (as a register worker
   is) POSTs `--raw-records` records (or batches of them, with the same kind of keys), nothing
-  else: the physical limit of this contract against this core system;
+  else: the physical limit of this contract against this core system. It runs right before and
+  right after the pipeline, and the pipeline is compared with the mean of the two: the machine's
+  own speed drifts while a run lasts (a tenth or more within minutes);
 * pipeline: a file of `--records` records uploaded to the mode's tenant, from the upload to the
   last record registered (Split, the controller, the workflows, the ledger: everything); every
   record is checked to be registered once, in order;
@@ -382,8 +384,13 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
             for mode, (chunk, batch) in modes.items():
                 tenant, name = TENANTS[mode], f"run{round_number}.csv"
                 sink.reset()
-                raw = measure_raw(sink.url, min(args.records, args.raw_records), batch)
+                raw_before = measure_raw(sink.url, min(args.records, args.raw_records), batch)
                 piped = pipeline_run(pipe, sink, calls, tenant, name, args.records, chunk)
+                sink.reset()
+                raw_after = measure_raw(sink.url, min(args.records, args.raw_records), batch)
+                # The machine drifts while the pipeline runs (a tenth or more within minutes): the raw
+                # client brackets the run and the pipeline is compared with the mean of the two.
+                raw = (raw_before + raw_after) / 2
                 sink.reset()
                 function = register_function(pipe, tenant)
                 alone = measure_handler_alone({
@@ -397,7 +404,8 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
                 # writes of each second of sending fall between its POSTs)
                 index_read = alone["index_read"] / chunks
                 progress = alone["fence"] / chunks + alone["writes"] / max(1, alone["write_calls"])
-                result = {"mode": mode, "chunk": chunk, "batch": batch, "raw": raw, "pipeline": piped, "alone": alone,
+                result = {"mode": mode, "chunk": chunk, "batch": batch, "raw": raw,
+                          "raw_bracket": (raw_before, raw_after), "pipeline": piped, "alone": alone,
                           "per_chunk_ms": {
                               "invocation": max(0.0, piped["in_invocation"] - index_read - progress) * 1000,
                               "index_read": index_read * 1000, "progress_write": progress * 1000,
@@ -409,7 +417,9 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
 
 def describe(result: dict[str, Any]) -> str:
     raw, piped, alone, cost = result["raw"], result["pipeline"], result["alone"], result["per_chunk_ms"]
-    return (f"{result['mode']:6} chunk {result['chunk']:>5} x{result['batch']:<3} raw {raw:>9,.0f}/s | "
+    before, after = result["raw_bracket"]
+    return (f"{result['mode']:6} chunk {result['chunk']:>5} x{result['batch']:<3} raw {raw:>9,.0f}/s "
+            f"({before:,.0f} before, {after:,.0f} after) | "
             f"handler alone {alone['rate']:>9,.0f}/s ({alone['rate'] / raw:.2f}) | pipeline {piped['rate']:>9,.0f}/s "
             f"({piped['rate'] / raw:.2f}; register span {piped['register_rate'] / raw:.2f}) | per chunk: invocation "
             f"{cost['invocation']:.0f} ms, index read {cost['index_read']:.1f} ms, progress write "
@@ -478,11 +488,13 @@ def main() -> int:
     for mode, runs in results.items():
         chosen = median_run(runs)
         raw, piped, alone, cost = chosen["raw"], chosen["pipeline"], chosen["alone"], chosen["per_chunk_ms"]
+        before, after = chosen["raw_bracket"]
         fractions = ", ".join(f"{r['pipeline']['rate'] / r['raw']:.2f}" for r in runs)
         aws = aws_projection(args.records, chosen["chunk"], chosen["batch"], args)
         rows.append(
             f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores, load {load_before} | {args.records:,} | "
-            f"{mode} ({chosen['batch']} per POST) | {chosen['chunk']} | {raw:,.0f} | {alone['rate']:,.0f} "
+            f"{mode} ({chosen['batch']} per POST) | {chosen['chunk']} | {raw:,.0f} ({before:,.0f} / {after:,.0f}) | "
+            f"{alone['rate']:,.0f} "
             f"({alone['rate'] / raw:.2f}) | {piped['rate']:,.0f} ({piped['rate'] / raw:.2f}; runs {fractions}) | "
             f"{cost['invocation']:.0f} / {cost['index_read']:.1f} / {cost['progress_write']:.1f} / "
             f"{cost['state_transitions']:.0f} ms | {piped['connections']} for {piped['chunks']} chunks | "
