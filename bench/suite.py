@@ -34,18 +34,31 @@ def burn() -> None:
         pass
 
 
-def reference_seconds() -> float:
+def machine_speed() -> str:
     """This machine's speed right now: the best of three runs of a fixed pure-Python loop (20
-    million additions). Hosts of the same kind differ, and one host drifts by a third or more
-    within an hour; a suite time is comparable with another only beside this figure."""
+    million additions: the interpreter alone) and of copying 256 MB into new memory (the page
+    faults that new processes and growing heaps pay). Hosts of the same kind differ, and one
+    host drifts within an hour: on 2026-12-02 the loop ran as fast as ever (0.9-1.2 s) while
+    copies into new memory ran at 0.6-0.8 GB/s (10 GB/s into memory already touched), and the
+    suite took two and a half times its usual CPU. A suite time is comparable with another only
+    beside these figures."""
 
-    def once() -> float:
+    def loop() -> float:
         started, total = time.perf_counter(), 0
         for number in range(20_000_000):
             total += number
         return time.perf_counter() - started
 
-    return min(once() for _ in range(3))
+    block = bytearray(256 * 1024 * 1024)
+
+    def copy() -> float:
+        started = time.perf_counter()
+        bytes(block)
+        return time.perf_counter() - started
+
+    seconds = min(loop() for _ in range(3))
+    bandwidth = len(block) / min(copy() for _ in range(3)) / 1e9
+    return f"loop {seconds:.1f} s, copy {bandwidth:.1f} GB/s"
 
 
 def run_once(rev: str, workers: int, log: Path) -> tuple[float, float, str]:
@@ -100,7 +113,7 @@ def main() -> int:
 
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.rev], check=True,
                             capture_output=True, text=True).stdout.strip()
-    reference = reference_seconds()
+    speed = machine_speed()
     burners = [multiprocessing.Process(target=burn, daemon=True) for _ in range(args.burners)]
     for process in burners:
         process.start()
@@ -113,7 +126,7 @@ def main() -> int:
             install, tests, outcome = run_once(commit, args.workers, log)
             green = green and "failed" not in outcome and "error" not in outcome and "exited" not in outcome
             row = (f"| {date.today().isoformat()} | `{commit}` | {load}, {os.cpu_count()} cores, WORKERS="
-                   f"{args.workers}, reference loop {reference:.1f} s | {run}/{args.runs} | {minutes(install)} | {minutes(tests)} | {outcome} |")
+                   f"{args.workers}, {speed} | {run}/{args.runs} | {minutes(install)} | {minutes(tests)} | {outcome} |")
             print(row, f"(log: {log})", flush=True)
             rows.append(row)
     finally:
