@@ -210,8 +210,9 @@ class Ledger:
         return Position.from_item(self.tenant, item)
 
     def _write(self, expression: str, condition: str, values: dict[str, Any], *, names: dict[str, str] | None = None,
-               entry: str = POSITION, return_values: str = "NONE") -> dict[str, Any]:
-        """A conditional update of `entry`; `LedgerConflict` if the condition does not hold."""
+               entry: str = POSITION, return_values: str = "NONE") -> dict[str, Any] | None:
+        """A conditional update of `entry`, returning what `return_values` asks for (None for
+        "NONE"); `LedgerConflict` if the condition does not hold."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "Key": self._key(entry),
@@ -224,7 +225,7 @@ class Ledger:
         if names:
             kwargs["ExpressionAttributeNames"] = names
         try:
-            return self.ddb.update_item(**kwargs).get("Attributes", {})
+            return self.ddb.update_item(**kwargs).get("Attributes")
         except Exception as error:  # botocore ClientError; not imported to keep this stdlib-only
             if error_code(error) == "ConditionalCheckFailedException":
                 raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None

@@ -42,6 +42,7 @@ def test_an_empty_ledger_reads_as_an_empty_position(ledger):
 def test_claim_makes_the_file_current_and_remembers_its_event(ledger):
     after = ledger.claim(ledger.read(), file("e1"), "e1", NOW)
     assert (after.seq, after.execution, after.file_id, after.status, after.next_record) == (1, "e1", "e1", RUNNING, 0)
+    assert after == ledger.read()  # the position as the update left it, the tenant's
     with pytest.raises(AlreadyClaimed):
         ledger.claim(after, file("e1"), "e1", NOW)
 
