@@ -383,11 +383,12 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
         for round_number in range(1, args.runs + 1):
             for mode, (chunk, batch) in modes.items():
                 tenant, name = TENANTS[mode], f"run{round_number}.csv"
+                raw_records = min(args.records, args.raw_records)
                 sink.reset()
-                raw_before = measure_raw(sink.url, min(args.records, args.raw_records), batch)
+                raw_before = measure_raw(sink.url, raw_records, batch)
                 piped = pipeline_run(pipe, sink, calls, tenant, name, args.records, chunk)
                 sink.reset()
-                raw_after = measure_raw(sink.url, min(args.records, args.raw_records), batch)
+                raw_after = measure_raw(sink.url, raw_records, batch)
                 # The machine drifts while the pipeline runs (a tenth or more within minutes): the raw
                 # client brackets the run and the pipeline is compared with the mean of the two.
                 raw = (raw_before + raw_after) / 2

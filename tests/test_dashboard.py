@@ -123,7 +123,8 @@ def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows
 
     assert [stack.stack_name for stack in extra] == ["OrderedIngest-Dashboard-2", "OrderedIngest-Dashboard-3"]
     assert all(shared in stack.dependencies for stack in extra)
-    templates = [Template.from_stack(stack) for stack in (shared, *extra)]  # each a synth: once
+    stacks = (shared, *extra)
+    templates = [Template.from_stack(stack) for stack in stacks]  # each a synth: once
     shared_template = templates[0]
     assert list(bodies(shared_template)) == ["OrderedIngest"]
     second, third = (bodies(template) for template in templates[1:])
@@ -133,7 +134,7 @@ def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows
     third_titles = [w["properties"]["markdown"] for w in third["OrderedIngest-3"]["widgets"] if w["type"] == "text"]
     assert first_titles[0] == "### Tenant t0000" and len(first_titles) == TENANTS_PER_DASHBOARD
     assert third_titles == [f"### Tenant t{count - 1:04d}"]
-    for stack, template in zip((shared, *extra), templates, strict=True):
+    for stack, template in zip(stacks, templates, strict=True):
         assert len(json.dumps(template.to_json())) < 400_000, stack.stack_name
 
 
