@@ -112,6 +112,7 @@ class SinkServer:
     _posts: int = 0
     _failures: list[_Failure] = field(default_factory=list)
     _latency: float = 0.0
+    _released: threading.Event = field(default_factory=threading.Event)
     _in_flight: int = 0
     _max_in_flight: int = 0
     _auth_refusals: list[AuthRefusal] = field(default_factory=list)
@@ -225,7 +226,11 @@ class SinkServer:
         return self.fail_with(status, times=None, on_record=on_record)
 
     def latency(self, seconds: float) -> SinkServer:
-        """Delay every response by `seconds` (a slow core system)."""
+        """Delay every response by `seconds` (a slow core system) until `clear_faults()`, which
+        also answers the requests being delayed at once: a test keeps a file running for as long
+        as it needs, never for a guessed time. Keep it under the tenant's sink timeout at the
+        run's time scale (0.3 s in the end-to-end tests), or every request times out."""
+        self._released.clear()
         self._latency = float(seconds)
         return self
 
@@ -241,6 +246,7 @@ class SinkServer:
         with self._lock:
             self._failures.clear()
         self._latency = 0.0
+        self._released.set()
         return self
 
     def reset(self) -> SinkServer:
@@ -272,7 +278,8 @@ class SinkServer:
         with self._lock:
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
-        time.sleep(self._latency)
+        if self._latency:
+            self._released.wait(self._latency)
         with self._lock:
             self._in_flight -= 1
             post, self._posts = self._posts, self._posts + 1

@@ -42,9 +42,9 @@ def test_without_the_gate_executions_overlap_and_the_check_catches_it(pipe: Loca
     WHEN three files arrive together and the core system is a little slow
     THEN their executions run at the same time and the G1 overlap check fails (the ledger's
     fence then refuses the superseded executions, which is why they do not all succeed)."""
-    pipe.sink("nogate").latency(0.05)
+    pipe.sink("nogate").latency(0.2)  # 3 s a file: longer than the controller takes to start the next
     for name in ("a", "b", "c"):
-        pipe.put_file("nogate", f"{name}.csv", csv_file(name, 9))
+        pipe.put_file("nogate", f"{name}.csv", csv_file(name, 15))
 
     pipe.wait_until_idle(timeout=90, tenants=["nogate"])
 

@@ -77,8 +77,8 @@ def test_files_arriving_during_a_file_wait_and_all_complete(pipe: LocalPipeline)
     """GIVEN a tenant whose core system is slow, so that a first file takes a while
     WHEN three more files arrive while the first one is in progress
     THEN none is dropped: all four complete, one after the other, in arrival order."""
-    sink = pipe.sink("arrivals").latency(0.05)
-    first = pipe.put_file("arrivals", "a0.csv", csv_file("a0", 12))
+    sink = pipe.sink("arrivals").latency(0.2)  # 6 s at least, until the later files are queued
+    first = pipe.put_file("arrivals", "a0.csv", csv_file("a0", 30))
     wait_for(
         lambda: [e for e in pipe.executions("arrivals") if e["status"] == "RUNNING"],
         timeout=30,
@@ -86,6 +86,7 @@ def test_files_arriving_during_a_file_wait_and_all_complete(pipe: LocalPipeline)
     )
     later = [pipe.put_file("arrivals", f"a{i}.csv", csv_file(f"a{i}", 4)) for i in (1, 2, 3)]
     assert [e["status"] for e in pipe.executions("arrivals")] == ["RUNNING"], "the later files must wait"
+    sink.clear_faults()
 
     pipe.wait_until_idle(timeout=90, tenants=["arrivals"])
 
@@ -93,4 +94,4 @@ def test_files_arriving_during_a_file_wait_and_all_complete(pipe: LocalPipeline)
     assert [e["status"] for e in executions] == ["SUCCEEDED"] * 4
     assert_no_overlap(executions)
     assert_files_in_order(executions, [key for key, _ in [first, *later]])
-    assert_records_in_file_order(sink.accepted, [("a0", 12), ("a1", 4), ("a2", 4), ("a3", 4)])
+    assert_records_in_file_order(sink.accepted, [("a0", 30), ("a1", 4), ("a2", 4), ("a3", 4)])

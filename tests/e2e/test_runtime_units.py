@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import sys
+import threading
 import urllib.error
 import urllib.request
 
@@ -173,6 +174,27 @@ def test_sink_deduplicates_and_injects_faults() -> None:
         ("k9", False),
         ("k9", False),
     ]
+
+
+def test_a_slow_sinks_waiting_requests_are_answered_once_its_faults_are_cleared() -> None:
+    """GIVEN a sink that answers after a minute (a test keeping a file running)
+    WHEN a request waits in it and the test clears the sink's faults
+    THEN that request is answered at once and registered, and later ones wait no more."""
+    sink = SinkServer("t").latency(60)
+    sink.start()
+    answers: list[int] = []
+    try:
+        waiting = threading.Thread(target=lambda: answers.append(_post(sink.url, {"n": 0}, "k0")))
+        waiting.start()
+        while sink.max_in_flight == 0:  # the request is inside the sink, waiting
+            waiting.join(0.01)
+        sink.clear_faults()
+        waiting.join(30)
+        answers.append(_post(sink.url, {"n": 1}, "k1"))
+    finally:
+        sink.stop()
+    assert answers == [201, 201]
+    assert sink.accepted == [{"n": 0}, {"n": 1}]
 
 
 def test_log_lines_are_shaped_like_lambdas_json_log_format() -> None:
