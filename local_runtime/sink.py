@@ -226,10 +226,9 @@ class SinkServer:
         return self.fail_with(status, times=None, on_record=on_record)
 
     def latency(self, seconds: float) -> SinkServer:
-        """Delay every response by `seconds` (a slow core system) until `clear_faults()`, which
-        also answers the requests being delayed at once: a test keeps a file running for as long
-        as it needs, never for a guessed time. Keep it under the tenant's sink timeout at the
-        run's time scale (0.3 s in the end-to-end tests), or every request times out."""
+        """Delay every response by `seconds` (a slow core system); `clear_faults()` ends it and
+        answers the requests being delayed at once. Keep it under the tenant's sink timeout at
+        the run's time scale (0.3 s in the end-to-end tests), or every request times out."""
         self._released.clear()
         self._latency = float(seconds)
         return self

@@ -47,6 +47,13 @@ def csv_file(file_id: str, records: int) -> bytes:
     return ("file,seq\n" + "".join(f"{file_id},{seq}\n" for seq in range(records))).encode()
 
 
+def hold_at(pipe: Any, tenant: str, file_id: str, seq: int) -> Any:
+    """Keep file `file_id` (made by `csv_file`) running at record `seq` until the test calls the
+    sink's `clear_faults()`: the core system answers 503 to that record, so the workflow waits for
+    it (up to the outage budget, 108 s at the tests' time scale), not for a guessed time."""
+    return pipe.sink(tenant).fail_with(503, times=None, on_record={"file": file_id, "seq": str(seq)})
+
+
 def records_of(file_id: str, records: int) -> list[dict[str, str]]:
     """The records `csv_file` holds, as the core system receives them."""
     return [{"file": file_id, "seq": str(seq)} for seq in range(records)]

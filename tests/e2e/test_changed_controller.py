@@ -17,7 +17,7 @@ import pytest
 
 from local_runtime import LocalPipeline
 from pipeline_constructs import functions
-from tests.e2e.pipeline_checks import assert_no_overlap, csv_file
+from tests.e2e.pipeline_checks import assert_no_overlap, csv_file, hold_at, wait_for
 
 RUNNING_CHECK = "        if position.running:\n            return self._decide_running("
 
@@ -39,12 +39,14 @@ def pipe(start_pipeline, tmp_path_factory) -> Iterator[LocalPipeline]:
 
 def test_without_the_gate_executions_overlap_and_the_check_catches_it(pipe: LocalPipeline) -> None:
     """GIVEN the app packaged with a controller whose gate lets a file start while another runs
-    WHEN three files arrive together and the core system is a little slow
+    WHEN three files arrive together and the first is held at its last record until another starts
     THEN their executions run at the same time and the G1 overlap check fails (the ledger's
     fence then refuses the superseded executions, which is why they do not all succeed)."""
-    pipe.sink("nogate").latency(0.2)  # 3 s a file: longer than the controller takes to start the next
+    sink = hold_at(pipe, "nogate", "a", 8)  # a runs until b has started too
     for name in ("a", "b", "c"):
-        pipe.put_file("nogate", f"{name}.csv", csv_file(name, 15))
+        pipe.put_file("nogate", f"{name}.csv", csv_file(name, 9))
+    wait_for(lambda: len(pipe.executions("nogate")) >= 2, timeout=60, what="a second execution")
+    sink.clear_faults()
 
     pipe.wait_until_idle(timeout=90, tenants=["nogate"])
 

@@ -12,6 +12,7 @@ from tests.e2e.pipeline_checks import (
     assert_records_in_file_order,
     assert_requests_in_order,
     csv_file,
+    hold_at,
     records_of,
     wait_for,
 )
@@ -74,11 +75,11 @@ def test_failing_chunk_stops_every_later_chunk(pipe: LocalPipeline) -> None:
 
 
 def test_files_arriving_during_a_file_wait_and_all_complete(pipe: LocalPipeline) -> None:
-    """GIVEN a tenant whose core system is slow, so that a first file takes a while
+    """GIVEN a tenant whose first file is in progress (held at its last record)
     WHEN three more files arrive while the first one is in progress
     THEN none is dropped: all four complete, one after the other, in arrival order."""
-    sink = pipe.sink("arrivals").latency(0.2)  # 6 s at least, until the later files are queued
-    first = pipe.put_file("arrivals", "a0.csv", csv_file("a0", 30))
+    sink = hold_at(pipe, "arrivals", "a0", 11)  # until the later files are queued
+    first = pipe.put_file("arrivals", "a0.csv", csv_file("a0", 12))
     wait_for(
         lambda: [e for e in pipe.executions("arrivals") if e["status"] == "RUNNING"],
         timeout=30,
@@ -94,4 +95,4 @@ def test_files_arriving_during_a_file_wait_and_all_complete(pipe: LocalPipeline)
     assert [e["status"] for e in executions] == ["SUCCEEDED"] * 4
     assert_no_overlap(executions)
     assert_files_in_order(executions, [key for key, _ in [first, *later]])
-    assert_records_in_file_order(sink.accepted, [("a0", 30), ("a1", 4), ("a2", 4), ("a3", 4)])
+    assert_records_in_file_order(sink.accepted, [("a0", 12), ("a1", 4), ("a2", 4), ("a3", 4)])

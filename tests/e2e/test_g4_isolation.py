@@ -10,10 +10,16 @@ import pytest
 
 from lambdas import contract
 from local_runtime import LocalPipeline
-from tests.e2e.pipeline_checks import assert_files_in_order, assert_records_in_file_order, csv_file, wait_for
+from tests.e2e.pipeline_checks import (
+    assert_files_in_order,
+    assert_records_in_file_order,
+    csv_file,
+    hold_at,
+    wait_for,
+)
 
-SLOW_LATENCY_SECONDS = 0.2  # under the sink timeout at the tests' time scale (0.3 s)
-SLOW_RECORDS = 100  # >= 20 s at the core system, until the test lets it go
+SLOW_LATENCY_SECONDS = 0.2
+SLOW_RECORDS = 50  # >= 10 s at the core system, and held at the last one until fast is done
 FAST_FILES = [("q0", 4), ("q1", 4)]
 
 
@@ -23,17 +29,18 @@ def pipe(start_pipeline) -> LocalPipeline:
 
 
 def test_a_slow_tenant_does_not_delay_another(pipe: LocalPipeline) -> None:
-    """GIVEN tenant 'slow' whose core system takes 0.2 s per record, processing a 100-record file
+    """GIVEN tenant 'slow' whose core system takes 0.2 s per record, processing a 50-record file
+    (and holds its last record, 503, until the test lets it go)
     WHEN tenant 'fast' uploads two files while that file is in progress
     THEN both of fast's files complete while slow's file is still running, before its last record
     reaches the core system. (No wall-clock bound: a machine busy with other work stretches fast's
     files too, and a timed assertion then fails with isolation intact.)"""
-    pipe.sink("slow").latency(SLOW_LATENCY_SECONDS)
+    hold_at(pipe, "slow", "big", SLOW_RECORDS - 1).latency(SLOW_LATENCY_SECONDS)
     slow_key, _ = pipe.put_file("slow", "big.csv", csv_file("big", SLOW_RECORDS))
     wait_for(lambda: pipe.sink("slow").requests, timeout=30, what="the slow file to reach the core system")
 
     fast_keys = [pipe.put_file("fast", f"{name}.csv", csv_file(name, n))[0] for name, n in FAST_FILES]
-    pipe.wait_until_idle(timeout=30, tenants=["fast"])
+    pipe.wait_until_idle(timeout=90, tenants=["fast"])
 
     (slow_execution,) = pipe.executions("slow")
     assert slow_execution["status"] == "RUNNING", "the slow file should still be in progress"

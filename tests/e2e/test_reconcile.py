@@ -15,6 +15,7 @@ from tests.e2e.pipeline_checks import (
     assert_no_duplicates,
     assert_records_in_file_order,
     csv_file,
+    hold_at,
     ops,
     wait_for,
 )
@@ -30,15 +31,11 @@ def reconcile(pipe: LocalPipeline, tenant: str, *args: str) -> tuple[int, dict]:
     return code, json.loads(out)
 
 
-A_RECORDS = 60
-
-
 def busy_with_a_and_b_waiting(pipe: LocalPipeline, tenant: str) -> tuple[tuple[str, str], tuple[str, str]]:
-    """`a` runs, slowly (the core system answers in 0.2 s until the test clears the sink's faults:
-    12 s at least, however long b's delivery takes on a busy machine); `b`'s message waits in
-    the queue."""
-    pipe.sink(tenant).latency(0.2)
-    a = pipe.put_file(tenant, "a.csv", csv_file("a", A_RECORDS))
+    """`a` runs (held at its last record until the test clears the sink's faults); `b`'s message
+    waits in the queue."""
+    hold_at(pipe, tenant, "a", 29)
+    a = pipe.put_file(tenant, "a.csv", csv_file("a", 30))
     wait_for(lambda: any(e["status"] == "RUNNING" for e in pipe.executions(tenant)), timeout=60, what="a to run")
     b = pipe.put_file(tenant, "b.csv", csv_file("b", 5))
     wait_for(lambda: any(d.outcome == "kept" and f'"{b[0]}"' in d.body for d in pipe.deliveries(tenant)),
@@ -65,7 +62,7 @@ def test_a_lost_message_is_found_by_reconcile_and_replayed_in_order(pipe: LocalP
     assert code == EXIT_OK and len(report["replayed"]) == 1
     pipe.wait_until_idle(timeout=90, tenants=["lost"])
 
-    assert_records_in_file_order(pipe.sink("lost").accepted, [("a", A_RECORDS), ("b", 5)])
+    assert_records_in_file_order(pipe.sink("lost").accepted, [("a", 30), ("b", 5)])
     assert_files_in_order(pipe.executions("lost"), [a_key, b_key])
     code, report = reconcile(pipe, "lost")
     assert (code, report["versions"]) == (EXIT_OK, [])
@@ -85,7 +82,7 @@ def test_a_replay_of_a_version_whose_own_event_is_still_queued_is_processed_once
 
     accepted = pipe.sink("twice").accepted
     assert_no_duplicates(accepted)
-    assert_records_in_file_order(accepted, [("a", A_RECORDS), ("b", 5)])
+    assert_records_in_file_order(accepted, [("a", 30), ("b", 5)])
     executions = pipe.executions("twice")
     assert_files_in_order(executions, [a_key, b_key])
     assert replay_id not in {e["name"] for e in executions}

@@ -19,6 +19,7 @@ from tests.e2e.pipeline_checks import (
     assert_records_in_file_order,
     csv_file,
     halted,
+    hold_at,
     ops,
     status,
     wait_for,
@@ -77,12 +78,12 @@ def test_a_bearer_tenant_sends_its_records_with_the_secrets_token(pipe: LocalPip
 
 
 def test_a_rotation_while_files_flow_fails_nothing_and_registers_each_record_once(pipe: LocalPipeline) -> None:
-    """GIVEN a bearer tenant sending three files through a slow core system
+    """GIVEN a bearer tenant sending three files, the third held at its first record (503)
     WHEN, once records flow, the secret gets a new value and the core system switches to it
     THEN the register function's cached token is refused (401), it reads the secret again and
     sends the same request with the new token: every file succeeds, every record is registered
     exactly once and in order."""
-    sink = pipe.sink("rotating").latency(0.2)  # 7 s of records at least, until the switch is seen
+    sink = hold_at(pipe, "rotating", "r2", 0)  # records still to come when the switch happens
     old = secret_value(pipe, ROTATING_SECRET)
     files = [pipe.put_file("rotating", f"r{n}.csv", csv_file(f"r{n}", 12)) for n in range(3)]
     wait_for(lambda: len(sink.accepted) >= 4, timeout=60, what="the first records to arrive")
