@@ -44,8 +44,10 @@ def pipe(start_pipeline) -> LocalPipeline:
     # and converge while the other tests run; their tests check where they ended.
     pipe.put_file("halted", "bad.csv", b"file,seq\nbad,0\nbad\n")
     pipe.put_file("halted", "next.csv", csv_file("next", 2))
-    pipe.sink("slow").latency(0.2)
-    pipe.put_file("slow", "long.csv", csv_file("long", 40))
+    # 100 records at 0.05 s: 5 s at least, past the 1.8 s limit; each answer well inside the 0.3 s
+    # sink timeout, so a busy machine makes the timeout surer, never a sink outage instead.
+    pipe.sink("slow").latency(0.05)
+    pipe.put_file("slow", "long.csv", csv_file("long", 100))
     pipe.put_file("slow", "next.csv", csv_file("next", 2))
     return pipe
 
