@@ -40,8 +40,9 @@ def pipe(start_pipeline) -> LocalPipeline:
             # 3,600 s is 108 s at the tests' time scale: long enough to answer, never reached.
             {"id": "confirms", "completion": completion(3600)},
             {"id": "rejects", "completion": completion(3600)},
-            # 100 s is 3 s at the tests' time scale.
-            {"id": "times-out", "completion": completion(100)},
+            # 200 s is 6 s at the tests' time scale: after the resume, the test has that long to see
+            # each file wait and confirm it (a few Lambda invokes, slow on a busy machine).
+            {"id": "times-out", "completion": completion(200)},
         ],
         chunk_size=3,
     )
