@@ -146,6 +146,21 @@ def assert_requests_in_order(requests: Sequence[Any]) -> None:
     _hold(verify.request_order_problems(requests))
 
 
+def first_sends(requests: Sequence[Any]) -> list[Any]:
+    """The requests without the repeats of a key already sent: the register function sends a
+    request again, under its key, when the answer did not come within the sink timeout (0.3 s at
+    the tests' time scale, which a starved machine can miss). What a test counts is what was sent
+    for the first time."""
+    seen: set[Any] = set()
+    firsts = []
+    for request in requests:
+        mark = (request.idempotency_key, request.batch_offset)
+        if mark not in seen:
+            seen.add(mark)
+            firsts.append(request)
+    return firsts
+
+
 def assert_one_key_per_record(requests: Sequence[Any]) -> None:
     """G2: every record the core system saw came under one idempotency key, however often it
     was sent (a record sent again after a crash, a retry or a resume carries the key it had)."""

@@ -20,6 +20,7 @@ from tests.e2e.pipeline_checks import (
     assert_no_overlap,
     assert_records_in_file_order,
     csv_file,
+    first_sends,
     halted,
     ops,
     status,
@@ -155,4 +156,4 @@ def test_a_completion_that_times_out_halts_and_resume_waits_for_it_again(pipe: L
 
     assert [e["status"] for e in pipe.executions("times-out")] == ["FAILED", "SUCCEEDED", "SUCCEEDED"]
     # The resumed attempt sent nothing of a again: its records were all acknowledged.
-    assert [r.body["file"] for r in pipe.sink("times-out").requests[sent:]] == ["b"] * 4
+    assert [r.body["file"] for r in first_sends(pipe.sink("times-out").requests[sent:])] == ["b"] * 4
