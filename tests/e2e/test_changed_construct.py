@@ -55,7 +55,9 @@ def test_map_concurrency_two_breaks_record_order_and_the_checks_catch_it(pipe: L
     pipe.wait_until_idle(timeout=60, tenants=["acme"])
 
     assert sink.max_in_flight == 2
-    with pytest.raises(AssertionError, match="out of order"):
+    # Two chunks at once: records arrive out of order, or some never arrive (seen once with two
+    # burners: "2 records missing"); either way the G1 check catches the broken workflow.
+    with pytest.raises(AssertionError, match="out of order|missing"):
         assert_records_in_file_order(sink.accepted, [("f", 24)])
     with pytest.raises(AssertionError, match="was sent before"):
         assert_requests_in_order(sink.requests)

@@ -74,7 +74,7 @@ def waiting(ledger_table: str, ddb: Any, sfn: Any) -> Iterator[dict[str, str]]:
         sfn.send_task_failure(taskToken=token, error="TestEnded")
 
 
-def wait_until(predicate: Any, what: str, timeout: float = 10) -> Any:
+def wait_until(predicate: Any, what: str, timeout: float = 60) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
