@@ -88,12 +88,17 @@ def halted(pipe: Any, tenant: str) -> bool:
     )
 
 
+def log_lines(pipe: Any, tenant: str, role: str) -> list[dict[str, Any]]:
+    """The JSON records of the tenant's ``role`` function's log, oldest first."""
+    text = pipe.logs(pipe.tenants[tenant].functions[role])
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
 def emf_values(pipe: Any, tenant: str, role: str, metric: str) -> list[float]:
     """The values of ``metric`` in the EMF records the tenant's ``role`` function printed (its
     log, oldest first), each published under the tenant's dimension."""
     values = []
-    for line in pipe.logs(pipe.tenants[tenant].functions[role]).splitlines():
-        record = json.loads(line) if line.startswith("{") and '"_aws"' in line else {}
+    for record in log_lines(pipe, tenant, role):
         names = {m["Name"] for d in record.get("_aws", {}).get("CloudWatchMetrics", []) for m in d["Metrics"]}
         if metric in names:
             assert record[contract.TENANT_DIMENSION] == tenant, record

@@ -13,7 +13,6 @@ tenant's head message is seen again.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from typing import Any
@@ -22,7 +21,7 @@ import pytest
 
 from lambdas import contract
 from local_runtime import LocalPipeline
-from tests.e2e.pipeline_checks import csv_file, emf_values, halted, wait_for
+from tests.e2e.pipeline_checks import csv_file, emf_values, halted, log_lines, wait_for
 
 STALL_AFTER = {"stall_after_seconds": 150}
 
@@ -123,8 +122,7 @@ def test_a_core_system_outage_publishes_sink_errors_and_logs_no_error(pipe: Loca
     pipe.wait_until_idle(timeout=120, tenants=["outage"])
 
     assert [e["status"] for e in pipe.executions("outage")] == ["SUCCEEDED"]
-    lines = [json.loads(line) for line in pipe.logs(pipe.tenants["outage"].functions["register"]).splitlines()
-             if line.startswith("{")]
+    lines = log_lines(pipe, "outage", "register")
     assert [line for line in lines if "ERROR" in (line.get("level"), line.get("log_level"))] == []
     assert any(line.get("level") == "WARNING" for line in lines)
 

@@ -10,12 +10,10 @@ was sent again (same key, registered once, but not what this test is about).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from local_runtime import LocalPipeline
-from tests.e2e.pipeline_checks import assert_records_in_file_order, csv_file
+from tests.e2e.pipeline_checks import assert_records_in_file_order, csv_file, log_lines
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +35,7 @@ def test_a_chunk_that_outlasts_the_function_continues_in_a_new_invocation(pipe: 
     (execution,) = pipe.executions("long")
     assert execution["status"] == "SUCCEEDED"
     assert_records_in_file_order(sink.accepted, [("a", 140)])
-    lines = [json.loads(line) for line in pipe.logs(pipe.tenants["long"].functions["register"]).splitlines() if line.startswith("{")]
+    lines = log_lines(pipe, "long", "register")
     progress = [line for line in lines if line.get("message") == "chunk progress"]
     assert len(progress) >= 2 and progress[0]["done"] is False and progress[-1]["done"] is True
     assert progress[-1]["start_record"] == 140 and 0 < progress[0]["start_record"] < 140

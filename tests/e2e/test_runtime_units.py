@@ -186,7 +186,7 @@ def test_a_slow_sinks_waiting_requests_are_answered_once_its_faults_are_cleared(
     try:
         waiting = threading.Thread(target=lambda: answers.append(_post(sink.url, {"n": 0}, "k0")))
         waiting.start()
-        while sink.max_in_flight == 0:  # the request is inside the sink, waiting
+        while sink.max_in_flight == 0 and waiting.is_alive():  # the request is inside the sink, waiting
             waiting.join(0.01)
         sink.clear_faults()
         waiting.join(30)

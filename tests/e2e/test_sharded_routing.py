@@ -19,6 +19,7 @@ from tests.e2e.pipeline_checks import (
     assert_no_overlap,
     assert_records_in_file_order,
     csv_file,
+    log_lines,
     wait_for,
 )
 
@@ -145,12 +146,6 @@ def test_status_changes_reach_the_tenants_closer_through_its_shard_bus(pipe, ing
         gap = (after["startDate"] - before["stopDate"]).total_seconds()
         messages = {d.message_id for d in pipe.deliveries(tenant) if f'"{after["name"]}"' in d.body}
         assert gap < fallback or messages & handed_off, (after["key"], gap, messages)
-
-
-def log_lines(pipe, tenant: str, role: str) -> list[dict]:
-    """The JSON lines of the tenant's `role` function's log."""
-    text = pipe.logs(pipe.tenants[tenant].functions[role])
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def test_an_upload_outside_every_prefix_is_still_logged(pipe, ingested):

@@ -20,6 +20,7 @@ from tests.e2e.pipeline_checks import (
     csv_file,
     halted,
     hold_at,
+    log_lines,
     ops,
     status,
     wait_for,
@@ -178,8 +179,7 @@ def test_credentials_hold_over_kept_connections_the_core_system_cuts(pipe: Local
     accepted = [r for r in sink.accepted if r["file"] in ("k0", "k1")]
     assert_records_in_file_order(accepted, [("k0", 8), ("k1", 7)])
     assert sink.auth_refusals == []
-    records = [json.loads(line) for line in pipe.logs(pipe.tenants[tenant].functions["register"]).splitlines()
-               if line.startswith("{") and '"sink_reconnects"' in line]
+    records = [r for r in log_lines(pipe, tenant, "register") if "sink_reconnects" in r]
     opened = sum(r["sink_connections"] for r in records)
     reconnects = sum(r["sink_reconnects"] for r in records)
     assert opened == sink.connections  # every connection the core system accepted, counted by its opener
