@@ -1,8 +1,8 @@
 """The local run follows the constructs: change the workflow, and the guarantee checks fail.
 
 The runtime deploys the state machine definition from the synthesized template, so building
-the app with the workflow's Maps at MaxConcurrency 2 must show up as chunks overlapping at
-the core system, caught by the same checks that pass on the real construct (G1 tests).
+the app with the workflow's Maps at MaxConcurrency 2 must show up as a chunk sent while
+the one before it waits, caught by the same checks that pass on the real construct (G1 tests).
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ import pytest
 
 from local_runtime import LocalPipeline
 from pipeline_constructs import workflow
-from tests.e2e.pipeline_checks import assert_records_in_file_order, assert_requests_in_order, csv_file
+from tests.e2e.pipeline_checks import (
+    assert_records_in_file_order,
+    assert_requests_in_order,
+    csv_file,
+    hold_at,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,20 +49,21 @@ def test_the_deployed_definition_is_the_changed_one(pipe: LocalPipeline) -> None
 
 
 def test_map_concurrency_two_breaks_record_order_and_the_checks_catch_it(pipe: LocalPipeline) -> None:
-    """GIVEN the changed workflow and a slow core system
+    """GIVEN the changed workflow and a core system that holds the file's first record
     WHEN a file of 8 chunks is processed
-    THEN two chunks were sent at the same time and the G1 record-order checks fail."""
-    # 0.6 s per chunk (the most the scaled sink timeout allows), 8 chunks: even when the second
-    # register environment's start (slow on a busy machine) outlasts the first pair, later pairs
-    # overlap.
-    sink = pipe.sink("acme").latency(0.2)
+    THEN the second chunk is sent while the first waits, and the G1 record-order checks fail."""
+    sink = hold_at(pipe, "acme", "f", 0)  # chunk 0 waits at its first record until clear_faults()
     pipe.put_file("acme", "f.csv", csv_file("f", 24))
 
+    # One chunk at a time (the real construct) never sends record 3 while record 0 waits: the
+    # wait would time out. Two at a time sends it whatever the machine's speed.
+    wait_for(lambda: {"file": "f", "seq": "3"} in sink.accepted, timeout=60,
+             what="chunk 1's first record registered while chunk 0 waits")
+    sink.clear_faults()
     pipe.wait_until_idle(timeout=60, tenants=["acme"])
 
-    assert sink.max_in_flight == 2
-    # Two chunks at once: records arrive out of order, or some never arrive (seen once with two
-    # burners: "2 records missing"); either way the G1 check catches the broken workflow.
+    # Two chunks at once: records arrive out of order, or some never arrive (chunk 1's progress
+    # moved the file past chunk 0 before it was sent); either way the G1 check catches it.
     with pytest.raises(AssertionError, match="out of order|missing"):
         assert_records_in_file_order(sink.accepted, [("f", 24)])
     with pytest.raises(AssertionError, match="was sent before"):

@@ -12,8 +12,15 @@ from __future__ import annotations
 
 import pytest
 
+from lambdas.contract import SINK_ERRORS_METRIC
 from local_runtime import LocalPipeline
-from tests.e2e.pipeline_checks import assert_records_in_file_order, csv_file, log_lines
+from tests.e2e.pipeline_checks import (
+    assert_records_in_file_order,
+    csv_file,
+    emf_values,
+    first_sends,
+    log_lines,
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,4 +50,10 @@ def test_a_chunk_that_outlasts_the_function_continues_in_a_new_invocation(pipe: 
     timed_out = [line for line in lines if line.get("type") == "platform.report" and line["record"]["status"] == "timeout"]
     assert not timed_out, (
         "the register function was killed at its deadline: the handler's margin did not cover this machine's stall")
-    assert len(sink.requests) == 140, "a record was sent twice"
+    assert len(first_sends(sink.requests)) == 140
+    # A request sent again under its key after the sink timeout (1.2 s here, which a starved
+    # machine can miss) is a failed try the function counted; any other repeat is a record the
+    # continuation sent again although it had been acknowledged.
+    repeats = len(sink.requests) - 140
+    failed_tries = sum(emf_values(pipe, "long", "register", SINK_ERRORS_METRIC))
+    assert repeats <= failed_tries, f"{repeats} record(s) sent again, {failed_tries:g} failed tries to explain them"
