@@ -31,7 +31,10 @@ def _definition() -> dict[str, Any]:
     (the workflow's own completion states, workflow.py)."""
     from pipeline_constructs.workflow import CompletionWait, completion_states
 
-    wait = CompletionWait(timeout_seconds=30, heartbeat_seconds=20, ledger_table_name=LEDGER_TABLE)
+    # Far longer than any test here takes, also on a starved machine (a 20 s heartbeat ran out
+    # under load once: the execution failed with CompletionTimedOut before the test answered).
+    # No test lets it run out: each ends the wait (an answer, or the fixture's task failure).
+    wait = CompletionWait(timeout_seconds=900, heartbeat_seconds=600, ledger_table_name=LEDGER_TABLE)
     return {
         "StartAt": "Start",
         "States": {
