@@ -88,6 +88,21 @@ def queue(sqs: Any, queue_url: str) -> Queue:
     return Queue(sqs, queue_url)
 
 
+class VisibilityRecorder:
+    """The SQS client, recording the visibility timeout of each ChangeMessageVisibility: how
+    soon a waiting message comes back."""
+
+    def __init__(self, sqs: Any) -> None:
+        self._sqs, self.timeouts = sqs, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sqs, name)
+
+    def change_message_visibility(self, **kwargs: Any) -> Any:
+        self.timeouts.append(kwargs["VisibilityTimeout"])
+        return self._sqs.change_message_visibility(**kwargs)
+
+
 @pytest.fixture
 def config(sfn: Any, ledger_table: str, queue_url: str) -> ControllerEnv:
     arn = sfn.create_state_machine(
@@ -211,13 +226,60 @@ def test_a_recorded_close_waits_for_step_functions_to_close_the_execution(config
     run(queue.record("evt-a"), config, sfn, ddb, sqs)
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
     sleeps: list[float] = []
+    recorder = VisibilityRecorder(sqs)
 
     record = queue.record("evt-b", key="acme/g.csv")
-    result = run(record, config, sfn, ddb, sqs, now=NOW + 2, sleeps=sleeps)
+    result = run(record, config, sfn, ddb, recorder, now=NOW + 2, sleeps=sleeps)
 
     assert result["outcome"] == "waiting"
     assert sleeps == [controller.CLOSING_POLL_SECONDS] * (controller.CLOSING_POLLS - 1)
     assert executions(sfn, config) == {"evt-a": "RUNNING"}
+    assert recorder.timeouts == [controller.CLOSING_VISIBILITY_SECONDS]  # back in 2 s, not 240
+    assert ledger.read().waiting_message_id == record["messageId"]
+
+
+@pytest.mark.parametrize(("closed_ago", "outcome"), [(controller.RECENT_CLOSE_SECONDS, "waiting"),
+                                                     (controller.RECENT_CLOSE_SECONDS + 1, "started")],
+                         ids=["an-hour-ago", "longer-ago"])
+def test_a_close_older_than_an_hour_is_not_checked_against_step_functions(config, sfn, ddb, sqs, queue, ledger,
+                                                                          closed_ago, outcome):
+    """GIVEN A's close recorded, its execution still RUNNING (stuck in its last state)
+    WHEN B arrives up to an hour after the close THEN B waits for Step Functions to close A;
+    later than that B starts: a recorded close is not waited for forever."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW - closed_ago)
+
+    assert run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs)["outcome"] == outcome
+
+
+def test_an_execution_pending_redrive_after_its_close_counts_as_closing(config, sfn, ddb, sqs, queue, ledger):
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "FAILED", halt_on_failure=False, now=NOW + 1)
+    set_status(sfn, config, "evt-a", "PENDING_REDRIVE")
+
+    assert run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 2)["outcome"] == "waiting"
+    assert "evt-b" not in executions(sfn, config)
+
+
+@pytest.mark.parametrize(("remaining", "sleeps_expected"), [
+    (2 * controller.CLOSING_POLL_SECONDS + 0.5, 0),  # a poll and a sleep would pass the margin
+    (2 * controller.CLOSING_POLL_SECONDS + 0.55, controller.CLOSING_POLLS - 1),
+    (0.5, 0),
+], ids=["at-the-margin", "just-above", "below"])
+def test_the_closing_polls_never_sleep_into_the_invocations_deadline(config, sfn, ddb, sqs, queue, ledger,
+                                                                    remaining, sleeps_expected):
+    """GIVEN the file ahead closing WHEN the controller has only `remaining` seconds left
+    THEN it sleeps between polls only while a poll, a sleep and 0.5 s for its writes still fit."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    sleeps: list[float] = []
+
+    result = process_message(queue.record("evt-b", key="acme/g.csv"), config=config, sfn=sfn, ddb=ddb, sqs=sqs,
+                             now=lambda: NOW + 2, log=BoundLogger(get_logger("controller"), {}),
+                             sleep=sleeps.append, remaining_seconds=lambda: remaining)
+
+    assert result["outcome"] == "waiting"
+    assert sleeps == [controller.CLOSING_POLL_SECONDS] * sleeps_expected
 
 
 # --- redeliveries and crashes ---------------------------------------------------------------------
@@ -328,7 +390,7 @@ def test_a_redelivered_message_of_the_current_finished_file_is_let_go(config, sf
     record = queue.record("evt-a")
     run(record, config, sfn, ddb, sqs)
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW)
-    assert run(record, config, sfn, ddb, sqs)["outcome"] == "done"
+    assert run(record, config, sfn, ddb, sqs) == {"batchItemFailures": [], "outcome": "done", "execution_name": "evt-a"}
 
 
 class RacingLedger:
@@ -359,16 +421,56 @@ def test_a_ledger_changed_between_read_and_claim_is_decided_again(config, sfn, d
     assert ledger.read().execution == "evt-sneaky"
 
 
+class EverChangingLedger:
+    """DynamoDB client whose ledger position changes (its `seq` moves on) after every read."""
+
+    def __init__(self, ddb: Any, config: ControllerEnv) -> None:
+        self._ddb, self._table = ddb, config.ledger_table_name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ddb, name)
+
+    def get_item(self, **kwargs: Any) -> dict[str, Any]:
+        observed = self._ddb.get_item(**kwargs)
+        self._ddb.update_item(TableName=self._table, Key=kwargs["Key"], UpdateExpression="SET seq = seq + :one",
+                              ExpressionAttributeValues={":one": {"N": "1"}})
+        return observed
+
+
+def test_a_ledger_that_keeps_changing_leaves_the_message_waiting_briefly(config, sfn, ddb, sqs, queue, ledger):
+    """GIVEN A running and a ledger that changes after every read WHEN B arrives THEN after
+    MAX_DECISIONS tries B waits, back in CLOSING_VISIBILITY_SECONDS, and nothing starts."""
+    run(queue.record("evt-a"), config, sfn, ddb, sqs)
+    recorder = VisibilityRecorder(sqs)
+    record = queue.record("evt-b", key="acme/g.csv")
+
+    result = run(record, config, sfn, EverChangingLedger(ddb, config), recorder)
+
+    assert result == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}], "outcome": "waiting",
+                      "execution_name": None}
+    assert len(recorder.timeouts) == controller.MAX_DECISIONS + 1
+    assert recorder.timeouts[-1] == controller.CLOSING_VISIBILITY_SECONDS
+    assert executions(sfn, config) == {"evt-a": "RUNNING"}
+
+
 # --- failures, halt, and the exits that keep a tenant from wedging ----------------------------------
 
 
 def test_a_halted_tenant_keeps_its_next_file_waiting(config, sfn, ddb, sqs, queue, ledger, logs):
+    """GIVEN A failed and halted the tenant WHEN B arrives THEN B waits the full waiting time,
+    noted in the ledger with its send time (`ops resume` makes it visible at once)."""
     run(queue.record("evt-a"), config, sfn, ddb, sqs)
     ledger.record_close("evt-a", "FAILED", halt_on_failure=True, now=NOW - 7200)
+    recorder = VisibilityRecorder(sqs)
+    record = queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_250)
 
-    result = run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs)
+    result = run(record, config, sfn, ddb, recorder)
 
     assert result["outcome"] == "waiting"
+    assert recorder.timeouts == [config.waiting_visibility_seconds]
+    position = ledger.read()
+    assert (position.waiting_message_id, position.waiting_since, position.waiting_sent_at) == (
+        record["messageId"], NOW, 1_700_000_000.25)
     assert "evt-b" not in executions(sfn, config)
     assert any("halted" in getattr(r, "reason", "") and "ops resume" in r.reason for r in logs.records())
     assert logs.errors() == []
@@ -390,6 +492,8 @@ def test_a_close_that_was_never_recorded_is_recorded_by_the_controller(config, s
     history = ledger.history()
     assert history[0]["execution"] == "evt-a" and history[0]["status"] == FAILED
     assert history[0]["closed_as"] == "ABORTED"
+    assert (history[0]["error"], history[0]["cause"]) == (
+        "ClosedUnrecorded", "Step Functions reports ABORTED; found by the controller")
     assert position.halted is (on_failure == "halt")
 
 
@@ -413,20 +517,28 @@ def test_a_recently_closed_execution_already_forgotten_does_not_block(config, sf
     assert run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 1)["outcome"] == "started"
 
 
-@pytest.mark.parametrize(("age", "outcome", "restarted"), [(10, "waiting", False), (3600, "waiting", True)],
-                         ids=["just-started", "lost"])
+@pytest.mark.parametrize(("age", "restarted", "visible_in"), [
+    (10, False, controller.CLOSING_VISIBILITY_SECONDS),
+    (controller.GATE_GRACE_SECONDS, True, 240),
+    (3600, True, 240),
+], ids=["just-started", "grace-over", "lost"])
 def test_a_running_file_unknown_to_step_functions_is_started_again_from_the_ledger_after_a_grace(
-    config, sfn, ddb, sqs, queue, ledger, age, outcome, restarted
+    config, sfn, ddb, sqs, queue, ledger, age, restarted, visible_in
 ):
     """GIVEN the ledger says A runs from record 7 on, but Step Functions does not know its execution
     (the tenant's stack was re-created mid-file) WHEN B arrives
-    THEN within the grace period B just waits; after it, A's execution is started again at record 7."""
+    THEN within the grace period B waits a short time (A's start may not be visible yet); after
+    it, A's execution is started again at record 7 and B waits for it. B is noted for the hand-off."""
     claimed = ledger.claim(ledger.read(), file_ref("evt-a"), "evt-a", NOW - age)
     ledger.record_progress("evt-a", 7)
+    recorder = VisibilityRecorder(sqs)
+    record = queue.record("evt-b", key="acme/g.csv")
 
-    result = run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs)
+    result = run(record, config, sfn, ddb, recorder)
 
-    assert result["outcome"] == outcome and claimed.seq == 1
+    assert result["outcome"] == "waiting" and claimed.seq == 1
+    assert recorder.timeouts == [visible_in]
+    assert ledger.read().waiting_message_id == record["messageId"]
     if restarted:
         described = sfn.describe_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
         assert json.loads(described["input"])["start_record"] == 7
@@ -473,6 +585,12 @@ def test_emits_head_message_wait_metric_as_emf(config, sfn, ddb, sqs, queue, cap
             "HeadMessageWaitSeconds": 100.25,
         }
     ]
+
+
+def test_a_message_handled_as_it_is_sent_has_waited_nothing(config, sfn, ddb, sqs, queue, capsys):
+    run(queue.record("evt-a", sent_ms=int(NOW * 1000)), config, sfn, ddb, sqs, now=NOW)
+
+    assert head_waits(capsys) == [0.0]
 
 
 def head_waits(capsys: pytest.CaptureFixture[str]) -> list[float]:
@@ -629,6 +747,13 @@ POISON = {
                        "outside the tenant's prefix acme/"),
     "not-utf8-key": (poison(GOOD, object={"key": "acme/TOPSECRET%FF.csv", "size": 1, "version-id": "v1"}),
                      "not a URL-encoded UTF-8 key"),
+    "detail-not-an-object": (json.dumps({**GOOD, "detail": "TOPSECRET"}), "missing detail.bucket or detail.object"),
+    "no-bucket": (json.dumps({**GOOD, "detail": {"object": GOOD["detail"]["object"]}}),
+                  "missing detail.bucket or detail.object"),
+    "numeric-id": (json.dumps({**GOOD, "id": 12345}), "missing or empty id"),
+    **{f"size-{name}": (poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": size, "version-id": "v1"}),
+                        "detail.object.size is not a non-negative integer")
+       for name, size in {"negative": -1, "text": "12", "boolean": True}.items()},
 }
 
 
@@ -648,6 +773,8 @@ def test_an_unusable_message_is_quarantined_and_let_go(handler_env, sfn, s3, wor
     assert result == {"batchItemFailures": [], "outcome": "quarantined", "execution_name": None}
     (stored,) = quarantined(s3)
     assert re.fullmatch(rf"quarantine/{TENANT}/\d{{8}}T\d{{6}}\.\d{{6}}Z-{record['messageId']}\.json", stored["key"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z", stored["quarantined_at"])  # UTC
+    assert s3.head_object(Bucket=WORK_BUCKET, Key=stored["key"])["ContentType"] == "application/json"
     assert (stored["body"], stored["message_id"], stored["tenant"]) == (body, record["messageId"], TENANT)
     assert reason in stored["reason"]
     assert stored["attributes"] == record["attributes"]
@@ -655,11 +782,12 @@ def test_an_unusable_message_is_quarantined_and_let_go(handler_env, sfn, s3, wor
     assert stored["queue_arn"] == record["eventSourceARN"]
     (error,) = logs.errors()
     assert reason in error.reason and error.message_id == record["messageId"]
-    assert error.quarantine_key == stored["key"]
+    assert (error.quarantine_key, error.error_type) == (stored["key"], "UnusableMessageError")
     assert "TOPSECRET" not in logs.text()
     metrics = emf_records(capsys.readouterr().out, "controller")
     assert [m.get("QuarantinedMessages") for m in metrics] == [1]  # no head wait: nothing was decided
     assert metrics[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "QuarantinedMessages", "Unit": "Count"}]
+    assert metrics[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == handler_env.metric_namespace
     assert executions(sfn, handler_env) == {}
     assert ledger.read().seq == 0
 
@@ -705,3 +833,18 @@ def test_a_message_the_gate_finds_unusable_is_quarantined_too(config, sfn, ddb, 
     assert result["outcome"] == "quarantined"
     (stored,) = quarantined(s3)
     assert stored["reason"] == "the key has no sequence number"
+
+
+def test_an_empty_file_is_a_usable_event_and_motos_spellings_are_read() -> None:
+    """An upload of 0 bytes is a file (its workflow finds no records); moto writes the ETag as
+    `eTag` and the event time as epoch seconds, S3 as `etag` and an ISO 8601 string."""
+    event = s3_event("evt-a")
+    event["detail"]["object"] = {"key": "acme/f.csv", "size": 0, "eTag": "e1", "version-id": "v1"}
+    event["time"] = 1_700_000_000
+
+    ref = controller.file_ref_from_sqs_body(json.dumps(event), TENANT, landing_bucket="landing", landing_prefix="acme/")
+
+    assert (ref["size"], ref["etag"], ref["event_time"]) == (0, "e1", "2023-11-14T22:13:20Z")
+    del event["time"]
+    assert controller.file_ref_from_sqs_body(json.dumps(event), TENANT, landing_bucket="landing",
+                                             landing_prefix="acme/")["event_time"] == ""

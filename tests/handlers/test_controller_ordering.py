@@ -19,6 +19,7 @@ from contract import (
     LATE_ARRIVAL_METRIC,
     SEQUENCE_GAP_METRIC,
     ControllerEnv,
+    FileRef,
     sequence_of,
 )
 from ledger import Ledger, hand_off
@@ -97,6 +98,36 @@ def test_a_later_file_waits_for_the_missing_number_and_the_gap_is_measured(
     assert executions(sfn, sequenced) == {}
     assert ledger.waiting_sequences() == [(2, record["receiptHandle"])]
     assert emitted(capsys, SEQUENCE_GAP_METRIC) == [pytest.approx(30.0)]
+
+
+def test_a_file_behind_a_halted_tenant_waits_noted_under_its_number(sequenced, sfn, ddb, sqs, queue, ledger):
+    """GIVEN file 1 failed and halted the tenant WHEN file 2 arrives THEN it waits, noted under
+    its number (where `ops resume` and the next close look for it), not as the position's one waiting message."""
+    run(queue.record("evt-1", key=file_key(1)), sequenced, sfn, ddb, sqs)
+    ledger.record_close("evt-1", "FAILED", halt_on_failure=True, now=NOW + 1)
+    set_status(sfn, sequenced, "evt-1", "FAILED")
+    two = queue.record("evt-2", key=file_key(2))
+
+    assert run(two, sequenced, sfn, ddb, sqs, now=NOW + 2)["outcome"] == "waiting"
+
+    assert ledger.waiting_sequences() == [(2, two["receiptHandle"])]
+    assert ledger.read().waiting_message_id is None
+
+
+def test_a_file_behind_a_start_step_functions_does_not_show_yet_waits_noted_under_its_number(
+    sequenced, sfn, ddb, sqs, queue, ledger
+):
+    """GIVEN file 1 claimed 10 s ago, its execution not visible yet WHEN file 2 arrives THEN it
+    waits, noted under its number."""
+    one = FileRef(tenant=TENANT, event_id="evt-1", bucket="landing", key=file_key(1), version_id="v-evt-1", size=1,
+                  etag=None, event_time="")
+    ledger.claim(ledger.read(), one, "evt-1", NOW - 10, sequence=1)
+    two = queue.record("evt-2", key=file_key(2))
+
+    assert run(two, sequenced, sfn, ddb, sqs)["outcome"] == "waiting"
+
+    assert ledger.waiting_sequences() == [(2, two["receiptHandle"])]
+    assert executions(sfn, sequenced) == {}
 
 
 def test_files_start_by_sequence_and_each_close_wakes_the_next_number(sequenced, sfn, ddb, sqs, queue, ledger):
@@ -234,6 +265,27 @@ def test_an_event_older_than_the_last_file_started_is_processed_logged_and_count
     run(queue.record("evt-c", body=late_event("evt-c", "acme/c.csv", "2024-01-01T10:00:09Z")),
         config, sfn, ddb, sqs, now=NOW + 4)
     assert emitted(capsys, LATE_ARRIVAL_METRIC) == []
+
+
+@pytest.mark.parametrize(("event_time", "late"), [
+    ("2024-01-01T19:00:01+09:00", True),  # 10:00:01 UTC, before B's 10:00:05 UTC
+    ("2024-01-01T10:00:01", True),  # no offset: UTC
+    ("2024-01-01T10:00:05Z", False),  # the same instant as B's: not late
+    ("yesterday", False),  # not a time: nothing to compare
+], ids=["offset", "no-offset", "same-instant", "unreadable"])
+def test_event_times_are_compared_as_instants(config, sfn, ddb, sqs, queue, ledger, capsys, event_time, late):
+    """GIVEN file B (event time 10:00:05 UTC) started and closed WHEN A's event arrives with
+    `event_time` THEN A starts, counted as a late arrival only if its instant is earlier than B's."""
+    run(queue.record("evt-b", body=late_event("evt-b", "acme/b.csv", "2024-01-01T10:00:05Z")), config, sfn, ddb, sqs)
+    ledger.record_close("evt-b", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
+    set_status(sfn, config, "evt-b", "SUCCEEDED")
+    capsys.readouterr()
+
+    result = run(queue.record("evt-a", body=late_event("evt-a", "acme/a.csv", event_time)), config, sfn, ddb, sqs,
+                 now=NOW + 2)
+
+    assert result["outcome"] == "started"
+    assert emitted(capsys, LATE_ARRIVAL_METRIC) == ([1] if late else [])
 
 
 def test_positions_of_other_tenants_are_not_read(sequenced, sfn, ddb, sqs, queue, ledger):
