@@ -590,7 +590,9 @@ class Ledger:
         """`key_sequence` ordering: give up the missing sequence numbers before `next_sequence`
         (their files never came), with the operator's reason; the file with `next_sequence` may
         start. Only while no file runs and the tenant is not halted."""
-        assert next_sequence > first_missing
+        if next_sequence <= first_missing:
+            raise ValueError(f"no sequence number is missing before {next_sequence} (the first missing one is "
+                             f"{first_missing}): nothing to skip")
         after = self._update(
             "SET #sequence = :sequence, seq = :seq",
             "(seq = :observed OR attribute_not_exists(seq)) AND (attribute_not_exists(#status) OR #status <> :running) "
