@@ -195,9 +195,20 @@ def test_skip_gap_before_any_file_ran_gives_up_from_the_first_sequence_number(le
 
 
 def test_skip_gap_of_one_number_names_it_alone(ledger, sqs, queue_url):
-    outcome = skip_gap(ledger, sqs, queue_url, first_sequence=5, reason="r", now=NOW, to=6)
-    assert outcome.message == "gave up sequence number(s) 5 (reason: r); file 6 starts when its message is next received"
+    sqs.send_message(QueueUrl=queue_url, MessageBody="{}", MessageGroupId=TENANT, MessageDeduplicationId="6")
+    (message,) = sqs.receive_message(QueueUrl=queue_url, VisibilityTimeout=240)["Messages"]
+    ledger.note_waiting_sequence(6, message["MessageId"], message["ReceiptHandle"], NOW)
+
+    outcome = skip_gap(ledger, sqs, queue_url, first_sequence=5, reason="r", now=NOW)
+
+    assert outcome.message == "gave up sequence number(s) 5 (reason: r); file 6 starts now"
     assert ledger.read().sequence == 5
+
+
+def test_skip_gap_to_a_number_whose_file_has_not_come_yet(ledger, sqs, queue_url):
+    outcome = skip_gap(ledger, sqs, queue_url, first_sequence=5, reason="r", now=NOW, to=7)
+    assert outcome.message == "gave up sequence number(s) 5-6 (reason: r); file 7 starts when its message is next received"
+    assert ledger.read().sequence == 6
 
 
 def test_a_stale_waiting_note_below_the_gap_neither_hides_the_gap_nor_blocks_the_hand_off(ledger, sqs, queue_url):
@@ -207,7 +218,7 @@ def test_a_stale_waiting_note_below_the_gap_neither_hides_the_gap_nor_blocks_the
     is made visible."""
     ledger.claim(ledger.read(), file("e2", 2), "e2", NOW, sequence=2)
     ledger.record_close("e2", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
-    ledger.note_waiting_sequence(1, "stale", "stale-receipt", NOW)
+    ledger.note_waiting_sequence(2, "stale", "stale-receipt", NOW)  # the note of the file that ran
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}", MessageGroupId=TENANT, MessageDeduplicationId="5")
     (message,) = sqs.receive_message(QueueUrl=queue_url, VisibilityTimeout=240)["Messages"]
     ledger.note_waiting_sequence(5, message["MessageId"], message["ReceiptHandle"], NOW + 2)
@@ -216,7 +227,7 @@ def test_a_stale_waiting_note_below_the_gap_neither_hides_the_gap_nor_blocks_the
 
     assert outcome.message.startswith("gave up sequence number(s) 3-4 ") and outcome.message.endswith("file 5 starts now")
     assert visible(sqs, queue_url) == 1
-    assert [sequence for sequence, _ in ledger.waiting_sequences()] == [1]
+    assert [sequence for sequence, _ in ledger.waiting_sequences()] == [2]
 
 
 # --- the ledger's side of the operator's actions ---------------------------------------------------
