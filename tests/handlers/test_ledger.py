@@ -376,3 +376,19 @@ def test_closed_attempt_looks_back_over_the_newest_attempts_only(ledger, ddb):
     assert ledger.closed_attempt("old-600").execution == "old-600"
     assert ledger.closed_attempt(f"old-{600 - RECENT_ATTEMPTS + 10}") is not None
     assert ledger.closed_attempt(f"old-{600 - RECENT_ATTEMPTS - 50}") is None
+
+
+def test_the_history_asks_dynamodb_for_no_more_than_it_shows(ledger, ddb):
+    """`ops status --history N` reads the newest N entries, not the tenant's whole history; with a
+    status filter DynamoDB would apply its `Limit` before the filter, so none is sent and the
+    pages are read until N entries passed it."""
+    queries: list[dict[str, Any]] = []
+    ddb.meta.events.register("provide-client-params.dynamodb.Query", lambda params, **_: queries.append(params))
+    for n in range(1, 6):
+        ddb.put_item(TableName=ledger.table, Item={
+            "tenant": {"S": TENANT}, "entry": {"S": f"file#{n:013d}#e{n}"}, "execution": {"S": f"e{n}"},
+            "status": {"S": FAILED if n == 1 else SUCCEEDED}, "started_at": {"N": str(n)}})
+
+    assert [e["execution"] for e in ledger.history(limit=2)] == ["e5", "e4"]
+    assert [e["execution"] for e in ledger.history(limit=1, statuses=(FAILED,))] == ["e1"]
+    assert [query.get("Limit") for query in queries] == [2, None]

@@ -278,3 +278,23 @@ def test_start_execution_says_whether_it_started_the_execution(ledger, sfn, mach
     assert start_execution(sfn, machine, dataclasses.replace(running, next_record=5)) is False
     assert started_input(sfn, machine, "e1")["start_record"] == 0
     assert [e["name"] for e in sfn.list_executions(stateMachineArn=machine)["executions"]] == ["e1"]
+    # The input is canonical JSON: the file as the ledger hands it back (DynamoDB keeps no order
+    # within a map) is the same input, so a second start of a running execution is still its own.
+    shuffled = dataclasses.replace(running, file=dict(reversed(list(running.file.items()))))
+    assert start_execution(sfn, machine, shuffled) is True
+
+
+def test_the_operators_actions_read_one_waiting_note_and_read_it_consistently(ledger, ddb, sqs, queue_url):
+    """The gate notes a waiting message and hands off in another invocation: every read of the
+    notes is a consistent read (not one that may miss the note just written), and a hand-off or a
+    gap skip asks DynamoDB for the lowest note only, however many files wait (a burst of them)."""
+    queries: list[dict[str, Any]] = []
+    ddb.meta.events.register("provide-client-params.dynamodb.Query", lambda params, **_: queries.append(params))
+    for sequence in (5, 6, 7):
+        ledger.note_waiting_sequence(sequence, f"m{sequence}", f"receipt-{sequence}", NOW)
+
+    assert ledger.waiting_sequences(limit=1) == [(5, "receipt-5")]
+    skip_gap(ledger, sqs, queue_url, first_sequence=3, reason="r", now=NOW)  # finds 5 waiting; hands off 5
+    assert [(query["Limit"], query["ConsistentRead"]) for query in queries] == [(1, True)] * 3
+    assert [sequence for sequence, _ in ledger.waiting_sequences()] == [6, 7]
+    assert "Limit" not in queries[-1]  # and all of them when no limit is asked
