@@ -10,8 +10,8 @@ One DynamoDB table, partition key `tenant`, sort key `entry`:
   stale writer can never move a tenant backwards: transitions bump `seq`, progress only grows,
   and a close or progress write names the execution it belongs to.
 * `entry = "file#<started at, ms>#<execution>"`: one item per closed or skipped attempt, for
-  `ops status` (files done, last failure). Written in one transaction with the close, so a
-  recorded close always has it; it carries `notified_at` once the failure notification went
+  `ops status` (files done, last failure). Written in one transaction with the close (and
+  with an operator's skip or gap skip), so a recorded close or skip always has it; it carries `notified_at` once the failure notification went
   out. They expire after `HISTORY_DAYS`.
 * `entry = "event#<event id>"`: the event ids of files ever made current, so a duplicate event
   that arrives after its file closed is recognised (written with the claim, in one transaction).
@@ -567,24 +567,26 @@ class Ledger:
         )
 
     def skip(self, observed: Position, reason: str, now: float) -> Position:
-        """The halted, failed file is given up, with the operator's reason; the next file may start."""
-        after = self._update(
+        """The halted, failed file is given up, with the operator's reason; the next file may start.
+        The position and the attempt's history item are written in one transaction."""
+        skipped = replace(observed, status=SKIPPED, skip_reason=reason[:MAX_TEXT], halted=False, closed_at=now,
+                          seq=observed.seq + 1)
+        return self._update_with_history(
             "SET #status = :skipped, skip_reason = :reason, halted = :false, closed_at = :now, seq = :seq",
             "seq = :observed AND #status = :failed AND halted = :true",
             {
                 ":skipped": _s(SKIPPED),
                 ":failed": _s(FAILED),
-                ":reason": _s(reason[:MAX_TEXT]),
+                ":reason": _s(skipped.skip_reason or ""),
                 ":true": {"BOOL": True},
                 ":false": {"BOOL": False},
                 ":now": _n(now),
-                ":seq": _n(observed.seq + 1),
+                ":seq": _n(skipped.seq),
                 ":observed": _n(observed.seq),
             },
-            names={"#status": "status"},
+            {"#status": "status"},
+            self._history_item(skipped),
         )
-        self._write_history(after)
-        return after
 
     def skip_gap(self, observed: Position, first_missing: int, next_sequence: int, reason: str, now: float) -> Position:
         """`key_sequence` ordering: give up the missing sequence numbers before `next_sequence`
@@ -593,7 +595,8 @@ class Ledger:
         if next_sequence <= first_missing:
             raise ValueError(f"no sequence number is missing before {next_sequence} (the first missing one is "
                              f"{first_missing}): nothing to skip")
-        after = self._update(
+        missing = f"{first_missing}-{next_sequence - 1}"
+        return self._update_with_history(
             "SET #sequence = :sequence, seq = :seq",
             "(seq = :observed OR attribute_not_exists(seq)) AND (attribute_not_exists(#status) OR #status <> :running) "
             "AND (attribute_not_exists(halted) OR halted = :false)",
@@ -604,12 +607,8 @@ class Ledger:
                 ":running": _s(RUNNING),
                 ":false": {"BOOL": False},
             },
-            names={"#sequence": "sequence", "#status": "status"},
-        )
-        missing = f"{first_missing}-{next_sequence - 1}"
-        self.ddb.put_item(
-            TableName=self.table,
-            Item={
+            {"#sequence": "sequence", "#status": "status"},
+            {
                 **self._key(f"{HISTORY_PREFIX}{int(now * 1000):013d}#gap-{missing}"),
                 "execution": _s(f"gap-{missing}"),
                 "status": _s(SKIPPED),
@@ -619,13 +618,26 @@ class Ledger:
                 "expires_at": _n(int(now + HISTORY_DAYS * 86400)),
             },
         )
-        return after
+
+    def _update_with_history(self, expression: str, condition: str, values: dict[str, Any], names: dict[str, str],
+                             history_item: dict[str, Any]) -> Position:
+        """A conditional update of the position and the put of its history item, in one
+        transaction: an operator's decision is never recorded without its history entry.
+        `LedgerConflict` if the condition does not hold; the position as read after it."""
+        update = {"TableName": self.table, "Key": self._key(), "UpdateExpression": expression,
+                  "ConditionExpression": condition, "ExpressionAttributeValues": values,
+                  "ExpressionAttributeNames": names}
+        try:
+            self.ddb.transact_write_items(TransactItems=[
+                {"Update": update}, {"Put": {"TableName": self.table, "Item": history_item}}])
+        except Exception as error:  # botocore ClientError
+            if error_code(error) == "TransactionCanceledException":
+                raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
+            raise
+        # Read back, as a waiting message may be noted meanwhile (that does not move `seq`).
+        return self.read()
 
     # -- history ------------------------------------------------------------------------------
-
-    def _write_history(self, position: Position) -> None:
-        if position.file is not None and position.execution is not None:
-            self.ddb.put_item(TableName=self.table, Item=self._history_item(position))
 
     def _history_entry(self, position: Position) -> str:
         """The sort key of an attempt's history item: its start time and execution (idempotent)."""

@@ -263,6 +263,42 @@ def test_a_given_up_gap_is_a_history_entry_of_its_own(ledger, ddb):
     assert item["expires_at"] == {"N": str(int(NOW + 400 * 86400))}  # kept as long as every history entry
 
 
+@pytest.mark.parametrize("action", ["skip", "skip_gap"])
+def test_an_operators_decision_is_recorded_with_its_history_entry_or_not_at_all(action, ledger, ddb, sqs, queue_url):
+    """GIVEN the write of the history entry fails (the process dies, the connection drops) WHEN
+    the operator skips THEN the ledger is as before (the tenant still halted, or the gap still
+    open), not a decision without its entry in `ops status --history`; the skip run again records
+    both."""
+    if action == "skip":
+        failed(ledger)
+        entry = "file#"  # the failed attempt's own entry, FAILED until the skip says SKIPPED
+    else:
+        entry = f"file#{int(NOW * 1000):013d}#gap-"
+    before = ledger.read()
+
+    def writes_history(params: dict[str, Any]) -> bool:
+        items = [params.get("Item")] + [w.get("Put", {}).get("Item") for w in params.get("TransactItems", [])]
+        return any(item and item["entry"]["S"].startswith(entry) for item in items)
+
+    def fail(params: dict[str, Any], **_: Any) -> None:
+        if writes_history(params):
+            raise ConnectionError("the connection dropped")
+
+    ddb.meta.events.register("provide-client-params.dynamodb.*", fail)
+    run = (lambda: skip(ledger, sqs, queue_url, reason="r", now=NOW + 5)) if action == "skip" else (
+        lambda: skip_gap(ledger, sqs, queue_url, first_sequence=1, reason="r", now=NOW, to=3))
+    with pytest.raises(ConnectionError):
+        run()
+    assert ledger.read() == before
+    assert [e["status"] for e in ledger.history()] == (["FAILED"] if action == "skip" else [])
+
+    ddb.meta.events.unregister("provide-client-params.dynamodb.*", fail)
+    run()
+    (latest, *_) = ledger.history()
+    assert latest["status"] == "SKIPPED" and latest["skip_reason"].endswith("r")
+    assert ledger.read().seq == before.seq + 1
+
+
 def test_a_gap_skip_must_give_up_at_least_one_number(ledger):
     with pytest.raises(ValueError, match="nothing to skip"):
         ledger.skip_gap(ledger.read(), 4, 4, "r", NOW)
