@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract import execution_name
-from runtime import execution_status
 from ledger import FAILED, Ledger, LedgerConflict, Position, hand_off, start_execution
+from runtime import error_code, execution_status
 
 
 class NothingToDo(Exception):
@@ -88,11 +88,9 @@ def skip(ledger: Ledger, sqs: Any, queue_url: str, reason: str, now: float) -> O
         raise NothingToDo(f"nothing to skip: tenant {ledger.tenant} is {describe_state(position)}")
     assert position.file is not None
     skipped = ledger.skip(position, reason.strip(), now)
-    handed_off = hand_off(ledger, sqs, queue_url, skipped)
     return Outcome(
         f"skipped s3://{position.file['bucket']}/{position.file['key']} at record {position.next_record:,} "
-        f"(reason: {reason.strip()}); "
-        + ("the next file starts now" if handed_off else "the next file starts when its message is next received"),
+        f"(reason: {reason.strip()}); the next file {_start_next(ledger, sqs, queue_url, skipped)}",
         position.execution,
         position.next_record,
     )
@@ -121,12 +119,24 @@ def skip_gap(ledger: Ledger, sqs: Any, queue_url: str, *, first_sequence: int, r
     if to <= expected:
         raise ValueError(f"--to {to} is not past the gap: the next sequence number is {expected}")
     skipped = ledger.skip_gap(position, expected, to, reason.strip(), now)
-    handed_off = hand_off(ledger, sqs, queue_url, skipped)
     missing = f"{expected}" if to == expected + 1 else f"{expected}-{to - 1}"
     return Outcome(
-        f"gave up sequence number(s) {missing} (reason: {reason.strip()}); file {to} "
-        + ("starts now" if handed_off else "starts when its message is next received"),
+        f"gave up sequence number(s) {missing} (reason: {reason.strip()}); "
+        f"file {to} {_start_next(ledger, sqs, queue_url, skipped)}",
     )
+
+
+def _start_next(ledger: Ledger, sqs: Any, queue_url: str, position: Position) -> str:
+    """Hand off to the next file once a skip is recorded, and say when it starts. A hand-off
+    that fails (SQS throttles, the connection drops) does not undo the skip, and the operator is
+    told so rather than shown a traceback: the waiting message is received again when its
+    visibility timeout ends (the controller's waiting time, 240 s when the tenant halted)."""
+    try:
+        handed_off = hand_off(ledger, sqs, queue_url, position)
+    except Exception as error:  # noqa: BLE001 - botocore ClientError, a connection error: reported
+        return ("starts when its message is next received (the skip is recorded; making the message visible "
+                f"now failed: {error_code(error) or type(error).__name__})")
+    return "starts now" if handed_off else "starts when its message is next received"
 
 
 __all__ = ["LedgerConflict", "NothingToDo", "Outcome", "describe_state", "resume", "skip", "skip_gap"]

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from contract import FileRef, execution_arn
 from ledger import FAILED, RUNNING, Ledger, start_execution
 from operations import NothingToDo, describe_state, resume, skip, skip_gap
@@ -166,6 +167,35 @@ def test_skip_without_a_waiting_message_says_the_next_file_starts_when_it_is_rec
 
     assert outcome.message.endswith("; the next file starts when its message is next received")
     assert ledger.read().status == "SKIPPED"
+
+
+@pytest.mark.parametrize("action", ["skip", "skip_gap"])
+def test_a_hand_off_that_fails_after_the_skip_is_reported_not_raised(action, ledger, sqs, queue_url):
+    """GIVEN SQS refuses to make the waiting message visible (throttled) WHEN the operator skips
+    THEN the skip stands, and the operator reads that the next file starts when its message is
+    next received and why not now, instead of a traceback that looks like a skip that failed."""
+    if action == "skip":
+        failed(ledger)
+        waiting_message(sqs, queue_url, ledger)
+    else:
+        sqs.send_message(QueueUrl=queue_url, MessageBody="{}", MessageGroupId=TENANT, MessageDeduplicationId="6")
+        (message,) = sqs.receive_message(QueueUrl=queue_url, VisibilityTimeout=240)["Messages"]
+        ledger.note_waiting_sequence(6, message["MessageId"], message["ReceiptHandle"], NOW)
+
+    def throttle(**_: Any) -> None:
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}},
+                          "ChangeMessageVisibility")
+
+    sqs.meta.events.register("provide-client-params.sqs.ChangeMessageVisibility", throttle)
+    outcome = (skip(ledger, sqs, queue_url, reason="r", now=NOW + 5) if action == "skip"
+               else skip_gap(ledger, sqs, queue_url, first_sequence=5, reason="r", now=NOW))
+
+    assert outcome.message.endswith(
+        "starts when its message is next received (the skip is recorded; making the message visible now "
+        "failed: ThrottlingException)")
+    position = ledger.read()
+    assert (position.status, position.halted) == ("SKIPPED", False) if action == "skip" else position.sequence == 5
+    assert visible(sqs, queue_url) == 0  # still in flight: received again when its 240 s end
 
 
 def test_skip_and_skip_gap_need_a_reason(ledger, sqs, queue_url):
