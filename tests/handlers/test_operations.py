@@ -158,6 +158,8 @@ def test_skip_gives_up_the_file_and_makes_the_waiting_message_visible_now(ledger
     assert (outcome.execution, outcome.start_record) == ("e1", 7)
     assert visible(sqs, queue_url) == 1
     assert ledger.read().waiting_receipt is None
+    (entry,) = ledger.history()  # the failed attempt's entry now says it was given up, and when
+    assert (entry["status"], entry["closed_at"], entry["skip_reason"]) == ("SKIPPED", NOW + 5, "agreed with the tenant")
 
 
 def test_skip_without_a_waiting_message_says_the_next_file_starts_when_it_is_received(ledger, sqs, queue_url):
@@ -169,11 +171,13 @@ def test_skip_without_a_waiting_message_says_the_next_file_starts_when_it_is_rec
     assert ledger.read().status == "SKIPPED"
 
 
+@pytest.mark.parametrize("failure", ["ThrottlingException", "ConnectionError"])
 @pytest.mark.parametrize("action", ["skip", "skip_gap"])
-def test_a_hand_off_that_fails_after_the_skip_is_reported_not_raised(action, ledger, sqs, queue_url):
-    """GIVEN SQS refuses to make the waiting message visible (throttled) WHEN the operator skips
-    THEN the skip stands, and the operator reads that the next file starts when its message is
-    next received and why not now, instead of a traceback that looks like a skip that failed."""
+def test_a_hand_off_that_fails_after_the_skip_is_reported_not_raised(action, failure, ledger, sqs, queue_url):
+    """GIVEN SQS refuses to make the waiting message visible (throttled, or the connection drops)
+    WHEN the operator skips THEN the skip stands, and the operator reads that the next file starts
+    when its message is next received and why not now, instead of a traceback that looks like a
+    skip that failed."""
     if action == "skip":
         failed(ledger)
         waiting_message(sqs, queue_url, ledger)
@@ -183,8 +187,9 @@ def test_a_hand_off_that_fails_after_the_skip_is_reported_not_raised(action, led
         ledger.note_waiting_sequence(6, message["MessageId"], message["ReceiptHandle"], NOW)
 
     def throttle(**_: Any) -> None:
-        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}},
-                          "ChangeMessageVisibility")
+        if failure == "ConnectionError":
+            raise ConnectionError("the connection dropped")
+        raise ClientError({"Error": {"Code": failure, "Message": "Rate exceeded"}}, "ChangeMessageVisibility")
 
     sqs.meta.events.register("provide-client-params.sqs.ChangeMessageVisibility", throttle)
     outcome = (skip(ledger, sqs, queue_url, reason="r", now=NOW + 5) if action == "skip"
@@ -192,7 +197,7 @@ def test_a_hand_off_that_fails_after_the_skip_is_reported_not_raised(action, led
 
     assert outcome.message.endswith(
         "starts when its message is next received (the skip is recorded; making the message visible now "
-        "failed: ThrottlingException)")
+        f"failed: {failure})")
     position = ledger.read()
     assert (position.status, position.halted) == ("SKIPPED", False) if action == "skip" else position.sequence == 5
     assert visible(sqs, queue_url) == 0  # still in flight: received again when its 240 s end
