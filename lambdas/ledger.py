@@ -11,8 +11,8 @@ One DynamoDB table, partition key `tenant`, sort key `entry`:
   and a close or progress write names the execution it belongs to.
 * `entry = "file#<started at, ms>#<execution>"`: one item per closed or skipped attempt, for
   `ops status` (files done, last failure). Written in one transaction with the close (and
-  with an operator's skip or gap skip), so a recorded close or skip always has it; it carries `notified_at` once the failure notification went
-  out. They expire after `HISTORY_DAYS`.
+  with an operator's skip or gap skip), so a recorded close or skip always has it; it carries
+  `notified_at` once the failure notification went out. They expire after `HISTORY_DAYS`.
 * `entry = "event#<event id>"`: the event ids of files ever made current, so a duplicate event
   that arrives after its file closed is recognised (written with the claim, in one transaction).
 * `entry = "version#<sha256 of bucket, key, version id>"`: the object versions ever made
@@ -213,23 +213,29 @@ class Ledger:
                entry: str = POSITION, return_values: str = "NONE") -> dict[str, Any] | None:
         """A conditional update of `entry`, returning what `return_values` asks for (None for
         "NONE"); `LedgerConflict` if the condition does not hold."""
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "Key": self._key(entry),
-            "UpdateExpression": expression,
-            "ConditionExpression": condition,
-            "ReturnValues": return_values,
-        }
-        if values:
-            kwargs["ExpressionAttributeValues"] = values
-        if names:
-            kwargs["ExpressionAttributeNames"] = names
+        kwargs = self._update_request(expression, condition, values, names=names, entry=entry)
         try:
-            return self.ddb.update_item(**kwargs).get("Attributes")
+            return self.ddb.update_item(**kwargs, ReturnValues=return_values).get("Attributes")
         except Exception as error:  # botocore ClientError; not imported to keep this stdlib-only
             if error_code(error) == "ConditionalCheckFailedException":
                 raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
             raise
+
+    def _update_request(self, expression: str, condition: str, values: dict[str, Any], *,
+                        names: dict[str, str] | None = None, entry: str = POSITION) -> dict[str, Any]:
+        """The parameters of a conditional update of `entry` (an `UpdateItem`, or the `Update` of a
+        transaction)."""
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": self._key(entry),
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+        }
+        if values:
+            request["ExpressionAttributeValues"] = values
+        if names:
+            request["ExpressionAttributeNames"] = names
+        return request
 
     # -- the controller ---------------------------------------------------------------------
 
@@ -569,7 +575,8 @@ class Ledger:
     def skip(self, observed: Position, reason: str, now: float) -> Position:
         """The halted, failed file is given up, with the operator's reason; the next file may start.
         The position and the attempt's history item are written in one transaction."""
-        skipped = replace(observed, status=SKIPPED, skip_reason=reason[:MAX_TEXT], halted=False, closed_at=now,
+        reason = reason[:MAX_TEXT]
+        skipped = replace(observed, status=SKIPPED, skip_reason=reason, halted=False, closed_at=now,
                           seq=observed.seq + 1)
         return self._update_with_history(
             "SET #status = :skipped, skip_reason = :reason, halted = :false, closed_at = :now, seq = :seq",
@@ -577,15 +584,15 @@ class Ledger:
             {
                 ":skipped": _s(SKIPPED),
                 ":failed": _s(FAILED),
-                ":reason": _s(skipped.skip_reason or ""),
+                ":reason": _s(reason),
                 ":true": {"BOOL": True},
                 ":false": {"BOOL": False},
                 ":now": _n(now),
                 ":seq": _n(skipped.seq),
                 ":observed": _n(observed.seq),
             },
-            {"#status": "status"},
-            self._history_item(skipped),
+            names={"#status": "status"},
+            history_item=self._history_item(skipped),
         )
 
     def skip_gap(self, observed: Position, first_missing: int, next_sequence: int, reason: str, now: float) -> Position:
@@ -607,8 +614,8 @@ class Ledger:
                 ":running": _s(RUNNING),
                 ":false": {"BOOL": False},
             },
-            {"#sequence": "sequence", "#status": "status"},
-            {
+            names={"#sequence": "sequence", "#status": "status"},
+            history_item={
                 **self._key(f"{HISTORY_PREFIX}{int(now * 1000):013d}#gap-{missing}"),
                 "execution": _s(f"gap-{missing}"),
                 "status": _s(SKIPPED),
@@ -619,14 +626,12 @@ class Ledger:
             },
         )
 
-    def _update_with_history(self, expression: str, condition: str, values: dict[str, Any], names: dict[str, str],
-                             history_item: dict[str, Any]) -> Position:
+    def _update_with_history(self, expression: str, condition: str, values: dict[str, Any], *,
+                             names: dict[str, str], history_item: dict[str, Any]) -> Position:
         """A conditional update of the position and the put of its history item, in one
         transaction: an operator's decision is never recorded without its history entry.
         `LedgerConflict` if the condition does not hold; the position as read after it."""
-        update = {"TableName": self.table, "Key": self._key(), "UpdateExpression": expression,
-                  "ConditionExpression": condition, "ExpressionAttributeValues": values,
-                  "ExpressionAttributeNames": names}
+        update = self._update_request(expression, condition, values, names=names)
         try:
             self.ddb.transact_write_items(TransactItems=[
                 {"Update": update}, {"Put": {"TableName": self.table, "Item": history_item}}])
