@@ -81,11 +81,13 @@ test: setup
 	pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 ## test-fast: the unit and template tests, for everyday tenant edits (no test marked slow).
+## One process a core: it only computes, and a third process on two cores made it slower.
 ## Config validation, templates, snapshots, cdk-nag, the tenants file's checks, handlers and
-## ops on moto; not the end-to-end suite, the CDK CLI, git, many synths, cfn-lint over the
-## fixture apps (tests/test_user_tenants.py still lints the templates of your tenants file).
+## ops on moto; not the end-to-end suite, the CDK CLI, git, many synths, apps of many synthetic
+## tenants, cfn-lint over the fixture apps (tests/test_user_tenants.py still lints the templates
+## of your tenants file).
 test-fast: setup
-	pytest -n $(WORKERS) -m "not slow" $(ARGS)
+	pytest -n auto --dist loadfile -m "not slow" $(ARGS)
 
 ## diff: offline diff of BASE (default origin/main) and the working tree, no AWS credentials.
 ## Per tenant then per stack; when only the tenants file changed, only the cells it touches are

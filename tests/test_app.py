@@ -56,6 +56,7 @@ def test_cdk_nag_aws_solutions_reports_no_unacknowledged_finding(synthesized):
     }
 
 
+@pytest.mark.slow  # one more synth, of a failing app: cdk-nag's plumbing (make test only)
 def test_cdk_nag_runs_on_every_synth_and_fails_it_on_a_finding(tmp_path):
     from aws_cdk import App, Stack
     from aws_cdk import aws_sqs as sqs

@@ -264,6 +264,7 @@ def shared_stack_only(tmp_path, tenants_yaml: str):
     )
 
 
+@pytest.mark.slow  # many synthetic tenants: a limit of the code, not of a tenants file (make test only)
 def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_hop(tmp_path):
     """GIVEN 200 tenants and no shards (their rules stay on the default bus: the capacity model's
     concern) THEN the catch-all still fits: its buses, forwards, the one role, cdk-nag clean."""
@@ -284,6 +285,7 @@ def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_
     assert cfn_lint_findings(template) == []
 
 
+@pytest.mark.slow  # many synthetic tenants: a limit of the code, not of a tenants file (make test only)
 def test_a_1000_tenant_sharded_shared_stack_fits_cloudformation_and_every_pattern(tmp_path):
     """The shared stack is the one template that grows with sharding: 40 buses, 80 forwards,
     the catch-all's buses and the alarms, far below 500 resources, and what routing adds far

@@ -564,6 +564,7 @@ def fifty(tmp_path_factory):
     return shard_cell, found
 
 
+@pytest.mark.slow  # many synthetic tenants: a limit of the code, not of a tenants file (make test only)
 def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_policy_and_an_access_point_each(fifty):
     """The issue's case: 50 tenants, each with its own uploader role (about 43 KB of bucket
     policy before, against S3's 20 KB) and its own bearer secret, alarms to an address.
