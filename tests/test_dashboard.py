@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from aws_cdk.assertions import Template
 
 from pipeline_constructs.dashboard import (
@@ -82,7 +81,6 @@ def test_the_shared_stack_refers_to_no_tenant_stack(shared_template):
     assert "Fn::ImportValue" not in text and "OrderedIngest-Tenant-" not in text
 
 
-@pytest.mark.slow  # many synthetic tenants: a limit of the code, not of a tenants file (make test only)
 def test_more_tenants_than_one_dashboard_holds_continue_on_numbered_dashboards(tmp_path):
     from aws_cdk import App, Stack
 
@@ -102,7 +100,6 @@ def test_more_tenants_than_one_dashboard_holds_continue_on_numbered_dashboards(t
     ]
 
 
-@pytest.mark.slow  # many synthetic tenants: a limit of the code, not of a tenants file (make test only)
 def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows_with_the_tenants(tmp_path):
     """GIVEN more tenants than two dashboards hold WHEN the shared stack and the dashboard stacks
     are built THEN the shared stack keeps the first dashboard only, each later one is its own

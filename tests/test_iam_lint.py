@@ -46,7 +46,6 @@ def test_every_policy_of_the_completion_and_routing_roles_passes_parliament(doc_
     assert new == [], "parliament findings nobody acknowledged:\n" + "\n".join(map(str, new))
 
 
-@pytest.mark.slow  # parliament over both apps again: the acknowledgements file (make test only)
 def test_every_acknowledgement_still_covers_a_finding(synthesized, doc_templates, acknowledgements):
     """GIVEN both apps' findings THEN no acknowledgement is stale: each covers at least one."""
     findings = iam_lint.lint(synthesized.templates) + iam_lint.lint(doc_templates)

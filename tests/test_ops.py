@@ -142,7 +142,6 @@ def write_history(ddb: Any, closes: list[tuple[float, str]]) -> None:
         ddb.batch_write_item(RequestItems={"ledger": [{"PutRequest": {"Item": item}} for item in items[start:start + 25]]})
 
 
-@pytest.mark.slow  # hundreds of moto round trips to fill pages (make test only)
 def test_status_counts_every_close_of_the_last_24_hours_however_many_pages_they_fill(deployment):
     """GIVEN 1,200 closes in the last 24 hours (more than one 1 MB page of the ledger, and more
     than the 100 one page of the history held) and older ones WHEN ops status runs THEN its

@@ -199,7 +199,6 @@ def test_fails_when_since_is_not_a_date(deployment):
     assert code == EXIT_USAGE
 
 
-@pytest.mark.slow  # hundreds of moto round trips to fill pages (make test only)
 def test_more_versions_than_one_ledger_batch_are_all_looked_up(deployment):
     keys = [f"acme/f{i:03d}.csv" for i in range(130)]
     versions = {key: deployment.upload(key) for key in keys}
