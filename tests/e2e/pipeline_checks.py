@@ -94,16 +94,21 @@ def log_lines(pipe: Any, tenant: str, role: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def emf_values(pipe: Any, tenant: str, role: str, metric: str) -> list[float]:
-    """The values of ``metric`` in the EMF records the tenant's ``role`` function printed (its
-    log, oldest first), each published under the tenant's dimension."""
-    values = []
+def emf_records(pipe: Any, tenant: str, role: str, metric: str) -> list[dict[str, Any]]:
+    """The EMF records with ``metric`` that the tenant's ``role`` function printed (its log,
+    oldest first), each checked to be published under the tenant's dimension."""
+    records = []
     for record in log_lines(pipe, tenant, role):
         names = {m["Name"] for d in record.get("_aws", {}).get("CloudWatchMetrics", []) for m in d["Metrics"]}
         if metric in names:
             assert record[contract.TENANT_DIMENSION] == tenant, record
-            values.append(record[metric])
-    return values
+            records.append(record)
+    return records
+
+
+def emf_values(pipe: Any, tenant: str, role: str, metric: str) -> list[float]:
+    """The values of ``metric`` in the tenant's ``role`` function's EMF records, oldest first."""
+    return [record[metric] for record in emf_records(pipe, tenant, role, metric)]
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05) -> Any:
