@@ -20,6 +20,7 @@ from tests.e2e.pipeline_checks import (
     assert_records_in_file_order,
     csv_file,
     halted,
+    log_lines,
     ops,
     status,
     wait_for,
@@ -136,12 +137,20 @@ def test_a_closer_killed_after_recording_a_failure_still_reports_it_once(pipe: L
     tenant halted on that file; `ops skip` then lets the next file go."""
     from ledger import FAILED, Ledger
 
+    closer_log = len(log_lines(pipe, "acme", "closer"))
     pipe.faults.kill("acme", "closer", after="dynamodb.TransactWriteItems", times=1)
     bad_key, _ = pipe.put_file("acme", "bad.csv", b"file,seq\nbad,0\nbad\n")
     pipe.put_file("acme", "after.csv", csv_file("after", 2))
     wait_for(lambda: halted(pipe, "acme"), timeout=120, what="the tenant to halt")
 
-    assert pipe.faults.kills[-1] == ("acme", "closer", "Runtime.ExitError")
+    # A closer died with the close recorded: killed by the armed fault or, on a loaded machine,
+    # timed out (the scaled timeout) while its write went through, so that the closer after it
+    # found the close recorded and wrote nothing (no write left to kill). Either way the close
+    # must be reported once.
+    killed = ("acme", "closer", "Runtime.ExitError") in pipe.faults.kills
+    timed_out = [line for line in log_lines(pipe, "acme", "closer")[closer_log:]
+                 if line.get("type") == "platform.report" and line["record"]["status"] == "timeout"]
+    assert killed or timed_out, "no closer of acme died"
     ledger = Ledger(pipe.client("dynamodb"),
                     pipe.deployment.stacks["OrderedIngest-Shared"].outputs["LedgerTableName"], "acme")
     failures = [h for h in ledger.history() if h["status"] == FAILED]
