@@ -94,6 +94,12 @@ def log_lines(pipe: Any, tenant: str, role: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
+def timeouts(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The invocations that timed out among a function's log records (`log_lines`): Lambda's
+    `platform.report` with status "timeout"."""
+    return [line for line in lines if line.get("type") == "platform.report" and line["record"]["status"] == "timeout"]
+
+
 def emf_records(pipe: Any, tenant: str, role: str, metric: str) -> list[dict[str, Any]]:
     """The EMF records with ``metric`` that the tenant's ``role`` function printed (its log,
     oldest first), each checked to be published under the tenant's dimension."""

@@ -23,6 +23,7 @@ from tests.e2e.pipeline_checks import (
     log_lines,
     ops,
     status,
+    timeouts,
     wait_for,
 )
 
@@ -148,9 +149,7 @@ def test_a_closer_killed_after_recording_a_failure_still_reports_it_once(pipe: L
     # found the close recorded and wrote nothing (no write left to kill). Either way the close
     # must be reported once.
     killed = ("acme", "closer", "Runtime.ExitError") in pipe.faults.kills
-    timed_out = [line for line in log_lines(pipe, "acme", "closer")[closer_log:]
-                 if line.get("type") == "platform.report" and line["record"]["status"] == "timeout"]
-    assert killed or timed_out, "no closer of acme died"
+    assert killed or timeouts(log_lines(pipe, "acme", "closer")[closer_log:]), "no closer of acme died"
     ledger = Ledger(pipe.client("dynamodb"),
                     pipe.deployment.stacks["OrderedIngest-Shared"].outputs["LedgerTableName"], "acme")
     failures = [h for h in ledger.history() if h["status"] == FAILED]

@@ -20,6 +20,7 @@ from tests.e2e.pipeline_checks import (
     emf_values,
     first_sends,
     log_lines,
+    timeouts,
 )
 
 
@@ -47,8 +48,7 @@ def test_a_chunk_that_outlasts_the_function_continues_in_a_new_invocation(pipe: 
     assert len(progress) >= 2 and progress[0]["done"] is False and progress[-1]["done"] is True
     assert progress[-1]["start_record"] == 140 and 0 < progress[0]["start_record"] < 140
     # A kill at the deadline re-sends the record in flight (same key): say that, not "sent twice".
-    timed_out = [line for line in lines if line.get("type") == "platform.report" and line["record"]["status"] == "timeout"]
-    assert not timed_out, (
+    assert not timeouts(lines), (
         "the register function was killed at its deadline: the handler's margin did not cover this machine's stall")
     assert len(first_sends(sink.requests)) == 140
     # A request sent again under its key after the sink timeout (1.2 s here, which a starved
