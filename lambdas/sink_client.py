@@ -154,9 +154,15 @@ class SinkConnection:
         self.reconnects = 0
         self._answering = False  # the answer to the request at hand has begun (its status line came)
 
-    def post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    def post(self, body: bytes, headers: dict[str, str], timeout: float, *,
+             meanwhile: Callable[[], None] | None = None) -> tuple[int, bytes]:
         """POST; return the HTTP status and the response body (drained so the connection can be
         reused; the caller never logs it). Transport failures raise (OSError, HTTPException).
+
+        `meanwhile` runs once the request is written, before the answer is read: work of the
+        caller's own (reading and encoding the next request) done while the core system answers,
+        not after. It runs after each write (again after a reconnect): it must not raise, and
+        must do its work only once.
 
         A kept connection that turns out closed before the answer began is opened again and the
         same request (the same body, headers and idempotency key) sent once more, within what is
@@ -164,15 +170,16 @@ class SinkConnection:
         reused = self._kept.connection.sock is not None
         started = self._clock()
         try:
-            return self._post(body, headers, timeout)
+            return self._post(body, headers, timeout, meanwhile)
         except CLOSED_CONNECTION_ERRORS:
             left = timeout - (self._clock() - started)
             if not reused or self._answering or left <= 0:
                 raise
         self.reconnects += 1
-        return self._post(body, headers, left)
+        return self._post(body, headers, left, meanwhile)
 
-    def _post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    def _post(self, body: bytes, headers: dict[str, str], timeout: float,
+              meanwhile: Callable[[], None] | None) -> tuple[int, bytes]:
         kept, connection = self._kept, self._kept.connection
         new = connection.sock is None  # http.client connects in `request`
         if new:
@@ -185,6 +192,8 @@ class SinkConnection:
         self._answering = False
         try:
             connection.request("POST", self._path, body=body, headers=headers)
+            if meanwhile is not None:
+                meanwhile()
             response = connection.getresponse()
             self._answering = True
             answer = response.read()

@@ -1033,3 +1033,65 @@ def test_fails_before_sending_when_the_chunks_were_cut_at_another_size_than_the_
     with pytest.raises(ValueError, match="started with chunks of 6 records, this chunk index has 3; nothing was sent"):
         register(work, ledger, task(0, chunk_size=3), config(sink))
     assert sink.requests == []
+
+
+
+class ScriptedSink:
+    """A core system that answers 200 at once, writing down what happens around each POST."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def post(self, body: bytes, headers: dict[str, str], timeout: float, *,
+             meanwhile: Callable[[], None] | None = None) -> tuple[int, bytes]:
+        self.events.append(f"sent {json.loads(body)['n']}")
+        if meanwhile is not None:
+            meanwhile()
+        self.events.append(f"answered {json.loads(body)['n']}")
+        return 200, b""
+
+
+def scripted_lines(events: list[str], count: int, *, broken_at: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """A chunk's records as register reads them, writing down each read; the landing object's
+    stream breaks when record `broken_at` is read."""
+    for n in range(count):
+        if n == broken_at:
+            raise OSError("the landing object's stream broke")
+        events.append(f"read {n}")
+        yield n, json.dumps({"n": n}).encode() + b"\n"
+
+
+def scripted_register(ledger: Ledger) -> register_chunk.Register:
+    """Register of chunk 0 (chunks of 10 records) in record mode, on a fake clock."""
+    clock = Clock()
+    env = RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger", sink_url="http://127.0.0.1:9/",
+                      sink_timeout_seconds=2, sink_outage_budget_seconds=60, landing_prefix="acme/", sink_batch_size=1)
+    return register_chunk.Register(task(0, chunk_size=10, version_id="v1"), config=env, ledger=ledger, clock=clock.time,
+                                   remaining_seconds=clock.remaining, sleep=clock.sleep,
+                                   log=BoundLogger(get_logger("register_chunk"), {}))
+
+
+def test_the_next_record_is_read_while_the_core_system_answers_and_sent_only_after_the_answer(ledger):
+    """GIVEN a chunk of three records WHEN registered THEN each next record is read and encoded
+    while the core system answers the one before (the register side's own work is hidden behind
+    the core system's), and it is sent only once that answer came: never two requests at once."""
+    events: list[str] = []
+    progress = scripted_register(ledger).run(scripted_lines(events, 3), ScriptedSink(events))  # type: ignore[arg-type]
+
+    assert events == ["read 0", "sent 0", "read 1", "answered 0", "sent 1", "read 2", "answered 1",
+                      "sent 2", "answered 2"]
+    assert progress["done"] and progress["start_record"] == 3 and ledger.read().next_record == 3
+
+
+def test_a_stream_that_breaks_while_the_core_system_answers_fails_after_that_answer_not_as_a_failed_try(ledger):
+    """GIVEN a landing object whose stream breaks while record 2 is read ahead, during the POST
+    of record 1 WHEN registered THEN record 1's answer still counts (no failed try, no retry, its
+    progress recorded) and the stream's error ends the invocation, as it did without reading ahead."""
+    events: list[str] = []
+    register = scripted_register(ledger)
+    with pytest.raises(OSError, match="stream broke"):
+        register.run(scripted_lines(events, 5, broken_at=2), ScriptedSink(events))  # type: ignore[arg-type]
+
+    assert events == ["read 0", "sent 0", "read 1", "answered 0", "sent 1", "answered 1"]
+    assert (register.sent, register.errors) == (2, 0)
+    assert ledger.read().next_record == 2

@@ -37,6 +37,8 @@ class Server:
         self.resumed: list[bool] = []
         self.hang_up = False  # close the connection after reading the next request, without an answer
         self.hang = threading.Event()  # set: the next requests wait (up to 5 s) before their answer
+        self.received = threading.Event()  # set once a request was read whole
+        self.answered = 0  # answers written
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -51,6 +53,7 @@ class Server:
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 server.paths.append(self.path)
+                server.received.set()
                 if server.hang_up:
                     server.hang_up, self.close_connection = False, True
                     return
@@ -60,6 +63,7 @@ class Server:
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")
+                server.answered += 1
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -257,3 +261,38 @@ def test_a_connection_that_breaks_after_the_answer_began_is_not_sent_again_silen
         thread.join(5)
         assert kept.reconnects == 0 and kept.opened == 1
         pool.clear()
+
+
+def test_meanwhile_runs_while_the_core_system_holds_the_request_and_its_answer_is_read_after(server):
+    """GIVEN a core system that holds each request until released WHEN a request is posted with
+    `meanwhile` THEN `meanwhile` runs once the core system has the whole request and before its
+    answer is read: the caller's own work (the next request) overlaps the core system's."""
+    pool = sink_client.ConnectionPool()
+    kept = sink_client.SinkConnection(f"{server.origin}/r", pool=pool)
+    server.hang.set()
+    seen: list[tuple[bool, int]] = []
+
+    def meanwhile() -> None:
+        seen.append((server.received.wait(5), server.answered))  # the core system read the request...
+        server.released.set()  # ...and answers only now
+
+    assert kept.post(b"{}", {"Idempotency-Key": "k"}, 5.0, meanwhile=meanwhile) == (200, b"ok")
+    assert seen == [(True, 0)]
+    pool.clear()
+
+
+def test_meanwhile_runs_after_each_write_of_a_request_sent_again_on_a_new_connection(server):
+    """GIVEN a kept connection the core system closed while idle WHEN posted with `meanwhile`
+    THEN the request is sent again on a new connection and `meanwhile` runs after that write too
+    (the caller's work must happen once, whatever the count): one answer, one request registered."""
+    pool = sink_client.ConnectionPool()
+    kept = sink_client.SinkConnection(f"{server.origin}/r", pool=pool)
+    post(kept)
+    server.close_idle()
+    calls: list[int] = []
+
+    assert kept.post(b"{}", {"Idempotency-Key": "k"}, 5.0, meanwhile=lambda: calls.append(len(server.paths))) == (200, b"ok")
+    assert kept.reconnects == 1 and server.paths == ["/r", "/r"]
+    # The write on the closed connection may fail at once (no call) or only at the answer (a call).
+    assert 1 <= len(calls) <= 2
+    pool.clear()
