@@ -23,9 +23,8 @@ The function works within its budget (docs/design.md §4.7):
   request sent again under the same key, which costs no try;
 * the next request is read from the chunk and encoded while the core system answers the one at
   hand (`_ReadAhead`), and sent only after that answer: one request at a time, in order, as
-  before, but the function's own work per request (about a third of a batch's time at local
-  speed) hides behind the core system's answer instead of adding to it. On Lambda that work
-  is slower than here: CPU is allotted in proportion to memory (a full vCPU at 1,769 MB);
+  before, but the function's own work per request (building a batch of 100 takes about 0.3 ms)
+  hides behind the core system's answer instead of adding to it;
 * with `sink.auth` (`sink_auth.py`) each request carries the tenant's credential; a 401 gets
   a fresh one (the bearer secret read again) and the request is sent again at once, once; a
   401 after that, or a 403, is `SinkAuthError` (naming the secret, never the token). A secret
