@@ -67,12 +67,12 @@ def core_system(pipe: LocalPipeline, tenant: str, action: str, **fields: str) ->
 
 
 def answered(answer: dict[str, Any], file_id: str, outcome: str) -> bool:
-    """``answer`` says the file was confirmed or rejected (``outcome``); or, for a call made again
-    after a timeout, that the first try had gone through already (404 or 409: no longer the
-    current file, or already answered)."""
+    """``answer`` says the file was confirmed or rejected (``outcome``); for a call made again
+    after a timeout, by this call or by the first try, which had gone through already (404 or
+    409: no longer the current file, or already answered)."""
     if answer.get("retried") and answer["status"] in (404, 409):
         return True
-    return answer == {"status": 200, "message": f"file {file_id} {outcome}"}
+    return {k: v for k, v in answer.items() if k != "retried"} == {"status": 200, "message": f"file {file_id} {outcome}"}
 
 
 def waiting_file(pipe: LocalPipeline, tenant: str, key: str) -> str:

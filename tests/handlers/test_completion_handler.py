@@ -70,6 +70,10 @@ def waiting(ledger_table: str, ddb: Any, sfn: Any) -> Iterator[dict[str, str]]:
     execution = sfn.start_execution(stateMachineArn=machine, name=EVENT_ID,
                                     input=json.dumps({"tenant": TENANT}))["executionArn"]
     token = wait_until(lambda: position(ddb).get("completion_token"), "the task token on the position")["S"]
+    # moto arms the task's heartbeat only after the UpdateItem that wrote the token: an answer in
+    # between is kept, but the wait then sleeps out the whole heartbeat (600 s), and the fixture's
+    # end could not stop it (seen under load). A heartbeat is accepted once it is armed.
+    wait_until(lambda: heartbeat_accepted(sfn, token), "the callback task to arm its heartbeat")
     yield {"execution_arn": execution}
     # moto's callback wait ignores StopExecution until its timeout: end the wait, so that the
     # execution's thread ends with the test.
@@ -85,6 +89,14 @@ def wait_until(predicate: Any, what: str, timeout: float = 60) -> Any:
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def heartbeat_accepted(sfn: Any, token: str) -> bool:
+    try:
+        sfn.send_task_heartbeat(taskToken=token)
+    except sfn.exceptions.InvalidToken:
+        return False
+    return True
 
 
 def position(ddb: Any) -> dict[str, Any]:
