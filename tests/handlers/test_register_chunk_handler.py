@@ -1041,9 +1041,11 @@ class ScriptedSink:
 
     def __init__(self, events: list[str]) -> None:
         self.events = events
+        self.bodies: list[bytes] = []
 
     def post(self, body: bytes, headers: dict[str, str], timeout: float, *,
              meanwhile: Callable[[], None] | None = None) -> tuple[int, bytes]:
+        self.bodies.append(body)
         self.events.append(f"sent {json.loads(body)['n']}")
         if meanwhile is not None:
             meanwhile()
@@ -1061,11 +1063,12 @@ def scripted_lines(events: list[str], count: int, *, broken_at: int | None = Non
         yield n, json.dumps({"n": n}).encode() + b"\n"
 
 
-def scripted_register(ledger: Ledger) -> register_chunk.Register:
+def scripted_register(ledger: Ledger, *, sink_timeout: float = 2, clock: Clock | None = None) -> register_chunk.Register:
     """Register of chunk 0 (chunks of 10 records) in record mode, on a fake clock."""
-    clock = Clock()
+    clock = clock or Clock()
     env = RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger", sink_url="http://127.0.0.1:9/",
-                      sink_timeout_seconds=2, sink_outage_budget_seconds=60, landing_prefix="acme/", sink_batch_size=1)
+                      sink_timeout_seconds=sink_timeout, sink_outage_budget_seconds=60, landing_prefix="acme/",
+                      sink_batch_size=1)
     return register_chunk.Register(task(0, chunk_size=10, version_id="v1"), config=env, ledger=ledger, clock=clock.time,
                                    remaining_seconds=clock.remaining, sleep=clock.sleep,
                                    log=BoundLogger(get_logger("register_chunk"), {}))
@@ -1095,3 +1098,36 @@ def test_a_stream_that_breaks_while_the_core_system_answers_fails_after_that_ans
     assert events == ["read 0", "sent 0", "read 1", "answered 0", "sent 1", "answered 1"]
     assert (register.sent, register.errors) == (2, 0)
     assert ledger.read().next_record == 2
+
+
+def test_a_record_is_sent_as_the_file_holds_it_without_its_line_ending(ledger):
+    """GIVEN records ending in CRLF, in LF, and in nothing (the file's last line), one with
+    spaces before its line ending WHEN registered THEN each body is the record's bytes as the
+    file holds them, less the line ending only."""
+    lines = [(0, b'{"n": 0}  \r\n'), (1, b'{"n": 1}\n'), (2, b'{"n": 2}')]
+    sink = ScriptedSink([])
+    scripted_register(ledger).run(iter(lines), sink)  # type: ignore[arg-type]
+
+    assert sink.bodies == [b'{"n": 0}  ', b'{"n": 1}', b'{"n": 2}']
+
+
+def test_a_request_that_just_fits_before_the_deadline_margin_is_still_sent(ledger):
+    """GIVEN an invocation with exactly the sink timeout and the deadline margin left after its
+    first record (30 s: 27 s timeout + 3 s margin) WHEN registered THEN the second record is
+    still sent (a request is held back only when it might not finish in time), and the third,
+    with less left, is left to the next invocation."""
+    clock = Clock(deadline_in=30.0)
+    register = scripted_register(ledger, sink_timeout=27, clock=clock)
+    events: list[str] = []
+
+    class Slow(ScriptedSink):
+        def post(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+            answer = super().post(*args, **kwargs)
+            if len(self.bodies) == 2:
+                clock.now += 0.5  # the second answer takes time
+            return answer
+
+    progress = register.run(scripted_lines(events, 3), Slow(events))  # type: ignore[arg-type]
+
+    assert [e for e in events if e.startswith("sent")] == ["sent 0", "sent 1"]
+    assert (progress["done"], progress["start_record"]) == (False, 2)
