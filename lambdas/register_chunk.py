@@ -173,7 +173,6 @@ class Register:
         self.errors = 0  # failed tries of this invocation (retried, or the rejection)
         self.requests = 0  # acknowledged POSTs of this invocation (records in record mode, batches in batch mode)
         self.saved = -1
-        self.chunk_end = self.chunk_start  # file position past the chunk's last record, once read
         self.last_save = clock()
         self.margin = min(DEADLINE_MARGIN_SECONDS, remaining_seconds() / 10)
 
@@ -226,7 +225,6 @@ class Register:
                     return stop
                 next_record = request.first + request.count
                 self._save(next_record)
-            next_record = max(next_record, self.chunk_end)
             return self._progress(next_record, done=True, retry_after=0)
         finally:
             self._save(next_record, force=True)
@@ -251,7 +249,6 @@ class Register:
             index += 1
         if batch:  # the chunk's last batch, short of the grid
             yield self._request(batch, index - len(batch))
-        self.chunk_end = index
 
     def _send_request(self, request: _Request, sink: SinkConnection, *,
                       meanwhile: Callable[[], None]) -> ChunkProgress | None:
