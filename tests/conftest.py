@@ -103,10 +103,11 @@ class Synthesized:
         return json.loads((self.outdir / "validation-report.json").read_text())
 
 
-def synthesize(tenants_file: Path, outdir: Path) -> Synthesized:
+def synthesize(tenants_file: Path, outdir: Path, cell: str | None = None) -> Synthesized:
+    """The app of `tenants_file` (or its cell named `cell`) synthesized in this process."""
     from pipeline_constructs.application import new_app
 
-    built = build_app(tenants_file, app=new_app(outdir=str(outdir)))
+    built = build_app(tenants_file, app=new_app(outdir=str(outdir)), cell=cell)
     assembly = built.app.synth()
     templates = {stack.stack_name: stack.template for stack in assembly.stacks}
     return Synthesized(templates=templates, outdir=outdir)

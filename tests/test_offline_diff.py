@@ -239,10 +239,22 @@ tenants:
 """
 
 
-def test_a_change_of_one_tenant_synthesizes_and_diffs_its_cell_only(throwaway_repo, capsys):
+def test_a_change_of_one_tenant_synthesizes_and_diffs_its_cell_only(throwaway_repo, capsys, monkeypatch):
     """GIVEN a sharded tenants file committed (acme on shard 0, globex and initech on shard 1)
     WHEN the working tree changes initech's chunk size THEN only shard 1's cell is synthesized,
-    on each side, and the diff names initech's stack only."""
+    on each side, and the diff names initech's stack only. Each planned synth runs in this
+    process (the CLI's synth of a revision is run end to end by the tests above); the diffs
+    are the CLI's."""
+    import tools.offline_diff as offline_diff
+
+    runs = []
+
+    def synthesize_in_process(planned):
+        for run in planned:
+            runs.append(run)
+            synthesize(run.tenants, run.outdir, cell=run.cell)
+
+    monkeypatch.setattr(offline_diff, "synthesize", synthesize_in_process)
     (throwaway_repo / "tenants.yaml").write_text(SHARDED_BASE)
     _git(throwaway_repo, "commit", "--quiet", "-am", "sharded")
     try:
@@ -254,6 +266,9 @@ def test_a_change_of_one_tenant_synthesizes_and_diffs_its_cell_only(throwaway_re
         assert "Only the tenants file changed: 1 cell(s) touched (shard-1)." in out
         assert "Tenants\n  added:    -\n  removed:  -\n  changed:  initech\n" in out
         assert "OrderedIngest-Shared" not in out and "OrderedIngest-Tenant-globex" not in out
+        # One synth a side, of shard 1 alone: the base from the committed file, the head from the working tree.
+        assert [(run.cell, run.source) for run in runs] == [("shard-1", throwaway_repo)] * 2
+        assert runs[1].tenants == throwaway_repo / "tenants.yaml" and runs[0].tenants != runs[1].tenants
     finally:
         _git(throwaway_repo, "checkout", "--quiet", "--", "tenants.yaml")
         _git(throwaway_repo, "reset", "--quiet", "--hard", "HEAD~1")
