@@ -16,6 +16,7 @@ from ledger import (
     AlreadyClaimed,
     Ledger,
     LedgerConflict,
+    Position,
     version_entry,
 )
 
@@ -84,14 +85,61 @@ def test_a_duplicate_version_from_a_stale_read_is_a_conflict_then_already_claime
         ledger.claim(ledger.read(), file("e2", key="acme/a.csv"), "e2", NOW)
 
 
-def test_the_version_marker_names_the_version_and_who_claimed_it(ledger, ddb):
+def test_the_markers_name_the_event_the_version_and_who_claimed_them(ledger, ddb):
     ledger.claim(ledger.read(), file("e1", key="acme/dir/a b.csv", version_id="v9"), "e1-exec", NOW)
+
+    def stored(entry: str) -> dict[str, str]:
+        item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": entry}})["Item"]
+        return {k: v.get("S", v.get("N")) for k, v in item.items()}
+
     entry = version_entry("landing", "acme/dir/a b.csv", "v9")
-    item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": entry}})["Item"]
-    assert {k: v.get("S", v.get("N")) for k, v in item.items()} == {
+    expires_at = str(int(NOW + 400 * 86400))
+    assert stored(entry) == {
         "tenant": TENANT, "entry": entry, "bucket": "landing", "key": "acme/dir/a b.csv", "version_id": "v9",
-        "event_id": "e1", "execution": "e1-exec", "claimed_at": str(NOW), "expires_at": str(int(NOW + 400 * 86400)),
+        "event_id": "e1", "execution": "e1-exec", "claimed_at": str(NOW), "expires_at": expires_at,
     }
+    assert stored("event#e1") == {"tenant": TENANT, "entry": "event#e1", "execution": "e1-exec",
+                                  "claimed_at": str(NOW), "expires_at": expires_at}
+
+
+def test_a_claim_starts_the_next_file_afresh(ledger, ddb):
+    """GIVEN a file that was pinned, made progress, failed with an error in register, was skipped
+    with a reason, and a message noted waiting behind it WHEN the next file is claimed THEN its
+    position carries nothing of the file before it: only the new file, its execution and start."""
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.pin_settings("e1", 50, 10)
+    ledger.record_progress("e1", 120, chunk_size=50, chunk_count=4, record_count=180)
+    failed = ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1, error="SinkRejectedError",
+                                 cause="the core system refused record 120", failed_in="register")
+    assert (failed.error, failed.cause, failed.failed_in, failed.chunk_count) == (
+        "SinkRejectedError", "the core system refused record 120", "register", 4)
+    skipped = ledger.skip(failed, "agreed with the tenant", NOW + 2)
+    waiting = ledger.record_waiting(skipped, "m2", "r2", NOW + 3, sent_at=NOW)
+
+    claimed = ledger.claim(waiting, file("e2"), "e2", NOW + 4)
+
+    assert claimed == Position(
+        tenant=TENANT, seq=waiting.seq + 1, execution="e2", file=file("e2"), status=RUNNING, halted=False,
+        attempt=0, next_record=0, chunk_size=None, chunk_count=None, record_count=None, started_at=NOW + 4,
+        closed_at=None, closed_as=None, error=None, cause=None, skip_reason=None, waiting_message_id=None,
+        waiting_receipt=None, waiting_since=None, waiting_sent_at=None,
+    )
+    # Nothing but the position's own attributes is stored on it.
+    item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}})["Item"]
+    assert set(item) == {"tenant", "entry", "seq", "execution", "file_ref", "status", "halted", "attempt",
+                         "next_record", "started_at"}
+
+
+def test_a_cancelled_claim_that_names_no_reasons_is_a_conflict(ledger, ddb, monkeypatch):
+    """A cancellation without its reasons cannot be told a duplicate: the gate decides again
+    (`LedgerConflict`), it never lets the message go as already claimed."""
+    def cancelled(**_: Any) -> None:
+        raise ClientError({"Error": {"Code": "TransactionCanceledException", "Message": "cancelled"}},
+                          "TransactWriteItems")
+
+    monkeypatch.setattr(ddb, "transact_write_items", cancelled)
+    with pytest.raises(LedgerConflict):
+        ledger.claim(ledger.read(), file("e1"), "e1", NOW)
 
 
 def test_a_version_entry_is_a_hash_of_bucket_key_and_version():
