@@ -145,6 +145,9 @@ def test_a_cancelled_claim_that_names_no_reasons_is_a_conflict(ledger, ddb, monk
 def test_a_version_entry_is_a_hash_of_bucket_key_and_version():
     entry = version_entry("landing", "acme/a.csv", "v1")
     assert entry.startswith("version#") and len(entry) == len("version#") + 64
+    # Stored by every release: a replay of a version claimed before an upgrade must still find
+    # its marker, so the entry of a version never changes (the SHA-256 of the NUL-joined parts).
+    assert entry == "version#dad375c43c650b105594f1af40f4ded41a06ca16e3d542b5b53411573a94afb7"
     assert entry == version_entry("landing", "acme/a.csv", "v1")
     # Every part counts, and the parts cannot run into each other.
     assert len({entry, version_entry("landing2", "acme/a.csv", "v1"), version_entry("landing", "acme/b.csv", "v1"),
@@ -258,6 +261,15 @@ def test_history_and_event_markers_expire_after_400_days(ledger, ddb):
     assert "expires_at" not in items["position"]  # the position never expires
 
 
+def test_a_waiting_sequence_note_expires_after_15_days(ledger, ddb):
+    """A `key_sequence` note outlives the queue's 14-day retention of its message, no longer."""
+    ledger.note_waiting_sequence(7, "m7", "r7", NOW)
+    (item,) = [i for i in ddb.scan(TableName=ledger.table)["Items"] if i["entry"]["S"].startswith("waiting#")]
+    assert {k: v.get("S", v.get("N")) for k, v in item.items() if k not in ("tenant", "entry")} == {
+        "message_id": "m7", "receipt": "r7", "noted_at": str(NOW), "expires_at": str(int(NOW + 15 * 86400))}
+    assert ledger.waiting_sequences() == [(7, "r7")]
+
+
 SHA = "0f" * 32
 
 
@@ -266,7 +278,8 @@ def test_a_success_with_a_content_hash_remembers_that_file_for_the_content(ledge
     ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 10, content_sha256=SHA)
     assert ledger.processed_content(SHA) == {"key": "acme/e1.csv", "version_id": "v1", "event_id": "e1"}
     item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": f"content#{SHA}"}})["Item"]
-    assert (item["execution"], item["expires_at"]) == ({"S": "e1"}, {"N": str(int(NOW + 10 + 400 * 86400))})
+    assert (item["execution"], item["closed_at"], item["expires_at"]) == (
+        {"S": "e1"}, {"N": str(NOW + 10)}, {"N": str(int(NOW + 10 + 400 * 86400))})
     assert ledger.processed_content("1" * 64) is None
 
 
@@ -440,3 +453,15 @@ def test_the_history_asks_dynamodb_for_no_more_than_it_shows(ledger, ddb):
     assert [e["execution"] for e in ledger.history(limit=2)] == ["e5", "e4"]
     assert [e["execution"] for e in ledger.history(limit=1, statuses=(FAILED,))] == ["e1"]
     assert [query.get("Limit") for query in queries] == [2, None]
+
+
+def test_every_read_the_gate_decides_on_is_strongly_consistent(ledger, ddb):
+    """The position, the claim markers and the content of record are read with
+    `ConsistentRead` (moto is always consistent; DynamoDB is not unless asked)."""
+    reads: list[dict[str, Any]] = []
+    ddb.meta.events.register("provide-client-params.dynamodb.GetItem", lambda params, **_: reads.append(params))
+    ledger.read()
+    ledger.claimed_before(file("e1"))
+    ledger.processed_content(SHA)
+    assert [r["Key"]["entry"]["S"].split("#")[0] for r in reads] == ["position", "event", "version", "content"]
+    assert all(r.get("ConsistentRead") is True for r in reads), reads
