@@ -465,3 +465,32 @@ def test_every_read_the_gate_decides_on_is_strongly_consistent(ledger, ddb):
     ledger.processed_content(SHA)
     assert [r["Key"]["entry"]["S"].split("#")[0] for r in reads] == ["position", "event", "version", "content"]
     assert all(r.get("ConsistentRead") is True for r in reads), reads
+
+
+def test_the_history_keeps_each_attempt_as_it_closed_and_filters_by_start_and_status(ledger):
+    """GIVEN a file that failed in register (pinned, 120 of its 180 records acknowledged), was
+    resumed, timed out and was skipped WHEN the history is read THEN each attempt is one entry,
+    newest first, with everything `ops status` shows of it; `since` keeps the attempts started at
+    or after it, `statuses` those closed as one of them."""
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.pin_settings("e1", 50, 10)
+    ledger.record_progress("e1", 120, chunk_size=50, chunk_count=4, record_count=180)
+    failed = ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1, error="SinkRejectedError",
+                                 cause="refused record 120", failed_in="register")
+    ledger.resume(failed, "e1-r1", NOW + 5)
+    timed_out = ledger.record_close("e1-r1", "TIMED_OUT", halt_on_failure=True, now=NOW + 7,
+                                    error="States.Timeout", cause="the file ran too long")
+    ledger.skip(timed_out, "agreed with the tenant", NOW + 8)
+
+    common = {"file": file("e1"), "next_record": 120, "record_count": 180, "chunk_size": 50, "duplicate_of": None}
+    resumed = {**common, "execution": "e1-r1", "status": SKIPPED, "closed_as": "TIMED_OUT", "halted": False,
+               "attempt": 1, "started_at": NOW + 5, "closed_at": NOW + 8, "error": "States.Timeout",
+               "cause": "the file ran too long", "skip_reason": "agreed with the tenant", "failed_in": None}
+    first = {**common, "execution": "e1", "status": FAILED, "closed_as": "FAILED", "halted": True, "attempt": 0,
+             "started_at": NOW, "closed_at": NOW + 1, "error": "SinkRejectedError", "cause": "refused record 120",
+             "skip_reason": None, "failed_in": "register"}
+    assert ledger.history() == [resumed, first]
+    assert ledger.history(since=NOW + 5) == [resumed]  # started exactly then: kept
+    assert ledger.history(since=NOW + 5.001) == []
+    assert ledger.history(statuses=(FAILED,)) == [first]
+    assert ledger.history(statuses=(FAILED, SKIPPED)) == [resumed, first]
