@@ -10,7 +10,7 @@ from typing import Any
 import closer
 import pytest
 from botocore.exceptions import ClientError
-from closer import Closer, close_event, error_summary
+from closer import Closer, close_event, crashed_function, error_summary
 from contract import CloserEnv, FileRef, environment, execution_arn
 from ledger import DUPLICATE, FAILED, SUCCEEDED, Ledger
 from runtime import BoundLogger, get_logger
@@ -354,6 +354,17 @@ def test_the_running_event_of_the_current_execution_is_fine(machine, ledger_tabl
     ("States.TaskFailed", json.dumps({"ExecutionArn": "arn:x:p2", "Status": "FAILED", "Error": "ChunkInvocationBudgetExhausted",
                                       "Cause": "the chunk used its 84 register invocations"}),
      ("ChunkInvocationBudgetExhausted", "the chunk used its 84 register invocations")),
+    # a page whose own cause is text, not the Lambda runtime's JSON
+    ("States.TaskFailed", json.dumps({"executionArn": "arn:x:p2", "status": "FAILED", "error": "SinkRejectedError",
+                                      "cause": "HTTP 400"}), ("SinkRejectedError", "HTTP 400")),
+    # the runtime's JSON with one of its two fields; no error given at all
+    ("Lambda.Unknown", json.dumps({"errorMessage": "boom"}), ("Lambda.Unknown", "boom")),
+    (None, json.dumps({"errorMessage": "boom"}), ("Error", "boom")),
+    (None, json.dumps({"errorType": "KeyError"}), ("KeyError", "")),
+    (None, "plain text", ("Error", "plain text")),
+    # JSON that is not an object is text
+    ("E", "42", ("E", "42")),
+    ("E", '["a"]', ("E", '["a"]')),
     # an aborted page has no error of its own: the wrapper stays
     ("States.TaskFailed", json.dumps({"executionArn": "arn:x:p2", "status": "ABORTED"}),
      ("States.TaskFailed", json.dumps({"executionArn": "arn:x:p2", "status": "ABORTED"}))),
@@ -525,3 +536,95 @@ def test_a_notification_whose_mark_was_not_written_goes_out_again_rather_than_ne
     assert len(published(sqs, topic)) == 2
     assert "notification sent but not marked" in logs.at(logging.WARNING)[0]
     assert len(ledger.history()) == 1
+
+
+@pytest.mark.parametrize(("error", "cause", "expected"), [
+    # the file's own execution: only Split runs in it
+    ("Lambda.Unknown", "RequestId: r-1 Error: Task timed out", "split"),
+    ("States.TaskFailed", json.dumps({"errorType": "Runtime.OutOfMemory", "errorMessage": "Runtime exited"}), "split"),
+    # a page or section execution: only the register function runs in it
+    ("States.TaskFailed", json.dumps({"executionArn": "arn:x:p3", "status": "FAILED", "error": "Sandbox.Timedout",
+                                      "cause": "timed out"}), "register"),
+    # not a crash
+    ("SinkRejectedError", LAMBDA_CAUSE, None),
+    ("States.TaskFailed", json.dumps({"executionArn": "arn:x:p3", "status": "FAILED", "error": "SinkRejectedError",
+                                      "cause": "HTTP 400"}), None),
+])
+def test_crashed_function_names_the_function_whose_crash_failed_the_file(error, cause, expected):
+    assert crashed_function(error, cause) == expected
+
+
+def test_the_rules_event_is_recorded_with_its_error_and_the_notification_reads_in_full(
+        machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
+    """GIVEN the backstop rule's status-change event, as EventBridge sends it (its state
+    machine's ARN, qualified by the alias the execution started through; its error and cause)
+    WHEN the closer handles it THEN the close is recorded with that error, and the one
+    notification says all an operator needs, in this order."""
+    runner = Closer(config=config(machine, ledger_table, queue_url, topic), ledger=ledger, sqs=sqs, sns=sns, sfn=sfn,
+                    now=NOW + 60, log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+
+    result = runner.handle_event({"detail": {
+        "executionArn": execution_arn(machine, "evt-a"), "stateMachineArn": f"{machine}:live", "name": "evt-a",
+        "status": "TIMED_OUT", "error": "States.Timeout", "cause": "The execution ran longer than its time limit"}})
+
+    assert result == {"execution_name": "evt-a", "recorded": True, "halted": True, "handed_off": False}
+    position = ledger.read()
+    assert (position.closed_as, position.error, position.cause) == (
+        "TIMED_OUT", "States.Timeout", "The execution ran longer than its time limit")
+    (notice,) = published(sqs, topic)
+    assert notice["Subject"] == "[ordered-ingest] acme: file timed out (States.Timeout)"
+    assert notice["Message"] == "\n".join([
+        "A file of tenant acme timed out.",
+        "Tenant acme is halted (on_failure: halt): its later files wait in the queue, in order.",
+        "",
+        "File:      s3://landing/acme/f.csv (version v7)",
+        "Stopped:   chunk 3 of 10, record 304 of 1,000 (records 0-303 reached the core system)",
+        "Error:     States.Timeout: The execution ran longer than its time limit",
+        "Execution: evt-a",
+        "",
+        "Hint:      find out what was slow (the register function's log group); if files this size take longer, "
+        "raise file_time_limit_seconds first; then resume",
+        "",
+        "Continue this file where it stopped:",
+        "  python -m ops resume acme",
+        "or give it up and start the next file:",
+        '  python -m ops skip acme --reason "..."',
+        "",
+        "Runbook: docs/operations.md#workflow-failed",
+    ])
+
+
+def test_with_continue_the_notification_points_to_the_status(machine, ledger_table, queue_url, topic, ledger, sqs, sns,
+                                                              sfn):
+    cfg = config(machine, ledger_table, queue_url, topic, on_failure="continue")
+
+    close(cfg, ledger, sqs, sns, sfn, {"execution_name": "evt-a", "status": "ABORTED", "error": None, "cause": None})
+
+    (notice,) = published(sqs, topic)
+    assert notice["Subject"] == "[ordered-ingest] acme: file was stopped (Error)"
+    assert notice["Message"].split("\n")[:2] == ["A file of tenant acme was stopped.",
+                                                  "Tenant acme goes on with its next file (on_failure: continue)."]
+    assert "\nError:     Error\nExecution: evt-a\n\nCheck the tenant with:\n  python -m ops status acme\n\n" \
+        in notice["Message"]
+
+
+def test_an_event_of_another_state_machine_is_ignored_without_a_call(machine, ledger_table, queue_url, topic, ledger, sqs,
+                                                                     sns, sfn, ddb):
+    """A page's status change that reached the tenant's closer anyway: nothing is read or written."""
+    calls: list[str] = []
+    for client in (ddb, sqs, sns, sfn):
+        client.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
+    runner = Closer(config=config(machine, ledger_table, queue_url, topic), ledger=ledger, sqs=sqs, sns=sns, sfn=sfn,
+                    now=NOW + 60, log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+    page_machine = machine.replace("file-ingest-workflow", "file-ingest-page")
+
+    result = runner.handle_event({"detail": {"executionArn": f"{page_machine}:evt-a-p0".replace(":stateMachine:", ":execution:"),
+                                             "stateMachineArn": page_machine, "name": "evt-a-p0", "status": "FAILED"}})
+
+    assert result == {"execution_name": "evt-a-p0", "recorded": False, "halted": None, "handed_off": False}
+    assert calls == []
+
+
+def test_the_execution_is_named_by_its_arn_when_the_event_has_no_name():
+    assert close_event({"detail": {"executionArn": "arn:aws:states:us-east-1:1:execution:acme-wf:evt-9",
+                                   "status": "FAILED"}})["execution_name"] == "evt-9"
