@@ -628,3 +628,15 @@ def test_an_event_of_another_state_machine_is_ignored_without_a_call(machine, le
 def test_the_execution_is_named_by_its_arn_when_the_event_has_no_name():
     assert close_event({"detail": {"executionArn": "arn:aws:states:us-east-1:1:execution:acme-wf:evt-9",
                                    "status": "FAILED"}})["execution_name"] == "evt-9"
+
+
+def test_a_long_error_type_is_cut_to_the_100_characters_sns_takes_as_a_subject(machine, ledger_table, queue_url, topic,
+                                                                              ledger, sqs, sns, sfn):
+    """SNS refuses a subject over 100 characters: the notification would never go out."""
+    error = "VeryLong" + "E" * 120
+    close(config(machine, ledger_table, queue_url, topic), ledger, sqs, sns, sfn,
+          {"execution_name": "evt-a", "status": "FAILED", "error": error, "cause": "c"})
+
+    (notice,) = published(sqs, topic)
+    assert notice["Subject"] == f"[ordered-ingest] acme: file failed ({error})"[:100]
+    assert f"Error:     {error}: c" in notice["Message"]
