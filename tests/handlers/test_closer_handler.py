@@ -63,10 +63,14 @@ def ledger(ddb: Any, ledger_table: str) -> Ledger:
     return ledger
 
 
+def closer_of(cfg: CloserEnv, ledger: Ledger, sqs: Any, sns: Any, sfn: Any) -> Closer:
+    """The tenant's closer, a minute after the file started."""
+    return Closer(config=cfg, ledger=ledger, sqs=sqs, sns=sns, sfn=sfn, now=NOW + 60,
+                  log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+
+
 def close(cfg: CloserEnv, ledger: Ledger, sqs: Any, sns: Any, sfn: Any, event: dict[str, Any]) -> dict[str, Any]:
-    runner = Closer(config=cfg, ledger=ledger, sqs=sqs, sns=sns, sfn=sfn, now=NOW + 60,
-                    log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
-    return runner.handle(close_event(event))
+    return closer_of(cfg, ledger, sqs, sns, sfn).handle(close_event(event))
 
 
 def waiting_message(sqs: Any, queue_url: str, ledger: Ledger) -> dict[str, Any]:
@@ -312,8 +316,7 @@ def test_a_status_change_of_a_page_execution_is_ignored(status, machine, ledger_
                                                         logs):
     """The rule matches the file's own state machine; should a page's event come anyway, it
     neither stops nor records anything."""
-    runner = Closer(config=config(machine, ledger_table, queue_url, topic), ledger=ledger, sqs=sqs, sns=sns, sfn=sfn,
-                    now=NOW + 60, log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+    runner = closer_of(config(machine, ledger_table, queue_url, topic), ledger, sqs, sns, sfn)
     page_machine = machine.replace("file-ingest-workflow", "file-ingest-page")
 
     result = runner.handle_event({"detail": {"name": "evt-a-p0", "status": status, "stateMachineArn": page_machine,
@@ -442,8 +445,7 @@ class Faulty:
 
 
 def faulty_closer(cfg: CloserEnv, ddb: Any, sqs: Any, sns: Any, sfn: Any) -> Closer:
-    return Closer(config=cfg, ledger=Ledger(ddb, cfg.ledger_table_name, TENANT), sqs=sqs, sns=sns, sfn=sfn, now=NOW + 60,
-                  log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+    return closer_of(cfg, Ledger(ddb, cfg.ledger_table_name, TENANT), sqs, sns, sfn)
 
 
 RECORD_FAILURE = {"execution_name": "evt-a", "status": "FAILED", "error": "SinkRejectedError", "cause": LAMBDA_CAUSE}
@@ -560,8 +562,7 @@ def test_the_rules_event_is_recorded_with_its_error_and_the_notification_reads_i
     machine's ARN, qualified by the alias the execution started through; its error and cause)
     WHEN the closer handles it THEN the close is recorded with that error, and the one
     notification says all an operator needs, in this order."""
-    runner = Closer(config=config(machine, ledger_table, queue_url, topic), ledger=ledger, sqs=sqs, sns=sns, sfn=sfn,
-                    now=NOW + 60, log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+    runner = closer_of(config(machine, ledger_table, queue_url, topic), ledger, sqs, sns, sfn)
 
     result = runner.handle_event({"detail": {
         "executionArn": execution_arn(machine, "evt-a"), "stateMachineArn": f"{machine}:live", "name": "evt-a",
@@ -614,11 +615,10 @@ def test_an_event_of_another_state_machine_is_ignored_without_a_call(machine, le
     calls: list[str] = []
     for client in (ddb, sqs, sns, sfn):
         client.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
-    runner = Closer(config=config(machine, ledger_table, queue_url, topic), ledger=ledger, sqs=sqs, sns=sns, sfn=sfn,
-                    now=NOW + 60, log=BoundLogger(get_logger("closer"), {"tenant": TENANT}))
+    runner = closer_of(config(machine, ledger_table, queue_url, topic), ledger, sqs, sns, sfn)
     page_machine = machine.replace("file-ingest-workflow", "file-ingest-page")
 
-    result = runner.handle_event({"detail": {"executionArn": f"{page_machine}:evt-a-p0".replace(":stateMachine:", ":execution:"),
+    result = runner.handle_event({"detail": {"executionArn": execution_arn(page_machine, "evt-a-p0"),
                                              "stateMachineArn": page_machine, "name": "evt-a-p0", "status": "FAILED"}})
 
     assert result == {"execution_name": "evt-a-p0", "recorded": False, "halted": None, "handed_off": False}

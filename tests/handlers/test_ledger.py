@@ -85,20 +85,21 @@ def test_a_duplicate_version_from_a_stale_read_is_a_conflict_then_already_claime
         ledger.claim(ledger.read(), file("e2", key="acme/a.csv"), "e2", NOW)
 
 
+def stored(ddb: Any, ledger: Ledger, entry: str) -> dict[str, str]:
+    """The ledger's item `entry` as stored, each attribute's string or number as text."""
+    item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": entry}})["Item"]
+    return {k: v.get("S", v.get("N")) for k, v in item.items()}
+
+
 def test_the_markers_name_the_event_the_version_and_who_claimed_them(ledger, ddb):
     ledger.claim(ledger.read(), file("e1", key="acme/dir/a b.csv", version_id="v9"), "e1-exec", NOW)
-
-    def stored(entry: str) -> dict[str, str]:
-        item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": entry}})["Item"]
-        return {k: v.get("S", v.get("N")) for k, v in item.items()}
-
     entry = version_entry("landing", "acme/dir/a b.csv", "v9")
     expires_at = str(int(NOW + 400 * 86400))
-    assert stored(entry) == {
+    assert stored(ddb, ledger, entry) == {
         "tenant": TENANT, "entry": entry, "bucket": "landing", "key": "acme/dir/a b.csv", "version_id": "v9",
         "event_id": "e1", "execution": "e1-exec", "claimed_at": str(NOW), "expires_at": expires_at,
     }
-    assert stored("event#e1") == {"tenant": TENANT, "entry": "event#e1", "execution": "e1-exec",
+    assert stored(ddb, ledger, "event#e1") == {"tenant": TENANT, "entry": "event#e1", "execution": "e1-exec",
                                   "claimed_at": str(NOW), "expires_at": expires_at}
 
 
@@ -125,9 +126,8 @@ def test_a_claim_starts_the_next_file_afresh(ledger, ddb):
         waiting_receipt=None, waiting_since=None, waiting_sent_at=None,
     )
     # Nothing but the position's own attributes is stored on it.
-    item = ddb.get_item(TableName=ledger.table, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}})["Item"]
-    assert set(item) == {"tenant", "entry", "seq", "execution", "file_ref", "status", "halted", "attempt",
-                         "next_record", "started_at"}
+    assert set(stored(ddb, ledger, "position")) == {"tenant", "entry", "seq", "execution", "file_ref", "status",
+                                                    "halted", "attempt", "next_record", "started_at"}
 
 
 def test_a_cancelled_claim_that_names_no_reasons_is_a_conflict(ledger, ddb, monkeypatch):
@@ -264,9 +264,10 @@ def test_history_and_event_markers_expire_after_400_days(ledger, ddb):
 def test_a_waiting_sequence_note_expires_after_15_days(ledger, ddb):
     """A `key_sequence` note outlives the queue's 14-day retention of its message, no longer."""
     ledger.note_waiting_sequence(7, "m7", "r7", NOW)
-    (item,) = [i for i in ddb.scan(TableName=ledger.table)["Items"] if i["entry"]["S"].startswith("waiting#")]
-    assert {k: v.get("S", v.get("N")) for k, v in item.items() if k not in ("tenant", "entry")} == {
-        "message_id": "m7", "receipt": "r7", "noted_at": str(NOW), "expires_at": str(int(NOW + 15 * 86400))}
+    (entry,) = [entry for entry in (i["entry"]["S"] for i in ddb.scan(TableName=ledger.table)["Items"])
+                if entry.startswith("waiting#")]
+    assert stored(ddb, ledger, entry) == {"tenant": TENANT, "entry": entry, "message_id": "m7", "receipt": "r7",
+                                          "noted_at": str(NOW), "expires_at": str(int(NOW + 15 * 86400))}
     assert ledger.waiting_sequences() == [(7, "r7")]
 
 
