@@ -32,12 +32,12 @@ STATUS_CHANGE = "Step Functions Execution Status Change"
 
 class StatusEvents:
     """The status-change events each closer received from EventBridge (not from the workflow),
-    and, once handled, whether the handler failed."""
+    and, once handled, the error type of a failed handler (None: it succeeded)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.by_tenant: dict[str, list[dict[str, Any]]] = {}
-        self.handled: dict[str, list[tuple[str, bool]]] = {}
+        self.handled: dict[str, list[tuple[str, str | None]]] = {}
 
     def __call__(self, function: Any, event: Any, result: Any) -> None:
         if function.role != "closer" or not isinstance(event, dict) or event.get("detail-type") != STATUS_CHANGE:
@@ -46,18 +46,18 @@ class StatusEvents:
             if result is None:
                 self.by_tenant.setdefault(function.tenant, []).append(event["detail"])
             else:
-                self.handled.setdefault(function.tenant, []).append((event["detail"]["stateMachineArn"], result.errored))
+                self.handled.setdefault(function.tenant, []).append((event["detail"]["stateMachineArn"], result.error_type))
 
     def statuses(self, tenant: str) -> set[tuple[str, str]]:
         with self._lock:
             return {(d["name"], d["status"]) for d in self.by_tenant.get(tenant, [])}
 
-    def handled_by_state_machine(self, tenant: str) -> dict[str, list[bool]]:
-        """stateMachineArn -> whether each handled event of it failed."""
+    def handled_by_state_machine(self, tenant: str) -> dict[str, list[str | None]]:
+        """stateMachineArn -> the error type of each handled event of it (None: no error)."""
         with self._lock:
-            found: dict[str, list[bool]] = {}
-            for arn, errored in self.handled.get(tenant, []):
-                found.setdefault(arn, []).append(errored)
+            found: dict[str, list[str | None]] = {}
+            for arn, error_type in self.handled.get(tenant, []):
+                found.setdefault(arn, []).append(error_type)
             return found
 
 
@@ -186,7 +186,8 @@ def test_a_status_change_naming_the_workflow_by_alias_or_version_reaches_its_clo
     naming the state machine qualified by the `live` alias, and by version 3 (AWS documents the
     bare ARN for DescribeExecution, not for the event) THEN both go through the shard routing to
     the tenant's closer, which records them without error (a repeated close changes nothing);
-    of the deployed status rules only the tenant's own matches them."""
+    of the deployed status rules only the tenant's own matches them. On a starved machine the
+    closer's 30 s, scaled to 1 s here, can run out: that timeout is accepted, no other error."""
     last = pipe.executions(tenant)[-1]
     qualified = {f"{pipe.tenants[tenant].state_machine_arn}:{q}" for q in ("live", "3")}
     # Step Functions' stand-in: moto takes PutEvents with an `aws.` source (AWS refuses it)
@@ -202,6 +203,7 @@ def test_a_status_change_naming_the_workflow_by_alias_or_version_reaches_its_clo
     wait_for(lambda: qualified <= set(status_events.handled_by_state_machine(tenant)), timeout=30,
              what=f"{tenant}'s closer handling its qualified status changes")
     handled = status_events.handled_by_state_machine(tenant)
-    assert {arn: handled[arn] for arn in qualified} == {arn: [False] for arn in qualified}
+    for arn in qualified:  # handled once each, without error or cut short by the scaled timeout
+        assert handled[arn] in ([None], ["Sandbox.Timedout"]), (arn, handled[arn])
     for event in sent:
         assert deployed_status_rules_matching(pipe, event) == {f"{tenant}-sfn-status"}
