@@ -12,13 +12,16 @@ the core-system stand-in (`local_runtime/sink.py`'s `SinkServer`) in a process o
 real core system is. Each of `--runs` rounds measures, per mode, one after the other:
 
 * raw: a plain `http.client` keep-alive client in a process of its own (as a register worker
-  is) POSTs `--raw-records` records (or batches of them, with the same kind of keys), nothing
-  else: the physical limit of this contract against this core system. It runs right before and
+  is) POSTs `--raw-records` records (default: as many as the file, `--records`), or batches of
+  them, with the same kind of keys, nothing else: the physical limit of this contract against
+  this core system, at the same volume (the stand-in keeps every record it receives). It runs right before and
   right after the pipeline, and the pipeline is compared with the mean of the two: the machine's
   own speed drifts while a run lasts (a tenth or more within minutes);
 * pipeline: a file of `--records` records uploaded to the mode's tenant, from the upload to the
   last record registered (Split, the controller, the workflows, the ledger: everything); every
-  record is checked to be registered once, in order;
+  record is checked to be registered once, in order; "sending" is its rate inside its chunks
+  (the sum of each chunk's first to last POST), what is left when the gaps between chunks are
+  taken out;
 * handler alone: the real `register_chunk.register_chunk`, in a process of its own, sending the
   same file's chunks one after the other as one warm function would (its own ledger position,
   the pipeline's moto server for S3 and DynamoDB): no workflow, no invocation plumbing.
@@ -324,7 +327,9 @@ def pipeline_run(pipe: Any, sink: SinkProcess, calls: RegisterInvocations, tenan
         first, last = chunks.get(index, (when, when))
         chunks[index] = (min(first, when), max(last, when))
     times = [when for when, _ in received["requests"]]
+    sending = sum(last - first for first, last in chunks.values())
     return {"seconds": seconds, "rate": count / seconds, "register_rate": count / (times[-1] - times[0]),
+            "sending_rate": count / sending if sending > 0 else 0.0,
             "posts": received["posts"], "connections": received["connections"],
             **chunk_breakdown(chunks, calls.take(tenant))}
 
@@ -395,7 +400,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
         for round_number in range(1, args.runs + 1):
             for mode, (chunk, batch) in modes.items():
                 tenant, name = TENANTS[mode], f"run{round_number}.csv"
-                raw_records = min(args.records, args.raw_records)
+                raw_records = min(args.records, args.raw_records or args.records)
                 sink.reset()
                 raw_before = measure_raw(sink.url, raw_records, batch)
                 piped = pipeline_run(pipe, sink, calls, tenant, name, args.records, chunk)
@@ -434,7 +439,8 @@ def describe(result: dict[str, Any]) -> str:
     return (f"{result['mode']:6} chunk {result['chunk']:>5} x{result['batch']:<3} raw {raw:>9,.0f}/s "
             f"({before:,.0f} before, {after:,.0f} after) | "
             f"handler alone {alone['rate']:>9,.0f}/s ({alone['rate'] / raw:.2f}) | pipeline {piped['rate']:>9,.0f}/s "
-            f"({piped['rate'] / raw:.2f}; register span {piped['register_rate'] / raw:.2f}) | per chunk: invocation "
+            f"({piped['rate'] / raw:.2f}; register span {piped['register_rate'] / raw:.2f}, sending "
+            f"{piped['sending_rate'] / raw:.2f}) | per chunk: invocation "
             f"{cost['invocation']:.0f} ms, index read {cost['index_read']:.1f} ms, progress write "
             f"{cost['progress_write']:.1f} ms, state transitions {cost['state_transitions']:.0f} ms | "
             f"{piped['connections']} connection(s) for {piped['chunks']} chunks")
@@ -475,7 +481,8 @@ def main() -> int:
                         help="chunk_size of both tenants (default: the largest the register budget allows)")
     parser.add_argument("--sink-timeout", type=int, default=5, help="sink.timeout_seconds (bounds the chunk size)")
     parser.add_argument("--time-scale", type=float, default=0.1)
-    parser.add_argument("--raw-records", type=int, default=200_000, help="records the raw client sends per run")
+    parser.add_argument("--raw-records", type=int, default=None,
+                        help="records the raw client sends per run (default: --records)")
     parser.add_argument("--aws-request-ms", type=float, default=10.0, help="a POST to the core system on AWS")
     parser.add_argument("--aws-task-ms", type=float, default=60.0, help="Step Functions' Lambda task, per chunk")
     parser.add_argument("--aws-s3-ms", type=float, default=30.0, help="an S3 ranged GET")
@@ -508,7 +515,8 @@ def main() -> int:
             f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores, load {load_before} | {args.records:,} | "
             f"{mode} ({chosen['batch']} per POST) | {chosen['chunk']} | {raw:,.0f} ({before:,.0f} / {after:,.0f}) | "
             f"{alone['rate']:,.0f} "
-            f"({alone['rate'] / raw:.2f}) | {piped['rate']:,.0f} ({piped['rate'] / raw:.2f}; runs {fractions}) | "
+            f"({alone['rate'] / raw:.2f}) | {piped['rate']:,.0f} ({piped['rate'] / raw:.2f}; runs {fractions}; "
+            f"sending {piped['sending_rate'] / raw:.2f}) | "
             f"{cost['invocation']:.0f} / {cost['index_read']:.1f} / {cost['progress_write']:.1f} / "
             f"{cost['state_transitions']:.0f} ms | {piped['connections']} for {piped['chunks']} chunks | "
             f"{aws['pipeline'] / aws['raw']:.3f} ({aws['fixed_ms']:.0f} ms a chunk) |")
