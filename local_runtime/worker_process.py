@@ -122,12 +122,13 @@ def _install_fault_hooks() -> None:
     boto3.setup_default_session(botocore_session=session)
     boto3.DEFAULT_SESSION.events.register("after-call", _after_call)
     sink = urllib.parse.urlsplit(os.environ.get("SINK_URL", ""))
+    sink_origin = (sink.hostname, sink.port)  # parsed once: `.port` parses the URL on every read (1 us a POST)
     getresponse = http.client.HTTPConnection.getresponse
 
     def counted_getresponse(self: http.client.HTTPConnection, *args: Any, **kwargs: Any) -> Any:
         """The event `sink`: the core system has answered (and registered) the request."""
         response = getresponse(self, *args, **kwargs)
-        if (self.host, self.port) == (sink.hostname, sink.port):
+        if (self.host, self.port) == sink_origin:
             _count_towards_kill("sink")
         return response
 
