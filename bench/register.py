@@ -87,15 +87,16 @@ def csv_file(count: int) -> bytes:
 # --- raw keep-alive client -------------------------------------------------------------------------
 
 
-def raw_client(url: str, count: int, batch: int) -> float:
-    """Records/s of a plain keep-alive client (runs in its own process)."""
+def raw_client(url: str, count: int, batch: int) -> dict[str, float]:
+    """Records/s of a plain keep-alive client (runs in its own process), and its CPU seconds per
+    request."""
     from chunk_format import idempotency_key
     from sink_client import batch_body, batch_idempotency_key
 
     records = records_of(count)
     parts = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for first in range(0, count, batch):
         if batch == 1:
             body, key = records[first], idempotency_key("raw", "f.csv", "v", first)
@@ -107,13 +108,13 @@ def raw_client(url: str, count: int, batch: int) -> float:
         response = connection.getresponse()
         response.read()
         assert 200 <= response.status < 300, response.status
-    return count / (time.perf_counter() - started)
+    return {"rate": count / (time.perf_counter() - started), "cpu_per_request": (time.process_time() - cpu) / -(-count // batch)}
 
 
-def measure_raw(url: str, count: int, batch: int) -> float:
+def measure_raw(url: str, count: int, batch: int) -> dict[str, float]:
     out = subprocess.run([sys.executable, __file__, "--raw-client", url, "--records", str(count),
                           "--batch-size", str(batch)], check=True, capture_output=True, text=True).stdout
-    return float(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])
 
 
 # --- the register handler alone --------------------------------------------------------------------
@@ -159,14 +160,16 @@ def handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
                                  "event_time": ""}, task["execution_name"], time.time())
     phases.update({name: type(value)() for name, value in phases.items()})
     log = BoundLogger(get_logger("register_chunk"), {})
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for index in range(task["chunk_count"]):
         progress: dict[str, Any] = {**task, "chunk_index": index, "start_record": index * task["chunk_size"]}
         while not progress.get("done"):
             progress = register_chunk.register_chunk(progress, config=config, s3=s3, ledger=ledger,  # type: ignore[arg-type]
                                                       log=log, remaining_seconds=lambda: 900.0)
-    seconds = time.perf_counter() - started
-    return {"rate": task["record_count"] / seconds, "seconds": seconds, **phases}
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    requests = sum(-(-min(task["chunk_size"], task["record_count"] - index * task["chunk_size"]) // config.sink_batch_size)
+                   for index in range(task["chunk_count"]))
+    return {"rate": task["record_count"] / seconds, "seconds": seconds, "cpu_per_request": cpu / requests, **phases}
 
 
 def measure_handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +336,7 @@ def pipeline_run(pipe: Any, sink: SinkProcess, calls: RegisterInvocations, tenan
     times = [when for when, _ in received["requests"]]
     sending = sum(last - first for first, last in chunks.values())
     return {"seconds": seconds, "rate": count / seconds, "register_rate": count / (times[-1] - times[0]),
+            "first_post": times[0] - started,
             "sending_rate": count / sending if sending > 0 else 0.0,
             "posts": received["posts"], "connections": received["connections"],
             **chunk_breakdown(chunks, calls.take(tenant))}
@@ -366,18 +370,33 @@ def file_task(pipe: Any, tenant: str, name: str) -> dict[str, Any]:
 # --- the AWS projection ----------------------------------------------------------------------------
 
 
-def aws_projection(records: int, chunk: int, batch: int, args: argparse.Namespace) -> dict[str, float]:
-    """Records/s on AWS of the raw client and of the pipeline, from the stated per-call latencies:
-    per chunk its POSTs, plus the Lambda task (`--aws-task-ms`), the fence read and the final
-    progress write (DynamoDB), the landing object's ranged GET (S3; the index block is kept warm),
-    and a progress write per second of sending."""
+#: Lambda gives a function one vCPU at 1,769 MB of memory, and CPU in proportion below it.
+VCPU_MEMORY_MB = 1769
+
+
+def aws_projection(chunk: int, batch: int, args: argparse.Namespace, *, raw_cpu: float, handler_cpu: float,
+                   memory_mb: int) -> dict[str, float]:
+    """Records/s on AWS of the raw client and of the pipeline, from the stated per-call latencies
+    and the CPU seconds per request measured here (one local core taken as one Lambda vCPU, as
+    bench/split.py does).
+
+    A request costs the raw client the core system's answer (`--aws-request-ms`) plus its own
+    CPU. It costs the register function the answer plus its CPU, or its CPU at its share of a
+    vCPU (`memory_mb` / 1,769) when that is longer: below `cpu_bound_ms` of answer time the
+    function's memory, not the core system, sets the pace. A chunk adds the Lambda task
+    (`--aws-task-ms`), the fence read and the final progress write (DynamoDB), the landing
+    object's ranged GET (S3; the index block is kept warm), and a progress write per second of
+    sending."""
+    answer = args.aws_request_ms / 1000
+    share = min(1.0, memory_mb / VCPU_MEMORY_MB)
     requests = -(-chunk // batch)
-    sending = requests * args.aws_request_ms / 1000
+    sending = requests * max(answer + handler_cpu, handler_cpu / share)
     fixed = (args.aws_task_ms + args.aws_s3_ms + 2 * args.aws_ddb_ms) / 1000
     writes = int(sending) * args.aws_ddb_ms / 1000
-    raw = batch / (args.aws_request_ms / 1000)
+    raw = batch / (answer + raw_cpu)
     pipeline = chunk / (sending + fixed + writes)
-    return {"raw": raw, "pipeline": pipeline, "fixed_ms": (fixed + writes) * 1000}
+    return {"raw": raw, "pipeline": pipeline, "fixed_ms": (fixed + writes) * 1000,
+            "cpu_bound_ms": handler_cpu * (1 / share - 1) * 1000}
 
 
 # --- one invocation of the bench -------------------------------------------------------------------
@@ -412,9 +431,10 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
                 raw_after = measure_raw(sink.url, raw_records, batch)
                 # The machine drifts while the pipeline runs (a tenth or more within minutes): the raw
                 # client brackets the run and the pipeline is compared with the mean of the two.
-                raw = (raw_before + raw_after) / 2
+                raw = (raw_before["rate"] + raw_after["rate"]) / 2
                 sink.reset()
                 function = register_function(pipe, tenant)
+                memory = pipe.client("lambda").get_function_configuration(FunctionName=function.name)["MemorySize"]
                 alone = measure_handler_alone({
                     "environment": {**function.environment, "AWS_ENDPOINT_URL": pipe.endpoint_url,
                                     "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -427,7 +447,9 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
                 index_read = alone["index_read"] / chunks
                 progress = alone["fence"] / chunks + alone["writes"] / max(1, alone["write_calls"])
                 result = {"mode": mode, "chunk": chunk, "batch": batch, "raw": raw,
-                          "raw_bracket": (raw_before, raw_after), "pipeline": piped, "alone": alone,
+                          "raw_bracket": (raw_before["rate"], raw_after["rate"]), "pipeline": piped, "alone": alone,
+                          "raw_cpu": (raw_before["cpu_per_request"] + raw_after["cpu_per_request"]) / 2,
+                          "memory_mb": memory,
                           "per_chunk_ms": {
                               "invocation": max(0.0, piped["in_invocation"] - index_read - progress) * 1000,
                               "index_read": index_read * 1000, "progress_write": progress * 1000,
@@ -443,8 +465,9 @@ def describe(result: dict[str, Any]) -> str:
     return (f"{result['mode']:6} chunk {result['chunk']:>5} x{result['batch']:<3} raw {raw:>9,.0f}/s "
             f"({before:,.0f} before, {after:,.0f} after) | "
             f"handler alone {alone['rate']:>9,.0f}/s ({alone['rate'] / raw:.2f}) | pipeline {piped['rate']:>9,.0f}/s "
-            f"({piped['rate'] / raw:.2f}; register span {piped['register_rate'] / raw:.2f}, sending "
-            f"{piped['sending_rate'] / raw:.2f}) | per chunk: invocation "
+            f"({piped['rate'] / raw:.3f}; register span {piped['register_rate'] / raw:.2f}, sending "
+            f"{piped['sending_rate'] / raw:.2f}, first POST at {piped['first_post']:.2f} s) | CPU a request: handler "
+            f"{alone['cpu_per_request'] * 1e6:.0f} us, raw {result['raw_cpu'] * 1e6:.0f} us | per chunk: invocation "
             f"{cost['invocation']:.0f} ms, index read {cost['index_read']:.1f} ms, progress write "
             f"{cost['progress_write']:.1f} ms, state transitions {cost['state_transitions']:.0f} ms | "
             f"{piped['connections']} connection(s) for {piped['chunks']} chunks")
@@ -500,7 +523,7 @@ def main() -> int:
         sink_process()
         return 0
     if args.raw_client:
-        print(raw_client(args.raw_client, args.records, args.batch_size))
+        print(json.dumps(raw_client(args.raw_client, args.records, args.batch_size)))
         return 0
     if args.handler_alone:
         print(json.dumps(handler_alone(json.loads(Path(args.handler_alone).read_text()))))
@@ -513,17 +536,19 @@ def main() -> int:
         chosen = median_run(runs)
         raw, piped, alone, cost = chosen["raw"], chosen["pipeline"], chosen["alone"], chosen["per_chunk_ms"]
         before, after = chosen["raw_bracket"]
-        fractions = ", ".join(f"{r['pipeline']['rate'] / r['raw']:.2f}" for r in runs)
-        aws = aws_projection(args.records, chosen["chunk"], chosen["batch"], args)
+        fractions = ", ".join(f"{r['pipeline']['rate'] / r['raw']:.3f}" for r in runs)
+        aws = aws_projection(chosen["chunk"], chosen["batch"], args, raw_cpu=chosen["raw_cpu"],
+                             handler_cpu=alone["cpu_per_request"], memory_mb=chosen["memory_mb"])
         rows.append(
             f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores, load {load_before} | {args.records:,} | "
             f"{mode} ({chosen['batch']} per POST) | {chosen['chunk']} | {raw:,.0f} ({before:,.0f} / {after:,.0f}) | "
             f"{alone['rate']:,.0f} "
-            f"({alone['rate'] / raw:.2f}) | {piped['rate']:,.0f} ({piped['rate'] / raw:.2f}; runs {fractions}; "
-            f"sending {piped['sending_rate'] / raw:.2f}) | "
+            f"({alone['rate'] / raw:.2f}) | {piped['rate']:,.0f} ({piped['rate'] / raw:.3f}; runs {fractions}; "
+            f"sending {piped['sending_rate'] / raw:.2f}; first POST at {piped['first_post']:.2f} s) | "
             f"{cost['invocation']:.0f} / {cost['index_read']:.1f} / {cost['progress_write']:.1f} / "
             f"{cost['state_transitions']:.0f} ms | {piped['connections']} for {piped['chunks']} chunks | "
-            f"{aws['pipeline'] / aws['raw']:.3f} ({aws['fixed_ms']:.0f} ms a chunk) |")
+            f"{aws['pipeline'] / aws['raw']:.3f} ({aws['fixed_ms']:.0f} ms a chunk; CPU {alone['cpu_per_request'] * 1e6:.0f} "
+            f"us a request, the pace below {aws['cpu_bound_ms']:.1f} ms answers at {chosen['memory_mb']} MB) |")
     print("\n".join(rows))
     if not args.no_write:
         append_rows(rows)
