@@ -40,7 +40,9 @@ The AWS projection replaces the local latencies by the per-call latencies stated
 docs/benchmarks.md ("Register throughput"): `--aws-request-ms` per POST (the core system's own
 answer time and the round trip: not something this repository can know), `--aws-task-ms` per
 chunk for Step Functions' Lambda task (state transitions and the invoke), `--aws-s3-ms` per S3
-GET, `--aws-ddb-ms` per DynamoDB call. Prints a table and appends one row per mode (the median
+GET, `--aws-ddb-ms` per DynamoDB call; and a POST also costs the CPU each side spends on it,
+measured here (the raw client's and the handler alone's process time per request), the register
+function's at its memory's share of a vCPU when that is longer (`aws_projection`). Prints a table and appends one row per mode (the median
 run) to the "Register throughput" section of docs/benchmarks.md, with the machine's load.
 """
 
