@@ -25,6 +25,12 @@ from collections.abc import Callable
 
 #: A rejection's body is read for `rejected_index` only up to this size (never logged).
 MAX_REJECTION_BODY_BYTES = 64 * 1024
+#: A kept connection older than this is closed before the next request, which opens a new one:
+#: its host name is resolved again, so a core system that moved (a DNS failover to a standby, a
+#: blue/green switch) gets the records within this time, not only once the old address stops
+#: answering. AWS's failover guidance: cache DNS lookups for no more than 60 seconds. The cost
+#: is a handshake a minute (the TLS session resumed), not one a chunk.
+MAX_CONNECTION_AGE_SECONDS = 60.0
 
 
 def batch_idempotency_key(bucket: str, key: str, version_id: str, first_record: int, record_count: int) -> str:
@@ -107,6 +113,7 @@ class _Kept:
         else:
             self.connection = http.client.HTTPConnection(parts.hostname, parts.port)
         self.timeout: float | None = None  # the current socket's
+        self.opened_at = 0.0  # when the current socket was opened (the clock of the SinkConnection that opened it)
 
 
 class ConnectionPool:
@@ -138,8 +145,9 @@ POOL = ConnectionPool()
 
 class SinkConnection:
     """One invocation's use of the kept connection to the sink (`POOL`), and what it cost:
-    `opened` (new connections: TCP, and TLS, handshakes) and `reconnects` (kept connections found
-    closed by the far side, each followed by the same request on a new one).
+    `opened` (new connections: TCP, and TLS, handshakes; a kept connection older than
+    `MAX_CONNECTION_AGE_SECONDS` is replaced between two requests, counted here) and `reconnects`
+    (kept connections found closed by the far side, each followed by the same request on a new one).
 
     `http.client` does not follow redirects, which is what we want: a redirected POST would lose its body.
     """
@@ -167,15 +175,22 @@ class SinkConnection:
         A kept connection that turns out closed before the answer began is opened again and the
         same request (the same body, headers and idempotency key) sent once more, within what is
         left of `timeout`: the far side may or may not have read it, and the key makes that safe."""
-        reused = self._kept.connection.sock is not None
+        kept = self._kept
         started = self._clock()
+        if kept.connection.sock is not None and started - kept.opened_at >= MAX_CONNECTION_AGE_SECONDS:
+            kept.connection.close()  # between two requests: nothing is in flight on it
+        reused = kept.connection.sock is not None
+        if not reused:
+            kept.opened_at = started
         try:
             return self._post(body, headers, timeout, meanwhile)
         except CLOSED_CONNECTION_ERRORS:
-            left = timeout - (self._clock() - started)
+            failed = self._clock()
+            left = timeout - (failed - started)
             if not reused or self._answering or left <= 0:
                 raise
         self.reconnects += 1
+        kept.opened_at = failed
         return self._post(body, headers, left, meanwhile)
 
     def _post(self, body: bytes, headers: dict[str, str], timeout: float,

@@ -296,3 +296,69 @@ def test_meanwhile_runs_after_each_write_of_a_request_sent_again_on_a_new_connec
     # The write on the closed connection may fail at once (no call) or only at the answer (a call).
     assert 1 <= len(calls) <= 2
     pool.clear()
+
+
+def test_a_kept_connection_is_replaced_once_it_is_older_than_the_maximum_age(server):
+    """GIVEN a kept connection WHEN requests go out just before and at `MAX_CONNECTION_AGE_SECONDS`
+    after it was opened THEN it carries every request up to that age, and the next one goes on a
+    new connection (counted as opened, not as a reconnect: nothing failed), whose age starts then."""
+    age = sink_client.MAX_CONNECTION_AGE_SECONDS
+    pool = sink_client.ConnectionPool()
+    readings = [100.0, 100.0 + age - 0.1, 100.0 + age, 100.0 + 2 * age - 0.1, 100.0 + 2 * age]
+    kept = sink_client.SinkConnection(f"{server.origin}/r", pool=pool, clock=lambda: readings.pop(0))
+    assert post(kept) == post(kept) == (200, b"ok")
+    assert len(server.sockets) == 1
+    assert post(kept) == post(kept) == (200, b"ok")
+    assert len(server.sockets) == 2 and (kept.opened, kept.reconnects) == (2, 0)
+    assert post(kept) == (200, b"ok")
+    assert len(server.sockets) == 3 and (kept.opened, kept.reconnects) == (3, 0)
+    assert len(server.paths) == 5  # every request was sent once
+    pool.clear()
+
+
+def test_a_connection_opened_again_after_the_far_side_closed_it_is_as_old_as_its_reconnect(server):
+    """GIVEN a kept connection the core system closed while idle, replaced at t=41 WHEN the next
+    requests go out at 41 + the maximum age - 0.1 s and at 41 + the maximum age THEN the first still
+    goes on the replacement and the second on a new connection."""
+    age = sink_client.MAX_CONNECTION_AGE_SECONDS
+    pool = sink_client.ConnectionPool()
+    readings = [0.0, 40.0, 41.0, 41.0 + age - 0.1, 41.0 + age]
+    kept = sink_client.SinkConnection(f"{server.origin}/r", pool=pool, clock=lambda: readings.pop(0))
+    post(kept)
+    server.close_idle()
+    assert post(kept) == (200, b"ok") and kept.reconnects == 1  # the post at 40 failed at 41, sent again
+    assert post(kept) == (200, b"ok") and len(server.sockets) == 2
+    assert post(kept) == (200, b"ok") and len(server.sockets) == 3
+    assert (kept.opened, kept.reconnects) == (3, 1)
+    pool.clear()
+
+
+def test_a_core_system_that_moved_gets_the_records_once_the_kept_connection_ages_out(server, monkeypatch):
+    """GIVEN a core system known by a host name, whose name is switched to another address (a DNS
+    failover, a blue/green switch) while the old one keeps answering WHEN a warm function keeps
+    sending THEN its requests reach the old address only until its kept connection is
+    `MAX_CONNECTION_AGE_SECONDS` old; from then on every request reaches the new one."""
+    green = Server()
+    try:
+        dns = {"core.example": server.http.server_address[1]}
+        connect = socket.create_connection
+
+        def resolve(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+            host, port = address
+            return connect(("127.0.0.1", dns[host]) if host in dns else address, *args, **kwargs)
+
+        monkeypatch.setattr(socket, "create_connection", resolve)
+        age = sink_client.MAX_CONNECTION_AGE_SECONDS
+        readings = [0.0, 1.0, age - 1.0, age, age + 1.0]
+        pool = sink_client.ConnectionPool()
+        kept = sink_client.SinkConnection("http://core.example:8080/records", pool=pool,
+                                          clock=lambda: readings.pop(0))
+        post(kept)
+        dns["core.example"] = green.http.server_address[1]  # the switch; the old address still answers
+        post(kept), post(kept)
+        assert (len(server.paths), len(green.paths)) == (3, 0)
+        post(kept), post(kept)
+        assert (len(server.paths), len(green.paths)) == (3, 2) and kept.reconnects == 0
+        pool.clear()
+    finally:
+        green.stop()
