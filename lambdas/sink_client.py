@@ -180,26 +180,24 @@ class SinkConnection:
         if kept.connection.sock is not None and started - kept.opened_at >= MAX_CONNECTION_AGE_SECONDS:
             kept.connection.close()  # between two requests: nothing is in flight on it
         reused = kept.connection.sock is not None
-        if not reused:
-            kept.opened_at = started
         try:
-            return self._post(body, headers, timeout, meanwhile)
+            return self._post(body, headers, timeout, meanwhile, started)
         except CLOSED_CONNECTION_ERRORS:
             failed = self._clock()
             left = timeout - (failed - started)
             if not reused or self._answering or left <= 0:
                 raise
         self.reconnects += 1
-        kept.opened_at = failed
-        return self._post(body, headers, left, meanwhile)
+        return self._post(body, headers, left, meanwhile, failed)
 
     def _post(self, body: bytes, headers: dict[str, str], timeout: float,
-              meanwhile: Callable[[], None] | None) -> tuple[int, bytes]:
+              meanwhile: Callable[[], None] | None, now: float) -> tuple[int, bytes]:
         kept, connection = self._kept, self._kept.connection
         new = connection.sock is None  # http.client connects in `request`
         if new:
             self.opened += 1
             kept.timeout = None
+            kept.opened_at = now
         if timeout != kept.timeout:  # a settimeout system call per request costs ~2% at local speed
             connection.timeout = kept.timeout = timeout
             if connection.sock is not None:
