@@ -72,6 +72,8 @@ sys.path.insert(0, str(ROOT / "lambdas"))
 
 import yaml
 
+from pipeline_constructs.budgets import requests_per_chunk
+
 RESULTS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Register throughput"
 TENANTS = {"record": "rec", "batch": "bat"}
@@ -110,7 +112,7 @@ def raw_client(url: str, count: int, batch: int) -> dict[str, float]:
         response = connection.getresponse()
         response.read()
         assert 200 <= response.status < 300, response.status
-    return {"rate": count / (time.perf_counter() - started), "cpu_per_request": (time.process_time() - cpu) / -(-count // batch)}
+    return {"rate": count / (time.perf_counter() - started), "cpu_per_request": (time.process_time() - cpu) / requests_per_chunk(count, batch)}
 
 
 def measure_raw(url: str, count: int, batch: int) -> dict[str, float]:
@@ -169,7 +171,8 @@ def handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
             progress = register_chunk.register_chunk(progress, config=config, s3=s3, ledger=ledger,  # type: ignore[arg-type]
                                                       log=log, remaining_seconds=lambda: 900.0)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    requests = sum(-(-min(task["chunk_size"], task["record_count"] - index * task["chunk_size"]) // config.sink_batch_size)
+    size = task["chunk_size"]
+    requests = sum(requests_per_chunk(min(size, task["record_count"] - index * size), config.sink_batch_size)
                    for index in range(task["chunk_count"]))
     return {"rate": task["record_count"] / seconds, "seconds": seconds, "cpu_per_request": cpu / requests, **phases}
 
@@ -391,7 +394,7 @@ def aws_projection(chunk: int, batch: int, args: argparse.Namespace, *, raw_cpu:
     sending."""
     answer = args.aws_request_ms / 1000
     share = min(1.0, memory_mb / VCPU_MEMORY_MB)
-    requests = -(-chunk // batch)
+    requests = requests_per_chunk(chunk, batch)
     sending = requests * max(answer + handler_cpu, handler_cpu / share)
     fixed = (args.aws_task_ms + args.aws_s3_ms + 2 * args.aws_ddb_ms) / 1000
     writes = int(sending) * args.aws_ddb_ms / 1000
