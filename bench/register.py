@@ -411,9 +411,12 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from local_runtime import LocalPipeline
     from local_runtime.sink import point_register_at
     from pipeline_constructs import budgets
-    from pipeline_constructs.config import MAX_CHUNK_SIZE
+    from pipeline_constructs.config import DEFAULT_OUTAGE_BUDGET_SECONDS, MAX_CHUNK_SIZE
 
-    modes = {mode: (args.chunk_size or min(MAX_CHUNK_SIZE, budgets.max_chunk_size(args.sink_timeout, batch)), batch)
+    def largest(batch: int) -> int:  # the tenants keep the default outage budget
+        return min(MAX_CHUNK_SIZE, budgets.max_chunk_size(args.sink_timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch))
+
+    modes = {mode: (args.chunk_size or largest(batch), batch)
              for mode, batch in (("record", 1), ("batch", args.batch_size)) if mode in args.modes}
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     with contextlib.ExitStack() as stack:

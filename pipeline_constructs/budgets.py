@@ -6,9 +6,10 @@ with `sink.batch_size` N one batch of up to N records per POST, so a chunk is
 `ceil(chunk_size / N)` requests (batches are cut on the chunk's grid, a resumed chunk never
 needs more). Its timeout is long enough for a whole chunk at the core system's slowest answer
 (`requests x sink.timeout_seconds`) when that fits in Lambda's 15 minutes; a longer chunk continues over several invocations (the handler
-returns its progress before its deadline). Each invocation adds a few events to the
-execution's history (25,000 at most), so a chunk may take at most
-`MAX_REGISTER_INVOCATIONS_PER_CHUNK` invocations at the worst case: synthesis refuses more.
+returns its progress before its deadline). Each invocation adds a few events to the page
+execution's history (25,000 at most), so the chunk's invocations at the worst case (every
+request taking the whole sink timeout, and a whole outage waited out) must fit one page:
+`max_register_invocations_per_chunk`, `max_chunk_size`; synthesis refuses more.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ REGISTER_MIN_TIMEOUT_SECONDS = 60
 REGISTER_MAX_TIMEOUT_SECONDS = 900  # Lambda's limit
 #: Kept in hand at the deadline (progress write, return) and for the invocation's start.
 REGISTER_MARGIN_SECONDS = 30
-MAX_REGISTER_INVOCATIONS_PER_CHUNK = 10
 
 
 def requests_per_chunk(chunk_size: int, batch_size: int = 1) -> int:
@@ -53,10 +53,11 @@ def register_invocations_per_chunk(chunk_size: int, sink_timeout_seconds: int, b
     return math.ceil(requests_per_chunk(chunk_size, batch_size) / requests_per_invocation(timeout, sink_timeout_seconds))
 
 
-def max_chunk_size(sink_timeout_seconds: int, batch_size: int = 1) -> int:
-    """The largest chunk size the invocation budget allows at this sink timeout and batch size."""
+def max_chunk_size(sink_timeout_seconds: int, outage_budget_seconds: int, batch_size: int = 1) -> int:
+    """The largest chunk size whose invocations at the slowest answer fit one page's history at
+    these settings (0: the outage budget alone does not fit)."""
     per_invocation = requests_per_invocation(REGISTER_MAX_TIMEOUT_SECONDS, sink_timeout_seconds)
-    return MAX_REGISTER_INVOCATIONS_PER_CHUNK * per_invocation * batch_size
+    return max(0, max_register_invocations_per_chunk(outage_budget_seconds)) * per_invocation * batch_size
 
 
 # --- a file's time limit (the workflow's TimeoutSeconds) ---------------------------------------
@@ -136,17 +137,19 @@ def outage_waits(outage_budget_seconds: int) -> int:
     return waits
 
 
+def outage_invocations(outage_budget_seconds: int) -> int:
+    """Register invocations a chunk may use besides its deadline continuations: one whole outage
+    (a wait each, and the one that gives up), and the spare ones."""
+    return outage_waits(outage_budget_seconds) + 1 + REGISTER_SPARE_INVOCATIONS
+
+
 def register_invocation_budget(chunk_size: int, sink_timeout_seconds: int, outage_budget_seconds: int,
                                batch_size: int = 1) -> int:
     """The most register invocations the workflow runs for one chunk before it fails the file
     (which halts the tenant; `ops resume` continues at the first unacknowledged record): the
     deadline continuations at the slowest answer, one whole outage, and spare ones."""
-    return (
-        register_invocations_per_chunk(chunk_size, sink_timeout_seconds, batch_size)
-        + outage_waits(outage_budget_seconds)
-        + 1
-        + REGISTER_SPARE_INVOCATIONS
-    )
+    return (register_invocations_per_chunk(chunk_size, sink_timeout_seconds, batch_size)
+            + outage_invocations(outage_budget_seconds))
 
 
 def page_events_per_chunk(invocation_budget: int) -> int:
@@ -189,6 +192,15 @@ PARENT_FIXED_EVENTS = (
     + 3 * STATE_EVENTS
     + PARENT_COMPLETION_EVENTS
 )
+
+
+def max_register_invocations_per_chunk(outage_budget_seconds: int) -> int:
+    """The most invocations a chunk may need at the slowest answer so that one chunk (with a
+    whole outage and the spare invocations) fits a page execution's history (below 1: the
+    outage budget alone does not fit)."""
+    per_invocation = page_events_per_chunk(1) - page_events_per_chunk(0)
+    budget = (HISTORY_EVENT_BUDGET - PAGE_FIXED_EVENTS - page_events_per_chunk(0)) // per_invocation
+    return budget - outage_invocations(outage_budget_seconds)
 
 
 def max_chunks_per_page(chunk_size: int, sink_timeout_seconds: int, outage_budget_seconds: int,
@@ -240,8 +252,9 @@ def page_budget(tenant: TenantConfig) -> PageBudget:
                                     tenant.sink.outage_budget_seconds, tenant.sink.batch_size)
     most = max_chunks_per_page(size, timeout, outage, batch)
     if most < 1:
-        raise ValueError(f"tenant {tenant.id}: not one chunk fits a page's history budget with a {outage} s "
-                         "outage budget; use a shorter sink.outage_budget_seconds")
+        raise ValueError(f"tenant {tenant.id}: not one chunk of {size} records fits a page's history budget with a "
+                         f"{timeout} s sink timeout and a {outage} s outage budget; use at most "
+                         f"{max_chunk_size(timeout, outage, batch)} records a chunk, or a shorter outage budget")
     chunks = most if tenant.chunks_per_page is None else tenant.chunks_per_page
     if not 1 <= chunks <= most:
         raise ValueError(f"tenant {tenant.id}: chunks_per_page {chunks} must be from 1 to {most}")

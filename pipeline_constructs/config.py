@@ -28,13 +28,16 @@ TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 #: The largest `sink.batch_size` (records per POST, one JSON array): a batch never spans chunks.
 MAX_SINK_BATCH_SIZE = 1000
 #: The largest chunk in any mode. Below it, the register budget (`budgets.max_chunk_size`: a
-#: chunk's requests x `sink.timeout_seconds` within 10 invocations) bounds it: a chunk's fixed
+#: chunk's invocations at the slowest answer, with a whole outage, within one page's history)
+#: bounds it: a chunk's fixed
 #: cost (a workflow iteration, an invocation, its reads and ledger writes, about 50 ms locally)
 #: is amortised over as many records as the budget allows (docs/benchmarks.md, "Register
 #: throughput"). In batch mode that takes about 100,000 records (1,000 POSTs of 100): with
 #: 10,000 the fixed cost outweighed the POSTs. The register function streams its chunk, so a
 #: chunk's size costs no memory; a restart inside one re-reads the records before its progress.
 MAX_CHUNK_SIZE = 100_000
+#: `sink.outage_budget_seconds` by default: one hour.
+DEFAULT_OUTAGE_BUDGET_SECONDS = 3600
 EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
 
 
@@ -150,9 +153,10 @@ class SinkConfig(_Strict):
     timeout_seconds: int = Field(default=10, ge=1, le=60, description=(
         "Seconds one POST may take. The register function's timeout is the chunk's requests (`chunk_size`, "
         "or `ceil(chunk_size / batch_size)` in batch mode) x this + 30 s, between 1 and 15 minutes. A chunk "
-        "that would need more than 10 invocations at the slowest answer is refused: at most "
-        f"{budgets.max_chunk_size(10, 1)} records per chunk at 10 s, {budgets.max_chunk_size(60, 1)} at 60 s."))
-    outage_budget_seconds: int = Field(default=3600, ge=1, le=86400, description=(
+        "whose invocations at the slowest answer, with a whole outage, would not fit one page execution's "
+        f"history is refused: at the default outage budget at most {budgets.max_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} records "
+        f"per chunk at 10 s, {budgets.max_chunk_size(60, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} at 60 s (and `chunk_size`'s own limit)."))
+    outage_budget_seconds: int = Field(default=DEFAULT_OUTAGE_BUDGET_SECONDS, ge=1, le=86400, description=(
         "Seconds the core system may stay unavailable (one outage) before the file fails, and with "
         "`on_failure: halt` halts the tenant. More than about 12 hours is refused: a chunk could not wait it "
         "out within one page execution's history."))
@@ -357,11 +361,12 @@ class TenantConfig(_Strict):
     chunk_size: int = Field(default=100, ge=1, le=MAX_CHUNK_SIZE, description=(
         "Records per chunk, the unit the register function sends and the ledger records; a failing chunk stops "
         f"every later one. At most {MAX_CHUNK_SIZE}, and at most what the register function's budget allows for "
-        "`sink.timeout_seconds` and `sink.batch_size` (10 invocations at the slowest answer): with one record per "
-        f"POST {budgets.max_chunk_size(10, 1)} at the default 10 s, {budgets.max_chunk_size(5, 1)} at 5 s, "
-        f"{budgets.max_chunk_size(1, 1)} at 1 s; with batches of 100, {budgets.max_chunk_size(10, 100)} at 10 s. "
-        "Larger chunks amortise each chunk's fixed cost (an invocation, its reads and ledger writes, the workflow's "
-        "state transitions) over more records: in batch mode it takes about 100,000 to make that cost small."))
+        "`sink.timeout_seconds`, `sink.batch_size` and `sink.outage_budget_seconds` (a chunk's invocations at the "
+        "slowest answer, with a whole outage, fit one page execution's history): with one record per POST and the "
+        f"default 1 h outage budget {budgets.max_chunk_size(60, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} at 60 s, {budgets.max_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} "
+        "at the default 10 s. Larger chunks amortise each chunk's fixed cost (an invocation, its reads and ledger "
+        "writes, the workflow's state transitions) over more records, and pages hold fewer but larger chunks: in "
+        "batch mode it takes about 100,000 records to make that cost small, in record mode some thousands."))
     sink: SinkConfig = Field(description="Where the tenant's records go (required, in the tenant or in `defaults`).")
     alarms: AlarmConfig = Field(default=AlarmConfig(), description="When the tenant's alarms page.")
     on_failure: Literal["halt", "continue"] = Field(default="halt", description=(
@@ -386,7 +391,7 @@ class TenantConfig(_Strict):
     chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS, description=(
         "Chunks per page execution (the child workflow that registers a page of a file's chunks). Default "
         "(null): the most that keep a page's history within budget "
-        f"({budgets.max_chunks_per_page(100, 10, 3600, 1)} at the default sink settings); more is refused. "
+        f"({budgets.max_chunks_per_page(100, 10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} at the default sink settings); more is refused. "
         "Smaller values only make more, shorter pages (the tests use 2)."))
     shard: int | None = Field(default=None, ge=0, lt=routing_rules.MAX_SHARDS, description=(
         "With `routing.shards` only, not in `defaults`: the shard whose event bus holds the tenant's rules, "
@@ -1165,20 +1170,24 @@ def _check_batch_size(tenant: TenantConfig, problems: _Problems) -> None:
 
 
 def _check_register_budget(tenant: TenantConfig, problems: _Problems) -> None:
-    """A chunk's requests (`ceil(chunk_size / sink.batch_size)`) times `sink.timeout_seconds`
-    must fit the register function's invocations per chunk."""
+    """A chunk's invocations at the slowest answer (`ceil(chunk_size / sink.batch_size)` requests
+    x `sink.timeout_seconds`), with a whole outage, must fit one page execution's history (an
+    outage budget that alone does not fit is `_check_page_budget`'s)."""
     size, timeout, batch = tenant.chunk_size, tenant.sink.timeout_seconds, tenant.sink.batch_size
+    outage = tenant.sink.outage_budget_seconds
+    most = budgets.max_register_invocations_per_chunk(outage)
     invocations = budgets.register_invocations_per_chunk(size, timeout, batch)
-    if invocations > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK:
+    if 1 <= most < invocations:
         requests = budgets.requests_per_chunk(size, batch)
         per = "" if batch == 1 else f"in {requests} batches of sink.batch_size {batch} "
         problems.add(
             f"tenant '{tenant.id}'", "chunk_size", size,
             f"{per}x sink.timeout_seconds {timeout} = {requests * timeout} s for a chunk at the slowest answer, "
             f"{invocations} invocations of the register function's {budgets.REGISTER_MAX_TIMEOUT_SECONDS} s "
-            f"limit (at most {budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK}: each one adds to the execution's history)",
-            f"use a chunk_size of at most {budgets.max_chunk_size(timeout, batch)} at this timeout, or a lower "
-            "sink.timeout_seconds" + ("" if batch == 1 else ", or a larger sink.batch_size"),
+            f"limit: with a whole outage of sink.outage_budget_seconds {outage}, a page execution's history "
+            f"holds at most {most} for one chunk",
+            f"use a chunk_size of at most {budgets.max_chunk_size(timeout, outage, batch)} at these settings, or a "
+            "lower sink.timeout_seconds" + ("" if batch == 1 else ", or a larger sink.batch_size"),
         )
 
 
@@ -1199,14 +1208,14 @@ def _check_page_budget(tenant: TenantConfig, problems: _Problems) -> None:
     within the history budget: a chunk may wait out one whole outage in its page."""
     size, timeout, outage = tenant.chunk_size, tenant.sink.timeout_seconds, tenant.sink.outage_budget_seconds
     most = budgets.max_chunks_per_page(size, timeout, outage, tenant.sink.batch_size)
-    if most < 1:
+    if budgets.max_register_invocations_per_chunk(outage) < 1:
         problems.add(
             f"tenant '{tenant.id}'", "outage_budget_seconds", outage,
             "is too long for one page execution's history: waiting out such an outage in one chunk "
             f"could take more than {budgets.HISTORY_EVENT_BUDGET} history events",
             "use a shorter sink.outage_budget_seconds (about 12 hours at most)",
         )
-    elif tenant.chunks_per_page is not None and tenant.chunks_per_page > most:
+    elif most >= 1 and tenant.chunks_per_page is not None and tenant.chunks_per_page > most:
         problems.add(
             f"tenant '{tenant.id}'", "chunks_per_page", tenant.chunks_per_page,
             f"is more than the {most} chunks a page's history holds at these settings",

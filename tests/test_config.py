@@ -323,24 +323,61 @@ def test_fails_when_the_outage_budget_is_not_positive():
 
 
 def test_fails_when_a_chunk_at_the_slowest_answer_needs_too_many_register_invocations():
-    """chunk_size x sink.timeout_seconds is checked against the register function's timeout."""
+    """chunk_size x sink.timeout_seconds, in invocations of the register function's 15 minutes, is
+    checked against what one page's history holds with a whole outage (657 at the default hour)."""
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 60}}
+          - {id: acme, prefix: a/, chunk_size: 10000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 60}}
         """
     ) == (
-        "tenant 'acme': field 'chunk_size' = 1000: x sink.timeout_seconds 60 = 60000 s for a chunk at the slowest "
-        "answer, 72 invocations of the register function's 900 s limit (at most 10: each one adds to the "
-        "execution's history); use a chunk_size of at most 140 at this timeout, or a lower sink.timeout_seconds"
+        "tenant 'acme': field 'chunk_size' = 10000: x sink.timeout_seconds 60 = 600000 s for a chunk at the slowest "
+        "answer, 715 invocations of the register function's 900 s limit: with a whole outage of "
+        "sink.outage_budget_seconds 3600, a page execution's history holds at most 657 for one chunk; use a "
+        "chunk_size of at most 9198 at these settings, or a lower sink.timeout_seconds"
     )
 
 
 def test_the_largest_allowed_chunk_passes_and_one_more_fails():
+    """At every sink timeout and outage budget, the largest chunk still fits one page (with a whole
+    outage in it) and one record more does not: the bound is the page's history, not a constant."""
     for timeout in (1, 5, 10, 60):
-        largest = budgets.max_chunk_size(timeout)
-        assert budgets.register_invocations_per_chunk(largest, timeout) <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
-        assert budgets.register_invocations_per_chunk(largest + 1, timeout) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+        for outage in (60, 3600, 6 * 3600, 11 * 3600):
+            largest = budgets.max_chunk_size(timeout, outage)
+            most = budgets.max_register_invocations_per_chunk(outage)
+            assert budgets.register_invocations_per_chunk(largest, timeout) == most, (timeout, outage)
+            assert budgets.register_invocations_per_chunk(largest + 1, timeout) == most + 1
+            assert budgets.max_chunks_per_page(largest, timeout, outage) == 1
+            assert budgets.max_chunks_per_page(largest + 1, timeout, outage) == 0
+
+
+def test_a_longer_outage_budget_leaves_room_for_smaller_chunks():
+    """GIVEN a 6-hour outage budget (more of a page's history goes to waiting it out) WHEN the chunk is
+    the largest allowed at the default hour THEN it is refused, naming the outage budget, and the
+    largest at 6 hours passes."""
+    def tenants(chunk_size: int) -> str:
+        return f"""
+        tenants:
+          - {{id: acme, prefix: a/, chunk_size: {chunk_size}, sink: {{url: 'https://core.example.com', auth: {{type: none}}, timeout_seconds: 60, outage_budget_seconds: 21600}}}}
+        """
+
+    largest = budgets.max_chunk_size(60, 6 * 3600)
+    assert largest < budgets.max_chunk_size(60, 3600) == 9198
+    (tenant,) = parse_config(textwrap.dedent(tenants(largest))).tenants
+    assert tenant.chunk_size == largest
+    problem = one_problem(tenants(9198))
+    assert "sink.outage_budget_seconds 21600" in problem and f"at most {largest} at these settings" in problem
+
+
+def test_an_outage_budget_too_long_for_any_chunk_is_blamed_alone():
+    """GIVEN an outage budget that does not fit a page even with one-invocation chunks WHEN synth
+    checks the tenant THEN the one problem names the outage budget, not chunk_size."""
+    assert one_problem(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 10000, sink: {url: 'https://core.example.com', auth: {type: none}, outage_budget_seconds: 43200}}
+        """
+    ).startswith("tenant 'acme': field 'outage_budget_seconds' = 43200: is too long for one page execution's history")
 
 
 # --- prefixes S3 would URL-encode in its events ----------------------------------------------
@@ -519,19 +556,20 @@ def test_fails_when_a_chunks_batches_at_the_slowest_answer_need_too_many_registe
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 60, batch_size: 5}}
+          - {id: acme, prefix: a/, chunk_size: 50000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 60, batch_size: 5}}
         """
     ) == (
-        "tenant 'acme': field 'chunk_size' = 1000: in 200 batches of sink.batch_size 5 x sink.timeout_seconds 60 = "
-        "12000 s for a chunk at the slowest answer, 15 invocations of the register function's 900 s limit (at most "
-        "10: each one adds to the execution's history); use a chunk_size of at most 700 at this timeout, or a lower "
-        "sink.timeout_seconds, or a larger sink.batch_size"
+        "tenant 'acme': field 'chunk_size' = 50000: in 10000 batches of sink.batch_size 5 x sink.timeout_seconds 60 "
+        "= 600000 s for a chunk at the slowest answer, 715 invocations of the register function's 900 s limit: with "
+        "a whole outage of sink.outage_budget_seconds 3600, a page execution's history holds at most 657 for one "
+        "chunk; use a chunk_size of at most 45990 at these settings, or a lower sink.timeout_seconds, or a larger "
+        "sink.batch_size"
     )
 
 
 def test_batches_let_the_largest_chunk_through_at_the_slowest_timeout():
-    """GIVEN chunk_size 1000 and a 60 s sink timeout, which record mode refuses (69 invocations)
-    WHEN the core system takes batches of 100 THEN 10 requests of 60 s fit one invocation."""
+    """GIVEN chunk_size 1000 and a 60 s sink timeout, which takes 72 invocations at the slowest answer in
+    record mode WHEN the core system takes batches of 100 THEN 10 requests of 60 s fit one invocation."""
     from pipeline_constructs import budgets
 
     (tenant,) = parse_config(textwrap.dedent(
@@ -549,35 +587,44 @@ def test_the_largest_allowed_chunk_in_batch_mode_passes_and_one_more_fails():
     from pipeline_constructs import budgets
 
     for timeout, batch in ((60, 2), (60, 3), (30, 7), (10, 1)):
-        largest = budgets.max_chunk_size(timeout, batch)
-        assert budgets.register_invocations_per_chunk(largest, timeout, batch) <= budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
-        assert budgets.register_invocations_per_chunk(largest + 1, timeout, batch) > budgets.MAX_REGISTER_INVOCATIONS_PER_CHUNK
+        largest = budgets.max_chunk_size(timeout, 3600, batch)
+        most = budgets.max_register_invocations_per_chunk(3600)
+        assert budgets.register_invocations_per_chunk(largest, timeout, batch) == most
+        assert budgets.register_invocations_per_chunk(largest + 1, timeout, batch) == most + 1
 
 
 def test_record_mode_allows_any_chunk_the_register_budget_allows():
-    """GIVEN one record per POST and sink.timeout_seconds 5 WHEN the chunk is the largest the register
-    budget allows (1,740: 174 requests an invocation, 10 invocations) THEN it is accepted; at 1 s the
-    bound is 8,700."""
-    for timeout, largest in ((5, 1740), (1, 8700)):
+    """GIVEN one record per POST WHEN the chunk is the largest the register budget allows (at 60 s:
+    14 requests an invocation, 657 invocations) THEN it is accepted; at 10 s and below the bound is
+    chunk_size's own limit, 100,000."""
+    for timeout, largest in ((60, 9198), (10, 57159)):
         (tenant,) = parse_config(textwrap.dedent(
             f"""
             tenants:
               - {{id: acme, prefix: a/, chunk_size: {largest}, sink: {{url: 'https://core.example.com', auth: {{type: none}}, timeout_seconds: {timeout}}}}}
             """
         )).tenants
-        assert tenant.chunk_size == largest == budgets.max_chunk_size(timeout, 1)
+        assert tenant.chunk_size == largest == budgets.max_chunk_size(timeout, 3600, 1)
+    (tenant,) = parse_config(textwrap.dedent(
+        """
+        tenants:
+          - {id: acme, prefix: a/, chunk_size: 100000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 5}}
+        """
+    )).tenants
+    assert tenant.chunk_size == 100000 < budgets.max_chunk_size(5, 3600, 1)
 
 
 def test_fails_when_a_record_mode_chunk_is_more_than_the_register_budget_allows():
     assert one_problem(
         """
         tenants:
-          - {id: acme, prefix: a/, chunk_size: 1741, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 5}}
+          - {id: acme, prefix: a/, chunk_size: 57160, sink: {url: 'https://core.example.com', auth: {type: none}}}
         """
     ) == (
-        "tenant 'acme': field 'chunk_size' = 1741: x sink.timeout_seconds 5 = 8705 s for a chunk at the slowest "
-        "answer, 11 invocations of the register function's 900 s limit (at most 10: each one adds to the "
-        "execution's history); use a chunk_size of at most 1740 at this timeout, or a lower sink.timeout_seconds"
+        "tenant 'acme': field 'chunk_size' = 57160: x sink.timeout_seconds 10 = 571600 s for a chunk at the slowest "
+        "answer, 658 invocations of the register function's 900 s limit: with a whole outage of "
+        "sink.outage_budget_seconds 3600, a page execution's history holds at most 657 for one chunk; use a "
+        "chunk_size of at most 57159 at these settings, or a lower sink.timeout_seconds"
     )
 
 
@@ -601,21 +648,22 @@ def test_batch_mode_allows_chunks_up_to_100000_and_no_more():
 
 
 def test_a_batch_mode_chunk_is_bounded_by_the_register_budget_below_the_limit():
-    """GIVEN batches of 100 at the default 10 s sink timeout THEN 87,000 records a chunk (870 POSTs,
-    87 a 900 s invocation at the slowest answer, 10 invocations) pass and one batch more is refused."""
+    """GIVEN batches of 10 at a 60 s sink timeout THEN 91,980 records a chunk (9,198 POSTs, 14 a 900 s
+    invocation at the slowest answer, 657 invocations) pass and one batch more is refused."""
     def tenants(chunk_size: int) -> str:
         return f"""
         tenants:
-          - {{id: acme, prefix: a/, chunk_size: {chunk_size}, sink: {{url: 'https://core.example.com', auth: {{type: none}}, batch_size: 100}}}}
+          - {{id: acme, prefix: a/, chunk_size: {chunk_size}, sink: {{url: 'https://core.example.com', auth: {{type: none}}, batch_size: 10, timeout_seconds: 60}}}}
         """
 
-    (tenant,) = parse_config(textwrap.dedent(tenants(87000))).tenants
-    assert tenant.chunk_size == 87000 == budgets.max_chunk_size(10, 100)
-    assert one_problem(tenants(87100)) == (
-        "tenant 'acme': field 'chunk_size' = 87100: in 871 batches of sink.batch_size 100 x sink.timeout_seconds "
-        "10 = 8710 s for a chunk at the slowest answer, 11 invocations of the register function's 900 s limit "
-        "(at most 10: each one adds to the execution's history); use a chunk_size of at most 87000 at this "
-        "timeout, or a lower sink.timeout_seconds, or a larger sink.batch_size"
+    (tenant,) = parse_config(textwrap.dedent(tenants(91980))).tenants
+    assert tenant.chunk_size == 91980 == budgets.max_chunk_size(60, 3600, 10)
+    assert one_problem(tenants(91990)) == (
+        "tenant 'acme': field 'chunk_size' = 91990: in 9199 batches of sink.batch_size 10 x sink.timeout_seconds "
+        "60 = 551940 s for a chunk at the slowest answer, 658 invocations of the register function's 900 s limit: "
+        "with a whole outage of sink.outage_budget_seconds 3600, a page execution's history holds at most 657 for "
+        "one chunk; use a chunk_size of at most 91980 at these settings, or a lower sink.timeout_seconds, or a "
+        "larger sink.batch_size"
     )
 
 

@@ -323,15 +323,32 @@ def test_batch_mode_pages_are_budgeted_by_requests_not_records():
     assert budgets.max_chunks_per_page(10_000, 10, 3600) < per_page
 
 
+#: The largest chunk synthesis allows at the default sink settings (10 s, an hour's outage budget).
+LARGEST_CHUNK = budgets.max_chunk_size(10, 3600)
+
+
 @pytest.fixture(scope="module")
 def with_completion(tmp_path_factory) -> Any:
-    """A tenant that waits for the core system's confirmation (`completion.wait`) and one that does not."""
+    """A tenant that waits for the core system's confirmation (`completion.wait`), one that does not,
+    and one with the largest chunk the register budget allows."""
     from tests.conftest import synthesize
     from tests.test_completion import TENANTS
 
     directory = tmp_path_factory.mktemp("completion-bound")
-    (directory / "tenants.yaml").write_text(TENANTS, encoding="utf-8")
+    largest = f"  - id: largest\n    prefix: largest/\n    chunk_size: {LARGEST_CHUNK}\n"
+    (directory / "tenants.yaml").write_text(TENANTS + largest, encoding="utf-8")
     return synthesize(directory / "tenants.yaml", directory / "cdk.out")
+
+
+def test_the_largest_chunk_allowed_fits_one_page_with_a_whole_outage(with_completion):
+    """GIVEN a tenant at the largest chunk_size the register budget allows (57,159 records at 10 s:
+    657 invocations at the slowest answer) WHEN its definitions are recounted THEN a page holds one
+    such chunk, every retry, continuation and a whole outage counted, within the history budget."""
+    found = bounds(with_completion.template("OrderedIngest-Tenant-largest"))
+    assert LARGEST_CHUNK == 57_159
+    assert found["chunks_per_page"] == 1
+    assert max(found["page"], found["section"], found["parent"]) <= budgets.HISTORY_EVENT_BUDGET
+    assert found["page"] > 0.99 * budgets.HISTORY_EVENT_BUDGET  # the budget is used, not a smaller one
 
 
 def test_the_completion_wait_is_counted_and_the_bound_holds(with_completion):
