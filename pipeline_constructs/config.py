@@ -29,11 +29,10 @@ TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 MAX_SINK_BATCH_SIZE = 1000
 #: The largest chunk in any mode. Below it, the register budget (`budgets.max_chunk_size`: a
 #: chunk's invocations at the slowest answer, with a whole outage, within one page's history)
-#: bounds it: a chunk's fixed
-#: cost (a workflow iteration, an invocation, its reads and ledger writes, about 50 ms locally)
-#: is amortised over as many records as the budget allows (docs/benchmarks.md, "Register
-#: throughput"). In batch mode that takes about 100,000 records (1,000 POSTs of 100): with
-#: 10,000 the fixed cost outweighed the POSTs. The register function streams its chunk, so a
+#: bounds it: a chunk's fixed cost (a workflow iteration, an invocation, its reads and ledger
+#: writes, about 50 ms locally) is amortised over as many records as the budget allows
+#: (docs/benchmarks.md, "Register throughput"). In batch mode that takes about 100,000 records
+#: (1,000 POSTs of 100): with 10,000 the fixed cost outweighed the POSTs. The register function streams its chunk, so a
 #: chunk's size costs no memory; a restart inside one re-reads the records before its progress.
 MAX_CHUNK_SIZE = 100_000
 #: `sink.outage_budget_seconds` by default: one hour.
@@ -154,8 +153,9 @@ class SinkConfig(_Strict):
         "Seconds one POST may take. The register function's timeout is the chunk's requests (`chunk_size`, "
         "or `ceil(chunk_size / batch_size)` in batch mode) x this + 30 s, between 1 and 15 minutes. A chunk "
         "whose invocations at the slowest answer, with a whole outage, would not fit one page execution's "
-        f"history is refused: at the default outage budget at most {budgets.max_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} records "
-        f"per chunk at 10 s, {budgets.max_chunk_size(60, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} at 60 s (and `chunk_size`'s own limit)."))
+        "history is refused: at the default outage budget at most "
+        f"{budgets.max_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS)} records per chunk at 10 s, "
+        f"{budgets.max_chunk_size(60, DEFAULT_OUTAGE_BUDGET_SECONDS)} at 60 s (and `chunk_size`'s own limit)."))
     outage_budget_seconds: int = Field(default=DEFAULT_OUTAGE_BUDGET_SECONDS, ge=1, le=86400, description=(
         "Seconds the core system may stay unavailable (one outage) before the file fails, and with "
         "`on_failure: halt` halts the tenant. More than about 12 hours is refused: a chunk could not wait it "
@@ -363,10 +363,11 @@ class TenantConfig(_Strict):
         f"every later one. At most {MAX_CHUNK_SIZE}, and at most what the register function's budget allows for "
         "`sink.timeout_seconds`, `sink.batch_size` and `sink.outage_budget_seconds` (a chunk's invocations at the "
         "slowest answer, with a whole outage, fit one page execution's history): with one record per POST and the "
-        f"default 1 h outage budget {budgets.max_chunk_size(60, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} at 60 s, {budgets.max_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} "
-        "at the default 10 s. Larger chunks amortise each chunk's fixed cost (an invocation, its reads and ledger "
-        "writes, the workflow's state transitions) over more records, and pages hold fewer but larger chunks: in "
-        "batch mode it takes about 100,000 records to make that cost small, in record mode some thousands."))
+        f"default 1 h outage budget {budgets.max_chunk_size(60, DEFAULT_OUTAGE_BUDGET_SECONDS)} at 60 s, "
+        f"{budgets.max_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS)} at the default 10 s. Larger chunks amortise "
+        "each chunk's fixed cost (an invocation, its reads and ledger writes, the workflow's state transitions) "
+        "over more records, and pages hold fewer but larger chunks: in batch mode it takes about 100,000 records "
+        "to make that cost small, in record mode a few thousand."))
     sink: SinkConfig = Field(description="Where the tenant's records go (required, in the tenant or in `defaults`).")
     alarms: AlarmConfig = Field(default=AlarmConfig(), description="When the tenant's alarms page.")
     on_failure: Literal["halt", "continue"] = Field(default="halt", description=(
@@ -391,7 +392,8 @@ class TenantConfig(_Strict):
     chunks_per_page: int | None = Field(default=None, ge=1, le=budgets.MAX_ARRAY_RANGE_ITEMS, description=(
         "Chunks per page execution (the child workflow that registers a page of a file's chunks). Default "
         "(null): the most that keep a page's history within budget "
-        f"({budgets.max_chunks_per_page(100, 10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1)} at the default sink settings); more is refused. "
+        f"({budgets.max_chunks_per_page(100, 10, DEFAULT_OUTAGE_BUDGET_SECONDS)} at the default sink settings); "
+        "more is refused. "
         "Smaller values only make more, shorter pages (the tests use 2)."))
     shard: int | None = Field(default=None, ge=0, lt=routing_rules.MAX_SHARDS, description=(
         "With `routing.shards` only, not in `defaults`: the shard whose event bus holds the tenant's rules, "
