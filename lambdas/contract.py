@@ -590,7 +590,8 @@ def sequence_of(key: str, pattern: str) -> int | None:
     groups = match.groupdict()
     text = groups["seq"] if "seq" in groups else (match.group(1) if match.re.groups else match.group(0))
     return int(text) if text and text.isascii() and text.isdigit() else None
-#: Published by the register function (EMF) once per invocation, both every time: records the
+#: Published by the register function (EMF) at the end of every invocation and at least once a
+#: minute while it sends (`register_chunk.METRICS_EVERY_SECONDS`), both every time: records the
 #: core system acknowledged, and failed tries (a 429/5xx/timeout/connection failure retried,
 #: or the rejection that fails the file). The sink-errors alarm and the dashboard use them.
 RECORDS_SENT_METRIC = "RecordsSent"

@@ -96,6 +96,10 @@ MIN_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS = 1, 60
 #: after every record: exact after a crash too, at one conditional DynamoDB write per record
 #: (measured on the local runtime: throughput fell from about 1,200 to 55 records/s).
 PROGRESS_EVERY_SECONDS = 1.0
+#: An invocation publishes its metrics at its end, and while it sends at least this often: a
+#: big chunk may send for up to 15 minutes, and the dashboard (1-minute points) and the
+#: sink-errors alarm (5-minute periods) should see it as it goes, not in one lump at its end.
+METRICS_EVERY_SECONDS = 60.0
 
 
 def _transport_problem(error: BaseException, timeout: float) -> str:
@@ -174,6 +178,8 @@ class Register:
         self.requests = 0  # acknowledged POSTs of this invocation (records in record mode, batches in batch mode)
         self.saved = -1
         self.last_save = clock()
+        #: What `report` published so far (sent, errors, requests, connections opened, reconnects), and when.
+        self.reported, self.reported_at = (0, 0, 0, 0, 0), clock()
         self.margin = min(DEADLINE_MARGIN_SECONDS, remaining_seconds() / 10)
 
     def check(self) -> None:
@@ -225,6 +231,7 @@ class Register:
                     return stop
                 next_record = request.first + request.count
                 self._save(next_record)
+                self.report(sink)
             return self._progress(next_record, done=True, retry_after=0)
         finally:
             self._save(next_record, force=True)
@@ -373,6 +380,26 @@ class Register:
                 ) from None
         self.saved, self.last_save = next_record, self.clock()
 
+    def report(self, sink: SinkConnection, *, force: bool = False) -> None:
+        """Publish what this invocation did since its last report, as one EMF record: at its end
+        whatever the end (done, deadline, outage, rejection: `force`), and at most
+        `METRICS_EVERY_SECONDS` apart while it sends. `RecordsSent`, `SinkErrors` and
+        `SinkRequests` are always present, so a period with traffic has a point of each (the
+        sink-errors alarm's rate and the dashboard divide errors by tries). In the namespace of
+        the function's environment (the app's, qualified). The same record carries, as plain
+        fields (no metric, no cost), the connections opened to the core system since the last
+        report (`sink_connections`: 0 while the kept one stays open) and how many of them
+        replaced a kept connection the far side had closed (`sink_reconnects`)."""
+        now = self.clock()
+        if not force and now - self.reported_at < METRICS_EVERY_SECONDS:
+            return
+        counts = (self.sent, self.errors, self.requests, sink.opened, sink.reconnects)
+        sent, errors, requests, opened, reconnects = (count - before for count, before in zip(counts, self.reported))
+        emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=now,
+                     metrics={RECORDS_SENT_METRIC: sent, SINK_ERRORS_METRIC: errors, SINK_REQUESTS_METRIC: requests},
+                     fields={"sink_connections": opened, "sink_reconnects": reconnects})
+        self.reported, self.reported_at = counts, now
+
     def _progress(self, next_record: int, *, done: bool, retry_after: int) -> ChunkProgress:
         task = {key: self.task[key] for key in keys_of(ChunkTask) if key in self.task}  # type: ignore[literal-required]
         return ChunkProgress(  # type: ignore[typeddict-item]
@@ -411,7 +438,7 @@ def register_chunk(
         return register.run(records, sink)
     finally:
         records.close()
-        publish_metrics(register, sink, config, clock())
+        register.report(sink, force=True)
 
 
 class _WarmCache:
@@ -494,20 +521,6 @@ def open_chunk(s3: Any, config: RegisterEnv, task: ChunkTask, manifest: dict[str
         Bucket=task["bucket"], Key=task["key"], VersionId=task["version_id"], Range=f"bytes={start}-{end - 1}"
     )["Body"]
     return body, start
-
-
-def publish_metrics(register: Register, sink: SinkConnection, config: RegisterEnv, now: float) -> None:
-    """One EMF record per invocation, whatever its end (done, deadline, outage, rejection):
-    `RecordsSent`, `SinkErrors` and `SinkRequests`, always present, so a period with traffic has
-    a point of each (the sink-errors alarm's rate and the dashboard divide errors by tries).
-    In the namespace of the function's environment (the app's, qualified). The same record carries,
-    as plain fields (no metric, no cost), the connections the invocation
-    opened to the core system (`sink_connections`: 0 while the kept one stays open) and how many of
-    them replaced a kept connection the far side had closed (`sink_reconnects`)."""
-    emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now,
-                 metrics={RECORDS_SENT_METRIC: register.sent, SINK_ERRORS_METRIC: register.errors,
-                          SINK_REQUESTS_METRIC: register.requests},
-                 fields={"sink_connections": sink.opened, "sink_reconnects": sink.reconnects})
 
 
 @lambda_handler(

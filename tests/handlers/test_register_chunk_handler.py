@@ -651,6 +651,31 @@ def test_publishes_records_sent_and_sink_errors_once_per_invocation(work, sink, 
     assert record["SinkRequests"] == 4  # one acknowledged POST per record in record mode
 
 
+def test_a_long_invocation_publishes_its_metrics_as_it_goes_and_they_add_up(work, sink, ledger, capsys):
+    """GIVEN a chunk of 6 records whose core system takes 25 s an answer (175 s in one invocation), the
+    first answer a 503 WHEN registered THEN it publishes while it sends, not only at its end: a record
+    once a minute has passed since the last (at 75 s and 150 s), then the end's (175 s); each says what
+    happened since the one before, so they add up to the invocation: 6 records, 6 requests, 1 error."""
+    put_chunk(work, 0, [{"id": i} for i in range(6)], chunk_size=6)
+    clock = Clock(deadline_in=900)
+    started = clock.now
+
+    def slow(n: int) -> int:
+        clock.now += 25
+        return 503 if n == 0 else 200
+
+    sink.respond = slow
+    progress = register(work, ledger, task(0, chunk_size=6), config(sink, timeout=30), clock)
+
+    assert progress["done"]
+    records = emf_records(capsys)
+    sent = [(r["RecordsSent"], r["SinkRequests"], r["SinkErrors"]) for r in records]
+    assert sent == [(2, 2, 1), (3, 3, 0), (1, 1, 0)]
+    times = [round(r["_aws"]["Timestamp"] / 1000 - started, 1) for r in records]
+    assert times == [75.2, 150.2, 175.2]  # .2: the backoff after the 503
+    assert [r["sink_connections"] for r in records] == [1, 0, 0]
+
+
 def test_publishes_in_the_namespace_its_environment_names(work, sink, ledger, capsys):
     """GIVEN the register function of a qualified copy of the app (METRIC_NAMESPACE set by the
     construct) WHEN it registers a chunk THEN its metrics go to that namespace, not the app's."""
