@@ -6,6 +6,7 @@ constructs' templates and handlers; `ops` is driven as an operator would, by its
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -103,7 +104,12 @@ def test_skip_gives_the_file_up_with_a_reason_and_the_next_file_starts(
     assert ops(pipe, "skip", "skips")[0] != EXIT_OK  # --reason is required
 
     code, out = ops(pipe, "skip", "skips", "--reason", "malformed; the tenant re-sends it")
-    assert code == EXIT_OK and "the next file starts now" in out
+    # "starts now" (the hand-off made the waiting message visible), or, when the message's waiting
+    # visibility (240 s, 7.2 s at this time scale) ran out on a loaded machine just before the skip
+    # read the ledger, the fallback: it starts when received again (each exactly:
+    # tests/handlers/test_operations.py). Either way the next file runs: the executions below.
+    starts = re.search(r"the next file starts (now|when its message is next received)$", out.strip())
+    assert code == EXIT_OK and starts is not None, out
     pipe.wait_until_idle(timeout=120, tenants=["skips"])
 
     executions = pipe.executions("skips")
