@@ -72,7 +72,7 @@ sys.path.insert(0, str(ROOT / "lambdas"))
 
 import yaml
 
-from pipeline_constructs.budgets import requests_per_chunk
+from pipeline_constructs import budgets
 
 RESULTS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Register throughput"
@@ -112,7 +112,8 @@ def raw_client(url: str, count: int, batch: int) -> dict[str, float]:
         response = connection.getresponse()
         response.read()
         assert 200 <= response.status < 300, response.status
-    return {"rate": count / (time.perf_counter() - started), "cpu_per_request": (time.process_time() - cpu) / requests_per_chunk(count, batch)}
+    return {"rate": count / (time.perf_counter() - started),
+            "cpu_per_request": (time.process_time() - cpu) / budgets.requests_per_chunk(count, batch)}
 
 
 def measure_raw(url: str, count: int, batch: int) -> dict[str, float]:
@@ -172,7 +173,7 @@ def handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
                                                       log=log, remaining_seconds=lambda: 900.0)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     size = task["chunk_size"]
-    requests = sum(requests_per_chunk(min(size, task["record_count"] - index * size), config.sink_batch_size)
+    requests = sum(budgets.requests_per_chunk(min(size, task["record_count"] - index * size), config.sink_batch_size)
                    for index in range(task["chunk_count"]))
     return {"rate": task["record_count"] / seconds, "seconds": seconds, "cpu_per_request": cpu / requests, **phases}
 
@@ -394,7 +395,7 @@ def aws_projection(chunk: int, batch: int, args: argparse.Namespace, *, raw_cpu:
     sending."""
     answer = args.aws_request_ms / 1000
     share = min(1.0, memory_mb / VCPU_MEMORY_MB)
-    requests = requests_per_chunk(chunk, batch)
+    requests = budgets.requests_per_chunk(chunk, batch)
     sending = requests * max(answer + handler_cpu, handler_cpu / share)
     fixed = (args.aws_task_ms + args.aws_s3_ms + 2 * args.aws_ddb_ms) / 1000
     writes = int(sending) * args.aws_ddb_ms / 1000
@@ -410,7 +411,6 @@ def aws_projection(chunk: int, batch: int, args: argparse.Namespace, *, raw_cpu:
 def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from local_runtime import LocalPipeline
     from local_runtime.sink import point_register_at
-    from pipeline_constructs import budgets
     from pipeline_constructs.config import DEFAULT_OUTAGE_BUDGET_SECONDS, MAX_CHUNK_SIZE
 
     def largest(batch: int) -> int:  # the tenants keep the default outage budget
