@@ -17,8 +17,9 @@ real core system is. Each of `--runs` rounds measures, per mode, one after the o
   this core system, at the same volume (the stand-in keeps every record it receives). It runs right before and
   right after the pipeline, and the pipeline is compared with the mean of the two: the machine's
   own speed drifts while a run lasts (a tenth or more within minutes);
-* pipeline: a file of `--records` records uploaded to the mode's tenant, from the upload to the
-  file's execution ending: its last record registered and the file closed (Split, the controller,
+* pipeline: a file of `--records` records uploaded to the mode's tenant, from the upload's start
+  (the file's bytes are made before, as the raw client's records are) to the file's execution
+  ending: its last record registered and the file closed (Split, the controller,
   the workflows, the ledger, the closer: everything; the end is the execution's stop time, not
   when the bench's idle checks noticed it, up to 0.4 s later); every
   record is checked to be registered once, in order; "sending" is its rate inside its chunks
@@ -322,8 +323,10 @@ def pipeline_run(pipe: Any, sink: SinkProcess, calls: RegisterInvocations, tenan
     from demo import verify
 
     sink.reset()
+    body = csv_file(count)  # made before the clock starts, as the raw client's records are
     started = time.time()
-    pipe.put_file(tenant, name, csv_file(count))
+    pipe.put_file(tenant, name, body)
+    uploaded = time.time()
     pipe.wait_until_idle(timeout=7200, tenants=[tenant])
     received = sink.received()
     problems = verify.check_records(received["accepted"], [("f", count)]).problems
@@ -342,7 +345,7 @@ def pipeline_run(pipe: Any, sink: SinkProcess, calls: RegisterInvocations, tenan
     times = [when for when, _ in received["requests"]]
     sending = sum(last - first for first, last in chunks.values())
     return {"seconds": seconds, "rate": count / seconds, "register_rate": count / (times[-1] - times[0]),
-            "first_post": times[0] - started,
+            "first_post": times[0] - started, "upload": uploaded - started,
             "sending_rate": count / sending if sending > 0 else 0.0,
             "posts": received["posts"], "connections": received["connections"],
             **chunk_breakdown(chunks, calls.take(tenant))}
@@ -474,8 +477,8 @@ def describe(result: dict[str, Any]) -> str:
             f"({before:,.0f} before, {after:,.0f} after) | "
             f"handler alone {alone['rate']:>9,.0f}/s ({alone['rate'] / raw:.2f}) | pipeline {piped['rate']:>9,.0f}/s "
             f"({piped['rate'] / raw:.3f}; register span {piped['register_rate'] / raw:.2f}, sending "
-            f"{piped['sending_rate'] / raw:.2f}, first POST at {piped['first_post']:.2f} s) | CPU a request: handler "
-            f"{alone['cpu_per_request'] * 1e6:.0f} us, raw {result['raw_cpu'] * 1e6:.0f} us | per chunk: invocation "
+            f"{piped['sending_rate'] / raw:.2f}, first POST at {piped['first_post']:.2f} s, upload {piped['upload']:.2f} s) | "
+            f"CPU a request: handler {alone['cpu_per_request'] * 1e6:.0f} us, raw {result['raw_cpu'] * 1e6:.0f} us | per chunk: invocation "
             f"{cost['invocation']:.0f} ms, index read {cost['index_read']:.1f} ms, progress write "
             f"{cost['progress_write']:.1f} ms, state transitions {cost['state_transitions']:.0f} ms | "
             f"{piped['connections']} connection(s) for {piped['chunks']} chunks")
@@ -552,7 +555,8 @@ def main() -> int:
             f"{mode} ({chosen['batch']} per POST) | {chosen['chunk']} | {raw:,.0f} ({before:,.0f} / {after:,.0f}) | "
             f"{alone['rate']:,.0f} "
             f"({alone['rate'] / raw:.2f}) | {piped['rate']:,.0f} ({piped['rate'] / raw:.3f}; runs {fractions}; "
-            f"sending {piped['sending_rate'] / raw:.2f}; first POST at {piped['first_post']:.2f} s) | "
+            f"sending {piped['sending_rate'] / raw:.2f}; first POST at {piped['first_post']:.2f} s, upload "
+            f"{piped['upload']:.2f} s) | "
             f"{cost['invocation']:.0f} / {cost['index_read']:.1f} / {cost['progress_write']:.1f} / "
             f"{cost['state_transitions']:.0f} ms | {piped['connections']} for {piped['chunks']} chunks | "
             f"{aws['pipeline'] / aws['raw']:.3f} ({aws['fixed_ms']:.0f} ms a chunk; CPU {alone['cpu_per_request'] * 1e6:.0f} "
