@@ -16,9 +16,12 @@ while acting (run the command again); 5 the tenant or the deployment was not fou
 messages that are not replayable events are in the tenant's dead-letter queue (listed, left
 there); 7 `reconcile` found object versions not completed and did not replay them (never seen
 without --replay, or failed: resume or skip them); 8 `preflight`: a quota of the account cannot
-hold what the tenants file needs, or an uploader role or user of the account lacks the uploader
-tag or does not exist (a line says which and the fix); 9 `status`: a tenant shown
-is halted (the table says which and what to run). `--qualifier Q` works on the copy of the app
+hold what the tenants file needs; 9 `status`: a tenant shown is halted (the table says which and
+what to run); 10 `preflight`: a role or user of the account named by a tenant does not exist, or
+an uploader lacks the uploader tag; 11 `preflight`: a bearer secret is missing, unreadable or not
+a token; 12 `preflight`: a public sink host does not resolve (preflight prints every finding, and
+exits with the lowest of these codes); 13 no AWS credentials or Region (one line says what to
+set). `--qualifier Q` works on the copy of the app
 deployed with `qualifier: Q` in its tenants file (its names start with `Q-`); `preflight` takes
 the qualifier of the tenants file it reads. An endpoint that is not AWS, or holds no
 ordered-ingest deployment, exits 5 with one line naming it.
@@ -39,7 +42,14 @@ import boto3
 import botocore.loaders
 import botocore.session
 import operations
-from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+)
 from botocore.parsers import ResponseParserError
 from ledger import Ledger, LedgerConflict
 
@@ -55,6 +65,15 @@ EXIT_LEFT_IN_DLQ = 6
 EXIT_NOT_COMPLETED = 7
 EXIT_DOES_NOT_FIT = 8
 EXIT_HALTED = 9
+EXIT_PRINCIPAL_NOT_READY = 10
+EXIT_SECRET_NOT_READY = 11
+EXIT_HOST_DOES_NOT_RESOLVE = 12
+EXIT_NO_CREDENTIALS = 13
+#: `preflight`'s code per kind of finding; with several kinds, the lowest code is the exit.
+PREFLIGHT_EXITS = {preflight.QUOTA: EXIT_DOES_NOT_FIT, preflight.PRINCIPAL: EXIT_PRINCIPAL_NOT_READY,
+                   preflight.SECRET: EXIT_SECRET_NOT_READY, preflight.HOST: EXIT_HOST_DOES_NOT_RESOLVE}
+#: What boto3 raises when it has no credentials or Region to work with.
+CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, NoRegionError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,8 +84,11 @@ def _parser() -> argparse.ArgumentParser:
         "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events, "
         "7 reconcile found versions not completed (and did not replay them), "
         "8 preflight: a quota of the account cannot hold what the tenants file needs, "
-        "or an uploader of the account is not tagged or does not exist, "
-        "9 status: a tenant shown is halted (resume or skip its file).",
+        "9 status: a tenant shown is halted (resume or skip its file), "
+        "10 preflight: a principal of the account does not exist or an uploader is not tagged, "
+        "11 preflight: a bearer secret is missing or not a token, "
+        "12 preflight: a sink host does not resolve (several: the lowest), "
+        "13 no AWS credentials or Region.",
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--endpoint-url", help="a local runtime's endpoint (make demo ARGS=--serve prints it)")
@@ -107,8 +129,8 @@ def _qualifier(value: str) -> str:
 
 def _preflight_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "preflight", help="before a deploy: do the account's quotas hold what the tenants file needs, and do its "
-        "uploaders carry the uploader tag?")
+        "preflight", help="before a deploy: do the account's quotas hold what the tenants file needs, do its "
+        "principals exist (uploaders tagged), do the bearer secrets hold a token, do the sink hosts resolve?")
     parser.add_argument("--tenants", default="tenants.yaml", help="the tenants file (default: tenants.yaml)")
     parser.add_argument("--target", help="the deployment target to check (required when the file declares several); "
                         "its Region is the default --region")
@@ -165,17 +187,37 @@ class Clients:
         return self._session.client(service, endpoint_url=self._endpoint)
 
 
-def main(argv: Sequence[str] | None = None, *, clients: Any = None, out: Any = None, now: float | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, clients: Any = None, out: Any = None, now: float | None = None,
+         resolve: Any = None) -> int:
+    """Run one command; ``resolve`` is `preflight`'s host resolver (default: the system's)."""
     out = out or sys.stdout
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    if args.command == "preflight":
-        return _preflight(args, clients, out)
-    clients = clients or Clients(args.region, args.endpoint_url)
-    with contract.qualified(args.qualifier):
-        return _discover_and_run(args, clients, out, time.time() if now is None else now)
+    try:
+        if args.command == "preflight":
+            return _preflight(args, clients, out, resolve or preflight.resolve_host)
+        clients = clients or Clients(args.region, args.endpoint_url)
+        with contract.qualified(args.qualifier):
+            return _discover_and_run(args, clients, out, time.time() if now is None else now)
+    except CREDENTIAL_ERRORS as error:  # making the clients; a call's are caught where it is made (_failed)
+        return _no_credentials(error)
+
+
+def _no_credentials(error: Exception) -> int:
+    """One line saying what to set, for every command: EXIT_NO_CREDENTIALS."""
+    setting = ("set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) and AWS_DEFAULT_REGION for the "
+               "deployment's account (preflight: the target's)")
+    if isinstance(error, NoRegionError):
+        # boto3 reads AWS_DEFAULT_REGION (or the profile's region), not AWS_REGION
+        print("ops: no AWS Region: set AWS_DEFAULT_REGION or give --region (preflight: or the target's region in "
+              "the tenants file)", file=sys.stderr)
+    elif isinstance(error, PartialCredentialsError):
+        print(f"ops: incomplete AWS credentials ({_first_line(error)}): {setting}", file=sys.stderr)
+    else:
+        print(f"ops: no AWS credentials: {setting}", file=sys.stderr)
+    return EXIT_NO_CREDENTIALS
 
 
 def _discover_and_run(args: argparse.Namespace, clients: Any, out: Any, now: float) -> int:
@@ -208,6 +250,8 @@ def _failed(error: Exception, endpoint_url: str | None, what: str = NOT_A_PIPELI
     """Say in one line what failed: EXIT_NOT_FOUND for an endpoint that does not answer as AWS
     does (a web server's HTML page, an API it does not serve, nothing listening): `what` it is
     then; else EXIT_ERROR with the error."""
+    if isinstance(error, CREDENTIAL_ERRORS):
+        return _no_credentials(error)
     where = endpoint_url or "the AWS endpoint"
     if isinstance(error, (EndpointConnectionError, ConnectionClosedError)):
         print(f"ops: {where}: nothing answers there (is the local pipeline still running? "
@@ -333,9 +377,10 @@ def _reconcile(args: argparse.Namespace, tenant: TenantResources, clients: Any, 
     return EXIT_NOT_COMPLETED if unreplayed else EXIT_OK
 
 
-def _preflight(args: argparse.Namespace, clients: Any, out: Any) -> int:
-    """`preflight`: 0 ready, 8 a quota does not fit or an uploader of the account is not tagged, 2 a bad
-    tenants file or target, 1 an AWS error."""
+def _preflight(args: argparse.Namespace, clients: Any, out: Any, resolve: Any) -> int:
+    """`preflight`: 0 ready; the lowest of PREFLIGHT_EXITS' codes for the kinds of finding (8 a
+    quota does not fit, 10 a principal, 11 a bearer secret, 12 a sink host); 2 a bad tenants file
+    or target; 13 no credentials; 1 an AWS error."""
     try:
         config = load_config(args.tenants, check_capacity=False)
         target = _preflight_target(config, args.target)
@@ -348,20 +393,31 @@ def _preflight(args: argparse.Namespace, clients: Any, out: Any) -> int:
     clients = clients or Clients(args.region or target.region, args.endpoint_url)
     try:
         with contract.qualified(config.qualifier):
-            result = preflight.preflight(target, clients)
+            result = preflight.preflight(target, clients, resolve=resolve)
     except preflight.WrongAccount as error:
         print(f"ops: {error}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - an operator's tool says what failed, with its exit code
         return _failed(error, args.endpoint_url, NO_ACCOUNT_APIS)
+    code = min((PREFLIGHT_EXITS[kind] for kind in result.kinds), default=EXIT_OK)
     if args.json:
         print(json.dumps({"target": target.name or None, "account": target.account, "region": target.region,
-                          "tenants": len(target.tenants), "fits": result.fits,
-                          "quotas": [r.as_dict() for r in result.readings],
-                          "untagged_uploaders": [u.as_dict() for u in result.untagged]}, indent=2), file=out)
+                          "tenants": len(target.tenants), "fits": result.fits, "ready": result.ready,
+                          "exit_code": code, "quotas": [r.as_dict() for r in result.readings],
+                          "untagged_uploaders": [_uploader_dict(u) for u in result.untagged],
+                          "principals": [p.as_dict() for p in result.principals],
+                          "principals_not_looked_up": result.principals_not_checked,
+                          "secrets": [s.as_dict() for s in result.secrets],
+                          "sink_hosts": [h.as_dict() for h in result.hosts],
+                          "sink_hosts_not_resolved": result.hosts_not_checked}, indent=2), file=out)
     else:
         print(preflight.render(target, result), file=out)
-    return EXIT_OK if result.ready else EXIT_DOES_NOT_FIT
+    return code
+
+
+def _uploader_dict(finding: preflight.PrincipalFinding) -> dict[str, Any]:
+    """`untagged_uploaders`' shape, as before `principals` (which has every field)."""
+    return {"tenant": finding.tenant_id, "arn": finding.arn, "exists": finding.exists, "fix": finding.tag_command}
 
 
 def _preflight_target(config: AppConfig, name: str | None) -> capacity.Target:

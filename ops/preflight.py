@@ -1,28 +1,44 @@
 """`ops preflight`: before a deploy, read the account's real quotas and usage and compare them
 with what the tenants file needs (the synth-time check only knows the limits declared in
-tenants.yaml).
+tenants.yaml), and check what the first file would otherwise find.
 
 Per quota: the limit (Service Quotas, or the service's own account API), what is in use now,
 how much of that this app already has deployed (a re-deploy replaces it, so it is not counted
 twice), and whether what is in use by everything else plus what the tenants file needs fits.
+Lambda's row is the rule that at least `capacity.MIN_UNRESERVED_CONCURRENCY` stays unreserved
+after one reservation per tenant controller.
 
-Then the tenants' uploaders that are roles or users of the account itself: each must exist and
-carry the tag `uploaders.UPLOADER_TAG_KEY`, or the landing bucket policy cannot keep it to its
-access point (docs/security.md, "Uploaders"). Another account's principals and account roots are
-not looked up: the bucket grants them nothing directly, and their IAM is not this account's.
+Then, for the target's tenants:
+
+* Principals: each uploader, and each `completion.callers` principal of a tenant with
+  `completion.wait`, that is a role or user of the target's own account must exist (S3, KMS
+  and Lambda refuse a policy naming a principal that does not exist); an uploader must also
+  carry the tag `uploaders.UPLOADER_TAG_KEY`, or the landing bucket policy cannot keep it to its
+  access point (docs/security.md, "Uploaders"). One IAM read per role or user (its tags, which
+  IAM refuses with NoSuchEntity for a principal that does not exist). Another account's
+  principals and account roots are not looked up: their IAM is not this account's.
+* Bearer secrets: each `sink.auth.type: bearer` secret exists in the target's Region, has a
+  current value, and that value is what the register function reads (`sink_auth.token_of`,
+  the very parser it runs). The value is never kept, printed or put in an exception.
+* Sink hosts: the host of each tenant's `sink.url` resolves (each distinct host once), unless
+  it is an IP literal or loopback, or the tenant has a `network` (a VPC sink may be private
+  DNS).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import ipaddress
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
+import sink_auth
 from botocore.exceptions import ClientError
 
 from pipeline_constructs import capacity, names, routing, uploaders
 from pipeline_constructs.config import TenantConfig
-
 #: Service Quotas codes of the quotas not readable from the service's own account API.
 SERVICE_QUOTAS = {
     "eventbridge_rules_per_bus": ("events", "L-244521F2"),
@@ -65,18 +81,36 @@ class Reading:
     def fits(self) -> bool:
         return self.after_deploy <= self.limit
 
+    @property
+    def unreserved_after_deploy(self) -> int | None:
+        """Lambda's row: the concurrency left unreserved after the deploy (it fits when at least
+        `capacity.MIN_UNRESERVED_CONCURRENCY`, AWS's rule); None for the other quotas."""
+        if self.quota.field != "lambda_concurrent_executions":
+            return None
+        return self.limit - self.after_deploy + capacity.MIN_UNRESERVED_CONCURRENCY
+
     def as_dict(self) -> dict[str, Any]:
+        unreserved = self.unreserved_after_deploy
         return {"quota": self.quota.title, "field": self.quota.field, "limit": self.limit, "source": self.source,
                 "in_use": self.in_use, "this_app": self.this_app, "need": self.need.count, "need_how": self.need.how,
-                "after_deploy": self.after_deploy, "fits": self.fits}
+                "after_deploy": self.after_deploy, "fits": self.fits,
+                **({"unreserved_after_deploy": unreserved} if unreserved is not None else {})}
+
+
+#: The principal fields checked: (field, needs the uploader tag).
+PRINCIPAL_FIELDS = (("uploaders", True), ("completion.callers", False))
+#: Why a missing principal fails the deploy.
+POLICY_REFUSES = "S3, KMS and Lambda refuse a policy naming a principal that does not exist: the deploy would fail"
 
 
 @dataclass(frozen=True)
-class UntaggedUploader:
-    """A tenant's uploader, a role or user of the target's account, that does not exist or
-    does not carry the uploader tag."""
+class PrincipalFinding:
+    """A principal of a tenant, a role or user of the target's account, that does not exist, or
+    an uploader that does not carry the uploader tag."""
 
     tenant_id: str
+    #: "uploaders" or "completion.callers".
+    field: str
     arn: str
     #: "role" or "user".
     kind: str
@@ -92,65 +126,166 @@ class UntaggedUploader:
         return (f"aws iam tag-{self.kind} --{self.kind}-name {self.name} "
                 f"--tags Key={uploaders.UPLOADER_TAG_KEY},Value=true")
 
+    @property
+    def fix(self) -> str:
+        if self.exists:
+            return self.tag_command
+        then_tag = f", then {self.tag_command}" if self.field == "uploaders" else ""
+        return f"create the {self.kind} before the deploy{then_tag}, or correct the ARN in the tenants file"
+
     def line(self) -> str:
         if self.exists:
             return (f"uploader not tagged: tenant '{self.tenant_id}': {self.arn} has no tag "
                     f"{uploaders.UPLOADER_TAG_KEY}, so the landing bucket policy does not keep it to its access "
-                    f"point; fix: {self.tag_command}")
-        return (f"uploader not found: tenant '{self.tenant_id}': {self.arn} does not exist in this account (the "
-                f"deploy of the tenant's access point would fail); fix: create the {self.kind}, then "
-                f"{self.tag_command}, or correct the ARN in the tenants file")
+                    f"point; fix: {self.fix}")
+        return (f"principal not found: tenant '{self.tenant_id}', {self.field}: {self.arn} does not exist in this "
+                f"account ({POLICY_REFUSES}); fix: {self.fix}")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tenant": self.tenant_id, "arn": self.arn, "exists": self.exists, "fix": self.tag_command}
+        return {"tenant": self.tenant_id, "field": self.field, "arn": self.arn, "exists": self.exists,
+                "fix": self.fix, "line": self.line()}
+
+
+@dataclass(frozen=True)
+class SecretFinding:
+    """A bearer secret the register function could not use: missing, unreadable, without a
+    current value, or not a token. Names the secret, never its value."""
+
+    tenant_ids: tuple[str, ...]
+    secret: str
+    #: "missing", "scheduled_for_deletion", "access_denied", "no_current_value" or "malformed".
+    problem: str
+    #: What is wrong, a sentence about the secret (never its value).
+    what: str
+    fix: str
+
+    def line(self) -> str:
+        return f"bearer secret not ready: {_tenants(self.tenant_ids)}: {self.what}; fix: {self.fix}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tenants": list(self.tenant_ids), "secret": self.secret, "problem": self.problem, "fix": self.fix,
+                "line": self.line()}
+
+
+@dataclass(frozen=True)
+class HostFinding:
+    """A public sink host that does not resolve (from where preflight runs)."""
+
+    tenant_ids: tuple[str, ...]
+    host: str
+    #: The resolver's reason ("Name or service not known").
+    reason: str
+
+    @property
+    def fix(self) -> str:
+        return ("correct the host in the tenant's sink.url, or publish its DNS record before the first file "
+                "(the register function posts every record to it)")
+
+    def line(self) -> str:
+        return f"sink host does not resolve: {_tenants(self.tenant_ids)}: {self.host} ({self.reason}); fix: {self.fix}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tenants": list(self.tenant_ids), "host": self.host, "reason": self.reason, "fix": self.fix,
+                "line": self.line()}
+
+
+def _tenants(tenant_ids: Sequence[str]) -> str:
+    quoted = ", ".join(f"'{t}'" for t in tenant_ids)
+    return f"tenant{'s' if len(tenant_ids) != 1 else ''} {quoted}"
+
+
+#: The kinds of finding, in the order of their exit codes (the lowest code wins: ops/cli.py).
+QUOTA, PRINCIPAL, SECRET, HOST = "quota", "principal", "secret", "host"
 
 
 @dataclass(frozen=True)
 class Result:
-    """What `ops preflight` found: every quota, and the uploaders not ready."""
+    """What `ops preflight` found: every quota, and every finding of the other checks."""
 
     readings: list[Reading]
-    untagged: list[UntaggedUploader]
+    principals: list[PrincipalFinding] = field(default_factory=list)
+    #: Principals of other accounts and account roots (distinct, in file order): not looked up.
+    principals_not_checked: list[str] = field(default_factory=list)
+    secrets: list[SecretFinding] = field(default_factory=list)
+    hosts: list[HostFinding] = field(default_factory=list)
+    #: Tenants with `network` whose sink host was not resolved (a VPC sink may be private DNS).
+    hosts_not_checked: list[str] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
         return all(r.fits for r in self.readings)
 
     @property
+    def untagged(self) -> list[PrincipalFinding]:
+        """The uploaders not ready (`--json`'s `untagged_uploaders`, as before the other fields)."""
+        return [p for p in self.principals if p.field == "uploaders"]
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds of finding there are, in exit-code order."""
+        found = {QUOTA: not self.fits, PRINCIPAL: bool(self.principals), SECRET: bool(self.secrets),
+                 HOST: bool(self.hosts)}
+        return [kind for kind, present in found.items() if present]
+
+    @property
     def ready(self) -> bool:
-        """Every quota fits and every uploader of the account is tagged: deploy."""
-        return self.fits and not self.untagged
+        """Every quota fits, every principal of the account exists (uploaders tagged), every bearer
+        secret holds a token and every public sink host resolves: deploy."""
+        return not self.kinds
 
 
-def preflight(target: capacity.Target, clients: Any) -> Result:
-    """Read every quota of ``target`` and its uploaders' tags from the account ``clients`` reach."""
+def resolve_host(host: str) -> Any:
+    """The real resolver: raises OSError (`socket.gaierror`) for a host that does not resolve."""
+    return socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+
+
+def preflight(target: capacity.Target, clients: Any, *, resolve: Callable[[str], Any] = resolve_host) -> Result:
+    """Read every quota of ``target`` from the account ``clients`` reach, check its tenants'
+    principals and bearer secrets there, and resolve their public sink hosts with ``resolve``."""
     account = clients("sts").get_caller_identity()["Account"]
     if target.account is not None and account != target.account:
         raise WrongAccount(f"the credentials are for account {account}, {target.label} is account "
                            f"{target.account}: use that account's credentials (AWS_PROFILE)")
-    return Result(_readings(target, clients, account), untagged_uploaders(target.tenants, clients("iam"), account))
+    readings = _readings(target, clients, account)
+    principals, not_checked = principal_findings(target.tenants, clients("iam"), account)
+    bearer = [t for t in target.tenants if t.sink.auth.type == "bearer"]
+    secrets = secret_findings(bearer, clients("secretsmanager")) if bearer else []
+    hosts, vpc_tenants = host_findings(target.tenants, resolve)
+    return Result(readings, principals, not_checked, secrets, hosts, vpc_tenants)
 
 
-def untagged_uploaders(tenants: Sequence[TenantConfig], iam: Any, account: str) -> list[UntaggedUploader]:
-    """Each uploader of ``tenants`` that is a role or user of ``account`` and does not exist or
-    lacks the uploader tag (any value; IAM matches tag keys in policies without regard to case)."""
-    found = []
+def principal_findings(tenants: Sequence[TenantConfig], iam: Any,
+                       account: str) -> tuple[list[PrincipalFinding], list[str]]:
+    """Each uploader and completion caller (of a tenant with `completion.wait`: without it no
+    policy names them) of ``tenants`` that is a role or user of ``account`` and does not exist,
+    and each such uploader without the uploader tag (any value; IAM matches tag keys in policies
+    without regard to case). Each role or user is read once. Also the principals not looked up:
+    another account's, and account roots."""
+    found: list[PrincipalFinding] = []
+    not_checked: list[str] = []
+    tags: dict[tuple[str, str], set[str] | None] = {}
     for tenant in tenants:
-        for arn in tenant.uploaders:
-            kind = _own_identity(arn, account)
-            if kind is None:
-                continue
-            untagged = UntaggedUploader(tenant.id, arn, kind, exists=True)
-            try:
-                keys = _tag_keys(iam, kind, untagged.name)
-            except ClientError as error:
-                if error.response.get("Error", {}).get("Code") != "NoSuchEntity":
-                    raise
-                found.append(UntaggedUploader(tenant.id, arn, kind, exists=False))
-                continue
-            if uploaders.UPLOADER_TAG_KEY.lower() not in {k.lower() for k in keys}:
-                found.append(untagged)
-    return found
+        for field_name, needs_tag in PRINCIPAL_FIELDS:
+            if field_name == "uploaders":
+                arns = tenant.uploaders
+            else:
+                arns = tenant.completion.callers if tenant.completion.wait else []
+            for arn in arns:
+                kind = _own_identity(arn, account)
+                if kind is None:
+                    if arn not in not_checked:
+                        not_checked.append(arn)
+                    continue
+                principal = PrincipalFinding(tenant.id, field_name, arn, kind, exists=True)
+                key = (kind, principal.name)
+                if key not in tags:
+                    tags[key] = _tag_keys_if_exists(iam, kind, principal.name)
+                keys = tags[key]
+                if keys is None:
+                    found.append(PrincipalFinding(tenant.id, field_name, arn, kind, exists=False))
+                elif needs_tag and uploaders.UPLOADER_TAG_KEY.lower() not in {k.lower() for k in keys}:
+                    found.append(principal)
+    return found, not_checked
 
 
 def _own_identity(arn: str, account: str) -> str | None:
@@ -160,6 +295,118 @@ def _own_identity(arn: str, account: str) -> str | None:
     if parts[4] != account or uploaders.is_account_root(arn):
         return None
     return parts[5].split("/", 1)[0]
+
+
+def _tag_keys_if_exists(iam: Any, kind: str, name: str) -> set[str] | None:
+    """The role's or user's tag keys; None if it does not exist."""
+    try:
+        return _tag_keys(iam, kind, name)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "NoSuchEntity":
+            raise
+        return None
+
+
+#: Secrets Manager errors that mean these credentials may not read the secret (or its key).
+SECRET_ACCESS_ERRORS = frozenset({"AccessDeniedException", "AccessDenied", "DecryptionFailure"})
+
+
+def secret_findings(tenants: Sequence[TenantConfig], secrets: Any) -> list[SecretFinding]:
+    """Each distinct bearer secret of ``tenants`` the register function could not use, read with
+    ``secrets`` (a Secrets Manager client of the target's Region): one finding per secret,
+    naming the tenants that use it."""
+    by_secret: dict[str, list[str]] = {}
+    for tenant in tenants:
+        by_secret.setdefault(tenant.sink.auth.secret, []).append(tenant.id)
+    region = secrets.meta.region_name
+    found = []
+    for secret, tenant_ids in by_secret.items():
+        problem = _secret_problem(secrets, secret, region)
+        if problem is not None:
+            found.append(SecretFinding(tuple(tenant_ids), secret, *problem))
+    return found
+
+
+def _secret_problem(secrets: Any, secret: str, region: str) -> tuple[str, str, str] | None:
+    """(problem, what, fix) for a secret the register function could not use, else None. The
+    value read is parsed and dropped here: nothing returned or raised holds any of it."""
+    named = f"secret '{secret}'"
+    in_region = f" --region {region}" if region else ""
+    put = f"aws secretsmanager put-secret-value --secret-id {secret} --secret-string '<token>'{in_region}"
+    may_read = (f"run preflight with credentials allowed secretsmanager:DescribeSecret and "
+                f"secretsmanager:GetSecretValue on {secret} (and kms:Decrypt on its key)")
+    try:
+        described = secrets.describe_secret(SecretId=secret)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code == "ResourceNotFoundException":
+            return "missing", f"{named} does not exist in {region}", _create_command(secret, in_region)
+        if code in SECRET_ACCESS_ERRORS:
+            return "access_denied", f"{named} cannot be described with these credentials ({code})", may_read
+        raise
+    if described.get("DeletedDate") is not None:
+        return ("scheduled_for_deletion", f"{named} is scheduled for deletion",
+                f"aws secretsmanager restore-secret --secret-id {secret}{in_region}")
+    try:
+        value = secrets.get_secret_value(SecretId=secret)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code == "ResourceNotFoundException":
+            return "no_current_value", f"{named} has no current value (no version labelled AWSCURRENT)", put
+        if code in SECRET_ACCESS_ERRORS:
+            return "access_denied", f"{named} cannot be read with these credentials ({code})", may_read
+        raise
+    try:
+        sink_auth.token_of(secret, value)
+    except sink_auth.SinkAuthError as error:
+        # token_of's messages name the secret, never its value.
+        return "malformed", str(error), put
+    finally:
+        del value
+    return None
+
+
+def _create_command(secret: str, in_region: str) -> str:
+    """Create the secret; one given by ARN is created by name, and its new ARN goes in the file
+    (an ARN ends in the 6 characters Secrets Manager drew for that one secret)."""
+    if not secret.startswith("arn:"):
+        return f"aws secretsmanager create-secret --name {secret} --secret-string '<token>'{in_region}"
+    name = secret.split(":secret:", 1)[1].rsplit("-", 1)[0]
+    return (f"aws secretsmanager create-secret --name {name} --secret-string '<token>'{in_region}, then put the ARN "
+            "it prints in the tenant's sink.auth.secret (or check the Region and account of the ARN)")
+
+
+def host_findings(tenants: Sequence[TenantConfig],
+                  resolve: Callable[[str], Any]) -> tuple[list[HostFinding], list[str]]:
+    """Each public sink host of ``tenants`` that ``resolve`` cannot resolve (each distinct host
+    once; IP literals and loopback not resolved), and the tenants with `network`, not resolved."""
+    by_host: dict[str, list[str]] = {}
+    vpc_tenants: list[str] = []
+    for tenant in tenants:
+        if tenant.network is not None:
+            vpc_tenants.append(tenant.id)
+            continue
+        host = urlsplit(tenant.sink.url).hostname
+        if host and not _literal_or_loopback(host):
+            by_host.setdefault(host, []).append(tenant.id)
+    found = []
+    for host, tenant_ids in by_host.items():
+        try:
+            resolve(host)
+        except (OSError, UnicodeError) as error:
+            reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+            found.append(HostFinding(tuple(tenant_ids), host, reason))
+    return found, vpc_tenants
+
+
+def _literal_or_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _tag_keys(iam: Any, kind: str, name: str) -> set[str]:
@@ -275,8 +522,8 @@ def _state_machines(sfn: Any) -> set[str]:
 
 
 def render(target: capacity.Target, result: Result) -> str:
-    """The table `ops preflight` prints, then a verdict line per quota that does not fit and one
-    per uploader not tagged."""
+    """The table `ops preflight` prints, then a verdict line per quota that does not fit, and a
+    line per finding of the other checks (and one for what could not be checked from here)."""
     readings, tenants = result.readings, target.tenants
     header = ("quota", "limit", "source", "in use", "this app", "need", "after deploy", "fits")
     rows = [(r.quota.title, str(r.limit), r.source, str(r.in_use), str(r.this_app), str(r.need.count),
@@ -286,10 +533,21 @@ def render(target: capacity.Target, result: Result) -> str:
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (header, *rows)]
     for r in readings:
         if not r.fits:
+            unreserved = r.unreserved_after_deploy
+            left = (f": {unreserved} would stay unreserved, Lambda keeps at least "
+                    f"{capacity.MIN_UNRESERVED_CONCURRENCY}" if unreserved is not None else "")
             lines.append(f"does not fit: {r.quota.title}: {r.after_deploy} after the deploy ({r.in_use} in use, "
-                         f"{r.this_app} of them this app's, + need {r.need.count}: {r.need.how}), limit {r.limit}; "
-                         f"fix: {r.quota.fix}")
+                         f"{r.this_app} of them this app's, + need {r.need.count}: {r.need.how}), limit {r.limit}"
+                         f"{left}; fix: {r.quota.fix}")
     if result.fits:
         lines.append("fits: every quota holds what the tenants file needs")
-    lines += [u.line() for u in result.untagged]
+    lines += [p.line() for p in result.principals]
+    if result.principals_not_checked:
+        lines.append("not looked up: principals of other accounts and account roots (this account's IAM cannot see "
+                     "them; make sure they exist before the deploy): " + ", ".join(result.principals_not_checked))
+    lines += [s.line() for s in result.secrets]
+    lines += [h.line() for h in result.hosts]
+    if result.hosts_not_checked:
+        lines.append(f"not resolved: the sink hosts of {_tenants(result.hosts_not_checked)} with network (a VPC "
+                     "sink may have a private DNS name)")
     return "\n".join(lines)
