@@ -842,8 +842,9 @@ WORKFLOW_ALIAS = DerivedName("state machine alias name", "live", 80, qualified=F
 SHARED_STACK = DerivedName(_STACK, APP_NAME + "-Shared", 128)
 #: The second and later dashboards, a stack each (the first is in the shared stack).
 DASHBOARD_STACK = DerivedName(_STACK, APP_NAME + "-Dashboard-{number}", 128)
-FIRST_DASHBOARD = DerivedName("dashboard name", APP_NAME, 255)
-DASHBOARD = DerivedName("dashboard name", APP_NAME + "-{number}", 255)
+#: Dashboard names are unique per account in every Region: the Region is part of them.
+FIRST_DASHBOARD = DerivedName("dashboard name", APP_NAME + "-{region}", 255)
+DASHBOARD = DerivedName("dashboard name", APP_NAME + "-{region}-{number}", 255)
 LANDING_BUCKET = DerivedName("S3 bucket name", SHARED_PREFIX + "-landing-{account}-{region}", 63)
 WORK_BUCKET = DerivedName("S3 bucket name", SHARED_PREFIX + "-work-{account}-{region}", 63)
 SHARED_ALARM = DerivedName(_ALARM, SHARED_PREFIX + "-{alarm}", 255)

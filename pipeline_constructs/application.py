@@ -8,12 +8,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import App, Environment, Stage, Validations
+import jsii
+from aws_cdk import (
+    App,
+    Environment,
+    IPolicyValidationContext,
+    IPolicyValidationPlugin,
+    PolicyValidationPluginReport,
+    PolicyViolatingResource,
+    PolicyViolation,
+    Stage,
+    Validations,
+)
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import cells
+from pipeline_constructs import capacity, cells, deploy_limits
 from pipeline_constructs.config import AppConfig, load_config
 from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack, dashboard_stacks
 
@@ -112,11 +123,22 @@ def _build(app: App, config: AppConfig, nag: bool, cell: str | None) -> IngestAp
                 stage=scope, shared=shared_of.get(target),
                 tenants={t: s for t, s in tenants.items() if by_id[t].target == target},
                 dashboards=tuple(d for d in dashboards if d.node.scope is scope))
-    if nag:
-        Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    plugins = [DeployLimits(lambda env, bus: _rules_per_bus(config, env, bus))]
+    Validations.of(app).add_plugins(*plugins, *([AwsSolutionsChecks(app)] if nag else []))
     first_shared = next(iter(shared_of.values()), None)
     return IngestApp(app=app, config=config, shared=first_shared, tenants=tenants, stages=stages,
                      dashboards=tuple(dashboards), cells=built)
+
+
+def _rules_per_bus(config: AppConfig, env: deploy_limits.Env, bus: str) -> int:
+    """The declared "Rules per event bus" quota: `routing.rules_per_bus` for the app's own
+    buses, the target's (or top-level) `account_limits` for the default bus."""
+    if bus != "default":
+        return config.routing.rules_per_bus
+    target = next((name for name, t in config.targets.items() if (t.account, t.region) == (env.account, env.region)),
+                  None)
+    limits = config.limits_of(target) if target is not None else config.account_limits
+    return limits.eventbridge_rules_per_bus or capacity.default_rules_per_bus(env.region)
 
 
 def _scope(app: App, config: AppConfig, target: str | None) -> Construct:
@@ -134,3 +156,41 @@ def _of_target(config: AppConfig, target: str | None) -> AppConfig:
     if target is None:
         return config
     return config.model_copy(update={"tenants": tuple(t for t in config.tenants if t.target == target)})
+
+
+@jsii.implements(IPolicyValidationPlugin)
+class DeployLimits:
+    """The CDK validation plugin that holds every template of the assembly against AWS's
+    deploy-time limits (`deploy_limits.check`) at each synth.
+    `rules_per_bus`: as `check` takes it."""
+
+    def __init__(self, rules_per_bus: deploy_limits.RulesPerBus | None = None) -> None:
+        self._rules_per_bus = rules_per_bus
+
+    @property
+    def name(self) -> str:
+        return "ordered-ingest deploy-time limits"
+
+    @property
+    def version(self) -> str | None:
+        return None
+
+    @property
+    def rule_ids(self) -> list[str] | None:
+        return sorted(deploy_limits.LIMITS)
+
+    def validate(self, context: IPolicyValidationContext) -> PolicyValidationPluginReport:
+        stacks = deploy_limits.assembly_stacks(context.template_paths)
+        paths = {stack.name: stack.path for stack in stacks}
+        violations = [
+            PolicyViolation(
+                rule_name=violation.limit.key,
+                description=str(violation),
+                fix=violation.fix or None,
+                rule_metadata={"limit": str(violation.limit.value), "source": violation.limit.source},
+                violating_resources=[PolicyViolatingResource(
+                    resource_logical_id=violation.resource, template_path=paths.get(violation.stack, ""),
+                    locations=[violation.resource])])
+            for violation in deploy_limits.check(stacks, rules_per_bus=self._rules_per_bus)
+        ]
+        return PolicyValidationPluginReport(success=not violations, violations=violations)

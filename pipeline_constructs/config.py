@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from lambdas import contract
-from pipeline_constructs import budgets, capacity, names
+from pipeline_constructs import budgets, capacity, deploy_limits, names
 from pipeline_constructs import routing as routing_rules
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
@@ -137,13 +137,20 @@ SinkAuth = Annotated[NoAuth | BearerAuth | SigV4Auth, Field(discriminator="type"
 AUTH_TYPES = ("none", "bearer", "sigv4")
 
 
+#: The longest sink URL and sequence pattern: each travels in a function's environment, whose
+#: variables together must stay within Lambda's 4 KB (`deploy_limits`), beside the prefix and
+#: the secret at their own longest.
+MAX_SINK_URL_CHARS = 2048
+MAX_SEQUENCE_PATTERN_CHARS = 1024
+
+
 class SinkConfig(_Strict):
     """The tenant's record sink: the core system endpoint that receives its records, in order.
     Required, in the tenant or in `defaults` (merged key by key)."""
 
-    url: str = Field(description=(
+    url: str = Field(max_length=MAX_SINK_URL_CHARS, description=(
         "The core system's endpoint: one POST per record (or per batch, `batch_size`). `https://`; plain "
-        "`http://` only for `localhost` and loopback addresses."))
+        f"`http://` only for `localhost` and loopback addresses. At most {MAX_SINK_URL_CHARS} characters."))
     auth: SinkAuth = Field(description=(
         "How the register function authenticates to the core system, chosen by `type`. Required, so that no "
         "tenant runs without credentials by accident: a `bearer` or `sigv4` auth may sit in `defaults` and is "
@@ -206,10 +213,11 @@ class OrderingConfig(_Strict):
         "sequence number `sequence_pattern` finds in each key, from `first_sequence`; a file waits while an "
         "earlier number is missing. The queue is then a standard queue: changing `by` replaces the queue, so "
         "drain the tenant first."))
-    sequence_pattern: str = Field(default="", validate_default=True, description=(
+    sequence_pattern: str = Field(default="", validate_default=True, max_length=MAX_SEQUENCE_PATTERN_CHARS,
+                                  description=(
         "With `key_sequence`, required: a Python regular expression searched in the object key; its group "
         r"`seq` (or its only group, or the whole match) is the number, ASCII digits, e.g. `(?P<seq>\d+)\.csv$`. "
-        "Otherwise leave it out."))
+        f"At most {MAX_SEQUENCE_PATTERN_CHARS} characters. Otherwise leave it out."))
     first_sequence: int = Field(default=1, ge=0, description="The sequence number of the tenant's first file.")
     gap_alarm_after_seconds: int = Field(default=900, ge=60, description=(
         "With `key_sequence`: seconds a later file may wait for a missing number before the `sequence-gap` "
@@ -804,10 +812,19 @@ class _Problems:
     lines: list[str]
 
     def add(self, where: str, field: str, value: Any, problem: str, fix: str) -> None:
-        shown = "(missing)" if value is _MISSING else repr(value)
+        shown = "(missing)" if value is _MISSING else _shown(value)
         line = f"{where}: field '{field}' = {shown}: {problem}; {fix}"
         if line not in self.lines:  # a bad default is reported once, not once per tenant
             self.lines.append(line)
+
+
+def _shown(value: Any, width: int = 120) -> str:
+    """A value as a problem shows it: its repr, cut in the middle past ``width`` characters."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    size = f"{len(value)} entries" if isinstance(value, list) else f"{len(str(value))} characters"
+    return f"{text[:width // 2]}...{text[-20:]} ({size})"
 
 
 def load_config(path: str | Path, *, check_capacity: bool = True) -> AppConfig:
@@ -1273,6 +1290,24 @@ def _check_completion(tenant: TenantConfig, problems: _Problems) -> None:
     if not completion.callers:
         problems.add(where, "completion.callers", [], "is empty: nobody could confirm a file, so every file "
                      "would time out", FIXES["completion.callers"])
+    _check_completion_policy(tenant, problems)
+
+
+def _check_completion_policy(tenant: TenantConfig, problems: _Problems) -> None:
+    """Each caller is a statement of the completion function's resource policy, which Lambda
+    keeps within 20 KB (`deploy_limits`)."""
+    callers = tenant.completion.callers
+    budget = deploy_limits.LIMITS["lambda-resource-policy"].value - deploy_limits.POLICY_ENVELOPE_BYTES
+    sizes = [deploy_limits.permission_statement_bytes(arn) for arn in callers]
+    if sum(sizes) <= budget:
+        return
+    fitting = next(n for n in range(len(sizes) + 1) if sum(sizes[:n + 1]) > budget)
+    problems.add(f"tenant '{tenant.id}'", "completion.callers", callers,
+                 f"makes the completion function's resource policy {sum(sizes) + deploy_limits.POLICY_ENVELOPE_BYTES:,} "
+                 f"bytes, over Lambda's {deploy_limits.LIMITS['lambda-resource-policy'].value:,} (one statement per "
+                 f"principal: the first {fitting} fit)",
+                 "list fewer principals: one role that the core system's callers assume, or the account root "
+                 "'arn:aws:iam::<account>:root' of the core system's account, which then decides who may call")
 
 
 def _validate_targets(raw: Any, problems: _Problems) -> dict[str, TargetConfig] | None:

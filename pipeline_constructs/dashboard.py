@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
@@ -51,11 +51,12 @@ class DashboardTenant:
     stall_after_seconds: int
 
 
-def dashboard_names(tenant_count: int) -> list[str]:
-    """`OrderedIngest`, then `OrderedIngest-2`, ... for each `TENANTS_PER_DASHBOARD` tenants."""
+def dashboard_names(tenant_count: int, region: str) -> list[str]:
+    """`OrderedIngest-<region>`, then `OrderedIngest-<region>-2`, ... for each
+    `TENANTS_PER_DASHBOARD` tenants (a dashboard's name is unique per account in every Region)."""
     count = max(1, -(-tenant_count // TENANTS_PER_DASHBOARD))
-    return [contract.FIRST_DASHBOARD.render() if index == 0 else contract.DASHBOARD.render(number=index + 1)
-            for index in range(count)]
+    return [contract.FIRST_DASHBOARD.render(region=region) if index == 0
+            else contract.DASHBOARD.render(region=region, number=index + 1) for index in range(count)]
 
 
 class IngestDashboards(Construct):
@@ -67,7 +68,7 @@ class IngestDashboards(Construct):
                  pages: Sequence[int] | None = None) -> None:
         super().__init__(scope, construct_id)
         self.dashboards: list[cloudwatch.Dashboard] = []
-        for index, name in enumerate(dashboard_names(len(tenants))):
+        for index, name in enumerate(dashboard_names(len(tenants), Stack.of(self).region)):
             if pages is not None and index not in pages:
                 continue
             page = tenants[index * TENANTS_PER_DASHBOARD:(index + 1) * TENANTS_PER_DASHBOARD]

@@ -80,7 +80,7 @@ def build_object_created_rule(scope: Construct, tenant: TenantConfig, *, landing
         "ObjectCreatedRule",
         event_bus=event_bus,
         rule_name=names.RULE.render(tenant.id),
-        description=f"Files created under s3://<landing>/{tenant.prefix} go to tenant {tenant.id}'s queue",
+        description=f"Files created under tenant {tenant.id}'s prefix in the landing bucket go to its queue",
         event_pattern=events.EventPattern(
             source=["aws.s3"],
             detail_type=["Object Created"],

@@ -98,7 +98,8 @@ def acknowledge_tenant_pipeline(pipeline: TenantPipeline) -> None:
     ])
     workflow = pipeline.workflow
     if tenant.tracing:
-        for role in (pipeline.data_role, pipeline.controller.role, pipeline.closer.role):
+        # Every function's role (the data role is split's and register's), the completion's too.
+        for role in dict.fromkeys(made.role for made in pipeline.pipeline_functions.values()):
             acknowledge(role, IAM5, "X-Ray trace segments (the tenant's `tracing: true`) do not support "
                                     "resource-level permissions.", "Resource::*")
     else:

@@ -106,9 +106,10 @@ def own_workflow_arns(state_machine_arn: str) -> list[Any]:
     return [state_machine_arn, {"prefix": f"{state_machine_arn}:"}]
 
 
-#: Any tenant's file workflow ARN qualified by a version or alias (one matcher for a shard's
-#: forwarding rule, see `status_pattern`).
-QUALIFIED_WORKFLOW_ARN = {"wildcard": f"*{STATE_MACHINE_SUFFIX}:*"}
+#: Any tenant's file workflow ARN qualified by the alias files start through (one matcher for a
+#: shard's forwarding rule, see `status_pattern`). A suffix, not a wildcard: EventBridge allows
+#: 30 rules with a wildcard filter per bus, and each shard has a forwarding rule.
+QUALIFIED_WORKFLOW_ARN = {"suffix": f"{STATE_MACHINE_SUFFIX}:{contract.WORKFLOW_ALIAS.render()}"}
 
 
 def status_pattern(tenant_ids: Sequence[str]) -> dict[str, Any]:
@@ -116,15 +117,13 @@ def status_pattern(tenant_ids: Sequence[str]) -> dict[str, Any]:
 
     A bare ARN by its suffix ``:<id>-file-ingest-workflow`` (':' then the state machine's
     name, which holds no ':'), about half the characters of the full ARN: the default bus
-    only carries this account's and Region's service events. A qualified ARN (``...:live``,
-    ``...:3``; see `own_workflow_arns`) by one matcher for every tenant,
-    `QUALIFIED_WORKFLOW_ARN`: such an event goes to every shard bus, where only its tenant's
-    rule matches it. Per tenant it would take either the full ARN as a prefix (twice the
-    characters: half the tenants per shard) or a wildcard each, and EventBridge refuses a
-    rule with many leading wildcards as too complex
-    (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-create-pattern-operators.html,
-    "wildcards and event pattern complexity"). The tenant's own rule on the shard bus
-    matches its ARN exactly, and the statuses."""
+    only carries this account's and Region's service events. An ARN qualified by the `live`
+    alias (see `own_workflow_arns`) by one suffix for every tenant, `QUALIFIED_WORKFLOW_ARN`:
+    such an event goes to every shard bus, where only its tenant's rule matches it. Per tenant
+    it would take the full ARN as a prefix (twice the characters: half the tenants per shard).
+    An execution started by hand through a version ARN (``...:3``) is not forwarded: the gate
+    starts every file through the alias. The tenant's own rule on the shard bus matches its ARN
+    exactly, and the statuses."""
     return {
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],

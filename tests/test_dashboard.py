@@ -16,14 +16,19 @@ from pipeline_constructs.dashboard import (
 )
 
 
+def joined(value: Any) -> str:
+    """A string of the template, with intrinsics replaced by `<ref>`."""
+    if isinstance(value, str):
+        return value
+    return "".join(p if isinstance(p, str) else "<ref>" for p in value["Fn::Join"][1])
+
+
 def bodies(template: Template) -> dict[str, dict[str, Any]]:
     """Dashboard name -> body, with intrinsics replaced by `<ref>`."""
     found = {}
     for dashboard in template.find_resources("AWS::CloudWatch::Dashboard").values():
-        parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
-        found[dashboard["Properties"]["DashboardName"]] = json.loads(
-            "".join(p if isinstance(p, str) else "<ref>" for p in parts)
-        )
+        found[joined(dashboard["Properties"]["DashboardName"])] = json.loads(
+            joined(dashboard["Properties"]["DashboardBody"]))
     return found
 
 
@@ -38,7 +43,7 @@ def graphs_of(body: dict[str, Any], tenant: str) -> dict[str, list]:
 
 def test_one_dashboard_with_a_row_per_tenant_in_the_shared_stack(shared_template):
     (body,) = bodies(shared_template).values()
-    assert list(bodies(shared_template)) == ["OrderedIngest"]
+    assert list(bodies(shared_template)) == ["OrderedIngest-<ref>"]
     titles = [w["properties"]["markdown"] for w in body["widgets"] if w["type"] == "text"]
     assert titles == ["### Tenant acme", "### Tenant globex", "### Tenant initech"]
     assert len(body["widgets"]) == 3 * WIDGETS_PER_TENANT
@@ -84,18 +89,19 @@ def test_the_shared_stack_refers_to_no_tenant_stack(shared_template):
 def test_more_tenants_than_one_dashboard_holds_continue_on_numbered_dashboards(tmp_path):
     from aws_cdk import App, Stack
 
-    assert dashboard_names(0) == ["OrderedIngest"]
-    assert dashboard_names(TENANTS_PER_DASHBOARD) == ["OrderedIngest"]
-    assert dashboard_names(TENANTS_PER_DASHBOARD + 1) == ["OrderedIngest", "OrderedIngest-2"]
+    assert dashboard_names(0, "eu-west-1") == ["OrderedIngest-eu-west-1"]
+    assert dashboard_names(TENANTS_PER_DASHBOARD, "eu-west-1") == ["OrderedIngest-eu-west-1"]
+    assert dashboard_names(TENANTS_PER_DASHBOARD + 1, "eu-west-1") == ["OrderedIngest-eu-west-1",
+                                                                       "OrderedIngest-eu-west-1-2"]
 
     stack = Stack(App(outdir=str(tmp_path)), "Many")
     tenants = [DashboardTenant(f"t{i}", 1800) for i in range(TENANTS_PER_DASHBOARD + 3)]
     IngestDashboards(stack, "Dashboards", tenants=tenants)
 
     found = bodies(Template.from_stack(stack))
-    assert list(found) == ["OrderedIngest", "OrderedIngest-2"]
-    assert len(found["OrderedIngest"]["widgets"]) == TENANTS_PER_DASHBOARD * WIDGETS_PER_TENANT <= 500
-    assert [w["properties"]["markdown"] for w in found["OrderedIngest-2"]["widgets"] if w["type"] == "text"] == [
+    assert list(found) == ["OrderedIngest-<ref>", "OrderedIngest-<ref>-2"]
+    assert len(found["OrderedIngest-<ref>"]["widgets"]) == TENANTS_PER_DASHBOARD * WIDGETS_PER_TENANT <= 500
+    assert [w["properties"]["markdown"] for w in found["OrderedIngest-<ref>-2"]["widgets"] if w["type"] == "text"] == [
         f"### Tenant t{i}" for i in range(TENANTS_PER_DASHBOARD, TENANTS_PER_DASHBOARD + 3)
     ]
 
@@ -126,12 +132,12 @@ def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows
     stacks = (shared, *extra)
     templates = [Template.from_stack(stack) for stack in stacks]  # each a synth: once
     shared_template = templates[0]
-    assert list(bodies(shared_template)) == ["OrderedIngest"]
+    assert list(bodies(shared_template)) == ["OrderedIngest-<ref>"]
     second, third = (bodies(template) for template in templates[1:])
-    assert list(second) == ["OrderedIngest-2"] and list(third) == ["OrderedIngest-3"]
-    first_titles = [w["properties"]["markdown"] for w in bodies(shared_template)["OrderedIngest"]["widgets"]
+    assert list(second) == ["OrderedIngest-<ref>-2"] and list(third) == ["OrderedIngest-<ref>-3"]
+    first_titles = [w["properties"]["markdown"] for w in bodies(shared_template)["OrderedIngest-<ref>"]["widgets"]
                     if w["type"] == "text"]
-    third_titles = [w["properties"]["markdown"] for w in third["OrderedIngest-3"]["widgets"] if w["type"] == "text"]
+    third_titles = [w["properties"]["markdown"] for w in third["OrderedIngest-<ref>-3"]["widgets"] if w["type"] == "text"]
     assert first_titles[0] == "### Tenant t0000" and len(first_titles) == TENANTS_PER_DASHBOARD
     assert third_titles == [f"### Tenant t{count - 1:04d}"]
     for stack, template in zip(stacks, templates, strict=True):

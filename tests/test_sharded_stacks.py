@@ -72,7 +72,7 @@ def test_the_shared_stack_has_one_bus_per_shard_and_two_forwarding_rules_per_sha
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],
         "detail": {
-            "stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}, {"wildcard": "*-file-ingest-workflow:*"}]
+            "stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}, {"suffix": "-file-ingest-workflow:live"}]
         },
     }
     for k in (0, 1):
