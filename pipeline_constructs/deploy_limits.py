@@ -154,10 +154,10 @@ NAME_PATTERNS = {
     "stack-name": r"[A-Za-z][A-Za-z0-9-]*",
     "iam-role-name": r"[\w+=,.@-]+",
     "iam-policy-name": r"[\w+=,.@-]+",
-    "s3-bucket-name": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
-    "s3-access-point-name": r"[a-z0-9][a-z0-9-]{1,48}[a-z0-9]",
-    "sqs-queue-name": r"[A-Za-z0-9_-]{1,80}(\.fifo)?",
-    "sns-topic-name": r"[A-Za-z0-9_-]{1,256}(\.fifo)?",
+    "s3-bucket-name": r"[a-z0-9][a-z0-9.-]*[a-z0-9]",
+    "s3-access-point-name": r"[a-z0-9][a-z0-9-]*[a-z0-9]",
+    "sqs-queue-name": r"[A-Za-z0-9_-]+(\.fifo)?",
+    "sns-topic-name": r"[A-Za-z0-9_-]+(\.fifo)?",
     "kms-alias-name": r"alias/[A-Za-z0-9/_-]+",
     "lambda-function-name": r"[A-Za-z0-9_-]+",
     "sfn-state-machine-name": r"[A-Za-z0-9_-]+",
@@ -166,7 +166,7 @@ NAME_PATTERNS = {
     "eventbridge-bus-name": r"[/.\-_A-Za-z0-9]+",
     "cloudwatch-dashboard-name": r"[A-Za-z0-9_-]+",
     "logs-group-name": r"[.\-_/#A-Za-z0-9]+",
-    "dynamodb-table-name": r"[A-Za-z0-9_.-]{3,255}",
+    "dynamodb-table-name": r"[A-Za-z0-9_.-]+",
     "ssm-parameter-name": r"/?[A-Za-z0-9_.\-/]+",
 }
 
@@ -229,7 +229,7 @@ class _Renderer:
 
         def strings(node: Any) -> Any:
             if isinstance(node, dict) and len(node) == 1 and next(iter(node)).startswith(("Fn::", "Ref")):
-                mark = f"\x00{len(marks)}\x00"
+                mark = f"<<intrinsic {len(marks)}>>"
                 marks[mark] = self(node)
                 return mark
             if isinstance(node, dict):
@@ -280,11 +280,13 @@ class _Renderer:
                 yield from self._parts(item)
         elif function == "Fn::Sub":
             text, variables = (argument, {}) if isinstance(argument, str) else argument
-            for literal, name in re.findall(r"([^$]*(?:\$(?!\{)[^$]*)*)(?:\$\{([^}]*)\})?", text):
-                if literal:
-                    yield literal, len(literal.encode())
-                if name:
-                    yield from (self._parts(variables[name]) if name in variables else
+            pieces = re.split(r"\$\{([^}]*)\}", text)  # literal, name, literal, name, ..., literal
+            for index, piece in enumerate(pieces):
+                if index % 2 == 0:
+                    yield piece, len(piece.encode())
+                    continue
+                name = piece
+                yield from (self._parts(variables[name]) if name in variables else
                                 self._ref(name) if "." not in name else self._parts({"Fn::GetAtt": name}))
         elif function == "Fn::If":
             longer = max((self(branch) for branch in argument[1:]), key=lambda rendered: rendered.length)
@@ -657,6 +659,16 @@ def _per_bus(stacks: Sequence[_Stack], rules_per_bus: RulesPerBus) -> list[Viola
     return found
 
 
+def _per_region(stacks: Sequence[_Stack]) -> list[Violation]:
+    """CloudWatch Logs resource policies, 10 per account and Region, across the stacks."""
+    policies: dict[Env, list[tuple[str, str]]] = defaultdict(list)
+    for s in stacks:
+        policies[s.stack.env] += [(s.stack.name, logical_id) for logical_id, _ in _each(s, "AWS::Logs::ResourcePolicy")]
+    limit = LIMITS["logs-resource-policies"]
+    return [Violation(limit, found[limit.value][0], found[limit.value][1], len(found), f"in {env}")
+            for env, found in policies.items() if len(found) > limit.value]
+
+
 def check(stacks: Iterable[StackTemplate], *, rules_per_bus: RulesPerBus | None = None) -> list[Violation]:
     """Every violation of `LIMITS` in the stacks of one assembly. `rules_per_bus(env, bus)`: the
     "Rules per event bus" quota of bus `bus` (`default` for the default bus) in `env`."""
@@ -667,6 +679,7 @@ def check(stacks: Iterable[StackTemplate], *, rules_per_bus: RulesPerBus | None 
             rule(s)
         found += s.found
     found += _unique(checked)
+    found += _per_region(checked)
     found += _per_bus(checked, rules_per_bus or (lambda env, bus: LIMITS["eventbridge-rules-per-bus"].value))
     return found
 

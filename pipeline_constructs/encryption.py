@@ -14,9 +14,10 @@ Who may do what with a key:
   the service that stores the data (``kms:ViaService``), for S3 only for the one bucket
   (with S3 bucket keys the encryption context is the bucket's ARN).
 
-A key the app creates has rotation on and survives the deletion of its stack (RETAIN), like the
-data it encrypts. A key given by ARN is used as given: its policy is its owner's, and must allow
-what the statements here would (docs/security.md, "Customer-managed keys").
+A key the app creates has rotation on and survives the deletion of its stack, like the data it
+encrypts (`RETAIN_ON_UPDATE_OR_DELETE`: only the rollback of the deploy that created it deletes
+it). A key given by ARN is used as given: its policy is its owner's, and must allow what the
+statements here would (docs/security.md, "Customer-managed keys").
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def customer_key(scope: Construct, construct_id: str, setting: str, *, alias: st
         description=description,
         alias=alias,
         enable_key_rotation=True,
-        removal_policy=RemovalPolicy.RETAIN,
+        removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
     )
 
 

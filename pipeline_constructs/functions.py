@@ -73,7 +73,9 @@ def pipeline_function(
         f"{construct_id}Logs",
         log_group_name=log_group_name,
         retention=log_retention,
-        removal_policy=RemovalPolicy.RETAIN,
+        # Kept on update and delete, but deleted when the operation that created it rolls back:
+        # a retained log group of a fixed name would make the retry fail ("already exists").
+        removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         encryption_key=kms_key,
     )
     logs.MetricFilter(

@@ -86,6 +86,10 @@ class SharedResources(Construct):
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         self.kms_key_setting = props.kms_key
         self.data_key = self._data_key(props.kms_key)
+        # Every bucket, the table and the keys: RETAIN_ON_UPDATE_OR_DELETE (CloudFormation's
+        # RetainExceptOnCreate) keeps them and their data when the stack is deleted, and deletes
+        # them when the operation that created them rolls back, so that the retry of a failed
+        # first deploy does not fail on a bucket of its fixed name left behind.
 
         self.access_logs_bucket = s3.Bucket(
             self,
@@ -95,7 +99,7 @@ class SharedResources(Construct):
             enforce_ssl=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
 
         self.landing_bucket = self._bucket(
@@ -157,7 +161,7 @@ class SharedResources(Construct):
             encryption=(dynamodb.TableEncryption.AWS_MANAGED if self.data_key is None
                         else dynamodb.TableEncryption.CUSTOMER_MANAGED),
             encryption_key=self.data_key,
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
 
         # CloudWatch alarms cannot publish to a topic encrypted with the AWS managed key,
@@ -170,7 +174,7 @@ class SharedResources(Construct):
                 "AlarmTopicKey",
                 description="Encrypts the ordered-ingest alarm topic",
                 enable_key_rotation=True,
-                removal_policy=RemovalPolicy.RETAIN,
+                removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
             )
             self.alarm_key.add_to_resource_policy(
                 iam.PolicyStatement(
@@ -310,5 +314,5 @@ class SharedResources(Construct):
             server_access_logs_bucket=self.access_logs_bucket,
             server_access_logs_prefix=log_prefix,
             lifecycle_rules=lifecycle,
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )

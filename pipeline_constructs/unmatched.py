@@ -75,7 +75,7 @@ class UnmatchedUploads(Construct):
             "Logs",
             log_group_name=self.log_group_name,
             retention=props.log_retention,
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
             encryption_key=props.kms_key,
         )
         if props.kms_key is not None:

@@ -55,7 +55,10 @@ def publish_version(scope: Construct, construct_id: str, state_machine: sfn.Stat
         description=description,
     )
     # UpdateReplacePolicy and DeletionPolicy Retain: in-flight executions and their children
-    # keep their version, and the alias can be pointed back at it (rollback).
+    # keep their version, and the alias can be pointed back at it (rollback). Not
+    # RetainExceptOnCreate like the named resources: a version has no name that could block a
+    # retried create (DeleteStateMachine deletes its versions), and a deploy that publishes one
+    # and then rolls back would delete it under executions that started on it through `live`.
     version.apply_removal_policy(RemovalPolicy.RETAIN)
     return version
 

@@ -156,7 +156,7 @@ def _machine(scope: Construct, role: iam.Role, kind: str, name: names.DerivedNam
         f"{kind}WorkflowLogs",
         log_group_name=contract.STATE_MACHINE_LOG_GROUP.render(state_machine=machine_name),
         retention=logs.RetentionDays.THREE_MONTHS,
-        removal_policy=RemovalPolicy.RETAIN,
+        removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         encryption_key=kms_key,
     )
     machine = sfn.StateMachine(

@@ -40,6 +40,29 @@ def test_tenant_stacks_have_the_same_shape_and_mention_no_other_tenant(synthesiz
     assert "globex" not in acme and "initech" not in acme
 
 
+def kept_resources(templates: dict[str, dict]) -> dict[str, tuple[str, str, str]]:
+    """Every resource whose `DeletionPolicy` is not `Delete`: (type, DeletionPolicy, UpdateReplacePolicy)
+    by "<stack> <logical id>"."""
+    return {f"{stack} {logical_id}": (r["Type"], r["DeletionPolicy"], r.get("UpdateReplacePolicy", "Delete"))
+            for stack, template in templates.items() for logical_id, r in template["Resources"].items()
+            if r.get("DeletionPolicy", "Delete") != "Delete"}
+
+
+def test_kept_resources_are_deleted_when_the_deploy_that_created_them_rolls_back(synthesized):
+    """A retained bucket, table, log group or key of a fixed name that outlived a failed first
+    create would fail the retry ("already exists"): each is RetainExceptOnCreate, kept on
+    replacement. State machine versions alone stay Retain (they have no name, and an execution
+    may run on one a rolled-back deploy published: pipeline_constructs/versions.py)."""
+    kept = kept_resources(synthesized.templates)
+    versions = {k: v for k, v in kept.items() if v[0] == "AWS::StepFunctions::StateMachineVersion"}
+    others = {k: v for k, v in kept.items() if k not in versions}
+    assert {v[0] for v in others.values()} == {
+        "AWS::S3::Bucket", "AWS::DynamoDB::Table", "AWS::KMS::Key", "AWS::Logs::LogGroup"}
+    assert {k: v[1:] for k, v in others.items()} == dict.fromkeys(others, ("RetainExceptOnCreate", "Retain"))
+    assert len(versions) == 3 * len(TENANT_STACKS)  # file, section and page workflow of each tenant
+    assert set(versions.values()) == {("AWS::StepFunctions::StateMachineVersion", "Retain", "Retain")}
+
+
 @pytest.mark.parametrize("stack_name", ["OrderedIngest-Shared", *TENANT_STACKS])
 def test_stack_snapshot(synthesized, json_snapshot, stack_name):
     assert normalise_asset_hashes(synthesized.templates[stack_name]) == json_snapshot

@@ -16,6 +16,7 @@ from pipeline_constructs import encryption
 from pipeline_constructs.config import parse_config
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from tests.conftest import Synthesized, cfn_lint_findings, problems_of, ssm_parameter_ref, synthesize
+from tests.test_app import kept_resources
 from tests.test_tenant_pipeline import policy_statements_of_role
 
 GIVEN_KEY = "arn:aws:kms:us-east-1:111111111111:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -121,7 +122,7 @@ def test_create_makes_one_shared_key_with_rotation_kept_on_delete_and_a_fixed_al
     shared = created.templates[SHARED]
     key_id, key = _only_key(shared)
     assert key["Properties"]["EnableKeyRotation"] is True
-    assert key["DeletionPolicy"] == "Retain" and key["UpdateReplacePolicy"] == "Retain"
+    assert key["DeletionPolicy"] == "RetainExceptOnCreate" and key["UpdateReplacePolicy"] == "Retain"
     (alias,) = _resources(shared, "AWS::KMS::Alias").values()
     assert alias["Properties"] == {"AliasName": "alias/ordered-ingest", "TargetKeyId": {"Fn::GetAtt": [key_id, "Arn"]}}
 
@@ -242,7 +243,7 @@ def test_the_completion_entry_point_and_the_workflow_use_the_ledger_key_only_thr
 def test_a_tenant_key_is_made_in_its_stack_with_rotation_kept_on_delete_and_its_alias(created: Synthesized) -> None:
     sealed = created.templates["OrderedIngest-Tenant-sealed"]
     key_id, key = _only_key(sealed)
-    assert key["Properties"]["EnableKeyRotation"] is True and key["DeletionPolicy"] == "Retain"
+    assert key["Properties"]["EnableKeyRotation"] is True and key["DeletionPolicy"] == "RetainExceptOnCreate"
     (alias,) = _resources(sealed, "AWS::KMS::Alias").values()
     assert alias["Properties"] == {"AliasName": "alias/ordered-ingest/sealed", "TargetKeyId": {"Fn::GetAtt": [key_id, "Arn"]}}
     assert not _resources(created.templates["OrderedIngest-Tenant-plain"], "AWS::KMS::Key")
@@ -353,6 +354,18 @@ def test_a_given_shared_key_arn_is_used_as_given_no_key_nor_parameter_is_made(gi
     resources = {s["Sid"]: s["Resource"] for s in _kms_statements(given.template("OrderedIngest-Tenant-plain"),
                                                                   "PipelineDataRole")}
     assert resources == dict.fromkeys(["DecryptOwnLandingFiles", "EncryptOwnChunks", "UseLedgerTableKey"], SHARED_GIVEN_KEY)
+
+
+def test_the_created_keys_like_every_kept_resource_go_when_the_deploy_that_created_them_rolls_back(
+    created: Synthesized,
+) -> None:
+    """The shared and the tenant key (and the alarm-topic key) beside the buckets, the table
+    and the log groups: none would block the retry of a failed first create."""
+    kept = {k: v for k, v in kept_resources(created.templates).items()
+            if v[0] != "AWS::StepFunctions::StateMachineVersion"}
+    keys = [k for k, v in kept.items() if v[0] == "AWS::KMS::Key"]
+    assert len(keys) == 3, keys
+    assert {v[1:] for v in kept.values()} == {("RetainExceptOnCreate", "Retain")}
 
 
 @pytest.mark.parametrize("fixture", ["created", "given"])

@@ -68,7 +68,7 @@ def test_every_bucket_is_encrypted_private_and_logged(shared_template):
         assert props["PublicAccessBlockConfiguration"] == {
             "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
         }, logical_id
-        assert bucket["DeletionPolicy"] == "Retain", logical_id
+        assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain"), logical_id
         if "LoggingConfiguration" not in props:
             assert "AccessLogs" in logical_id, f"{logical_id} has no access logging"
 
@@ -97,7 +97,8 @@ def test_ledger_table_is_on_demand_with_point_in_time_recovery_and_expiring_hist
                 "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
                 "SSESpecification": {"SSEEnabled": True},
             },
-            "DeletionPolicy": "Retain",
+            "DeletionPolicy": "RetainExceptOnCreate",
+            "UpdateReplacePolicy": "Retain",
         },
     )
 
@@ -325,7 +326,7 @@ def test_unmatched_rule_logs_to_its_log_group_retries_a_day_and_dead_letters(sha
 def test_unmatched_log_group_keeps_three_months_and_lets_eventbridge_write(shared_template):
     (group_id, group), = shared_template.find_resources(
         "AWS::Logs::LogGroup", {"Properties": {"LogGroupName": "/ordered-ingest/unmatched-uploads"}}).items()
-    assert group["Properties"]["RetentionInDays"] == 90 and group["DeletionPolicy"] == "Retain"
+    assert group["Properties"]["RetentionInDays"] == 90 and group["DeletionPolicy"] == "RetainExceptOnCreate"
     (policy,) = shared_template.find_resources("AWS::Logs::ResourcePolicy").values()
     document = "".join(p if isinstance(p, str) else "<arn>" for p in policy["Properties"]["PolicyDocument"]["Fn::Join"][1])
     assert '"Principal":{"Service":"events.amazonaws.com"}' in document

@@ -67,7 +67,8 @@ class ResourceChange:
     @property
     def destructive(self) -> bool:
         """Removes or replaces a resource that holds data (see STATEFUL_TYPES)."""
-        # A removal the CLI calls "orphan" (DeletionPolicy Retain) leaves the resource in place.
+        # A removal the CLI calls "orphan" (DeletionPolicy Retain or RetainExceptOnCreate) leaves
+        # the resource in place.
         return self.impact in DESTRUCTIVE_IMPACTS and self.resource_type in STATEFUL_TYPES
 
     def describe(self) -> str:
