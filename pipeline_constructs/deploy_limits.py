@@ -170,6 +170,16 @@ NAME_PATTERNS = {
     "ssm-parameter-name": r"/?[A-Za-z0-9_.\-/]+",
 }
 
+def reference_table() -> str:
+    """The limits as docs/scaling.md lists them (a Markdown table, generated)."""
+    rows = ["| limit | value | AWS documentation |", "| --- | --- | --- |"]
+    for limit in LIMITS.values():
+        shape = f"; characters `{NAME_PATTERNS[limit.key]}`" if limit.key in NAME_PATTERNS else ""
+        rows.append(f"| {limit.what} | {limit.value:,} {limit.unit}{shape} | [{limit.source.split('/')[2]}]"
+                    f"({limit.source}) |")
+    return "\n".join(rows) + "\n"
+
+
 # -- values CloudFormation resolves at deploy time ------------------------------------------------
 
 #: The longest value of each pseudo parameter whose value synthesis does not know.

@@ -40,7 +40,7 @@ def acknowledge_tenant_pipeline(pipeline: TenantPipeline) -> None:
     tenant, tenant_id = pipeline.tenant, pipeline.tenant_id
     # cdk-nag shows pseudo parameters as <AWS::...>, or their values in a stack with an
     # explicit environment (a deployment target's Stage).
-    partition, region, account = _as_nag_shows(Stack.of(pipeline))
+    partition, region, account = as_nag_shows(Stack.of(pipeline))
     landing = f"arn:{partition}:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
     work = f"arn:{partition}:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
     executions = f"arn:{partition}:states:{region}:{account}:execution:"
@@ -118,7 +118,7 @@ def acknowledge_tenant_pipeline(pipeline: TenantPipeline) -> None:
                 "record content reaches the logs.")
 
 
-def _as_nag_shows(stack: Stack) -> tuple[str, str, str]:
+def as_nag_shows(stack: Stack) -> tuple[str, str, str]:
     """The stack's partition, Region and account as they appear in cdk-nag's findings."""
     def shown(value: str, pseudo: str) -> str:
         return pseudo if Token.is_unresolved(value) else value

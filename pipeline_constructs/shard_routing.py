@@ -29,7 +29,7 @@ from pipeline_constructs.intake import (
     INTAKE_MAX_EVENT_AGE,
     INTAKE_RETRY_ATTEMPTS,
 )
-from pipeline_constructs.nag import acknowledge
+from pipeline_constructs.nag import acknowledge, as_nag_shows
 
 METRIC_PERIOD = Duration.minutes(5)
 
@@ -52,7 +52,20 @@ class Forwarding(Construct):
             assumed_by=iam.ServicePrincipal("events.amazonaws.com"),
             description="EventBridge forwards this app's events from the default bus to its shard buses",
         )
-        self._policy = iam.Policy(self, "PutEventsOnAppBuses", roles=[self.role])
+        # One resource for every bus of the app (shard and catch-all buses), by the prefix of
+        # their names: a statement per bus would pass IAM's 10,240 characters of inline
+        # policy per role at about 100 buses.
+        stack = Stack.of(self)
+        app_buses = stack.format_arn(service="events", resource="event-bus",
+                                     resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-*")
+        policy = iam.Policy(self, "PutEventsOnAppBuses", roles=[self.role], statements=[
+            iam.PolicyStatement(actions=["events:PutEvents"], resources=[app_buses])])
+        partition, region, account = as_nag_shows(stack)
+        acknowledge(policy, "AwsSolutions-IAM5",
+                    "PutEvents on this app's own event buses only (shard and catch-all buses, all named "
+                    f"{contract.qualify(contract.SHARED_PREFIX)}-...): one resource whatever the number of buses.",
+                    f"Resource::arn:{partition}:events:{region}:{account}:event-bus/"
+                    f"{contract.qualify(contract.SHARED_PREFIX)}-*")
         self.dead_letter_queue = sqs.Queue(
             self,
             "Dlq",
@@ -69,7 +82,6 @@ class Forwarding(Construct):
         )
         # One statement for every forwarding rule (a statement per rule would outgrow the
         # queue policy's size limit with many shards): rules of this app's names only.
-        stack = Stack.of(self)
         self.dead_letter_queue.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="ForwardingRulesDeadLetters",
@@ -112,9 +124,6 @@ class Forwarding(Construct):
         bus: events.IEventBus,
     ) -> events.Rule:
         """A default-bus rule that forwards what ``event_pattern`` matches to ``bus``."""
-        self._policy.add_statements(
-            iam.PolicyStatement(actions=["events:PutEvents"], resources=[bus.event_bus_arn])
-        )
         rule = events.Rule(
             scope, rule_id, rule_name=rule_name, description=description, event_pattern=event_pattern
         )

@@ -33,6 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = ROOT / "tenants.schema.json"
 DOC = ROOT / "docs" / "configuration.md"
 COMMAND = "python -m tools.config_docs --write"
+#: The page whose table of deploy-time limits is generated, between these markers.
+SCALING_DOC = ROOT / "docs" / "scaling.md"
+LIMITS_START = "<!-- The deploy-time limits, generated from pipeline_constructs/deploy_limits.py by make config-docs. -->"
+LIMITS_END = "<!-- End of the generated table. -->"
 #: The top-level keys in the order the reference shows them (the loader's `TOP_LEVEL_KEYS`).
 TOP_LEVEL_ORDER = ("defaults", "tenants", "notifications", "routing", "account_limits", "targets", "encryption",
                    "qualifier")
@@ -306,16 +310,27 @@ def _intro() -> str:
 # -- the files -----------------------------------------------------------------------------------
 
 
+def limits_section(text: str) -> str:
+    """docs/scaling.md with its table of deploy-time limits generated from
+    `pipeline_constructs.deploy_limits.LIMITS` (between the two markers)."""
+    from pipeline_constructs import deploy_limits
+
+    head, _, rest = text.partition(LIMITS_START)
+    _, _, tail = rest.partition(LIMITS_END)
+    return f"{head}{LIMITS_START}\n{deploy_limits.reference_table()}{LIMITS_END}{tail}"
+
+
 def rendered() -> dict[Path, str]:
     """Each generated file's content."""
     file_schema = schema()
-    return {SCHEMA_FILE: json.dumps(file_schema, indent=2, ensure_ascii=False) + "\n", DOC: reference(file_schema)}
+    return {SCHEMA_FILE: json.dumps(file_schema, indent=2, ensure_ascii=False) + "\n", DOC: reference(file_schema),
+            SCALING_DOC: limits_section(SCALING_DOC.read_text(encoding="utf-8"))}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="rewrite tenants.schema.json and docs/configuration.md")
+    mode.add_argument("--write", action="store_true", help="rewrite tenants.schema.json, docs/configuration.md and the limits of docs/scaling.md")
     mode.add_argument("--check", action="store_true", help="exit 1 when either differs from the model")
     args = parser.parse_args(argv)
     stale = []
