@@ -19,7 +19,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import encryption, names
+from pipeline_constructs import encryption, names, uploaders
 from pipeline_constructs.uploaders import TenantUploaders, bucket_statements
 
 #: How long a superseded landing-file version is kept (the landing bucket's lifecycle rule for
@@ -127,7 +127,7 @@ class SharedResources(Construct):
             for statement in bucket_statements(self.landing_bucket.bucket_arn, Aws.ACCOUNT_ID):
                 self.landing_bucket.add_to_resource_policy(iam.PolicyStatement.from_json(statement))
         # ... and, with a key this app creates, may encrypt what they put with it.
-        self.grant_upload([iam.ArnPrincipal(arn) for tenant in props.uploaders for arn in tenant.principals])
+        self.grant_upload([arn for tenant in props.uploaders for arn in tenant.principals])
 
         self.work_bucket = self._bucket(
             "Work",
@@ -235,11 +235,13 @@ class SharedResources(Construct):
         name = "".join(c for c in endpoint.rsplit(":", 1)[-1] if c.isalnum())[:40]
         return name + hashlib.sha256(endpoint.encode()).hexdigest()[:8].upper()
 
-    def grant_upload(self, principals: Sequence[iam.IPrincipal]) -> bool:
-        """What an uploader (an external system putting files into the landing bucket, maybe
-        from another account) needs of the landing bucket's customer-managed key: a key-policy
-        statement allowing `kms:GenerateDataKey` (a put) and `kms:Decrypt` (the parts of a
-        multipart upload), through S3 and for the landing bucket only. The uploaders get no
+    def grant_upload(self, principals: Sequence[str]) -> bool:
+        """What uploaders (external systems putting files into the landing bucket, maybe from
+        another account; role, user or account root ARNs) need of the landing bucket's
+        customer-managed key: key-policy statements allowing `kms:GenerateDataKey` (a put) and
+        `kms:Decrypt` (the parts of a multipart upload), through S3 and for the landing bucket
+        only (`uploaders.key_statements`: roles and users by `aws:PrincipalArn`, so that the key
+        policy stays valid while one of them does not exist). The uploaders get no
         `s3:GetObject`, so `kms:Decrypt` reads nothing. Their S3 permissions are their access
         points' policies; a cross-account uploader also needs the same KMS actions in its own IAM.
 
@@ -247,25 +249,13 @@ class SharedResources(Construct):
         encryption needs no grant) or a key given by ARN (its owner's policy must allow it)."""
         if self.data_key is None or not principals:
             return False
-        added = self.data_key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="UploadersEncryptNewLandingObjects",
-                principals=list(principals),
-                actions=["kms:GenerateDataKey", "kms:Decrypt"],
-                resources=["*"],
-                conditions={
-                    "StringEquals": {
-                        "kms:ViaService": encryption.via("s3"),
-                        # From the fixed name: the bucket's own ARN would make the key depend on
-                        # the bucket that depends on it.
-                        "kms:EncryptionContext:aws:s3:arn": Stack.of(self).format_arn(
-                            service="s3", region="", account="", resource=names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
-                        ),
-                    }
-                },
-            )
-        )
-        return added.statement_added
+        # From the fixed name: the bucket's own ARN would make the key depend on the bucket
+        # that depends on it.
+        landing = Stack.of(self).format_arn(
+            service="s3", region="", account="", resource=names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION))
+        added = [self.data_key.add_to_resource_policy(iam.PolicyStatement.from_json(statement))
+                 for statement in uploaders.key_statements(principals, encryption.via("s3"), landing)]
+        return all(result.statement_added for result in added)
 
     def _data_key(self, setting: str | None) -> kms.IKey | None:
         """The shared resources' key; a created one is published under its fixed SSM name for the

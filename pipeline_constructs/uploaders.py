@@ -16,6 +16,16 @@ actions to any principal, but only through an access point of the bucket's own a
 (`s3:DataAccessPointAccount`), so an access point's policy decides who uploads. Only this
 account's administrators can create an access point on the bucket.
 
+A role or user is never the `Principal` of a statement: the statement names every principal
+(`*`) and narrows it to the uploaders' ARNs with `ArnEquals` on `aws:PrincipalArn`
+(`by_principal_arn`). S3 and KMS refuse a policy whose `Principal` names a role or user that
+does not exist (the first deploy would need every uploader made beforehand), and once one is
+deleted the stored policy names it by its unique id, so every later put of the policy fails; a
+condition is a string compare, valid whether the principal exists or not (a role re-created
+under the same name matches it again). Fixed ARNs under `aws:PrincipalArn` do not make the
+policy public to S3, so the access points' Block Public Access accepts it. An account root
+stays in `Principal` (it delegates to that account's IAM, which a condition cannot express).
+
 An access point's policy, per tenant with `uploaders`:
 
 * **Allow** exactly `s3:PutObject` and `s3:AbortMultipartUpload` on
@@ -93,6 +103,11 @@ class TenantUploaders:
         return tuple(p for p in self.principals if not is_account_root(p))
 
     @property
+    def accounts(self) -> tuple[str, ...]:
+        """The account root ARNs (other accounts, whose own IAM decides which of their principals)."""
+        return tuple(p for p in self.principals if is_account_root(p))
+
+    @property
     def access_point_name(self) -> str:
         return names.upload_access_point_name(self.tenant_id)
 
@@ -105,6 +120,30 @@ class TenantUploaders:
 def is_account_root(arn: str) -> bool:
     """`arn:aws:iam::<account>:root`: every principal of that account the account allows."""
     return bool(_ACCOUNT_ROOT.match(arn))
+
+
+def by_principal_arn(identities: Sequence[str]) -> dict[str, Any]:
+    """A statement's `Principal` and `Condition` for the role and user ARNs `identities`: every
+    principal, narrowed to exactly those ARNs (no wildcard: the module docstring says why)."""
+    return {"Principal": {"AWS": "*"}, "Condition": {"ArnEquals": {"aws:PrincipalArn": list(identities)}}}
+
+
+def allow_principals(sid: str, principals: Sequence[str], **statement: Any) -> list[dict[str, Any]]:
+    """The Allow statements that grant `statement` to `principals`: the role and user ARNs by
+    condition (`sid`), the account roots by `Principal` (`sid` + "Accounts"); none for an empty kind.
+    A statement's own `Condition` is kept beside the principal's."""
+    identities = [p for p in principals if not is_account_root(p)]
+    accounts = [p for p in principals if is_account_root(p)]
+    own = statement.pop("Condition", {})
+    found = []
+    if identities:
+        named = by_principal_arn(identities)
+        found.append({"Sid": sid, "Effect": "Allow", "Principal": named["Principal"], **statement,
+                      "Condition": {**named["Condition"], **own}})
+    if accounts:
+        found.append({"Sid": f"{sid}Accounts", "Effect": "Allow", "Principal": {"AWS": accounts}, **statement,
+                      **({"Condition": own} if own else {})})
+    return found
 
 
 def tls_only_statement(resources: list[str]) -> dict[str, Any]:
@@ -121,28 +160,25 @@ def tls_only_statement(resources: list[str]) -> dict[str, Any]:
 def access_point_policy(tenant: TenantUploaders, ap_arn: str) -> dict[str, Any]:
     """The tenant's access point policy in IAM JSON (`ap_arn`, the access point's ARN, may be a CDK token)."""
     own = f"{ap_arn}/object/{tenant.prefix}*"
-    found: list[dict[str, Any]] = [{
-        "Sid": "UploadersPut",
-        "Effect": "Allow",
-        "Principal": {"AWS": list(tenant.principals)},
-        "Action": list(UPLOAD_ACTIONS),
-        "Resource": own,
-    }]
+    found = allow_principals("UploadersPut", tenant.principals, Action=list(UPLOAD_ACTIONS), Resource=own)
     if tenant.identities:
+        named = by_principal_arn(tenant.identities)
         found += [
             {
                 "Sid": "UploadersDenyOtherActions",
                 "Effect": "Deny",
-                "Principal": {"AWS": list(tenant.identities)},
+                "Principal": named["Principal"],
                 "NotAction": list(UPLOAD_ACTIONS),
                 "Resource": [ap_arn, f"{ap_arn}/object/*"],
+                "Condition": named["Condition"],
             },
             {
                 "Sid": "UploadersDenyOtherKeys",
                 "Effect": "Deny",
-                "Principal": {"AWS": list(tenant.identities)},
+                "Principal": named["Principal"],
                 "Action": list(UPLOAD_ACTIONS),
                 "NotResource": own,
+                "Condition": named["Condition"],
             },
         ]
     found.append({"Sid": "TlsOnly", **tls_only_statement([ap_arn, f"{ap_arn}/object/*"])})
@@ -220,29 +256,26 @@ KEY_POLICY_LIMIT_BYTES = 32 * 1024
 SHARED_KEY_OTHER_STATEMENTS_BYTES = 900
 
 
-def key_statement(principals: Sequence[str]) -> dict[str, Any]:
-    """The created shared key's statement that lets every tenant's uploaders encrypt what they
-    put, through S3, into the landing bucket only (`SharedResources.grant_upload` writes it), at
-    the longest Region and bucket ARN: one key policy names every uploader of the target."""
-    return {
-        "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-        "Condition": {"StringEquals": {
-            "kms:ViaService": [f"s3.{_LONGEST_REGION}.amazonaws.com"],
-            "kms:EncryptionContext:aws:s3:arn": LONGEST_LANDING_BUCKET_ARN,
-        }},
-        "Effect": "Allow",
-        "Principal": {"AWS": list(principals)},
-        "Resource": "*",
-        "Sid": "UploadersEncryptNewLandingObjects",
-    }
+#: The Sid of the created shared key's statement that lets the uploaders encrypt (their
+#: account roots': this and "Accounts").
+KEY_SID = "UploadersEncryptNewLandingObjects"
+
+
+def key_statements(principals: Sequence[str], via_services: Sequence[str] = (f"s3.{_LONGEST_REGION}.amazonaws.com",),
+                   bucket_arn: str = LONGEST_LANDING_BUCKET_ARN) -> list[dict[str, Any]]:
+    """The created shared key's statements that let every tenant's uploaders encrypt what they
+    put (`kms:GenerateDataKey`, and `kms:Decrypt` for the parts of a multipart upload), through
+    S3 (`via_services`) into the landing bucket (`bucket_arn`) only; `SharedResources.grant_upload`
+    writes them, the size model counts them at the defaults (the longest Region and bucket ARN)."""
+    return allow_principals(KEY_SID, principals, Action=["kms:Decrypt", "kms:GenerateDataKey"], Resource="*",
+                            Condition={"StringEquals": {"kms:ViaService": list(via_services),
+                                                        "kms:EncryptionContext:aws:s3:arn": bucket_arn}})
 
 
 def shared_key_policy_bytes(tenants: Sequence[TenantUploaders]) -> int:
     """The created shared key's policy size: its other statements and, with uploaders, theirs."""
     principals = [p for t in tenants for p in t.principals]
-    if not principals:
-        return SHARED_KEY_OTHER_STATEMENTS_BYTES
-    return SHARED_KEY_OTHER_STATEMENTS_BYTES + 1 + compact_bytes(key_statement(principals))
+    return SHARED_KEY_OTHER_STATEMENTS_BYTES + sum(1 + compact_bytes(s) for s in key_statements(principals))
 
 
 def access_point_policy_bytes(tenant: TenantUploaders) -> int:

@@ -9,7 +9,6 @@ import json
 
 import pytest
 from aws_cdk import App, Stack
-from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from pipeline_constructs import encryption
@@ -172,12 +171,22 @@ def test_the_shared_key_policy_lets_logs_use_it_for_its_log_group_and_eventbridg
 def test_the_tenants_uploaders_may_encrypt_into_the_landing_bucket_with_the_created_key(created: Synthesized) -> None:
     # GIVEN a created shared key and a tenant with a cross-account uploader
     _, key = _only_key(created.templates[SHARED])
-    # THEN the key policy lets exactly that uploader encrypt new landing objects, through S3
-    statements = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "UploadersEncryptNewLandingObjects"]
-    assert len(statements) == 1
-    assert statements[0]["Principal"] == {"AWS": "arn:aws:iam::222222222222:role/sealed-uploader"}
-    assert sorted(statements[0]["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
-    assert statements[0]["Condition"]["StringEquals"]["kms:ViaService"] in (_via("s3"), [_via("s3")])
+    # THEN the key policy lets exactly that uploader encrypt new landing objects, through S3,
+    # naming it in a condition, not as the Principal: KMS refuses a key policy whose Principal
+    # does not exist, and one deleted later turns into an id that fails every later put
+    statements = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if "Uploader" in s.get("Sid", "")]
+    assert statements == [{
+        "Sid": "UploadersEncryptNewLandingObjects",
+        "Effect": "Allow",
+        "Principal": {"AWS": "*"},
+        "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "Resource": "*",
+        "Condition": {
+            "ArnEquals": {"aws:PrincipalArn": ["arn:aws:iam::222222222222:role/sealed-uploader"]},
+            "StringEquals": {"kms:ViaService": [_via("s3")], "kms:EncryptionContext:aws:s3:arn": _bucket_arn("landing")},
+        },
+    }]
+    assert "sealed-uploader" not in json.dumps([s["Principal"] for s in key["Properties"]["KeyPolicy"]["Statement"]])
 
 
 def test_tenant_stacks_read_the_created_shared_key_from_its_fixed_ssm_parameter(created: Synthesized) -> None:
@@ -396,22 +405,43 @@ def test_grant_upload_lets_an_uploader_encrypt_into_the_landing_bucket_only_thro
     shared = _shared("create")
     uploader = "arn:aws:iam::222222222222:role/acme-uploader"
 
-    assert shared.grant_upload([iam.ArnPrincipal(uploader)]) is True
+    assert shared.grant_upload([uploader]) is True
 
     template = Template.from_stack(Stack.of(shared)).to_json()
     _, key = _only_key(template)
     (statement,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "UploadersEncryptNewLandingObjects"]
-    assert statement["Principal"] == {"AWS": uploader}
+    assert statement["Principal"] == {"AWS": "*"}
     assert sorted(statement["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
-    assert statement["Condition"] == {"StringEquals": {
-        "kms:ViaService": [_via("s3")], "kms:EncryptionContext:aws:s3:arn": _bucket_arn("landing")}}
+    assert statement["Condition"] == {
+        "ArnEquals": {"aws:PrincipalArn": [uploader]},
+        "StringEquals": {"kms:ViaService": [_via("s3")], "kms:EncryptionContext:aws:s3:arn": _bucket_arn("landing")}}
+
+
+def test_grant_upload_names_another_account_by_its_root_as_principal() -> None:
+    """GIVEN a role and another account's root WHEN granted THEN the role is named by
+    `aws:PrincipalArn` (every principal narrowed to it), the account by its root as `Principal`
+    (which delegates to that account's IAM: no condition says that), with the same actions and
+    conditions; nobody else is named."""
+    shared = _shared("create")
+    role, partner = "arn:aws:iam::222222222222:role/acme-uploader", "arn:aws:iam::333333333333:root"
+
+    assert shared.grant_upload([role, partner]) is True
+
+    _, key = _only_key(Template.from_stack(Stack.of(shared)).to_json())
+    by_sid = {s["Sid"]: s for s in key["Properties"]["KeyPolicy"]["Statement"] if "Uploader" in s.get("Sid", "")}
+    assert set(by_sid) == {"UploadersEncryptNewLandingObjects", "UploadersEncryptNewLandingObjectsAccounts"}
+    roles, accounts = by_sid["UploadersEncryptNewLandingObjects"], by_sid["UploadersEncryptNewLandingObjectsAccounts"]
+    assert (roles["Principal"], roles["Condition"]["ArnEquals"]) == ({"AWS": "*"}, {"aws:PrincipalArn": [role]})
+    assert accounts["Principal"] == {"AWS": partner} and "ArnEquals" not in accounts["Condition"]
+    assert accounts["Condition"]["StringEquals"] == roles["Condition"]["StringEquals"]
+    assert accounts["Action"] == roles["Action"] and accounts["Resource"] == roles["Resource"] == "*"
 
 
 @pytest.mark.parametrize("kms_key", [None, GIVEN_KEY])
 def test_grant_upload_adds_nothing_without_a_key_of_its_own(kms_key: str | None) -> None:
     """S3-managed encryption needs no grant; a given key's policy is its owner's."""
     shared = _shared(kms_key)
-    assert shared.grant_upload([iam.ArnPrincipal("arn:aws:iam::222222222222:role/acme-uploader")]) is False
+    assert shared.grant_upload(["arn:aws:iam::222222222222:role/acme-uploader"]) is False
 
 
 # --- tenants.yaml ---------------------------------------------------------------------------

@@ -65,19 +65,20 @@ def test_the_completion_caller_and_the_uploader_are_the_only_principals_outside_
     uploader, which may only put under the tenant's prefix through the tenant's access point (and
     encrypt what it puts, through S3)."""
     outside = [line for line in block.splitlines() if "arn:aws:iam::" in line and "<account>" not in line]
-    uploader = "`AWS: arn:aws:iam::222222222222:role/tenant-uploader`"
+    # the uploader by `aws:PrincipalArn`, never as a Principal (the policies stay valid without it)
+    uploader = "`ArnEquals aws:PrincipalArn: arn:aws:iam::222222222222:role/tenant-uploader`"
     ap = "`s3:accesspoint/<tenant>-uploads"
     assert outside == [
-        f"| `<tenant>-uploads` | UploadersPut | Allow | {uploader} | `s3:PutObject`<br>`s3:AbortMultipartUpload` "
-        f"| {ap}/object/<prefix>*` |  |",
-        f"| `<tenant>-uploads` | UploadersDenyOtherActions | Deny | {uploader} | every action but "
-        f"`s3:PutObject`<br>`s3:AbortMultipartUpload` | {ap}`<br>{ap}/object/*` |  |",
-        f"| `<tenant>-uploads` | UploadersDenyOtherKeys | Deny | {uploader} | `s3:PutObject`<br>`s3:AbortMultipartUpload` "
-        f"| everything but {ap}/object/<prefix>*` |  |",
+        f"| `<tenant>-uploads` | UploadersPut | Allow | `AWS: *` | `s3:PutObject`<br>`s3:AbortMultipartUpload` "
+        f"| {ap}/object/<prefix>*` | {uploader} |",
+        f"| `<tenant>-uploads` | UploadersDenyOtherActions | Deny | `AWS: *` | every action but "
+        f"`s3:PutObject`<br>`s3:AbortMultipartUpload` | {ap}`<br>{ap}/object/*` | {uploader} |",
+        f"| `<tenant>-uploads` | UploadersDenyOtherKeys | Deny | `AWS: *` | `s3:PutObject`<br>`s3:AbortMultipartUpload` "
+        f"| everything but {ap}/object/<prefix>*` | {uploader} |",
         "| `<tenant>-completion` | (invoke permission) | Allow | `arn:aws:iam::111111111111:role/core-system` "
         "| `lambda:InvokeFunction` | `lambda:function:<tenant>-completion` |  |",
-        f"| `SharedDataKey` | UploadersEncryptNewLandingObjects | Allow | {uploader} | `kms:Decrypt`<br>`kms:GenerateDataKey` "
-        "| `kms:key/SharedDataKey` | `StringEquals kms:ViaService: s3.<region>.amazonaws.com`<br>"
+        "| `SharedDataKey` | UploadersEncryptNewLandingObjects | Allow | `AWS: *` | `kms:Decrypt`<br>`kms:GenerateDataKey` "
+        f"| `kms:key/SharedDataKey` | {uploader}<br>`StringEquals kms:ViaService: s3.<region>.amazonaws.com`<br>"
         "`StringEquals kms:EncryptionContext:aws:s3:arn: landing bucket` |",
     ]
     # the landing bucket names no uploader: one statement delegates the puts to this account's access

@@ -154,8 +154,18 @@ def listed(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+def by_arn(statement: dict) -> set[str] | None:
+    """The ARNs a statement of every principal (`*`) is narrowed to by `ArnEquals` on
+    `aws:PrincipalArn` (None: no such condition). Exact ARNs: `aws:PrincipalArn` of a role's
+    session is the role's ARN, of a user the user's, of an account's root user its root ARN."""
+    found = statement.get("Condition", {}).get("ArnEquals", {}).get("aws:PrincipalArn")
+    return None if found is None or listed(statement["Principal"]["AWS"]) != ["*"] else set(listed(found))
+
+
 def principals(statement: dict) -> set[str]:
-    return set(listed(statement["Principal"]["AWS"]))
+    """Whom a statement names: its `Principal`, or the ARNs its condition narrows `*` to."""
+    named = by_arn(statement)
+    return named if named is not None else set(listed(statement["Principal"]["AWS"]))
 
 
 def account_of(arn: str) -> str:
@@ -163,19 +173,33 @@ def account_of(arn: str) -> str:
 
 
 def naming(policy: list[dict], effect: str, principal: str) -> list[dict]:
-    """The ``effect`` statements that name ``principal``: by its ARN, as every principal (`*`), or
-    as one of its account's principals (the account's root ARN). A root ARN of the bucket's own
-    account in an Allow grants nothing by itself (it leaves it to the identity policies)."""
+    """The ``effect`` statements that name ``principal``: by its ARN (in `Principal`, or in the
+    `aws:PrincipalArn` condition of a `*`), as every principal (`*` without that condition), or as
+    one of its account's principals (the account's root ARN in `Principal`). A root ARN of the
+    bucket's own account in an Allow grants nothing by itself (it leaves it to the identity policies)."""
     own_root = f"arn:aws:iam::{account_of(principal)}:root"
     via_root = effect == "Deny" or account_of(principal) != ACCOUNT
-    return [s for s in policy if s["Effect"] == effect
-            and principals(s) & {principal, "*", *([own_root] if via_root else [])}]
+
+    def names(statement: dict) -> bool:
+        narrowed = by_arn(statement)
+        if narrowed is not None:
+            return principal in narrowed
+        return bool(principals(statement) & {principal, "*", *([own_root] if via_root else [])})
+
+    return [s for s in policy if s["Effect"] == effect and names(s)]
 
 
 def shape(statement: dict) -> dict:
-    """What a statement does, whoever it names: without Sid and Principal, its lists as sets."""
-    return {k: frozenset(listed(v)) if k in ("Action", "NotAction", "Resource", "NotResource") else v
-            for k, v in statement.items() if k not in ("Sid", "Principal")}
+    """What a statement does, whoever it names: without Sid, Principal and the `aws:PrincipalArn`
+    condition that narrows it, its lists as sets."""
+    found = {k: frozenset(listed(v)) if k in ("Action", "NotAction", "Resource", "NotResource") else v
+             for k, v in statement.items() if k not in ("Sid", "Principal")}
+    if by_arn(statement) is not None:
+        condition = {**found["Condition"], "ArnEquals": {k: v for k, v in found["Condition"]["ArnEquals"].items()
+                                                         if k != "aws:PrincipalArn"}}
+        condition = {k: v for k, v in condition.items() if v}
+        found = {k: v for k, v in found.items() if k != "Condition"} | ({"Condition": condition} if condition else {})
+    return found
 
 
 def without_sid(statement: dict) -> dict:
@@ -260,6 +284,40 @@ def test_an_uploader_is_allowed_to_put_under_its_tenants_prefix_through_its_acce
     assert ACME_UPLOADER in principals(put)
 
 
+def check_names_roles_and_users_by_condition_only(policy: list[dict], identities: list[str]) -> None:
+    """No role or user ARN is a `Principal` (S3 refuses a policy naming one that does not exist,
+    and one deleted later turns into an id that fails every later put): each statement that
+    names them is every principal (`*`) narrowed to exactly them by `ArnEquals` on
+    `aws:PrincipalArn`; `Principal` holds only `*` and account roots."""
+    in_principal = {p for s in policy for p in listed(s["Principal"]["AWS"])}
+    assert in_principal <= {"*"} | {p for p in in_principal if uploaders.is_account_root(p)}, in_principal
+    narrowing = [s for s in policy if by_arn(s) is not None]
+    assert {a for s in narrowing for a in by_arn(s)} == set(identities)
+    assert all(s["Principal"] == {"AWS": "*"} and not any(c in s["Condition"] for c in ("ArnLike", "StringLike"))
+               for s in narrowing)
+
+
+def test_an_access_point_policy_names_its_roles_and_users_in_a_condition_not_as_principals(
+        acme_policy, globex_policy, uploaders_app):
+    """GIVEN acme's role and partner account root, and globex's user THEN their access points'
+    policies name the role and the user only under `aws:PrincipalArn`, the root as `Principal`."""
+    check_names_roles_and_users_by_condition_only(acme_policy, [ACME_UPLOADER])
+    check_names_roles_and_users_by_condition_only(globex_policy, [GLOBEX_UPLOADER])
+    (put, accounts) = [s for s in acme_policy if s["Effect"] == "Allow"]
+    assert (put["Sid"], put["Principal"], put["Condition"]) == (
+        "UploadersPut", {"AWS": "*"}, {"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER]}})
+    assert (accounts["Sid"], accounts["Principal"], "Condition" in accounts) == (
+        "UploadersPutAccounts", {"AWS": [PARTNER_ROOT]}, False)
+    for sid in ("UploadersDenyOtherActions", "UploadersDenyOtherKeys"):
+        (deny,) = [s for s in acme_policy if s.get("Sid") == sid]
+        assert (deny["Principal"], deny["Condition"]) == ({"AWS": "*"}, {"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER]}})
+    # the template itself, before any rendering: no uploader ARN under a Principal
+    for tenant, arn in (("acme", ACME_UPLOADER), ("globex", GLOBEX_UPLOADER)):
+        (ap,) = access_points(uploaders_app.templates[names.TENANT_STACK.render(tenant)])
+        assert arn not in json.dumps([s["Principal"] for s in ap["Policy"]["Statement"]])
+        assert arn in json.dumps([s.get("Condition") for s in ap["Policy"]["Statement"]])
+
+
 def test_an_uploader_is_denied_every_other_action_and_every_key_outside_its_prefix(acme_policy, globex_policy):
     check_denied_all_but_putting_under(acme_policy, ACME_AP, ACME_UPLOADER, "acme/")
     check_denied_all_but_putting_under(globex_policy, GLOBEX_AP, GLOBEX_UPLOADER, "globex/in/")
@@ -322,8 +380,8 @@ def test_the_access_point_policies_name_no_one_else(acme_policy, globex_policy):
             check_denied_nothing_but_plain_http(policy, ap, principal)
     allows = [(principals(s), shape(s)) for p in (acme_policy, globex_policy) for s in p if s["Effect"] == "Allow"]
     assert allows == [
-        ({ACME_UPLOADER, PARTNER_ROOT},
-         {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ACME_AP, "acme/*")})}),
+        ({ACME_UPLOADER}, {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ACME_AP, "acme/*")})}),
+        ({PARTNER_ROOT}, {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ACME_AP, "acme/*")})}),
         ({GLOBEX_UPLOADER},
          {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(GLOBEX_AP, "globex/in/*")})}),
     ]
@@ -376,8 +434,10 @@ ACCESS_POINT_MUTATIONS = [
     pytest.param(change("UploadersPut", Resource=obj(ACME_AP, "*")), acme_put, id="allow on every key"),
     pytest.param(change("UploadersPut", Resource=obj(ACME_AP, "acme*")), acme_put, id="allow on acme-other/ too"),
     pytest.param(change("UploadersPut", Action=["s3:Put*"]), acme_put, id="allow PutObjectAcl, tagging"),
-    pytest.param(change("UploadersPut", Principal={"AWS": [f"arn:aws:iam::{ACCOUNT}:root", PARTNER_ROOT]}),
+    pytest.param(change("UploadersPut", Principal={"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, Condition=None),
                  acme_put, id="allow this account, not the role"),
+    pytest.param(change("UploadersPut", Condition={"ArnEquals": {"aws:PrincipalArn": [GLOBEX_UPLOADER]}}),
+                 acme_put, id="allow another tenant's uploader, not the role"),
     pytest.param(change("UploadersDenyOtherKeys", Resource=obj(ACME_AP, "acme/*"), NotResource=None), acme_denied,
                  id="deny puts inside the prefix instead of outside"),
     pytest.param(change("UploadersDenyOtherKeys", NotResource=obj(ACME_AP, "globex/in/*")), acme_denied,
@@ -390,12 +450,16 @@ ACCESS_POINT_MUTATIONS = [
                  id="deny other actions on objects only, so listing is left"),
     pytest.param(add({"Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:PutObject",
                       "Resource": obj(ACME_AP, "*")}), acme_denied, id="deny every put to everyone"),
-    pytest.param(change("UploadersDenyOtherKeys", Principal={"AWS": [ACME_UPLOADER, PARTNER_ROOT]}),
+    pytest.param(change("UploadersDenyOtherKeys", Principal={"AWS": [ACME_UPLOADER, PARTNER_ROOT]}, Condition=None),
                  partner_not_denied, id="deny names the partner account"),
-    pytest.param(change("UploadersDenyOtherActions", Principal={"AWS": f"arn:aws:iam::{ACCOUNT}:root"}),
+    pytest.param(change("UploadersDenyOtherActions", Principal={"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, Condition=None),
                  operator_untouched, id="deny names this account"),
-    pytest.param(change("UploadersPut", Principal={"AWS": [ACME_UPLOADER, PARTNER_ROOT, OPERATOR]}),
+    pytest.param(change("UploadersDenyOtherActions", Condition=None), operator_untouched,
+                 id="deny every principal: the condition that narrows it dropped"),
+    pytest.param(change("UploadersPut", Condition={"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER, OPERATOR]}}),
                  operator_untouched, id="allow an operator to put"),
+    pytest.param(change("UploadersPut", Condition=None), operator_untouched,
+                 id="allow every principal: the condition that narrows it dropped"),
     pytest.param(add({"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "s3:GetObject",
                       "Resource": obj(ACME_AP, "*")}), operator_untouched, id="allow everyone to read"),
     pytest.param(change("TlsOnly", Resource=[ACME_AP]), acme_tls, id="tls only for the access point, not objects"),
