@@ -6,7 +6,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help setup lock demo synth deploy cells test test-fast clean diff iam-lint security-doc config-docs cloud-test
+.PHONY: help setup lock demo synth deploy cells test test-fast fuzz clean diff iam-lint security-doc config-docs cloud-test
 .DEFAULT_GOAL := help
 
 ## help: this list; `make` alone prints it.
@@ -88,6 +88,16 @@ test: setup
 ## of your tenants file).
 test-fast: setup
 	pytest -n auto --dist loadfile -m "not slow" $(ARGS)
+
+## fuzz: the config fuzz at length (make test runs a few examples): generated tenants files, each
+## refused naming where, field and fix, or synthesized within every deploy-time limit, cdk-nag and
+## cfn-lint clean. FUZZ_EXAMPLES small files (every option, at and past its bounds), FUZZ_LARGE_EXAMPLES
+## large ones (150 to 1,000 tenants, shards, targets); about 40 minutes at the defaults.
+FUZZ_EXAMPLES ?= 500
+FUZZ_LARGE_EXAMPLES ?= 30
+fuzz: setup
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_LARGE_EXAMPLES=$(FUZZ_LARGE_EXAMPLES) FUZZ_PARSED_EXAMPLES=5000 \
+		pytest tests/test_config_fuzz.py -p no:cacheprovider -q --hypothesis-show-statistics $(ARGS)
 
 ## diff: offline diff of BASE (default origin/main) and the working tree, no AWS credentials.
 ## Per tenant then per stack; when only the tenants file changed, only the cells it touches are

@@ -287,10 +287,12 @@ class NetworkConfig(_Strict):
     and the closer talk to AWS APIs only. Ids, not lookups: synthesis needs no credentials."""
 
     vpc_id: str = Field(description="The VPC of the subnets (`vpc-` and 8 or 17 hexadecimal digits).")
-    subnet_ids: list[str] = Field(min_length=1, description=(
-        "Subnet ids (`subnet-...`) of that VPC; give two in different Availability Zones."))
-    security_group_ids: list[str] = Field(min_length=1, description=(
-        "Security group ids (`sg-...`) whose outbound rules reach the core system and the VPC endpoints."))
+    subnet_ids: list[str] = Field(min_length=1, max_length=16, description=(
+        "Subnet ids (`subnet-...`) of that VPC, at most 16 (Lambda's limit); give two in different Availability "
+        "Zones."))
+    security_group_ids: list[str] = Field(min_length=1, max_length=5, description=(
+        "Security group ids (`sg-...`), at most 5 (Lambda's limit), whose outbound rules reach the core system and "
+        "the VPC endpoints."))
 
     @field_validator("vpc_id")
     @classmethod

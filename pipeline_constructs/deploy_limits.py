@@ -48,6 +48,7 @@ _KMS = "https://docs.aws.amazon.com/kms/latest/developerguide/resource-limits.ht
 _KMS_ALIAS = "https://docs.aws.amazon.com/kms/latest/APIReference/API_CreateAlias.html"
 _LAMBDA = "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
 _LAMBDA_API = "https://docs.aws.amazon.com/lambda/latest/api/API_CreateFunction.html"
+_LAMBDA_VPC = "https://docs.aws.amazon.com/lambda/latest/dg/API_VpcConfig.html"
 _SFN = "https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html"
 _SFN_API = "https://docs.aws.amazon.com/step-functions/latest/apireference/API_CreateStateMachine.html"
 _EB = "https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-quota.html"
@@ -114,6 +115,8 @@ LIMITS = _limits(
     ("lambda-description", "Lambda function, version or alias description", 256, "characters", _LAMBDA_API),
     ("lambda-environment", "Lambda environment variables, together", 4096, "bytes", _LAMBDA),
     ("lambda-resource-policy", "Lambda function resource-based policy", 20_480, "bytes", _LAMBDA),
+    ("lambda-vpc-subnets", "subnets of one Lambda function", 16, "subnets", _LAMBDA_VPC),
+    ("lambda-vpc-security-groups", "security groups of one Lambda function", 5, "security groups", _LAMBDA_VPC),
     ("sfn-state-machine-name", "state machine name", 80, "characters", _SFN),
     ("sfn-definition", "state machine definition", 1_048_576, "bytes", _SFN),
     ("sfn-alias-name", "state machine alias name", 80, "characters", _SFN_API),
@@ -409,7 +412,9 @@ def _shown(text: str, width: int = 90) -> str:
 FIXES = {
     "template-bytes": "fewer tenants or routing shards per deployment target (`routing.shards`, `targets`), or "
                       "shorter tenant ids and prefixes",
-    "template-resources": "fewer routing shards or tenants per deployment target",
+    "template-resources": "fewer routing shards or tenants per deployment target (`routing.shards`, `targets`), "
+                          "or fewer `notifications.emails` and `subscriptions` (a topic of your own: "
+                          "`notifications.topic_arn`)",
     "eventbridge-rules-per-bus": "raise `routing.shards` (or `account_limits.eventbridge_rules_per_bus` after a "
                                  "quota increase)",
     "eventbridge-wildcard-rules-per-bus": "fewer rules with wildcard filters on this bus",
@@ -488,6 +493,9 @@ def _lambda(s: _Stack) -> None:
         variables = (props.get("Environment") or {}).get("Variables")
         if variables:
             s.document("lambda-environment", logical_id, variables)
+        vpc = props.get("VpcConfig") or {}
+        s.over("lambda-vpc-subnets", logical_id, len(vpc.get("SubnetIds", [])))
+        s.over("lambda-vpc-security-groups", logical_id, len(vpc.get("SecurityGroupIds", [])))
     for kind in ("AWS::Lambda::Version", "AWS::Lambda::Alias"):
         for logical_id, props in _each(s, kind):
             s.text("lambda-description", logical_id, props.get("Description"))

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 
 from pipeline_constructs.application import build_app, new_app
 from pipeline_constructs.config import AppConfig, ConfigError, parse_config
@@ -30,20 +30,24 @@ _SETTINGS = dict(deadline=None, derandomize=not os.environ.get("FUZZ_EXAMPLES"),
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 #: Where a problem is: a tenant, a block of the file, or a deployment target (capacity).
-WHERE = re.compile(r"^(tenant '[^']*'|defaults|file|notifications|routing|account_limits|targets|encryption|qualifier"
-                   r"|(target|account) '[^']*'( \([^)]*\))?|the deployment( \([^)]*\))?): ")
+WHERE = re.compile(r"^(target '[^']*' )?(tenant '[^']*'|shard \d+|defaults|file|notifications|routing|account_limits"
+                   r"|targets|encryption|qualifier|target '[^']*' \([^)]*\)|account \d{12} \([^)]*\)"
+                   r"|the deployment \([^)]*\)): ")
 
 
 def refused_or_valid(document: dict) -> AppConfig | None:
     """The file's config, or None when it is refused, every problem in the documented form."""
     try:
-        return parse_config(yaml.safe_dump(document, sort_keys=False))
+        config = parse_config(yaml.safe_dump(document, sort_keys=False))
     except ConfigError as error:
         assert error.problems, error
         for line in error.problems:
             assert WHERE.match(line), line
             assert "; " in line, f"no fix: {line}"
+        event("refused")
         return None
+    event("valid")
+    return config
 
 
 def synthesized_templates(config: AppConfig, cell: str | None = None) -> dict[str, dict]:

@@ -94,6 +94,8 @@ MAKERS: dict[str, Callable[[int], list[StackTemplate]]] = {
     "lambda-description": lambda n: one("AWS::Lambda::Function", Description="d" * n),
     "lambda-environment": lambda n: one("AWS::Lambda::Function", Environment={"Variables": document(n)}),
     "lambda-resource-policy": permission,
+    "lambda-vpc-subnets": lambda n: one("AWS::Lambda::Function", VpcConfig={"SubnetIds": ["s"] * n}),
+    "lambda-vpc-security-groups": lambda n: one("AWS::Lambda::Function", VpcConfig={"SecurityGroupIds": ["g"] * n}),
     "sfn-state-machine-name": lambda n: one("AWS::StepFunctions::StateMachine", StateMachineName=name(n)),
     "sfn-definition": lambda n: one("AWS::StepFunctions::StateMachine", DefinitionString="d" * n),
     "sfn-alias-name": lambda n: one("AWS::StepFunctions::StateMachineAlias", Name=name(n)),
