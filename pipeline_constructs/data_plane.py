@@ -165,11 +165,15 @@ def _attach_to_network(function: lambda_.Function, role: iam.Role, network: Netw
     Lambda creates and deletes the function's network interfaces with its execution role, the
     data role split shares. The EC2 actions of AWSLambdaVPCAccessExecutionRole (v3,
     https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSLambdaVPCAccessExecutionRole.html),
-    scoped: Create only in the configured subnets and security groups, Delete and the address
-    assignments only of interfaces in the VPC, DescribeNetworkInterfaces and DescribeSubnets on
-    `*` (they support no resource-level permission); its logs actions are the function's own log
-    group grant. The function depends on the role's policy, so CloudFormation grants these before
-    Lambda checks them at creation."""
+    scoped only where the Lambda guide allows it
+    (https://docs.aws.amazon.com/lambda/latest/dg/configuring-vpc.html#configuring-vpc-permissions):
+    DescribeNetworkInterfaces and DescribeSubnets on `*` (Describe works on `*` only); Create in
+    the configured subnets and security groups; Delete and the address assignments on every
+    network interface of the account and Region, without condition (the guide: name the
+    interface, which nobody knows in advance, or all of them, else the function may lose its VPC
+    access; so Lambda can also delete the interfaces it left in a VPC the tenant's `network` no
+    longer names). Its logs actions are the function's own log group grant. The function depends on the
+    role's policy, so CloudFormation grants these before Lambda checks them at creation."""
     cfn_function = function.node.default_child
     assert isinstance(cfn_function, lambda_.CfnFunction)
     cfn_function.vpc_config = lambda_.CfnFunction.VpcConfigProperty(
@@ -194,13 +198,11 @@ def _attach_to_network(function: lambda_.Function, role: iam.Role, network: Netw
         resources=[ec2_arn("network-interface", "*"), *(ec2_arn("subnet", subnet) for subnet in network.subnet_ids),
                    *(ec2_arn("security-group", group) for group in network.security_group_ids)],
     ))
-    # By VPC, not subnet: interfaces left in a subnet since removed from the config are still
-    # cleaned up.
+    # Every interface (the only resource type of these actions), no condition: see above.
     role.add_to_policy(iam.PolicyStatement(
         sid="RegisterVpcManageInterfaces",
         actions=["ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"],
         resources=[ec2_arn("network-interface", "*")],
-        conditions={"ArnEquals": {"ec2:Vpc": ec2_arn("vpc", network.vpc_id)}},
     ))
 
 

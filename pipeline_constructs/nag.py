@@ -60,8 +60,9 @@ def acknowledge_tenant_pipeline(pipeline: TenantPipeline) -> None:
               "(tracing: true) neither.")),
             (IAM5, f"Resource::arn:{partition}:ec2:{region}:{account}:network-interface/*",
              ("Lambda names the register function's network interfaces itself; creating one is limited to the "
-              "tenant's subnets and security groups (named in the same statement), deleting one to its VPC "
-              "(ec2:Vpc).")),
+              "tenant's subnets and security groups (named in the same statement). Deleting one and assigning its "
+              "addresses is on every interface, as the Lambda guide asks (a unique interface id, unknown in "
+              "advance, or all), so that Lambda can also delete those left in a VPC the tenant no longer uses.")),
         ])
     acknowledge_all(pipeline.data_role, [
         (IAM5, f"Resource::{landing}/{tenant.prefix}*",
