@@ -123,22 +123,11 @@ def _build(app: App, config: AppConfig, nag: bool, cell: str | None) -> IngestAp
                 stage=scope, shared=shared_of.get(target),
                 tenants={t: s for t, s in tenants.items() if by_id[t].target == target},
                 dashboards=tuple(d for d in dashboards if d.node.scope is scope))
-    plugins = [DeployLimits(lambda env, bus: _rules_per_bus(config, env, bus))]
+    plugins = [DeployLimits(capacity.declared_rules_per_bus(config))]
     Validations.of(app).add_plugins(*plugins, *([AwsSolutionsChecks(app)] if nag else []))
     first_shared = next(iter(shared_of.values()), None)
     return IngestApp(app=app, config=config, shared=first_shared, tenants=tenants, stages=stages,
                      dashboards=tuple(dashboards), cells=built)
-
-
-def _rules_per_bus(config: AppConfig, env: deploy_limits.Env, bus: str) -> int:
-    """The declared "Rules per event bus" quota: `routing.rules_per_bus` for the app's own
-    buses, the target's (or top-level) `account_limits` for the default bus."""
-    if bus != "default":
-        return config.routing.rules_per_bus
-    target = next((name for name, t in config.targets.items() if (t.account, t.region) == (env.account, env.region)),
-                  None)
-    limits = config.limits_of(target) if target is not None else config.account_limits
-    return limits.eventbridge_rules_per_bus or capacity.default_rules_per_bus(env.region)
 
 
 def _scope(app: App, config: AppConfig, target: str | None) -> Construct:

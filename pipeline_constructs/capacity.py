@@ -236,6 +236,21 @@ class Target:
         return int(value)
 
 
+def declared_rules_per_bus(config: AppConfig) -> Callable[[Any, str], int]:
+    """The declared "Rules per event bus" quota of a bus in a stack's environment (an object with
+    `account` and `region`, `deploy_limits.Env`): `routing.rules_per_bus` for the app's own
+    buses, the target's (or the top-level) `account_limits` for the default bus."""
+    def quota(env: Any, bus: str) -> int:
+        if bus != "default":
+            return config.routing.rules_per_bus
+        target = next((name for name, t in config.targets.items() if (t.account, t.region) == (env.account, env.region)),
+                      None)
+        limits = config.limits_of(target) if target is not None else config.account_limits
+        return limits.eventbridge_rules_per_bus or default_rules_per_bus(env.region)
+
+    return quota
+
+
 def default_rules_per_bus(region: str | None) -> int:
     return 100 if region in REGIONS_WITH_100_RULES_PER_BUS else DEFAULT_RULES_PER_BUS
 

@@ -147,9 +147,11 @@ LIMITS = _limits(
     ("ssm-parameter-value", "SSM parameter value (standard tier)", 4096, "characters", _SSM_API),
     ("dynamodb-table-name", "DynamoDB table name", 255, "characters", _DDB),
     ("ec2-security-group-description", "security group description", 255, "characters", _EC2_SG),
-    ("unique-per-account", "names unique per account, in every Region", 1, "resource of a name", _CW_DASHBOARD),
-    ("unique-per-region", "names unique per account and Region", 1, "resource of a name", _CFN),
-    ("unique-globally", "S3 bucket names, unique across all accounts", 1, "bucket of a name", _S3_NAMES),
+    ("unique-per-account", "names of IAM roles, IAM managed policies and dashboards, unique per account in every "
+     "Region", 1, "resource per name", _CW_DASHBOARD),
+    ("unique-per-region", "every other name, unique per account and Region (a rule's per event bus)", 1,
+     "resource per name", _CFN),
+    ("unique-globally", "S3 bucket names, unique across all accounts", 1, "bucket per name", _S3_NAMES),
 )
 
 #: Character sets of names, by limit key (AWS's documented patterns).
@@ -178,8 +180,8 @@ def reference_table() -> str:
     rows = ["| limit | value | AWS documentation |", "| --- | --- | --- |"]
     for limit in LIMITS.values():
         shape = f"; characters `{NAME_PATTERNS[limit.key]}`" if limit.key in NAME_PATTERNS else ""
-        rows.append(f"| {limit.what} | {limit.value:,} {limit.unit}{shape} | [{limit.source.split('/')[2]}]"
-                    f"({limit.source}) |")
+        page = limit.source.rsplit("/", 1)[-1].removesuffix(".html")
+        rows.append(f"| {limit.what} | {limit.value:,} {limit.unit}{shape} | [{page}]({limit.source}) |")
     return "\n".join(rows) + "\n"
 
 

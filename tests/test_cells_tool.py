@@ -137,3 +137,31 @@ def test_synth_warns_once_when_alarms_reach_nobody_not_once_per_cell(tmp_path, m
     subscribed = write(tmp_path, "notifications: {emails: [oncall@example.com]}\n" + SHARDED)
     assert tool.main(["synth", "--tenants", str(subscribed)], runner=FakeCli()) == tool.EXIT_OK
     assert capsys.readouterr().err == ""
+
+
+def test_fails_when_the_cells_together_break_a_deploy_time_limit(tmp_path):
+    """GIVEN two cells, each within every limit alone, whose shared stacks deploy to one account
+    in two Regions with one dashboard name WHEN `make synth` checks the cells together THEN it
+    fails naming both (dashboard names are unique per account in every Region)."""
+    import json
+
+    from pipeline_constructs.config import parse_config
+    from tools.cells import CellsError, _check_across_cells
+
+    def cell(name: str, region: str) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        template = {"Resources": {"Dashboard": {"Type": "AWS::CloudWatch::Dashboard",
+                                                "Properties": {"DashboardName": "OrderedIngest"}}}}
+        (directory / "Shared.template.json").write_text(json.dumps(template))
+        (directory / "manifest.json").write_text(json.dumps({"artifacts": {"Shared": {
+            "type": "aws:cloudformation:stack", "environment": f"aws://111111111111/{region}",
+            "properties": {"templateFile": "Shared.template.json", "stackName": "OrderedIngest-Shared"}}}}))
+        return directory
+
+    config = parse_config("tenants:\n  - {id: acme, prefix: acme/, sink: {url: 'https://x.example.com', auth: {type: none}}}\n")
+    with pytest.raises(CellsError) as caught:
+        _check_across_cells(config, [cell("eu-shared", "eu-west-1"), cell("us-shared", "us-east-1")])
+    assert "the cells together break AWS's deploy-time limits" in str(caught.value)
+    assert "CloudWatch::Dashboard 'OrderedIngest'" in str(caught.value)
+    assert "deployed to 111111111111/us-east-1" in str(caught.value)

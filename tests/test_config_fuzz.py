@@ -31,7 +31,7 @@ _SETTINGS = dict(deadline=None, derandomize=not os.environ.get("FUZZ_EXAMPLES"),
 
 #: Where a problem is: a tenant, a block of the file, or a deployment target (capacity).
 WHERE = re.compile(r"^(target '[^']*' )?(tenant '[^']*'|shard \d+|defaults|file|notifications|routing|account_limits"
-                   r"|targets|encryption|qualifier|target '[^']*' \([^)]*\)|account \d{12} \([^)]*\)"
+                   r"|targets|encryption|qualifier|target '[^']*'( \([^)]*\))?|account \d{12} \([^)]*\)"
                    r"|the deployment \([^)]*\)): ")
 
 

@@ -26,11 +26,11 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pipeline_constructs import cells
+from pipeline_constructs import capacity, cells, deploy_limits
 from pipeline_constructs.config import ALARMS_REACH_NOBODY, AppConfig, ConfigError, load_config, parse_config
 
 OUTDIR = Path("cells.out")
@@ -71,9 +71,10 @@ def selector(cell: cells.Cell) -> list[str]:
 
 
 def synth(tenants: Path, chosen: Sequence[cells.Cell], *, outdir: Path = OUTDIR, jobs: int | None = None,
-          runner: Runner = run_command) -> dict[str, Path]:
+          runner: Runner = run_command, config: AppConfig | None = None) -> dict[str, Path]:
     """Synthesize each cell into `<outdir>/<cell>` with the CLI, `jobs` at a time (default: one
-    per core); `CellsError` lists every cell that failed, with the end of its output."""
+    per core); `CellsError` lists every cell that failed, with the end of its output. With
+    `config` (the file's), the deploy-time limits across the cells (`_check_across_cells`)."""
     executable = cdk()
 
     def one(cell: cells.Cell) -> tuple[cells.Cell, int, str]:
@@ -87,13 +88,25 @@ def synth(tenants: Path, chosen: Sequence[cells.Cell], *, outdir: Path = OUTDIR,
               for cell, code, output in results if code != 0]
     if failed:
         raise CellsError("synth failed for " + "\n".join(failed))
-    return {cell.name: outdir / cell.name for cell in chosen}
+    assemblies = {cell.name: outdir / cell.name for cell in chosen}
+    if config is not None:
+        _check_across_cells(config, assemblies.values())
+    return assemblies
+
+
+def _check_across_cells(config: AppConfig, assemblies: Iterable[Path]) -> None:
+    """Each cell's synth checked its own stacks against AWS's deploy-time limits; names unique
+    per account (or Region) and rules per bus are checked again across every cell synthesized."""
+    stacks = deploy_limits.assembly_stacks(str(p) for a in assemblies for p in sorted(a.glob("**/*.template.json")))
+    found = deploy_limits.check(stacks, rules_per_bus=capacity.declared_rules_per_bus(config))
+    if found:
+        raise CellsError("the cells together break AWS's deploy-time limits:\n" + "\n".join(f"  - {v}" for v in found))
 
 
 def deploy(tenants: Path, chosen: Sequence[cells.Cell], cdk_options: Sequence[str], *, outdir: Path = OUTDIR,
-           runner: Runner = run_command, out: Callable[[str], None] = print) -> None:
+           runner: Runner = run_command, out: Callable[[str], None] = print, config: AppConfig | None = None) -> None:
     """Synthesize, then deploy each cell: shared cells first, then the others in order."""
-    synth(tenants, chosen, outdir=outdir, runner=runner)
+    synth(tenants, chosen, outdir=outdir, runner=runner, config=config)
     executable = cdk()
     for cell in sorted(chosen, key=lambda c: not c.shared):  # stable: the file's order otherwise
         out(f"deploying cell {cell.name} ({len(cell.tenant_ids)} tenant stacks"
@@ -197,7 +210,8 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
             return EXIT_OK
         chosen = selected(config, args.cell)
         if args.command == "synth":
-            for name, path in synth(tenants, chosen, outdir=args.outdir, jobs=args.jobs, runner=runner).items():
+            for name, path in synth(tenants, chosen, outdir=args.outdir, jobs=args.jobs, runner=runner,
+                                    config=config).items():
                 print(f"{name}: {path}")
             # The cells' CLI output (where the shared stack's warning is) is not shown: once here.
             if config.notifications.reach_nobody:
@@ -205,7 +219,8 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
             return EXIT_OK
         if args.command == "diff":
             return EXIT_DIFFERENT if diff(chosen, outdir=args.outdir, runner=runner) else EXIT_OK
-        deploy(tenants, chosen, [o for o in cdk_options if o != "--"], outdir=args.outdir, runner=runner)
+        deploy(tenants, chosen, [o for o in cdk_options if o != "--"], outdir=args.outdir, runner=runner,
+               config=config)
         return EXIT_OK
     except (ConfigError, cells.UnknownCell, CellsError) as error:
         print(f"cells: {error}", file=sys.stderr)
