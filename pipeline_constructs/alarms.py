@@ -128,7 +128,7 @@ def pipeline_alarms(
         f"retries until the outage budget ends, then fails and halts the tenant. First: {status} and the "
         f"core system's health. {runbook_link('sink-errors')}",
     )
-    workflow_alarms: dict[str, tuple[Callable[[], cloudwatch.Metric], str]] = {
+    workflow_alarms: dict[str, tuple[Callable[[], cloudwatch.IMetric], str]] = {
         "workflow-failed": (metrics.executions_failed, "failed"),
         "workflow-timed-out": (metrics.executions_timed_out, "timed out"),
         "workflow-aborted": (metrics.executions_aborted, "was aborted"),

@@ -10,8 +10,8 @@ watches (its own, or each `MetricStat` of its metric math) must be
   handlers publish from, checked in tests/handlers/support.py `emf_records`) with its dimension
   set, the stack's tenant, and the publishing function in the stack; or the metric of an
   `AWS::Logs::MetricFilter` on a log group of the stack;
-- `AWS/SQS` of a queue, `AWS/States` of a state machine, `AWS/Events` of a rule (with the
-  rule's bus unless it is the default one), each of the same stack;
+- `AWS/SQS` of a queue, `AWS/States` of a state machine or of its alias, `AWS/Events` of a rule
+  (with the rule's bus unless it is the default one), each of the same stack;
 
 and a duration alarm's threshold is its tenants-file setting in the unit the metric is
 published in. The error-log filter's pattern is checked against the lines Lambda writes.
@@ -175,11 +175,30 @@ def _queue_metric(stack: Stack, metric: Watched) -> tuple[str | None, list[str]]
 
 
 def _state_machine_metric(stack: Stack, metric: Watched) -> tuple[str | None, list[str]]:
+    """A state machine of the stack, by its `Ref`, or one of its aliases of the stack, by
+    `<Ref>:<alias name>` (the workflow alarms watch both: files start through `live`)."""
     unit, problems = _aws_metric(metric, {"StateMachineArn"})
     arn = metric.dimensions.get("StateMachineArn")
-    if not (isinstance(arn, dict) and arn.get("Ref") in stack.of_type("AWS::StepFunctions::StateMachine")):
-        problems.append(f"StateMachineArn {arn!r} is not a state machine of the stack")
+    machines = stack.of_type("AWS::StepFunctions::StateMachine")
+    if not (isinstance(arn, dict) and (arn.get("Ref") in machines or _alias_of(stack, arn) in machines)):
+        problems.append(f"StateMachineArn {arn!r} is not a state machine of the stack nor an alias of one")
     return unit, problems
+
+
+def _alias_of(stack: Stack, arn: dict[str, Any]) -> str | None:
+    """The state machine whose alias of the stack `arn` is (`{"Fn::Join": ["", [{"Ref": <machine>},
+    ":<alias name>"]]}`, the alias routing to a version of that machine), or None."""
+    parts = arn.get("Fn::Join", [None, []])[1]
+    if not (len(parts) == 2 and isinstance(parts[0], dict) and isinstance(parts[1], str) and parts[1].startswith(":")):
+        return None
+    machine, name = parts[0].get("Ref"), parts[1][1:]
+    versions = stack.of_type("AWS::StepFunctions::StateMachineVersion")
+    for alias in stack.of_type("AWS::StepFunctions::StateMachineAlias").values():
+        routed = {versions.get(route["StateMachineVersionArn"].get("Fn::GetAtt", [None])[0], {})
+                  .get("StateMachineArn", {}).get("Ref") for route in alias.get("RoutingConfiguration", [])}
+        if alias.get("Name") == name and routed == {machine}:
+            return machine
+    return None
 
 
 def _rule_metric(stack: Stack, metric: Watched) -> tuple[str | None, list[str]]:
@@ -351,11 +370,24 @@ NO_PUBLISHER = "no handler publishes it (contract.EMF_METRICS) and no metric fil
                      "alarm acme-queue-age: AWS/SQS ApproximateAgeOfOldestMessages: AWS/SQS publishes no metric "
                      "ApproximateAgeOfOldestMessages",
                      id="a-misspelled-aws-metric"),
-        pytest.param("default_app", ACME, _set(["acme-workflow-failed", "Dimensions", 0, "Value"],
-                                               {"Fn::ImportValue": "globex-workflow"}),
+        pytest.param("default_app", ACME, _set(["acme-workflow-failed", "Metrics", 1, "MetricStat", "Metric",
+                                                "Dimensions", 0, "Value"], {"Fn::ImportValue": "globex-workflow"}),
                      "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
-                     "{'Fn::ImportValue': 'globex-workflow'} is not a state machine of the stack",
+                     "{'Fn::ImportValue': 'globex-workflow'} is not a state machine of the stack nor an alias of one",
                      id="a-state-machine-of-another-stack"),
+        pytest.param("default_app", ACME, _set(["acme-workflow-failed", "Metrics", 2, "MetricStat", "Metric",
+                                                "Dimensions", 0, "Value", "Fn::Join", 1, 1], ":canary"),
+                     "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
+                     "{'Fn::Join': ['', [{'Ref': 'PipelineWorkflow36971942'}, ':canary']]} is not a state machine of "
+                     "the stack nor an alias of one",
+                     id="an-alias-the-stack-does-not-have"),
+        pytest.param("default_app", ACME, _set(["acme-workflow-failed", "Metrics", 2, "MetricStat", "Metric",
+                                                "Dimensions", 0, "Value", "Fn::Join", 1, 0, "Ref"],
+                                               "PipelinePageWorkflowE3602F9F"),
+                     "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
+                     "{'Fn::Join': ['', [{'Ref': 'PipelinePageWorkflowE3602F9F'}, ':live']]} is not a state machine "
+                     "of the stack nor an alias of one",
+                     id="the-live-alias-of-a-machine-that-has-none"),
         pytest.param("default_app", ACME, _set(["acme-intake-failed", "Metrics", 1, "MetricStat", "Metric", "Dimensions",
                                                 0, "Value"], "globex-object-created"),
                      "alarm acme-intake-failed: AWS/Events FailedInvocations: RuleName 'globex-object-created' is "

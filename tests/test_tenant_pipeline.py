@@ -610,11 +610,35 @@ def test_no_alarm_watches_the_controller_errors_metric(acme):
         assert alarm.get("MetricName") != "Errors", "busy-gate waits fail the controller on purpose"
 
 
-def test_workflow_alarms_watch_failed_timed_out_aborted_and_throttled(acme):
-    alarms = alarms_by_name(acme)
-    assert {alarms[f"acme-workflow-{k}"]["MetricName"] for k in ("failed", "timed-out", "aborted", "throttled")} == {
-        "ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted", "ExecutionThrottled",
-    }
+@pytest.mark.parametrize(("key", "metric_name"), [
+    ("failed", "ExecutionsFailed"), ("timed-out", "ExecutionsTimedOut"), ("aborted", "ExecutionsAborted"),
+    ("throttled", "ExecutionThrottled"),
+])
+def test_workflow_alarms_count_executions_under_the_state_machines_arn_or_its_live_alias(acme, key, metric_name):
+    """GIVEN files started through the `live` alias, and no word from AWS on which ARN the
+    `StateMachineArn` dimension of their executions carries THEN each workflow alarm watches
+    its metric under both, the unqualified ARN and `<ARN>:live`, and fires at 1 on the larger
+    (not the sum: an execution published under both counts once)."""
+    (machine,) = acme.find_resources("AWS::StepFunctions::StateMachine",
+                                     {"Properties": {"StateMachineName": "acme-file-ingest-workflow"}})
+    alarm = alarms_by_name(acme)[f"acme-workflow-{key}"]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (
+        1, "GreaterThanOrEqualToThreshold", 1, "notBreaching")
+    assert "MetricName" not in alarm
+    expression, unqualified, alias = alarm["Metrics"]
+    own = metric_name[0].lower() + metric_name[1:]
+    assert expression == {
+        "Id": "expr_1", "ReturnData": True, "Label": f"{metric_name} of tenant acme",
+        "Expression": f"IF(FILL({own}, 0) >= FILL({own}Live, 0), FILL({own}, 0), FILL({own}Live, 0))"}
+
+    def watched(arn: object, metric_id: str) -> dict:
+        return {"Id": metric_id, "ReturnData": False, "MetricStat": {
+            "Metric": {"Namespace": "AWS/States", "MetricName": metric_name,
+                       "Dimensions": [{"Name": "StateMachineArn", "Value": arn}]},
+            "Period": 300, "Stat": "Sum"}}
+
+    assert unqualified == watched({"Ref": machine}, own)
+    assert alias == watched({"Fn::Join": ["", [{"Ref": machine}, ":live"]]}, f"{own}Live")
 
 
 def test_error_log_filters_match_error_lines_runtime_errors_and_timeouts_for_every_function(acme):
@@ -727,6 +751,7 @@ def test_the_metric_factory_names_the_tenants_metrics(solo):
     WHEN the metrics of its factory (`pipeline.metrics`) are read
     THEN each names the metric the handlers, metric filters and services publish for this tenant."""
     from aws_cdk import Stack
+    from aws_cdk.aws_cloudwatch import Metric
 
     from lambdas import contract
 
@@ -736,13 +761,17 @@ def test_the_metric_factory_names_the_tenants_metrics(solo):
     assert head.dimensions == {"Tenant": "solo"}
     errors = metrics.error_log_lines("register")
     assert errors.metric_name == contract.error_log_metric_name("solo", "register") == "ErrorLogLines-solo-register"
-    assert metrics.executions_failed().metric_name == "ExecutionsFailed"
-    assert metrics.executions_timed_out().metric_name == "ExecutionsTimedOut"
-    assert metrics.executions_aborted().metric_name == "ExecutionsAborted"
-    assert metrics.executions_throttled().metric_name == "ExecutionThrottled"
     stack = Stack.of(solo)
-    failed = metrics.executions_failed()
-    assert stack.resolve(failed.dimensions) == {"StateMachineArn": stack.resolve(solo.state_machine.state_machine_arn)}
+    arn = solo.state_machine.state_machine_arn
+    for executions, name in ((metrics.executions_failed(), "ExecutionsFailed"),
+                             (metrics.executions_timed_out(), "ExecutionsTimedOut"),
+                             (metrics.executions_aborted(), "ExecutionsAborted"),
+                             (metrics.executions_throttled(), "ExecutionThrottled"),
+                             (metrics.executions_succeeded(), "ExecutionsSucceeded")):
+        watched = [m for m in executions.using_metrics.values() if isinstance(m, Metric)]
+        assert {(m.namespace, m.metric_name, m.statistic) for m in watched} == {("AWS/States", name, "Sum")}
+        assert [stack.resolve(m.dimensions) for m in watched] == [
+            {"StateMachineArn": stack.resolve(arn)}, {"StateMachineArn": stack.resolve(f"{arn}:live")}]
     age = metrics.queue_age()
     assert (age.namespace, age.metric_name) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert stack.resolve(age.dimensions) == {"QueueName": stack.resolve(solo.queue.queue_name)}
