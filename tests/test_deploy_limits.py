@@ -212,7 +212,7 @@ def test_values_resolved_at_deploy_time_are_measured_at_their_longest():
         "Topic": resource("AWS::SNS::Topic", TopicName="alarms"),
         "Queue": resource("AWS::SQS::Queue"),
     }}
-    render = deploy_limits._Renderer(template, Env(None, None), "Stack")
+    render = deploy_limits.Renderer(template, Env(None, None), "Stack")
     assert render({"Ref": "AWS::AccountId"}).length == 12
     assert render({"Ref": "AWS::Region"}).length == 14
     assert render({"Ref": "AWS::StackName"}).text == "Stack"
@@ -220,7 +220,7 @@ def test_values_resolved_at_deploy_time_are_measured_at_their_longest():
     assert render({"Fn::GetAtt": ["Topic", "Arn"]}).length == len("alarms") + deploy_limits.ARN_CHARS
     assert render({"Ref": "Queue"}).length == deploy_limits.GENERATED_NAME_CHARS
     assert render({"Fn::Join": ["-", ["a", {"Ref": "AWS::Partition"}]]}).length == 2 + 10
-    known = deploy_limits._Renderer(template, Env("111111111111", "eu-west-1"), "Stack")
+    known = deploy_limits.Renderer(template, Env("111111111111", "eu-west-1"), "Stack")
     assert known({"Fn::Sub": "${AWS::Region}/${AWS::AccountId}"}).text == "eu-west-1/111111111111"
     assert render.json({"k": {"Ref": "AWS::Region"}}).length == len('{"k":""}') + 14
 

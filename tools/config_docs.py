@@ -35,7 +35,7 @@ DOC = ROOT / "docs" / "configuration.md"
 COMMAND = "python -m tools.config_docs --write"
 #: The page whose table of deploy-time limits is generated, between these markers.
 SCALING_DOC = ROOT / "docs" / "scaling.md"
-LIMITS_START = "<!-- The deploy-time limits, generated from pipeline_constructs/deploy_limits.py by make config-docs. -->"
+LIMITS_START = "<!-- The deploy-time limits, generated from pipeline_constructs/deploy_limits/ by make config-docs. -->"
 LIMITS_END = "<!-- End of the generated table. -->"
 #: The top-level keys in the order the reference shows them (the loader's `TOP_LEVEL_KEYS`).
 TOP_LEVEL_ORDER = ("defaults", "tenants", "notifications", "routing", "account_limits", "targets", "encryption",
