@@ -1,4 +1,4 @@
-"""The deploy-time limits (pipeline_constructs/deploy_limits.py): for every limit, a template
+"""The deploy-time limits (pipeline_constructs/deploy_limits/): for every limit, a template
 at the limit passes and one past it is refused, naming the stack, the resource, the measured
 value and the limit; the plugin fails a real synth; names unique per account or Region are
 compared across stacks and targets; intrinsic values are measured at their longest."""
