@@ -100,7 +100,12 @@ class Reading:
 #: The principal fields checked: (field, needs the uploader tag).
 PRINCIPAL_FIELDS = (("uploaders", True), ("completion.callers", False))
 #: Why a missing principal fails the deploy.
-POLICY_REFUSES = "S3, KMS and Lambda refuse a policy naming a principal that does not exist: the deploy would fail"
+#: What a missing principal does, by field: an uploader is named in policy conditions (the
+#: deploy goes through, its uploads are refused); a caller is a Lambda permission's principal.
+MISSING_PRINCIPAL = {
+    "uploaders": "the deploy goes through, the policies name it in a condition, but nothing can upload as it",
+    "completion.callers": "Lambda refuses a permission naming a principal that does not exist: the deploy would fail",
+}
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ class PrincipalFinding:
         if self.exists:
             return self.tag_command
         then_tag = f", then {self.tag_command}" if self.field == "uploaders" else ""
-        return f"create the {self.kind} before the deploy{then_tag}, or correct the ARN in the tenants file"
+        when = " before the deploy" if self.field == "completion.callers" else ""
+        return f"create the {self.kind}{when}{then_tag}, or correct the ARN in the tenants file"
 
     def line(self) -> str:
         if self.exists:
@@ -139,7 +145,7 @@ class PrincipalFinding:
                     f"{uploaders.UPLOADER_TAG_KEY}, so the landing bucket policy does not keep it to its access "
                     f"point; fix: {self.fix}")
         return (f"principal not found: tenant '{self.tenant_id}', {self.field}: {self.arn} does not exist in this "
-                f"account ({POLICY_REFUSES}); fix: {self.fix}")
+                f"account ({MISSING_PRINCIPAL[self.field]}); fix: {self.fix}")
 
     def as_dict(self) -> dict[str, Any]:
         return {"tenant": self.tenant_id, "field": self.field, "arn": self.arn, "exists": self.exists,

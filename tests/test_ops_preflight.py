@@ -291,8 +291,8 @@ def test_fails_when_an_uploader_of_the_account_is_not_tagged_or_does_not_exist(a
          "ordered-ingest:uploader, so the landing bucket policy does not keep it to its access point; fix: "
          "aws iam tag-role --role-name globex-uploader --tags Key=ordered-ingest:uploader,Value=true"),
         ("principal not found: tenant 'initech', uploaders: arn:aws:iam::123456789012:role/initech-uploader does "
-         "not exist in this account (S3, KMS and Lambda refuse a policy naming a principal that does not exist: "
-         "the deploy would fail); fix: create the role before the deploy, then aws iam tag-role --role-name "
+         "not exist in this account (the deploy goes through, the policies name it in a condition, but nothing "
+         "can upload as it); fix: create the role, then aws iam tag-role --role-name "
          "initech-uploader --tags Key=ordered-ingest:uploader,Value=true, or correct the ARN in the tenants file"),
         ("uploader not tagged: tenant 'initech': arn:aws:iam::123456789012:user/sftp/initech-sftp has no tag "
          "ordered-ingest:uploader, so the landing bucket policy does not keep it to its access point; fix: "
@@ -368,8 +368,8 @@ def test_a_completion_caller_of_the_account_must_exist_and_another_accounts_is_n
     assert code == EXIT_PRINCIPAL_NOT_READY
     assert [p["line"] for p in report["principals"]] == [
         "principal not found: tenant 'acme', completion.callers: arn:aws:iam::123456789012:role/core-missing does "
-        "not exist in this account (S3, KMS and Lambda refuse a policy naming a principal that does not exist: the "
-        "deploy would fail); fix: create the role before the deploy, or correct the ARN in the tenants file"]
+        "not exist in this account (Lambda refuses a permission naming a principal that does not exist: the deploy "
+        "would fail); fix: create the role before the deploy, or correct the ARN in the tenants file"]
     assert report["untagged_uploaders"] == []
     # only the account's own principals of deployed policies were looked up; the other account's is listed
     assert looked_up == ["core-confirmer", "core-missing", "globex-uploader"]
