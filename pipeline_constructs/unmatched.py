@@ -94,6 +94,21 @@ class UnmatchedUploads(Construct):
             "This queue is itself the dead-letter queue of the unmatched-uploads rule's target; its "
             "depth is alarmed (unmatched-uploads-dlq).",
         )
+        # One statement for every rule of the catch-all, on the default bus
+        # (`rule/<prefix>-unmatched-uploads`) or on one of its buses
+        # (`rule/<prefix>-unmatched-<n>/...`): a statement per rule passed SQS's 20 statements
+        # per queue policy with many buses.
+        self.dead_letter_queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="UnmatchedUploadsRulesDeadLetters",
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["sqs:SendMessage"],
+                resources=[self.dead_letter_queue.queue_arn],
+                conditions={"ArnLike": {"aws:SourceArn": Stack.of(self).format_arn(
+                    service="events", resource="rule",
+                    resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-unmatched-*")}},
+            )
+        )
         self.layout = routing.unmatched_layout(props.tenant_prefixes, limit=props.event_pattern_chars)
         self.rule = events.Rule(
             self,
@@ -176,7 +191,7 @@ class UnmatchedUploads(Construct):
                 event_pattern=unmatched_pattern(bucket, group.prefixes),
             )
             rule.node.add_dependency(bus)
-            rule.add_target(_LogGroupTarget(self.log_group, self.dead_letter_queue, sid=f"UnmatchedUploadsRule{n}DeadLetters"))
+            rule.add_target(_LogGroupTarget(self.log_group, self.dead_letter_queue))
             props.forwarding.failed_alarm(
                 f"unmatched-{n}-routing-failed", [names.unmatched_forward_rule_name(n)],
                 f"uploads to the catch-all's bus {bus.event_bus_name}",
@@ -219,24 +234,11 @@ class _LogGroupTarget:
     Not `targets.CloudWatchLogGroup`: it writes the log group's resource policy through a custom
     resource (a Lambda function); the policy is a native resource here."""
 
-    def __init__(
-        self, log_group: logs.ILogGroup, dead_letter_queue: sqs.IQueue, *, sid: str = "UnmatchedUploadsRuleDeadLetters"
-    ) -> None:
+    def __init__(self, log_group: logs.ILogGroup, dead_letter_queue: sqs.IQueue) -> None:
         self._log_group = log_group
         self._dlq = dead_letter_queue
-        self._sid = sid
 
     def bind(self, rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
-        # Let only this rule send to the DLQ.
-        self._dlq.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid=self._sid,
-                principals=[iam.ServicePrincipal("events.amazonaws.com")],
-                actions=["sqs:SendMessage"],
-                resources=[self._dlq.queue_arn],
-                conditions={"ArnEquals": {"aws:SourceArn": rule.rule_arn}},
-            )
-        )
         return events.RuleTargetConfig(
             # The log group's ARN without the ':*' of `log_group_arn`, as EventBridge expects it.
             arn=Stack.of(self._log_group).format_arn(

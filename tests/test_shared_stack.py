@@ -323,6 +323,20 @@ def test_unmatched_rule_logs_to_its_log_group_retries_a_day_and_dead_letters(sha
     })
 
 
+def test_one_statement_lets_every_catch_all_rule_dead_letter_whatever_the_number_of_buses(shared_template):
+    """A statement per rule passed SQS's 20 statements per queue policy with many catch-all
+    buses; one ArnLike covers the default bus's rule and each catch-all bus's rule, and no
+    other app's rule."""
+    (dlq_id,) = shared_template.find_resources(
+        "AWS::SQS::Queue", {"Properties": {"QueueName": "ordered-ingest-unmatched-uploads-dlq"}}).keys()
+    (policy,) = [p["Properties"]["PolicyDocument"] for p in shared_template.find_resources("AWS::SQS::QueuePolicy").values()
+                 if p["Properties"]["Queues"] == [{"Ref": dlq_id}]]
+    (allow,) = [s for s in policy["Statement"] if s["Effect"] == "Allow"]
+    assert allow["Condition"] == {"ArnLike": {"aws:SourceArn": {"Fn::Join": ["", [
+        "arn:", {"Ref": "AWS::Partition"}, ":events:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
+        ":rule/ordered-ingest-unmatched-*"]]}}}
+
+
 def test_unmatched_log_group_keeps_three_months_and_lets_eventbridge_write(shared_template):
     (group_id, group), = shared_template.find_resources(
         "AWS::Logs::LogGroup", {"Properties": {"LogGroupName": "/ordered-ingest/unmatched-uploads"}}).items()
