@@ -111,6 +111,13 @@ MAKERS: dict[str, Callable[[int], list[StackTemplate]]] = {
     "cloudwatch-alarm-name": lambda n: one("AWS::CloudWatch::Alarm", AlarmName=name(n)),
     "cloudwatch-alarm-description": lambda n: one("AWS::CloudWatch::Alarm", AlarmDescription="d" * n),
     "cloudwatch-dashboard-name": lambda n: one("AWS::CloudWatch::Dashboard", DashboardName=name(n)),
+    "cloudwatch-dashboard-widgets": lambda n: one("AWS::CloudWatch::Dashboard", DashboardBody=json.dumps(
+        {"widgets": [{"type": "text", "properties": {"markdown": "x"}}] * n}, separators=(",", ":"))),
+    "cloudwatch-alarm-metrics": lambda n: one("AWS::CloudWatch::Alarm", Metrics=[
+        {"Id": f"m{i}", "MetricStat": {"Period": 60}} for i in range(n)]),
+    "cloudwatch-alarm-queries": lambda n: one("AWS::CloudWatch::Alarm", Metrics=[
+        {"Id": f"e{i}", "Expression": "1"} for i in range(n)]),
+    "cloudwatch-alarm-actions": lambda n: one("AWS::CloudWatch::Alarm", AlarmActions=["arn"] * n),
     "logs-group-name": lambda n: one("AWS::Logs::LogGroup", LogGroupName=name(n)),
     "logs-filter-name": lambda n: one("AWS::Logs::MetricFilter", FilterName=name(n)),
     "logs-filter-pattern": lambda n: one("AWS::Logs::MetricFilter", FilterPattern="p" * n),

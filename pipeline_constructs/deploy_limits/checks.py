@@ -239,6 +239,11 @@ def _cloudwatch(s: _Stack) -> None:
     for logical_id, props in _each(s, "AWS::CloudWatch::Alarm"):
         s.text("cloudwatch-alarm-name", logical_id, props.get("AlarmName"))
         s.text("cloudwatch-alarm-description", logical_id, props.get("AlarmDescription"))
+        queries = props.get("Metrics", [])
+        s.over("cloudwatch-alarm-metrics", logical_id, sum("MetricStat" in m for m in queries))
+        s.over("cloudwatch-alarm-queries", logical_id, len(queries))
+        for actions in ("AlarmActions", "OKActions", "InsufficientDataActions"):
+            s.over("cloudwatch-alarm-actions", logical_id, len(props.get(actions, [])), detail=actions)
         periods = [props["Period"]] if "Period" in props else [
             m["MetricStat"]["Period"] for m in props.get("Metrics", []) if "MetricStat" in m]
         for period in periods:
@@ -251,6 +256,8 @@ def _cloudwatch(s: _Stack) -> None:
             s.over("cloudwatch-alarm-window", logical_id, window, limit=86_400 if period < 3600 else None)
     for logical_id, props in _each(s, "AWS::CloudWatch::Dashboard"):
         s.name("cloudwatch-dashboard-name", logical_id, props.get("DashboardName"))
+        # Each widget's JSON has one "type" and one "properties" key (its own), at any depth of the body.
+        s.over("cloudwatch-dashboard-widgets", logical_id, s.render(props.get("DashboardBody")).text.count('"properties":'))
     for logical_id, props in _each(s, "AWS::Logs::LogGroup"):
         s.name("logs-group-name", logical_id, props.get("LogGroupName"))
     for logical_id, props in _each(s, "AWS::Logs::MetricFilter"):

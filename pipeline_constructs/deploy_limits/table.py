@@ -27,6 +27,8 @@ _EB = "https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-quota.html"
 _EB_RULE = "https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutRule.html"
 _EB_BUS = "https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_CreateEventBus.html"
 _CW_ALARM = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html"
+_CW_ALARM_LIMITS = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-limits.html"
+_CW_QUOTAS = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_limits.html"
 _CW_DASHBOARD = "https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-cloudwatch-dashboard.html"
 _LOGS = "https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_CreateLogGroup.html"
 _LOGS_POLICY = "https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutResourcePolicy.html"
@@ -104,10 +106,14 @@ LIMITS = _limits(
     ("eventbridge-bus-description", "EventBridge event bus description", 512, "characters", _EB_BUS),
     ("cloudwatch-alarm-name", "CloudWatch alarm name", 255, "characters", _CW_ALARM),
     ("cloudwatch-alarm-description", "CloudWatch alarm description", 1024, "characters", _CW_ALARM),
+    ("cloudwatch-alarm-metrics", "metrics of one metric-math alarm (not adjustable)", 10, "metrics", _CW_ALARM_LIMITS),
+    ("cloudwatch-alarm-queries", "metrics and expressions of one alarm", 20, "queries", _CW_ALARM),
+    ("cloudwatch-alarm-actions", "actions of one alarm state", 5, "actions", _CW_ALARM),
     ("cloudwatch-alarm-period", "CloudWatch alarm period: 10, 20, 30 or a multiple of 60", 60, "seconds", _CW_ALARM),
     ("cloudwatch-alarm-window", "CloudWatch alarm period x evaluation periods (1 day for periods under an hour)",
      7 * 86_400, "seconds", _CW_ALARM),
     ("cloudwatch-dashboard-name", "CloudWatch dashboard name", 255, "characters", _CW_DASHBOARD),
+    ("cloudwatch-dashboard-widgets", "widgets of one CloudWatch dashboard", 500, "widgets", _CW_QUOTAS),
     ("logs-group-name", "CloudWatch Logs log group name", 512, "characters", _LOGS),
     ("logs-filter-name", "CloudWatch Logs metric filter name", 512, "characters", _LOGS_FILTER),
     ("logs-filter-pattern", "CloudWatch Logs metric filter pattern", 1024, "characters", _LOGS_FILTER),
