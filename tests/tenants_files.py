@@ -169,11 +169,11 @@ def small_files(draw: st.DrawFn) -> dict[str, Any]:
 def large_files(draw: st.DrawFn) -> dict[str, Any]:
     """Hundreds to 1,000 tenants from a few drawn parameters: their count, id and prefix
     lengths, shards, targets (one account, several Regions), uploaders and options."""
-    count = draw(st.sampled_from([150, 400, 1000]))
-    id_length = draw(st.sampled_from([5, 20, contract.MAX_TENANT_ID_LENGTH]))
+    count = draw(st.sampled_from([150, 400, 600, 1000]))
+    id_length = draw(st.sampled_from([5, 20, 36, contract.MAX_TENANT_ID_LENGTH]))
     prefix_depth = draw(st.sampled_from([0, 1, 3]))
     targets = draw(st.sampled_from([1, 1, 2, 3]))
-    shards = draw(st.sampled_from([0, 8, 40, 70, routing.MAX_SHARDS]))
+    shards = draw(st.sampled_from([0, 8, 40, 64, 84, routing.MAX_SHARDS]))
     with_uploaders = draw(st.sampled_from([0, 5, 50]))
     options = draw(st.fixed_dictionaries({}, optional={
         "tracing": st.booleans(), "duplicate_files": st.just("skip"), "format": st.just("jsonl"),
