@@ -92,80 +92,109 @@ def _each(stack: _Stack, kind: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
             yield logical_id, resource.get("Properties", {})
 
 
+#: The limits one property holds, by resource type: (property, how it is measured, limit).
+#: "name": its length and characters; "text": its length; "document": JSON without
+#: whitespace; "count": its entries. What needs more than one property is checked below.
+PROPERTIES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "AWS::IAM::Role": (("RoleName", "name", "iam-role-name"), ("Description", "text", "iam-role-description"),
+                       ("AssumeRolePolicyDocument", "document", "iam-trust-policy")),
+    "AWS::IAM::Policy": (("PolicyName", "name", "iam-policy-name"),),
+    "AWS::IAM::ManagedPolicy": (("ManagedPolicyName", "name", "iam-policy-name"),
+                                ("PolicyDocument", "document", "iam-managed-policy")),
+    "AWS::S3::Bucket": (("BucketName", "name", "s3-bucket-name"),),
+    "AWS::S3::BucketPolicy": (("PolicyDocument", "document", "s3-bucket-policy"),),
+    "AWS::S3::AccessPoint": (("Name", "name", "s3-access-point-name"), ("Policy", "document", "s3-access-point-policy")),
+    "AWS::SQS::Queue": (("QueueName", "name", "sqs-queue-name"),),
+    "AWS::SQS::QueuePolicy": (("PolicyDocument", "document", "sqs-queue-policy"),),
+    "AWS::SNS::Topic": (("TopicName", "name", "sns-topic-name"), ("DisplayName", "text", "sns-display-name")),
+    "AWS::SNS::TopicPolicy": (("PolicyDocument", "document", "sns-topic-policy"),),
+    "AWS::KMS::Key": (("KeyPolicy", "document", "kms-key-policy"), ("Description", "text", "kms-key-description")),
+    "AWS::KMS::Alias": (("AliasName", "name", "kms-alias-name"),),
+    "AWS::Lambda::Function": (("FunctionName", "name", "lambda-function-name"),
+                              ("Description", "text", "lambda-description")),
+    "AWS::Lambda::Version": (("Description", "text", "lambda-description"),),
+    "AWS::Lambda::Alias": (("Description", "text", "lambda-description"),),
+    "AWS::StepFunctions::StateMachine": (("StateMachineName", "name", "sfn-state-machine-name"),),
+    "AWS::StepFunctions::StateMachineAlias": (("Name", "name", "sfn-alias-name"),
+                                              ("Description", "text", "sfn-description")),
+    "AWS::StepFunctions::StateMachineVersion": (("Description", "text", "sfn-description"),),
+    "AWS::Events::Rule": (("Name", "name", "eventbridge-rule-name"),
+                          ("Description", "text", "eventbridge-rule-description"),
+                          ("Targets", "count", "eventbridge-targets-per-rule")),
+    "AWS::Events::EventBus": (("Name", "name", "eventbridge-bus-name"),
+                              ("Description", "text", "eventbridge-bus-description")),
+    "AWS::CloudWatch::Alarm": (("AlarmName", "text", "cloudwatch-alarm-name"),
+                               ("AlarmDescription", "text", "cloudwatch-alarm-description"),
+                               ("AlarmActions", "count", "cloudwatch-alarm-actions"),
+                               ("OKActions", "count", "cloudwatch-alarm-actions"),
+                               ("InsufficientDataActions", "count", "cloudwatch-alarm-actions"),
+                               ("Metrics", "count", "cloudwatch-alarm-queries")),
+    "AWS::CloudWatch::Dashboard": (("DashboardName", "name", "cloudwatch-dashboard-name"),),
+    "AWS::Logs::LogGroup": (("LogGroupName", "name", "logs-group-name"),),
+    "AWS::Logs::MetricFilter": (("FilterName", "text", "logs-filter-name"),
+                                ("FilterPattern", "text", "logs-filter-pattern")),
+    "AWS::Logs::ResourcePolicy": (("PolicyDocument", "text", "logs-resource-policy"),),
+    "AWS::SSM::Parameter": (("Description", "text", "ssm-parameter-description"),
+                            ("Value", "text", "ssm-parameter-value")),
+    "AWS::DynamoDB::Table": (("TableName", "name", "dynamodb-table-name"),),
+    "AWS::EC2::SecurityGroup": (("GroupDescription", "text", "ec2-security-group-description"),),
+}
+
+
+def _properties(s: _Stack) -> None:
+    for logical_id, resource in s.stack.template.get("Resources", {}).items():
+        props = resource.get("Properties", {})
+        for prop, how, key in PROPERTIES.get(resource.get("Type", ""), ()):
+            value = props.get(prop)
+            if value is None:
+                continue
+            if how == "name":
+                s.name(key, logical_id, value)
+            elif how == "count":
+                s.over(key, logical_id, len(value), detail=prop if key == "cloudwatch-alarm-actions" else "")
+            else:
+                s.over(key, logical_id, (s.render.json(value) if how == "document" else s.render(value)).length)
+
+
 def _template(s: _Stack) -> None:
-    template, name = s.stack.template, s.stack.name
+    template = s.stack.template
     s.over("template-bytes", "template", s.stack.template_bytes, fix=FIXES["template-bytes"])
     for key, section in (("template-resources", "Resources"), ("template-outputs", "Outputs"),
                          ("template-parameters", "Parameters"), ("template-mappings", "Mappings")):
         s.over(key, "template", len(template.get(section, {})), fix=FIXES.get(key, ""))
     s.text("template-description", "template", template.get("Description"))
-    s.name("stack-name", "stack", name)
+    s.name("stack-name", "stack", s.stack.name)
     for output_id, output in template.get("Outputs", {}).items():
         s.text("output-description", f"output {output_id}", output.get("Description"))
 
 
 def _iam(s: _Stack) -> None:
+    """The inline policies of a role, together: its own and the AWS::IAM::Policy attached to it."""
     inline: dict[str, int] = defaultdict(int)
     for logical_id, props in _each(s, "AWS::IAM::Role"):
-        s.name("iam-role-name", logical_id, props.get("RoleName"))
-        s.text("iam-role-description", logical_id, props.get("Description"))
-        s.document("iam-trust-policy", logical_id, props.get("AssumeRolePolicyDocument"))
         for policy in props.get("Policies", []):
             inline[logical_id] += s.render.json(policy.get("PolicyDocument")).length
             s.name("iam-policy-name", logical_id, policy.get("PolicyName"))
-    for logical_id, props in _each(s, "AWS::IAM::Policy"):
-        s.name("iam-policy-name", logical_id, props.get("PolicyName"))
+    for _, props in _each(s, "AWS::IAM::Policy"):
         size = s.render.json(props.get("PolicyDocument")).length
         for role in props.get("Roles", []):
             inline[role["Ref"] if isinstance(role, dict) and "Ref" in role else s.render(role).text] += size
     for role, size in inline.items():
         s.over("iam-role-inline-policies", role, size)
-    for logical_id, props in _each(s, "AWS::IAM::ManagedPolicy"):
-        s.document("iam-managed-policy", logical_id, props.get("PolicyDocument"))
-        s.name("iam-policy-name", logical_id, props.get("ManagedPolicyName"))
-
-
-def _resource_policies(s: _Stack) -> None:
-    for logical_id, props in _each(s, "AWS::S3::Bucket"):
-        s.name("s3-bucket-name", logical_id, props.get("BucketName"))
-    for logical_id, props in _each(s, "AWS::S3::BucketPolicy"):
-        s.document("s3-bucket-policy", logical_id, props.get("PolicyDocument"))
-    for logical_id, props in _each(s, "AWS::S3::AccessPoint"):
-        s.name("s3-access-point-name", logical_id, props.get("Name"))
-        s.document("s3-access-point-policy", logical_id, props.get("Policy"))
-    for logical_id, props in _each(s, "AWS::SQS::Queue"):
-        s.name("sqs-queue-name", logical_id, props.get("QueueName"))
     for logical_id, props in _each(s, "AWS::SQS::QueuePolicy"):
-        document = props.get("PolicyDocument") or {}
-        s.document("sqs-queue-policy", logical_id, document)
-        s.over("sqs-queue-policy-statements", logical_id, len(document.get("Statement", [])))
-    for logical_id, props in _each(s, "AWS::SNS::Topic"):
-        s.name("sns-topic-name", logical_id, props.get("TopicName"))
-        s.text("sns-display-name", logical_id, props.get("DisplayName"))
-    for logical_id, props in _each(s, "AWS::SNS::TopicPolicy"):
-        s.document("sns-topic-policy", logical_id, props.get("PolicyDocument"))
-    for logical_id, props in _each(s, "AWS::KMS::Key"):
-        s.document("kms-key-policy", logical_id, props.get("KeyPolicy"))
-        s.text("kms-key-description", logical_id, props.get("Description"))
-    for logical_id, props in _each(s, "AWS::KMS::Alias"):
-        s.name("kms-alias-name", logical_id, props.get("AliasName"))
+        s.over("sqs-queue-policy-statements", logical_id, len((props.get("PolicyDocument") or {}).get("Statement", [])))
 
 
 def _lambda(s: _Stack) -> None:
     for logical_id, props in _each(s, "AWS::Lambda::Function"):
-        s.name("lambda-function-name", logical_id, props.get("FunctionName"))
-        s.text("lambda-description", logical_id, props.get("Description"))
         variables = (props.get("Environment") or {}).get("Variables")
         if variables:
             s.document("lambda-environment", logical_id, variables)
         vpc = props.get("VpcConfig") or {}
         s.over("lambda-vpc-subnets", logical_id, len(vpc.get("SubnetIds", [])))
         s.over("lambda-vpc-security-groups", logical_id, len(vpc.get("SecurityGroupIds", [])))
-    for kind in ("AWS::Lambda::Version", "AWS::Lambda::Alias"):
-        for logical_id, props in _each(s, kind):
-            s.text("lambda-description", logical_id, props.get("Description"))
     policies: dict[str, int] = defaultdict(lambda: POLICY_ENVELOPE_BYTES)
-    for logical_id, props in _each(s, "AWS::Lambda::Permission"):
+    for _, props in _each(s, "AWS::Lambda::Permission"):
         principal = s.render(props.get("Principal"))
         conditions = {key: "x" * s.render(props[key]).length
                       for key in ("SourceArn", "SourceAccount", "PrincipalOrgID", "FunctionUrlAuthType") if key in props}
@@ -205,7 +234,6 @@ def _function_key(s: _Stack, function: Any) -> str:
 
 def _step_functions(s: _Stack) -> None:
     for logical_id, props in _each(s, "AWS::StepFunctions::StateMachine"):
-        s.name("sfn-state-machine-name", logical_id, props.get("StateMachineName"))
         definition = props.get("DefinitionString")
         if definition is None and props.get("Definition") is not None:
             definition = json.dumps(props["Definition"])
@@ -214,38 +242,22 @@ def _step_functions(s: _Stack) -> None:
             size = rendered.length + sum(s.render(v).length * rendered.text.count(f"${{{k}}}")
                                          for k, v in (props.get("DefinitionSubstitutions") or {}).items())
             s.over("sfn-definition", logical_id, size)
-    for logical_id, props in _each(s, "AWS::StepFunctions::StateMachineAlias"):
-        s.name("sfn-alias-name", logical_id, props.get("Name"))
-        s.text("sfn-description", logical_id, props.get("Description"))
-    for logical_id, props in _each(s, "AWS::StepFunctions::StateMachineVersion"):
-        s.text("sfn-description", logical_id, props.get("Description"))
 
 
 def _events(s: _Stack) -> None:
     for logical_id, props in _each(s, "AWS::Events::Rule"):
-        s.name("eventbridge-rule-name", logical_id, props.get("Name"))
-        s.text("eventbridge-rule-description", logical_id, props.get("Description"))
         pattern = props.get("EventPattern")
         if pattern is not None:
             # As `routing.pattern_size` measures it (json.dumps' own separators).
             s.over("eventbridge-event-pattern", logical_id, s.render.json(pattern, (", ", ": ")).length)
-        s.over("eventbridge-targets-per-rule", logical_id, len(props.get("Targets", [])))
-    for logical_id, props in _each(s, "AWS::Events::EventBus"):
-        s.name("eventbridge-bus-name", logical_id, props.get("Name"))
-        s.text("eventbridge-bus-description", logical_id, props.get("Description"))
 
 
 def _cloudwatch(s: _Stack) -> None:
     for logical_id, props in _each(s, "AWS::CloudWatch::Alarm"):
-        s.text("cloudwatch-alarm-name", logical_id, props.get("AlarmName"))
-        s.text("cloudwatch-alarm-description", logical_id, props.get("AlarmDescription"))
         queries = props.get("Metrics", [])
         s.over("cloudwatch-alarm-metrics", logical_id, sum("MetricStat" in m for m in queries))
-        s.over("cloudwatch-alarm-queries", logical_id, len(queries))
-        for actions in ("AlarmActions", "OKActions", "InsufficientDataActions"):
-            s.over("cloudwatch-alarm-actions", logical_id, len(props.get(actions, [])), detail=actions)
         periods = [props["Period"]] if "Period" in props else [
-            m["MetricStat"]["Period"] for m in props.get("Metrics", []) if "MetricStat" in m]
+            m["MetricStat"]["Period"] for m in queries if "MetricStat" in m]
         for period in periods:
             if not isinstance(period, int):
                 continue
@@ -255,33 +267,22 @@ def _cloudwatch(s: _Stack) -> None:
             window = period * int(props.get("EvaluationPeriods", 1))
             s.over("cloudwatch-alarm-window", logical_id, window, limit=86_400 if period < 3600 else None)
     for logical_id, props in _each(s, "AWS::CloudWatch::Dashboard"):
-        s.name("cloudwatch-dashboard-name", logical_id, props.get("DashboardName"))
-        # Each widget's JSON has one "type" and one "properties" key (its own), at any depth of the body.
-        s.over("cloudwatch-dashboard-widgets", logical_id, s.render(props.get("DashboardBody")).text.count('"properties":'))
-    for logical_id, props in _each(s, "AWS::Logs::LogGroup"):
-        s.name("logs-group-name", logical_id, props.get("LogGroupName"))
-    for logical_id, props in _each(s, "AWS::Logs::MetricFilter"):
-        s.text("logs-filter-name", logical_id, props.get("FilterName"))
-        s.text("logs-filter-pattern", logical_id, props.get("FilterPattern"))
-    for logical_id, props in _each(s, "AWS::Logs::ResourcePolicy"):
-        s.over("logs-resource-policy", logical_id, s.render(props.get("PolicyDocument")).length)
+        # Each widget's JSON has one "properties" key (its own), at any depth of the body.
+        widgets = s.render(props.get("DashboardBody")).text.count('"properties":')
+        s.over("cloudwatch-dashboard-widgets", logical_id, widgets)
 
 
-def _others(s: _Stack) -> None:
-    prefix = len("arn:aws-us-gov:ssm:") + 14 + 1 + 12 + len(":parameter")
+def _ssm(s: _Stack) -> None:
+    """A parameter's name counts with its ARN's own characters."""
+    arn = len("arn:aws-us-gov:ssm:") + 14 + 1 + 12 + len(":parameter")
     for logical_id, props in _each(s, "AWS::SSM::Parameter"):
         name = s.render(props.get("Name"))
-        s.over("ssm-parameter-name", logical_id, prefix + name.length + (0 if name.text.startswith("/") else 1))
-        s.text("ssm-parameter-description", logical_id, props.get("Description"))
-        s.text("ssm-parameter-value", logical_id, props.get("Value"))
-    for logical_id, props in _each(s, "AWS::DynamoDB::Table"):
-        s.name("dynamodb-table-name", logical_id, props.get("TableName"))
-    for logical_id, props in _each(s, "AWS::EC2::SecurityGroup"):
-        s.text("ec2-security-group-description", logical_id, props.get("GroupDescription"))
+        s.over("ssm-parameter-name", logical_id, arn + name.length + (0 if name.text.startswith("/") else 1))
 
 
-_PER_STACK: tuple[Callable[[_Stack], None], ...] = (_template, _iam, _resource_policies, _lambda, _step_functions,
-                                                    _events, _cloudwatch, _others)
+_PER_STACK: tuple[Callable[[_Stack], None], ...] = (_properties, _template, _iam, _lambda, _step_functions, _events,
+                                                    _cloudwatch, _ssm)
+
 
 #: Names unique per account in every Region, or across all accounts; every other named type:
 #: per account and Region.
