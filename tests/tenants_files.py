@@ -103,7 +103,7 @@ def tenant(draw: st.DrawFn, strict: bool, index: int, target_names: list[str], l
         made["ordering"] = {"by": "key_sequence", "first_sequence": pick(draw, strict, [0, 1, 10**9]),
                             "sequence_pattern": pick(draw, strict, [
                                 r"(?P<seq>\d+)\.csv$",
-                                r"(?P<seq>\d+)" + "x" * (config.MAX_SEQUENCE_PATTERN_CHARS - 11)],
+                                r"(?P<seq>\d+)" + "x" * (config.MAX_SEQUENCE_PATTERN_CHARS - len(r"(?P<seq>\d+)"))],
                                 [r"(?P<seq>\d+)" + "x" * config.MAX_SEQUENCE_PATTERN_CHARS, "([a-z]+)(\\d+)",
                                  "(unclosed"])}
     if draw(st.integers(0, 3)) == 0:
