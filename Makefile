@@ -92,7 +92,7 @@ test-fast: setup
 ## fuzz: the config fuzz at length (make test runs a few examples): generated tenants files, each
 ## refused naming where, field and fix, or synthesized within every deploy-time limit, cdk-nag and
 ## cfn-lint clean. FUZZ_EXAMPLES small files (every option, at and past its bounds), FUZZ_LARGE_EXAMPLES
-## large ones (150 to 1,000 tenants, shards, targets); about 40 minutes at the defaults.
+## large ones (150 to 1,000 tenants, shards, targets); about 50 minutes at the defaults.
 FUZZ_EXAMPLES ?= 500
 FUZZ_LARGE_EXAMPLES ?= 30
 fuzz: setup
