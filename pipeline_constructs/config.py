@@ -55,6 +55,9 @@ INVOKE_ARN_PATTERNS = {
     "execute-api": r"^arn:aws[a-z-]*:execute-api:(?P<region>[a-z0-9-]+):[0-9]{12}:[A-Za-z0-9]+/[^/\s]+/[A-Z]+/\S*$",
     "lambda": r"^arn:aws[a-z-]*:lambda:(?P<region>[a-z0-9-]+):[0-9]{12}:function:[A-Za-z0-9_-]+(:[A-Za-z0-9$_-]+)?$",
 }
+#: The longest `sink.auth.invoke_arn`: it is a resource of the register role's policy, which IAM
+#: keeps within 10,240 characters with the role's other statements (`deploy_limits`).
+MAX_INVOKE_ARN_CHARS = 1024
 #: The longest a register function keeps a bearer token before it reads the secret again.
 MAX_AUTH_CACHE_SECONDS = 3600
 
@@ -107,10 +110,10 @@ class SigV4Auth(_Strict):
         "`execute-api`: an API Gateway API with IAM authorization; `lambda`: a Lambda function URL with "
         "`AWS_IAM` auth."))
     region: str = Field(description="The core system's Region code, e.g. `eu-west-1`.")
-    invoke_arn: str = Field(validate_default=True, description=(
+    invoke_arn: str = Field(validate_default=True, max_length=MAX_INVOKE_ARN_CHARS, description=(
         "Exactly what the register function may invoke, in `region`, without wildcards: the API method's ARN "
         "(`arn:aws:execute-api:<region>:<account>:<api id>/<stage>/<METHOD>/<path>`) or the function's ARN "
-        "(`arn:aws:lambda:<region>:<account>:function:<name>`)."))
+        "(`arn:aws:lambda:<region>:<account>:function:<name>`). At most 1,024 characters."))
 
     @field_validator("region")
     @classmethod
@@ -176,6 +179,11 @@ class SinkConfig(_Strict):
     @field_validator("url")
     @classmethod
     def _https_or_loopback(cls, url: str) -> str:
+        if not url.isascii():
+            # Counted in bytes in the register function's environment; a URL carries other
+            # characters percent-encoded (and an international host name as its xn-- form).
+            raise ValueError("has characters other than ASCII: percent-encode them (and give an international host "
+                             "name in its xn-- form)")
         parts = urlsplit(url)
         if parts.scheme == "https" and parts.hostname:
             return url
@@ -232,6 +240,8 @@ class OrderingConfig(_Strict):
             return pattern
         if not pattern:
             raise ValueError("is required when ordering.by is 'key_sequence'")
+        if len(pattern.encode()) > MAX_SEQUENCE_PATTERN_CHARS:
+            raise ValueError(f"is {len(pattern.encode())} bytes in UTF-8 (at most {MAX_SEQUENCE_PATTERN_CHARS})")
         try:
             compiled = re.compile(pattern)
         except re.error as exc:

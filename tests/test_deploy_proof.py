@@ -12,7 +12,8 @@ import yaml
 
 from pipeline_constructs import deploy_limits
 from pipeline_constructs.application import build_app, new_app
-from pipeline_constructs.config import MAX_SEQUENCE_PATTERN_CHARS, MAX_SINK_URL_CHARS, parse_config
+from lambdas.contract import MAX_TENANT_ID_LENGTH
+from pipeline_constructs.config import MAX_INVOKE_ARN_CHARS, MAX_SEQUENCE_PATTERN_CHARS, MAX_SINK_URL_CHARS, parse_config
 from tests.conftest import one_problem
 
 SINK = {"url": "https://core.example.com", "auth": {"type": "none"}}
@@ -30,18 +31,30 @@ def most_callers() -> int:
 
 @pytest.fixture(scope="module")
 def edges(tmp_path_factory):
-    """GIVEN one tenant with completion.wait and tracing, one with a prefix of 512 characters,
-    one with as many completion callers as fit, and the longest sink URL and sequence pattern."""
+    """GIVEN one tenant with completion.wait and tracing; one with every free-text value at its
+    longest (id, prefix, sink URL, invoke ARN, sequence pattern) and every option that adds to
+    its policies and environments (tracing, a key, uploaders, 16 subnets and 5 security groups);
+    one with the longest bearer secret; one with as many completion callers as fit."""
     directory = tmp_path_factory.mktemp("edges")
     (directory / "tenants.yaml").write_text(yaml.safe_dump({
         "notifications": {"emails": ["oncall@example.com"]},
         "tenants": [
             {"id": "traced", "prefix": "traced/", "tracing": True, "sink": SINK,
              "completion": {"wait": True, "callers": [caller(0)]}},
-            {"id": "deep", "prefix": ("deep/" + "p" * 600)[:511] + "/",
-             "sink": {**SINK, "url": "https://core.example.com/" + "u" * (MAX_SINK_URL_CHARS - 25)},
+            {"id": ("deep-" + "d" * 60)[:MAX_TENANT_ID_LENGTH], "prefix": ("deep/" + "p" * 600)[:511] + "/",
+             "tracing": True, "duplicate_files": "skip", "encryption": {"kms_key": "create"},
+             "uploaders": [f"arn:aws:iam::111111111111:role/{'u' * 64}", "arn:aws:iam::222222222222:root"],
+             "network": {"vpc_id": "vpc-0123456789abcdef0", "subnet_ids": [f"subnet-{i:017x}" for i in range(16)],
+                         "security_group_ids": [f"sg-{i:017x}" for i in range(5)]},
+             "sink": {"url": "https://core.example.com/" + "u" * (MAX_SINK_URL_CHARS - 25), "auth": {
+                 "type": "sigv4", "service": "execute-api", "region": "eu-west-1",
+                 "invoke_arn": ("arn:aws:execute-api:eu-west-1:111111111111:abc123/prod/POST/" + "r" * 2000)[
+                     :MAX_INVOKE_ARN_CHARS]}},
              "ordering": {"by": "key_sequence",
                           "sequence_pattern": r"(?P<seq>\d+)" + "x" * (MAX_SEQUENCE_PATTERN_CHARS - len(r"(?P<seq>\d+)"))}},
+            {"id": "bearer", "prefix": ("bearer/" + "p" * 600)[:511] + "/",
+             "sink": {"url": "https://core.example.com/" + "u" * (MAX_SINK_URL_CHARS - 25),
+                      "auth": {"type": "bearer", "secret": "s" * 512}}},
             {"id": "callers", "prefix": "callers/", "sink": SINK,
              "completion": {"wait": True, "callers": [caller(i) for i in range(most_callers())]}},
         ]}))
@@ -53,9 +66,10 @@ def test_completion_wait_with_tracing_and_every_longest_value_synthesize_within_
     """THEN cdk-nag and the deploy-time limits pass (the synth above would have raised): the
     completion role's X-Ray grant is acknowledged, the object-created rule's description does
     not hold the prefix, the environments stay within 4 KB, the callers within 20 KB."""
-    assert set(edges) == {"OrderedIngest-Shared", "OrderedIngest-Tenant-traced", "OrderedIngest-Tenant-deep",
+    deep = f"OrderedIngest-Tenant-{('deep-' + 'd' * 60)[:MAX_TENANT_ID_LENGTH]}"
+    assert set(edges) == {"OrderedIngest-Shared", "OrderedIngest-Tenant-traced", deep, "OrderedIngest-Tenant-bearer",
                           "OrderedIngest-Tenant-callers"}
-    rules = [r["Properties"] for r in edges["OrderedIngest-Tenant-deep"]["Resources"].values()
+    rules = [r["Properties"] for r in edges[deep]["Resources"].values()
              if r["Type"] == "AWS::Events::Rule"]
     assert all("ppppp" not in r.get("Description", "") for r in rules)
     permissions = [r for r in edges["OrderedIngest-Tenant-callers"]["Resources"].values()
@@ -72,6 +86,18 @@ def test_fails_when_the_completion_callers_pass_the_functions_resource_policy():
     assert problem.endswith("list fewer principals: one role that the core system's callers assume, or the account "
                             "root 'arn:aws:iam::<account>:root' of the core system's account, which then decides who "
                             "may call")
+
+
+def test_fails_when_the_sink_url_is_not_ascii_or_the_invoke_arn_too_long():
+    """An environment counts bytes: a URL carries other characters percent-encoded."""
+    problem = one_problem(yaml.safe_dump({"tenants": [{"id": "acme", "prefix": "acme/", "sink": {
+        **SINK, "url": "https://core.example.com/räksmörgås"}}]}))
+    assert "field 'sink.url'" in problem and "has characters other than ASCII: percent-encode them" in problem
+    arn = "arn:aws:execute-api:eu-west-1:111111111111:abc123/prod/POST/" + "r" * MAX_INVOKE_ARN_CHARS
+    problem = one_problem(yaml.safe_dump({"tenants": [{"id": "acme", "prefix": "acme/", "sink": {
+        "url": "https://core.example.com", "auth": {"type": "sigv4", "service": "execute-api",
+                                                    "region": "eu-west-1", "invoke_arn": arn}}}]}))
+    assert "field 'sink.auth.invoke_arn'" in problem and f"is too long (at most {MAX_INVOKE_ARN_CHARS} characters)" in problem
 
 
 def test_fails_when_the_sink_url_or_the_sequence_pattern_would_pass_a_functions_4_kb_environment():
