@@ -34,6 +34,21 @@ from pipeline_constructs.nag import acknowledge, as_nag_shows
 METRIC_PERIOD = Duration.minutes(5)
 
 
+def let_rules_dead_letter(queue: sqs.IQueue, sid: str, rule_names: str) -> None:
+    """Let this app's EventBridge rules whose names match ``rule_names`` (on any bus: a rule of
+    a custom bus is `rule/<bus>/<name>`) dead-letter into ``queue``, in one statement whatever
+    the number of rules: a statement per rule passes SQS's 20 statements and 8 KB per queue
+    policy with many shards or catch-all buses."""
+    queue.add_to_resource_policy(iam.PolicyStatement(
+        sid=sid,
+        principals=[iam.ServicePrincipal("events.amazonaws.com")],
+        actions=["sqs:SendMessage"],
+        resources=[queue.queue_arn],
+        conditions={"ArnLike": {"aws:SourceArn": Stack.of(queue).format_arn(
+            service="events", resource="rule", resource_name=rule_names)}},
+    ))
+
+
 class Forwarding(Construct):
     """What every default-bus -> custom-bus hop of the app shares: one role (``events:PutEvents``
     on the app's buses only; EventBridge needs a role for an event-bus target, even in the same
@@ -80,24 +95,8 @@ class Forwarding(Construct):
             "This queue is itself the dead-letter queue of the default bus's forwarding rules; its depth "
             "is alarmed (routing-dlq).",
         )
-        # One statement for every forwarding rule (a statement per rule would outgrow the
-        # queue policy's size limit with many shards): rules of this app's names only.
-        self.dead_letter_queue.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="ForwardingRulesDeadLetters",
-                principals=[iam.ServicePrincipal("events.amazonaws.com")],
-                actions=["sqs:SendMessage"],
-                resources=[self.dead_letter_queue.queue_arn],
-                conditions={
-                    "ArnLike": {
-                        "aws:SourceArn": stack.format_arn(
-                            service="events", resource="rule",
-                            resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-*",
-                        )
-                    }
-                },
-            )
-        )
+        let_rules_dead_letter(self.dead_letter_queue, "ForwardingRulesDeadLetters",
+                              f"{contract.qualify(contract.SHARED_PREFIX)}-*")
         self._factory = AlarmFactory(self, name=contract.SHARED_ALARM, topic=alarm_topic, evaluation_periods=1)
         self._factory.alarm(
             "routing-dlq",

@@ -27,6 +27,7 @@ from lambdas import contract
 from pipeline_constructs import encryption, names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
 from pipeline_constructs.nag import acknowledge
+from pipeline_constructs.shard_routing import let_rules_dead_letter
 
 if TYPE_CHECKING:
     from pipeline_constructs.shard_routing import Forwarding
@@ -94,21 +95,10 @@ class UnmatchedUploads(Construct):
             "This queue is itself the dead-letter queue of the unmatched-uploads rule's target; its "
             "depth is alarmed (unmatched-uploads-dlq).",
         )
-        # One statement for every rule of the catch-all, on the default bus
-        # (`rule/<prefix>-unmatched-uploads`) or on one of its buses
-        # (`rule/<prefix>-unmatched-<n>/...`): a statement per rule passed SQS's 20 statements
-        # per queue policy with many buses.
-        self.dead_letter_queue.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="UnmatchedUploadsRulesDeadLetters",
-                principals=[iam.ServicePrincipal("events.amazonaws.com")],
-                actions=["sqs:SendMessage"],
-                resources=[self.dead_letter_queue.queue_arn],
-                conditions={"ArnLike": {"aws:SourceArn": Stack.of(self).format_arn(
-                    service="events", resource="rule",
-                    resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-unmatched-*")}},
-            )
-        )
+        # Every rule of the catch-all: the default bus's `<prefix>-unmatched-uploads` and each of
+        # its buses' `<prefix>-unmatched-<n>/...`.
+        let_rules_dead_letter(self.dead_letter_queue, "UnmatchedUploadsRulesDeadLetters",
+                              f"{contract.qualify(contract.SHARED_PREFIX)}-unmatched-*")
         self.layout = routing.unmatched_layout(props.tenant_prefixes, limit=props.event_pattern_chars)
         self.rule = events.Rule(
             self,
