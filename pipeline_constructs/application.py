@@ -123,8 +123,8 @@ def _build(app: App, config: AppConfig, nag: bool, cell: str | None) -> IngestAp
                 stage=scope, shared=shared_of.get(target),
                 tenants={t: s for t, s in tenants.items() if by_id[t].target == target},
                 dashboards=tuple(d for d in dashboards if d.node.scope is scope))
-    plugins = [DeployLimits(capacity.declared_rules_per_bus(config))]
-    Validations.of(app).add_plugins(*plugins, *([AwsSolutionsChecks(app)] if nag else []))
+    Validations.of(app).add_plugins(DeployLimits(capacity.declared_rules_per_bus(config)),
+                                    *([AwsSolutionsChecks(app)] if nag else []))
     first_shared = next(iter(shared_of.values()), None)
     return IngestApp(app=app, config=config, shared=first_shared, tenants=tenants, stages=stages,
                      dashboards=tuple(dashboards), cells=built)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import itertools
 import re
 import typing
 from dataclasses import dataclass
@@ -113,7 +114,7 @@ class SigV4Auth(_Strict):
     invoke_arn: str = Field(validate_default=True, max_length=MAX_INVOKE_ARN_CHARS, description=(
         "Exactly what the register function may invoke, in `region`, without wildcards: the API method's ARN "
         "(`arn:aws:execute-api:<region>:<account>:<api id>/<stage>/<METHOD>/<path>`) or the function's ARN "
-        "(`arn:aws:lambda:<region>:<account>:function:<name>`). At most 1,024 characters."))
+        f"(`arn:aws:lambda:<region>:<account>:function:<name>`). At most {MAX_INVOKE_ARN_CHARS:,} characters."))
 
     @field_validator("region")
     @classmethod
@@ -1310,12 +1311,12 @@ def _check_completion_policy(tenant: TenantConfig, problems: _Problems) -> None:
     keeps within 20 KB (`deploy_limits`)."""
     callers = tenant.completion.callers
     budget = deploy_limits.LIMITS["lambda-resource-policy"].value - deploy_limits.POLICY_ENVELOPE_BYTES
-    sizes = [deploy_limits.permission_statement_bytes(arn) for arn in callers]
-    if sum(sizes) <= budget:
+    totals = list(itertools.accumulate(deploy_limits.permission_statement_bytes(arn) for arn in callers))
+    if not totals or totals[-1] <= budget:
         return
-    fitting = next(n for n in range(len(sizes) + 1) if sum(sizes[:n + 1]) > budget)
+    fitting = sum(total <= budget for total in totals)
     problems.add(f"tenant '{tenant.id}'", "completion.callers", callers,
-                 f"makes the completion function's resource policy {sum(sizes) + deploy_limits.POLICY_ENVELOPE_BYTES:,} "
+                 f"makes the completion function's resource policy {totals[-1] + deploy_limits.POLICY_ENVELOPE_BYTES:,} "
                  f"bytes, over Lambda's {deploy_limits.LIMITS['lambda-resource-policy'].value:,} (one statement per "
                  f"principal: the first {fitting} fit)",
                  "list fewer principals: one role that the core system's callers assume, or the account root "
