@@ -329,6 +329,23 @@ def chunk_records(body: Any, fmt: str, header: list[str] | None, *, base: int) -
         yield n, encode(row)
 
 
+def file_records(body: Any, fmt: str) -> Iterator[bytes]:
+    """Every record of a whole file, in order, as the core system gets it (`chunk_records`'
+    serialization; a CSV file's header is its first row). `MalformedFileError` at a bad record."""
+    lines = TextLines(body)
+    if fmt == "jsonl":
+        for _, text in jsonl_records(lines):
+            yield text.encode("utf-8")
+        return
+    records = CsvRecords(lines)
+    encode: Callable[[list[str]], bytes] | None = None
+    for _, row in records:
+        if encode is None:
+            assert records.header is not None
+            encode = csv_record_encoder(records.header)
+        yield encode(row)
+
+
 def csv_record_encoder(header: list[str]) -> Callable[[list[str]], bytes]:
     """A CSV row (as wide as its header, whose names are unique: `CsvRecords` sees to both) as
     the object the core system gets: the bytes of `json.dumps(dict(zip(header, row)),

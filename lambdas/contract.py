@@ -351,11 +351,13 @@ SECTION_EXECUTION_NAME_FORMAT = "{}-s{}"
 
 class ChunkProgress(ChunkTask):
     """What the register function returns: the task to run next (same chunk, later record),
-    whether the chunk is done, and how long to wait first (the core system is unavailable)."""
+    whether the chunk is done, and how long to wait first (the core system is unavailable);
+    `paused`: the tenant is paused (`ops pause`), the file stops here without failing."""
 
     done: bool
     retry_after_seconds: int
     records_sent: int
+    paused: bool
 
 
 class CloseEvent(TypedDict):
@@ -553,6 +555,12 @@ class StaleExecutionError(PipelineError):
 #: 0 while a file of the tenant runs, else now - max(SentTimestamp, the last close). It is the
 #: time the head message waited while nothing ran (a stall), not its time in the queue.
 HEAD_WAIT_METRIC = "HeadMessageWaitSeconds"
+#: Published by the controller (EMF, Maximum) while `ops pause` holds the tenant: how long it has
+#: been paused (the `paused` alarm; the queue-age alarm reads 0 while it is there).
+PAUSED_METRIC = "PausedSeconds"
+#: The error a page (or section) execution's stop for `ops pause` goes up the Map states with;
+#: caught, so no execution fails (workflow.py).
+TENANT_PAUSED_ERROR = "TenantPaused"
 TENANT_DIMENSION = "Tenant"
 #: Published by the controller (EMF) for each message it quarantined (`UnusableMessageError`).
 QUARANTINED_MESSAGES_METRIC = "QuarantinedMessages"
@@ -619,6 +627,7 @@ EMF_DIMENSIONS = (TENANT_DIMENSION,)
 #: the unit here), and tests/test_alarm_sources.py checks each alarm's metric against it.
 EMF_METRICS = {
     HEAD_WAIT_METRIC: EmfMetric("Seconds", "controller"),
+    PAUSED_METRIC: EmfMetric("Seconds", "controller"),
     QUARANTINED_MESSAGES_METRIC: EmfMetric("Count", "controller"),
     LATE_ARRIVAL_METRIC: EmfMetric("Count", "controller"),
     SEQUENCE_GAP_METRIC: EmfMetric("Seconds", "controller"),

@@ -9,7 +9,9 @@ keeps its histories:
   Closed but not recorded (its close was lost): record it, then decide again. Unknown to Step
   Functions past a grace period (its stack was re-created, or it was lost): start it again
   from the ledger, at its first unacknowledged record;
-* the tenant is halted (a failed file, `on_failure: halt`): wait for `ops resume` or `ops skip`;
+* the tenant is paused (`ops pause`): wait for `ops unpause`, publishing `PausedSeconds`;
+* the tenant is halted (a failed file, `on_failure: halt`): wait for `ops resume`, `ops replace`
+  or `ops skip`;
 * otherwise: claim the position for this file (conditional write) and start its execution,
   named after the file's event id (`contract.execution_name`: the id itself, or a hash of it).
 
@@ -35,6 +37,7 @@ from contract import (
     CLOSED_STATUSES,
     HEAD_WAIT_METRIC,
     LATE_ARRIVAL_METRIC,
+    PAUSED_METRIC,
     QUARANTINED_MESSAGES_METRIC,
     SEQUENCE_GAP_METRIC,
     ControllerEnv,
@@ -62,6 +65,9 @@ CLOSING_VISIBILITY_SECONDS = 2
 RECENT_CLOSE_SECONDS = 3600
 #: Decisions retried when the ledger changes under the controller.
 MAX_DECISIONS = 5
+#: A message of a paused tenant comes back this soon: each pass publishes `PausedSeconds`, so
+#: every 5-minute period of a pause has a point (the queue-age alarm reads 0 while it has one).
+PAUSED_VISIBILITY_SECONDS = 60
 
 
 def file_ref_from_sqs_body(body: str | None, tenant_id: str, *, landing_bucket: str, landing_prefix: str) -> FileRef:
@@ -190,12 +196,16 @@ class Gate:
             self.log.info("file already processed (redelivered message); letting the message go",
                           extra={"status": position.status})
             return _result("done", position.execution)
+        if position.paused:
+            return self._wait(position, f"tenant paused ({position.pause_reason}); run ops unpause",
+                              PAUSED_VISIBILITY_SECONDS)
         sequence = self._sequence(file)
         if position.running:
             return self._decide_running(position, sequence)
         if position.halted:
             return self._wait(position,
-                              f"tenant halted after file {position.file_id} failed; run ops resume or ops skip",
+                              f"tenant halted after file {position.file_id} failed; run ops resume, ops replace or "
+                              "ops skip",
                               sequence=sequence)
         if position.execution and self._closing(position):
             return self._wait(position, f"execution {position.execution} is closing",
@@ -291,13 +301,20 @@ class Gate:
         stall. Otherwise the wait counts from the later of the message's send time and the
         last close (`closed_at`), so a halted tenant's head message accrues wait from the
         failure on, and a message handed off by a close starts near 0. The stall alarm watches
-        its Maximum (`TenantMetrics.head_message_wait`, pipeline_constructs/metrics.py)."""
+        its Maximum (`TenantMetrics.head_message_wait`, pipeline_constructs/metrics.py).
+
+        A paused tenant is not stalled: 0, and `PausedSeconds` (since `ops pause`) instead."""
+        if position.paused:
+            paused_for = round(max(0.0, self.now() - (position.paused_at or self.now())), 3)
+            emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=self.now(),
+                         metrics={HEAD_WAIT_METRIC: 0.0, PAUSED_METRIC: paused_for})
+            return
         self._publish(HEAD_WAIT_METRIC, 0.0 if position.running or self.closing_seen else self._idle_wait(position))
 
     def _idle_wait(self, position: Position) -> float:
         """How long this message has waited since the tenant could have gone on: since the later
-        of its send and the last close."""
-        return max(0.0, self.now() - max(self.message.sent_at, position.closed_at or 0.0))
+        of its send, the last close and the last `ops unpause`."""
+        return max(0.0, self.now() - max(self.message.sent_at, position.closed_at or 0.0, position.unpaused_at or 0.0))
 
     # -- Step Functions -------------------------------------------------------------------------
 

@@ -61,6 +61,10 @@ FAILED = "FAILED"
 SKIPPED = "SKIPPED"
 #: Closed without sending: a byte-identical copy of a file that succeeded (`duplicate_files: skip`).
 DUPLICATE = "DUPLICATE"
+#: Stopped at a chunk boundary by `ops pause` (not closed: `ops unpause` runs it on from `next_record`).
+PAUSED = "PAUSED"
+#: The event id prefix of a correction made current by `ops replace` (its own S3 event is a duplicate).
+REPLACEMENT_PREFIX = "replacement-"
 #: Longest error message and cause kept (DynamoDB items are small; a cause is a summary).
 MAX_TEXT = 2000
 #: How often a close is tried again when the running file's progress moved while it was written.
@@ -125,6 +129,21 @@ class Position:
         """`key_sequence` ordering: the sequence number of the file that may start next."""
         return first if self.sequence is None else self.sequence + 1
     duplicate_of: DuplicateOf | None = None  # a DUPLICATE: the file it repeats
+    #: `ops pause`: since when, and why (the tenant starts nothing and stops at a chunk boundary).
+    paused_at: float | None = None
+    pause_reason: str | None = None
+    #: The last `ops unpause` (the head message's wait counts from it).
+    unpaused_at: float | None = None
+    #: A correction made current by `ops replace`: the failed attempt it replaces (`execution`,
+    #: `entry`: its history item, `key`, `version_id`).
+    replaces: dict[str, Any] | None = None
+    #: A history item: the replacement that took this failed attempt's place (`execution`, `key`, `version_id`).
+    replaced_by: dict[str, Any] | None = None
+
+    @property
+    def paused(self) -> bool:
+        """`ops pause` holds the tenant (the flag), or its file stopped for it (PAUSED)."""
+        return self.paused_at is not None or self.status == PAUSED
 
     @property
     def file_id(self) -> str | None:
@@ -178,6 +197,11 @@ class Position:
             duplicate_of=json.loads(s("duplicate_of") or "null"),
             failed_in=s("failed_in"),
             notified_at=n("notified_at"),
+            paused_at=n("paused_at"),
+            pause_reason=s("pause_reason"),
+            unpaused_at=n("unpaused_at"),
+            replaces=json.loads(s("replaces") or "null"),
+            replaced_by=json.loads(s("replaced_by") or "null"),
         )
 
 
@@ -274,26 +298,27 @@ class Ledger:
                 f"{sets} "
                 "REMOVE chunk_size, batch_size, chunk_count, record_count, closed_at, closed_as, #error, cause, "
                 "skip_reason, waiting_message_id, waiting_receipt, waiting_since, waiting_sent_at, duplicate_of, "
-                "failed_in"
+                "failed_in, replaces"
             ),
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
             "ExpressionAttributeNames": {"#status": "status", "#error": "error",
                                          **({"#sequence": "sequence"} if sequence is not None else {})},
         }
-        marker = {
-            "TableName": self.table,
-            "Item": {
+        self._make_current([{"Update": position}], file, execution, now)
+        return self.read()
+
+    def _make_current(self, writes: list[dict[str, Any]], file: FileRef, execution: str, now: float) -> None:
+        """Run `writes` (the position's update first) in one transaction with the markers of
+        `file`: its event id and its object version, which must not exist (`AlreadyClaimed`)."""
+        markers = [
+            {
                 **self._key(f"{EVENT_PREFIX}{file['event_id']}"),
                 "execution": _s(execution),
                 "claimed_at": _n(now),
                 "expires_at": _n(int(now + EVENT_DAYS * 86400)),
             },
-            "ConditionExpression": "attribute_not_exists(tenant)",
-        }
-        version = {
-            "TableName": self.table,
-            "Item": {
+            {
                 **self._key(version_entry(file["bucket"], file["key"], file["version_id"])),
                 "bucket": _s(file["bucket"]),
                 "key": _s(file["key"]),
@@ -303,20 +328,20 @@ class Ledger:
                 "claimed_at": _n(now),
                 "expires_at": _n(int(now + EVENT_DAYS * 86400)),
             },
-            "ConditionExpression": "attribute_not_exists(tenant)",
-        }
+        ]
+        puts = [{"Put": {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(tenant)"}}
+                for item in markers]
         try:
-            self.ddb.transact_write_items(TransactItems=[{"Update": position}, {"Put": marker}, {"Put": version}])
+            self.ddb.transact_write_items(TransactItems=[writes[0], *puts, *writes[1:]])
         except Exception as error:  # botocore ClientError
             if error_code(error) != "TransactionCanceledException":
                 raise
             reasons = [r.get("Code") for r in getattr(error, "response", {}).get("CancellationReasons", [])]
             # Only when the position's condition held is it a duplicate: else decide again.
-            if (len(reasons) == 3 and reasons[0] in (None, "None")
-                    and "ConditionalCheckFailed" in reasons[1:]):
+            if (len(reasons) == 3 + len(writes[1:]) and reasons[0] in (None, "None")
+                    and "ConditionalCheckFailed" in reasons[1:3]):
                 raise AlreadyClaimed(f"tenant {self.tenant}: file {file['event_id']} was claimed before") from None
             raise LedgerConflict(f"tenant {self.tenant}: the ledger changed since it was read") from None
-        return self.read()
 
     def record_waiting(
         self, observed: Position, message_id: str, receipt: str, now: float, sent_at: float | None = None
@@ -337,6 +362,12 @@ class Ledger:
             self.ddb.get_item(TableName=self.table, Key=self._key(entry), ConsistentRead=True).get("Item") is not None
             for entry in entries
         )
+
+    def version_claim(self, bucket: str, key: str, version_id: str) -> str | None:
+        """The execution that claimed this object version, if one did (its `version#` marker)."""
+        item = self.ddb.get_item(TableName=self.table, Key=self._key(version_entry(bucket, key, version_id)),
+                                 ConsistentRead=True).get("Item")
+        return item["execution"]["S"] if item else None
 
     def note_waiting_sequence(self, sequence: int, message_id: str, receipt: str, now: float) -> None:
         """`key_sequence` ordering: note the message whose file has `sequence`, so that the close of
@@ -409,9 +440,10 @@ class Ledger:
         chunk_size: int | None = None,
         chunk_count: int | None = None,
         record_count: int | None = None,
-    ) -> None:
-        """Every record before `next_record` is acknowledged; only ever moves forward. Nothing
-        is read back: register writes this up to once a second for the whole chunk.
+    ) -> Position:
+        """Every record before `next_record` is acknowledged; only ever moves forward. Returns
+        the position after the write (register writes this up to once a second, and reads
+        `paused_at` off it: a pause stops the file at its next save).
 
         `LedgerConflict` if `execution` is not the running execution of the current file, or
         the position is already further.
@@ -427,12 +459,31 @@ class Ledger:
         if record_count is not None:
             sets.append("record_count = :records")
             values[":records"] = _n(record_count)
-        self._write(
+        return self._update(
             "SET " + ", ".join(sets),
             "execution = :execution AND #status = :running AND next_record <= :next",
             values,
             names={"#status": "status"},
         )
+
+    def record_pause(self, execution: str) -> Position:
+        """`ops pause` is set and `execution`, the running file's, stops at a chunk boundary:
+        the position becomes PAUSED, its progress kept (`ops unpause` runs it on from
+        `next_record`). Not a close: no history item, no hand-off. Idempotent for the same
+        execution (a retried register invocation). `LedgerConflict` if `execution` is not the
+        current file's, or the tenant is not paused."""
+        try:
+            return self._update(
+                "SET #status = :paused ADD seq :one",
+                "execution = :execution AND #status = :running AND attribute_exists(paused_at)",
+                {":execution": _s(execution), ":running": _s(RUNNING), ":paused": _s(PAUSED), ":one": _n(1)},
+                names={"#status": "status"},
+            )
+        except LedgerConflict:
+            position = self.read()
+            if position.execution == execution and position.status == PAUSED:
+                return position
+            raise
 
     def pin_settings(self, execution: str, chunk_size: int, batch_size: int) -> Position:
         """Pin the current file's chunk size and records per POST, once, before its first record
@@ -626,6 +677,79 @@ class Ledger:
             },
         )
 
+    def replace(self, observed: Position, file: FileRef, execution: str, now: float, *, start_record: int = 0) -> Position:
+        """`ops replace`: the halted, failed file's correction, the object version `file`,
+        takes its place and runs as `execution` from `start_record`, before every file waiting
+        in the queue. One transaction: the position (conditional on `seq`, FAILED, halted, not
+        paused), the correction's event and version markers (so its own S3 event is a
+        duplicate, `AlreadyClaimed` if it was claimed before) and `replaced_by` on the failed
+        attempt's history item (which must exist). The sequence number (`key_sequence`) and
+        a noted waiting message stay: the correction is the failed file."""
+        assert observed.file is not None and observed.execution is not None
+        failed_entry = self._history_entry(observed)
+        replaces = {
+            "execution": observed.execution, "entry": failed_entry, "key": observed.file["key"],
+            "version_id": observed.file["version_id"],
+            # The file the chain of attempts is about: a replacement of a replacement is still it.
+            "file_event": (observed.replaces or {}).get("file_event") or observed.file["event_id"],
+        }
+        replaced_by = {"execution": execution, "key": file["key"], "version_id": file["version_id"],
+                       "start_record": start_record}
+        position = self._update_request(
+            "SET seq = :seq, execution = :execution, file_ref = :file, #status = :running, halted = :false, "
+            "attempt = :zero, next_record = :start, started_at = :now, replaces = :replaces "
+            "REMOVE chunk_size, batch_size, chunk_count, record_count, closed_at, closed_as, #error, cause, "
+            "skip_reason, duplicate_of, failed_in",
+            "seq = :observed AND #status = :failed AND halted = :true AND attribute_not_exists(paused_at)",
+            {
+                ":seq": _n(observed.seq + 1), ":observed": _n(observed.seq), ":execution": _s(execution),
+                ":file": _s(json.dumps(file, sort_keys=True)), ":running": _s(RUNNING), ":failed": _s(FAILED),
+                ":true": {"BOOL": True}, ":false": {"BOOL": False}, ":zero": _n(0), ":start": _n(start_record),
+                ":now": _n(now), ":replaces": _s(json.dumps(replaces, sort_keys=True)),
+            },
+            names={"#status": "status", "#error": "error"},
+        )
+        link = self._update_request("SET replaced_by = :by", "attribute_exists(tenant)",
+                                    {":by": _s(json.dumps(replaced_by, sort_keys=True))}, entry=failed_entry)
+        self._make_current([{"Update": position}, {"Update": link}], file, execution, now)
+        return self.read()
+
+    def pause(self, observed: Position, reason: str, now: float) -> Position:
+        """`ops pause`: no file of the tenant starts, the running one stops at its next chunk
+        boundary (`record_pause`), until `unpause`. Refused (`LedgerConflict`) if the position
+        changed or the tenant is paused already."""
+        values: dict[str, Any] = {":now": _n(now), ":reason": _s(reason[:MAX_TEXT]), ":one": _n(1)}
+        if observed.seq:
+            condition = "seq = :observed"
+            values[":observed"] = _n(observed.seq)
+        else:
+            condition = "attribute_not_exists(seq)"
+        return self._update("SET paused_at = :now, pause_reason = :reason ADD seq :one",
+                            f"{condition} AND attribute_not_exists(paused_at)", values)
+
+    def unpause(self, observed: Position, now: float, *, execution: str | None = None) -> Position:
+        """`ops unpause`. A file the pause stopped (PAUSED) runs on as `execution` (a new
+        attempt) from `next_record`, and the paused attempt's history item is written with
+        it; else the flag is cleared (the caller hands off to the waiting message)."""
+        values: dict[str, Any] = {":now": _n(now), ":one": _n(1), ":observed": _n(observed.seq),
+                                  ":paused": _s(PAUSED)}
+        if observed.status != PAUSED:
+            return self._update(
+                "SET unpaused_at = :now ADD seq :one REMOVE paused_at, pause_reason",
+                "seq = :observed AND attribute_exists(paused_at) AND (attribute_not_exists(#status) OR #status <> :paused)",
+                values, names={"#status": "status"})
+        if execution is None:
+            raise ValueError("a paused file runs on under a new execution name")
+        stopped = replace(observed, closed_at=now, unpaused_at=now)
+        return self._update_with_history(
+            "SET #status = :running, execution = :execution, started_at = :now, unpaused_at = :now, "
+            "attempt = attempt + :one, seq = :seq REMOVE paused_at, pause_reason",
+            "seq = :observed AND #status = :paused",
+            {**values, ":running": _s(RUNNING), ":execution": _s(execution), ":seq": _n(observed.seq + 1)},
+            names={"#status": "status"},
+            history_item=self._history_item(stopped),
+        )
+
     def _update_with_history(self, expression: str, condition: str, values: dict[str, Any], *,
                              names: dict[str, str], history_item: dict[str, Any]) -> Position:
         """A conditional update of the position and the put of its history item, in one
@@ -663,13 +787,14 @@ class Ledger:
             "closed_at": _n(position.closed_at or 0),
             "expires_at": _n(int((position.closed_at or 0) + HISTORY_DAYS * 86400)),
         }
-        for name in ("closed_as", "error", "cause", "skip_reason", "failed_in"):
+        for name in ("closed_as", "error", "cause", "skip_reason", "failed_in", "pause_reason"):
             value = getattr(position, name)
             if value:
                 item[name] = _s(value)
-        if position.duplicate_of is not None:
-            item["duplicate_of"] = _s(json.dumps(position.duplicate_of, sort_keys=True))
-        for name in ("chunk_size", "chunk_count", "record_count"):
+        for name in ("duplicate_of", "replaces"):
+            if getattr(position, name) is not None:
+                item[name] = _s(json.dumps(getattr(position, name), sort_keys=True))
+        for name in ("chunk_size", "chunk_count", "record_count", "paused_at", "unpaused_at"):
             value = getattr(position, name)
             if value is not None:
                 item[name] = _n(value)
@@ -750,6 +875,11 @@ def _history_entry(position: Position) -> dict[str, Any]:
         "duplicate_of": position.duplicate_of,
         "failed_in": position.failed_in,
         "chunk_size": position.chunk_size,
+        "replaces": position.replaces,
+        "replaced_by": position.replaced_by,
+        "paused_at": position.paused_at,
+        "pause_reason": position.pause_reason,
+        "unpaused_at": position.unpaused_at,
     }
 
 
@@ -780,8 +910,9 @@ def hand_off(ledger: Ledger, sqs: Any, queue_url: str, position: Position) -> bo
     not halted), and forget the note. False if there is nothing to hand off, or the message is
     not in flight any more (received again meanwhile, with a new receipt handle, or deleted):
     then it is decided when next received, and the visibility timeout stays the fallback.
-    Idempotent: run again after a failure, it makes visible what is still noted."""
-    if position.halted or position.running:
+    Idempotent: run again after a failure, it makes visible what is still noted. A paused
+    tenant hands off nothing: `ops unpause` does."""
+    if position.halted or position.running or position.paused:
         return False
     handed_off = False
     if position.sequence is not None:

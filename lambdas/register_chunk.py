@@ -11,6 +11,9 @@ The function works within its budget (docs/design.md §4.7):
 * it starts at the first record not acknowledged yet (the ledger's `next_record`, the task's
   `start_record`) and writes its progress to the ledger every second and at every stop;
 * it stops before the function's deadline and returns the task to continue with;
+* it stops for `ops pause` (the ledger's `paused_at`, read at its start and at each progress
+  save): the position becomes PAUSED at the first unacknowledged record and it returns
+  `paused`, so the workflow ends without failing (`ops unpause` runs the file on);
 * a record the core system cannot take now (429, 5xx, timeout, connection) is retried in
   place with a short backoff; if the fault lasts, the function returns and the workflow waits
   `retry_after_seconds` before the next try. The retry budget is spent per fault episode
@@ -77,7 +80,7 @@ from contract import (
     manifest_key,
     work_prefix,
 )
-from ledger import Ledger, LedgerConflict
+from ledger import PAUSED, Ledger, LedgerConflict
 from runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
 from sink_auth import CredentialUnavailable, NoAuth, SinkAuth, sink_auth_for
 from sink_client import SinkConnection, batch_body, batch_ends_after, batch_idempotency_key, rejected_offset
@@ -178,6 +181,8 @@ class Register:
         self.requests = 0  # acknowledged POSTs of this invocation (records in record mode, batches in batch mode)
         self.saved = -1
         self.last_save = clock()
+        #: Stopped for `ops pause` (`_pause`): nothing more is sent.
+        self.paused = False
         #: What `report` published so far (sent, errors, requests, connections opened, reconnects), and when.
         self.reported, self.reported_at = (0, 0, 0, 0, 0), clock()
         self.margin = min(DEADLINE_MARGIN_SECONDS, remaining_seconds() / 10)
@@ -200,12 +205,17 @@ class Register:
         the idempotency keys of a file never depend on settings that changed since it started."""
         position = self.ledger.read()
         execution = self.task["execution_name"]
+        if position.execution == execution and position.status == PAUSED:
+            self.paused = True  # a retry after this execution stopped for the pause
+            return max(int(self.task["start_record"]), self.chunk_start, position.next_record)
         if position.execution != execution or not position.running:
             raise StaleExecutionError(
                 f"execution {execution} is not the tenant's current running execution "
                 f"(current: {position.execution}, {position.status}); nothing was sent. "
                 "A failed file continues with `ops resume`, never with a redrive"
             )
+        if position.paused_at is not None and self._pause():
+            return max(int(self.task["start_record"]), self.chunk_start, position.next_record)
         if position.batch_size is None:
             try:
                 position = self.ledger.pin_settings(execution, self.chunk_size, self.config.sink_batch_size)
@@ -223,6 +233,8 @@ class Register:
 
     def run(self, lines: Any, sink: SinkConnection) -> ChunkProgress:
         next_record = self.first_record()
+        if self.paused:
+            return self._progress(next_record, done=False, retry_after=0)
         requests = _ReadAhead(self._requests(lines, next_record))
         try:
             while (request := requests.take()) is not None:
@@ -232,6 +244,8 @@ class Register:
                 next_record = request.first + request.count
                 self._save(next_record)
                 self.report(sink)
+                if self.paused:
+                    return self._progress(next_record, done=False, retry_after=0)
             return self._progress(next_record, done=True, retry_after=0)
         finally:
             self._save(next_record, force=True)
@@ -359,18 +373,20 @@ class Register:
 
     def _save(self, next_record: int, *, force: bool = False) -> None:
         """Write progress to the ledger (at most every PROGRESS_EVERY_SECONDS unless forced)."""
-        if next_record <= self.saved or (
+        if self.paused or next_record <= self.saved or (
             not force and PROGRESS_EVERY_SECONDS and self.clock() - self.last_save < PROGRESS_EVERY_SECONDS
         ):
             return
         try:
-            self.ledger.record_progress(
+            saved = self.ledger.record_progress(
                 self.task["execution_name"],
                 next_record,
                 chunk_size=self.chunk_size,
                 chunk_count=int(self.task["chunk_count"]),
                 record_count=int(self.task["record_count"]),
             )
+            if saved.paused_at is not None and not force:
+                self._pause()
         except LedgerConflict:
             position = self.ledger.read()
             if position.execution != self.task["execution_name"] or not position.running:
@@ -379,6 +395,23 @@ class Register:
                     f"{position.status}); stopping"
                 ) from None
         self.saved, self.last_save = next_record, self.clock()
+
+    def _pause(self) -> bool:
+        """`ops pause` is set: stop here (the position becomes PAUSED at the first unacknowledged
+        record; `self.paused`). False if it was lifted meanwhile (go on); `StaleExecutionError`
+        if this execution lost its place."""
+        execution = self.task["execution_name"]
+        try:
+            self.ledger.record_pause(execution)
+        except LedgerConflict:
+            position = self.ledger.read()
+            if position.execution != execution or not position.running:
+                raise StaleExecutionError(f"execution {execution} lost its place (current: {position.execution}, "
+                                          f"{position.status}); stopping") from None
+            return False  # unpaused before it stopped
+        self.log.info("tenant paused (ops pause): stopping at the first unacknowledged record")
+        self.paused = True
+        return True
 
     def report(self, sink: SinkConnection, *, force: bool = False) -> None:
         """Publish what this invocation did since its last report, as one EMF record: at its end
@@ -407,6 +440,7 @@ class Register:
             done=done,
             retry_after_seconds=retry_after,
             records_sent=self.sent,
+            paused=self.paused,
         )
 
 

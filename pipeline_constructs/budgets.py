@@ -155,25 +155,25 @@ def register_invocation_budget(chunk_size: int, sink_timeout_seconds: int, outag
 def page_events_per_chunk(invocation_budget: int) -> int:
     """History events one chunk may add to its page execution: the Map iteration, then per
     invocation the task (with every retry), the ChunkDone choice and a wait; the end (counted
-    for every end, ChunkRegistered, ChunkOverBudget, and ChunkCrashed with RegisterCrashed: an
-    upper bound)."""
+    for every end, ChunkRegistered, ChunkPaused, ChunkOverBudget, and ChunkCrashed with
+    RegisterCrashed: an upper bound)."""
     per_invocation = TASK_EVENTS + REGISTER_RETRIES_PER_INVOCATION * RETRY_EVENTS + 2 * STATE_EVENTS
-    return MAP_ITERATION_EVENTS + invocation_budget * per_invocation + 4 * STATE_EVENTS
+    return MAP_ITERATION_EVENTS + invocation_budget * per_invocation + 5 * STATE_EVENTS
 
 
 #: A page execution's events besides its chunks: the execution, the page range (PageEnd,
-#: LastPage, ClampToFile, PageChunks), the Map.
-PAGE_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
+#: LastPage, ClampToFile, PageChunks), the Map, PagePaused.
+PAGE_FIXED_EVENTS = EXECUTION_EVENTS + 5 * STATE_EVENTS + MAP_EVENTS
 #: Retries of a `.sync` task that starts a child execution (a page or a section):
 #: StartExecution's throttling and service errors.
 CHILD_TASK_RETRIES = 3
 #: History events one child (a page, or a section) adds to the execution that runs it: the
-#: Map iteration and the `.sync` task (each attempt of a `.sync` task also has a TaskSubmitted
-#: event).
-EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES * (RETRY_EVENTS + 1)
+#: Map iteration, the `.sync` task (each attempt of a `.sync` task also has a TaskSubmitted
+#: event), and its outcome (the choice, then Done or Paused).
+EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES * (RETRY_EVENTS + 1) + 2 * STATE_EVENTS
 #: A section execution's events besides its pages: the execution, the section range
-#: (SectionEnd, LastSection, ClampSection, SectionPages), the Map.
-SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 4 * STATE_EVENTS + MAP_EVENTS
+#: (SectionEnd, LastSection, ClampSection, SectionPages), the Map, SectionPaused.
+SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 5 * STATE_EVENTS + MAP_EVENTS
 #: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): the seed's
 #: 3 on Lambda service errors, `CRASH_RETRIES` on crashes (`workflow._lambda_retry`).
 PARENT_TASK_RETRIES = 3 + CRASH_RETRIES
@@ -183,13 +183,13 @@ PARENT_TASK_RETRIES = 3 + CRASH_RETRIES
 PARENT_COMPLETION_EVENTS = SYNC_TASK_EVENTS + 2 * STATE_EVENTS
 #: The parent's events besides its pages or sections, every path counted (an upper bound of
 #: any one): the execution, Split, AnyChunks, Sections, OneSection, Pages, both Maps,
-#: RecordSuccess and RecordFailure, FileIngested and IngestFailed, SplitCrashed.
+#: RecordSuccess and RecordFailure, FileIngested, IngestFailed and FilePaused, SplitCrashed.
 PARENT_FIXED_EVENTS = (
     EXECUTION_EVENTS
     + 3 * (TASK_EVENTS + PARENT_TASK_RETRIES * RETRY_EVENTS)
     + 4 * STATE_EVENTS
     + 2 * MAP_EVENTS
-    + 3 * STATE_EVENTS
+    + 4 * STATE_EVENTS
     + PARENT_COMPLETION_EVENTS
 )
 

@@ -7,9 +7,13 @@ Parent (`<id>-file-ingest-workflow`, one execution per file attempt):
                                 -> OneSection? -- yes -> Pages (first chunk of each page)
                                                          -> PagesInOrder (Map, MaxConcurrency 1)
                                                               RunPage (StartExecution.sync:2, page)
+                                                              -> RunPageOutcome? -- paused -> RunPagePaused
                                                -- no --> SectionsInOrder (Map, MaxConcurrency 1)
                                                               RunSection (StartExecution.sync:2, section)
+                                                              -> RunSectionOutcome? (the same)
           -> (WaitForCompletion, with `completion.wait`) -> RecordSuccess (closer) -> FileIngested
+    PagesInOrder, SectionsInOrder Catch TenantPaused (a child stopped for `ops pause`) -> FilePaused
+          (Succeed, no close: the ledger says PAUSED; `ops unpause` runs the file on)
     WaitForCompletion Catch States.Timeout|HeartbeatTimeout -> CompletionTimedOut -> RecordFailure
     Catch (Split, PagesInOrder, SectionsInOrder, WaitForCompletion) -> RecordFailure (closer: ledger,
           notification, halt) -> IngestFailed
@@ -24,6 +28,9 @@ whichever execution starts it):
     PageEnd -> LastPage? -> (ClampToFile) -> PageChunks (States.ArrayRange) ->
     ChunksInOrder (Map, MaxConcurrency 1)
       RegisterChunk -> ChunkDone? -- done ---------------> ChunkRegistered
+                                  -- paused (ops pause) -> ChunkPaused (TenantPaused) -> PagePaused
+                                                           (the Map's Catch: the page succeeds, output
+                                                           {"paused": true})
                                   -- over budget --------> ChunkOverBudget (fails the page)
                                   -- core system down --> WaitForCoreSystem -> RegisterChunk
                                   -- deadline ----------------------------> RegisterChunk
@@ -272,6 +279,7 @@ def build_page_definition(*, partition: str, register_function_arn: str, chunks_
         },
         "ChunkDone": _choice(
             [
+                {"Variable": "$.paused", "BooleanEquals": True, "Next": "ChunkPaused"},
                 {"Variable": "$.done", "BooleanEquals": True, "Next": "ChunkRegistered"},
                 {"Variable": "$.invocation", "NumericGreaterThanEquals": invocation_budget, "Next": "ChunkOverBudget"},
                 {"Variable": "$.retry_after_seconds", "NumericGreaterThan": 0, "Next": "WaitForCoreSystem"},
@@ -279,6 +287,7 @@ def build_page_definition(*, partition: str, register_function_arn: str, chunks_
             default="RegisterChunk",
         ),
         "ChunkRegistered": {"Type": "Succeed"},
+        "ChunkPaused": _paused_fail("The tenant is paused (ops pause): stop this page, without failing it"),
         "ChunkOverBudget": {
             "Type": "Fail",
             "Error": CHUNK_OVER_BUDGET_ERROR,
@@ -313,28 +322,52 @@ def build_page_definition(*, partition: str, register_function_arn: str, chunks_
         start_at="RegisterChunk",
         states=chunk_states,
         next_state=None,
+        catch=[_catch("PagePaused", None, (contract.TENANT_PAUSED_ERROR,))],
     )
+    states["PagePaused"] = PAUSED_END
     return {"StartAt": "PageEnd", "States": states}
 
 
-def _run_child(partition: str, version_arn: str, name_format: str, comment: str) -> State:
-    """A `.sync:2` task that starts a child execution of the state machine version
+#: The end of a page or section execution stopped for `ops pause`: it succeeds, its output
+#: says so (`_run_child` reads it), so no execution fails and no alarm fires.
+PAUSED_END: State = {"Type": "Pass", "Comment": "Stopped for ops pause: succeed, saying so",
+                     "Result": {"paused": True}, "End": True}
+
+
+def _paused_fail(comment: str) -> State:
+    """The state that stops a Map's item for `ops pause` (its error is caught a level up)."""
+    return {"Type": "Fail", "Comment": comment, "Error": contract.TENANT_PAUSED_ERROR,
+            "Cause": "ops pause: the file stops at a chunk boundary; ops unpause runs it on at its first "
+                     "unacknowledged record"}
+
+
+def _run_child(partition: str, version_arn: str, name_format: str, comment: str, task: str) -> dict[str, State]:
+    """A `.sync:2` task (`task`) that starts a child execution of the state machine version
     `version_arn` (versions.py: the parent's version pins its children's), named `name_format`
     of the file's parent execution (`$.execution_name`) and the child's first chunk, and waits
-    for it. A failed child is not retried: the file fails and halts the tenant (resume
-    continues it); only the start is, on throttling and the service's faults."""
+    for it; then `<task>Outcome`: a child stopped for `ops pause` (its output has `paused`)
+    stops the Map with `TenantPaused` (caught by it), any other ends the item. A failed child
+    is not retried: the file fails and halts the tenant (resume continues it); only the start
+    is, on throttling and the service's faults."""
     return {
-        "End": True,
-        "Retry": [_retry(PAGE_START_ERRORS, max_attempts=budgets.CHILD_TASK_RETRIES)],
-        "Type": "Task",
-        "Comment": comment,
-        "ResultPath": None,
-        "Resource": _integration(partition, "states:startExecution.sync:2"),
-        "Parameters": {
-            "Input.$": "$",
-            "StateMachineArn": version_arn,
-            "Name.$": f"States.Format('{name_format}', $.execution_name, $.first_chunk)",
+        task: {
+            "Next": f"{task}Outcome",
+            "Retry": [_retry(PAGE_START_ERRORS, max_attempts=budgets.CHILD_TASK_RETRIES)],
+            "Type": "Task",
+            "Comment": comment,
+            "ResultPath": "$.child",
+            "ResultSelector": {"Output.$": "$.Output"},
+            "Resource": _integration(partition, "states:startExecution.sync:2"),
+            "Parameters": {
+                "Input.$": "$",
+                "StateMachineArn": version_arn,
+                "Name.$": f"States.Format('{name_format}', $.execution_name, $.first_chunk)",
+            },
         },
+        f"{task}Outcome": _choice([{"Variable": "$.child.Output.paused", "IsPresent": True, "Next": f"{task}Paused"}],
+                                  default=f"{task}Done"),
+        f"{task}Paused": _paused_fail("The child stopped for ops pause: stop the later ones too"),
+        f"{task}Done": {"Type": "Succeed"},
     }
 
 
@@ -357,18 +390,20 @@ _SECTIONS = _Children("One section at a time: a failing section stops every late
 
 
 def _children_in_order(partition: str, children: _Children, version_arn: str, items_path: str,
-                       fields: dict[str, object], next_state: str | None, catch: list[State] | None = None) -> State:
+                       fields: dict[str, object], next_state: str | None, paused: str,
+                       catch: list[State] | None = None) -> State:
     """`PagesInOrder` or `SectionsInOrder`: one child execution (of the state machine version
     `version_arn`) at a time over the children's first chunks at `items_path`; each child's
-    input is a `contract.PageTask` of `fields`."""
+    input is a `contract.PageTask` of `fields`. A child stopped for `ops pause` stops the Map,
+    which goes on to `paused`."""
     return _in_order(
         comment=children.comment,
         items_path=items_path,
         item_selector=_select(contract.PageTask, fields),
         start_at=children.task,
-        states={children.task: _run_child(partition, version_arn, children.name_format, children.task_comment)},
+        states=_run_child(partition, version_arn, children.name_format, children.task_comment, children.task),
         next_state=next_state,
-        catch=catch,
+        catch=[_catch(paused, None, (contract.TENANT_PAUSED_ERROR,)), *(catch or [])],
     )
 
 
@@ -389,7 +424,8 @@ def build_section_definition(*, partition: str, page_version_arn: str, chunks_pe
     states["PagesInOrder"] = _children_in_order(partition, _PAGES, page_version_arn, "$.section.first_chunks", {
         **{key: f"$.{key}" for key in contract.keys_of(contract.PageTask)},
         "first_chunk": "$$.Map.Item.Value",
-    }, next_state=None)
+    }, next_state=None, paused="SectionPaused")
+    states["SectionPaused"] = PAUSED_END
     return {"StartAt": "SectionEnd", "States": states}
 
 
@@ -496,12 +532,16 @@ def build_definition(
             "$.pages", chunks_per_page, "PagesInOrder",
         ),
         "PagesInOrder": _children_in_order(partition, _PAGES, page_version_arn, "$.pages.first_chunks", page_fields,
-                                           next_state=after_chunks, catch=on_error),
+                                           next_state=after_chunks, paused="FilePaused", catch=on_error),
         "SectionsInOrder": _children_in_order(partition, _SECTIONS, section_version_arn, "$.sections.first_chunks",
-                                              page_fields, next_state=after_chunks, catch=on_error),
+                                              page_fields, next_state=after_chunks, paused="FilePaused",
+                                              catch=on_error),
         **completion_wait,
         "RecordSuccess": record_close("SUCCEEDED", error_paths=False, next_state="FileIngested"),
         "FileIngested": {"Type": "Succeed"},
+        # Not a close: the ledger says PAUSED (register wrote it); ops unpause runs the file on.
+        "FilePaused": {"Type": "Succeed", "Comment": "Stopped for ops pause at a chunk boundary; ops unpause runs "
+                                                     "the file on at its first unacknowledged record"},
         "SplitCrashed": _crashed("split", "on this file, before this attempt sent any record", (), contract.ERROR_RESULT_PATH,
                                  contract.ERROR_RESULT_PATH, "RecordFailure"),
         "RecordFailure": record_close("FAILED", error_paths=True, next_state="IngestFailed"),

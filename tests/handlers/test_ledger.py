@@ -483,7 +483,8 @@ def test_the_history_keeps_each_attempt_as_it_closed_and_filters_by_start_and_st
                                     error="States.Timeout", cause="the file ran too long")
     ledger.skip(timed_out, "agreed with the tenant", NOW + 8)
 
-    common = {"file": file("e1"), "next_record": 120, "record_count": 180, "chunk_size": 50, "duplicate_of": None}
+    common = {"file": file("e1"), "next_record": 120, "record_count": 180, "chunk_size": 50, "duplicate_of": None,
+              "replaces": None, "replaced_by": None, "paused_at": None, "pause_reason": None, "unpaused_at": None}
     resumed = {**common, "execution": "e1-r1", "status": SKIPPED, "closed_as": "TIMED_OUT", "halted": False,
                "attempt": 1, "started_at": NOW + 5, "closed_at": NOW + 8, "error": "States.Timeout",
                "cause": "the file ran too long", "skip_reason": "agreed with the tenant", "failed_in": None}

@@ -109,7 +109,7 @@ def test_a_resume_cut_short_before_its_start_is_finished_by_the_next_resume(ledg
 
     outcome = resume(ledger, sfn, machine, NOW + 6)
 
-    assert outcome.message == "started the interrupted resume e1-r1 at record 7"
+    assert outcome.message == "started the interrupted e1-r1 at record 7"
     assert (outcome.execution, outcome.start_record) == ("e1-r1", 7)
     assert started_input(sfn, machine, "e1-r1")["start_record"] == 7
     assert ledger.read() == cut_short

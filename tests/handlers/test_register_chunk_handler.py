@@ -30,7 +30,7 @@ from contract import (
     environment,
     from_env,
 )
-from ledger import Ledger
+from ledger import Ledger, Position
 from runtime import BoundLogger, get_logger
 
 from tests.handlers import support
@@ -939,9 +939,10 @@ class ProgressRecorder(Ledger):
         super().__init__(ledger.ddb, ledger.table, ledger.tenant)
         self.progress: list[int] = []
 
-    def record_progress(self, execution: str, next_record: int, **_counts: Any) -> None:  # type: ignore[override]
+    def record_progress(self, execution: str, next_record: int, **_counts: Any) -> Position:  # type: ignore[override]
         assert execution == "evt-1"
         self.progress.append(next_record)
+        return Position.from_item(self.tenant, {})  # not paused
 
 
 #: An outage budget near the longest allowed: a page's history then holds 17 invocations for one chunk
@@ -1029,8 +1030,8 @@ class CrashedLedger:
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
 
-    def record_progress(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    def record_progress(self, *args: Any, **kwargs: Any) -> Position:
+        return Position.from_item(self._ledger.tenant, {})  # the write is lost; not paused
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ledger, name)
