@@ -225,7 +225,8 @@ class Closer:
                 f"Tenant {tenant} is halted (on_failure: halt): its later files wait in the queue, in order."
             )
             found = hint_for(attempt)
-            actions = [f"Hint:      {found.text}", "", *commands(found, tenant)]
+            actions = [f"Hint:      {found.text}", "", *commands(found, tenant, key=file.get("key"),
+                                                                       next_record=attempt.next_record)]
         else:
             consequence = f"Tenant {tenant} goes on with its next file (on_failure: continue)."
             actions = ["Check the tenant with:", f"  python -m ops status {tenant}"]

@@ -2,9 +2,10 @@
 
 The closer's failure notification, `ops status` and the demo say what `hint` returns, and the
 runbook (docs/operations.md, "workflow-failed") names each hint word for word (a test keeps it
-so). A hint says what to fix first and which command continues: `resume` (the file continues at
-its first unacknowledged record: a cause outside the file was fixed), `skip` (the file itself is
-wrong: resuming would fail the same way) or nothing.
+so). A hint says what to fix first and which command continues, the order-keeping one first:
+`resume` (the file continues at its first unacknowledged record: a cause outside the file was
+fixed), `replace` (the file itself is wrong: its correction runs in its place, before the files
+queued behind it; `skip` is the way only when it must not be ingested at all) or nothing.
 """
 
 from __future__ import annotations
@@ -16,22 +17,24 @@ if TYPE_CHECKING:
     from ledger import Position
 
 RESUME = "resume"
+REPLACE = "replace"
 SKIP = "skip"
 NOTHING = "nothing"
 
 
 @dataclass(frozen=True)
 class Hint:
-    action: str  # RESUME, SKIP or NOTHING: the command that continues the tenant
+    action: str  # RESUME, REPLACE, SKIP or NOTHING: the command that continues the tenant
     text: str
 
 
 #: A file that cannot be processed as it is: nothing of it was sent.
-BAD_FILE = Hint(SKIP, "skip it and re-upload a corrected file (it will be processed after the files already queued)")
+BAD_FILE = Hint(REPLACE, "have the tenant upload a corrected file, then replace the failed one with it: it runs in "
+                         "the failed file's place, before the files already queued")
 
 #: The file's landing object version is gone (deleted, or expired after it was superseded).
-LOST = Hint(SKIP, "the file's landing version is gone: skip it and agree with the tenant how the rest is sent "
-                  "(a re-upload is a new file, processed after the files already queued)")
+LOST = Hint(REPLACE, "the file's landing version is gone: have the tenant upload it again, then replace the failed "
+                     "file with the upload (it runs in its place, before the files already queued)")
 
 #: Error type (the exception class a function raised, or the workflow's error name) -> hint.
 BY_ERROR: dict[str, Hint] = {
@@ -39,7 +42,9 @@ BY_ERROR: dict[str, Hint] = {
     "FileTooLargeError": BAD_FILE,
     "SplitTimeLimitError": BAD_FILE,
     "KeyOutsidePrefixError": BAD_FILE,
-    "SinkRejectedError": Hint(RESUME, "fix the record's problem in the core system, then resume"),
+    "SinkRejectedError": Hint(RESUME, "fix the record's problem in the core system, then resume; if the record "
+                                      "itself is wrong, replace the file with a corrected one from the rejected "
+                                      "record on"),
     "SinkAuthError": Hint(RESUME, "fix or rotate the credential the error names, then resume"),
     "SinkUnavailableError": Hint(RESUME, "wait until the core system answers again, then resume"),
     "ChunkInvocationBudgetExhausted": Hint(
@@ -108,12 +113,22 @@ def stopped_at(next_record: int, record_count: int | None = None, chunk_size: in
     return f"{where} ({reached})"
 
 
-def commands(found: Hint, tenant: str) -> list[str]:
-    """What to run after the hint's fix, as lines for a person (the notification, `ops status`)."""
+def commands(found: Hint, tenant: str, *, key: str | None = None, next_record: int | None = None) -> list[str]:
+    """What to run after the hint's fix, as lines for a person (the notification, `ops status`),
+    the order-keeping command first; `key`: the failed file's, `next_record`: where it stopped."""
     skip = f"python -m ops skip {tenant} --reason \"...\""
-    if found.action == SKIP:
-        return ["Give the file up and start the next one (a resume would fail the same way):", f"  {skip}"]
+    replace = f"python -m ops replace {tenant} --key {key or 'KEY'} --version VERSION_ID"
+    if found.action in (SKIP, REPLACE):
+        lines = ["Once the corrected file is uploaded (its key, or another under the tenant's prefix), run it in the "
+                 "failed file's place, before the files queued behind it:", f"  {replace}"] \
+            if found.action == REPLACE else []
+        return [*lines, "Only if the file must not be ingested at all, give it up (a correction uploaded later runs "
+                        "after the files already queued):", f"  {skip}"]
     if found.action == NOTHING:
         return ["Check the tenant:", f"  python -m ops status {tenant}"]
-    return ["Continue this file where it stopped:", f"  python -m ops resume {tenant}",
-            "or give it up and start the next file:", f"  {skip}"]
+    lines = ["Continue this file where it stopped:", f"  python -m ops resume {tenant}"]
+    if found == BY_ERROR["SinkRejectedError"]:
+        lines += ["or, if the record itself is wrong, upload a corrected file whose earlier records are unchanged and "
+                  "continue with it at the rejected record:",
+                  f"  {replace} --from-record {next_record if next_record is not None else 'N'}"]
+    return [*lines, "or give it up and start the next file:", f"  {skip}"]

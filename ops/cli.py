@@ -2,7 +2,10 @@
 
     python -m ops [--region R] [--endpoint-url URL] [--qualifier Q] status [TENANT] [--json]
     python -m ops resume TENANT
+    python -m ops replace TENANT --key KEY [--version VERSION_ID] [--from-record N]
     python -m ops skip TENANT --reason TEXT
+    python -m ops pause (TENANT... | --all) --reason TEXT
+    python -m ops unpause (TENANT... | --all)
     python -m ops quarantine list TENANT [--show-body]
     python -m ops quarantine replay TENANT (NAME | --all)
     python -m ops skip-gap TENANT --reason TEXT [--to N]
@@ -11,7 +14,8 @@
     python -m ops preflight [--tenants FILE] [--target NAME] [--json]
 
 Exit codes: 0 done; 1 an AWS call or something unexpected failed; 2 bad usage; 3 refused:
-nothing to resume or skip (the message says the tenant's state); 4 the tenant's ledger changed
+nothing to resume, replace, skip, pause or unpause, or a correction `replace` cannot take (the
+message says why; nothing changed); 4 the tenant's ledger changed
 while acting (run the command again); 5 the tenant or the deployment was not found; 6 `dlq`:
 messages that are not replayable events are in the tenant's dead-letter queue (listed, left
 there); 7 `reconcile` found object versions not completed and did not replay them (never seen
@@ -79,8 +83,10 @@ CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, NoRegionError)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ops",
-        description="Operate the ordered ingestion pipelines: see where tenants stand, resume or skip a failed file.",
-        epilog="Exit codes: 0 done, 1 error, 2 usage, 3 nothing to resume/skip, 4 ledger changed (run again), "
+        description="Operate the ordered ingestion pipelines: see where tenants stand, resume, replace or skip a failed "
+        "file, pause and unpause tenants.",
+        epilog="Exit codes: 0 done, 1 error, 2 usage, 3 refused: nothing to resume/replace/skip/pause/unpause, or a "
+        "correction replace cannot take (nothing changed), 4 ledger changed (run again), "
         "5 tenant or deployment not found, 6 dlq: messages left that are not replayable events, "
         "7 reconcile found versions not completed (and did not replay them), "
         "8 preflight: a quota of the account cannot hold what the tenants file needs, "
@@ -100,6 +106,24 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     resume = commands.add_parser("resume", help="continue a halted tenant's failed file at its first unacknowledged record")
     resume.add_argument("tenant")
+    replace = commands.add_parser(
+        "replace", help="run a corrected object version in a halted tenant's failed file's place, before the files "
+        "waiting behind it")
+    replace.add_argument("tenant")
+    replace.add_argument("--key", required=True, help="the correction's key in the landing bucket (under the tenant's "
+                         "prefix: the failed file's key, or another)")
+    replace.add_argument("--version", help="the correction's version id (default: the key's latest version)")
+    replace.add_argument("--from-record", type=int, default=0, metavar="N",
+                         help="send from record N (0-based) on: only if the correction's first N records are those "
+                         "the core system acknowledged of the failed version (default 0: send it whole)")
+    for name, text in (("pause", "hold tenants (a planned outage of the core system): no file starts, a running one "
+                                 "stops at its next chunk boundary, nothing fails or pages"),
+                       ("unpause", "end a pause: a stopped file runs on at its first unacknowledged record")):
+        held = commands.add_parser(name, help=text)
+        held.add_argument("tenants", nargs="*", metavar="TENANT")
+        held.add_argument("--all", action="store_true", help="every tenant deployed here")
+        if name == "pause":
+            held.add_argument("--reason", required=True, help="why (shown by ops status and kept in the ledger)")
     skip = commands.add_parser("skip", help="give up a halted tenant's failed file and start the next one")
     skip.add_argument("tenant")
     skip.add_argument("--reason", required=True, help="why this file's remaining records may be given up (kept in the ledger)")
@@ -223,6 +247,8 @@ def _no_credentials(error: Exception) -> int:
 def _discover_and_run(args: argparse.Namespace, clients: Any, out: Any, now: float) -> int:
     try:
         tenants = discover(clients("cloudformation"))
+        if args.command in ("pause", "unpause"):
+            return _hold(args, tenants, clients, out, now)
         selected = _select(tenants, getattr(args, "tenant", None))
         return _run(args, selected, clients, out, now)
     except (DiscoveryError, KeyError) as error:
@@ -302,6 +328,10 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
     ledger = Ledger(ddb, tenant.ledger_table, tenant.tenant_id)
     if args.command == "resume":
         outcome = operations.resume(ledger, clients("stepfunctions"), tenant.start_arn, now)
+    elif args.command == "replace":
+        outcome = operations.replace(ledger, clients("stepfunctions"), clients("s3"), tenant.start_arn,
+                                     landing_prefix=tenant.landing_prefix, key=args.key, version_id=args.version,
+                                     now=now, from_record=args.from_record, work_bucket=tenant.work_bucket)
     elif args.command == "skip-gap":
         if tenant.ordering != "key_sequence":
             raise operations.NothingToDo(f"tenant {tenant.tenant_id} is ordered by {tenant.ordering}: it has no sequence gaps")
@@ -311,6 +341,29 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
         outcome = operations.skip(ledger, clients("sqs"), tenant.queue_url, args.reason, now)
     print(f"{tenant.tenant_id}: {outcome.message}", file=out)
     return EXIT_OK
+
+
+def _hold(args: argparse.Namespace, tenants: dict[str, TenantResources], clients: Any, out: Any, now: float) -> int:
+    """`pause`/`unpause` of the tenants named (or `--all`), each on its own: one that does not
+    apply (paused already, not paused) is said and the others go on; exit 3 if any did not."""
+    if args.all == bool(args.tenants):
+        raise ValueError(f"{args.command}: name the tenants, or give --all (not both)")
+    selected = [tenants[t] for t in sorted(tenants)] if args.all else [_select(tenants, t)[0] for t in args.tenants]
+    ddb, code = clients("dynamodb"), EXIT_OK
+    for tenant in selected:
+        ledger = Ledger(ddb, tenant.ledger_table, tenant.tenant_id)
+        try:
+            if args.command == "pause":
+                outcome = operations.pause(ledger, args.reason, now)
+            else:
+                outcome = operations.unpause(ledger, clients("stepfunctions"), clients("sqs"), tenant.start_arn,
+                                             tenant.queue_url, now)
+        except operations.NothingToDo as error:
+            print(f"ops: {error}", file=sys.stderr)
+            code = EXIT_NOTHING_TO_DO
+            continue
+        print(f"{tenant.tenant_id}: {outcome.message}", file=out)
+    return code
 
 
 def _quarantine(args: argparse.Namespace, tenant: TenantResources, clients: Any, out: Any) -> int:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import asdict
 from typing import Any
 
 from hints import Hint, commands, hint_for
-from ledger import DUPLICATE, FAILED, SKIPPED, SUCCEEDED, Ledger
+from ledger import DUPLICATE, FAILED, PAUSED, SKIPPED, SUCCEEDED, Ledger, Position
 from operations import describe_state
 
 from ops.discovery import TenantResources, shared_outputs
@@ -84,12 +85,17 @@ def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float 
             "record_count": position.record_count,
             "chunk": chunk,
             "started_at": position.started_at,
+            "replaces": position.replaces,
         }
+    files = files_of(history, position)
     return {
         "tenant": resources.tenant_id,
-        "state": "halted" if position.halted else ("running" if position.running else "idle"),
+        "state": "halted" if position.halted else (
+            "paused" if position.paused else ("running" if position.running else "idle")),
         # What to do about the halted file: the notification's hint (lambdas/hints.py).
         "hint": asdict(hint_for(position)) if position.halted else None,
+        "paused": {"since": position.paused_at, "reason": position.pause_reason,
+                   "file_stopped": position.status == PAUSED} if position.paused else None,
         "summary": describe_state(position),
         "on_failure": resources.on_failure,
         "queue": {
@@ -101,11 +107,20 @@ def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float 
         "last_failure": last_failure,
         "ordering": resources.ordering,
         "sequence": _sequence(ledger, position, resources),
+        # Files, by their outcome (their last attempt's): a file that succeeded after a resume
+        # or a replacement is done, its failed attempts are attempts.
         "last_24h": {
-            "succeeded": sum(1 for e in history if e["status"] == SUCCEEDED),
-            "failed": sum(1 for e in history if e["status"] == FAILED),
-            "skipped": sum(1 for e in history if e["status"] == SKIPPED),
+            "succeeded": sum(1 for f in files if f["outcome"] == SUCCEEDED),
+            "failed": sum(1 for f in files if f["outcome"] == FAILED),
+            "skipped": sum(1 for f in files if f["outcome"] == SKIPPED),
         },
+        "attempts_24h": {
+            "total": sum(1 for e in history if e["file"] is not None),
+            "failed": sum(1 for e in history if e["status"] == FAILED or (e["status"] == SKIPPED and e["closed_as"])),
+            "paused": sum(1 for e in history if e["status"] == PAUSED),
+        },
+        # Files that took more than one attempt (resumed, replaced, paused), their attempts oldest first.
+        "retried_24h": [f for f in files if len(f["attempts"]) > 1],
         # duplicate_files: skip -- byte-identical copies of files that succeeded, not sent.
         "duplicates_24h": [
             {"key": (e["file"] or {}).get("key"), "version_id": (e["file"] or {}).get("version_id"),
@@ -113,6 +128,32 @@ def tenant_status(resources: TenantResources, *, ddb: Any, sqs: Any, now: float 
             for e in history if e["status"] == DUPLICATE
         ],
     }
+
+
+def files_of(history: list[dict[str, Any]], position: Position) -> list[dict[str, Any]]:
+    """The attempts of `history` (newest first) grouped by file, newest file first: a resume and
+    an unpause are attempts at the same event, a replacement joins the file it replaces
+    (`replaces.file_event`). A file's outcome is its last closed attempt's status (None while
+    an attempt of it runs or is paused); a gap skip is a file of its own."""
+    by_file: dict[str, dict[str, Any]] = {}
+    for attempt in history:
+        file = attempt["file"] or {}
+        group = (attempt["replaces"] or {}).get("file_event") or file.get("event_id") or attempt["execution"]
+        entry = by_file.setdefault(group, {"key": file.get("key"), "outcome": None, "replaced": False,
+                                           "attempts": []})
+        entry["attempts"].insert(0, {
+            "execution": attempt["execution"], "key": file.get("key"), "version_id": file.get("version_id"),
+            "status": attempt["status"], "error": attempt["error"], "started_at": attempt["started_at"],
+            "closed_at": attempt["closed_at"], "replaced_by": attempt["replaced_by"],
+        })
+        entry["replaced"] = entry["replaced"] or attempt["replaced_by"] is not None
+        if entry["outcome"] is None and attempt["status"] != PAUSED:
+            entry["outcome"] = attempt["status"]
+    if position.file is not None and (position.running or position.status == PAUSED):
+        current = (position.replaces or {}).get("file_event") or position.file["event_id"]
+        if current in by_file:
+            by_file[current]["outcome"] = None  # it is being worked on again
+    return list(by_file.values())
 
 
 def _sequence(ledger: Ledger, position: Any, resources: TenantResources) -> dict[str, Any] | None:
@@ -157,13 +198,29 @@ def render(statuses: list[dict[str, Any]]) -> str:
             lines += ["", f"{s['tenant']}: {len(duplicates)} duplicate file(s) in 24 h, not sent (duplicate_files: skip); "
                           f"last: {last['key']} has the bytes of {of.get('key')} (version {of.get('version_id')})"]
     for s in statuses:
+        if s.get("paused"):
+            paused = s["paused"]
+            since = dt.datetime.fromtimestamp(paused["since"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            stopped = (f"; {s['current_file']['key']} stopped at record {s['current_file']['next_record']:,}"
+                       if paused["file_stopped"] else "")
+            lines += ["", f"{s['tenant']} is paused since {since}: {paused['reason']}{stopped}",
+                      f"  end the pause (the file runs on where it stopped): python -m ops unpause {s['tenant']}"]
+        for file in s.get("retried_24h") or []:
+            lines += ["", f"{s['tenant']}: {file['key']} took {len(file['attempts'])} attempts, "
+                          f"{(file['outcome'] or 'in progress').lower()}:"]
+            lines += [f"  {a['execution']}: {a['key']} (version {a['version_id']}) {a['status']}"
+                      + (f" ({a['error']})" if a["error"] else "")
+                      + (f", replaced by {a['replaced_by']['key']} (version {a['replaced_by']['version_id']})"
+                         if a["replaced_by"] else "")
+                      for a in file["attempts"]]
         if s["state"] == "halted" and s["last_failure"]:
             failure = s["last_failure"]
             lines += [
                 "",
                 f"{s['tenant']} is halted: {failure['key']} failed with {failure['error']}: {failure['cause'] or ''}".rstrip(": "),
                 f"  hint: {s['hint']['text']}",
-                *(f"  {line}" for line in commands(Hint(**s["hint"]), s["tenant"])),
+                *(f"  {line}" for line in commands(Hint(**s["hint"]), s["tenant"], key=failure["key"],
+                                                   next_record=(s["current_file"] or {}).get("next_record"))),
             ]
         sequence = s.get("sequence")
         if sequence and sequence["gap"]:

@@ -355,8 +355,9 @@ def _run_child(partition: str, version_arn: str, name_format: str, comment: str,
             "Retry": [_retry(PAGE_START_ERRORS, max_attempts=budgets.CHILD_TASK_RETRIES)],
             "Type": "Task",
             "Comment": comment,
+            # The child's DescribeExecution, its output parsed (`.sync:2`); the Map's item ends here,
+            # so it travels no further.
             "ResultPath": "$.child",
-            "ResultSelector": {"Output.$": "$.Output"},
             "Resource": _integration(partition, "states:startExecution.sync:2"),
             "Parameters": {
                 "Input.$": "$",
@@ -364,7 +365,10 @@ def _run_child(partition: str, version_arn: str, name_format: str, comment: str,
                 "Name.$": f"States.Format('{name_format}', $.execution_name, $.first_chunk)",
             },
         },
-        f"{task}Outcome": _choice([{"Variable": "$.child.Output.paused", "IsPresent": True, "Next": f"{task}Paused"}],
+        # Step Functions writes the child's output as `Output`; moto as `output` (local_runtime/README.md).
+        f"{task}Outcome": _choice([{"Or": [{"Variable": f"$.child.{output}.paused", "IsPresent": True}
+                                           for output in ("Output", "output")],
+                                    "Next": f"{task}Paused"}],
                                   default=f"{task}Done"),
         f"{task}Paused": _paused_fail("The child stopped for ops pause: stop the later ones too"),
         f"{task}Done": {"Type": "Succeed"},
