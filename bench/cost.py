@@ -199,6 +199,8 @@ CHOICES: dict[str, Decide] = {
     "LastSection": lambda ctx: "ClampSection" if ctx["section_pages"] < ctx["pages_per_section"] else "SectionPages",
     "LastPage": lambda ctx: "ClampToFile" if ctx["page_chunks"] < ctx["chunks_per_page"] else "PageChunks",
     "ChunkDone": lambda ctx: "ChunkRegistered",
+    "RunPageOutcome": lambda ctx: "RunPageDone",  # paused: RunPagePaused, not the success path
+    "RunSectionOutcome": lambda ctx: "RunSectionDone",
 }
 
 

@@ -103,12 +103,21 @@ def pipeline_alarms(
     queue_age = thresholds.queue_age_seconds
     factory.alarm(
         "queue-age",
-        metrics.queue_age(),
+        metrics.queue_age_unless_paused(),
         queue_age,
         f"Tenant {tenant}: a file event has waited more than {queue_age} s in the queue: a backlog, "
-        "not a burst (a burst of files waiting behind each other is normal). Files have arrived faster "
-        "than they are ingested for hours, or the controller does not run (the stall alarm cannot see "
-        f"that). First: {status}. {runbook_link('queue-age')}",
+        "not a burst (a burst of files waiting behind each other is normal; a pause does not count). Files "
+        "have arrived faster than they are ingested for hours, or the controller does not run (the stall "
+        f"alarm cannot see that). First: {status}. {runbook_link('queue-age')}",
+    )
+    paused = thresholds.paused_alarm_after_seconds
+    factory.alarm(
+        "paused",
+        metrics.paused_for(),
+        paused,
+        f"Tenant {tenant} has been paused (ops pause) for more than {paused} s: its files wait, none fails. "
+        f"If the planned outage is over: python -m ops unpause {tenant}. First: {status} (since when and "
+        f"why). {runbook_link('paused')}",
     )
     stall = thresholds.stall_after_seconds
     factory.alarm(

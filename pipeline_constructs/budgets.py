@@ -169,8 +169,8 @@ PAGE_FIXED_EVENTS = EXECUTION_EVENTS + 5 * STATE_EVENTS + MAP_EVENTS
 CHILD_TASK_RETRIES = 3
 #: History events one child (a page, or a section) adds to the execution that runs it: the
 #: Map iteration, the `.sync` task (each attempt of a `.sync` task also has a TaskSubmitted
-#: event), and its outcome (the choice, then Done or Paused).
-EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES * (RETRY_EVENTS + 1) + 2 * STATE_EVENTS
+#: event), and its outcome (the choice, then Done or Paused: both counted, an upper bound).
+EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES * (RETRY_EVENTS + 1) + 3 * STATE_EVENTS
 #: A section execution's events besides its pages: the execution, the section range
 #: (SectionEnd, LastSection, ClampSection, SectionPages), the Map, SectionPaused.
 SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 5 * STATE_EVENTS + MAP_EVENTS

@@ -208,6 +208,10 @@ class AlarmConfig(_Strict):
         "ERROR log lines per 5 minutes, per function, that page."))
     evaluation_periods: int = Field(default=1, ge=1, le=24, description=(
         "Periods of 5 minutes an alarm must breach before it fires."))
+    paused_alarm_after_seconds: int = Field(default=14400, ge=300, description=(
+        "Seconds a tenant may stay paused (`ops pause`) before the `paused` alarm fires, so a pause nobody "
+        "ended is not forgotten; while paused the stall and queue-age alarms stay quiet and no execution "
+        "fails. 4 hours by default: a maintenance window of the core system."))
     sink_errors_threshold: int = Field(default=10, ge=1, description=(
         "Failed tries of the core system per 5 minutes that page (`sink-errors`), when they are also at least "
         "half of all tries (a blip retried in place makes at most 5)."))

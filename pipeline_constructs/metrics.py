@@ -107,6 +107,21 @@ class TenantMetrics:
         """Age of the oldest message in the queue (Maximum)."""
         return self._queue(self.queue_name, "ApproximateAgeOfOldestMessage", period)
 
+    def paused_for(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """How long the tenant has been paused (`ops pause`; controller, Maximum): a point each
+        minute a message waits for the pause to end."""
+        return self._own(contract.PAUSED_METRIC, "Maximum", period)
+
+    def queue_age_unless_paused(self) -> cloudwatch.MathExpression:
+        """The queue's age, 0 in a period in which the tenant was paused: files held back by
+        `ops pause` are not a backlog (the `paused` alarm watches a pause that lasts)."""
+        return cloudwatch.MathExpression(
+            expression="IF(FILL(paused, 0) > 0, 0, age)",
+            using_metrics={"age": self.queue_age(), "paused": self.paused_for()},
+            label="Age of the oldest message (0 while paused)",
+            period=METRIC_PERIOD,
+        )
+
     def queue_visible(self, *, label: str | None = None) -> cloudwatch.Metric:
         """Messages waiting in the queue (Maximum)."""
         return self._queue(self.queue_name, "ApproximateNumberOfMessagesVisible", METRIC_PERIOD, label)

@@ -331,7 +331,7 @@ def build_page_definition(*, partition: str, register_function_arn: str, chunks_
 #: The end of a page or section execution stopped for `ops pause`: it succeeds, its output
 #: says so (`_run_child` reads it), so no execution fails and no alarm fires.
 PAUSED_END: State = {"Type": "Pass", "Comment": "Stopped for ops pause: succeed, saying so",
-                     "Result": {"paused": True}, "End": True}
+                     "Result": {"paused": True}, "ResultPath": "$", "End": True}
 
 
 def _paused_fail(comment: str) -> State:

@@ -55,6 +55,8 @@ DURATION_SETTINGS: dict[tuple[str, str], tuple[str, Callable[[TenantConfig], int
         ("ordering.gap_alarm_after_seconds", lambda tenant: tenant.ordering.gap_alarm_after_seconds),
     ("AWS/SQS", "ApproximateAgeOfOldestMessage"):
         ("alarms.queue_age_seconds", lambda tenant: tenant.alarms.queue_age_seconds),
+    (contract.METRIC_NAMESPACE, contract.PAUSED_METRIC):
+        ("alarms.paused_alarm_after_seconds", lambda tenant: tenant.alarms.paused_alarm_after_seconds),
 }
 
 
@@ -67,7 +69,9 @@ class Watched:
     name: str
     dimensions: dict[str, Any]
     unit: str | None  # the alarm's `Unit` for it, if it sets one
-    threshold: float | None  # the alarm's threshold when it watches this metric alone (no math)
+    threshold: float | None  # the alarm's threshold when it compares this metric's value (see `watched`)
+    #: False for a metric a math expression only tests (`IF(paused > 0, 0, age)`: `paused`).
+    compared: bool = True
 
 
 def watched(alarm: Mapping[str, Any]) -> list[Watched]:
@@ -76,9 +80,16 @@ def watched(alarm: Mapping[str, Any]) -> list[Watched]:
     if "Metrics" not in alarm:
         return [Watched(name, alarm["Namespace"], alarm["MetricName"], _dimensions(alarm), alarm.get("Unit"),
                         alarm["Threshold"])]
-    stats = [query["MetricStat"] for query in alarm["Metrics"] if "MetricStat" in query]
-    return [Watched(name, s["Metric"]["Namespace"], s["Metric"]["MetricName"], _dimensions(s["Metric"]), s.get("Unit"),
-                    None) for s in stats]
+    # `IF(condition, constant, id)`: the alarm compares the value of `id`, the condition's
+    # metrics are only tested; any other expression compares no one metric's value.
+    expression = next(q["Expression"] for q in alarm["Metrics"] if "Expression" in q)
+    value = re.fullmatch(r"IF\((.*), [0-9.]+, (\w+)\)", expression)
+    stats = [query for query in alarm["Metrics"] if "MetricStat" in query]
+    return [Watched(name, q["MetricStat"]["Metric"]["Namespace"], q["MetricStat"]["Metric"]["MetricName"],
+                    _dimensions(q["MetricStat"]["Metric"]), q["MetricStat"].get("Unit"),
+                    alarm["Threshold"] if value and q["Id"] == value[2] else None,
+                    compared=not (value and q["Id"] in re.findall(r"\w+", value[1]) and q["Id"] != value[2]))
+            for q in stats]
 
 
 def _dimensions(metric: Mapping[str, Any]) -> dict[str, Any]:
@@ -234,6 +245,8 @@ def _unit_problems(stack: Stack, metric: Watched, unit: str) -> list[str]:
     if unit not in UNITS_PER_SECOND:
         return problems
     setting = DURATION_SETTINGS.get((metric.namespace, metric.name))
+    if not metric.compared and setting is not None:
+        return problems  # only tested (> 0), never compared with a threshold
     if setting is None or metric.threshold is None or stack.tenant is None:
         return [*problems, f"a duration in {unit} whose threshold no tenants-file setting gives"]
     field, read = setting
@@ -346,7 +359,9 @@ NO_PUBLISHER = "no handler publishes it (contract.EMF_METRICS) and no metric fil
                      id="another-tenant"),
         pytest.param("default_app", ACME, _set([_function("controller.handler"), "Environment", "Variables",
                                                 "METRIC_NAMESPACE"], "FileIngest"),
-                     f"{STALL}: controller publishes it into namespace 'FileIngest'\n"
+                     "alarm acme-queue-age: OrderedIngest PausedSeconds: controller publishes it into namespace "
+                     f"'FileIngest'\nalarm acme-paused: OrderedIngest PausedSeconds: controller publishes it into "
+                     f"namespace 'FileIngest'\n{STALL}: controller publishes it into namespace 'FileIngest'\n"
                      "alarm acme-quarantine: OrderedIngest QuarantinedMessages: controller publishes it into "
                      "namespace 'FileIngest'",
                      id="the-controller-publishes-into-another-namespace"),
@@ -366,7 +381,8 @@ NO_PUBLISHER = "no handler publishes it (contract.EMF_METRICS) and no metric fil
                      "alarm acme-intake-dlq: AWS/SQS ApproximateNumberOfMessagesVisible: QueueName "
                      "'globex-intake-dlq' is not a queue of the stack",
                      id="a-queue-of-another-stack"),
-        pytest.param("default_app", ACME, _set(["acme-queue-age", "MetricName"], "ApproximateAgeOfOldestMessages"),
+        pytest.param("default_app", ACME, _set(["acme-queue-age", "Metrics", 1, "MetricStat", "Metric", "MetricName"],
+                                               "ApproximateAgeOfOldestMessages"),
                      "alarm acme-queue-age: AWS/SQS ApproximateAgeOfOldestMessages: AWS/SQS publishes no metric "
                      "ApproximateAgeOfOldestMessages",
                      id="a-misspelled-aws-metric"),

@@ -687,19 +687,19 @@ def test_fails_when_chunks_per_page_is_more_than_a_pages_history_holds():
 
 
 def test_fails_when_pages_per_section_is_more_than_a_sections_history_holds():
-    """GIVEN pages_per_section 995 where a section's history holds 994 WHEN validated THEN
-    refused with the range; 994 (and a small value for tests) is fine."""
+    """GIVEN pages_per_section 766 where a section's history holds 765 WHEN validated THEN
+    refused with the range; 765 (and a small value for tests) is fine."""
     text = """
         defaults:
         {SINK}
         tenants:
           - {{id: acme, prefix: a/, pages_per_section: {value}}}
         """
-    assert one_problem(text.format(SINK=SINK, value=995)) == (
-        "tenant 'acme': field 'pages_per_section' = 995: is more than 994; leave it out (the default is "
-        "the most a section's history allows), or use a whole number from 1 to 994"
+    assert one_problem(text.format(SINK=SINK, value=766)) == (
+        "tenant 'acme': field 'pages_per_section' = 766: is more than 765; leave it out (the default is "
+        "the most a section's history allows), or use a whole number from 1 to 765"
     )
-    assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=994))).tenants[0].pages_per_section == 994
+    assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=765))).tenants[0].pages_per_section == 765
     assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=2))).tenants[0].pages_per_section == 2
 
 

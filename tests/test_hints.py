@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
 import contract  # noqa: E402
 from hints import (  # noqa: E402
-    ABORTED, BAD_FILE, BY_ERROR, CRASH, CRASH_ERRORS, NOTHING, OTHER, RESUME, SKIP, TIMED_OUT, commands, hint,
+    ABORTED, BAD_FILE, BY_ERROR, CRASH, CRASH_ERRORS, LOST, NOTHING, OTHER, REPLACE, RESUME, TIMED_OUT, commands, hint,
 )
 
 RUNBOOK = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
@@ -20,16 +20,23 @@ RUNBOOK = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
 @pytest.mark.parametrize("error", [contract.MalformedFileError, contract.FileTooLargeError, contract.SplitTimeLimitError,
                                    contract.KeyOutsidePrefixError])
-def test_a_file_refused_as_it_is_is_skipped_and_re_uploaded_never_resumed(error):
+def test_a_file_refused_as_it_is_is_replaced_by_its_correction_never_resumed(error):
+    """The order-keeping way first: the correction runs in the failed file's place."""
     found = hint(error.__name__, closed_as="FAILED")
-    assert found == BAD_FILE and found.action == SKIP
-    assert found.text == "skip it and re-upload a corrected file (it will be processed after the files already queued)"
+    assert found == BAD_FILE and found.action == REPLACE
+    assert found.text == ("have the tenant upload a corrected file, then replace the failed one with it: it runs in "
+                          "the failed file's place, before the files already queued")
+
+
+@pytest.mark.parametrize("error", ["NoSuchKey", "NoSuchVersion"])
+def test_a_file_whose_version_is_gone_is_replaced_by_its_upload(error):
+    assert hint(error, closed_as="FAILED") == LOST and LOST.action == REPLACE
 
 
 @pytest.mark.parametrize("error", [contract.SinkRejectedError, contract.SinkAuthError, contract.SinkUnavailableError])
 def test_a_cause_outside_the_file_is_fixed_then_the_file_resumed(error):
     found = hint(error.__name__, closed_as="FAILED")
-    assert found.action == RESUME and found.text.endswith("then resume")
+    assert found.action == RESUME and "then resume" in found.text
 
 
 def test_every_error_a_function_or_the_workflow_names_has_its_own_hint():
@@ -54,8 +61,14 @@ def test_how_the_execution_closed_decides_when_the_error_does_not():
 
 
 def test_the_commands_follow_the_hints_action():
-    assert commands(BAD_FILE, "acme")[1] == '  python -m ops skip acme --reason "..."'
-    assert not any("ops resume" in line for line in commands(BAD_FILE, "acme"))
+    bad = commands(BAD_FILE, "acme", key="acme/f.csv")
+    assert bad[1] == "  python -m ops replace acme --key acme/f.csv --version VERSION_ID"
+    assert bad[3] == '  python -m ops skip acme --reason "..."'  # the way out that breaks the order: last
+    assert not any("ops resume" in line for line in bad)
+    rejected = commands(BY_ERROR["SinkRejectedError"], "acme", key="acme/f.csv", next_record=304)
+    assert rejected[1] == "  python -m ops resume acme"
+    assert rejected[3] == "  python -m ops replace acme --key acme/f.csv --version VERSION_ID --from-record 304"
+    assert not any("--from-record" in line for line in commands(BY_ERROR["SinkAuthError"], "acme"))
     assert "  python -m ops resume acme" in commands(OTHER, "acme")
     assert "  python -m ops status acme" in commands(BY_ERROR["StaleExecutionError"], "acme")
 
@@ -92,8 +105,8 @@ def test_the_runbook_gives_the_hints_of_a_timeout_an_abort_and_any_other_error()
 
 def test_the_runbook_says_where_a_corrected_re_upload_lands_in_the_order():
     section = " ".join(_workflow_failed_section().split())
+    assert "python -m ops replace" in section
     assert "it joins the tenant's queue **behind every file already waiting there**" in section
-    assert "holds its later uploads at the source" in section
 
 
 def test_where_a_file_stopped_numbers_chunks_and_records_from_0_as_every_output_does():

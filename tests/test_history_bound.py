@@ -301,7 +301,7 @@ def test_largest_file_per_chunk_size_at_the_default_sink_settings():
     """What the table of docs/scaling.md, "Largest file", states (sink timeout 10 s, outage budget 1 h)."""
     largest = {size: budgets.max_file_chunks(budgets.max_chunks_per_page(size, 10, 3600)) * size
                for size in (1, 100, 250, 870)}
-    assert largest == {1: 7_904_288, 100: 790_428_800, 250: 1_976_072_000, 870: 6_876_730_560}
+    assert largest == {1: 4_681_800, 100: 468_180_000, 250: 1_170_450_000, 870: 4_073_166_000}
 
 
 def test_ten_million_records_fit_at_the_default_chunk_size_even_with_a_long_outage_budget():

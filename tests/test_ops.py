@@ -180,19 +180,21 @@ def test_status_table_tells_the_halted_tenant_what_to_run(deployment):
     assert "python -m ops resume acme" in out and "python -m ops skip acme" in out
 
 
-def test_status_tells_to_skip_a_malformed_file_and_re_upload_it_not_to_resume_it(deployment):
+def test_status_tells_to_replace_a_malformed_file_with_its_correction_not_to_resume_it(deployment):
     """GIVEN a tenant halted on a malformed file (a resume would fail the same way) THEN status
-    gives the notification's hint: skip it and re-upload a corrected file, queued behind the others."""
+    gives the notification's hint: the correction replaces it in its place (the command names
+    the failed file's key), skip only as the way out that breaks the order."""
     deployment.failed_file(next_record=0, error="MalformedFileError", cause="line 4: expected 2 fields, found 1")
 
     code, out = deployment.ops("status")
     _, as_json = deployment.ops("status", "acme", "--json")
 
     assert code == EXIT_HALTED
-    assert ("hint: skip it and re-upload a corrected file (it will be processed after the files already queued)"
-            in out)
-    assert "python -m ops skip acme" in out and "python -m ops resume" not in out
-    assert json.loads(as_json)[0]["hint"]["action"] == "skip"
+    assert "hint: have the tenant upload a corrected file, then replace the failed one with it" in out
+    key = json.loads(as_json)[0]["current_file"]["key"]
+    assert out.index(f"python -m ops replace acme --key {key} --version VERSION_ID") < out.index("python -m ops skip acme")
+    assert "python -m ops resume" not in out
+    assert json.loads(as_json)[0]["hint"]["action"] == "replace"
 
 
 def test_status_says_which_function_crashed_and_in_which_chunk(deployment):

@@ -7,6 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from lambdas import contract
 from pipeline_constructs import budgets
 from pipeline_constructs.stacks import shared_parameter
 from tests.conftest import shared_refs, ssm_parameter_ref, tenant_config
@@ -204,6 +205,7 @@ def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(a
     assert states["OneSection"]["Default"] == "Pages"
     assert states["OneSection"]["Choices"][0]["Next"] == "SectionsInOrder"
     assert states["Pages"]["Next"] == "PagesInOrder"
+    assert states["FilePaused"]["Type"] == "Succeed"
     for maps, items_path, task, kind in (("PagesInOrder", "$.pages.first_chunks", "RunPage", "p"),
                                          ("SectionsInOrder", "$.sections.first_chunks", "RunSection", "s")):
         children = states[maps]
@@ -212,9 +214,15 @@ def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(a
         assert children["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
         assert children["ItemsPath"] == items_path
         assert children["Next"] == "RecordSuccess"
-        assert [c["Next"] for c in children["Catch"]] == ["RecordFailure"]
+        # a child stopped for ops pause ends the file without a close and without failing it
+        assert children["Catch"][0] == {"ErrorEquals": [contract.TENANT_PAUSED_ERROR], "ResultPath": None,
+                                        "Next": "FilePaused"}
+        assert [c["Next"] for c in children["Catch"]] == ["FilePaused", "RecordFailure"]
         run = children["ItemProcessor"]["States"][task]
         assert run["Resource"].endswith(":states:startExecution.sync:2")
+        outcome = children["ItemProcessor"]["States"][run["Next"]]
+        assert [c["Next"] for c in outcome["Choices"]] == [f"{task}Paused"] and outcome["Default"] == f"{task}Done"
+        assert children["ItemProcessor"]["States"][f"{task}Paused"]["Error"] == contract.TENANT_PAUSED_ERROR
         # named after the file's parent execution, whichever execution starts it
         assert run["Parameters"]["Name.$"] == f"States.Format('{{}}-{kind}{{}}', $.execution_name, $.first_chunk)"
         assert children["ItemSelector"]["execution_name.$"] == "$$.Execution.Name"
@@ -321,9 +329,16 @@ def test_a_chunk_loops_until_done_and_waits_while_the_core_system_is_down(acme):
     assert processor["RegisterChunk"]["Next"] == "ChunkDone"
     assert processor["RegisterChunk"]["ResultPath"] == "$"  # the progress is the next try's task
     choice = processor["ChunkDone"]
-    assert choice["Choices"][0] == {"Variable": "$.done", "BooleanEquals": True, "Next": "ChunkRegistered"}
-    assert choice["Choices"][1] == {"Variable": "$.invocation", "NumericGreaterThanEquals": 84, "Next": "ChunkOverBudget"}
-    assert choice["Choices"][2] == {"Variable": "$.retry_after_seconds", "NumericGreaterThan": 0, "Next": "WaitForCoreSystem"}
+    # a pause comes first: a paused chunk is neither done nor waiting for the core system
+    assert choice["Choices"][0] == {"Variable": "$.paused", "BooleanEquals": True, "Next": "ChunkPaused"}
+    assert processor["ChunkPaused"]["Error"] == contract.TENANT_PAUSED_ERROR
+    assert choice["Choices"][1] == {"Variable": "$.done", "BooleanEquals": True, "Next": "ChunkRegistered"}
+    assert choice["Choices"][2] == {"Variable": "$.invocation", "NumericGreaterThanEquals": 84, "Next": "ChunkOverBudget"}
+    assert choice["Choices"][3] == {"Variable": "$.retry_after_seconds", "NumericGreaterThan": 0, "Next": "WaitForCoreSystem"}
+    page = page_definition(acme)["States"]
+    assert page["ChunksInOrder"]["Catch"] == [{"ErrorEquals": [contract.TENANT_PAUSED_ERROR], "ResultPath": None,
+                                               "Next": "PagePaused"}]
+    assert page["PagePaused"]["Result"] == {"paused": True} and page["PagePaused"]["End"] is True
     assert processor["RegisterChunk"]["ResultSelector"]["invocation.$"] == "States.MathAdd($.Payload.invocation, 1)"
     assert choice["Default"] == "RegisterChunk"
     assert processor["WaitForCoreSystem"] == {
@@ -378,7 +393,8 @@ def test_records_never_travel_between_states_only_references(acme):
         "content_sha256.$", "duplicate_of.$",  # a hash and an object reference, never content
     }
     assert states["PagesInOrder"]["ResultPath"] is None, "page results must not pile up in the state"
-    assert states["PagesInOrder"]["ItemProcessor"]["States"]["RunPage"]["ResultPath"] is None
+    # the child's description, read by the next state only: the Map's item ends there
+    assert states["PagesInOrder"]["ItemProcessor"]["States"]["RunPage"]["ResultPath"] == "$.child"
     chunks = page_definition(acme)["States"]["ChunksInOrder"]
     assert chunks["ResultPath"] is None, "chunk results must not pile up in the state"
     assert {k.removesuffix(".$") for k in chunks["ItemSelector"]} == {
@@ -592,7 +608,7 @@ def test_every_alarm_notifies_the_topic_and_tells_what_to_do_first(acme):
     alarms = alarms_by_name(acme)
     assert set(alarms) == {
         "acme-controller-error-logs", "acme-split-error-logs", "acme-register-error-logs", "acme-closer-error-logs",
-        "acme-queue-age", "acme-stall", "acme-quarantine", "acme-sink-errors",
+        "acme-queue-age", "acme-stall", "acme-paused", "acme-quarantine", "acme-sink-errors",
         "acme-workflow-failed", "acme-workflow-timed-out", "acme-workflow-aborted", "acme-workflow-throttled",
         "acme-intake-dlq", "acme-intake-failed",
     }
@@ -656,12 +672,24 @@ def test_error_log_filters_match_error_lines_runtime_errors_and_timeouts_for_eve
 
 @pytest.mark.parametrize(
     ("alarm", "threshold", "metric"),
-    [("initech-queue-age", 7200, "ApproximateAgeOfOldestMessage"), ("initech-stall", 600, "HeadMessageWaitSeconds")],
+    [("initech-stall", 600, "HeadMessageWaitSeconds"), ("initech-paused", 14400, "PausedSeconds")],
 )
 def test_thresholds_come_from_tenants_yaml(initech, alarm, threshold, metric):
     props = alarms_by_name(initech)[alarm]
     assert props["Threshold"] == threshold
     assert props["MetricName"] == metric
+
+
+def test_the_queue_age_alarm_reads_0_while_the_tenant_is_paused(initech):
+    """GIVEN a tenant paused by ops pause (its files wait on purpose) THEN the queue-age alarm,
+    at the tenant's threshold, watches the queue's age only in periods without PausedSeconds."""
+    props = alarms_by_name(initech)["initech-queue-age"]
+    assert props["Threshold"] == 7200
+    expression, age, paused = props["Metrics"]
+    assert expression["Expression"] == "IF(FILL(paused, 0) > 0, 0, age)" and expression["ReturnData"] is True
+    assert age["MetricStat"]["Metric"]["MetricName"] == "ApproximateAgeOfOldestMessage"
+    assert paused["MetricStat"]["Metric"]["MetricName"] == contract.PAUSED_METRIC
+    assert age["MetricStat"]["Period"] == paused["MetricStat"]["Period"] == 300
 
 
 def test_stall_alarm_reads_the_controllers_head_wait_metric_for_this_tenant(acme):

@@ -264,6 +264,7 @@ IAM_PREFIX = {"stepfunctions": "states", "service-quotas": "servicequotas", "s3c
 IAM_ACTIONS_OF = {
     "lambda:Invoke": ("lambda:InvokeFunction",),
     "s3:ListObjectVersions": ("s3:ListBucketVersions",),
+    "s3:HeadObject": ("s3:GetObject",),
     "s3:ListObjectsV2": ("s3:ListBucket",),
     "s3:CopyObject": ("s3:GetObject", "s3:PutObject"),
     "dynamodb:TransactWriteItems": ("dynamodb:ConditionCheckItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
@@ -288,7 +289,9 @@ OPS_RESOURCES = {
     "lambda:InvokeFunction": "`<tenant>-close-file` (dlq replay hands status changes to the closer)",
     "logs:FilterLogEvents": "`/ordered-ingest/unmatched-uploads` (status lists unmatched uploads)",
     "s3:DeleteObject": "`work bucket/quarantine/<tenant>/*` (quarantine replay moves a message)",
-    "s3:GetObject": "`work bucket/quarantine/<tenant>/*`",
+    "s3:GetObject": "`work bucket/quarantine/<tenant>/*`; `landing bucket/<prefix>*` (replace: the correction's "
+                    "version, and with --from-record the failed one's records), `work bucket/chunks/<tenant>/*` "
+                    "(replace --from-record: the failed file's manifest)",
     "s3:ListAccessPoints": "`*` (preflight counts the Region's access points)",
     "s3:ListBucket": "`work bucket`, prefix `quarantine/<tenant>/`",
     "s3:ListBucketVersions": "`landing bucket`, prefix `<prefix>` (reconcile)",

@@ -127,7 +127,11 @@ def test_a_failure_halts_the_tenant_keeps_the_next_file_waiting_and_tells_what_t
     assert "stackTrace" not in text and "\\n" not in text and '\\"' not in text
 
 
-def test_a_malformed_file_is_to_be_skipped_and_re_uploaded_not_resumed(machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn):
+def test_a_malformed_file_is_to_be_replaced_by_its_correction_not_resumed(machine, ledger_table, queue_url, topic, ledger,
+                                                                         sqs, sns, sfn):
+    """GIVEN a malformed file that halted its tenant THEN the notification says to upload the
+    correction and replace the failed file with it (the order-keeping way, first, with the file's
+    key), skip only as the way out for a file that must not be ingested, and never resume."""
     cfg = config(machine, ledger_table, queue_url, topic)
     cause = json.dumps({"errorType": "MalformedFileError", "errorMessage": "line 4: expected 2 fields, found 1"})
 
@@ -136,9 +140,9 @@ def test_a_malformed_file_is_to_be_skipped_and_re_uploaded_not_resumed(machine, 
 
     (notice,) = published(sqs, topic)
     text = notice["Message"]
-    assert ("Hint:      skip it and re-upload a corrected file (it will be processed after the files already queued)"
-            in text)
-    assert "python -m ops skip acme --reason" in text and "ops resume" not in text
+    assert "Hint:      have the tenant upload a corrected file, then replace the failed one with it" in text
+    replace = text.index("python -m ops replace acme --key acme/")
+    assert replace < text.index("python -m ops skip acme --reason") and "ops resume" not in text
 
 
 def test_a_crash_of_the_register_function_past_its_retries_says_what_crashed_and_where(machine, ledger_table, queue_url, topic,
