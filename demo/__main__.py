@@ -3,6 +3,7 @@
     python -m demo                       # default tenants.yaml, sample files, live progress
     python -m demo --scenario malformed  # inject a fault (see --help)
     python -m demo --scenario halt-resume  # a failed file halts its tenant; ops resume continues it
+    python -m demo --scenario correction   # ops replace puts a corrected file in a bad one's place; ops pause, unpause
     python -m demo --serve               # keep the local pipeline up for your own files
 
 Records and chunks are numbered from 0 in everything it prints (as the ledger, `ops` and the
@@ -46,7 +47,8 @@ SCENARIOS = {
     "none": "no fault",
     "core-errors": "the core system answers 503 and 429 to some records (retried, never registered twice)",
     "malformed": "the first tenant's second file has a broken line: the tenant halts (on_failure: halt) with "
-    "its later files queued; the operator skips the file with `ops skip` and the later files go on, in order",
+    "its later files queued; no correction comes, so the operator skips the file with `ops skip` and the later "
+    "files go on, in order (`correction` shows the order-keeping way, `ops replace`)",
     "halt-resume": "the core system rejects a record of the first tenant's second file: the tenant halts with its "
     "later files queued; the core system is fixed and the operator runs `ops resume`: the file continues at that "
     "record, then the later files, every record once and in order",
@@ -55,6 +57,11 @@ SCENARIOS = {
              "or registered twice)",
     "duplicate-event": "the first tenant's first event is delivered twice (one execution only)",
     "slow-tenant": "the first tenant's core system is slow (other tenants are not delayed)",
+    "correction": "the first CSV tenant (on_failure: halt) gets 6 files, the third with a row missing a field: it halts; the tenant "
+                  "uploads the corrected file under the same key and the operator runs `ops replace`: the core system "
+                  "gets files 1, 2, 3 (corrected), 4, 5, 6, every record once, in order; then a planned maintenance: "
+                  "`ops pause` stops a file mid-way without failing, `ops unpause` runs it on (its own 9 files, "
+                  "--files does not apply; demo/correction.py)",
 }
 
 
@@ -88,6 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.big_records is None:
         args.big_records = BIG_RECORDS if args.scenario == "none" else 0
+    if args.timeline and args.scenario == "correction":
+        parser.error("--timeline does not draw `ops replace` and `ops pause` (it would show them as halts and "
+                     "resumes): run --scenario correction without it")
     if args.timeline:
         from demo.timeline import SUFFIXES  # matplotlib: only when asked for
 
@@ -287,8 +297,10 @@ def operate(pipe, resources, console: Console) -> bool:
             pipe.sink(tenant).clear_faults()
             run_ops(pipe, console, "resume", tenant)
         else:
-            console.print("The operator skips the file; the tenant re-uploads it corrected:")
-            run_ops(pipe, console, "skip", tenant, "--reason", "malformed file; the tenant re-sends a corrected one")
+            console.print("This scenario shows the way out when no correction comes: the file must not be ingested, "
+                          "so the operator skips it and the next file starts (--scenario correction shows ops replace "
+                          "with the tenant's corrected upload):", markup=False, soft_wrap=True)
+            run_ops(pipe, console, "skip", tenant, "--reason", "malformed file; the tenant will not re-send it")
     return True
 
 
@@ -450,6 +462,18 @@ TARGETS_NOT_LOCAL = (
 )
 
 
+def run_correction(pipe, console: Console, args: argparse.Namespace, tenant, other) -> int:
+    """`--scenario correction` (demo/correction.py): its own files and steps on one tenant, then
+    --serve as after any run."""
+    from demo import correction
+    from ops.discovery import discover
+
+    code = correction.run(pipe, console, tenant, other, records=args.records, timeout=args.timeout)
+    if args.serve:
+        serve(pipe, console, discover(pipe.client("cloudformation")))
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
@@ -463,6 +487,15 @@ def main(argv: list[str] | None = None) -> int:
         console.print(TARGETS_NOT_LOCAL.format(file=args.tenants), markup=False)
         return EXIT_USAGE
     plan = make_plan(config, args)
+    correction_tenants = None
+    if args.scenario == "correction":
+        from demo import correction
+
+        try:
+            correction_tenants = correction.choose_tenants(config)
+        except correction.Unsuitable as error:
+            console.print(f"{args.tenants}: {error}", markup=False)
+            return EXIT_USAGE
 
     from local_runtime import LocalPipeline  # heavy import (moto, jsii): after argument checks
 
@@ -475,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
             if tenant.sink.auth.type == "bearer":  # the token itself is never shown
                 console.print(f"{tenant.id}: the core system demands a bearer token; the local runtime made one "
                               f"and stored it in secret {pipe.sink(tenant.id).auth.secret}", markup=False)
+        if correction_tenants is not None:
+            return run_correction(pipe, console, args, *correction_tenants)
         inject(pipe, args.scenario, config.tenants[0].id)
         uploads: dict[str, list[Upload]] = {t.id: [] for t in config.tenants}
         chunks = ChunkProgress(pipe)

@@ -80,3 +80,14 @@ def malformed(tenant: str, fmt: str, file_no: int, records: int, bad_line: int) 
     lines[bad_line - 1] = "this,line,is,broken" if fmt == "csv" else "{not json"
     body = ("\n".join(lines) + "\n").encode()
     return SampleFile(tenant, f"file-{file_no:03d}-malformed.{fmt}", body, 0, file_no)
+
+
+def missing_field(sample: SampleFile, record: int) -> SampleFile:
+    """``sample`` (a CSV file) with the last field of its record ``record`` (0-based) left out:
+    a row with a missing field, which Split refuses (the whole file fails, nothing of it is
+    sent). Same name: its correction is ``sample`` itself, uploaded under the same key."""
+    rows = list(csv.reader(io.StringIO(sample.body.decode(), newline="")))
+    rows[record + 1] = rows[record + 1][:-1]  # rows[0] is the header
+    out = io.StringIO(newline="")
+    csv.writer(out, lineterminator="\r\n").writerows(rows)
+    return SampleFile(sample.tenant, sample.name, out.getvalue().encode(), 0, sample.file_no)

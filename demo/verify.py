@@ -198,7 +198,8 @@ def verify_tenant(
     tenant: str, uploads: list[Upload], executions: list[dict], accepted: list[dict]
 ) -> TenantVerdict:
     """``executions`` as `LocalPipeline.executions` describes them; ``accepted``: the record
-    bodies the core system registered, in order."""
+    bodies the core system registered, in order. ``uploads`` in the order their records are due:
+    a correction that replaced a failed file (``expect_failure``) right after it."""
     # A file's outcome is its last attempt's (a failed file an operator resumed can succeed).
     status = {file: tried[-1]["status"] for file, tried in attempts(executions).items()}
     outcomes = []
@@ -210,7 +211,9 @@ def verify_tenant(
                 f"{upload.key}: ended {ended}" + (", expected to fail" if upload.expect_failure else "")
             )
     overlap = overlap_problems(executions)
-    order = file_order_problems(executions, [u.key for u in uploads])
+    # A correction uploaded under its failed file's key and run in its place (`ops replace`) is
+    # one more version of that key, not a file of its own: list each key once, in order.
+    order = file_order_problems(executions, list(dict.fromkeys(u.key for u in uploads)))
     records = check_records(accepted, [(u.file_id, u.records) for u in uploads if not u.expect_failure])
     ordered = sorted(executions, key=_start)
     return TenantVerdict(

@@ -74,6 +74,24 @@ def test_a_resumed_file_counts_once_whatever_its_event_id() -> None:
     assert verdict.ok, verdict.problems
 
 
+def test_a_correction_under_its_failed_files_key_run_in_its_place_is_in_order_and_after_a_later_file_is_not():
+    """GIVEN a failed file, its correction uploaded under the same key (a new version) and run
+    in its place (`ops replace`), then the file behind it THEN the run is in order; run after
+    the file behind it, the correction is out of order."""
+    uploads = [Upload("t/a.csv", "v1", 0, 0, expect_failure=True), Upload("t/a.csv", "v3", 0, 1),
+               Upload("t/b.csv", "v2", 1, 1)]
+    in_place = [execution("t/a.csv", "v1", 0, 1, "FAILED"), execution("t/a.csv", "v3", 2, 3),
+                execution("t/b.csv", "v2", 4, 5)]
+    verdict = verify_tenant("t", uploads, in_place, records((0, 0), (1, 0)))
+    assert verdict.ok, verdict.problems
+    assert (verdict.files_uploaded, verdict.files_succeeded, verdict.files_failed) == (3, 2, 1)
+
+    late = [in_place[0], execution("t/b.csv", "v2", 2, 3), execution("t/a.csv", "v3", 4, 5)]
+    verdict = verify_tenant("t", uploads, late, records((1, 0), (0, 0)))
+    assert "files finished out of upload order: ['t/b.csv', 't/a.csv']" in verdict.problems
+    assert "1 records out of order (first at position 1)" in verdict.problems
+
+
 def test_sample_files_carry_their_position_and_the_big_file_has_the_asked_size():
     files = sample_files("acme", "csv", files=3, records=10, big_records=1000)
     assert [f.records for f in files] == [5, 10, 1000]
@@ -144,7 +162,8 @@ def test_serve_says_where_a_failed_file_stopped_and_what_to_do_from_the_ledger()
     assert file_outcome("acme", failed, closed).splitlines() == [
         "acme: s3://.../acme/f.csv FAILED: SinkRejectedError: chunk 2 record 50 (file record 250): HTTP 400",
         "  stopped at chunk 2 of 10, record 250 of 1,000 (records 0-249 reached the core system)",
-        "  hint: fix the record's problem in the core system, then resume",
+        "  hint: fix the record's problem in the core system, then resume; if the record itself is wrong, replace "
+        "the file with a corrected one from the rejected record on",
     ]
 
 

@@ -59,9 +59,12 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys, monkey
     assert "Error:     MalformedFileError: line 7" in out
     assert "Halted: acme" in out
     # The notification, `ops status` and the operator give the one hint for a malformed file.
-    hint = "skip it and re-upload a corrected file (it will be processed after the files already queued)"
-    assert f"Hint:      {hint}" in out and f"hint: {hint}" in out
-    assert f"The operator follows the hint for acme: {hint}" in out
+    hint = ("have the tenant upload a corrected file, then replace the failed one with it: it runs in the failed "
+            "file's place, before the files already queued")
+    flat = " ".join(out.split())  # the console wraps long lines
+    assert f"Hint: {hint}" in flat and f"hint: {hint}" in flat
+    assert f"The operator follows the hint for acme: {hint}" in flat
+    assert "python -m ops replace acme --key acme/" in flat  # the order-keeping way, named first
     assert "python -m ops --endpoint-url" in out and " skip acme --reason" in out
     assert "acme: skipped s3://" in out
     assert "every guarantee held" in out
