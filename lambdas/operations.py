@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chunk_format import file_records
-from contract import FileRef, MalformedFileError, chunk_prefix, execution_name, manifest_key
+from contract import FileRef, MalformedFileError, chunk_prefix, execution_name, manifest_key, sequence_of
 from ledger import (
     FAILED,
     PAUSED,
@@ -126,7 +126,8 @@ def replacement_event_id(bucket: str, key: str, version_id: str) -> str:
 
 
 def replace(ledger: Ledger, sfn: Any, s3: Any, state_machine_arn: str, *, landing_prefix: str, key: str,
-            version_id: str | None, now: float, from_record: int = 0, work_bucket: str = "") -> Outcome:
+            version_id: str | None, now: float, from_record: int = 0, work_bucket: str = "",
+            sequence_pattern: str | None = None) -> Outcome:
     """Make the object version `key`/`version_id` (default: the key's latest) the halted
     tenant's current file in the failed file's place, and start it: it runs before every file
     waiting in the queue, from record 0, or from `from_record` when its first `from_record`
@@ -137,7 +138,9 @@ def replace(ledger: Ledger, sfn: Any, s3: Any, state_machine_arn: str, *, landin
     is outside `landing_prefix`, the version does not exist, is the failed version itself (that
     is `resume`) or was ingested before, or the records differ. Also finishes a replace that
     was cut short, like `resume`. `s3`: the landing bucket's client; `work_bucket`: where the
-    failed file's manifest is (its format, for `from_record`)."""
+    failed file's manifest is (its format, for `from_record`); `sequence_pattern`: with
+    `key_sequence` ordering, the correction's key must carry the failed file's sequence number
+    (it takes its place: another number would be taken, or missed, later)."""
     position = ledger.read()
     interrupted = _finish_interrupted(position, sfn, state_machine_arn)
     if interrupted is not None:
@@ -154,6 +157,10 @@ def replace(ledger: Ledger, sfn: Any, s3: Any, state_machine_arn: str, *, landin
     if not key.startswith(landing_prefix):
         raise Refused(f"{key} is outside tenant {tenant}'s prefix {landing_prefix}: the correction must be uploaded "
                       "under it")
+    if sequence_pattern and sequence_of(key, sequence_pattern) != position.sequence:
+        raise Refused(f"{key} does not carry the failed file's sequence number {position.sequence} (ordering "
+                      f"key_sequence, pattern {sequence_pattern!r}): upload the correction under the failed file's key, "
+                      "or one with the same number")
     if from_record < 0:
         raise ValueError(f"--from-record {from_record}: a record number counts from 0")
     head = _head(s3, failed["bucket"], key, version_id)

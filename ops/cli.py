@@ -331,7 +331,8 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
     elif args.command == "replace":
         outcome = operations.replace(ledger, clients("stepfunctions"), clients("s3"), tenant.start_arn,
                                      landing_prefix=tenant.landing_prefix, key=args.key, version_id=args.version,
-                                     now=now, from_record=args.from_record, work_bucket=tenant.work_bucket)
+                                     now=now, from_record=args.from_record, work_bucket=tenant.work_bucket,
+                                     sequence_pattern=_sequence_pattern(tenant, clients))
     elif args.command == "skip-gap":
         if tenant.ordering != "key_sequence":
             raise operations.NothingToDo(f"tenant {tenant.tenant_id} is ordered by {tenant.ordering}: it has no sequence gaps")
@@ -341,6 +342,15 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
         outcome = operations.skip(ledger, clients("sqs"), tenant.queue_url, args.reason, now)
     print(f"{tenant.tenant_id}: {outcome.message}", file=out)
     return EXIT_OK
+
+
+def _sequence_pattern(tenant: TenantResources, clients: Any) -> str | None:
+    """`key_sequence` ordering: the tenant's `sequence_pattern`, as its controller has it (None otherwise)."""
+    if tenant.ordering != "key_sequence":
+        return None
+    configuration = clients("lambda").get_function_configuration(
+        FunctionName=contract.CONTROLLER_FUNCTION.render(tenant.tenant_id))
+    return configuration["Environment"]["Variables"][contract.env_name("sequence_pattern")]
 
 
 def _hold(args: argparse.Namespace, tenants: dict[str, TenantResources], clients: Any, out: Any, now: float) -> int:

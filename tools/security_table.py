@@ -286,6 +286,7 @@ OPS_RESOURCES = {
     "iam:ListRoleTags": "the tenants' uploader roles of the account (preflight checks their uploader tag)",
     "iam:ListUserTags": "the tenants' uploader users of the account (preflight checks their uploader tag)",
     "lambda:GetAccountSettings": "`*` (preflight reads the concurrency quota)",
+    "lambda:GetFunctionConfiguration": "`<tenant>-controller` (replace, `key_sequence` ordering: its sequence_pattern)",
     "lambda:InvokeFunction": "`<tenant>-close-file` (dlq replay hands status changes to the closer)",
     "logs:FilterLogEvents": "`/ordered-ingest/unmatched-uploads` (status lists unmatched uploads)",
     "s3:DeleteObject": "`work bucket/quarantine/<tenant>/*` (quarantine replay moves a message)",

@@ -33,7 +33,8 @@ MALFORMED = b"file,seq\nc,0\nc\nc,2\n"
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
     return start_pipeline(
-        [{"id": "fixes"}, {"id": "early"}, {"id": "partial"}, {"id": "held"}, {"id": "free"}],
+        [{"id": "fixes"}, {"id": "early"}, {"id": "partial"}, {"id": "held"}, {"id": "free"},
+         {"id": "numbered", "ordering": {"by": "key_sequence", "sequence_pattern": r"(?P<seq>\d+)\.csv$"}}],
         chunk_size=3,
     )
 
@@ -51,6 +52,8 @@ def uploads(pipe: LocalPipeline) -> dict[str, list[tuple[str, str]]]:
         "early": [pipe.put_file("early", "a.csv", csv_file("a", 5)), pipe.put_file("early", "c.csv", MALFORMED),
                   pipe.put_file("early", "d.csv", csv_file("d", 4))],
         "partial": [pipe.put_file("partial", "p.csv", partial_file("bad"))],
+        "numbered": [pipe.put_file("numbered", "n1.csv", csv_file("n1", 3)), pipe.put_file("numbered", "n2.csv", MALFORMED),
+                     pipe.put_file("numbered", "n3.csv", csv_file("n3", 3))],
     }
     wait_for(lambda: pipe.executions("early"), timeout=60, what="early's first file to start")
     pipe.faults.duplicate_next_event("early")  # the correction's event reaches the queue twice
@@ -204,3 +207,25 @@ def test_a_pause_mid_file_through_a_deploy_loses_nothing_fails_nothing_and_holds
     assert state["state"] == "idle" and state["last_24h"]["succeeded"] == 4
     assert state["attempts_24h"]["paused"] == 1
     assert ops(pipe, "unpause", "held")[0] == EXIT_NOTHING_TO_DO
+
+
+def test_with_key_sequence_ordering_the_correction_takes_the_failed_files_number(
+        pipe: LocalPipeline, uploads: dict[str, list[tuple[str, str]]], capsys: pytest.CaptureFixture[str]) -> None:
+    """GIVEN `ordering.by: key_sequence` and file 2 of 3 malformed WHEN a correction under a key
+    with another number is offered THEN replace refuses it (the number would be taken twice);
+    WHEN the correction is uploaded under the failed file's key and replaces it THEN files 1,
+    2 (corrected), 3 reach the core system in order, and the correction's own event runs nothing."""
+    wait_for(lambda: halted(pipe, "numbered"), timeout=120, what="the tenant to halt")
+    key, _ = uploads["numbered"][1]
+    _, elsewhere = pipe.put_file("numbered", "n7.csv", csv_file("n2", 3))
+    code, _ = ops(pipe, "replace", "numbered", "--key", "numbered/n7.csv", "--version", elsewhere)
+    assert code == EXIT_NOTHING_TO_DO and "sequence number 2" in capsys.readouterr().err
+
+    _, corrected = pipe.put_file("numbered", "n2.csv", csv_file("n2", 3))
+    code, out = ops(pipe, "replace", "numbered", "--key", key, "--version", corrected)
+    assert code == EXIT_OK, out
+    # n7.csv waits for numbers 4-6 (a gap): wait for file 3, not for an idle tenant.
+    wait_for(lambda: status(pipe, "numbered")["last_24h"]["succeeded"] == 3, timeout=120, what="files 2 and 3 to run")
+
+    assert_records_in_file_order(pipe.sink("numbered").accepted, [("n1", 3), ("n2", 3), ("n3", 3)])
+    assert_no_duplicates(pipe.sink("numbered").accepted)
