@@ -4,7 +4,8 @@ One DynamoDB table, partition key `tenant`, sort key `entry`:
 
 * `entry = "position"`: the tenant's one position item. It names the current file (its
   `FileRef`), the execution working on it, the file's state (RUNNING, SUCCEEDED, FAILED,
-  SKIPPED), whether the tenant is halted, how far the file got (`next_record`: every record
+  SKIPPED, PAUSED), whether the tenant is halted or paused (`ops pause`), the failed attempt a
+  correction replaces (`ops replace`), how far the file got (`next_record`: every record
   before it was acknowledged by the core system) and the message waiting at the head of the
   queue (for the fast hand-off). Every write is conditional on what the writer read, so a
   stale writer can never move a tenant backwards: transitions bump `seq`, progress only grows,

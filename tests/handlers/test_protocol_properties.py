@@ -4,7 +4,9 @@ It runs the real controller (`Gate`), the real closer and the real operator acti
 moto's DynamoDB, SQS and Step Functions, and interleaves what can happen to a tenant: files
 arriving, deliveries and redeliveries, controller crashes between any two of its calls,
 executions closing (the close reported, or lost), Step Functions forgetting closed executions,
-time passing, a hand-made redrive, resume and skip.
+time passing, a hand-made redrive, resume and skip, a correction replacing a failed file (its
+own S3 event delivered before or after, once or twice), a pause (the running file stopping for
+it, its execution's end reported to the closer or not) and an unpause.
 
 Invariants, after every step:
 * never two executions of the tenant running that the gate or an operator started (a hand-made
@@ -14,7 +16,10 @@ Invariants, after every step:
 * a replayed event (a new event id for an object version already queued, as `ops reconcile`
   or a DLQ replay sends it) never starts an execution: the version marker lets it go;
 * no message is let go without its file having been made current (nothing lost), and no file
-  is given up without an operator's reason.
+  is given up without an operator's reason;
+* a correction runs only in its failed file's place (never from its own S3 event), and a file
+  stopped for a pause is never recorded as closed;
+* nothing new starts while the tenant is paused.
 
 And at the end: once the faults stop, every queued file starts (nothing wedges).
 """
@@ -33,7 +38,7 @@ from controller import process_message
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from ledger import SKIPPED, Ledger, LedgerConflict, version_entry
+from ledger import PAUSED, SKIPPED, SUCCEEDED, Ledger, LedgerConflict, version_entry
 from moto import mock_aws
 from moto.stepfunctions.models import stepfunctions_backends
 from runtime import BoundLogger, get_logger
@@ -71,6 +76,13 @@ class CrashingClient:
             return result
 
         return call
+
+
+class LandingBucket:
+    """What `ops replace` asks S3: every object version the rules uploaded exists."""
+
+    def head_object(self, Bucket: str, Key: str, VersionId: str | None = None) -> dict[str, Any]:  # noqa: N803
+        return {"VersionId": VersionId, "ContentLength": 1, "ETag": '"e"'}
 
 
 class Protocol(RuleBasedStateMachine):
@@ -117,6 +129,10 @@ class Protocol(RuleBasedStateMachine):
         self.skip_reasons: dict[str, str] = {}
         self.forgotten: set[str] = set()
         self.replays: dict[str, str] = {}  # replayed event id -> the event id it replays
+        self.corrections: dict[str, str] = {}  # a correction's execution -> the file it replaced
+        self.correction_events: dict[str, tuple[str, str]] = {}  # its own S3 event id -> (key, version id)
+        self.uploads = 0  # corrections uploaded
+        self.paused_with: set[str] | None = None  # while paused: the executions there were at the pause
 
     def teardown(self) -> None:
         self.mock.stop()
@@ -138,8 +154,13 @@ class Protocol(RuleBasedStateMachine):
         for name, _ in sorted(self.executions().items()):
             if name in self.hand_made:
                 continue
+            if self.paused_with is not None:
+                assert name in self.paused_with, f"{name} started while the tenant was paused"
             self.ours.add(name)
             file_id = name.split("-r")[0]
+            assert file_id not in self.correction_events, f"the correction's own event {file_id} started it again"
+            if file_id in self.corrections:
+                continue  # in its failed file's place
             assert file_id not in self.replays, f"replay {file_id} of {self.replays.get(file_id)} started an execution"
             if file_id not in self.started:
                 self.started.append(file_id)
@@ -161,10 +182,10 @@ class Protocol(RuleBasedStateMachine):
         self.a_file_arrives()
         self.a_file_arrives()
 
-    def send(self, event_id: str, key: str) -> None:
+    def send(self, event_id: str, key: str, version_id: str = "v1") -> None:
         body = json.dumps({
             "id": event_id, "source": "aws.s3", "detail-type": "Object Created", "time": "2024-01-01T00:00:00Z",
-            "detail": {"bucket": {"name": "landing"}, "object": {"key": key, "size": 1, "version-id": "v1"}},
+            "detail": {"bucket": {"name": "landing"}, "object": {"key": key, "size": 1, "version-id": version_id}},
         })
         self.sqs.send_message(QueueUrl=self.queue, MessageBody=body, MessageGroupId=TENANT,
                               MessageDeduplicationId=event_id)
@@ -221,6 +242,8 @@ class Protocol(RuleBasedStateMachine):
         entry = f"event#{event_id}"
         if event_id in self.replays:  # a replay is let go because its version was made current
             entry = version_entry("landing", f"acme/{self.replays[event_id]}.csv", "v1")
+        if event_id in self.correction_events:  # so is a correction's own event
+            entry = version_entry("landing", *self.correction_events[event_id])
         item = self.ddb.get_item(TableName="ledger", Key={"tenant": {"S": TENANT}, "entry": {"S": entry}})
         return "Item" in item
 
@@ -286,6 +309,63 @@ class Protocol(RuleBasedStateMachine):
             return
         self.skip_reasons[position.file_id] = reason
 
+    @rule(events=st.integers(min_value=0, max_value=2), before=st.booleans())
+    def a_correction_replaces_the_failed_file(self, events: int, before: bool) -> None:
+        """The tenant uploads the corrected file (a new version of its key), its S3 event reaching
+        the queue `events` times, before or after the operator's `ops replace`."""
+        position = self.ledger.read()
+        if position.file is None or not (position.status == "FAILED" and position.halted) or position.paused:
+            return  # a tenant uploads a correction for a file that halted it
+        self.uploads += 1
+        key, version = position.file["key"], f"c{self.uploads:03d}"
+        own_events = [f"cor{self.uploads:03d}{n}" for n in range(events)]
+        for event_id in own_events:
+            self.correction_events[event_id] = (key, version)
+        if before:
+            for event_id in own_events:
+                self.send(event_id, key, version)
+        # A halted tenant's failed file can always be replaced by a new version of it.
+        outcome = operations.replace(self.ledger, self.sfn, LandingBucket(), self.machine, landing_prefix="acme/",
+                                     key=key, version_id=version, now=self.now)
+        original = (position.replaces or {}).get("file_event") or position.file_id
+        self.corrections[str(outcome.execution)] = str(original)
+        self.note_starts()
+        if not before:
+            for event_id in own_events:
+                self.send(event_id, key, version)
+
+    @rule(reason=st.sampled_from(["core system maintenance", "planned outage"]))
+    def an_operator_pauses(self, reason: str) -> None:
+        try:
+            operations.pause(self.ledger, reason, self.now)
+        except (operations.NothingToDo, LedgerConflict):
+            return
+        self.paused_with = set(self.executions())
+
+    @rule(reported=st.booleans())
+    def the_running_file_stops_for_the_pause(self, reported: bool) -> None:
+        """The register function sees the pause: the position becomes PAUSED, the execution ends
+        SUCCEEDED at FilePaused without a close; the status rule may still report its end."""
+        position = self.ledger.read()
+        if not (position.paused_at is not None and position.running and position.execution in self.running_ours()):
+            return
+        self.ledger.record_pause(position.execution)
+        self.set_status(position.execution, "SUCCEEDED")
+        if reported:
+            Closer(config=self.closer_env, ledger=self.ledger, sqs=self.sqs, sns=self.sns, sfn=self.sfn,
+                   now=self.now, log=self.log()).handle({"execution_name": position.execution, "status": "SUCCEEDED"})
+        after = self.ledger.read()
+        assert (after.status, after.execution) == (PAUSED, position.execution), "a paused file was recorded as closed"
+
+    @rule()
+    def an_operator_unpauses(self) -> None:
+        try:
+            operations.unpause(self.ledger, self.sfn, self.sqs, self.machine, self.queue, self.now)
+        except (operations.NothingToDo, LedgerConflict):
+            return
+        self.paused_with = None
+        self.note_starts()
+
     # -- invariants ----------------------------------------------------------------------------------
 
     @invariant()
@@ -311,6 +391,11 @@ class Protocol(RuleBasedStateMachine):
             assert self.skip_reasons.get(position.file_id) == position.skip_reason, (
                 f"{position.file_id} skipped without the operator's reason"
             )
+        # A file stopped for a pause stays stopped until unpause; nothing succeeds on its own.
+        if position.status == PAUSED:
+            assert position.paused_at is not None, "PAUSED without the pause"
+        if position.status == SUCCEEDED and position.execution in self.corrections:
+            assert self.corrections[position.execution] in self.started, "a correction ran for a file never started"
         # A redrive is never the running execution.
         assert not (position.running and position.execution in self.hand_made), (
             f"the hand-made redrive {position.execution} became the running execution"
@@ -328,7 +413,11 @@ class Protocol(RuleBasedStateMachine):
             for name in [n for n, s in self.executions().items() if s == "RUNNING" and n in self.hand_made]:
                 self.set_status(name, "ABORTED")  # the closer stopped it (or will, when its event arrives)
             position = self.ledger.read()
-            if position.halted:
+            if position.paused:
+                self.paused_with = None
+                operations.unpause(self.ledger, self.sfn, self.sqs, self.machine, self.queue, self.now)
+                self.note_starts()
+            elif position.halted:
                 operations.resume(self.ledger, self.sfn, self.machine, self.now)
                 self.note_starts()
             self.time_passes(400)
@@ -343,6 +432,7 @@ def test_the_protocol_keeps_its_invariants_and_never_wedges(monkeypatch: pytest.
 
     def claim_unless_halted(self: Ledger, observed: Any, *args: Any, **kwargs: Any) -> Any:
         assert not observed.halted, f"file claimed while the tenant is halted on {observed.file_id}"
+        assert not observed.paused, "file claimed while the tenant is paused"
         return claim(self, observed, *args, **kwargs)
 
     monkeypatch.setattr(Ledger, "claim", claim_unless_halted)
