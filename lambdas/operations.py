@@ -230,8 +230,18 @@ def _check_same_records(s3: Any, work_bucket: str, tenant: str, position: Positi
                       f"({error_code(error) or type(error).__name__}), so its records cannot be compared; replace "
                       "without --from-record (the correction is sent whole)") from None
     fmt = manifest["format"]
-    bodies = [s3.get_object(Bucket=failed["bucket"], Key=k, VersionId=v)["Body"]
-              for k, v in ((failed["key"], failed["version_id"]), (key, version_id))]
+    bodies = []
+    try:
+        for k, v in ((failed["key"], failed["version_id"]), (key, version_id)):
+            bodies.append(s3.get_object(Bucket=failed["bucket"], Key=k, VersionId=v)["Body"])
+    except Exception as error:  # botocore ClientError: the failed version is gone (deleted, or expired)
+        for body in bodies:
+            body.close()
+        code = error_code(error)
+        if code not in ("NoSuchKey", "NoSuchVersion", "404", "400", "InvalidArgument", "AccessDenied"):
+            raise
+        raise Refused(f"--from-record {count}: the failed version can no longer be read ({code}), so its records "
+                      "cannot be compared; replace without --from-record (the correction is sent whole)") from None
     try:
         ours, theirs = (file_records(body, fmt) for body in bodies)
         for index in range(count):
