@@ -15,7 +15,6 @@ from typing import Any
 
 import controller
 import pytest
-from botocore.exceptions import ClientError
 from contract import (
     ControllerEnv,
     FileRef,
