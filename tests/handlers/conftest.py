@@ -138,6 +138,25 @@ def ledger_table(ddb: Any) -> str:
 
 
 @pytest.fixture
+def ledger(ddb: Any, ledger_table: str) -> Any:
+    """The tenant's ledger, empty (a test module may give its own, with a file in it)."""
+    from ledger import Ledger
+
+    return Ledger(ddb, ledger_table, TENANT)
+
+
+#: A file workflow that holds its execution 10 minutes: it runs until a test closes it.
+HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 600, "End": True}}})
+
+
+@pytest.fixture
+def machine(sfn: Any) -> str:
+    """The tenant's file workflow (`HOLD`)."""
+    return sfn.create_state_machine(name=f"{TENANT}-file-ingest-workflow", definition=HOLD,
+                                    roleArn="arn:aws:iam::123456789012:role/workflow")["stateMachineArn"]
+
+
+@pytest.fixture
 def sqs(aws: None) -> Any:
     return boto3.client("sqs", region_name=REGION)
 

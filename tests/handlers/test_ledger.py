@@ -30,11 +30,6 @@ def file(event_id: str, *, key: str | None = None, version_id: str = "v1") -> Fi
                    version_id=version_id, size=1, etag=None, event_time="")
 
 
-@pytest.fixture
-def ledger(ddb: Any, ledger_table: str) -> Ledger:
-    return Ledger(ddb, ledger_table, TENANT)
-
-
 def test_an_empty_ledger_reads_as_an_empty_position(ledger):
     position = ledger.read()
     assert (position.seq, position.execution, position.status, position.halted) == (0, None, None, False)

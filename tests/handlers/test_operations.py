@@ -17,24 +17,12 @@ from operations import NothingToDo, describe_state, resume, skip, skip_gap
 from tests.handlers.support import TENANT
 
 NOW = 1_700_000_000.0
-HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 600, "End": True}}})
 
 
 def file(event_id: str, sequence: int | None = None) -> FileRef:
     key = f"acme/{event_id}.csv" if sequence is None else f"acme/batch-{sequence:04d}.csv"
     return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key=key, version_id="v1", size=1,
                    etag=None, event_time="")
-
-
-@pytest.fixture
-def ledger(ddb: Any, ledger_table: str) -> Ledger:
-    return Ledger(ddb, ledger_table, TENANT)
-
-
-@pytest.fixture
-def machine(sfn: Any) -> str:
-    return sfn.create_state_machine(name=f"{TENANT}-file-ingest-workflow", definition=HOLD,
-                                    roleArn="arn:aws:iam::123456789012:role/workflow")["stateMachineArn"]
 
 
 def started_input(sfn: Any, machine: str, execution: str) -> dict[str, Any]:

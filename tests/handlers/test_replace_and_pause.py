@@ -20,7 +20,6 @@ from contract import (
     FileRef,
     RegisterEnv,
     chunk_prefix,
-    execution_arn,
     execution_name,
     manifest_key,
 )
@@ -49,7 +48,6 @@ NOW = 1_700_000_000.0
 LANDING = "landing"
 WORK = "work"
 KEY = "acme/f.jsonl"
-HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 600, "End": True}}})
 
 
 def file(event_id: str, *, key: str | None = None, version_id: str = "v1") -> FileRef:
@@ -60,17 +58,6 @@ def file(event_id: str, *, key: str | None = None, version_id: str = "v1") -> Fi
 def correction(version_id: str = "v2", key: str = "acme/e1.csv") -> FileRef:
     """The correction of acme/e1.csv as `ops replace` makes it current (its event id is the replacement's)."""
     return file(replacement_event_id(LANDING, key, version_id), key=key, version_id=version_id)
-
-
-@pytest.fixture
-def ledger(ddb: Any, ledger_table: str) -> Ledger:
-    return Ledger(ddb, ledger_table, TENANT)
-
-
-@pytest.fixture
-def machine(sfn: Any) -> str:
-    return sfn.create_state_machine(name=f"{TENANT}-file-ingest-workflow", definition=HOLD,
-                                    roleArn="arn:aws:iam::123456789012:role/workflow")["stateMachineArn"]
 
 
 def table(ddb: Any) -> list[dict[str, Any]]:
