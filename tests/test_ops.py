@@ -436,3 +436,30 @@ def test_an_endpoint_where_nothing_listens_is_named_in_one_line(capsys, monkeypa
     err = capsys.readouterr().err
     assert code == EXIT_NOT_FOUND
     assert err.startswith(f"ops: {url}: nothing answers there") and err.count("\n") == 1
+
+
+def test_pause_and_unpause_all_tenants_show_in_status_and_refuse_what_does_not_apply(deployment):
+    """GIVEN a deployed tenant WHEN the operator pauses --all with a reason THEN status says
+    paused, since when and why (exit 0: a pause is not a halt); a second pause, a resume and an
+    unpause of a tenant not paused are refused (exit 3, nothing changed); naming tenants and
+    --all together, or neither, is a usage error; unpause --all ends it."""
+    assert deployment.ops("pause", "--reason", "core system maintenance")[0] == EXIT_USAGE  # neither
+    assert deployment.ops("pause", "acme", "--all", "--reason", "x")[0] == EXIT_USAGE  # both
+    assert deployment.ops("unpause", "acme")[0] == EXIT_NOTHING_TO_DO
+
+    code, out = deployment.ops("pause", "--all", "--reason", "core system maintenance")
+    assert code == EXIT_OK and out.startswith("acme: paused (reason: core system maintenance)")
+    code, out = deployment.ops("status", "acme", "--json")
+    (state,) = json.loads(out)
+    assert code == EXIT_OK and state["state"] == "paused"
+    assert state["paused"] == {"since": NOW, "reason": "core system maintenance", "file_stopped": False}
+    _, table = deployment.ops("status", "acme")
+    assert "acme is paused since" in table and "python -m ops unpause acme" in table
+    assert deployment.ops("pause", "acme", "--reason", "again")[0] == EXIT_NOTHING_TO_DO
+    before = deployment.ledger.read()
+    assert deployment.ops("resume", "acme")[0] == EXIT_NOTHING_TO_DO
+    assert deployment.ledger.read() == before
+
+    code, out = deployment.ops("unpause", "--all")
+    assert code == EXIT_OK and "acme: unpaused" in out
+    assert json.loads(deployment.ops("status", "acme", "--json")[1])[0]["state"] == "idle"
