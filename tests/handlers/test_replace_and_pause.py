@@ -657,6 +657,7 @@ def test_unpause_of_a_running_file_that_did_not_stop_yet_lifts_the_flag_only(led
     outcome = unpause(ledger, sfn, sqs, machine, queue_url, NOW + 2)
 
     assert outcome.message == "unpaused; running acme/e1.csv (execution e1)"
+    assert outcome.execution == "e1"  # the one that runs on
     position = ledger.read()
     assert (position.status, position.execution, position.attempt, position.paused) == (RUNNING, "e1", 0, False)
     assert started(sfn, machine) == {}  # the gate's to start, never an operator's
