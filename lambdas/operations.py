@@ -84,12 +84,12 @@ def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outc
     aliases and rollback"); an unqualified ARN starts the latest revision.
     """
     position = ledger.read()
+    if position.paused:  # an interrupted resume starts with the unpause, not during the pause
+        raise NothingToDo(f"nothing to resume while paused: tenant {ledger.tenant} is {describe_state(position)}; "
+                          f"run ops unpause {ledger.tenant} first")
     interrupted = _finish_interrupted(position, sfn, state_machine_arn)
     if interrupted is not None:
         return interrupted
-    if position.paused:
-        raise NothingToDo(f"nothing to resume while paused: tenant {ledger.tenant} is {describe_state(position)}; "
-                          f"run ops unpause {ledger.tenant} first")
     if not (position.status == FAILED and position.halted):
         raise NothingToDo(f"nothing to resume: tenant {ledger.tenant} is {describe_state(position)}")
     assert position.file is not None
@@ -142,13 +142,13 @@ def replace(ledger: Ledger, sfn: Any, s3: Any, state_machine_arn: str, *, landin
     `key_sequence` ordering, the correction's key must carry the failed file's sequence number
     (it takes its place: another number would be taken, or missed, later)."""
     position = ledger.read()
+    tenant = ledger.tenant
+    if position.paused:  # an interrupted replace starts with the unpause, not during the pause
+        raise Refused(f"nothing to replace while paused: tenant {tenant} is {describe_state(position)}; "
+                      f"run ops unpause {tenant} first")
     interrupted = _finish_interrupted(position, sfn, state_machine_arn)
     if interrupted is not None:
         return interrupted
-    tenant = ledger.tenant
-    if position.paused:
-        raise Refused(f"nothing to replace while paused: tenant {tenant} is {describe_state(position)}; "
-                      f"run ops unpause {tenant} first")
     if not (position.status == FAILED and position.halted):
         raise Refused(f"nothing to replace: tenant {tenant} is {describe_state(position)} (replace takes the place "
                       "of a failed file the tenant is halted on)")
@@ -361,6 +361,10 @@ def _start_next(ledger: Ledger, sqs: Any, queue_url: str, position: Position) ->
     that fails (SQS throttles, the connection drops) does not undo the skip, and the operator is
     told so rather than shown a traceback: the waiting message is received again when its
     visibility timeout ends (the controller's waiting time, 240 s when the tenant halted)."""
+    if position.paused:
+        return f"starts after ops unpause {ledger.tenant}"
+    if position.halted:
+        return "waits: the tenant is halted (resume, replace or skip its failed file)"
     try:
         handed_off = hand_off(ledger, sqs, queue_url, position)
     except Exception as error:  # noqa: BLE001 - botocore ClientError, a connection error: reported

@@ -590,6 +590,7 @@ def test_a_replace_cut_short_after_the_ledger_write_is_started_by_running_replac
     outcome = run_replace(ledger, sfn, buckets, machine, version_id=version, from_record=3, now=NOW + 20)
 
     assert outcome.message == f"started the interrupted {written.execution} at record 3"
+    assert (outcome.execution, outcome.start_record) == (written.execution, 3)
     assert started(sfn, machine)[written.execution]["start_record"] == 3
     assert ledger.read() == written
 
@@ -625,7 +626,18 @@ def test_pause_of_a_running_file_says_where_it_stops(ledger):
     outcome = pause(ledger, "deploy", NOW + 1)
 
     assert outcome.message.endswith("; acme/e1.csv stops at its next chunk boundary (record 1,234 or later)")
+    assert (outcome.execution, outcome.start_record) == ("e1", 1234)
     assert ledger.read().status == RUNNING  # it runs until register stops it
+
+
+def test_pause_after_the_last_file_closed_says_nothing_stops(ledger):
+    """GIVEN the tenant's last file succeeded WHEN it is paused THEN no file is said to stop."""
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    ledger.record_close("e1", SUCCEEDED, halt_on_failure=True, now=NOW + 1)
+
+    outcome = pause(ledger, "deploy", NOW + 2)
+
+    assert outcome.message == "paused (reason: deploy): no file starts until ops unpause acme"
 
 
 def test_unpause_of_a_tenant_whose_file_is_done_hands_off_to_the_waiting_message(ledger, sqs, queue_url, sfn,
@@ -755,7 +767,8 @@ def test_skip_while_paused_gives_the_file_up_but_the_next_file_waits_for_the_unp
     pause(ledger, "maintenance", NOW + 3)
     recorder = VisibilityRecorder(sqs)
 
-    skip(ledger, recorder, queue_url, "agreed", NOW + 4)
+    skipped = skip(ledger, recorder, queue_url, "agreed", NOW + 4)
+    assert skipped.message.endswith("; the next file starts after ops unpause acme")
 
     position = ledger.read()
     assert (position.status, position.halted, position.paused) == (SKIPPED, False, True)
@@ -1136,3 +1149,20 @@ def test_the_version_marker_of_a_replacement_is_the_corrections_version(ledger, 
     ledger.replace(halted(ledger), correction("v9", key="acme/e1-fixed.csv"), "fix-1", NOW + 2)
     assert version_entry(LANDING, "acme/e1-fixed.csv", "v9") in entries(ddb)
     assert version_entry(LANDING, "acme/e1.csv", "v9") not in entries(ddb)
+
+
+def test_an_interrupted_resume_is_not_started_while_paused_but_by_the_unpause(ledger, sqs, queue_url, sfn, machine):
+    """GIVEN a resume cut short before its start, then a pause WHEN the operator runs resume
+    again THEN it is refused and nothing starts (no file starts while paused); the unpause
+    starts it."""
+    halted(ledger, next_record=4)
+    with pytest.raises(ConnectionError):
+        resume(ledger, FailingStart(sfn), machine, NOW + 1)
+    pause(ledger, "maintenance", NOW + 2)
+
+    with pytest.raises(NothingToDo, match="while paused"):
+        resume(ledger, sfn, machine, NOW + 3)
+    assert started(sfn, machine) == {}
+
+    unpause(ledger, sfn, sqs, machine, queue_url, NOW + 4)
+    assert started(sfn, machine)["e1-r1"]["start_record"] == 4
