@@ -1166,3 +1166,16 @@ def test_an_interrupted_resume_is_not_started_while_paused_but_by_the_unpause(le
 
     unpause(ledger, sfn, sqs, machine, queue_url, NOW + 4)
     assert started(sfn, machine)["e1-r1"]["start_record"] == 4
+
+
+def test_no_hand_off_while_a_file_runs_whether_paused_or_not(ledger, sqs, queue_url):
+    """GIVEN a running file and the next file's message noted as waiting THEN a hand-off makes
+    nothing visible, paused or not: the close of the running file (or the unpause) does."""
+    from ledger import hand_off
+
+    ledger.claim(ledger.read(), file("e1"), "e1", NOW)
+    note_waiting(ledger, sqs, queue_url)
+    assert hand_off(ledger, sqs, queue_url, ledger.read()) is False
+    pause(ledger, "maintenance", NOW + 3)
+    assert hand_off(ledger, sqs, queue_url, ledger.read()) is False
+    assert visible(sqs, queue_url) == 0 and ledger.read().waiting_receipt is not None
