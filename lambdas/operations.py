@@ -84,9 +84,7 @@ def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outc
     aliases and rollback"); an unqualified ARN starts the latest revision.
     """
     position = ledger.read()
-    if position.paused:  # an interrupted resume starts with the unpause, not during the pause
-        raise NothingToDo(f"nothing to resume while paused: tenant {ledger.tenant} is {describe_state(position)}; "
-                          f"run ops unpause {ledger.tenant} first")
+    _refuse_while_paused(ledger, position, "resume", NothingToDo)
     interrupted = _finish_interrupted(position, sfn, state_machine_arn)
     if interrupted is not None:
         return interrupted
@@ -102,6 +100,14 @@ def resume(ledger: Ledger, sfn: Any, state_machine_arn: str, now: float) -> Outc
         execution,
         resumed.next_record,
     )
+
+
+def _refuse_while_paused(ledger: Ledger, position: Position, action: str, refusal: type[NothingToDo]) -> None:
+    """A paused tenant starts nothing: not even an interrupted resume or replace (the unpause
+    starts that)."""
+    if position.paused:
+        raise refusal(f"nothing to {action} while paused: tenant {ledger.tenant} is {describe_state(position)}; "
+                      f"run ops unpause {ledger.tenant} first")
 
 
 def _finish_interrupted(position: Position, sfn: Any, state_machine_arn: str) -> Outcome | None:
@@ -143,9 +149,7 @@ def replace(ledger: Ledger, sfn: Any, s3: Any, state_machine_arn: str, *, landin
     (it takes its place: another number would be taken, or missed, later)."""
     position = ledger.read()
     tenant = ledger.tenant
-    if position.paused:  # an interrupted replace starts with the unpause, not during the pause
-        raise Refused(f"nothing to replace while paused: tenant {tenant} is {describe_state(position)}; "
-                      f"run ops unpause {tenant} first")
+    _refuse_while_paused(ledger, position, "replace", Refused)
     interrupted = _finish_interrupted(position, sfn, state_machine_arn)
     if interrupted is not None:
         return interrupted

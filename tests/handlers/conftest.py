@@ -172,3 +172,12 @@ def queue_url(sqs: Any) -> str:
 @pytest.fixture
 def sns(aws: None) -> Any:
     return boto3.client("sns", region_name=REGION)
+
+
+@pytest.fixture
+def buckets(s3: Any) -> Any:
+    """A versioned landing bucket `landing` and a work bucket `work`."""
+    s3.create_bucket(Bucket="landing")
+    s3.put_bucket_versioning(Bucket="landing", VersioningConfiguration={"Status": "Enabled"})
+    s3.create_bucket(Bucket="work")
+    return s3

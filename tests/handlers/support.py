@@ -42,3 +42,18 @@ def emf_records(stdout: str, emitter: str) -> list[dict[str, Any]]:
             assert isinstance(record.get(name), (int, float)) and not isinstance(record[name], bool), record
         records.append(record)
     return records
+
+
+class VisibilityRecorder:
+    """The SQS client, recording the visibility timeout of each ChangeMessageVisibility: how
+    soon a waiting message comes back."""
+
+    def __init__(self, sqs: Any) -> None:
+        self._sqs, self.timeouts = sqs, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sqs, name)
+
+    def change_message_visibility(self, **kwargs: Any) -> Any:
+        self.timeouts.append(kwargs["VisibilityTimeout"])
+        return self._sqs.change_message_visibility(**kwargs)

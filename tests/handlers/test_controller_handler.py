@@ -26,7 +26,7 @@ from ledger import FAILED, RUNNING, Ledger
 from moto.stepfunctions.models import StepFunctionBackend
 from runtime import BoundLogger, get_logger
 
-from tests.handlers.support import TENANT, Context, emf_records
+from tests.handlers.support import TENANT, Context, VisibilityRecorder, emf_records
 
 NOW = 1_700_000_100.5
 WORK_BUCKET = "work"
@@ -88,19 +88,6 @@ def queue(sqs: Any, queue_url: str) -> Queue:
     return Queue(sqs, queue_url)
 
 
-class VisibilityRecorder:
-    """The SQS client, recording the visibility timeout of each ChangeMessageVisibility: how
-    soon a waiting message comes back."""
-
-    def __init__(self, sqs: Any) -> None:
-        self._sqs, self.timeouts = sqs, []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sqs, name)
-
-    def change_message_visibility(self, **kwargs: Any) -> Any:
-        self.timeouts.append(kwargs["VisibilityTimeout"])
-        return self._sqs.change_message_visibility(**kwargs)
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ from runtime import BoundLogger, get_logger
 
 from ops.discovery import TenantResources
 from ops.status import tenant_status
-from tests.handlers.support import LEDGER_TABLE, TENANT, emf_records
+from tests.handlers.support import LEDGER_TABLE, TENANT, VisibilityRecorder, emf_records
 
 NOW = 1_700_000_000.0
 LANDING = "landing"
@@ -113,18 +113,6 @@ def visible(sqs: Any, queue_url: str) -> int:
     return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
 
 
-class VisibilityRecorder:
-    """The SQS client, recording the visibility timeout of each ChangeMessageVisibility."""
-
-    def __init__(self, sqs: Any) -> None:
-        self._sqs, self.timeouts = sqs, []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sqs, name)
-
-    def change_message_visibility(self, **kwargs: Any) -> Any:
-        self.timeouts.append(kwargs["VisibilityTimeout"])
-        return self._sqs.change_message_visibility(**kwargs)
 
 
 # --- Ledger.replace ---------------------------------------------------------------------------------
@@ -340,12 +328,6 @@ def jsonl(records: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(r).encode() + b"\n" for r in records)
 
 
-@pytest.fixture
-def buckets(s3: Any) -> Any:
-    s3.create_bucket(Bucket=LANDING)
-    s3.put_bucket_versioning(Bucket=LANDING, VersioningConfiguration={"Status": "Enabled"})
-    s3.create_bucket(Bucket=WORK)
-    return s3
 
 
 def upload(s3: Any, records: list[dict[str, Any]], key: str = KEY) -> str:

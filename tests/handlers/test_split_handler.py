@@ -20,12 +20,6 @@ LANDING = "landing"
 WORK = "work"
 
 
-@pytest.fixture
-def buckets(s3: Any) -> Any:
-    s3.create_bucket(Bucket=LANDING)
-    s3.put_bucket_versioning(Bucket=LANDING, VersioningConfiguration={"Status": "Enabled"})
-    s3.create_bucket(Bucket=WORK)
-    return s3
 
 
 def config(fmt: str = "csv", chunk_size: int = 3, duplicate_files: str = "process", max_chunks: int = 1000) -> SplitEnv:
