@@ -85,10 +85,14 @@ class AlreadyClaimed(Exception):
 
 
 def version_entry(bucket: str, key: str, version_id: str) -> str:
-    """`version#<sha256>` of one object version (a hash: keys may be 1,024 bytes long). The
-    parts are joined with NUL, which no bucket name, key or version id contains."""
-    digest = hashlib.sha256("\0".join((bucket, key, version_id)).encode("utf-8")).hexdigest()
-    return f"{VERSION_PREFIX}{digest}"
+    """`version#<sha256>` of one object version (a hash: keys may be 1,024 bytes long)."""
+    return f"{VERSION_PREFIX}{version_digest(bucket, key, version_id)}"
+
+
+def version_digest(bucket: str, key: str, version_id: str) -> str:
+    """The SHA-256 (hex) of one object version's bucket, key and version id, joined with NUL,
+    which none of them contains."""
+    return hashlib.sha256("\0".join((bucket, key, version_id)).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

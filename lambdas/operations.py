@@ -17,7 +17,6 @@ runtime.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from ledger import (
     Position,
     hand_off,
     start_execution,
+    version_digest,
 )
 from runtime import error_code, execution_status
 
@@ -127,8 +127,7 @@ def _finish_interrupted(position: Position, sfn: Any, state_machine_arn: str) ->
 def replacement_event_id(bucket: str, key: str, version_id: str) -> str:
     """The event id a correction is made current under by `ops replace`: the same for the same
     object version (its execution name, its chunk folder), never an S3 event's id."""
-    digest = hashlib.sha256("\0".join((bucket, key, version_id)).encode("utf-8")).hexdigest()
-    return f"{REPLACEMENT_PREFIX}{digest[:32]}"
+    return f"{REPLACEMENT_PREFIX}{version_digest(bucket, key, version_id)[:32]}"
 
 
 def replace(ledger: Ledger, sfn: Any, s3: Any, state_machine_arn: str, *, landing_prefix: str, key: str,
@@ -292,13 +291,17 @@ def unpause(ledger: Ledger, sfn: Any, sqs: Any, state_machine_arn: str, queue_ur
     attempt), else the next file starts. `NothingToDo` if the tenant is not paused (also
     finishes an unpause that was cut short)."""
     position = ledger.read()
-    interrupted = _finish_interrupted(position, sfn, state_machine_arn)
-    if interrupted is not None and not position.paused:
-        return interrupted
     if not position.paused:
+        interrupted = _finish_interrupted(position, sfn, state_machine_arn)
+        if interrupted is not None:
+            return interrupted
         raise NothingToDo(f"nothing to unpause: tenant {ledger.tenant} is {describe_state(position)}")
     if position.status != PAUSED:
         unpaused = ledger.unpause(position, now)
+        # A resume or replace cut short before the pause starts now, with the pause lifted.
+        interrupted = _finish_interrupted(unpaused, sfn, state_machine_arn)
+        if interrupted is not None:
+            return Outcome(f"unpaused; {interrupted.message}", interrupted.execution, interrupted.start_record)
         return Outcome(f"unpaused; {describe_state(unpaused)}"
                        + ("" if unpaused.running else f"; the next file {_start_next(ledger, sqs, queue_url, unpaused)}"),
                        unpaused.execution)

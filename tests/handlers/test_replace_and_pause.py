@@ -712,7 +712,9 @@ def test_an_unpause_after_a_resume_cut_short_starts_the_resumed_file_and_ends_th
     ledger.resume(halted(ledger, next_record=7), "e1-r1", NOW + 2)
     pause(ledger, "maintenance", NOW + 3)
 
-    unpause(ledger, sfn, sqs, machine, queue_url, NOW + 4)
+    outcome = unpause(ledger, sfn, sqs, machine, queue_url, NOW + 4)
+
+    assert outcome.message == "unpaused; started the interrupted e1-r1 at record 7"
 
     assert started(sfn, machine) == {"e1-r1": {**file("e1"), "start_record": 7}}
     position = ledger.read()
