@@ -223,7 +223,7 @@ class Gate:
                     "processed or given up already (upload it under a new sequence number)"
                 )
             if sequence > expected:
-                self._publish(SEQUENCE_GAP_METRIC, self._idle_wait(position))
+                self._publish({SEQUENCE_GAP_METRIC: self._idle_wait(position)})
                 return self._wait(position, f"sequence number {expected} has not arrived; file {sequence} waits "
                                             f"(upload it, or run ops skip-gap)", sequence=sequence)
         execution = execution_name(file["event_id"])
@@ -260,11 +260,12 @@ class Gate:
                 extra={"event_time": file["event_time"], "last_started_key": last["key"],
                        "last_started_event_time": last["event_time"]},
             )
-            self._publish(LATE_ARRIVAL_METRIC, 1)
+            self._publish({LATE_ARRIVAL_METRIC: 1})
 
-    def _publish(self, metric: str, value: float) -> None:
+    def _publish(self, metrics: dict[str, float]) -> None:
+        """One EMF record of the tenant's `metrics` (values rounded to the millisecond)."""
         emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=self.now(),
-                     metrics={metric: round(value, 3)})
+                     metrics={metric: round(value, 3) for metric, value in metrics.items()})
 
     def _decide_running(self, position: Position, sequence: int | None = None) -> ControllerResult:
         assert position.execution is not None
@@ -305,11 +306,9 @@ class Gate:
 
         A paused tenant is not stalled: 0, and `PausedSeconds` (since `ops pause`) instead."""
         if position.paused:
-            paused_for = round(max(0.0, self.now() - (position.paused_at or self.now())), 3)
-            emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=self.now(),
-                         metrics={HEAD_WAIT_METRIC: 0.0, PAUSED_METRIC: paused_for})
+            self._publish({HEAD_WAIT_METRIC: 0.0, PAUSED_METRIC: max(0.0, self.now() - (position.paused_at or self.now()))})
             return
-        self._publish(HEAD_WAIT_METRIC, 0.0 if position.running or self.closing_seen else self._idle_wait(position))
+        self._publish({HEAD_WAIT_METRIC: 0.0 if position.running or self.closing_seen else self._idle_wait(position)})
 
     def _idle_wait(self, position: Position) -> float:
         """How long this message has waited since the tenant could have gone on: since the later

@@ -80,7 +80,7 @@ from contract import (
     manifest_key,
     work_prefix,
 )
-from ledger import PAUSED, Ledger, LedgerConflict
+from ledger import PAUSED, Ledger, LedgerConflict, Position
 from runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
 from sink_auth import CredentialUnavailable, NoAuth, SinkAuth, sink_auth_for
 from sink_client import SinkConnection, batch_body, batch_ends_after, batch_idempotency_key, rejected_offset
@@ -207,7 +207,7 @@ class Register:
         execution = self.task["execution_name"]
         if position.execution == execution and position.status == PAUSED:
             self.paused = True  # a retry after this execution stopped for the pause
-            return max(int(self.task["start_record"]), self.chunk_start, position.next_record)
+            return self._resume_at(position)
         if position.execution != execution or not position.running:
             raise StaleExecutionError(
                 f"execution {execution} is not the tenant's current running execution "
@@ -215,7 +215,7 @@ class Register:
                 "A failed file continues with `ops resume`, never with a redrive"
             )
         if position.paused_at is not None and self._pause():
-            return max(int(self.task["start_record"]), self.chunk_start, position.next_record)
+            return self._resume_at(position)
         if position.batch_size is None:
             try:
                 position = self.ledger.pin_settings(execution, self.chunk_size, self.config.sink_batch_size)
@@ -229,6 +229,11 @@ class Register:
                 "Split writes the index again with the file's own chunk size)"
             )
         self.batch_size = position.batch_size or self.config.sink_batch_size
+        return self._resume_at(position)
+
+    def _resume_at(self, position: Position) -> int:
+        """The task's first record not acknowledged yet: past its start, its chunk's start and
+        the ledger's progress."""
         return max(int(self.task["start_record"]), self.chunk_start, position.next_record)
 
     def run(self, lines: Any, sink: SinkConnection) -> ChunkProgress:
