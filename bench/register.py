@@ -69,7 +69,6 @@ from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "lambdas"))
 
 import yaml
 
@@ -95,8 +94,8 @@ def csv_file(count: int) -> bytes:
 def raw_client(url: str, count: int, batch: int) -> dict[str, float]:
     """Records/s of a plain keep-alive client (runs in its own process), and its CPU seconds per
     request."""
-    from chunk_format import idempotency_key
-    from sink_client import batch_body, batch_idempotency_key
+    from lambdas.chunk_format import idempotency_key
+    from lambdas.sink_client import batch_body, batch_idempotency_key
 
     records = records_of(count)
     parts = urllib.parse.urlsplit(url)
@@ -131,10 +130,10 @@ def handler_alone(spec: dict[str, Any]) -> dict[str, Any]:
     one after the other, in this process (a warm function); returns rates and phase times."""
     os.environ.update(spec["environment"])
     import boto3
-    import contract
-    import register_chunk
-    from ledger import Ledger
-    from runtime import BoundLogger, get_logger
+    from lambdas import contract
+    from lambdas import register_chunk
+    from lambdas.ledger import Ledger
+    from lambdas.runtime import BoundLogger, get_logger
 
     phases = {"index_read": 0.0, "fence": 0.0, "writes": 0.0, "s3_gets": 0, "fence_calls": 0, "write_calls": 0}
 

@@ -47,7 +47,7 @@ TENANT, LANDING, WORK, KEY = "bench", "landing", "work", "bench/big.csv"
 CHILD = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-import split
+from lambdas import split
 event = json.loads(sys.argv[2])
 started, cpu = time.monotonic(), time.process_time()
 result = split.handler(event, None)
@@ -92,7 +92,7 @@ def measure(records: int, chunk_size: int) -> dict[str, float]:
         }
         event = {"tenant": TENANT, "event_id": f"bench-{int(time.time())}", "bucket": LANDING, "key": KEY,
                  "version_id": version_id, "start_record": 0}
-        done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT / "lambdas"), json.dumps(event)],
+        done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), json.dumps(event)],
                               env=env, check=True, capture_output=True, text=True)
         figures = json.loads(done.stdout.strip().splitlines()[-1])
     finally:

@@ -13,7 +13,6 @@ failure notification number them), lines of a file from 1.
 from __future__ import annotations
 
 import argparse
-import importlib
 import io
 import json
 import shlex
@@ -32,7 +31,7 @@ from rich.table import Table
 
 from demo.samples import SampleFile, malformed, sample_files
 from demo.verify import TenantVerdict, Upload, attempts, verify_tenant
-from lambdas import contract
+from lambdas import closer, contract, hints, ledger
 from pipeline_constructs.config import ConfigError, load_config
 
 EXIT_HELD, EXIT_VIOLATED, EXIT_USAGE, EXIT_TIMED_OUT = 0, 1, 2, 3
@@ -260,19 +259,12 @@ def run_ops(pipe, console: Console, *args: str) -> int:
     return code
 
 
-def lambda_module(name: str) -> Any:
-    """A module of the Lambda code (`ledger`, `hints`, `closer`), imported as `python -m ops` does."""
-    import ops  # noqa: F401 - puts lambdas/ on the path: the functions import each other as top-level modules
-
-    return importlib.import_module(name)
-
-
 def halted_tenants(pipe, resources) -> dict[str, Any]:
     """Tenants halted after a failed file, with the hint for it (`lambdas/hints.py`), from their
     ledger position; ``resources``: what `ops.discovery.discover` found for the pipeline."""
-    ddb, ledger = pipe.client("dynamodb"), lambda_module("ledger")
+    ddb = pipe.client("dynamodb")
     positions = {t: ledger.Ledger(ddb, resources[t].ledger_table, t).read() for t in pipe.tenant_ids}
-    return {t: lambda_module("hints").hint_for(position) for t, position in positions.items() if position.halted}
+    return {t: hints.hint_for(position) for t, position in positions.items() if position.halted}
 
 
 def settled(pipe, resources) -> bool:
@@ -367,15 +359,14 @@ def newly_closed(pipe, tenant: str, shown: set[str]) -> list[dict[str, Any]]:
 
 def closed_attempt(pipe, resources, execution: str) -> dict[str, Any] | None:
     """The ledger's record of a closed execution (its history item), if the closer wrote it."""
-    ledger = lambda_module("ledger").Ledger(pipe.client("dynamodb"), resources.ledger_table, resources.tenant_id)
-    return next((e for e in ledger.history(limit=20) if e["execution"] == execution), None)
+    records = ledger.Ledger(pipe.client("dynamodb"), resources.ledger_table, resources.tenant_id)
+    return next((e for e in records.history(limit=20) if e["execution"] == execution), None)
 
 
 def file_outcome(tenant: str, execution: dict, closed: dict[str, Any] | None = None) -> str:
     """One line per closed file for `--serve`: its records, or why it failed: the error type, its
     message and where the file stopped (``closed``: the ledger's history item of the execution),
     then the hint (`lambdas/hints.py`); never a stack trace or a record's content."""
-    hints = lambda_module("hints")
     where = f"{tenant}: s3://.../{execution['input'].get('key')}"
     if execution["status"] == "SUCCEEDED":
         split = (execution.get("output") or {}).get("split") or {}
@@ -386,7 +377,7 @@ def file_outcome(tenant: str, execution: dict, closed: dict[str, Any] | None = N
             return f"{where} SUCCEEDED"
         sent = f"records {start:,} to {total - 1:,}" if start else f"{total:,} records"
         return f"{where} SUCCEEDED: {sent} registered" if total else f"{where} SUCCEEDED: no records"
-    error, message = lambda_module("closer").error_summary(execution.get("error"), execution.get("cause"))
+    error, message = closer.error_summary(execution.get("error"), execution.get("cause"))
     if closed and closed.get("error"):  # the closer's summary of the same failure
         error, message = closed["error"], closed.get("cause") or message
     message = " ".join(message.split()) or "no message given"

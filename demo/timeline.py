@@ -235,8 +235,7 @@ def _drop_crowded_labels(ax, labels: list[tuple[Bar, Any]], timeline: Timeline) 
 def write(pipe: Any, resources: Mapping[str, Any], path: Path, *, origin: float, end: float, title: str) -> Timeline:
     """Read the run from the local pipeline ``pipe`` (its executions, and each tenant's ledger
     history; ``resources``: what `ops.discovery.discover` found) and draw it into ``path``."""
-    import ops  # noqa: F401, I001 - first: puts the Lambda code (the ledger) on the path, as `python -m ops` does
-    from ledger import Ledger
+    from lambdas.ledger import Ledger
 
     ddb = pipe.client("dynamodb")
     timeline = from_run(

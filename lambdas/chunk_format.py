@@ -30,7 +30,7 @@ from itertools import accumulate, chain, repeat
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
-from contract import MalformedFileError
+from lambdas.contract import MalformedFileError
 
 READ_SIZE_BYTES = 64 * 1024
 MAX_LINE_BYTES = 8 * 1024 * 1024

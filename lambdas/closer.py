@@ -31,10 +31,10 @@ import time
 from typing import Any
 
 from botocore.exceptions import ClientError
-from contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
-from hints import CRASH_ERRORS, commands, hint_for, stopped_at
-from ledger import FAILED, Ledger, LedgerConflict, Position, hand_off
-from runtime import BoundLogger, aws_client, error_code, lambda_handler
+from lambdas.contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
+from lambdas.hints import CRASH_ERRORS, commands, hint_for, stopped_at
+from lambdas.ledger import FAILED, Ledger, LedgerConflict, Position, hand_off
+from lambdas.runtime import BoundLogger, aws_client, error_code, lambda_handler
 
 RUNBOOK = "docs/operations.md"
 

@@ -25,7 +25,7 @@ import json
 import time
 from typing import Any
 
-from contract import (
+from lambdas.contract import (
     COMPLETION_ACTIONS,
     COMPLETION_ANSWER_ATTRIBUTE,
     COMPLETION_ANSWERED_AT_ATTRIBUTE,
@@ -39,7 +39,7 @@ from contract import (
     CompletionAnswer,
     CompletionEnv,
 )
-from runtime import BoundLogger, aws_client, error_code, lambda_handler
+from lambdas.runtime import BoundLogger, aws_client, error_code, lambda_handler
 
 CONFIRMED = "confirmed"
 REJECTED = "rejected"

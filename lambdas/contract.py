@@ -614,7 +614,7 @@ SINK_REQUESTS_METRIC = "SinkRequests"
 class EmfMetric:
     """A metric a handler publishes in CloudWatch's embedded metric format: its CloudWatch
     unit, and the handler module that publishes it (its function's `Handler` is
-    `<emitter>.handler`)."""
+    `lambdas.<emitter>.handler`)."""
 
     unit: str
     emitter: str

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from contract import (
+from lambdas.contract import (
     CLOSED_STATUSES,
     HEAD_WAIT_METRIC,
     LATE_ARRIVAL_METRIC,
@@ -49,8 +49,8 @@ from contract import (
     s3_key_from_event,
     sequence_of,
 )
-from ledger import AlreadyClaimed, Ledger, LedgerConflict, Position, start_execution
-from runtime import BoundLogger, aws_client, emit_metrics, execution_status, lambda_handler
+from lambdas.ledger import AlreadyClaimed, Ledger, LedgerConflict, Position, start_execution
+from lambdas.runtime import BoundLogger, aws_client, emit_metrics, execution_status, lambda_handler
 
 #: Right after StartExecution, DescribeExecution may not see the execution yet; past this age
 #: an execution the ledger says is running but Step Functions does not know is started again.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ledger import Position
+    from lambdas.ledger import Position
 
 RESUME = "resume"
 REPLACE = "replace"

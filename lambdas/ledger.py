@@ -39,8 +39,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from contract import DuplicateOf, ExecutionInput, FileRef
-from runtime import error_code
+from lambdas.contract import DuplicateOf, ExecutionInput, FileRef
+from lambdas.runtime import error_code
 
 POSITION = "position"
 HISTORY_PREFIX = "file#"

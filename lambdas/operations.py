@@ -21,9 +21,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from chunk_format import file_records
-from contract import FileRef, MalformedFileError, chunk_prefix, execution_name, manifest_key, sequence_of
-from ledger import (
+from lambdas.chunk_format import file_records
+from lambdas.contract import FileRef, MalformedFileError, chunk_prefix, execution_name, manifest_key, sequence_of
+from lambdas.ledger import (
     FAILED,
     PAUSED,
     REPLACEMENT_PREFIX,
@@ -35,7 +35,7 @@ from ledger import (
     start_execution,
     version_digest,
 )
-from runtime import error_code, execution_status
+from lambdas.runtime import error_code, execution_status
 
 
 class NothingToDo(Exception):

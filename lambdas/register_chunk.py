@@ -55,7 +55,7 @@ from typing import Any, NamedTuple
 
 from collections import OrderedDict
 
-from chunk_format import (
+from lambdas.chunk_format import (
     INDEX_BLOCK_ENTRIES,
     chunk_byte_range,
     chunk_entries_from_block,
@@ -63,7 +63,7 @@ from chunk_format import (
     idempotency_key,
     index_block_range,
 )
-from contract import (
+from lambdas.contract import (
     RECORDS_SENT_METRIC,
     SINK_ERRORS_METRIC,
     SINK_REQUESTS_METRIC,
@@ -80,10 +80,10 @@ from contract import (
     manifest_key,
     work_prefix,
 )
-from ledger import PAUSED, Ledger, LedgerConflict, Position
-from runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
-from sink_auth import CredentialUnavailable, NoAuth, SinkAuth, sink_auth_for
-from sink_client import SinkConnection, batch_body, batch_ends_after, batch_idempotency_key, rejected_offset
+from lambdas.ledger import PAUSED, Ledger, LedgerConflict, Position
+from lambdas.runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
+from lambdas.sink_auth import CredentialUnavailable, NoAuth, SinkAuth, sink_auth_for
+from lambdas.sink_client import SinkConnection, batch_body, batch_ends_after, batch_idempotency_key, rejected_offset
 
 #: Time kept in hand at the deadline for the last progress write and the return: this much,
 #: or a tenth of the invocation's time if that is less.

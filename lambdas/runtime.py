@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
 
-from contract import EMF_DIMENSIONS, EMF_METRICS, TENANT_DIMENSION, PipelineError, execution_arn, from_env
+from lambdas.contract import EMF_DIMENSIONS, EMF_METRICS, TENANT_DIMENSION, PipelineError, execution_arn, from_env
 
 LOGGER_NAME = "ingest"
 

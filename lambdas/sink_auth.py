@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from contract import RegisterEnv, SinkAuthError
-from runtime import aws_client, error_code
+from lambdas.contract import RegisterEnv, SinkAuthError
+from lambdas.runtime import aws_client, error_code
 
 #: Secrets Manager errors that reading again cannot fix (the file fails, naming the secret).
 #: Any other error of the AWS SDK (throttling, a service fault, no connection) may pass:

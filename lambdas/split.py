@@ -23,8 +23,8 @@ import hashlib
 import json
 from typing import Any, Callable
 
-from chunk_format import INDEX_ENTRY, IndexWriter, TextLines, chunk_starts
-from contract import (
+from lambdas.chunk_format import INDEX_ENTRY, IndexWriter, TextLines, chunk_starts
+from lambdas.contract import (
     FileTooLargeError,
     SplitTimeLimitError,
     KeyOutsidePrefixError,
@@ -37,8 +37,8 @@ from contract import (
     execution_name,
     manifest_key,
 )
-from ledger import Ledger
-from runtime import BoundLogger, aws_client, error_code, lambda_handler, pick
+from lambdas.ledger import Ledger
+from lambdas.runtime import BoundLogger, aws_client, error_code, lambda_handler, pick
 
 
 class _HashingBody:

@@ -45,7 +45,7 @@ from typing import Any
 import boto3
 import botocore.loaders
 import botocore.session
-import operations
+from lambdas import operations
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -55,7 +55,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 from botocore.parsers import ResponseParserError
-from ledger import Ledger, LedgerConflict
+from lambdas.ledger import Ledger, LedgerConflict
 
 from lambdas import contract
 from ops import dlq, preflight, quarantine, reconcile, unmatched

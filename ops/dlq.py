@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract import queue_message
+from lambdas.contract import queue_message
 from ops.discovery import DiscoveryError, TenantResources
 
 #: How long the messages a command reads stay invisible to anyone else (they are made visible

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import sink_auth
+from lambdas import sink_auth
 from botocore.exceptions import ClientError
 
 from pipeline_constructs import capacity, names, routing, uploaders

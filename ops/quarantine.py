@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract import quarantine_prefix, queue_message, replayed_prefix
-from operations import NothingToDo
+from lambdas.contract import quarantine_prefix, queue_message, replayed_prefix
+from lambdas.operations import NothingToDo
 
 
 @dataclass(frozen=True)

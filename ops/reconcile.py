@@ -29,8 +29,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from contract import NAME_DIGEST_CHARS, REPLAY_EVENT_ID, queue_message
-from ledger import FAILED, HISTORY_PREFIX, RUNNING, Ledger, version_entry
+from lambdas.contract import NAME_DIGEST_CHARS, REPLAY_EVENT_ID, queue_message
+from lambdas.ledger import FAILED, HISTORY_PREFIX, RUNNING, Ledger, version_entry
 from ops.discovery import TenantResources
 
 #: BatchGetItem reads at most this many keys per call.

@@ -7,9 +7,9 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from hints import Hint, commands, hint_for
-from ledger import DUPLICATE, FAILED, PAUSED, SKIPPED, SUCCEEDED, Ledger, Position
-from operations import describe_state
+from lambdas.hints import Hint, commands, hint_for
+from lambdas.ledger import DUPLICATE, FAILED, PAUSED, SKIPPED, SUCCEEDED, Ledger, Position
+from lambdas.operations import describe_state
 
 from ops.discovery import TenantResources, shared_outputs
 from pipeline_constructs import names

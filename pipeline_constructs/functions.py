@@ -6,6 +6,11 @@ function's errors reads `metrics.TenantMetrics.error_log_lines(role)`.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,9 +21,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+import lambdas
 from lambdas import contract
 
-LAMBDA_SOURCE_DIR = Path(__file__).resolve().parent.parent / "lambdas"
+#: The `lambdas` package, wherever it is (this repository, or a site-packages it was installed into).
+LAMBDA_SOURCE_DIR = Path(lambdas.__file__).resolve().parent
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 
 
@@ -49,7 +56,30 @@ class PipelineFunction:
 
 def lambda_code() -> lambda_.Code:
     """The runtime code: one asset for every function, no third-party packages."""
-    return lambda_.Code.from_asset(str(LAMBDA_SOURCE_DIR), exclude=["__pycache__", "*.pyc"])
+    return lambda_.Code.from_asset(str(staged_package(LAMBDA_SOURCE_DIR)))
+
+
+@functools.cache
+def staged_package(source: Path) -> Path:
+    """A directory that holds the package at ``source`` as `lambdas` and nothing else, as
+    Lambda's /var/task will: the handlers import each other as `lambdas.<module>`, so the
+    package, not its contents, is the asset's top level. Named by the content's digest: each
+    version of the code is staged once, and concurrent synths share it."""
+    files = sorted(source.glob("*.py"))
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    root = Path(tempfile.gettempdir()) / f"ordered-ingest-lambda-code-{digest.hexdigest()[:20]}"
+    if not root.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
+        (staging / "lambdas").mkdir()
+        for file in files:
+            shutil.copyfile(file, staging / "lambdas" / file.name)
+        try:
+            os.rename(staging, root)
+        except OSError:  # another synth staged the same content first
+            shutil.rmtree(staging, ignore_errors=True)
+    return root
 
 
 def pipeline_function(

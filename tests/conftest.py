@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import re
+import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +48,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+def modules_loaded_twice(root: Path = ROOT) -> list[str]:
+    """Files of the project under ``root`` that more than one entry of `sys.modules` was loaded
+    from (``contract`` beside ``lambdas.contract``: two module objects of one file, with two
+    copies of its classes and state), as "path: name, name"."""
+    names: dict[Path, list[str]] = {}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not file:
+            continue
+        path = Path(file).resolve()
+        if path.is_relative_to(root) and not path.is_relative_to(root / ".venv"):
+            names.setdefault(path, []).append(name)
+    return [f"{path.relative_to(root)}: {', '.join(sorted(found))}" for path, found in sorted(names.items())
+            if len(found) > 1]
+
+
+_modules_checked = 0
+
+
+@pytest.fixture(autouse=True)
+def _each_file_one_module() -> Iterator[None]:
+    """After every test: no file of the project loaded under two module names (checked again only
+    when something was imported)."""
+    global _modules_checked
+    yield
+    if len(sys.modules) != _modules_checked:
+        twice = modules_loaded_twice()
+        assert not twice, f"loaded under two module names: {twice}"
+        _modules_checked = len(sys.modules)
 
 
 def problems_of(yaml_text: str) -> list[str]:

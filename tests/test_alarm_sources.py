@@ -160,9 +160,9 @@ def _emf_problems(stack: Stack, metric: Watched, emf: contract.EmfMetric) -> lis
     tenant = metric.dimensions.get(contract.TENANT_DIMENSION)
     if tenant is not None and tenant != stack.tenant_id:
         problems.append(f"{contract.TENANT_DIMENSION} = {tenant!r} is not the stack's tenant {stack.tenant_id!r}")
-    emitters = [f for f in stack.functions if f.get("Handler") == f"{emf.emitter}.handler"]
+    emitters = [f for f in stack.functions if f.get("Handler") == f"lambdas.{emf.emitter}.handler"]
     if not emitters:
-        problems.append(f"no function of the stack runs {emf.emitter}.handler, which publishes it")
+        problems.append(f"no function of the stack runs lambdas.{emf.emitter}.handler, which publishes it")
     for function in emitters:
         # The controller reads its namespace from its environment; register uses the constant.
         namespace = function.get("Environment", {}).get("Variables", {}).get(contract.env_name("metric_namespace"))
@@ -357,7 +357,7 @@ NO_PUBLISHER = "no handler publishes it (contract.EMF_METRICS) and no metric fil
         pytest.param("default_app", ACME, _set(["acme-stall", "Dimensions", 0, "Value"], "globex"),
                      f"{STALL}: Tenant = 'globex' is not the stack's tenant 'acme'",
                      id="another-tenant"),
-        pytest.param("default_app", ACME, _set([_function("controller.handler"), "Environment", "Variables",
+        pytest.param("default_app", ACME, _set([_function("lambdas.controller.handler"), "Environment", "Variables",
                                                 "METRIC_NAMESPACE"], "FileIngest"),
                      "alarm acme-queue-age: OrderedIngest PausedSeconds: controller publishes it into namespace "
                      f"'FileIngest'\nalarm acme-paused: OrderedIngest PausedSeconds: controller publishes it into "
@@ -365,9 +365,9 @@ NO_PUBLISHER = "no handler publishes it (contract.EMF_METRICS) and no metric fil
                      "alarm acme-quarantine: OrderedIngest QuarantinedMessages: controller publishes it into "
                      "namespace 'FileIngest'",
                      id="the-controller-publishes-into-another-namespace"),
-        pytest.param("default_app", ACME, _set([_function("register_chunk.handler"), "Handler"], "register.handler"),
+        pytest.param("default_app", ACME, _set([_function("lambdas.register_chunk.handler"), "Handler"], "lambdas.register.handler"),
                      "\n".join(f"alarm acme-sink-errors: OrderedIngest {metric}: no function of the stack runs "
-                               "register_chunk.handler, which publishes it" for metric in ("SinkErrors", "SinkRequests")),
+                               "lambdas.register_chunk.handler, which publishes it" for metric in ("SinkErrors", "SinkRequests")),
                      id="no-function-publishes-it"),
         pytest.param("default_app", ACME, _set([_error_log_filter("split"), "MetricTransformations", 0, "MetricName"],
                                                "ErrorLogLines-acme-splitter"),

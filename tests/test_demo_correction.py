@@ -34,9 +34,8 @@ def test_the_scenario_is_one_of_the_demo_s_and_needs_no_more_options(capsys, tmp
 
 
 def test_the_malformed_file_keeps_its_name_and_has_one_row_missing_a_field_which_split_refuses():
-    import ops  # noqa: F401 - puts lambdas/ on the path, as the functions import each other
-    from chunk_format import file_records
-    from contract import MalformedFileError
+    from lambdas.chunk_format import file_records
+    from lambdas.contract import MalformedFileError
 
     good = sample_files("acme", "csv", files=3, records=10)[2]
     bad = missing_field(good, 7)
@@ -123,8 +122,7 @@ def test_the_demo_corrects_a_file_in_place_and_pauses_for_a_maintenance(capsys):
     version in its place, the core system gets the six files in order, every record once, and
     `ops status` links the failed attempt to its replacement; `ops pause` stops a file mid-way
     while globex goes on, `ops unpause` runs it on there, and the demo exits 0."""
-    import ops  # noqa: F401 - puts lambdas/ on the path
-    import hints
+    from lambdas import hints
 
     code = main(["--tenants", str(FIXTURE_TENANTS), "--scenario", "correction", "--records", "10",
                  "--time-scale", str(E2E_TIME_SCALE), "--timeout", "300"])

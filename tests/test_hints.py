@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import html
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
-import contract  # noqa: E402
-from hints import (  # noqa: E402
+from lambdas import contract
+from lambdas.hints import (
     ABORTED, BAD_FILE, BY_ERROR, CRASH, CRASH_ERRORS, LOST, NOTHING, OTHER, REPLACE, RESUME, TIMED_OUT, commands, hint,
 )
 
@@ -112,7 +110,7 @@ def test_the_runbook_says_where_a_corrected_re_upload_lands_in_the_order():
 def test_where_a_file_stopped_numbers_chunks_and_records_from_0_as_every_output_does():
     """One convention for the notification, `ops status`, `--serve` and the register function's
     errors ("chunk 2 record 50 (file record 250)"): chunks and records numbered from 0."""
-    from hints import stopped_at
+    from lambdas.hints import stopped_at
 
     assert stopped_at(250, 1000, 100, 10) == "chunk 2 of 10, record 250 of 1,000 (records 0-249 reached the core system)"
     assert stopped_at(999, 1000, 100, 10) == "chunk 9 of 10, record 999 of 1,000 (records 0-998 reached the core system)"

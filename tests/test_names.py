@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
-import contract
-from contract import (
+from lambdas import contract
+from lambdas.contract import (
     MAX_CHUNK_INDEX,
     MAX_EXECUTION_NAME,
     MAX_FILE_EXECUTION_NAME,

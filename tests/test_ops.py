@@ -5,17 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from tests.conftest import create_ledger_table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
-from ops.cli import (  # noqa: E402
+from ops.cli import (
     EXIT_CONFLICT,
     EXIT_HALTED,
     EXIT_NOT_FOUND,
@@ -25,7 +22,7 @@ from ops.cli import (  # noqa: E402
     main,
 )
 
-from contract import (  # noqa: E402
+from lambdas.contract import (
     MAX_CHUNK_INDEX,
     MAX_EXECUTION_NAME,
     PAGE_EXECUTION_NAME_FORMAT,
@@ -34,10 +31,10 @@ from contract import (  # noqa: E402
     execution_arn,
     execution_name,
 )
-from ledger import Ledger  # noqa: E402
-from lambdas import contract  # noqa: E402
-from ops.discovery import discover  # noqa: E402
-from ops.reconcile import ObjectVersion, replay_event_id  # noqa: E402
+from lambdas.ledger import Ledger
+from lambdas import contract
+from ops.discovery import discover
+from ops.reconcile import ObjectVersion, replay_event_id
 
 REGION = "us-east-1"
 NOW = 1_700_000_000.0
@@ -332,7 +329,7 @@ def test_an_unknown_tenant_or_an_empty_account_is_not_found(deployment, monkeypa
 
 def test_a_resume_racing_another_writer_asks_to_run_again(deployment, monkeypatch):
     deployment.failed_file()
-    import operations
+    from lambdas import operations
 
     real_read = Ledger.read
     raced: list[bool] = []

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from tests.conftest import create_ledger_table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
-from ops.cli import EXIT_ERROR, EXIT_LEFT_IN_DLQ, EXIT_NOT_FOUND, EXIT_OK, main  # noqa: E402
+from ops.cli import EXIT_ERROR, EXIT_LEFT_IN_DLQ, EXIT_NOT_FOUND, EXIT_OK, main
 
 REGION = "us-east-1"
 

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import io
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from tests.conftest import create_ledger_table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lambdas"))
 
-from ops.cli import EXIT_NOT_COMPLETED, EXIT_OK, EXIT_USAGE, main  # noqa: E402
+from ops.cli import EXIT_NOT_COMPLETED, EXIT_OK, EXIT_USAGE, main
 
-from contract import FileRef  # noqa: E402
-from controller import file_ref_from_sqs_body  # noqa: E402
-from ledger import Ledger  # noqa: E402
+from lambdas.contract import FileRef
+from lambdas.controller import file_ref_from_sqs_body
+from lambdas.ledger import Ledger
 
 REGION = "us-east-1"
 NOW = 1_700_000_000.0

@@ -136,7 +136,7 @@ def test_a_closer_killed_after_recording_a_failure_still_reports_it_once(pipe: L
     the notification and the hand-off) WHEN the workflow retries it (and the status-change rule's
     report arrives too) THEN the close is reported once: one history item, one notification, the
     tenant halted on that file; `ops skip` then lets the next file go."""
-    from ledger import FAILED, Ledger
+    from lambdas.ledger import FAILED, Ledger
 
     closer_log = len(log_lines(pipe, "acme", "closer"))
     pipe.faults.kill("acme", "closer", after="dynamodb.TransactWriteItems", times=1)

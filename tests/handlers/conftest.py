@@ -1,23 +1,16 @@
-"""Fixtures for the Lambda handler unit tests: moto-backed AWS and the handlers on sys.path."""
+"""Fixtures for the Lambda handler unit tests: moto-backed AWS."""
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-LAMBDAS_DIR = Path(__file__).resolve().parents[2] / "lambdas"
-if str(LAMBDAS_DIR) not in sys.path:
-    # The handlers are deployed as top-level modules (`controller.handler`); import them so.
-    sys.path.insert(0, str(LAMBDAS_DIR))
-
 import boto3
-import runtime
+from lambdas import runtime
 from moto import mock_aws
 
 from tests.conftest import share_service_models
@@ -140,7 +133,7 @@ def ledger_table(ddb: Any) -> str:
 @pytest.fixture
 def ledger(ddb: Any, ledger_table: str) -> Any:
     """The tenant's ledger, empty (a test module may give its own, with a file in it)."""
-    from ledger import Ledger
+    from lambdas.ledger import Ledger
 
     return Ledger(ddb, ledger_table, TENANT)
 

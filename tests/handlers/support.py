@@ -25,7 +25,7 @@ def emf_records(stdout: str, emitter: str) -> list[dict[str, Any]]:
     (`EMF_METRICS`, which the alarms are checked against too): the one dimension set, with a
     value; every metric in the table, published by ``emitter`` (the handler module) with the
     table's unit and a number."""
-    from contract import EMF_DIMENSIONS, EMF_METRICS  # the handlers' own import (lambdas/ on sys.path)
+    from lambdas.contract import EMF_DIMENSIONS, EMF_METRICS
 
     records = []
     for line in stdout.splitlines():

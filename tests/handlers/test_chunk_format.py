@@ -9,10 +9,10 @@ import io
 import json
 from typing import Any
 
-import chunk_format
+from lambdas import chunk_format
 import pytest
-from chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
-from contract import MalformedFileError
+from lambdas.chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
+from lambdas.contract import MalformedFileError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

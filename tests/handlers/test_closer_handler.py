@@ -7,13 +7,13 @@ import logging
 import uuid
 from typing import Any
 
-import closer
+from lambdas import closer
 import pytest
 from botocore.exceptions import ClientError
-from closer import Closer, close_event, crashed_function, error_summary
-from contract import CloserEnv, FileRef, environment, execution_arn
-from ledger import DUPLICATE, FAILED, SUCCEEDED, Ledger
-from runtime import BoundLogger, get_logger
+from lambdas.closer import Closer, close_event, crashed_function, error_summary
+from lambdas.contract import CloserEnv, FileRef, environment, execution_arn
+from lambdas.ledger import DUPLICATE, FAILED, SUCCEEDED, Ledger
+from lambdas.runtime import BoundLogger, get_logger
 
 from tests.handlers.support import TENANT
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
-import completion
+from lambdas import completion
 import pytest
-from contract import COMPLETION_REJECTED_ERROR, MAX_REJECT_REASON
-from runtime import BoundLogger, get_logger
+from lambdas.contract import COMPLETION_REJECTED_ERROR, MAX_REJECT_REASON
+from lambdas.runtime import BoundLogger, get_logger
 
 from tests.conftest import moto_executing_state_machines
 from tests.handlers.support import LEDGER_TABLE, REGION, TENANT

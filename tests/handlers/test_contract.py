@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-import chunk_format
-import contract
+from lambdas import chunk_format
+from lambdas import contract
 import pytest
-from contract import ConfigError, ControllerEnv, RegisterEnv, SplitEnv, environment, from_env
+from lambdas.contract import ConfigError, ControllerEnv, RegisterEnv, SplitEnv, environment, from_env
 
 
 def test_environment_round_trips_through_from_env():

@@ -11,9 +11,9 @@ import re
 import uuid
 from typing import Any
 
-import controller
+from lambdas import controller
 import pytest
-from contract import (
+from lambdas.contract import (
     MAX_FILE_EXECUTION_NAME,
     ControllerEnv,
     FileRef,
@@ -21,10 +21,10 @@ from contract import (
     execution_arn,
     execution_name,
 )
-from controller import process_message
-from ledger import FAILED, RUNNING, Ledger
+from lambdas.controller import process_message
+from lambdas.ledger import FAILED, RUNNING, Ledger
 from moto.stepfunctions.models import StepFunctionBackend
-from runtime import BoundLogger, get_logger
+from lambdas.runtime import BoundLogger, get_logger
 
 from tests.handlers.support import TENANT, Context, VisibilityRecorder, emf_records
 
@@ -808,7 +808,7 @@ def test_a_message_the_gate_finds_unusable_is_quarantined_too(config, sfn, ddb, 
                                                               monkeypatch):
     """GIVEN a gate that refuses a parsed file event as unusable (as an ordering mode may, for a key
     without a sequence number) WHEN the message is handled THEN it is quarantined with that reason."""
-    from contract import UnusableMessageError
+    from lambdas.contract import UnusableMessageError
 
     def refuse(self: Any, file: FileRef) -> Any:
         raise UnusableMessageError("the key has no sequence number")

@@ -13,16 +13,16 @@ import json
 import logging
 from typing import Any
 
-import operations
+from lambdas import operations
 import pytest
-from contract import (
+from lambdas.contract import (
     LATE_ARRIVAL_METRIC,
     SEQUENCE_GAP_METRIC,
     ControllerEnv,
     FileRef,
     sequence_of,
 )
-from ledger import Ledger, hand_off
+from lambdas.ledger import Ledger, hand_off
 
 from tests.handlers.support import TENANT, emf_records
 from tests.handlers.test_controller_handler import (
@@ -229,7 +229,7 @@ def test_skip_gap_refuses_while_a_file_runs_or_when_nothing_waits(sequenced, sfn
 
 
 def described_input(sfn: Any, config: ControllerEnv, name: str) -> str:
-    from contract import execution_arn
+    from lambdas.contract import execution_arn
 
     return sfn.describe_execution(executionArn=execution_arn(config.state_machine_arn, name))["input"]
 
@@ -321,7 +321,7 @@ def test_a_close_between_noting_a_waiting_file_and_checking_the_position_is_neve
 def test_the_ledger_refuses_to_skip_a_gap_while_a_file_runs_or_the_tenant_is_halted(sequenced, sfn, ddb, sqs, queue, ledger):
     """The ledger's own condition, not only the operator command's check: a gap skip that raced a
     claim or a failure fails (LedgerConflict) instead of moving the sequence under a running file."""
-    from ledger import LedgerConflict
+    from lambdas.ledger import LedgerConflict
 
     before = ledger.read()
     run(queue.record("evt-1", key=file_key(1)), sequenced, sfn, ddb, sqs)

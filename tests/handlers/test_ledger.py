@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from contract import FileRef
-from ledger import (
+from lambdas.contract import FileRef
+from lambdas.ledger import (
     DUPLICATE,
     FAILED,
     RUNNING,
@@ -420,7 +420,7 @@ def test_closed_attempt_looks_back_over_the_newest_attempts_only(ledger, ddb):
     """GIVEN 600 closed attempts in the history (more than one page of the query) WHEN an attempt
     among the newest `RECENT_ATTEMPTS` is looked up THEN it is found; one older than that is not
     (a report that late is a stranger's: the look-back is bounded, whatever the history's size)."""
-    from ledger import RECENT_ATTEMPTS
+    from lambdas.ledger import RECENT_ATTEMPTS
 
     def item(n: int) -> dict:
         return {"tenant": {"S": TENANT}, "entry": {"S": f"file#{n:013d}#old-{n}"}, "execution": {"S": f"old-{n}"},

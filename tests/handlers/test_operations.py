@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from contract import FileRef, execution_arn
-from ledger import FAILED, RUNNING, Ledger, start_execution
-from operations import NothingToDo, describe_state, resume, skip, skip_gap
+from lambdas.contract import FileRef, execution_arn
+from lambdas.ledger import FAILED, RUNNING, Ledger, start_execution
+from lambdas.operations import NothingToDo, describe_state, resume, skip, skip_gap
 
 from tests.handlers.support import TENANT
 

@@ -30,18 +30,18 @@ import json
 from typing import Any
 
 import boto3
-import operations
+from lambdas import operations
 import pytest
-from closer import Closer
-from contract import CLOSED_STATUSES, CloserEnv, ControllerEnv, execution_arn
-from controller import process_message
+from lambdas.closer import Closer
+from lambdas.contract import CLOSED_STATUSES, CloserEnv, ControllerEnv, execution_arn
+from lambdas.controller import process_message
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from ledger import PAUSED, SKIPPED, SUCCEEDED, Ledger, LedgerConflict, version_entry
+from lambdas.ledger import PAUSED, SKIPPED, SUCCEEDED, Ledger, LedgerConflict, version_entry
 from moto import mock_aws
 from moto.stepfunctions.models import stepfunctions_backends
-from runtime import BoundLogger, get_logger
+from lambdas.runtime import BoundLogger, get_logger
 
 from tests.conftest import share_service_models
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import chunk_format
-import contract
+from lambdas import chunk_format
+from lambdas import contract
 import pytest
-import register_chunk
-import sink_client
-import split
-from contract import (
+from lambdas import register_chunk
+from lambdas import sink_client
+from lambdas import split
+from lambdas.contract import (
     FileRef,
     RegisterEnv,
     SinkRejectedError,
@@ -30,8 +30,8 @@ from contract import (
     environment,
     from_env,
 )
-from ledger import Ledger, Position
-from runtime import BoundLogger, get_logger
+from lambdas.ledger import Ledger, Position
+from lambdas.runtime import BoundLogger, get_logger
 
 from tests.handlers import support
 from tests.handlers.support import TENANT, Context
@@ -813,8 +813,8 @@ def test_batches_are_json_arrays_cut_on_the_chunks_grid_with_one_key_each(work, 
 def test_a_batch_key_never_equals_a_record_key():
     """A tenant switched from record to batch mode must not see a batch deduplicated against the
     single record registered under `...#first`: the count is part of the batch key."""
-    from chunk_format import idempotency_key
-    from sink_client import batch_idempotency_key
+    from lambdas.chunk_format import idempotency_key
+    from lambdas.sink_client import batch_idempotency_key
 
     assert batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 1) != idempotency_key("landing", "acme/f.csv", "v1", 5)
     assert batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 3) != batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 2)
@@ -993,7 +993,7 @@ def test_a_warm_function_reads_a_files_manifest_and_index_once_then_one_ranged_g
     WHEN chunks 0-39 are registered by one warm function THEN each record arrives once, in
     order, with its own key, and the work bucket was read 1 (manifest) + 3 (index blocks) times,
     not 2 x 40: a chunk costs one ranged GET of the landing object."""
-    import chunk_format
+    from lambdas import chunk_format
 
     for module in (chunk_format, register_chunk):
         monkeypatch.setattr(module, "INDEX_BLOCK_ENTRIES", 16)

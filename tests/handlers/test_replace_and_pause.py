@@ -13,9 +13,9 @@ import json
 import uuid
 from typing import Any
 
-import controller
+from lambdas import controller
 import pytest
-from contract import (
+from lambdas.contract import (
     ControllerEnv,
     FileRef,
     RegisterEnv,
@@ -23,8 +23,8 @@ from contract import (
     execution_name,
     manifest_key,
 )
-from controller import Gate, Message, process_message
-from ledger import (
+from lambdas.controller import Gate, Message, process_message
+from lambdas.ledger import (
     FAILED,
     PAUSED,
     RUNNING,
@@ -36,9 +36,9 @@ from ledger import (
     Position,
     version_entry,
 )
-from operations import NothingToDo, Refused, pause, replace, replacement_event_id, resume, skip, unpause
-from register_chunk import Register
-from runtime import BoundLogger, get_logger
+from lambdas.operations import NothingToDo, Refused, pause, replace, replacement_event_id, resume, skip, unpause
+from lambdas.register_chunk import Register
+from lambdas.runtime import BoundLogger, get_logger
 
 from ops.discovery import TenantResources
 from ops.status import tenant_status
@@ -1155,7 +1155,7 @@ def test_an_interrupted_resume_is_not_started_while_paused_but_by_the_unpause(le
 def test_no_hand_off_while_a_file_runs_whether_paused_or_not(ledger, sqs, queue_url):
     """GIVEN a running file and the next file's message noted as waiting THEN a hand-off makes
     nothing visible, paused or not: the close of the running file (or the unpause) does."""
-    from ledger import hand_off
+    from lambdas.ledger import hand_off
 
     ledger.claim(ledger.read(), file("e1"), "e1", NOW)
     note_waiting(ledger, sqs, queue_url)

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from contract import (
+from lambdas.contract import (
     ConfigError,
     ControllerEnv,
     MalformedFileError,
@@ -14,7 +14,7 @@ from contract import (
     SinkRetryableError,
     environment,
 )
-from runtime import BoundLogger, lambda_handler
+from lambdas.runtime import BoundLogger, lambda_handler
 
 ENV = environment(
     ControllerEnv(tenant_id="acme", state_machine_arn="arn", ledger_table_name="l", queue_url="q",
@@ -95,7 +95,7 @@ def test_makes_the_declared_clients_at_init_only_in_a_lambda_environment(monkeyp
     """GIVEN a handler declaring the clients it uses WHEN its module is imported (the decorator runs)
     in a Lambda execution environment THEN each client exists before the first invocation (init does
     not count against its timeout); outside Lambda importing makes none."""
-    import runtime
+    from lambdas import runtime
 
     runtime.aws_client.cache_clear()
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
-import contract
+from lambdas import contract
 import pytest
-import register_chunk
-import sink_auth
+from lambdas import register_chunk
+from lambdas import sink_auth
 from botocore.exceptions import ClientError, EndpointConnectionError
-from contract import SinkAuthError, SinkUnavailableError
+from lambdas.contract import SinkAuthError, SinkUnavailableError
 
 from local_runtime.core_auth import SigV4Key, sigv4_problem
 from tests.handlers.support import REGION, Context

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sink_client
+from lambdas import sink_client
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec

@@ -6,12 +6,12 @@ import hashlib
 import json
 from typing import Any
 
-import chunk_format
-import contract
+from lambdas import chunk_format
+from lambdas import contract
 import pytest
-import split
-from contract import KeyOutsidePrefixError, MalformedFileError, SplitEnv
-from split import split_file
+from lambdas import split
+from lambdas.contract import KeyOutsidePrefixError, MalformedFileError, SplitEnv
+from lambdas.split import split_file
 
 from tests.handlers.support import LEDGER_TABLE
 
@@ -587,8 +587,8 @@ def test_fails_when_start_record_is_negative(buckets):
 
 def processed(ddb: Any, content: bytes, key: str, version_id: str, event_id: str = "evt-0") -> None:
     """The ledger after a file with `content` SUCCEEDED (its close remembers the content)."""
-    from contract import FileRef
-    from ledger import Ledger
+    from lambdas.contract import FileRef
+    from lambdas.ledger import Ledger
 
     ledger = Ledger(ddb, LEDGER_TABLE, TENANT)
     ledger.claim(ledger.read(), FileRef(tenant=TENANT, event_id=event_id, bucket=LANDING, key=key,
@@ -650,7 +650,7 @@ def test_a_resumed_file_is_never_found_a_duplicate(buckets, ddb, ledger_table):
 
 
 def logs_adapter() -> Any:
-    from runtime import BoundLogger, get_logger
+    from lambdas.runtime import BoundLogger, get_logger
 
     return BoundLogger(get_logger("split"), {})
 
@@ -660,8 +660,8 @@ def test_a_file_split_again_after_chunk_size_changed_keeps_the_chunk_size_it_sta
     invocation) and its chunk index expired WHEN it resumes at record 7 after chunk_size became 5
     THEN split cuts the same chunks of 3 again (chunk 2 holds record 7): the records keep their
     batches and keys."""
-    from contract import FileRef
-    from ledger import Ledger
+    from lambdas.contract import FileRef
+    from lambdas.ledger import Ledger
 
     request = upload(buckets, csv_file(10))
     first = split_file(request, config=config(), s3=buckets, ddb=ddb)

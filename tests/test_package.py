@@ -1,0 +1,75 @@
+"""The project as a package: each file one module object wherever it is imported."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, modules_loaded_twice
+
+PACKAGES = ("lambdas", "pipeline_constructs", "ops", "local_runtime", "demo", "tools")
+LAMBDA_MODULES = {path.stem for path in (ROOT / "lambdas").glob("*.py")} - {"__init__"}
+
+
+def _modules(package: str) -> list[str]:
+    base = ROOT / package
+    return [".".join((package, *path.relative_to(base).with_suffix("").parts)).removesuffix(".__init__")
+            for path in sorted(base.rglob("*.py")) if path.name != "__main__.py"]
+
+
+def test_importing_every_module_of_the_project_loads_each_file_once():
+    """GIVEN every module of the product packages WHEN all are imported THEN no file of the project
+    sits in sys.modules under two names (the Lambda code once loaded as `contract` beside
+    `lambdas.contract`)."""
+    for package in PACKAGES:
+        for name in _modules(package):
+            importlib.import_module(name)
+    assert "lambdas.contract" in sys.modules
+    assert modules_loaded_twice() == []
+
+
+def test_the_check_names_a_file_loaded_under_a_second_name():
+    """GIVEN lambdas/contract.py loaded once more as a top-level `contract` THEN the check names
+    the file and both module names."""
+    importlib.import_module("lambdas.contract")
+    spec = importlib.util.spec_from_file_location("contract", ROOT / "lambdas" / "contract.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["contract"] = module
+    try:
+        spec.loader.exec_module(module)
+        assert modules_loaded_twice() == ["lambdas/contract.py: contract, lambdas.contract"]
+    finally:
+        del sys.modules["contract"]
+
+
+def test_the_lambda_code_imports_its_own_modules_by_their_package_name_only():
+    """GIVEN each module of lambdas/ THEN it imports its siblings as `lambdas.<module>`, never as
+    top-level modules (which Lambda could not find: its handlers are `lambdas.<module>.handler`)."""
+    bare = []
+    for path in sorted((ROOT / "lambdas").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                bare += [f"{path.name}: import {a.name}" for a in node.names if a.name.split(".")[0] in LAMBDA_MODULES]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in LAMBDA_MODULES:
+                bare.append(f"{path.name}: from {node.module} import ...")
+    assert bare == []
+
+
+def test_every_function_of_the_app_runs_a_handler_of_the_lambdas_package(synthesized):
+    """GIVEN the synthesized default app THEN each pipeline function's handler is
+    `lambdas.<module>.handler` of a module that exists, and its code asset holds the package as
+    `lambdas/` and nothing beside it (what the handler path needs in /var/task)."""
+    functions = [resource["Properties"] for template in synthesized.templates.values()
+                 for resource in template.get("Resources", {}).values() if resource["Type"] == "AWS::Lambda::Function"]
+    ours = [f for f in functions if f["Handler"].startswith("lambdas.")]
+    assert ours and {f["Handler"].split(".")[1] for f in ours} <= LAMBDA_MODULES
+    assert {f["Handler"].split(".")[2] for f in ours} == {"handler"}
+    assert {f["Handler"] for f in functions} - {f["Handler"] for f in ours} <= {"index.handler"}  # CDK's own
+    assets = {f["Code"]["S3Key"].removesuffix(".zip") for f in ours}
+    for asset in assets:
+        directory = synthesized.outdir / f"asset.{asset}"
+        assert sorted(p.name for p in directory.iterdir()) == ["lambdas"]
+        assert {p.stem for p in (directory / "lambdas").glob("*.py")} == LAMBDA_MODULES | {"__init__"}
