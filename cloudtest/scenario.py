@@ -135,7 +135,7 @@ class Scenario:
         """The tenants' resources from the stacks' outputs (read once: they do not change)."""
         if self._resources is None:
             with contract.qualified(self.target.qualifier):
-                self._resources = discover(self.target.client("cloudformation"))
+                self._resources = discover(self.target.client)
         return self._resources
 
     def executions(self, tenant: str) -> list[dict[str, Any]]:

@@ -461,7 +461,7 @@ def run_correction(pipe, console: Console, args: argparse.Namespace, tenant, oth
 
     code = correction.run(pipe, console, tenant, other, records=args.records, timeout=args.timeout)
     if args.serve:
-        serve(pipe, console, discover(pipe.client("cloudformation")))
+        serve(pipe, console, discover(pipe.client))
     return code
 
 
@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         uploader.start()
         from ops.discovery import discover
 
-        resources = discover(pipe.client("cloudformation"))  # once: the stacks do not change
+        resources = discover(pipe.client)  # once: the stacks do not change
         timed_out = False
         while not timed_out:
             with Live(progress_table(pipe, plan, uploads, run_started, chunks), console=console, refresh_per_second=2) as live:

@@ -871,6 +871,11 @@ SHARED_PARAMETER = DerivedName(
     "SSM parameter name", f"/{SHARED_PREFIX}/shared/{{parameter}}",
     1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),
 )
+#: Each pipeline's entry in the registry `ops` reads (`pipeline_constructs/registry.py`).
+PIPELINE_PARAMETER = DerivedName(
+    "SSM parameter name", f"/{SHARED_PREFIX}/pipelines/{{id}}",
+    1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),
+)
 #: The parameters of `SHARED_PARAMETER`: the ledger table's name, the alarm topic's ARN, its key's ARN.
 SHARED_PARAMETERS = ("ledger-table-name", "alarm-topic-arn", "alarm-topic-key-arn")
 #: The shared stack's catch-all for uploads outside every tenant prefix (rule, its metric
@@ -909,7 +914,7 @@ NAME_FAMILIES: tuple[DerivedName, ...] = (
     *TENANT_NAMES, FUNCTION_LOG_GROUP, STATE_MACHINE_LOG_GROUP, WORKFLOW_ALIAS, SHARED_STACK, DASHBOARD_STACK,
     FIRST_DASHBOARD, DASHBOARD,
     UPLOAD_ACCESS_POINT, LANDING_BUCKET, WORK_BUCKET, SHARED_ALARM, SHARED_KEY_ALIAS, SHARED_KEY_PARAMETER, SHARED_PARAMETER,
-    UNMATCHED_UPLOADS_RULE,
+    PIPELINE_PARAMETER, UNMATCHED_UPLOADS_RULE,
     UNMATCHED_UPLOADS_FILTER, UNMATCHED_UPLOADS_LOG_GROUP, UNMATCHED_UPLOADS_DLQ, UNMATCHED_BUS,
     UNMATCHED_FORWARD_RULE, UNMATCHED_UPLOADS_BUS_RULE, SHARD_BUS, SHARD_OBJECTS_RULE, SHARD_STATUS_RULE,
     ROUTING_DLQ, METRIC_NAMESPACES, FILE_EXECUTION, PAGE_EXECUTION, SECTION_EXECUTION, REPLAY_EVENT_ID,

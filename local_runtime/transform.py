@@ -87,6 +87,10 @@ def prepare(
             # moto 5.2.5 reads a key's CloudFormation tags as the KMS API's TagKey/TagValue
             # (a KeyError on CloudFormation's Key/Value): the same tags, in the API's spelling.
             props["Tags"] = [{"TagKey": tag["Key"], "TagValue": tag["Value"]} for tag in props["Tags"]]
+        elif kind == "AWS::SSM::Parameter" and isinstance(props.get("Tags"), dict):
+            # moto 5.2.5 hands a parameter's CloudFormation tags (a map) to PutParameter, which
+            # takes a list of Key/Value: the same tags, in the API's spelling.
+            props["Tags"] = [{"Key": key, "Value": value} for key, value in props["Tags"].items()]
         elif kind == "AWS::StepFunctions::StateMachineVersion":
             # moto has no revisions (nor their GetAtt): a local stack is created once, and
             # publishes the definition it just created.

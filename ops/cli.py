@@ -59,10 +59,11 @@ from lambdas.ledger import Ledger, LedgerConflict
 
 from lambdas import contract
 from ops import dlq, preflight, quarantine, reconcile, unmatched
-from ops.discovery import DiscoveryError, TenantResources, discover
+from ops.discovery import DiscoveryError, discover
 from ops.status import alarm_topic, render, render_alarm_topic, tenant_status
 from pipeline_constructs import capacity
 from pipeline_constructs.config import AppConfig, ConfigError, load_config
+from pipeline_constructs.registry import TenantResources
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING_TO_DO, EXIT_CONFLICT, EXIT_NOT_FOUND = 0, 1, 2, 3, 4, 5
 EXIT_LEFT_IN_DLQ = 6
@@ -246,7 +247,7 @@ def _no_credentials(error: Exception) -> int:
 
 def _discover_and_run(args: argparse.Namespace, clients: Any, out: Any, now: float) -> int:
     try:
-        tenants = discover(clients("cloudformation"))
+        tenants = discover(clients)
         if args.command in ("pause", "unpause"):
             return _hold(args, tenants, clients, out, now)
         selected = _select(tenants, getattr(args, "tenant", None))
@@ -311,7 +312,7 @@ def _run(args: argparse.Namespace, selected: list[TenantResources], clients: Any
     ddb = clients("dynamodb")
     if args.command == "status":
         statuses = [tenant_status(t, ddb=ddb, sqs=clients("sqs"), now=now) for t in selected]
-        topic = None if args.json else alarm_topic(clients("cloudformation"), clients("sns"))
+        topic = None if args.json else alarm_topic(selected, clients("cloudformation"), clients("sns"))
         if topic is not None:
             print(render_alarm_topic(topic) + "\n", file=out)
         print(json.dumps(statuses, indent=2, default=str) if args.json else render(statuses), file=out)

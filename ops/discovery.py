@@ -1,13 +1,17 @@
-"""Find each tenant's resources from the deployed stacks' outputs (CloudFormation), never from
-names typed by hand: the same lookup works on AWS and on the local runtime (moto's CloudFormation)."""
+"""Find each tenant's resources from what its pipeline published, never from names typed by
+hand: the registry (`pipeline_constructs/registry.py`, an SSM parameter per pipeline, in any
+stack), and the outputs of the app's own stacks deployed before it (`OrderedIngest-Tenant-*`
+beside `OrderedIngest-Shared`). The same lookup works on AWS and on the local runtime."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from pipeline_constructs import names
+from pipeline_constructs import registry
+from pipeline_constructs.registry import TenantResources, registered
 
 #: CDK appends an 8-hex-digit hash to an output's logical id (`PipelineTenantId05680F11`).
 _HASH = re.compile(r"[0-9A-F]{8}$")
@@ -18,59 +22,35 @@ class DiscoveryError(LookupError):
     """Nothing deployed that `ops` can find (wrong account, region or endpoint?)."""
 
 
-@dataclass(frozen=True)
-class TenantResources:
-    """Where one tenant's pipeline lives."""
-
-    tenant_id: str
-    stack: str
-    queue_url: str
-    state_machine_arn: str
-    landing_prefix: str
-    on_failure: str
-    ledger_table: str
-    #: Chunks and quarantined messages; "" if the shared stack predates its output.
-    work_bucket: str = ""
-    ordering: str = "arrival"
-    first_sequence: int = 1
-    #: `ops dlq` (optional: a stack deployed before the intake DLQ has neither).
-    intake_dlq_url: str = ""
-    closer_function_name: str = ""
-    #: The shared landing bucket (the shared stack's `LandingBucketName`; "" if not output).
-    landing_bucket: str = ""
-    #: The `live` alias of the file workflow, which `ops resume` starts through ("" for a stack
-    #: deployed before versions: then the state machine itself).
-    state_machine_alias_arn: str = ""
-
-    @property
-    def start_arn(self) -> str:
-        """What a resumed file starts through: the `live` alias, as the controller does."""
-        return self.state_machine_alias_arn or self.state_machine_arn
-
-
 def _outputs(stack: dict[str, Any]) -> dict[str, str]:
     """Outputs by their construct id (the logical id less CDK's hash), e.g. `PipelineTenantId`."""
     return {_HASH.sub("", o["OutputKey"]): o["OutputValue"] for o in stack.get("Outputs") or []}
 
 
-def discover(cfn: Any) -> dict[str, TenantResources]:
-    """Every tenant of every `OrderedIngest-Tenant-*` stack, with the shared ledger table."""
+def discover(clients: Callable[[str], Any]) -> dict[str, TenantResources]:
+    """Every registered pipeline (``clients(service)`` gives a boto3 client), and every tenant of
+    the app's tenant stacks that is not registered (a stack deployed before the registry)."""
+    found = registered(clients("ssm"))
     stacks: list[dict[str, Any]] = []
-    for page in cfn.get_paginator("describe_stacks").paginate():
+    for page in clients("cloudformation").get_paginator("describe_stacks").paginate():
         stacks.extend(page.get("Stacks", []))
     shared = next((s for s in stacks if s["StackName"] == names.shared_stack_name()), None)
     if shared is None:
+        if found:
+            return found
         raise DiscoveryError(
-            f"no stack {names.shared_stack_name()} found: check the account, the region (--region) or the "
-            "endpoint (--endpoint-url)"
+            f"no pipeline registered under {registry.parameter_path()} and no stack {names.shared_stack_name()} "
+            "found: check the account, the region (--region), the endpoint (--endpoint-url) or the qualifier "
+            "(--qualifier)"
         )
     ledger_table = _outputs(shared).get("LedgerTableName")
+    if not ledger_table and found:
+        return found
     if not ledger_table:
         raise DiscoveryError(f"stack {names.shared_stack_name()} has no LedgerTableName output: deploy this version "
                              "first")
     work_bucket = _outputs(shared).get("WorkBucketName", "")
     prefix = names.TENANT_STACK.render("")
-    found: dict[str, TenantResources] = {}
     for stack in stacks:
         if not stack["StackName"].startswith(prefix):
             continue
@@ -79,7 +59,7 @@ def discover(cfn: Any) -> dict[str, TenantResources]:
         paths = {key[: -len("TenantId")] for key in outputs if key.endswith("TenantId")}
         for path in paths:
             values = {name: outputs.get(path + name) for name in TENANT_OUTPUTS}
-            if not all(values.values()):
+            if not all(values.values()) or values["TenantId"] in found:
                 continue
             found[values["TenantId"]] = TenantResources(
                 tenant_id=values["TenantId"],

@@ -31,7 +31,7 @@ from typing import Any
 
 from lambdas.contract import NAME_DIGEST_CHARS, REPLAY_EVENT_ID, queue_message
 from lambdas.ledger import FAILED, HISTORY_PREFIX, RUNNING, Ledger, version_entry
-from ops.discovery import TenantResources
+from pipeline_constructs.registry import TenantResources
 
 #: BatchGetItem reads at most this many keys per call.
 BATCH_KEYS = 100

@@ -11,7 +11,8 @@ from lambdas.hints import Hint, commands, hint_for
 from lambdas.ledger import DUPLICATE, FAILED, PAUSED, SKIPPED, SUCCEEDED, Ledger, Position
 from lambdas.operations import describe_state
 
-from ops.discovery import TenantResources, shared_outputs
+from ops.discovery import shared_outputs
+from pipeline_constructs.registry import TenantResources
 from pipeline_constructs import names
 
 DAY_SECONDS = 86400
@@ -19,11 +20,12 @@ DAY_SECONDS = 86400
 PENDING = "PendingConfirmation"
 
 
-def alarm_topic(cfn: Any, sns: Any) -> dict[str, Any] | None:
-    """The alarm topic of the deployment and its subscriptions, from the shared stack's output:
-    ``{"arn", "confirmed", "pending", "error"}`` (``error``: why they could not be listed, e.g.
-    a topic of another account); None for a shared stack deployed before the output."""
-    arn = shared_outputs(cfn).get(names.ALARM_TOPIC_OUTPUT)
+def alarm_topic(tenants: list[TenantResources], cfn: Any, sns: Any) -> dict[str, Any] | None:
+    """The alarm topic of ``tenants`` (what their pipelines registered, else the shared stack's
+    output) and its subscriptions: ``{"arn", "confirmed", "pending", "error"}`` (``error``: why
+    they could not be listed, e.g. a topic of another account); None when neither says."""
+    arn = next((t.alarm_topic_arn for t in tenants if t.alarm_topic_arn), "") or shared_outputs(cfn).get(
+        names.ALARM_TOPIC_OUTPUT)
     if not arn:
         return None
     found: list[dict[str, Any]] = []

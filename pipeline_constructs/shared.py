@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from aws_cdk import ArnFormat, Aws, CfnCondition, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -70,6 +71,25 @@ class SharedResourcesProps:
     quarantine_retention: Duration = field(default_factory=lambda: Duration.days(400))
     uploaders: tuple[TenantUploaders, ...] = ()
     kms_key: str | None = None
+
+
+@dataclass(frozen=True)
+class SharedRefs:
+    """The shared resources a tenant's pipeline plugs into. A tenant stack imports them by
+    fixed name or SSM parameter (`stacks.shared_refs`); a stack that holds `SharedResources`
+    passes its own (`SharedResources.refs()`)."""
+
+    landing_bucket: s3.IBucket
+    work_bucket: s3.IBucket
+    ledger_table: dynamodb.ITable
+    alarm_topic: sns.ITopic
+    alarm_topic_key: kms.IKey
+    #: The bus that holds the tenant's two rules: its shard's bus with `routing.shards`.
+    #: None: the account's default event bus.
+    event_bus: events.IEventBus | None = None
+    #: The ARN of the shared resources' customer-managed key (top-level `encryption`): the
+    #: tenant's roles use it through S3 and DynamoDB. None: AWS-managed keys there.
+    shared_kms_key_arn: str | None = None
 
 
 class SharedResources(Construct):
@@ -234,6 +254,14 @@ class SharedResources(Construct):
         """A stable construct id part for an endpoint (its ARN's last part and a short hash)."""
         name = "".join(c for c in endpoint.rsplit(":", 1)[-1] if c.isalnum())[:40]
         return name + hashlib.sha256(endpoint.encode()).hexdigest()[:8].upper()
+
+    def refs(self, event_bus: events.IEventBus | None = None) -> SharedRefs:
+        """What a `TenantPipeline` in the same stack plugs into: these resources, and the rules on
+        ``event_bus`` (default: the account's default bus, where the landing bucket's events arrive)."""
+        return SharedRefs(landing_bucket=self.landing_bucket, work_bucket=self.work_bucket,
+                          ledger_table=self.ledger_table, alarm_topic=self.alarm_topic,
+                          alarm_topic_key=self.alarm_key, event_bus=event_bus,
+                          shared_kms_key_arn=None if self.data_key is None else self.data_key.key_arn)
 
     def grant_upload(self, principals: Sequence[str]) -> bool:
         """What uploaders (external systems putting files into the landing bucket, maybe from

@@ -25,8 +25,8 @@ from pipeline_constructs import capacity, encryption, names, routing
 from pipeline_constructs.config import ALARMS_REACH_NOBODY, ALARMS_REACH_NOBODY_ID, AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
 from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
-from pipeline_constructs.shared import SharedResources, SharedResourcesProps
-from pipeline_constructs.tenant_pipeline import SharedRefs, TenantPipeline
+from pipeline_constructs.shared import SharedRefs, SharedResources, SharedResourcesProps
+from pipeline_constructs.tenant_pipeline import TenantPipeline
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
 
 

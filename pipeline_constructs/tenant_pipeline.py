@@ -14,19 +14,14 @@ scope (so construct ids, and thus logical ids, are the pipeline's own):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from aws_cdk import CfnOutput
-from aws_cdk import aws_dynamodb as dynamodb
-from aws_cdk import aws_events as events
+from aws_cdk import Aws, CfnOutput, Stack
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_sns as sns
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from pipeline_constructs import budgets, encryption, intake
+from pipeline_constructs import budgets, encryption, intake, registry
 from pipeline_constructs.alarms import pipeline_alarms
 from pipeline_constructs.config import TenantConfig
 from pipeline_constructs.control_plane import build_closer, build_completion, build_controller
@@ -34,26 +29,8 @@ from pipeline_constructs.data_plane import build_data_plane
 from pipeline_constructs.functions import PipelineFunction
 from pipeline_constructs.metrics import TenantMetrics
 from pipeline_constructs.nag import acknowledge_tenant_pipeline
+from pipeline_constructs.shared import SharedRefs
 from pipeline_constructs.workflows import build_workflow
-
-
-@dataclass(frozen=True)
-class SharedRefs:
-    """The shared resources a tenant's pipeline plugs into. A tenant stack imports them by
-    fixed name or SSM parameter (`stacks.shared_refs`); a stack that holds `SharedResources`
-    passes its own."""
-
-    landing_bucket: s3.IBucket
-    work_bucket: s3.IBucket
-    ledger_table: dynamodb.ITable
-    alarm_topic: sns.ITopic
-    alarm_topic_key: kms.IKey
-    #: The bus that holds the tenant's two rules: its shard's bus with `routing.shards`.
-    #: None: the account's default event bus.
-    event_bus: events.IEventBus | None = None
-    #: The ARN of the shared resources' customer-managed key (top-level `encryption`): the
-    #: tenant's roles use it through S3 and DynamoDB. None: AWS-managed keys there.
-    shared_kms_key_arn: str | None = None
 
 
 class TenantPipeline(Construct):
@@ -152,6 +129,7 @@ class TenantPipeline(Construct):
             sequence_gap_alarm_after_seconds=(None if tenant.ordering.by == "arrival"
                                               else tenant.ordering.gap_alarm_after_seconds),
         )
+        self._register()
         self._outputs()
         encryption.use_tenant_keys(self)
         acknowledge_tenant_pipeline(self)
@@ -178,8 +156,35 @@ class TenantPipeline(Construct):
         groups["workflow"] = self.workflow.file.log_group
         return groups
 
+    def _register(self) -> None:
+        """The pipeline's entry in the registry `ops` finds it by, in whatever stack it is
+        (`registry.py`)."""
+        resources = registry.TenantResources(
+            tenant_id=self.tenant_id,
+            stack=Aws.STACK_NAME,
+            queue_url=self.queue.queue_url,
+            state_machine_arn=self.state_machine.state_machine_arn,
+            landing_prefix=self.landing_prefix,
+            on_failure=self.tenant.on_failure,
+            ledger_table=self.shared.ledger_table.table_name,
+            work_bucket=self.shared.work_bucket.bucket_name,
+            ordering=self.tenant.ordering.by,
+            first_sequence=self.tenant.ordering.first_sequence,
+            intake_dlq_url=self.intake_dlq.queue_url,
+            closer_function_name=self.closer.function.function_name,
+            landing_bucket=self.shared.landing_bucket.bucket_name,
+            state_machine_alias_arn=self.alias.attr_arn,
+            alarm_topic_arn=self.shared.alarm_topic.topic_arn,
+        )
+        ssm.StringParameter(
+            self, "Registry", parameter_name=registry.parameter_name(self.tenant_id),
+            string_value=Stack.of(self).to_json_string(registry.record(resources)),
+            description=f"Where tenant {self.tenant_id}'s pipeline lives (read by ops)",
+        )
+
     def _outputs(self) -> None:
-        """What `ops` reads to find a tenant's resources in a deployed stack."""
+        """The tenant's resources, shown by `cdk deploy` (and read by `ops` from stacks deployed
+        before the registry)."""
         for output_id, value in {
             "TenantId": self.tenant_id,
             "QueueUrl": self.queue.queue_url,

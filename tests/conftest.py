@@ -22,8 +22,6 @@ from pipeline_constructs.application import build_app
 
 if TYPE_CHECKING:
     from pipeline_constructs.config import TenantConfig
-    from pipeline_constructs.shared import SharedResources
-    from pipeline_constructs.tenant_pipeline import SharedRefs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,15 +107,6 @@ def tenant_config(tenant_id: str, prefix: str, **options: Any) -> TenantConfig:
                            "tenants": [{"id": tenant_id, "prefix": prefix, "sink": sink, **options}]})
     (tenant,) = parse_config(text).tenants
     return tenant
-
-
-def shared_refs(shared: SharedResources) -> SharedRefs:
-    """What a stack that holds `shared` gives its TenantPipelines (the default event bus)."""
-    from pipeline_constructs.tenant_pipeline import SharedRefs
-
-    return SharedRefs(landing_bucket=shared.landing_bucket, work_bucket=shared.work_bucket,
-                      ledger_table=shared.ledger_table, alarm_topic=shared.alarm_topic,
-                      alarm_topic_key=shared.alarm_key)
 
 
 @dataclass(frozen=True)

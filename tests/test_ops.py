@@ -304,13 +304,13 @@ def test_the_qualifier_finds_the_qualified_copy_of_the_app_and_not_the_app_as_sh
     copy = Deployment(qualifier="q1")
     # WHEN ops looks with --qualifier q1, THEN it finds the copy's tenant, queue, machine and ledger
     with contract.qualified("q1"):
-        (found,) = discover(copy.clients("cloudformation")).values()
+        (found,) = discover(copy.clients).values()
     assert (found.stack, found.queue_url, found.state_machine_arn, found.ledger_table) == (
         "q1-OrderedIngest-Tenant-acme", copy.queue_url, copy.machine, "q1-ledger")
     code, out = copy.ops("--qualifier", "q1", "status", "--json")
     assert (code, json.loads(out)[0]["state"]) == (EXIT_OK, "idle")
     # and without it, the app as shipped only
-    (plain,) = discover(deployment.clients("cloudformation")).values()
+    (plain,) = discover(deployment.clients).values()
     assert (plain.stack, plain.ledger_table) == ("OrderedIngest-Tenant-acme", "ledger")
     assert deployment.ops("status")[0] == EXIT_HALTED
 

@@ -91,14 +91,14 @@ TOPIC = "arn:aws:sns:eu-west-1:111111111111:central-alarms"
 
 
 def test_a_subscription_pending_confirmation_is_not_counted_as_someone_who_gets_alarms():
-    pending = alarm_topic(_Cfn(TOPIC), _Sns([{"SubscriptionArn": "PendingConfirmation"}]))
+    pending = alarm_topic([], _Cfn(TOPIC), _Sns([{"SubscriptionArn": "PendingConfirmation"}]))
     assert render_alarm_topic(pending) == (
         f"alarm topic: {TOPIC}: no confirmed subscription, 1 pending confirmation, alarms reach nobody; confirm it "
         "(the link SNS sent) (docs/operations.md#who-gets-the-alarms)")
-    mixed = alarm_topic(_Cfn(TOPIC), _Sns([{"SubscriptionArn": f"{TOPIC}:1"}, {"SubscriptionArn": "PendingConfirmation"}]))
+    mixed = alarm_topic([], _Cfn(TOPIC), _Sns([{"SubscriptionArn": f"{TOPIC}:1"}, {"SubscriptionArn": "PendingConfirmation"}]))
     assert render_alarm_topic(mixed) == f"alarm topic: {TOPIC} (1 subscription, 1 pending confirmation)"
 
 
 def test_a_topic_of_another_account_whose_subscriptions_are_not_readable_is_still_named():
-    topic = alarm_topic(_Cfn(TOPIC), _Sns(error="AuthorizationError"))
+    topic = alarm_topic([], _Cfn(TOPIC), _Sns(error="AuthorizationError"))
     assert render_alarm_topic(topic) == f"alarm topic: {TOPIC} (its subscriptions could not be listed: AuthorizationError)"

@@ -11,7 +11,7 @@ from aws_cdk.assertions import Template
 
 from pipeline_constructs.shared import SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline
-from tests.conftest import shared_refs, tenant_config
+from tests.conftest import tenant_config
 from tests.test_tenant_pipeline import function_named, policy_statements_of_role
 
 AUTH_ACTIONS = {"secretsmanager:GetSecretValue", "execute-api:Invoke", "lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}
@@ -40,7 +40,7 @@ def pipeline_with(tmp_path, **auth: Any) -> Template:
     stack = Stack(App(outdir=str(tmp_path)), "MyStack")
     shared = SharedResources(stack, "Shared", SharedResourcesProps())
     tenant = tenant_config("signed", "s/", sink={"auth": auth or {"type": "none"}})
-    TenantPipeline(stack, "Pipeline", tenant=tenant, shared=shared_refs(shared))
+    TenantPipeline(stack, "Pipeline", tenant=tenant, shared=shared.refs())
     return Template.from_stack(stack)
 
 

@@ -10,7 +10,7 @@ from aws_cdk.assertions import Match, Template
 from lambdas import contract
 from pipeline_constructs import budgets
 from pipeline_constructs.stacks import shared_parameter
-from tests.conftest import shared_refs, ssm_parameter_ref, tenant_config
+from tests.conftest import ssm_parameter_ref, tenant_config
 
 LAMBDA_TRANSIENTS = [
     "Lambda.ServiceException",
@@ -431,7 +431,7 @@ def test_batch_size_reaches_the_register_function_and_sets_its_timeout(tmp_path)
     stack = Stack(App(outdir=str(tmp_path)), "MyStack")
     shared = SharedResources(stack, "Shared", SharedResourcesProps())
     batched = tenant_config("batched", "b/", chunk_size=1000, sink={"timeout_seconds": 60, "batch_size": 100})
-    TenantPipeline(stack, "Batched", tenant=batched, shared=shared_refs(shared))
+    TenantPipeline(stack, "Batched", tenant=batched, shared=shared.refs())
     register = function_named(Template.from_stack(stack), "batched-register-chunk")["Properties"]
     assert register["Environment"]["Variables"]["SINK_BATCH_SIZE"] == "100"
     assert register["Timeout"] == 630
@@ -754,7 +754,7 @@ def solo(tmp_path):
 
     stack = Stack(App(outdir=str(tmp_path)), "MyStack")
     shared = SharedResources(stack, "Shared", SharedResourcesProps())
-    return TenantPipeline(stack, "Solo", tenant=tenant_config("solo", "s/"), shared=shared_refs(shared))
+    return TenantPipeline(stack, "Solo", tenant=tenant_config("solo", "s/"), shared=shared.refs())
 
 
 def test_the_construct_is_reusable_in_any_stack_with_its_documented_attributes(solo):

@@ -254,10 +254,11 @@ def resource_policy_table(templates: Mapping[str, dict[str, Any]], documents: Se
 
 
 #: The modules `python -m ops` runs: every AWS call they make is an action an operator needs.
-OPS_MODULES = ("ops/*.py", "lambdas/operations.py", "lambdas/ledger.py", "lambdas/runtime.py")
+OPS_MODULES = ("ops/*.py", "pipeline_constructs/registry.py", "lambdas/operations.py", "lambdas/ledger.py",
+               "lambdas/runtime.py")
 #: The clients ops creates (`clients("<service>")`), botocore names.
 OPS_SERVICES = ("cloudformation", "dynamodb", "events", "iam", "lambda", "logs", "s3", "s3control",
-                "service-quotas", "sqs", "stepfunctions", "sts")
+                "service-quotas", "sqs", "ssm", "stepfunctions", "sts")
 #: botocore service name -> IAM prefix, where they differ.
 IAM_PREFIX = {"stepfunctions": "states", "service-quotas": "servicequotas", "s3control": "s3"}
 #: An API operation whose IAM actions are not `<prefix>:<Operation>`.
@@ -272,7 +273,7 @@ IAM_ACTIONS_OF = {
 #: What each action of an operator is used on (the stacks' resources, by the tables' names).
 #: A new AWS call in ops/ fails tests/test_security_doc.py until it is described here.
 OPS_RESOURCES = {
-    "cloudformation:DescribeStacks": "stacks `OrderedIngest-*` (discovery: the stacks' outputs)",
+    "cloudformation:DescribeStacks": "`*` (discovery: the outputs of the app's stacks deployed before the registry)",
     "cloudformation:ListStacks": "`*` (preflight counts stacks)",
     "dynamodb:BatchGetItem": "`ledger table`, the tenant's items",
     "dynamodb:ConditionCheckItem": "`ledger table`, the tenant's items",
@@ -297,6 +298,7 @@ OPS_RESOURCES = {
     "s3:ListBucket": "`work bucket`, prefix `quarantine/<tenant>/`",
     "s3:ListBucketVersions": "`landing bucket`, prefix `<prefix>` (reconcile)",
     "s3:PutObject": "`work bucket/quarantine/<tenant>/*` (the replayed copy)",
+    "ssm:GetParametersByPath": "`parameter/ordered-ingest/pipelines/*` (discovery: the pipelines' registry)",
     "servicequotas:GetAWSDefaultServiceQuota": "`*` (preflight)",
     "servicequotas:GetServiceQuota": "`*` (preflight)",
     "sqs:ChangeMessageVisibility": "`<tenant>-event-queue.fifo` (or `<tenant>-event-queue`), `<tenant>-intake-dlq`",

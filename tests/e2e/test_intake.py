@@ -69,7 +69,7 @@ def test_a_dead_lettered_file_event_is_replayed_and_ingested_in_upload_order(pip
     intake DLQ (EventBridge gave up delivering it)
     WHEN the operator runs ops dlq replay acme, and a third file is uploaded after that
     THEN all three files are ingested once each, in upload order, and the DLQ is empty."""
-    tenant = discover(pipe.client("cloudformation"))["acme"]
+    tenant = discover(pipe.client)["acme"]
     dlq_arn = pipe.client("sqs").get_queue_attributes(
         QueueUrl=tenant.intake_dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     first, _ = pipe.put_file("acme", "f1.csv", csv_file("f1", 4))

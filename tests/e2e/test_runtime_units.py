@@ -311,6 +311,17 @@ def test_a_kms_keys_tags_are_respelled_for_motos_cloudformation() -> None:
     assert resources["Queue"]["Properties"]["Tags"] == [{"Key": "tenant", "Value": "acme"}]
 
 
+def test_an_ssm_parameters_tags_are_respelled_for_motos_cloudformation() -> None:
+    """GIVEN a tagged AWS::SSM::Parameter (its tags a map, as CloudFormation takes them) WHEN
+    prepared THEN they are the API's Key/Value list, which moto 5.2.5 hands to PutParameter."""
+    template = {"Resources": {"Registry": {"Type": "AWS::SSM::Parameter", "Properties": {
+        "Name": "/ordered-ingest/pipelines/acme", "Type": "String", "Value": "{}", "Tags": {"tenant": "acme"}}}}}
+
+    resources = prepare(template, time_scale=1, creatable=lambda kind: True).template["Resources"]
+
+    assert resources["Registry"]["Properties"]["Tags"] == [{"Key": "tenant", "Value": "acme"}]
+
+
 def test_outputs_of_a_resource_moto_cannot_create_are_dropped_with_it() -> None:
     """GIVEN a tenant's upload access point (no model in moto's CloudFormation) and the outputs
     naming it WHEN prepared THEN the access point and its outputs are gone (moto could not resolve
