@@ -17,7 +17,7 @@ from local_runtime.moto_server import FAKE_CREDENTIALS, MotoServer, moto_patches
 from local_runtime.observation import list_executions
 from local_runtime.poller import SqsPoller
 from local_runtime.sink import SinkServer, enforce_auth, point_register_at
-from local_runtime.synth import Synthesized, synthesize
+from local_runtime.synth import AppBuilder, Synthesized, synthesize
 
 REGION = "us-east-1"
 #: The workers' session token (their credentials are moto's fake ones); a sigv4 sink checks it.
@@ -30,13 +30,13 @@ class Runtime:
 
     def __init__(
         self,
-        tenants_file: Path,
+        source: Path | AppBuilder,
         *,
         time_scale: float,
         function_environment: FunctionEnvironmentHook | None,
         status_events: bool,
     ) -> None:
-        self._tenants_file = tenants_file
+        self._source = source
         self._time_scale = time_scale
         self._function_environment = function_environment
         self._status_events = status_events
@@ -54,7 +54,7 @@ class Runtime:
             tempfile.TemporaryDirectory(prefix="local-pipeline-", ignore_cleanup_errors=True)
         ))
         (workdir / "logs").mkdir()
-        self.synthesized = synthesize(self._tenants_file, workdir / "cdk.out")
+        self.synthesized = synthesize(self._source, workdir / "cdk.out")
         for tenant in self.synthesized.tenants:
             sink = self.sinks[tenant.id] = SinkServer(tenant.id)
             sink.start()

@@ -18,10 +18,12 @@ from local_runtime.lifecycle import Runtime
 from local_runtime.observation import Notification, Observer
 from local_runtime.poller import Delivery
 from local_runtime.sink import SinkServer
+from local_runtime.synth import AppBuilder
 
 
 class LocalPipeline:
-    """The pipeline of `tenants_file` running on moto, with real handlers and local sinks.
+    """The pipeline of `source` running on moto, with real handlers and local sinks: a tenants
+    file, or ``build(outdir) -> App``, an app of its own (`examples/embedded/app.py`).
 
     `time_scale` multiplies every duration of the templates that the local run honours (0.1: a
     30 s visibility timeout becomes 3 s). `function_environment(tenant, role, variables) ->
@@ -31,7 +33,7 @@ class LocalPipeline:
 
     def __init__(
         self,
-        tenants_file: str | Path,
+        source: str | Path | AppBuilder,
         *,
         time_scale: float = 0.1,
         function_environment: FunctionEnvironmentHook | None = None,
@@ -42,7 +44,7 @@ class LocalPipeline:
         self.time_scale = time_scale
         self.faults = Faults()
         self._runtime = Runtime(
-            Path(tenants_file),
+            source if callable(source) else Path(source),
             time_scale=time_scale,
             function_environment=function_environment,
             status_events=status_events,

@@ -322,7 +322,8 @@ def enforce_auth(
     sinks: Mapping[str, SinkServer], worker_credentials: tuple[str, str, str]
 ) -> tuple[FunctionEnvironmentHook, dict[str, str]]:
     """A hook that makes each tenant's sink demand the `sink.auth` of its register function's
-    environment, and the bearer secrets to create before any file flows ({name: token}). A secret
+    environment, and the bearer secrets to create before any file flows ({name: token}; one each,
+    however many tenants read it). A secret
     named by full ARN is named by its name instead (moto makes up its own ARN suffix)."""
     to_create: dict[str, str] = {}
 
@@ -333,7 +334,8 @@ def enforce_auth(
         if kind == "bearer":
             secret = str(environment[SINK_AUTH_SECRET])
             name = secret.split(":secret:", 1)[1][:-7] if secret.startswith("arn:") else secret
-            token = to_create[name] = f"tok-{secrets.token_urlsafe(24)}"
+            # One token per secret: tenants that share a secret share its token.
+            token = to_create.setdefault(name, f"tok-{secrets.token_urlsafe(24)}")
             sinks[tenant].auth = SinkAuthCheck(kind, secret=name, token=token)
             return {**environment, SINK_AUTH_SECRET: name}
         if kind == "sigv4":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,30 +69,49 @@ def ensure_node_on_path() -> None:
     os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 
 
-def synthesize(tenants_file: str | Path, outdir: str | Path) -> Synthesized:
-    """Build the app of ``tenants_file`` (`build_app`, cdk-nag off: it only adds a report) and
-    synthesize it into ``outdir``. `notifications` is left out: the local account reaches none of
-    its endpoints or topic (SNS would fail the closer's publish), and the runtime captures what
-    the app's own topic gets (`observation.py`)."""
-    ensure_node_on_path()
-    # deferred: importing aws_cdk starts the jsii Node process
-    from pipeline_constructs.application import build_app, new_app
-    from pipeline_constructs.config import NotificationsConfig, load_config
+#: A team's own app (`examples/embedded/app.py`): ``build(outdir) -> App``.
+AppBuilder = Callable[[str], Any]
 
+
+def synthesize(source: str | Path | AppBuilder, outdir: str | Path) -> Synthesized:
+    """Synthesize into ``outdir`` the app of ``source``: a tenants file (`build_app`, cdk-nag off:
+    it only adds a report), or a function that builds an app of its own with that outdir.
+
+    A tenants file's `notifications` is left out: the local account reaches none of its
+    endpoints or topic (SNS would fail the closer's publish), and the runtime captures what the
+    app's own topic gets (`observation.py`). An app of its own is run as it is."""
+    ensure_node_on_path()
     outdir = Path(outdir)
-    config = load_config(tenants_file)
-    config = config.model_copy(update={"notifications": NotificationsConfig()})
-    built = build_app(tenants_file, app=new_app(outdir=str(outdir)), nag=False, config=config)
-    if built.config.targets:
-        raise ValueError(f"{tenants_file} declares deployment targets: the local runtime runs the layout "
-                         "without 'targets:' only (one deployment); use a tenants file without them")
-    app = built.app
+    if callable(source):
+        app = source(str(outdir))
+    else:
+        app = _tenants_file_app(Path(source), outdir)
     assembly = app.synth()
     stacks = tuple(
         SynthesizedStack(stack.stack_name, stack.template, tuple(dep.id for dep in stack.dependencies))
         for stack in assembly.stacks
     )
     return Synthesized(stacks=stacks, assets=_code_assets(outdir), tenants=_tenants(app))
+
+
+def _tenants_file_app(tenants_file: Path, outdir: Path) -> Any:
+    # deferred: importing aws_cdk starts the jsii Node process
+    from aws_cdk import Annotations
+
+    from pipeline_constructs.application import build_app, new_app
+    from pipeline_constructs.config import ALARMS_REACH_NOBODY_ID, NotificationsConfig, load_config
+
+    own = load_config(tenants_file)
+    config = own.model_copy(update={"notifications": NotificationsConfig()})
+    built = build_app(tenants_file, app=new_app(outdir=str(outdir)), nag=False, config=config)
+    if built.config.targets:
+        raise ValueError(f"{tenants_file} declares deployment targets: the local runtime runs the layout "
+                         "without 'targets:' only (one deployment); use a tenants file without them")
+    if built.shared is not None and not own.notifications.reach_nobody:
+        # Nobody is reached here because the notifications were left out above, not because the
+        # file reaches nobody: the warning would be about this run, not the file.
+        Annotations.of(built.shared).acknowledge_warning(ALARMS_REACH_NOBODY_ID, "left out by the local runtime")
+    return built.app
 
 
 def _tenants(app: Any) -> tuple[SynthesizedTenant, ...]:

@@ -30,7 +30,8 @@ from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack,
 
 #: The context key that names the cell to synthesize (`cdk synth -c cell=shard-3`).
 CELL_CONTEXT = "cell"
-#: The project's cdk.json: its `context` holds the feature flags, as `cdk init` records them.
+#: The project's cdk.json: its `context` holds the feature flags, as `cdk init` records them
+#: (absent where the package is installed: an app of a team's own has its own cdk.json).
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
 
@@ -57,7 +58,8 @@ def new_app(**props: Any) -> App:
     The app starts with cdk.json's context (the feature flags): the CLI passes it to app.py,
     and an app built in-process (the tests, the local runtime, the tools) must synthesize the
     same templates. The CLI's own context (`-c key=value`) still wins, and so does `context`."""
-    context = {**json.loads(CDK_JSON.read_text()).get("context", {}), **props.pop("context", {})}
+    flags = json.loads(CDK_JSON.read_text()).get("context", {}) if CDK_JSON.is_file() else {}  # installed: none
+    context = {**flags, **props.pop("context", {})}
     return App(builtin_cloud_formation_validation=False, context=context, **props)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from aws_cdk import Acknowledgment, Stack, Token, Validations
+from aws_cdk.aws_s3 import CfnBucket
 from constructs import Construct, IConstruct
 
 from lambdas import contract
@@ -41,8 +42,10 @@ def acknowledge_tenant_pipeline(pipeline: TenantPipeline) -> None:
     # cdk-nag shows pseudo parameters as <AWS::...>, or their values in a stack with an
     # explicit environment (a deployment target's Stage).
     partition, region, account = as_nag_shows(Stack.of(pipeline))
-    landing = f"arn:{partition}:s3:::{names.landing_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
-    work = f"arn:{partition}:s3:::{names.work_bucket_name('<AWS::AccountId>', '<AWS::Region>')}"
+    landing = _bucket_as_nag_shows(pipeline, pipeline.shared.landing_bucket, partition,
+                                   names.landing_bucket_name("<AWS::AccountId>", "<AWS::Region>"))
+    work = _bucket_as_nag_shows(pipeline, pipeline.shared.work_bucket, partition,
+                                names.work_bucket_name("<AWS::AccountId>", "<AWS::Region>"))
     executions = f"arn:{partition}:states:{region}:{account}:execution:"
 
     acknowledge(pipeline.queue, "AwsSolutions-SQS3",
@@ -128,6 +131,14 @@ def as_nag_shows(stack: Stack) -> tuple[str, str, str]:
             shown(stack.account, "<AWS::AccountId>"))
 
 
-def _logical_id(construct: Construct) -> str:
+def _bucket_as_nag_shows(pipeline: Construct, bucket: IConstruct, partition: str, fixed_name: str) -> str:
+    """A shared bucket's ARN in cdk-nag's findings: `<LogicalId.Arn>` when the bucket is made in
+    the pipeline's own stack (`SharedResources` beside the pipelines), else its fixed name (a
+    tenant stack imports it by name)."""
+    made = isinstance(bucket.node.default_child, CfnBucket) and Stack.of(bucket) is Stack.of(pipeline)
+    return f"<{_logical_id(bucket)}.Arn>" if made else f"arn:{partition}:s3:::{fixed_name}"
+
+
+def _logical_id(construct: IConstruct) -> str:
     stack = Stack.of(construct)
     return stack.resolve(stack.get_logical_id(construct.node.default_child))

@@ -260,7 +260,7 @@ class SharedResources(Construct):
         ``event_bus`` (default: the account's default bus, where the landing bucket's events arrive)."""
         return SharedRefs(landing_bucket=self.landing_bucket, work_bucket=self.work_bucket,
                           ledger_table=self.ledger_table, alarm_topic=self.alarm_topic,
-                          alarm_topic_key=self.alarm_key, event_bus=event_bus,
+                          alarm_topic_key=self.alarm_topic_key, event_bus=event_bus,
                           shared_kms_key_arn=None if self.data_key is None else self.data_key.key_arn)
 
     def grant_upload(self, principals: Sequence[str]) -> bool:

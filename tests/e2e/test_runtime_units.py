@@ -382,3 +382,39 @@ def test_an_idle_poller_backs_off_to_its_resting_pause_and_a_wake_up_brings_it_b
     assert pauses[:28] == [0.05, 0.1, 0.2] + [0.4] * 25
     assert pauses[28:35] == [0.8, 1.6, 2.0, 2.0, 2.0, 2.0, 2.0]
     assert pauses[35:] == [0.05, 0.1, 0.2, 0.4, 0.4]  # woken at the 35th: quick again
+
+
+def test_tenants_sharing_a_bearer_secret_share_its_one_token() -> None:
+    """GIVEN two tenants whose register functions read the same secret, a third its own WHEN the
+    auth hook sees their environments THEN one secret is created per name, and both sinks of the
+    shared secret demand its token (a token per tenant made the first tenant's requests 401)."""
+    from lambdas import contract
+    from local_runtime.sink import enforce_auth
+
+    sinks = {t: SinkServer(t) for t in ("cards", "refunds", "fx")}
+    hook, to_create = enforce_auth(sinks, ("key", "secret", "session"))
+    bearer = {contract.env_name("sink_auth"): "bearer"}
+    for tenant, secret in (("cards", "payments/core-token"), ("refunds", "payments/core-token"), ("fx", "fx/token")):
+        hook(tenant, "register", {**bearer, contract.env_name("sink_auth_secret"): secret})
+
+    assert sorted(to_create) == ["fx/token", "payments/core-token"]
+    assert sinks["cards"].auth.token == sinks["refunds"].auth.token == to_create["payments/core-token"]
+    assert sinks["fx"].auth.token == to_create["fx/token"] != to_create["payments/core-token"]
+
+
+def test_the_local_run_warns_that_alarms_reach_nobody_only_when_the_tenants_file_itself_does(tmp_path, capfd) -> None:
+    """GIVEN a tenants file with an on-call address WHEN the local runtime synthesizes it (it leaves
+    the notifications out itself) THEN no reach-nobody warning; GIVEN the fixture, which names
+    nobody, THEN the warning, as `make synth` gives it."""
+    from local_runtime.synth import synthesize
+    from pipeline_constructs.config import ALARMS_REACH_NOBODY_ID
+    from tests.conftest import FIXTURE_TENANTS
+
+    with_oncall = tmp_path / "tenants.yaml"
+    with_oncall.write_text(FIXTURE_TENANTS.read_text().replace("  emails: []", "  emails: [oncall@example.com]", 1))
+    assert "oncall@example.com" in with_oncall.read_text()
+
+    synthesize(with_oncall, tmp_path / "with-oncall")
+    assert ALARMS_REACH_NOBODY_ID not in capfd.readouterr().err
+    synthesize(FIXTURE_TENANTS, tmp_path / "nobody")
+    assert ALARMS_REACH_NOBODY_ID in capfd.readouterr().err
