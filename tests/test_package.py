@@ -73,3 +73,21 @@ def test_every_function_of_the_app_runs_a_handler_of_the_lambdas_package(synthes
         directory = synthesized.outdir / f"asset.{asset}"
         assert sorted(p.name for p in directory.iterdir()) == ["lambdas"]
         assert {p.stem for p in (directory / "lambdas").glob("*.py")} == LAMBDA_MODULES | {"__init__"}
+
+
+def test_the_public_api_resolves_each_name_with_a_docstring_and_loads_no_cdk_for_the_config_model():
+    """GIVEN `pipeline_constructs.__all__` THEN each name resolves to a documented object; and a
+    fresh interpreter that imports the package and its config model has not loaded aws_cdk (whose
+    import starts Node): `ops` imports the model."""
+    import subprocess
+
+    import pipeline_constructs
+
+    assert {"TenantPipeline", "SharedResources", "SharedResourcesProps", "load_config", "DeployLimits"} <= set(
+        pipeline_constructs.__all__)
+    for name in pipeline_constructs.__all__:
+        assert (getattr(pipeline_constructs, name).__doc__ or "").strip(), name
+    probe = ("import sys, pipeline_constructs, pipeline_constructs.config, ops.discovery; "
+             "print('aws_cdk' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
