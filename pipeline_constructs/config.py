@@ -13,6 +13,7 @@ import ipaddress
 import itertools
 import re
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -64,13 +65,18 @@ MAX_AUTH_CACHE_SECONDS = 3600
 
 
 class NoAuth(_Strict):
-    """`sink.auth: {type: none}`: no credentials. Only in a tenant's own `sink`, never inherited
-    from `defaults` (`_check_default_auth`): a tenant that leaves `auth` out must not run without
-    credentials by accident."""
+    """`sink.auth: {type: none}`: no credentials. In `defaults` only as `{type: none, inherited: true}`
+    (`_check_default_auth`): a tenant that leaves `auth` out runs without credentials only because
+    the file says so, never by accident."""
 
     type: Literal["none"] = Field(description=(
-        "`none`: the register function sends no credentials. Only in the tenant's own `sink`: refused in "
-        "`defaults`."))
+        "`none`: the register function sends no credentials. In the tenant's own `sink`, or in `defaults` with "
+        "`inherited: true`."))
+    # Not dumped: where a tenant's `none` was written changes nothing the register function gets.
+    inherited: bool = Field(default=False, exclude=True, description=(
+        "`true`, in `defaults` only: every tenant that leaves its `auth` out inherits `{type: none}` and runs "
+        "without credentials, on purpose (`AppConfig.tenants_without_credentials` lists them, own or inherited). "
+        "Without it `{type: none}` is refused in `defaults`; in a tenant's own `sink` it is refused."))
 
 
 class BearerAuth(_Strict):
@@ -158,8 +164,8 @@ class SinkConfig(_Strict):
     auth: SinkAuth = Field(description=(
         "How the register function authenticates to the core system, chosen by `type`. Required, so that no "
         "tenant runs without credentials by accident: a `bearer` or `sigv4` auth may sit in `defaults` and is "
-        "inherited (a tenant's own `auth` replaces it as a whole); `{type: none}` only in the tenant's own "
-        "`sink`, never in `defaults`."))
+        "inherited (a tenant's own `auth` replaces it as a whole); `{type: none}` in the tenant's own `sink`, "
+        "or in `defaults` only as `{type: none, inherited: true}`."))
     timeout_seconds: int = Field(default=10, ge=1, le=60, description=(
         "Seconds one POST may take. The register function's timeout is the chunk's requests (`chunk_size`, "
         "or `ceil(chunk_size / batch_size)` in batch mode) x this + 30 s, between 1 and 15 minutes. A chunk "
@@ -380,7 +386,9 @@ class TenantConfig(_Strict):
     prefix: str = Field(min_length=1, max_length=512, description=(
         "Key prefix of the tenant's files in the landing bucket: ends with `/`, does not start with `/`, is "
         "not inside another tenant's prefix. Only letters, digits, `/`, `.`, `_` and `-`: S3 URL-encodes every "
-        "other character in the keys of its events, so the tenant's rule would never match."))
+        "other character in the keys of its events, so the tenant's rule would never match. Required, in the "
+        "tenant or in `defaults` as a pattern with `{id}` (e.g. `'{id}/'`, `'incoming/{id}/'`): the prefixes "
+        "a pattern makes never overlap each other."))
     format: Literal["csv", "jsonl"] = Field(default="csv", description=(
         "`csv`: comma-separated values, the first row is the header; `jsonl`: one JSON object per line."))
     chunk_size: int = Field(default=100, ge=1, le=MAX_CHUNK_SIZE, description=(
@@ -688,6 +696,12 @@ class AppConfig(_Strict):
         "on that copy. (Tenant `acme` of the copy and a tenant `<qualifier>-acme` of an unqualified deployment "
         "would share their names: do not give both.) Default (null): no qualifier, the names as documented."))
 
+    @property
+    def tenants_without_credentials(self) -> tuple[str, ...]:
+        """The ids of the tenants whose register function sends no credentials (`sink.auth` of type
+        `none`, their own or inherited from `defaults`), in file order, for a summary to show."""
+        return tuple(tenant.id for tenant in self.tenants if tenant.sink.auth.type == "none")
+
     def limits_of(self, target: str) -> AccountLimits:
         """The top-level limits with the target's own overrides."""
         own = self.targets[target].account_limits
@@ -800,17 +814,32 @@ PROBLEMS: dict[str, str] = {
 
 TENANT_KEYS = tuple(TenantConfig.model_fields)
 #: `uploaders` are per tenant: a role or user is the uploader of one tenant (`_check_uploaders`).
-DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "prefix", "shard", "uploaders"))
+DEFAULTS_KEYS = tuple(k for k in TENANT_KEYS if k not in ("id", "shard", "uploaders"))
 TOP_LEVEL_KEYS = ("defaults", "notifications", "tenants", "account_limits", "targets", "routing", "encryption",
                   "qualifier")
+#: The options in which `{id}` stands for the tenant's id (`_with_id`): the texts that name
+#: something of the tenant's own. Not the choices (`format`, ...), nor ids AWS makes up (`vpc_id`,
+#: `kms_key`); `ordering.sequence_pattern`'s braces are its regular expression's.
+PATTERN_FIELDS = ("prefix", "sink.url", "sink.auth.secret", "sink.auth.invoke_arn")
+ID_PLACEHOLDER = "{id}"
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+_LITERAL_BRACES = ("ordering.sequence_pattern",)
 #: The `defaults:` block (`_merge`), as the schema and the reference describe it.
 DEFAULTS_DESCRIPTION = (
     "Tenant options applied to every tenant; a tenant's own value wins. A block (`sink`, `alarms`, `ordering`, "
-    "`completion`, `network`, `encryption`) merges key by key, `sink.auth` is replaced as a whole and may not be "
-    "`{type: none}` here (no tenant inherits running without credentials); "
+    "`completion`, `network`, `encryption`) merges key by key, `sink.auth` is replaced as a whole and is "
+    "`{type: none}` here only as `{type: none, inherited: true}`: the tenants that leave their `auth` out then "
+    "run without credentials on purpose, never by accident; "
     "`network: null` or `encryption: null` in a tenant turns that block of `defaults` off. Every tenant option "
-    "but " + ", ".join(
-        f"`{key}`" for key in TENANT_KEYS if key not in DEFAULTS_KEYS) + "."
+    "but " + ", ".join(f"`{key}`" for key in TENANT_KEYS if key not in DEFAULTS_KEYS) + ". "
+    "**Patterns:** in " + ", ".join(f"`{field}`" for field in PATTERN_FIELDS[:-1]) + f" and `{PATTERN_FIELDS[-1]}`, "
+    "`{id}` stands for the "
+    "tenant's id (quote the value: YAML reads a bare `{` as a mapping), e.g. `prefix: '{id}/'`, "
+    "`secret: 'ordered-ingest/{id}/core-token'`; a `prefix` here must have it (a fixed one would be every "
+    "tenant's). `{id}` works in a tenant's own value too, where a YAML anchor shares one value between tenants. "
+    "Each value is checked as the tenant gets it; any other `{...}`, and braces in any other option but "
+    "`ordering.sequence_pattern` (a regular expression), are refused. 50 tenants written this way, 30 of them "
+    "without credentials: [examples/many-tenants.yaml](../examples/many-tenants.yaml)."
 )
 _MISSING = object()
 
@@ -828,8 +857,11 @@ class ConfigError(ValueError):
 class _Problems:
     lines: list[str]
 
-    def add(self, where: str, field: str, value: Any, problem: str, fix: str) -> None:
+    def add(self, where: str, field: str, value: Any, problem: str, fix: str, *, source: str = "") -> None:
+        """`source`: where a value made by a pattern came from, shown beside it."""
         shown = "(missing)" if value is _MISSING else _shown(value)
+        if source:
+            shown += f" ({source})"
         line = f"{where}: field '{field}' = {shown}: {problem}; {fix}"
         if line not in self.lines:  # a bad default is reported once, not once per tenant
             self.lines.append(line)
@@ -879,6 +911,12 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     _check_unknown({k: v for k, v in defaults.items() if k != "uploaders"}, DEFAULTS_KEYS, "defaults", problems)
     defaults = {k: v for k, v in defaults.items() if k in DEFAULTS_KEYS}
     _check_default_auth(defaults, raw.get("tenants"), problems)
+    _check_placeholders(defaults, "defaults", problems)
+    if isinstance(defaults.get("prefix"), str) and ID_PLACEHOLDER not in defaults["prefix"]:
+        problems.add("defaults", "prefix", defaults["prefix"],
+                     "has no '{id}': every tenant that leaves its prefix out would get this same prefix",
+                     "write a pattern with '{id}', e.g. '{id}/' or 'incoming/{id}/', or give each tenant its own "
+                     "prefix")
 
     notifications = _validate(NotificationsConfig, raw.get("notifications") or {}, "notifications", problems)
     routing = _validate(RoutingConfig, raw.get("routing") or {}, "routing", problems)
@@ -902,19 +940,22 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
         if not isinstance(entry, dict):
             problems.add(where, "(entry)", entry, "must be a mapping", "write each tenant as '- id: ...' with indented keys")
             continue
-        tenant = _validate(TenantConfig, _merge(defaults, entry), where, problems, own=entry)
-        if tenant is not None:
+        _check_placeholders({k: v for k, v in entry.items() if k in TENANT_KEYS}, where, problems)
+        merged = _merge(defaults, entry)
+        tenant_id = entry.get("id")
+        tenant = _validate(TenantConfig, _with_id(merged, tenant_id) if isinstance(tenant_id, str) else merged,
+                           where, problems, own=entry, written=merged)
+        if tenant is not None and not _brace_problems(merged):  # reported: its checks would repeat them
             tenants.append(tenant)
 
     # Cross-tenant checks run on every entry with a usable id and prefix, valid or not, so
     # that one run reports everything.
-    declared = [
-        (e["id"], e["prefix"]) for e in tenants_raw
-        if isinstance(e, dict) and isinstance(e.get("id"), str) and isinstance(e.get("prefix"), str)
-    ]
+    prefixes = [_prefix_of(entry, defaults) for entry in tenants_raw]
+    declared = [(entry["id"], prefix) for entry, (prefix, _) in zip(tenants_raw, prefixes) if prefix is not None]
+    sources = [source for prefix, source in prefixes if prefix is not None]
     _check_unique_ids(declared, problems)
-    _check_prefix_overlaps(declared, problems)
-    _check_prefix_characters(declared, problems)
+    _check_prefix_overlaps(declared, problems, sources)
+    _check_prefix_characters(declared, problems, sources)
     _check_uploaders(tenants, targets or {}, problems)
     _check_qualified_ids(tenants, qualifier, problems)
     for tenant in tenants:
@@ -943,15 +984,27 @@ def parse_config(text: str, *, source: str = "tenants.yaml", check_capacity: boo
     return config
 
 
-def _validate(model: type[BaseModel], data: Any, where: str, problems: _Problems, own: dict | None = None):
-    """Validate ``data``; a bad value that a tenant inherits (not in ``own``) is blamed on defaults."""
+def _validate(model: type[BaseModel], data: Any, where: str, problems: _Problems, own: dict | None = None,
+              written: dict | None = None):
+    """Validate ``data``; a bad value that a tenant inherits (not in ``own``) is blamed on defaults.
+    ``written`` is ``data`` before `{id}` was replaced: a bad value that a pattern made is the
+    tenant's, shown with its pattern; one whose braces `_check_placeholders` refused is not reported again."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         for error in map(_untagged, exc.errors()):
             inherited = (own is not None and error["type"] != "missing" and _lookup(own, error["loc"]) is _MISSING
                          and _lookup(data, error["loc"]) is not _MISSING)
-            _report(error, model, data, "defaults" if inherited else where, problems)
+            pattern = _MISSING if written is None else _lookup(written, error["loc"])
+            option = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
+            texts = pattern if isinstance(pattern, list) else [pattern]
+            if any(_placeholder_problem(option, text) for text in texts):
+                continue  # reported by `_check_placeholders`
+            if isinstance(pattern, str) and pattern != _lookup(data, error["loc"]):
+                source = f"from the {'defaults ' if inherited else ''}pattern {_shown(pattern)}"
+                _report(error, model, data, where, problems, source=source)
+            else:
+                _report(error, model, data, "defaults" if inherited else where, problems)
         return None
 
 
@@ -966,7 +1019,7 @@ def _untagged(error: Any) -> dict:
     return {**error, "loc": tuple(loc), "tagged_loc": tagged}
 
 
-def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems: _Problems) -> None:
+def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems: _Problems, source: str = "") -> None:
     loc = [str(part) for part in error["loc"]]
     field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
     leaf = loc[-1] if loc else "(entry)"
@@ -987,7 +1040,7 @@ def _report(error: dict, model: type[BaseModel], data: Any, where: str, problems
                      f"is not one of {', '.join(repr(t) for t in AUTH_TYPES)}", FIXES[f"{field}.type"])
         return
     fix = FIXES.get(field) or FIXES.get(leaf, "see the option in docs/configuration.md")
-    problems.add(where, field, value, _plain_words(error), fix)
+    problems.add(where, field, value, _plain_words(error), fix, source=source)
 
 
 #: pydantic's error types in the project's own words (the fix says what a valid value is).
@@ -1087,13 +1140,21 @@ NAMED_TENANTS = 5
 
 
 def _check_default_auth(defaults: dict, tenants_raw: Any, problems: _Problems) -> None:
-    """`sink.auth: {type: none}` is never inherited: in `defaults` it would let a tenant that
-    leaves its `auth` out run without credentials by accident. Reported once, on defaults,
-    naming the tenants that would have inherited it; they are still validated with it, so
-    that one run lists their other problems too."""
+    """`sink.auth: {type: none}` is inherited only as `{type: none, inherited: true}`: without the
+    key, a tenant that leaves its `auth` out would run without credentials by accident. Reported
+    once, on defaults, naming the tenants that would have inherited it; they are still validated
+    with it, so that one run lists their other problems too. A tenant's own auth is nobody's to
+    inherit: `inherited` there is refused."""
+    for index, entry in enumerate(tenants_raw if isinstance(tenants_raw, list) else []):
+        own = _lookup(entry, ("sink", "auth"))
+        if isinstance(own, dict) and own.get("type") == "none" and "inherited" in own:
+            problems.add(_tenant_label(entry, index), "sink.auth.inherited", own["inherited"],
+                         "is for defaults only: it lets the tenants that leave their auth out inherit "
+                         "{type: none}, and this auth is the tenant's own",
+                         "remove it ('auth: {type: none}' in the tenant's sink says all)")
     sink = defaults.get("sink")
     auth = sink.get("auth") if isinstance(sink, dict) else None
-    if not (isinstance(auth, dict) and auth.get("type") == "none"):
+    if not (isinstance(auth, dict) and auth.get("type") == "none") or auth.get("inherited") is True:
         return
     inheriting = [
         entry["id"] for entry in (tenants_raw if isinstance(tenants_raw, list) else [])
@@ -1107,8 +1168,82 @@ def _check_default_auth(defaults: dict, tenants_raw: Any, problems: _Problems) -
         "defaults", "sink.auth", auth,
         "is never inherited: a tenant that leaves its auth out would run without credentials by accident" + who,
         "write 'auth: {type: none}' in the sink of each tenant whose core system takes no credentials, and remove "
-        "it from defaults (a bearer or sigv4 auth may stay there)",
+        "it from defaults (a bearer or sigv4 auth may stay there); or, to let every tenant that leaves its auth "
+        "out run without credentials on purpose, write 'auth: {type: none, inherited: true}' in defaults",
     )
+
+
+def _check_placeholders(options: dict, where: str, problems: _Problems) -> None:
+    """Braces in a tenant's options (of `defaults` or of one tenant, as written): `{id}` in a
+    pattern option (`PATTERN_FIELDS`), nothing else anywhere."""
+    for field, text, (problem, fix) in _brace_problems(options):
+        problems.add(where, field, text, problem, fix)
+
+
+def _brace_problems(options: dict) -> list[tuple[str, str, tuple[str, str]]]:
+    """(field, text, (problem, fix)) of each string of ``options`` whose braces are refused."""
+    found = []
+    for loc, text in _strings(options):
+        problem = _placeholder_problem(".".join(str(part) for part in loc if not isinstance(part, int)), text)
+        if problem is not None:
+            found.append(("".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip("."),
+                          text, problem))
+    return found
+
+
+def _placeholder_problem(option: str, text: Any) -> tuple[str, str] | None:
+    """(problem, fix) of the braces in ``text``, the value of ``option`` (dotted, no list
+    indices), or None when they are a pattern's `{id}` or there are none."""
+    found = _PLACEHOLDER.findall(text) if isinstance(text, str) and option not in _LITERAL_BRACES else []
+    if found and option not in PATTERN_FIELDS:
+        return (f"is not a pattern option: '{ID_PLACEHOLDER}' stands for the tenant's id only in "
+                + ", ".join(PATTERN_FIELDS[:-1]) + f" and {PATTERN_FIELDS[-1]}", "write the value itself")
+    unknown = [placeholder for placeholder in found if placeholder != ID_PLACEHOLDER]
+    if unknown:
+        return (f"has the placeholder '{unknown[0]}', but the only one is '{ID_PLACEHOLDER}', the tenant's id",
+                f"write '{ID_PLACEHOLDER}' where the tenant's id goes, or the text itself")
+    return None
+
+
+def _strings(data: Any, loc: tuple = ()) -> Iterator[tuple[tuple, str]]:
+    """(location, text) of every string in a YAML value."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _strings(value, (*loc, key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _strings(value, (*loc, index))
+    elif isinstance(data, str):
+        yield loc, data
+
+
+def _with_id(data: Any, tenant_id: str, option: str = "") -> Any:
+    """A tenant's merged options with `{id}` replaced by its id in the pattern options (a copy:
+    YAML anchors share their values between tenants)."""
+    if isinstance(data, dict):
+        return {key: _with_id(value, tenant_id, f"{option}.{key}".lstrip(".")) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_with_id(value, tenant_id, option) for value in data]
+    if isinstance(data, str) and option in PATTERN_FIELDS:
+        return data.replace(ID_PLACEHOLDER, tenant_id)
+    return data
+
+
+def _prefix_of(entry: Any, defaults: dict) -> tuple[str | None, str]:
+    """The prefix a tenant entry gets for the cross-tenant checks, and its source (a pattern, or
+    ""); no prefix without a usable id and prefix, or for one reported already (braces; a fixed
+    prefix of defaults, reported once rather than as every tenant's overlap)."""
+    if not (isinstance(entry, dict) and isinstance(entry.get("id"), str)):
+        return None, ""
+    own = "prefix" in entry
+    written = entry["prefix"] if own else defaults.get("prefix")
+    if (not isinstance(written, str) or _placeholder_problem("prefix", written) is not None
+            or (not own and ID_PLACEHOLDER not in written)):
+        return None, ""
+    if ID_PLACEHOLDER not in written:
+        return written, ""
+    source = f"from the {'' if own else 'defaults '}pattern {_shown(written)}"
+    return written.replace(ID_PLACEHOLDER, entry["id"]), source
 
 
 def _check_unique_ids(declared: list[tuple[str, str]], problems: _Problems) -> None:
@@ -1122,7 +1257,7 @@ def _check_unique_ids(declared: list[tuple[str, str]], problems: _Problems) -> N
         seen.add(tenant_id)
 
 
-def _check_prefix_overlaps(declared: list[tuple[str, str]], problems: _Problems) -> None:
+def _check_prefix_overlaps(declared: list[tuple[str, str]], problems: _Problems, sources: list[str]) -> None:
     """Every pair of tenants where one prefix starts with the other, reported on the later one,
     in declaration order. In sorted order the prefixes that start with a prefix follow it
     directly, so this is O(n log n) plus the overlaps, not O(n^2): 10,000 tenants took 10 s."""
@@ -1139,15 +1274,15 @@ def _check_prefix_overlaps(declared: list[tuple[str, str]], problems: _Problems)
         if a_id != b_id:
             problems.add(
                 f"tenant '{b_id}'", "prefix", b_prefix,
-                f"overlaps tenant '{a_id}' prefix '{a_prefix}'",
-                "give each tenant a prefix that is not inside another's",
+                f"overlaps tenant '{a_id}' prefix '{a_prefix}'" + (f" ({sources[i]})" if sources[i] else ""),
+                "give each tenant a prefix that is not inside another's", source=sources[j],
             )
 
 
-def _check_prefix_characters(declared: list[tuple[str, str]], problems: _Problems) -> None:
+def _check_prefix_characters(declared: list[tuple[str, str]], problems: _Problems, sources: list[str]) -> None:
     """A prefix only of characters S3 never URL-encodes in event keys (`contract.s3_key_from_event`):
     the tenant's rule filters on the encoded key, so 'Acme Corp/' would never match 'Acme+Corp/f.csv'."""
-    for tenant_id, prefix in declared:
+    for (tenant_id, prefix), source in zip(declared, sources):
         bad = list(dict.fromkeys(c for c in prefix if c not in contract.S3_EVENT_KEY_SAFE_CHARACTERS))
         if not bad:
             continue
@@ -1157,7 +1292,7 @@ def _check_prefix_characters(declared: list[tuple[str, str]], problems: _Problem
             f"tenant '{tenant_id}'", "prefix", prefix,
             f"has the character{'s' if len(bad) > 1 else ''} {shown}, which S3 URL-encodes in its event "
             "notifications, so the tenant's rule would never match its files",
-            f"use only letters, digits, '/', '.', '_' and '-', e.g. '{suggestion}'",
+            f"use only letters, digits, '/', '.', '_' and '-', e.g. '{suggestion}'", source=source,
         )
 
 

@@ -21,7 +21,9 @@ NO_AUTH_FIX = (
 NONE_IN_DEFAULTS = (
     "defaults: field 'sink.auth' = {'type': 'none'}: is never inherited: a tenant that leaves its auth out would "
     "run without credentials by accident%s; write 'auth: {type: none}' in the sink of each tenant whose core "
-    "system takes no credentials, and remove it from defaults (a bearer or sigv4 auth may stay there)"
+    "system takes no credentials, and remove it from defaults (a bearer or sigv4 auth may stay there); or, to let "
+    "every tenant that leaves its auth out run without credentials on purpose, write 'auth: {type: none, "
+    "inherited: true}' in defaults"
 )
 
 

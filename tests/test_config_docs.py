@@ -14,6 +14,9 @@ from pipeline_constructs.config import parse_config
 from tests.conftest import FIXTURE_TENANTS, ROOT
 from tools import config_docs
 
+#: The example of many tenants written with patterns (tests/test_config_patterns.py).
+MANY_TENANTS = ROOT / "examples" / "many-tenants.yaml"
+
 #: A file that uses every block and every kind of `sink.auth`, with blocks merged from defaults.
 EVERY_OPTION = textwrap.dedent("""\
     defaults:
@@ -110,10 +113,12 @@ def test_every_option_is_documented_on_its_field():
 
 
 def test_the_example_files_are_valid_under_the_schema(validator):
-    """GIVEN the example tenants.yaml, the tests' file and a file with every option (which the
-    loader accepts) THEN the schema accepts each: it refuses nothing the loader accepts."""
+    """GIVEN the example tenants.yaml, the tests' file, the many-tenants example and a file with
+    every option (which the loader accepts) THEN the schema accepts each: it refuses nothing the
+    loader accepts."""
     parse_config(EVERY_OPTION)
-    for text in (ROOT.joinpath("tenants.yaml").read_text(), FIXTURE_TENANTS.read_text(), EVERY_OPTION):
+    for text in (ROOT.joinpath("tenants.yaml").read_text(), FIXTURE_TENANTS.read_text(),
+                 MANY_TENANTS.read_text(encoding="utf-8"), EVERY_OPTION):
         assert schema_problems(validator, text) == []
 
 
@@ -135,9 +140,22 @@ def test_the_schema_refuses_what_an_editor_can_flag_as_you_type(validator):
         "Additional properties are not allowed ('chunk_sise' was unexpected)",
         "{'type': 'bearer'} is not valid under any of the given schemas",
         ("{'url': 'https://core.example.com', 'auth': {'type': 'none'}} should not be valid under "
-        "{'required': ['auth'], 'properties': {'auth': {'required': ['type'], 'properties': {'type': {'const': 'none'}}}}}"),
+        "{'required': ['auth'], 'properties': {'auth': {'required': ['type'], 'properties': {'type': {'const': 'none'}, "
+        "'inherited': {'const': False}}}}}"),
     ]
     assert schema_problems(validator, "tenants:\n  - {id: acme}\n") == ["'prefix' is a required property"]
+
+
+def test_the_schema_accepts_what_the_loader_accepts_of_patterns_and_inherited_none(validator):
+    """GIVEN a prefix pattern and `auth: {type: none, inherited: true}` in defaults THEN a tenant
+    needs neither a prefix nor an auth of its own, in the schema as in the loader."""
+    text = textwrap.dedent("""\
+        defaults: {prefix: '{id}/', sink: {url: 'https://core.example.com/{id}', auth: {type: none, inherited: true}}}
+        tenants:
+          - {id: acme}
+    """)
+    parse_config(text)
+    assert schema_problems(validator, text) == []
 
 
 def test_tenants_yaml_names_its_schema_on_its_first_line():

@@ -78,13 +78,15 @@ def schema() -> dict[str, Any]:
     # A block's required keys may come from `defaults`: required only where nothing merges.
     required = {name: defs[name].pop("required", []) for name in _merged_blocks()}
     tenant = defs[TenantConfig.__name__]
-    tenant["required"] = ["id", "prefix"]
+    tenant["required"] = ["id"]  # and `prefix`, unless `defaults` give a pattern of it: see `if` below
     properties = generated["properties"]
     properties["encryption"]["anyOf"][0]["required"] = required[config.EncryptionConfig.__name__]
     defaults = {key: tenant["properties"][key] for key in config.DEFAULTS_KEYS}
-    # `sink.auth: {type: none}` is never inherited (config._check_default_auth): an editor flags it here.
+    # `sink.auth: {type: none}` is inherited only with `inherited: true` (config._check_default_auth): an
+    # editor flags it here.
     defaults["sink"] = {**defaults["sink"], "not": {
-        "required": ["auth"], "properties": {"auth": {"required": ["type"], "properties": {"type": {"const": "none"}}}},
+        "required": ["auth"], "properties": {"auth": {"required": ["type"], "properties": {
+            "type": {"const": "none"}, "inherited": {"const": False}}}},
     }}
     properties["defaults"] = {
         "type": "object",
@@ -104,6 +106,9 @@ def schema() -> dict[str, Any]:
         "additionalProperties": False,
         "required": ["tenants"],
         "properties": {key: properties[key] for key in TOP_LEVEL_ORDER},
+        # Without a `prefix` pattern in `defaults`, each tenant needs a prefix of its own.
+        "if": {"required": ["defaults"], "properties": {"defaults": {"type": "object", "required": ["prefix"]}}},
+        "else": {"properties": {"tenants": {"items": {"required": ["prefix"]}}}},
         "$defs": dict(sorted(defs.items())),
     }
 
