@@ -1,4 +1,4 @@
-"""`python -m ops`: status, resume and skip, against AWS or the local runtime.
+"""`python -m ops` (or the installed `ops`): the operator's CLI, against AWS or the local runtime.
 
     python -m ops [--region R] [--endpoint-url URL] [--qualifier Q] status [TENANT] [--json]
     python -m ops resume TENANT
