@@ -139,6 +139,19 @@ def test_synth_warns_once_when_alarms_reach_nobody_not_once_per_cell(tmp_path, m
     assert capsys.readouterr().err == ""
 
 
+def test_synth_lists_the_tenants_that_run_without_credentials(tmp_path, monkeypatch, capsys):
+    """GIVEN a file whose defaults let tenants run without credentials on purpose, and one bearer
+    tenant WHEN `make synth` runs THEN its summary names the tenants without credentials."""
+    monkeypatch.setattr(tool, "cdk", lambda: "cdk")
+    text = (
+        "defaults:\n  prefix: '{id}/'\n  sink: {url: 'https://core.example.com', auth: {type: none, inherited: true}}\n"
+        "tenants:\n  - id: shop-a\n  - id: bank\n    sink: {auth: {type: bearer, secret: 'bank/token'}}\n"
+        "  - id: shop-b\n"
+    )
+    assert tool.main(["synth", "--tenants", str(write(tmp_path, text))], runner=FakeCli()) == tool.EXIT_OK
+    assert "without credentials (2 tenant(s), sink.auth type none): shop-a, shop-b\n" in capsys.readouterr().out
+
+
 def test_fails_when_the_cells_together_break_a_deploy_time_limit(tmp_path):
     """GIVEN two cells, each within every limit alone, whose shared stacks deploy to one account
     in two Regions with one dashboard name WHEN `make synth` checks the cells together THEN it

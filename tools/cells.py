@@ -213,6 +213,10 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
             for name, path in synth(tenants, chosen, outdir=args.outdir, jobs=args.jobs, runner=runner,
                                     config=config).items():
                 print(f"{name}: {path}")
+            if config.tenants_without_credentials:  # on purpose (configuration.md, sink.auth): shown
+                unauthenticated = config.tenants_without_credentials
+                print(f"without credentials ({len(unauthenticated)} tenant(s), sink.auth type none): "
+                      f"{', '.join(unauthenticated)}")
             # The cells' CLI output (where the shared stack's warning is) is not shown: once here.
             if config.notifications.reach_nobody:
                 print(f"warning: {ALARMS_REACH_NOBODY}", file=sys.stderr)
