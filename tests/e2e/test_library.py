@@ -79,7 +79,7 @@ def test_the_sdist_and_wheel_pass_twine_check_and_the_wheel_holds_the_code_and_t
     assert not any(n.startswith(("tests/", "local_runtime/", "demo/", "tools/")) for n in names)
     assert "ops = ops.cli:main" in entry_points
     requires = [line.removeprefix("Requires-Dist: ") for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
-    assert "aws-cdk-lib<3,>=2.222.0" in requires and "constructs<11,>=10.4" in requires
+    assert "aws-cdk-lib<3,>=2.275.0" in requires and "constructs<11,>=10.4" in requires
 
 
 def test_a_team_app_synthesizes_from_the_installed_wheel_outside_the_repository_cdk_nag_clean(venv: Path):
