@@ -48,7 +48,8 @@ export TENANTS
 ## demo: the tenants file running end to end on a local moto server, checked (the main job).
 ## Sample files, live progress and a verification table. python -m demo exits 0 when every
 ## guarantee held, 1 when one broke, 2 for bad usage or a bad tenants file, 3 when the run
-## timed out (--timeout) before every file closed (nothing verified); make reports any
+## timed out (--timeout) before every file closed (nothing verified), 130 when stopped (Ctrl-C)
+## before the verification; make reports any
 ## non-zero exit as its own 2. Options go in ARGS, e.g.
 ## make demo ARGS="--scenario malformed" (python -m demo --help).
 demo: setup
@@ -100,14 +101,20 @@ fuzz: setup
 		pytest tests/test_config_fuzz.py -p no:cacheprovider -q --hypothesis-show-statistics $(ARGS)
 
 ## diff: offline diff of BASE (default origin/main) and the working tree, no AWS credentials.
-## Per tenant then per stack; when only the tenants file changed, only the cells it touches are
-## synthesized and diffed. Exit 0 once the diff is printed, differences or not; STRICT=1 (CI)
-## fails on differences (python -m tools.offline_diff --strict exits 1, make its own 2). An
-## error (BASE not found, a revision that does not synthesize) fails either way.
+## Per tenant then per stack, then the full template diffs; SUMMARY=1 prints the summary alone. When
+## only the tenants file changed, only the cells it touches are synthesized and diffed. The base's
+## tenants file is BASE's copy of TENANTS; a TENANTS outside the repository (or new since BASE) has
+## none, so name one: BASE_TENANTS=old.yaml compares the two files on the working tree's code,
+## BASE_TENANTS=<the TENANTS file> shows what the code change since BASE does to that file. Exit 0
+## once the diff is printed, differences or not; STRICT=1 (CI) fails on differences (python -m
+## tools.offline_diff --strict exits 1, make its own 2). An error (BASE not found, no base tenants
+## file, a revision that does not synthesize) fails either way.
 BASE ?= origin/main
+BASE_TENANTS ?=
 STRICT ?=
+SUMMARY ?=
 diff: setup
-	python -m tools.offline_diff --base $(BASE) --tenants $(TENANTS)$(if $(STRICT), --strict)
+	python -m tools.offline_diff --base $(BASE) --tenants $(TENANTS)$(if $(BASE_TENANTS), --base-tenants $(BASE_TENANTS))$(if $(STRICT), --strict)$(if $(SUMMARY), --summary)
 
 ## iam-lint: every IAM policy of the tenants file's templates through parliament.
 ## Prints each finding (acknowledged ones with their reason, tools/iam_lint_acknowledgements.yaml);

@@ -13,14 +13,17 @@ failure notification number them), lines of a file from 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
+import os
 import shlex
 import signal
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +37,13 @@ from demo.verify import TenantVerdict, Upload, attempts, verify_tenant
 from lambdas import closer, contract, hints, ledger
 from pipeline_constructs.config import ConfigError, load_config
 
-EXIT_HELD, EXIT_VIOLATED, EXIT_USAGE, EXIT_TIMED_OUT = 0, 1, 2, 3
+EXIT_HELD, EXIT_VIOLATED, EXIT_USAGE, EXIT_TIMED_OUT, EXIT_STOPPED = 0, 1, 2, 3, 130
 EXIT_CODES = (
     "exit status: 0 every guarantee held; 1 a guarantee was violated (the verification table says which); "
-    "2 bad usage or tenants file; 3 the run timed out before every file closed (--timeout): nothing was verified"
+    "2 bad usage or tenants file; 3 the run timed out before every file closed (--timeout): nothing was verified; "
+    "130 stopped (Ctrl-C, SIGTERM or its output closed) before the verification: nothing was verified. "
+    "--serve runs until Ctrl-C, SIGTERM or its output closes, then exits with the status of the verification "
+    "before it (0 with --files 0: there is none)"
 )
 #: The records of the one big file when no scenario runs (a scenario makes its point without it).
 BIG_RECORDS = 100_000
@@ -86,8 +92,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="factor applied to visibility timeouts and retry waits (default: 0.1)")
     parser.add_argument("--timeout", type=float, default=600, help="give up after this many seconds (default: 600)")
     parser.add_argument("--serve", action="store_true",
-                        help="after the demo files (use --files 0 to skip them), keep the pipeline running "
-                        "and print its endpoint so you can upload your own files with the AWS CLI")
+                        help="print the pipeline's endpoint and an upload command first; after the demo files "
+                        "(use --files 0 to skip them), keep the pipeline running for your own files, uploaded "
+                        "with the AWS CLI, until Ctrl-C")
     parser.add_argument("--timeline", type=Path, metavar="FILE.png",
                         help="at the end, draw what happened into this file (.png, .svg or .pdf): a lane per "
                         "tenant, a bar per execution coloured by outcome, halts, resumes and hand-offs marked")
@@ -296,44 +303,106 @@ def operate(pipe, resources, console: Console) -> bool:
     return True
 
 
-def serve(pipe, console: Console, resources) -> None:
+class DemoConsole(Console):
+    """A console that stops the run, as Ctrl-C does, when the reader of its output goes away
+    (`python -m demo --serve | head -5`): rich's own answer is exit status 1, which here says a
+    guarantee was violated, and a Live table's refresh thread cannot exit the process."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nobody reads what is left to print
+        if self.file is sys.stdout:  # Python's own flush of stdout at exit must not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if threading.current_thread() is threading.main_thread():
+            raise KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)  # from a Live table's refresh thread: to the main thread
+
+
+def quiet_broken_pipes_at_exit() -> None:
+    """After Ctrl-C, hide the BrokenPipeError of the CDK's exit hook: Ctrl-C reaches every process
+    of the terminal's foreground group, also the node process (jsii) the app was synthesized with,
+    and jsii's exit hook then writes to it ("Exception ignored in atexit callback"); it says
+    nothing about the run. Any other exception at exit is shown as before."""
+    shown = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, BrokenPipeError):
+            shown(unraisable)
+
+    sys.unraisablehook = hook
+
+
+def serve_banner(pipe, console: Console, *, demo_files: bool) -> None:
+    """What `--serve` prints first, before any table: the endpoint and an upload command."""
     prefixes = ", ".join(f"{t}: {pipe.tenants[t].prefix}" for t in pipe.tenant_ids)
     first = pipe.tenants[pipe.tenant_ids[0]].prefix
+    then = "After the demo's files (--files 0 skips them), executions" if demo_files else "Executions"
     console.print(
         f"\nThe local pipeline is running. Endpoint: [bold]{pipe.endpoint_url}[/bold] "
         f"(any access key; region us-east-1). Tenant prefixes: {prefixes}\n"
         f"Upload a file:\n"
         f"  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test aws --endpoint-url {pipe.endpoint_url} "
         f"--region us-east-1 s3 cp my.csv s3://{pipe.landing_bucket}/{first}my.csv\n"
-        "Executions and the records the core system registered are printed below, and so is every "
+        f"{then} and the records the core system registered are printed below, and so is every "
         "upload outside the tenant prefixes (no tenant ingests it). Ctrl-C stops.",
         soft_wrap=True,
     )
+
+
+def serve(pipe, console: Console, resources, *, banner: bool = False) -> None:
+    """Print each file that closes and each upload outside every tenant prefix until Ctrl-C,
+    SIGTERM or the output closes; ``banner``: print `serve_banner` first (when no demo file ran:
+    else it came before the demo's tables, and one line points back to it)."""
     shown: set[str] = set()
     looks: Counter[str] = Counter()  # of a failed execution whose close the ledger does not hold yet
     stray = StrayUploads(pipe)
+
+    def new_lines() -> list[str]:
+        lines = stray.new()
+        for tenant in pipe.tenant_ids:
+            for execution in newly_closed(pipe, tenant, shown):
+                name = execution["name"]
+                closed = None if execution["status"] == "SUCCEEDED" else closed_attempt(pipe, resources[tenant], name)
+                if closed is None and execution["status"] != "SUCCEEDED" and looks[name] < 3:
+                    looks[name] += 1  # the closer records it, then its invocation ends: look again then
+                    continue
+                shown.add(name)
+                lines.append(file_outcome(tenant, execution, closed))
+        return lines
+
     # A file closes, and its close reaches the ledger, in a Lambda invocation (the closer): wait
     # for one to end instead of polling; uploads outside every prefix run no function: look for
     # them every SERVE_LOOK_SECONDS.
     activity = threading.Event()
     pipe.add_invocation_listener(lambda _function, _event, result: result is not None and activity.set())
+
+    def wait() -> None:
+        activity.wait(SERVE_LOOK_SECONDS)
+        activity.clear()
+
+    def first() -> None:
+        if banner:
+            serve_banner(pipe, console, demo_files=False)
+        else:
+            console.print(f"\nServing {pipe.endpoint_url} for your own files (the upload command is above). "
+                          "Ctrl-C stops.", markup=False, soft_wrap=True)
+
+    print_until_stopped(console, new_lines, wait, first=first)
+
+
+def print_until_stopped(console: Console, new_lines: Callable[[], list[str]], wait: Callable[[], None], *,
+                        first: Callable[[], None] = lambda: None) -> None:
+    """Print `first`, then what `new_lines` finds, then `wait`, again and again, until Ctrl-C
+    (SIGTERM and a closed output arrive as it: `_stop_on_sigterm`, `DemoConsole`)."""
     try:
+        first()
         while True:
-            for line in stray.new():
-                console.print(line, markup=False)
-            for tenant in pipe.tenant_ids:
-                for execution in newly_closed(pipe, tenant, shown):
-                    name = execution["name"]
-                    closed = None if execution["status"] == "SUCCEEDED" else closed_attempt(pipe, resources[tenant], name)
-                    if closed is None and execution["status"] != "SUCCEEDED" and looks[name] < 3:
-                        looks[name] += 1  # the closer records it, then its invocation ends: look again then
-                        continue
-                    shown.add(name)
-                    console.print(file_outcome(tenant, execution, closed), markup=False, soft_wrap=True)
-            activity.wait(SERVE_LOOK_SECONDS)
-            activity.clear()
+            for line in new_lines():
+                console.print(line, markup=False, soft_wrap=True)
+            wait()
     except KeyboardInterrupt:
-        console.print("stopping")
+        quiet_broken_pipes_at_exit()
+        with contextlib.suppress(KeyboardInterrupt):  # the output closed too (Ctrl-C of `| head`)
+            console.print("stopping")
 
 
 #: How often an idle `--serve` looks for uploads outside every tenant prefix (and, as a safety
@@ -468,7 +537,7 @@ def run_correction(pipe, console: Console, args: argparse.Namespace, tenant, oth
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = DemoConsole(width=None if sys.stdout.isatty() else 120)
     try:
         config = load_config(args.tenants)
     except ConfigError as error:
@@ -494,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"Synthesizing {args.tenants} and deploying it on a local moto server...")
     with LocalPipeline(args.tenants, time_scale=args.time_scale) as pipe:
         console.print(f"Local pipeline up in {time.monotonic() - started:.1f} s: {pipe.endpoint_url}")
+        demo_files = any(plan.files.values()) or correction_tenants is not None
+        if args.serve and demo_files:
+            serve_banner(pipe, console, demo_files=True)  # before the demo's tables
         console.print(f"Scenario: {args.scenario} ({SCENARIOS[args.scenario]})")
         for tenant in config.tenants:
             if tenant.sink.auth.type == "bearer":  # the token itself is never shown
@@ -502,6 +574,11 @@ def main(argv: list[str] | None = None) -> int:
         if correction_tenants is not None:
             return run_correction(pipe, console, args, *correction_tenants)
         inject(pipe, args.scenario, config.tenants[0].id)
+        if args.serve and not demo_files:  # nothing to upload, wait for or verify: no tables
+            from ops.discovery import discover
+
+            serve(pipe, console, discover(pipe.client), banner=True)
+            return EXIT_HELD
         uploads: dict[str, list[Upload]] = {t.id: [] for t in config.tenants}
         chunks = ChunkProgress(pipe)
         run_started, run_started_wall = time.monotonic(), time.time()
@@ -557,5 +634,16 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_HELD if ok else EXIT_VIOLATED
 
 
+def run(argv: list[str] | None = None) -> int:
+    """`python -m demo`: `main`, and Ctrl-C, SIGTERM or a closed output before the verification
+    is exit status 130 without a traceback (the local pipeline closed on the way out)."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        quiet_broken_pipes_at_exit()
+        print("stopped before the verification: nothing was verified", file=sys.stderr)
+        return EXIT_STOPPED
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

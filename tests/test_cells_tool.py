@@ -107,6 +107,21 @@ def test_touched_is_the_changed_tenants_cell_or_every_cell_when_anything_else_ch
     assert names == ["shared", "shard-0", "shard-1"] and why.startswith("the code changed (new_module.py)")
 
 
+def test_a_tenants_file_outside_the_repository_touches_every_cell(tmp_path):
+    """The base revision has no copy of a file kept outside the repository: compared with itself
+    it would touch no cell, whatever it changes; every cell is diffed instead."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "app.py").write_text("# the code\n")
+    _git(repo, "init", "--quiet")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "--quiet", "-m", "base")
+    outside = write(tmp_path, SHARDED)
+    assert tool.base_config(repo, "HEAD", outside) is None
+    assert tool.touched_cells(repo, "HEAD", outside) == (
+        ["shared", "shard-0", "shard-1"], "HEAD has no copy of a tenants file outside the repository: every cell")
+
+
 @pytest.mark.cli
 def test_synth_writes_one_assembly_per_cell_holding_exactly_its_stacks(tmp_path, monkeypatch):
     """GIVEN the sharded file WHEN `python -m tools.cells synth` runs the pinned CLI THEN each cell

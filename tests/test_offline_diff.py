@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 from aws_cdk import App, Stack, Stage
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 
 from tests.conftest import ROOT, synthesize
@@ -22,6 +26,7 @@ from tools.offline_diff import (
     EXIT_ERROR,
     EXIT_SAME,
     TENANT_STACK,
+    DiffError,
     StackTemplate,
     base_tenants_file,
     build_report,
@@ -95,6 +100,10 @@ def test_summary_marks_the_replaced_queue_as_destructive(report):
     # The key-sequence gap alarm is new, the controller only changes (no replacement).
     assert changes["PipelineSequenceGapAlarmCDC58933"] == ("AWS::CloudWatch::Alarm", "added", False)
     assert changes["PipelineController2FC8D912"] == ("AWS::Lambda::Function", "changed", False)
+    # Its event source mapping is replaced with it (`EventSourceArn: !GetAtt Queue.Arn`), though
+    # its own template is the same: the full diff says so, and so does the summary.
+    assert changes["PipelineControllerSqsEventSourceOrderedIngestTenantacmePipelineQueue862B8852717D6D55"] == (
+        "AWS::Lambda::EventSourceMapping", "replaced", False)
     summary = render_summary(report)
     assert "Destructive changes (a queue, table, bucket, key or log group replaced or removed): 1\n" \
            "  OrderedIngest-Tenant-acme: AWS::SQS::Queue PipelineQueueC13966F5 replaced" in summary
@@ -166,6 +175,32 @@ def test_stacks_inside_stages_are_named_by_stage_and_diffed(tmp_path):
     assert [(r.resource_type, r.change) for r in stack.resources] == [("AWS::SQS::Queue", "replaced")]
 
 
+def test_summary_lists_what_the_cli_replaces_through_a_reference_to_a_replaced_resource(tmp_path):
+    """GIVEN a queue made FIFO (replaced) and, unchanged in the template, the event source
+    mapping and the topic subscription that refer to it (`!GetAtt Queue.Arn`) WHEN the two
+    assemblies are diffed THEN the CLI replaces them too, and so does the summary."""
+    def cascade_app(outdir: Path, fifo: bool) -> Path:
+        app = App(outdir=str(outdir))
+        stack = Stack(app, "OrderedIngest-Tenant-zeta")
+        queue = sqs.Queue(stack, "Queue", fifo=fifo or None, enforce_ssl=True)
+        controller = lambda_.Function(stack, "Controller", runtime=lambda_.Runtime.PYTHON_3_12,
+                                      handler="index.handler", code=lambda_.Code.from_inline("def handler(e, c): pass"))
+        controller.add_event_source(event_sources.SqsEventSource(queue, batch_size=1))
+        sns.Topic(stack, "Topic", fifo=fifo or None).add_subscription(subscriptions.SqsSubscription(queue))
+        app.synth()
+        return outdir
+
+    report = build_report([cascade_app(tmp_path / "base", False)], [cascade_app(tmp_path / "head", True)], tmp_path)
+    (stack,) = report.stacks
+    assert sorted((r.resource_type, r.change) for r in stack.resources) == [
+        ("AWS::Lambda::EventSourceMapping", "replaced"), ("AWS::SNS::Subscription", "replaced"),
+        ("AWS::SNS::Topic", "replaced"), ("AWS::SQS::Queue", "replaced")]
+    summary, full = render_summary(report), render_full(report)
+    for resource_type in ("AWS::Lambda::EventSourceMapping", "AWS::SNS::Subscription"):
+        assert re.search(rf"^\[~\] {resource_type} .* replace$", full, re.MULTILINE)
+        assert re.search(rf"^    replaced  {resource_type} ", summary, re.MULTILINE)
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
                    cwd=repo, check=True, capture_output=True)
@@ -202,6 +237,8 @@ def test_git_revision_path_synthesizes_both_revisions(throwaway_repo, capsys):
     assert "[~] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5 replace" in out
     # The CLI's synth adds path metadata: the summary names the construct as the CLI does.
     assert re.search(r"replaced +AWS::SQS::Queue +PipelineQueueC13966F5  \(Pipeline/Queue\)  DESTRUCTIVE\n", out)
+    assert re.search(r"replaced +AWS::Lambda::EventSourceMapping +PipelineControllerSqsEventSource\S+  "
+                     r"\(Pipeline/Controller/SqsEventSource:\S+\)\n", out)
 
 
 def test_fails_when_the_base_revision_does_not_exist(throwaway_repo, capsys):
@@ -218,14 +255,86 @@ def test_the_base_uses_its_own_copy_of_a_tenants_file_in_the_repository(tmp_path
     for root in (repo, base):
         (root / "config").mkdir(parents=True)
         (root / "config" / "tenants.yaml").write_text(root.name)
-    outside = tmp_path / "mine.yaml"
-    outside.write_text("mine")
     # In the repository: the base revision's version of the same path.
-    assert base_tenants_file(repo, base, repo / "config" / "tenants.yaml") == base / "config" / "tenants.yaml"
-    # Not in the base revision (a new file) or outside the repository: the same file for both.
+    assert base_tenants_file(repo, base, repo / "config" / "tenants.yaml", "v1") == base / "config" / "tenants.yaml"
+
+
+def test_fails_when_the_base_has_no_copy_of_the_tenants_file(tmp_path):
+    """A file outside the repository, or new since the base, compared with itself would show no
+    difference whatever it holds: the diff refuses and says how to name the base's file."""
+    repo, base = tmp_path / "repo", tmp_path / "base"
+    repo.mkdir()
+    base.mkdir()
     (repo / "new.yaml").write_text("new")
-    assert base_tenants_file(repo, base, repo / "new.yaml") == (repo / "new.yaml").resolve()
-    assert base_tenants_file(repo, base, outside) == outside.resolve()
+    outside = tmp_path / "mine.yaml"
+    with pytest.raises(DiffError) as error:
+        base_tenants_file(repo, base, outside, "origin/main")
+    assert str(error.value) == (
+        f"tenants file {outside} is outside the repository {repo}, so origin/main has no copy of it to compare "
+        "it with; name the base's tenants file (--base-tenants FILE):\n"
+        "  BASE_TENANTS=path/to/the/version/deployed/now  compares the two files, on the working tree's code\n"
+        f"  BASE_TENANTS={outside}  the same file: what the code change since origin/main does to it")
+    with pytest.raises(DiffError, match=r"^tenants file new.yaml is not in v1 \(a new file\), so v1 has no copy "
+                                        r"of it to compare it with; name the base's tenants file"):
+        base_tenants_file(repo, base, repo / "new.yaml", "v1")
+
+
+def test_a_tenants_file_outside_the_repository_is_refused_without_base_tenants(throwaway_repo, tmp_path, capsys):
+    # GIVEN a tenants file outside the repository, the same as the committed one
+    outside = tmp_path / "tenants.yaml"
+    outside.write_text(HEAD_TENANTS)
+    # WHEN it is diffed against a revision THEN nothing is synthesized: exit 2, with the way out
+    code = main(["--base", "HEAD", "--repo", str(throwaway_repo), "--tenants", str(outside)])
+    captured = capsys.readouterr()
+    assert code == EXIT_ERROR
+    assert captured.err.startswith(f"offline diff: tenants file {outside} is outside the repository")
+    assert f"\n  BASE_TENANTS={outside}  the same file: what the code change since HEAD does to it\n" in captured.err
+    assert "No cell is touched" not in captured.out and "No difference" not in captured.out
+
+
+def test_base_tenants_compares_two_files_outside_the_repository_on_todays_code(throwaway_repo, tmp_path, capsys,
+                                                                               monkeypatch):
+    """Another file as BASE_TENANTS: no base revision is read (none exists here), the cells the
+    change touches are synthesized on each side with the working tree's code."""
+    import tools.offline_diff as offline_diff
+
+    runs = []
+    monkeypatch.setattr(offline_diff, "synthesize", runs.extend)
+    monkeypatch.setattr(offline_diff, "build_report", lambda base, head, scratch: offline_diff.Report())
+    (tmp_path / "old.yaml").write_text(BASE_TENANTS)
+    (tmp_path / "new.yaml").write_text(HEAD_TENANTS)
+    code = main(["--base", "origin/main", "--repo", str(throwaway_repo), "--tenants", str(tmp_path / "new.yaml"),
+                 "--base-tenants", str(tmp_path / "old.yaml")])
+    out = capsys.readouterr().out
+    assert code == EXIT_SAME, out
+    assert f"base: working tree, tenants {tmp_path / 'old.yaml'}" in out
+    assert [(run.source, run.tenants, run.cell) for run in runs] == [
+        (throwaway_repo, tmp_path / "old.yaml", "app"), (throwaway_repo, tmp_path / "new.yaml", "app")]
+
+
+def test_the_same_file_as_base_tenants_shows_what_the_code_change_does_to_it(throwaway_repo, tmp_path, capsys,
+                                                                            monkeypatch):
+    """GIVEN a tenants file outside the repository and a code change in the working tree WHEN it
+    is its own BASE_TENANTS THEN the base revision's code and the working tree's synthesize it."""
+    import tools.offline_diff as offline_diff
+
+    runs = []
+    monkeypatch.setattr(offline_diff, "synthesize", runs.extend)
+    monkeypatch.setattr(offline_diff, "build_report", lambda base, head, scratch: offline_diff.Report())
+    outside = tmp_path / "tenants.yaml"
+    outside.write_text(HEAD_TENANTS)
+    (throwaway_repo / "app.py").write_text((throwaway_repo / "app.py").read_text() + "\n")
+    try:
+        code = main(["--base", "HEAD", "--repo", str(throwaway_repo), "--tenants", str(outside),
+                     "--base-tenants", str(outside)])
+    finally:
+        _git(throwaway_repo, "checkout", "--quiet", "--", "app.py")
+    out = capsys.readouterr().out
+    assert code == EXIT_SAME, out
+    assert "The code changed: every stack of both revisions is synthesized." in out
+    base, head = runs
+    assert base.source != throwaway_repo and (base.tenants, base.cell) == (outside, None)
+    assert (head.source, head.tenants, head.cell) == (throwaway_repo, outside, None)
 
 
 SHARDED_BASE = """\
@@ -314,6 +423,9 @@ def test_make_diff_passes_strict_only_when_asked():
 
     assert command() == "python -m tools.offline_diff --base v1 --tenants tenants.yaml"
     assert command("STRICT=1") == "python -m tools.offline_diff --base v1 --tenants tenants.yaml --strict"
+    assert command("SUMMARY=1") == "python -m tools.offline_diff --base v1 --tenants tenants.yaml --summary"
+    assert command("TENANTS=/srv/t.yaml", "BASE_TENANTS=/srv/old.yaml") == (
+        "python -m tools.offline_diff --base v1 --tenants /srv/t.yaml --base-tenants /srv/old.yaml")
 
 
 def test_a_change_of_the_cdk_metadata_alone_is_no_difference(tmp_path):

@@ -164,10 +164,12 @@ def _relative(repo: Path, path: Path) -> str | None:
 
 
 def base_config(repo: Path, base: str, tenants: Path) -> AppConfig | None:
-    """The tenants file as it is at `base` (None: not there: every cell is new)."""
+    """The tenants file as it is at `base` (None: not there, or kept outside the repository, where
+    `base` has no copy of it: every cell counts as new, none is left out; comparing the file with
+    itself would leave out every cell it changes)."""
     relative = _relative(repo, tenants)
     if relative is None:
-        return load_config(tenants)  # kept outside the repository: the same file on both sides
+        return None
     try:
         text = git(repo, "show", f"{base}:{relative}")
     except CellsError:
@@ -182,6 +184,8 @@ def touched_cells(repo: Path, base: str, tenants: Path) -> tuple[list[str], str]
     if code:
         shown = ", ".join(code[:5]) + (f" and {len(code) - 5} more" if len(code) > 5 else "")
         return [cell.name for cell in cells.cells_of(head)], f"the code changed ({shown}): every cell"
+    if _relative(repo, tenants) is None:
+        return cells.touched(None, head), f"{base} has no copy of a tenants file outside the repository: every cell"
     try:
         before = base_config(repo, base, tenants)
     except ConfigError:

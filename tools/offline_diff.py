@@ -9,15 +9,23 @@ base revision and the working tree, then prints
    table, bucket, key or log group replaced or removed);
 2. the full template diff of every added or changed stack, by the pinned CDK CLI comparing
    the head assembly with the base template (`cdk diff --template`), which needs no
-   credentials.
+   credentials; `--summary` leaves it out (the CLI still runs: its verdict is the summary's).
 
 Which resources are *replaced* is the CLI's verdict (its bundled CloudFormation resource
-specification), not a list kept here. Stacks inside CDK Stages (nested cloud assemblies) are
-found and named by their hierarchical id (`prod/OrderedIngest-Tenant-acme`).
+specification), not a list kept here; so is every resource it lists, also one whose own
+template is unchanged (a reference to a replaced resource replaces it too). Stacks inside CDK
+Stages (nested cloud assemblies) are found and named by their hierarchical id
+(`prod/OrderedIngest-Tenant-acme`).
 
-When only the tenants file differs from the base (or with `--base-tenants`), only the cells
-whose inputs changed are synthesized on each side (`pipeline_constructs/cells.py`), both with
-the working tree's code; when anything else differs, each whole revision is.
+The base's tenants file is the base revision's copy of the head's (the same repository path).
+A file kept outside the repository, or new since the base, has none: the diff refuses rather
+than compare the file with itself, and `--base-tenants` names the base's file: another file
+(both sides on the working tree's code), or the same file (both revisions' code, one file:
+what the code change does to it).
+
+When only the tenants file differs from the base (or with `--base-tenants` another file), only
+the cells whose inputs changed are synthesized on each side (`pipeline_constructs/cells.py`),
+both with the working tree's code; when anything else differs, each whole revision is.
 
 The base revision is exported with `git archive` into a temporary directory rather than
 checked out with `git worktree add`: nothing is written into the repository's `.git`
@@ -185,16 +193,21 @@ def _lost_on_removal(resource: dict) -> bool:
 
 def apply_cli_verdict(diff: StackDiff, cli_changes: list[ResourceChange]) -> None:
     """Mark the resources the CLI says are replaced (its resource specification knows which
-    property changes replace a resource) and the destructive ones."""
+    property changes replace a resource) and the destructive ones, and add those it lists whose
+    own template is unchanged: a property that refers to a replaced resource (an event source
+    mapping's `EventSourceArn: !GetAtt Queue.Arn`) gets a new value, which may replace it too."""
     verdict = {change.logical_id: change for change in cli_changes}
     resources = []
     for delta in diff.resources:
-        change = verdict.get(delta.logical_id)
+        change = verdict.pop(delta.logical_id, None)
         if change is not None and change.replaced and delta.change == "changed":
             delta = ResourceDelta(delta.logical_id, delta.resource_type, delta.construct_path,
                                   "replaced", destructive=change.destructive)
         resources.append(delta)
-    diff.resources = resources
+    resources += [ResourceDelta(change.logical_id, change.resource_type, change.path,
+                                "replaced" if change.replaced else change.change, destructive=change.destructive)
+                  for change in verdict.values()]
+    diff.resources = sorted(resources, key=lambda r: r.logical_id)
 
 
 # --- synthesizing and the CLI ------------------------------------------------------------
@@ -355,15 +368,22 @@ def export_revision(repo: Path, revision: str, target: Path) -> str:
     return commit[:12]
 
 
-def base_tenants_file(repo: Path, base_source: Path, tenants: Path) -> Path:
-    """The base revision's copy of the tenants file when it is a file of the repository, else
-    the same file (a tenants file kept outside the repository: only the code differs)."""
+def base_tenants_file(repo: Path, base_source: Path, tenants: Path, base: str) -> Path:
+    """The base revision's copy of the tenants file (the same repository path). `DiffError` when
+    it has none: a file kept outside the repository, or new since `base`, compared with itself
+    would show no difference whatever it holds."""
     try:
         relative = tenants.resolve().relative_to(repo.resolve())
     except ValueError:
-        return tenants.resolve()
-    candidate = base_source / relative
-    return candidate if candidate.exists() else tenants.resolve()
+        why = f"tenants file {tenants} is outside the repository {repo}, so {base} has no copy of it"
+    else:
+        if (base_source / relative).is_file():
+            return base_source / relative
+        why = f"tenants file {relative} is not in {base} (a new file), so {base} has no copy of it"
+    raise DiffError(
+        f"{why} to compare it with; name the base's tenants file (--base-tenants FILE):\n"
+        f"  BASE_TENANTS=path/to/the/version/deployed/now  compares the two files, on the working tree's code\n"
+        f"  BASE_TENANTS={tenants}  the same file: what the code change since {base} does to it")
 
 
 def _in_repo(repo: Path, path: str) -> Path:
@@ -376,38 +396,48 @@ def run(args: argparse.Namespace) -> int:
     head_tenants = _in_repo(repo, args.tenants)
     if not head_tenants.exists():
         raise DiffError(f"tenants file {head_tenants} not found; pass TENANTS=path/to/tenants.yaml")
+    given = _in_repo(repo, args.base_tenants) if args.base_tenants else None
+    if given is not None and not given.exists():
+        raise DiffError(f"base tenants file {given} not found; pass BASE_TENANTS=path/to/tenants.yaml")
+    # Another tenants file: the two files on today's code, no base revision read.
+    two_files = given is not None and given != head_tenants
     with tempfile.TemporaryDirectory(prefix="offline-diff-") as scratch_dir:
         scratch = Path(scratch_dir)
-        if args.base_tenants:
-            base_source, base_tenants = repo, _in_repo(repo, args.base_tenants)
+        if two_files:
+            base_source, base_tenants = repo, given
             base_label = f"working tree, tenants {base_tenants}"
         else:
             base_source = scratch / "base"
             commit = export_revision(repo, args.base, base_source)
-            base_tenants = base_tenants_file(repo, base_source, head_tenants)
+            base_tenants = given or base_tenants_file(repo, base_source, head_tenants, args.base)
             shown = base_tenants.relative_to(base_source) if base_tenants.is_relative_to(base_source) else base_tenants
             base_label = f"{args.base} ({commit}), tenants {shown}"
         print(f"Offline diff\n  base: {base_label}\n  head: working tree {repo}, tenants {head_tenants}\n",
               flush=True)
-        base_runs, head_runs = _plan(args, repo, scratch, base_source, base_tenants, head_tenants)
+        base_runs, head_runs = _plan(args, repo, scratch, base_source, base_tenants, head_tenants, two_files)
         if not base_runs and not head_runs:
-            print("No cell is touched: the tenants files give every cell the same inputs.")
+            print("No cell is touched: the code is the same on both sides and the tenants files give every "
+                  "cell the same inputs.")
             return EXIT_SAME
         synthesize([*base_runs, *head_runs])
         report = build_report([r.outdir for r in base_runs], [r.outdir for r in head_runs], scratch)
     print(render_summary(report))
-    if report.different:
+    if report.different and args.summary:
+        print(f"\nFull template diffs left out (--summary): {len(report.stacks)} stack(s) differ; "
+              "make diff without SUMMARY=1 prints them.")
+    elif report.different:
         print("\nFull template diffs (cdk diff --template <base template>)\n")
         print(render_full(report))
     return EXIT_DIFFERENT if report.different and args.strict else EXIT_SAME
 
 
 def _plan(args: argparse.Namespace, repo: Path, scratch: Path, base_source: Path, base_tenants: Path,
-          head_tenants: Path) -> tuple[list[Synth], list[Synth]]:
-    """What to synthesize on each side. When only the tenants file changed (or `--base-tenants`:
-    the same code on both sides), only the cells whose inputs changed (`cells.touched`), each
-    side with the working tree's code; when the code changed, each whole revision."""
-    if not args.base_tenants and cell_tools.code_changed(repo, args.base, head_tenants):
+          head_tenants: Path, two_files: bool) -> tuple[list[Synth], list[Synth]]:
+    """What to synthesize on each side. When only the tenants file changed (or two tenants
+    files are compared: the same code on both sides), only the cells whose inputs changed
+    (`cells.touched`), each side with the working tree's code; when the code changed, each
+    whole revision."""
+    if not two_files and cell_tools.code_changed(repo, args.base, head_tenants):
         print("The code changed: every stack of both revisions is synthesized.\n", flush=True)
         return ([Synth("the base", base_source, base_tenants, scratch / "base.out")],
                 [Synth("the head", repo, head_tenants, scratch / "head.out")])
@@ -434,13 +464,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default="origin/main", help="git revision to compare with (default origin/main)")
     parser.add_argument("--tenants", default="tenants.yaml",
                         help="tenants file of the head (default tenants.yaml, relative to --repo); the "
-                             "base uses its own copy of the same path when the file is in the repository")
+                             "base uses its own copy of the same path (a file outside the repository, or "
+                             "new since --base, has none: give --base-tenants)")
     parser.add_argument("--base-tenants", default=None,
-                        help="compare this tenants file (relative to --repo) with --tenants on the working "
-                             "tree's code, instead of two revisions")
+                        help="the base's tenants file (relative to --repo; make diff BASE_TENANTS=): another "
+                             "file is compared with --tenants on the working tree's code, instead of two "
+                             "revisions; the same file as --tenants, on --base's code and the working tree's")
     parser.add_argument("--repo", default=".", help="the repository (default: the current directory)")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when the revisions differ (for CI; make diff STRICT=1)")
+    parser.add_argument("--summary", action="store_true",
+                        help="print the per-tenant summary alone, not the full template diffs (make diff SUMMARY=1)")
     args = parser.parse_args(argv)
     try:
         return run(args)
