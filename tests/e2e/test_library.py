@@ -119,7 +119,7 @@ def pipe() -> Iterator[LocalPipeline]:
 def test_the_team_app_runs_on_the_local_runtime_and_the_installed_ops_finds_and_reports_its_tenants(pipe, venv):
     """GIVEN the example app on the local runtime WHEN each tenant gets a file THEN the core
     system receives each in order, and the installed `ops status` finds both tenants by their
-    registry (no app stack exists) with their file ingested."""
+    registry (no app stack exists) with their file ingested, and pauses and unpauses one."""
     assert sorted(pipe.tenant_ids) == ["cards", "refunds"]
     assert set(pipe.deployment.stacks) == {"Payments-Ingest"}
     pipe.put_file("cards", "day-1.csv", "id,amount\n1,10\n2,20\n")
@@ -133,3 +133,13 @@ def test_the_team_app_runs_on_the_local_runtime_and_the_installed_ops_finds_and_
     statuses = {s["tenant"]: s for s in json.loads(done.stdout)}
     assert set(statuses) == {"cards", "refunds"}
     assert all(s["state"] == "idle" and s["last_24h"]["succeeded"] == 1 for s in statuses.values()), statuses
+
+    # Operated, not only read: a pause and its end, through the installed command.
+    ops = (venv / "bin" / "ops", "--endpoint-url", pipe.endpoint_url)
+    run(*ops, "pause", "cards", "--reason", "core maintenance", cwd=venv.parent, env=env)
+    paused = {s["tenant"]: s for s in json.loads(run(*ops, "status", "--json", cwd=venv.parent, env=env).stdout)}
+    assert (paused["cards"]["state"], paused["refunds"]["state"]) == ("paused", "idle")
+    run(*ops, "unpause", "cards", cwd=venv.parent, env=env)
+    pipe.put_file("cards", "day-2.csv", "id,amount\n3,30\n")
+    pipe.wait_until_idle(timeout=120)
+    assert [r["id"] for r in pipe.sink("cards").accepted] == ["1", "2", "3"]
