@@ -6,9 +6,8 @@ function's errors reads `metrics.TenantMetrics.error_log_lines(role)`.
 
 from __future__ import annotations
 
+import atexit
 import functools
-import hashlib
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -63,22 +62,14 @@ def lambda_code() -> lambda_.Code:
 def staged_package(source: Path) -> Path:
     """A directory that holds the package at ``source`` as `lambdas` and nothing else, as
     Lambda's /var/task will: the handlers import each other as `lambdas.<module>`, so the
-    package, not its contents, is the asset's top level. Named by the content's digest: each
-    version of the code is staged once, and concurrent synths share it."""
-    files = sorted(source.glob("*.py"))
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
-    root = Path(tempfile.gettempdir()) / f"ordered-ingest-lambda-code-{digest.hexdigest()[:20]}"
-    if not root.is_dir():
-        staging = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
-        (staging / "lambdas").mkdir()
-        for file in files:
-            shutil.copyfile(file, staging / "lambdas" / file.name)
-        try:
-            os.rename(staging, root)
-        except OSError:  # another synth staged the same content first
-            shutil.rmtree(staging, ignore_errors=True)
+    package, not its contents, is the asset's top level. Private to this process (a directory
+    of a predictable name in a shared /tmp could be planted), staged once, removed at exit; the
+    asset's hash is its content's, wherever it is staged."""
+    root = Path(tempfile.mkdtemp(prefix="ordered-ingest-lambda-code-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    (root / "lambdas").mkdir()
+    for file in sorted(source.glob("*.py")):
+        shutil.copyfile(file, root / "lambdas" / file.name)
     return root
 
 

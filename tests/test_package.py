@@ -91,3 +91,14 @@ def test_the_public_api_resolves_each_name_with_a_docstring_and_loads_no_cdk_for
              "print('aws_cdk' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_the_lambda_code_is_staged_in_a_directory_private_to_the_process():
+    """GIVEN the staged asset THEN it sits in a directory only this user can write (mkdtemp), not
+    at a name another user of a shared /tmp could plant first, and holds the package's files."""
+    from pipeline_constructs import functions
+
+    root = functions.staged_package(functions.LAMBDA_SOURCE_DIR)
+    assert root.stat().st_mode & 0o077 == 0
+    assert sorted(p.name for p in (root / "lambdas").iterdir()) == sorted(
+        p.name for p in functions.LAMBDA_SOURCE_DIR.glob("*.py"))
