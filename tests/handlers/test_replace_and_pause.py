@@ -9,12 +9,14 @@ and no execution is started."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import uuid
 from typing import Any
 
 from lambdas import controller
 import pytest
+from botocore.exceptions import ClientError
 from lambdas.contract import (
     ControllerEnv,
     FileRef,
@@ -497,6 +499,27 @@ def test_replace_with_a_version_ingested_before_names_who_ran_it_and_changes_not
     assert table(ddb) == before and started(sfn, machine) == {}
 
 
+def test_replace_with_a_version_whose_marker_expired_before_its_event_marker_is_refused_all_the_same(
+        ledger, ddb, sfn, buckets, machine, original):
+    """GIVEN the correction's version was made current by an earlier replace, and TTL has deleted
+    its version marker but not yet its event marker (DynamoDB deletes expired items one by one)
+    WHEN replace names that version again THEN it is refused as ingested before, by an execution
+    it cannot name, and nothing changed."""
+    version = upload(buckets, [{"id": "fixed"}], key="acme/g.jsonl")
+    event_id = replacement_event_id(LANDING, "acme/g.jsonl", version)
+    ddb.put_item(TableName=LEDGER_TABLE, Item={"tenant": {"S": TENANT}, "entry": {"S": f"event#{event_id}"},
+                                               "execution": {"S": "fix-0"}, "claimed_at": {"N": str(NOW - 10)}})
+    before = table(ddb)
+
+    with pytest.raises(Refused) as refused:
+        run_replace(ledger, sfn, buckets, machine, key="acme/g.jsonl", version_id=version)
+
+    assert str(refused.value) == (
+        f"s3://landing/acme/g.jsonl version {version} was ingested before (as an earlier execution): a version runs "
+        "once; upload the correction again (a new version) and replace with that")
+    assert table(ddb) == before and started(sfn, machine) == {}
+
+
 def test_replace_from_a_negative_record_is_a_usage_error(ledger, ddb, sfn, buckets, machine, original):
     before = table(ddb)
     with pytest.raises(ValueError, match="counts from 0"):
@@ -575,6 +598,168 @@ def test_a_replace_cut_short_after_the_ledger_write_is_started_by_running_replac
     assert (outcome.execution, outcome.start_record) == (written.execution, 3)
     assert started(sfn, machine)[written.execution]["start_record"] == 3
     assert ledger.read() == written
+
+
+def test_replace_starts_the_correction_as_s3_has_it(ledger, sfn, buckets, machine, original):
+    """GIVEN e1 failed and a correction uploaded under another key WHEN replaced THEN the file the
+    ledger makes current, and the execution's input, are the correction as S3 has it: the tenant,
+    the replacement's event id, its bucket, key and version, its size, its ETag (without quotes)
+    and its upload time (UTC, ISO 8601)."""
+    body = jsonl([{"id": "fixed"}])
+    version = buckets.put_object(Bucket=LANDING, Key="acme/f-fixed.jsonl", Body=body)["VersionId"]
+    uploaded = buckets.head_object(Bucket=LANDING, Key="acme/f-fixed.jsonl", VersionId=version)["LastModified"]
+
+    outcome = run_replace(ledger, sfn, buckets, machine, key="acme/f-fixed.jsonl", version_id=version)
+
+    expected = FileRef(tenant=TENANT, event_id=replacement_event_id(LANDING, "acme/f-fixed.jsonl", version),
+                       bucket=LANDING, key="acme/f-fixed.jsonl", version_id=version, size=len(body),
+                       etag=hashlib.md5(body).hexdigest(), event_time=uploaded.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    assert ledger.read().file == expected
+    assert started(sfn, machine) == {outcome.execution: {**expected, "start_record": 0}}
+
+
+def test_replace_without_from_record_or_work_bucket_sends_the_correction_whole(ledger, sfn, buckets, machine,
+                                                                                original):
+    """GIVEN e1 failed at record 3 and a correction whose first record differs WHEN replace is
+    called with neither a record to start from nor a work bucket THEN it starts the correction at
+    record 0, comparing nothing (there is no manifest to read)."""
+    version = upload(buckets, [{"id": "other"}, *ORIGINAL[1:]])
+
+    outcome = replace(ledger, sfn, buckets, machine, landing_prefix="acme/", key=KEY, version_id=version,
+                      now=NOW + 10)
+
+    assert outcome.start_record == 0 and "sent whole (new idempotency keys)" in outcome.message
+    assert started(sfn, machine)[outcome.execution]["start_record"] == 0
+    assert (ledger.read().status, ledger.read().next_record) == (RUNNING, 0)
+
+
+@pytest.mark.parametrize("manifest", ["no work bucket", "deleted"])
+def test_replace_from_a_record_without_the_manifest_says_why_and_changes_nothing(manifest, ledger, ddb, sfn, buckets,
+                                                                                  machine, original):
+    """GIVEN e1 failed at record 3 and the manifest of its format cannot be read (no work bucket
+    given, or the manifest deleted) WHEN replaced --from-record 3 THEN it is refused with the error
+    that stopped the read and what to do instead, and nothing changed."""
+    version = upload(buckets, [*ORIGINAL[:3], {"id": 3, "name": "fixed"}, *ORIGINAL[4:]])
+    arguments: dict[str, Any] = {}
+    if manifest == "deleted":
+        buckets.delete_object(Bucket=WORK, Key=manifest_key(chunk_prefix(TENANT, execution_name("e1"))))
+        arguments["work_bucket"] = WORK
+    why = {"no work bucket": "ParamValidationError", "deleted": "NoSuchKey"}[manifest]
+    before = table(ddb)
+
+    with pytest.raises(Refused) as refused:
+        replace(ledger, sfn, buckets, machine, landing_prefix="acme/", key=KEY, version_id=version, now=NOW + 10,
+                from_record=3, **arguments)
+
+    assert str(refused.value) == (
+        f"--from-record 3: the failed file's manifest is gone from the work bucket ({why}), so its records cannot "
+        "be compared; replace without --from-record (the correction is sent whole)")
+    assert table(ddb) == before and started(sfn, machine) == {}
+
+
+class UnreadableVersion:
+    """The landing bucket's S3 client, whose GetObject of one object version fails with `code`."""
+
+    def __init__(self, s3: Any, version_id: str, code: str) -> None:
+        self._s3, self._version_id, self._code = s3, version_id, code
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._s3, name)
+
+    def get_object(self, **kwargs: Any) -> Any:
+        if kwargs.get("VersionId") == self._version_id:
+            raise ClientError({"Error": {"Code": self._code, "Message": "no"}}, "GetObject")
+        return self._s3.get_object(**kwargs)
+
+
+@pytest.mark.parametrize("code", ["NoSuchKey", "NoSuchVersion", "404", "400", "InvalidArgument", "AccessDenied"])
+def test_replace_from_a_record_when_the_failed_version_cannot_be_read_is_refused_naming_why(
+        code, ledger, ddb, sfn, buckets, machine, original):
+    """GIVEN e1 failed at record 3 and S3 answers the read of its version with `code` (the version
+    or key gone, a version id S3 does not take, no permission) WHEN replaced --from-record 3 THEN
+    it is refused naming the code and what to do instead, and nothing changed."""
+    version = upload(buckets, [*ORIGINAL[:3], {"id": 3, "name": "fixed"}, *ORIGINAL[4:]])
+    before = table(ddb)
+
+    with pytest.raises(Refused) as refused:
+        run_replace(ledger, sfn, UnreadableVersion(buckets, original["version_id"], code), machine,
+                    version_id=version, from_record=3)
+
+    assert str(refused.value) == (
+        f"--from-record 3: the failed version can no longer be read ({code}), so its records cannot be compared; "
+        "replace without --from-record (the correction is sent whole)")
+    assert table(ddb) == before and started(sfn, machine) == {}
+
+
+def test_replace_from_a_record_when_reading_the_failed_version_fails_otherwise_raises_and_changes_nothing(
+        ledger, ddb, sfn, buckets, machine, original):
+    """GIVEN S3 answers the read of e1's version with an error that says nothing of the version
+    (throttling) WHEN replaced --from-record 3 THEN the error is raised as it is (run again), not
+    taken for a version that is gone, and nothing changed."""
+    version = upload(buckets, [*ORIGINAL[:3], {"id": 3, "name": "fixed"}, *ORIGINAL[4:]])
+    before = table(ddb)
+
+    with pytest.raises(ClientError, match="SlowDown"):
+        run_replace(ledger, sfn, UnreadableVersion(buckets, original["version_id"], "SlowDown"), machine,
+                    version_id=version, from_record=3)
+
+    assert table(ddb) == before and started(sfn, machine) == {}
+
+
+def test_replace_from_a_record_of_a_file_that_got_no_record_through_is_refused(ledger, ddb, sfn, buckets, machine):
+    """GIVEN e1 failed before the core system acknowledged any record WHEN replaced --from-record 1
+    THEN it is refused: there is nothing to start after, the correction is sent whole."""
+    halted(ledger, next_record=0)
+    version = upload(buckets, ORIGINAL)
+    before = table(ddb)
+
+    with pytest.raises(Refused) as refused:
+        run_replace(ledger, sfn, buckets, machine, version_id=version, from_record=1)
+
+    assert str(refused.value) == ("--from-record 1: the core system acknowledged no record of the failed version; "
+                                  "the correction is sent whole")
+    assert table(ddb) == before and started(sfn, machine) == {}
+
+
+SEQUENCE_PATTERN = r"(?P<seq>\d+)\.csv$"
+
+
+@pytest.mark.parametrize("key", ["acme/0005.csv", "acme/fixed.csv"])
+def test_replace_with_key_sequence_refuses_a_key_without_the_failed_files_sequence_number(key, ledger, ddb, sfn,
+                                                                                          buckets, machine):
+    """GIVEN key_sequence ordering and e1 (acme/0004.csv, sequence 4) failed WHEN a correction
+    under a key with another number, or none, replaces it THEN it is refused (the number it took
+    would be taken twice, 4 never again) and nothing changed."""
+    halted(ledger, key="acme/0004.csv", sequence=4)
+    version = buckets.put_object(Bucket=LANDING, Key=key, Body=b"id\n1\n")["VersionId"]
+    before = table(ddb)
+
+    with pytest.raises(Refused) as refused:
+        replace(ledger, sfn, buckets, machine, landing_prefix="acme/", key=key, version_id=version, now=NOW + 10,
+                sequence_pattern=SEQUENCE_PATTERN)
+
+    assert str(refused.value) == (
+        f"{key} does not carry the failed file's sequence number 4 (ordering key_sequence, pattern "
+        f"{SEQUENCE_PATTERN!r}): upload the correction under the failed file's key, or one with the same number")
+    assert table(ddb) == before and started(sfn, machine) == {}
+
+
+@pytest.mark.parametrize("key", ["acme/0004.csv", "acme/fixed-0004.csv"])
+def test_replace_with_key_sequence_takes_a_correction_with_the_failed_files_sequence_number(key, ledger, sfn,
+                                                                                           buckets, machine):
+    """GIVEN key_sequence ordering and e1 (acme/0004.csv, sequence 4) failed WHEN a correction
+    under its key, or another key with the number 4, replaces it THEN it runs in e1's place, as
+    sequence number 4."""
+    halted(ledger, key="acme/0004.csv", sequence=4)
+    version = buckets.put_object(Bucket=LANDING, Key=key, Body=b"id\n1\n")["VersionId"]
+
+    outcome = replace(ledger, sfn, buckets, machine, landing_prefix="acme/", key=key, version_id=version,
+                      now=NOW + 10, sequence_pattern=SEQUENCE_PATTERN)
+
+    position = ledger.read()
+    assert (position.status, position.sequence, position.file["key"], position.execution) == (
+        RUNNING, 4, key, outcome.execution)
+    assert started(sfn, machine)[outcome.execution]["version_id"] == version
 
 
 # --- operations.pause and unpause --------------------------------------------------------------------
