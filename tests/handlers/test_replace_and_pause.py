@@ -501,10 +501,10 @@ def test_replace_with_a_version_ingested_before_names_who_ran_it_and_changes_not
 
 def test_replace_with_a_version_whose_marker_expired_before_its_event_marker_is_refused_all_the_same(
         ledger, ddb, sfn, buckets, machine, original):
-    """GIVEN the correction's version was made current by an earlier replace, and TTL has deleted
-    its version marker but not yet its event marker (DynamoDB deletes expired items one by one)
-    WHEN replace names that version again THEN it is refused as ingested before, by an execution
-    it cannot name, and nothing changed."""
+    """GIVEN the correction's version was made current before, and of its two markers TTL has
+    deleted the version marker but not yet the event marker (DynamoDB deletes expired items one by
+    one) WHEN replace names that version THEN it is refused as ingested before, by an execution it
+    cannot name, and nothing changed."""
     version = upload(buckets, [{"id": "fixed"}], key="acme/g.jsonl")
     event_id = replacement_event_id(LANDING, "acme/g.jsonl", version)
     ddb.put_item(TableName=LEDGER_TABLE, Item={"tenant": {"S": TENANT}, "entry": {"S": f"event#{event_id}"},
@@ -633,22 +633,26 @@ def test_replace_without_from_record_or_work_bucket_sends_the_correction_whole(l
     assert (ledger.read().status, ledger.read().next_record) == (RUNNING, 0)
 
 
-@pytest.mark.parametrize("manifest", ["no work bucket", "deleted"])
+@pytest.mark.parametrize("manifest", ["no work bucket", "deleted", "not readable"])
 def test_replace_from_a_record_without_the_manifest_says_why_and_changes_nothing(manifest, ledger, ddb, sfn, buckets,
                                                                                   machine, original):
     """GIVEN e1 failed at record 3 and the manifest of its format cannot be read (no work bucket
-    given, or the manifest deleted) WHEN replaced --from-record 3 THEN it is refused with the error
-    that stopped the read and what to do instead, and nothing changed."""
+    given, the manifest deleted, or S3 denies the read) WHEN replaced --from-record 3 THEN it is
+    refused with the error that stopped the read and what to do instead, and nothing changed."""
     version = upload(buckets, [*ORIGINAL[:3], {"id": 3, "name": "fixed"}, *ORIGINAL[4:]])
-    arguments: dict[str, Any] = {}
-    if manifest == "deleted":
+    s3: Any = buckets
+    arguments: dict[str, Any] = {"work_bucket": WORK}
+    if manifest == "no work bucket":
+        arguments = {}
+    elif manifest == "deleted":
         buckets.delete_object(Bucket=WORK, Key=manifest_key(chunk_prefix(TENANT, execution_name("e1"))))
-        arguments["work_bucket"] = WORK
-    why = {"no work bucket": "ParamValidationError", "deleted": "NoSuchKey"}[manifest]
+    else:
+        s3 = FailingGetObject(buckets, "AccessDenied", Bucket=WORK)
+    why = {"no work bucket": "ParamValidationError", "deleted": "NoSuchKey", "not readable": "AccessDenied"}[manifest]
     before = table(ddb)
 
     with pytest.raises(Refused) as refused:
-        replace(ledger, sfn, buckets, machine, landing_prefix="acme/", key=KEY, version_id=version, now=NOW + 10,
+        replace(ledger, sfn, s3, machine, landing_prefix="acme/", key=KEY, version_id=version, now=NOW + 10,
                 from_record=3, **arguments)
 
     assert str(refused.value) == (
@@ -657,17 +661,18 @@ def test_replace_from_a_record_without_the_manifest_says_why_and_changes_nothing
     assert table(ddb) == before and started(sfn, machine) == {}
 
 
-class UnreadableVersion:
-    """The landing bucket's S3 client, whose GetObject of one object version fails with `code`."""
+class FailingGetObject:
+    """The S3 client, whose GetObject of what `match` names (its bucket, its version) fails with
+    the error `code` (a plain `ClientError`, as for the codes botocore has no class for)."""
 
-    def __init__(self, s3: Any, version_id: str, code: str) -> None:
-        self._s3, self._version_id, self._code = s3, version_id, code
+    def __init__(self, s3: Any, code: str, **match: str) -> None:
+        self._s3, self._code, self._match = s3, code, match
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._s3, name)
 
     def get_object(self, **kwargs: Any) -> Any:
-        if kwargs.get("VersionId") == self._version_id:
+        if all(kwargs.get(name) == value for name, value in self._match.items()):
             raise ClientError({"Error": {"Code": self._code, "Message": "no"}}, "GetObject")
         return self._s3.get_object(**kwargs)
 
@@ -682,7 +687,7 @@ def test_replace_from_a_record_when_the_failed_version_cannot_be_read_is_refused
     before = table(ddb)
 
     with pytest.raises(Refused) as refused:
-        run_replace(ledger, sfn, UnreadableVersion(buckets, original["version_id"], code), machine,
+        run_replace(ledger, sfn, FailingGetObject(buckets, code, VersionId=original["version_id"]), machine,
                     version_id=version, from_record=3)
 
     assert str(refused.value) == (
@@ -700,7 +705,7 @@ def test_replace_from_a_record_when_reading_the_failed_version_fails_otherwise_r
     before = table(ddb)
 
     with pytest.raises(ClientError, match="SlowDown"):
-        run_replace(ledger, sfn, UnreadableVersion(buckets, original["version_id"], "SlowDown"), machine,
+        run_replace(ledger, sfn, FailingGetObject(buckets, "SlowDown", VersionId=original["version_id"]), machine,
                     version_id=version, from_record=3)
 
     assert table(ddb) == before and started(sfn, machine) == {}
