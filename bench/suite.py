@@ -7,7 +7,7 @@ docs/benchmarks.md ("Test suite").
 The clone shares nothing with this checkout but the pip and npm download caches (as CI on this
 machine does), so a run includes the install. `--burners N` starts N processes spinning a core
 each (`while True: pass`) for the whole run: the "busy machine" of docs/development.md.
-Goal (issue 22): `make test` at most 5 minutes idle on 2 cores; green every run under load.
+Goal: `make test` at most 5 minutes idle on 2 cores; green every run under load.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def default_file_time_limit_seconds(outage_budget_seconds: int) -> int:
     return outage_budget_seconds + FILE_TIME_LIMIT_MARGIN_SECONDS
 
 
-# --- execution history: sections of pages of chunks (issue 9) -------------------------------------
+# --- execution history: sections of pages of chunks ----------------------------------------------
 #
 # Step Functions fails an execution at 25,000 history events. A file runs in up to three
 # levels of executions, each a Map (MaxConcurrency 1) over the level below:

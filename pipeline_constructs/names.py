@@ -67,7 +67,7 @@ def work_bucket_name(account: str, region: str) -> str:
     return contract.WORK_BUCKET.render(account=account, region=region)
 
 
-# -- sharded routing (issue 10, `routing.shards`) ----------------------------------------------
+# -- sharded routing (`routing.shards`) --------------------------------------------------------
 
 
 def shard_bus_name(index: int) -> str:

@@ -1,4 +1,4 @@
-"""Sharded EventBridge routing (issue 10): which bus holds which rule, as pure functions.
+"""Sharded EventBridge routing: which bus holds which rule, as pure functions.
 
 Without ``routing.shards`` every tenant puts two rules on the account's default event bus
 (object-created and execution-status), so the default quota of 300 rules per bus stops the

@@ -49,13 +49,11 @@ page's chunk list at most `chunks_per_page`). Each payload's keys come from its 
 in `lambdas/contract.py`; `_select` refuses a selector that does not cover exactly those keys.
 
 The definitions are Amazon States Language written here as plain data, not CDK's state
-classes: building about 35 states a tenant through jsii cost a quarter of a 1,000-tenant synth
-(issue 10), and the data is what the templates hold anyway. What CDK's task classes also did
+classes: building about 35 states a tenant through jsii was a large part of a big synth, and
+the data is what the templates hold anyway. What CDK's task classes also did
 is `workflows.py`'s: the workflow role's statements for the functions and child state machines
 the tasks name, beside the state machines it makes of these definitions. A state's keys are in
-the order CDK wrote them; the parent's states are in the order of the flow above (issue 21: one
-definition change, the order of the parent's states in its DefinitionString, so each tenant's
-next deploy publishes a new version of its file workflow; the children's are unchanged).
+the order CDK wrote them; the parent's states are in the order of the flow above.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CDK command line as CDK users run it (issue 23): `cdk synth` from a shell without the
+"""The CDK command line as CDK users run it: `cdk synth` from a shell without the
 virtual environment, `cdk diff` without credentials, the feature flags `cdk init` records; and
 `make help`.
 

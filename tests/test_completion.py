@@ -1,4 +1,4 @@
-"""The completion callback in the templates (issue 11 item 4): the parent's callback task,
+"""The completion callback in the templates: the parent's callback task,
 its timeout, heartbeat and catches; the entry point's authorization and least privilege; the
 `completion` block of tenants.yaml. Its own tenants file: one tenant waits, one does not."""
 

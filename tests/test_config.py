@@ -667,7 +667,7 @@ def test_a_batch_mode_chunk_is_bounded_by_the_register_budget_below_the_limit():
     )
 
 
-# --- pages of chunks (issue 9) -------------------------------------------------------------------
+# --- pages of chunks -------------------------------------------------------------------
 
 
 def test_fails_when_chunks_per_page_is_more_than_a_pages_history_holds():
@@ -776,7 +776,7 @@ def test_fails_when_two_tenants_share_a_prefix_and_siblings_with_a_common_start_
 
 
 def test_a_thousand_tenants_validate_and_an_overlap_between_the_first_and_last_is_found():
-    """GIVEN 1,000 tenants (issue 10: 1,000 in one account) whose last prefix is inside the
+    """GIVEN 1,000 tenants (1,000 in one account) whose last prefix is inside the
     first's WHEN validated (without the account-quota check, which one account could not
     pass) THEN that one overlap is reported, on the later tenant, and nothing else: the sorted
     scan (the pairwise check took 10 s here; its time is bench/synth_scale.py's business)

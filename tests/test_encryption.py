@@ -1,4 +1,4 @@
-"""Customer-managed KMS keys in the templates (issue 12 item 4): `encryption: {kms_key: ...}`
+"""Customer-managed KMS keys in the templates: `encryption: {kms_key: ...}`
 at the top level (the shared resources) and per tenant (its own resources); the key policies;
 the roles' use of the keys; `SharedResources.grant_upload`; the `encryption` block of
 tenants.yaml. Its own tenants files."""

@@ -1,4 +1,4 @@
-"""Every execution's history has a bound that does not grow with the file (issue 9).
+"""Every execution's history has a bound that does not grow with the file.
 
 The bound is recounted here from the SYNTHESIZED state machine definitions, state by state,
 independently of the arithmetic in `pipeline_constructs/budgets.py`: each state's events per

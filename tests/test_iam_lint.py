@@ -1,4 +1,4 @@
-"""parliament over every IAM policy of the synthesized templates (issue 12 item 5).
+"""parliament over every IAM policy of the synthesized templates.
 
 Two apps: the tests' tenants file, and the security doc's (the same file with a completion
 entry point and shard routing, so that every kind of role is linted). A finding that

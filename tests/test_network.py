@@ -219,7 +219,7 @@ def test_cfn_lint_finds_nothing_in_a_tenant_stack_with_network(network_app):
 
 
 def test_parliament_finds_nothing_in_the_network_interface_statements(network_app):
-    """parliament (issue 12's IAM lint) knows which resources and condition keys each EC2
+    """parliament knows which resources and condition keys each EC2
     action has: e.g. a new interface has no `ec2:Subnet` key, so a condition on it would never
     match and Lambda could not attach the function."""
     parliament = pytest.importorskip("parliament")

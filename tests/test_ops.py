@@ -226,7 +226,7 @@ def test_resume_continues_the_failed_file_at_its_first_unacknowledged_record(dep
 def test_resume_of_a_replayed_file_resumed_999_times_starts_a_name_its_pages_fit(deployment):
     """GIVEN a file `ops reconcile --replay` sent, at its 999th resume, failed and halted WHEN the
     operator resumes it THEN its 1000th attempt runs under a name that leaves room for the page
-    and section suffixes at the largest chunk (issue 19: 74 + `-r<n>` + `-p<chunk>` did not)."""
+    and section suffixes at the largest chunk (74 + `-r<n>` + `-p<chunk>` did not)."""
     version = ObjectVersion(bucket="landing", key="acme/" + "k" * 1000, version_id="v" * 32,
                             last_modified=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), size=1, etag=None)
     event_id = replay_event_id(version)

@@ -6,7 +6,6 @@ import ast
 import importlib
 import importlib.util
 import sys
-from pathlib import Path
 
 from tests.conftest import ROOT, modules_loaded_twice
 

@@ -1,5 +1,5 @@
 """docs/security.md: its least-privilege tables are what tools/security_table.py generates from
-the synthesized templates (issue 12 item 6); `make security-doc` rewrites them."""
+the synthesized templates; `make security-doc` rewrites them."""
 
 from __future__ import annotations
 

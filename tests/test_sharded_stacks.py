@@ -295,8 +295,8 @@ def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_
 def test_a_1000_tenant_sharded_shared_stack_fits_cloudformation_and_every_pattern(tmp_path):
     """The shared stack is the one template that grows with sharding: 40 buses, 80 forwards,
     the catch-all's buses and the alarms, far below 500 resources, and what routing adds far
-    below 1 MB. (The dashboards, a row per tenant, are 3.5 MB at 1,000 tenants: issue 10's
-    synth-at-scale work, not routing's.)"""
+    below 1 MB. (The dashboards, a row per tenant, are 3.5 MB at 1,000 tenants: their
+    own stacks, not routing's.)"""
     tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(1000))
     _, template, report = shared_stack_only(
         tmp_path,

@@ -604,7 +604,7 @@ def test_the_landing_bucket_policy_has_the_same_size_at_any_number_of_tenants_wi
     assert by_field["upload_access_point_policy_bytes"].need.count < uploaders.POLICY_LIMIT_BYTES // 10
 
 
-#: A team's day one (issue 23): 50 tenants, each with its own uploader role and its own bearer
+#: A team's day one: 50 tenants, each with its own uploader role and its own bearer
 #: secret, alarms to the on-call address, rules sharded over 10 buses (cells).
 SHARDED_FIFTY = "routing: {shards: 10}\nnotifications: {emails: [oncall@example.com]}\n" + "".join([
     "defaults:\n  sink: {url: https://core.example.com/records}\ntenants:\n",

@@ -1,4 +1,4 @@
-"""A bad file corrected in its place, and a planned pause, on the local runtime (issue 49).
+"""A bad file corrected in its place, and a planned pause, on the local runtime.
 
 `ops replace` runs the corrected object version in the failed file's place, before the files
 queued behind it; `ops pause` holds a tenant through a maintenance window of the core system

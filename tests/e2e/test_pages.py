@@ -1,4 +1,4 @@
-"""Pages of chunks on the local runtime (issue 9): a file runs as a parent execution whose Map
+"""Pages of chunks on the local runtime: a file runs as a parent execution whose Map
 starts one child execution (`startExecution.sync:2`) per page; a file of more pages than one
 section holds runs its pages in section executions (the parent's Map starts one section per
 `pages_per_section` pages, each section's Map one page at a time). Pages are made small here

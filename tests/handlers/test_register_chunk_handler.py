@@ -267,7 +267,7 @@ def test_records_arrive_in_order_with_their_headers_and_progress_is_recorded(wor
 
 
 def test_the_workflows_invocation_count_comes_back_unchanged(work, sink, ledger):
-    """GIVEN a task that carries the page workflow's count of the chunk's invocations (issue 9)
+    """GIVEN a task that carries the page workflow's count of the chunk's invocations
     WHEN registered THEN the progress carries the same count: the workflow adds 1 in its
     ResultSelector and fails the chunk at its budget, so the handler must neither drop nor change it."""
     put_chunk(work, 0, [{"id": "0"}, {"id": "1"}, {"id": "2"}])
