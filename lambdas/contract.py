@@ -36,7 +36,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar
 # template of the app as shipped).
 
 
-class ConfigError(RuntimeError):
+class FunctionEnvironmentError(RuntimeError):
     """The function's environment is incomplete or invalid (a deployment fault)."""
 
 
@@ -177,7 +177,7 @@ def environment(config: Any) -> dict[str, str]:
 
 
 def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = None) -> EnvT:
-    """Read and check `config_type` from the environment; `ConfigError` names the variable."""
+    """Read and check `config_type` from the environment; `FunctionEnvironmentError` names the variable."""
     source = os.environ if source is None else source
     hints = typing.get_type_hints(config_type)
     values: dict[str, Any] = {}
@@ -191,7 +191,8 @@ def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = 
             values[field.name] = field.default
             continue
         if not raw:
-            raise ConfigError(f"environment variable {name} is not set; the function's deployment must set it")
+            raise FunctionEnvironmentError(
+                f"environment variable {name} is not set; the function's deployment must set it")
         values[field.name] = _convert(name, raw, hints[field.name], field.metadata)
     return config_type(**values)
 
@@ -202,25 +203,27 @@ def _convert(name: str, raw: str, kind: type, rules: typing.Mapping[str, Any]) -
         try:
             value = int(raw)
         except ValueError:
-            raise ConfigError(f"environment variable {name}={raw!r} is not an integer") from None
+            raise FunctionEnvironmentError(f"environment variable {name}={raw!r} is not an integer") from None
     elif kind is float:
         try:
             value = float(raw)
         except ValueError:
-            raise ConfigError(f"environment variable {name}={raw!r} is not a number") from None
+            raise FunctionEnvironmentError(f"environment variable {name}={raw!r} is not a number") from None
     if "minimum" in rules:
         minimum = rules["minimum"]
         if rules.get("exclusive") and not value > minimum:
-            raise ConfigError(f"environment variable {name}={value} must be greater than {minimum}")
+            raise FunctionEnvironmentError(
+                f"environment variable {name}={value} must be greater than {minimum}")
         if value < minimum:
-            raise ConfigError(f"environment variable {name}={value} must be at least {minimum}")
+            raise FunctionEnvironmentError(f"environment variable {name}={value} must be at least {minimum}")
     if "choices" in rules:
         value = value.lower()
         if value not in rules["choices"]:
-            raise ConfigError(f"environment variable {name}={value!r} must be one of {', '.join(rules['choices'])}")
+            raise FunctionEnvironmentError(
+                f"environment variable {name}={value!r} must be one of {', '.join(rules['choices'])}")
     if "schemes" in rules and urllib.parse.urlsplit(value).scheme not in rules["schemes"]:
         schemes = " or ".join(f"{s}://" for s in rules["schemes"])
-        raise ConfigError(f"environment variable {name}={value!r} must be an {schemes} URL")
+        raise FunctionEnvironmentError(f"environment variable {name}={value!r} must be an {schemes} URL")
     return value
 
 

@@ -691,7 +691,7 @@ class Ledger:
         attempt's history item (which must exist). The sequence number (`key_sequence`) and
         a noted waiting message stay: the correction is the failed file."""
         assert observed.file is not None and observed.execution is not None
-        failed_entry = self._history_entry(observed)
+        failed_entry = self._history_key(observed)
         replaces = {
             "execution": observed.execution, "entry": failed_entry, "key": observed.file["key"],
             "version_id": observed.file["version_id"],
@@ -773,7 +773,7 @@ class Ledger:
 
     # -- history ------------------------------------------------------------------------------
 
-    def _history_entry(self, position: Position) -> str:
+    def _history_key(self, position: Position) -> str:
         """The sort key of an attempt's history item: its start time and execution (idempotent)."""
         return f"{HISTORY_PREFIX}{int((position.started_at or 0) * 1000):013d}#{position.execution}"
 
@@ -781,7 +781,7 @@ class Ledger:
         """One item per closed or skipped attempt."""
         assert position.file is not None and position.execution is not None
         item: dict[str, Any] = {
-            **self._key(self._history_entry(position)),
+            **self._key(self._history_key(position)),
             "execution": _s(position.execution),
             "file_ref": _s(json.dumps(position.file, sort_keys=True)),
             "status": _s(position.status or ""),
@@ -812,7 +812,7 @@ class Ledger:
         if position.execution == execution:
             if position.running:
                 return None
-            item = self.ddb.get_item(TableName=self.table, Key=self._key(self._history_entry(position)),
+            item = self.ddb.get_item(TableName=self.table, Key=self._key(self._history_key(position)),
                                      ConsistentRead=True).get("Item")
             return Position.from_item(self.tenant, item) if item else None
         query: dict[str, Any] = {
@@ -839,7 +839,7 @@ class Ledger:
     def mark_notified(self, attempt: Position, now: float) -> None:
         """Note on the attempt's history item that its failure notification was published."""
         self._update("SET notified_at = :now", "attribute_exists(tenant)", {":now": _n(now)},
-                     entry=self._history_entry(attempt))
+                     entry=self._history_key(attempt))
 
     def history(self, *, since: float = 0.0, limit: int | None = None,
                 statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:

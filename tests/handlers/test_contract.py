@@ -8,7 +8,14 @@ import hashlib
 from lambdas import chunk_format
 from lambdas import contract
 import pytest
-from lambdas.contract import ConfigError, ControllerEnv, RegisterEnv, SplitEnv, environment, from_env
+from lambdas.contract import (
+    ControllerEnv,
+    FunctionEnvironmentError,
+    RegisterEnv,
+    SplitEnv,
+    environment,
+    from_env,
+)
 
 
 def test_environment_round_trips_through_from_env():
@@ -49,7 +56,7 @@ def test_fails_when_required_variable_is_missing():
     env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/",
                                    ledger_table_name="l", duplicate_files="process", max_chunks=1))
     del env["WORK_BUCKET"]
-    with pytest.raises(ConfigError, match="^environment variable WORK_BUCKET is not set"):
+    with pytest.raises(FunctionEnvironmentError, match="^environment variable WORK_BUCKET is not set"):
         from_env(SplitEnv, env)
 
 
@@ -66,7 +73,7 @@ def test_fails_when_a_split_variable_is_invalid(name, value, message):
     env = environment(SplitEnv(tenant_id="a", format="csv", chunk_size=1, work_bucket="w", landing_prefix="a/",
                                    ledger_table_name="l", duplicate_files="process", max_chunks=1))
     env[name] = value
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(FunctionEnvironmentError, match=message):
         from_env(SplitEnv, env)
 
 
@@ -82,7 +89,7 @@ def test_fails_when_a_register_variable_is_invalid(name, value, message):
     env = environment(RegisterEnv(tenant_id="a", work_bucket="w", ledger_table_name="l", sink_url="https://c",
                                   sink_timeout_seconds=1, sink_outage_budget_seconds=60, landing_prefix="a/"))
     env[name] = value
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(FunctionEnvironmentError, match=message):
         from_env(RegisterEnv, env)
 
 

@@ -490,9 +490,11 @@ def test_handler_returns_progress(work, sink, handler_env, logs):
 
 
 def test_fails_when_sink_url_is_not_http(handler_env, monkeypatch):
-    """GIVEN SINK_URL=file:///etc/passwd WHEN the handler starts THEN ConfigError, nothing is read."""
+    """GIVEN SINK_URL=file:///etc/passwd WHEN the handler starts THEN FunctionEnvironmentError,
+    nothing is read."""
     monkeypatch.setenv(contract.env_name("sink_url"), "file:///etc/passwd")
-    with pytest.raises(contract.ConfigError, match="SINK_URL='file:///etc/passwd' must be an http"):
+    with pytest.raises(contract.FunctionEnvironmentError,
+                       match="SINK_URL='file:///etc/passwd' must be an http"):
         register_chunk.handler(task(0), Context())
 
 

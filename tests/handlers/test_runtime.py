@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from lambdas.contract import (
-    ConfigError,
+    FunctionEnvironmentError,
     ControllerEnv,
     MalformedFileError,
     PipelineError,
@@ -85,7 +85,7 @@ def test_logs_an_unexpected_failure_at_error_with_its_stack_trace(controller_env
 def test_fails_before_the_logic_runs_when_the_environment_is_incomplete(monkeypatch, logs):
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ConfigError, match="TENANT_ID is not set"):
+    with pytest.raises(FunctionEnvironmentError, match="TENANT_ID is not set"):
         make_handler()({"key": "k"}, None)
     assert logs.records() == []
 

@@ -468,9 +468,9 @@ def test_handler_logs_malformed_file_at_error_with_line_and_no_content(buckets, 
 
 def test_fails_when_format_is_unknown(monkeypatch, handler_env):
     """GIVEN FORMAT=xml WHEN the handler starts
-    THEN a ConfigError names the variable and the allowed values."""
+    THEN a FunctionEnvironmentError names the variable and the allowed values."""
     monkeypatch.setenv(contract.env_name("format"), "xml")
-    with pytest.raises(contract.ConfigError, match="FORMAT='xml' must be one of csv, jsonl"):
+    with pytest.raises(contract.FunctionEnvironmentError, match="FORMAT='xml' must be one of csv, jsonl"):
         split.handler({}, None)
 
 
