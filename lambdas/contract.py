@@ -231,7 +231,7 @@ def _convert(name: str, raw: str, kind: type, rules: typing.Mapping[str, Any]) -
 #
 # What travels between the controller, the states of the workflow and the functions. Only S3
 # references and counts: the execution history never holds a record. The workflow builds its
-# JSONPath selectors from these key sets (see `pipeline_constructs/workflow.py`).
+# JSONPath selectors from these key sets (see `pipeline_constructs/definitions.py`).
 
 
 class FileRef(TypedDict):
@@ -562,7 +562,7 @@ HEAD_WAIT_METRIC = "HeadMessageWaitSeconds"
 #: been paused (the `paused` alarm; the queue-age alarm reads 0 while it is there).
 PAUSED_METRIC = "PausedSeconds"
 #: The error a page (or section) execution's stop for `ops pause` goes up the Map states with;
-#: caught, so no execution fails (workflow.py).
+#: caught, so no execution fails (definitions.py).
 TENANT_PAUSED_ERROR = "TenantPaused"
 TENANT_DIMENSION = "Tenant"
 #: Published by the controller (EMF) for each message it quarantined (`UnusableMessageError`).

@@ -120,10 +120,10 @@ REGISTER_MIN_RETRY_AFTER_SECONDS, REGISTER_MAX_RETRY_AFTER_SECONDS = 1, 60
 #: for a core system that fails now and then (each fault episode costs at least one).
 REGISTER_SPARE_INVOCATIONS = 10
 #: Retries of a crashed Lambda runtime (killed, out of memory, timed out) in every Lambda task
-#: of the workflows, before the file fails saying what crashed (`workflow._crash_retry`).
+#: of the workflows, before the file fails saying what crashed (`definitions._crash_retry`).
 CRASH_RETRIES = 3
 #: Retries of one register invocation the workflow may make (two retriers: the seed's 3 on
-#: Lambda service errors, `CRASH_RETRIES` on crashes); `workflow._lambda_retry`.
+#: Lambda service errors, `CRASH_RETRIES` on crashes); `definitions._lambda_retry`.
 REGISTER_RETRIES_PER_INVOCATION = 3 + CRASH_RETRIES
 
 
@@ -175,7 +175,7 @@ EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES 
 #: (SectionEnd, LastSection, ClampSection, SectionPages), the Map, SectionPaused.
 SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 5 * STATE_EVENTS + MAP_EVENTS
 #: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): the seed's
-#: 3 on Lambda service errors, `CRASH_RETRIES` on crashes (`workflow._lambda_retry`).
+#: 3 on Lambda service errors, `CRASH_RETRIES` on crashes (`definitions._lambda_retry`).
 PARENT_TASK_RETRIES = 3 + CRASH_RETRIES
 #: `completion.wait`: the parent's callback task (WaitForCompletion: a task with TaskSubmitted,
 #: no Retry; heartbeats add no history events), then CompletionTimedOut or nothing, and

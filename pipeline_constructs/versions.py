@@ -16,7 +16,7 @@ How it fits together (docs/operations.md, "Versions, aliases and rollback"):
 - `live_alias`: an `AWS::StepFunctions::StateMachineAlias` named `live` routing 100 % to the
   parent's new version. Each deploy points it at the version it published.
 - Children are pinned: the parent's definition names the page and section *versions*
-  (workflow.py `_run_child`), and the section's the page version. A change to the page
+  (definitions.py `_run_child`), and the section's the page version. A change to the page
   definition publishes a page version, which changes the section's and the parent's
   definitions, which publishes versions of both: a parent on version N starts only the
   children of version N, whatever was deployed since.

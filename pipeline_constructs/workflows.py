@@ -1,5 +1,5 @@
 """A tenant's workflow as resources: the file, section and page state machines (their
-definitions are data, `workflow.py`), each with its log group and this deploy's version; the
+definitions are data, `definitions.py`), each with its log group and this deploy's version; the
 `live` alias files start through (versions.py); and the one role of the three with the
 statements their tasks need, written beside the definition that needs them.
 
@@ -25,7 +25,7 @@ from pipeline_constructs import names
 from pipeline_constructs.budgets import PageBudget
 from pipeline_constructs.config import TenantConfig
 from pipeline_constructs.versions import live_alias, publish_version
-from pipeline_constructs.workflow import (
+from pipeline_constructs.definitions import (
     CompletionWait,
     State,
     build_definition,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from pipeline_constructs import workflow
+from pipeline_constructs import definitions
 from tests.conftest import pattern_matches, resolved, status_change, synthesize, workflow_arn
 
 MACHINES = {"Workflow": "acme-file-ingest-workflow", "SectionWorkflow": "acme-file-ingest-section",
@@ -124,7 +124,7 @@ def page_changed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, An
     tenants.write_text("defaults: {sink: {url: https://core.example.com/r, auth: {type: bearer, secret: core/token}}}\ntenants:\n  - {id: acme, prefix: acme/}\n")
     before = synthesize(tenants, directory / "before").templates["OrderedIngest-Tenant-acme"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(workflow, "CHUNK_OVER_BUDGET_ERROR", "ChunkBudgetSpent")
+        patch.setattr(definitions, "CHUNK_OVER_BUDGET_ERROR", "ChunkBudgetSpent")
         after = synthesize(tenants, directory / "after").templates["OrderedIngest-Tenant-acme"]
     return before, after
 

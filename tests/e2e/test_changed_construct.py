@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from local_runtime import LocalPipeline
-from pipeline_constructs import workflow
+from pipeline_constructs import definitions
 from tests.e2e.pipeline_checks import (
     assert_records_in_file_order,
     assert_requests_in_order,
@@ -26,13 +26,13 @@ from tests.e2e.pipeline_checks import (
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> Iterator[LocalPipeline]:
     """The app built with every Map of the workflow at MaxConcurrency 2 (synthesis happens here)."""
-    original = workflow._in_order
+    original = definitions._in_order
 
     def in_order_two_at_a_time(**kwargs):
         return {**original(**kwargs), "MaxConcurrency": 2}
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(workflow, "_in_order", in_order_two_at_a_time)
+        patch.setattr(definitions, "_in_order", in_order_two_at_a_time)
         pipe = start_pipeline([{"id": "acme"}], chunk_size=3)
     yield pipe
 

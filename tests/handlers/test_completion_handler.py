@@ -1,7 +1,7 @@
 """The completion entry point (lambdas/completion.py) against a real callback task on moto.
 
 The state machine is the workflow's own `WaitForCompletion` state (built by
-`pipeline_constructs.workflow`, synthesized once), between a start and two ends, so the token
+`pipeline_constructs.definitions`, synthesized once), between a start and two ends, so the token
 the handler answers is one Step Functions really waits on.
 """
 
@@ -28,8 +28,8 @@ FILE_REF = {"event_id": EVENT_ID, "bucket": "landing", "key": "acme/a.csv", "ver
 
 def _definition() -> dict[str, Any]:
     """Start -> WaitForCompletion -> Confirmed; its catches -> CompletionTimedOut / RecordFailure
-    (the workflow's own completion states, workflow.py)."""
-    from pipeline_constructs.workflow import CompletionWait, completion_states
+    (the workflow's own completion states, definitions.py)."""
+    from pipeline_constructs.definitions import CompletionWait, completion_states
 
     # Far longer than any test here takes, also on a starved machine (a 20 s heartbeat ran out
     # under load once: the execution failed with CompletionTimedOut before the test answered).
