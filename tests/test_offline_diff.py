@@ -206,6 +206,15 @@ def _git(repo: Path, *args: str) -> None:
                    cwd=repo, check=True, capture_output=True)
 
 
+def _main_with_a_code_change(repo: Path, argv: list[str]) -> int:
+    """`main(argv)` with app.py changed in the working tree of ``repo`` (restored after)."""
+    (repo / "app.py").write_text((repo / "app.py").read_text() + "\n")
+    try:
+        return main(argv)
+    finally:
+        _git(repo, "checkout", "--quiet", "--", "app.py")
+
+
 @pytest.fixture(scope="module")
 def throwaway_repo(tmp_path_factory) -> Path:
     """The app's code in a new repository: commit 1 has BASE_TENANTS, commit 2 HEAD_TENANTS."""
@@ -323,12 +332,8 @@ def test_the_same_file_as_base_tenants_shows_what_the_code_change_does_to_it(thr
     monkeypatch.setattr(offline_diff, "build_report", lambda base, head, scratch: offline_diff.Report())
     outside = tmp_path / "tenants.yaml"
     outside.write_text(HEAD_TENANTS)
-    (throwaway_repo / "app.py").write_text((throwaway_repo / "app.py").read_text() + "\n")
-    try:
-        code = main(["--base", "HEAD", "--repo", str(throwaway_repo), "--tenants", str(outside),
-                     "--base-tenants", str(outside)])
-    finally:
-        _git(throwaway_repo, "checkout", "--quiet", "--", "app.py")
+    code = _main_with_a_code_change(throwaway_repo, ["--base", "HEAD", "--repo", str(throwaway_repo),
+                                                     "--tenants", str(outside), "--base-tenants", str(outside)])
     out = capsys.readouterr().out
     assert code == EXIT_SAME, out
     assert "The code changed: every stack of both revisions is synthesized." in out
@@ -399,11 +404,7 @@ def test_a_change_of_the_code_synthesizes_both_whole_revisions(throwaway_repo, a
             shutil.copytree(assembly, run.outdir)
 
     monkeypatch.setattr(offline_diff, "synthesize", synthesize_from_the_module)
-    (throwaway_repo / "app.py").write_text((throwaway_repo / "app.py").read_text() + "\n")
-    try:
-        code = main(["--base", "HEAD~1", "--repo", str(throwaway_repo)])
-    finally:
-        _git(throwaway_repo, "checkout", "--quiet", "--", "app.py")
+    code = _main_with_a_code_change(throwaway_repo, ["--base", "HEAD~1", "--repo", str(throwaway_repo)])
     out = capsys.readouterr().out
     assert code == EXIT_SAME, out
     assert "The code changed: every stack of both revisions is synthesized." in out
