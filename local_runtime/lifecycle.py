@@ -30,7 +30,7 @@ class Runtime:
 
     def __init__(
         self,
-        source: Path | AppBuilder,
+        source: str | Path | AppBuilder,
         *,
         time_scale: float,
         function_environment: FunctionEnvironmentHook | None,

@@ -44,7 +44,7 @@ class LocalPipeline:
         self.time_scale = time_scale
         self.faults = Faults()
         self._runtime = Runtime(
-            source if callable(source) else Path(source),
+            source,
             time_scale=time_scale,
             function_environment=function_environment,
             status_events=status_events,

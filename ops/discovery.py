@@ -9,8 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pipeline_constructs import names
-from pipeline_constructs import registry
+from pipeline_constructs import names, registry
 from pipeline_constructs.registry import TenantResources, registered
 
 #: CDK appends an 8-hex-digit hash to an output's logical id (`PipelineTenantId05680F11`).
@@ -31,26 +30,37 @@ def discover(clients: Callable[[str], Any]) -> dict[str, TenantResources]:
     """Every registered pipeline (``clients(service)`` gives a boto3 client), and every tenant of
     the app's tenant stacks that is not registered (a stack deployed before the registry)."""
     found = registered(clients("ssm"))
-    stacks: list[dict[str, Any]] = []
-    for page in clients("cloudformation").get_paginator("describe_stacks").paginate():
-        stacks.extend(page.get("Stacks", []))
-    shared = next((s for s in stacks if s["StackName"] == names.shared_stack_name()), None)
-    if shared is None:
+    try:
+        before = _app_stacks(clients("cloudformation"))
+    except DiscoveryError:
         if found:
             return found
+        raise
+    if before is None and not found:
         raise DiscoveryError(
             f"no pipeline registered under {registry.parameter_path()} and no stack {names.shared_stack_name()} "
             "found: check the account, the region (--region), the endpoint (--endpoint-url) or the qualifier "
             "(--qualifier)"
         )
+    return {**(before or {}), **found}
+
+
+def _app_stacks(cfn: Any) -> dict[str, TenantResources] | None:
+    """Every tenant of every `OrderedIngest-Tenant-*` stack, with the shared ledger table, from
+    their outputs; None without the app's shared stack."""
+    stacks: list[dict[str, Any]] = []
+    for page in cfn.get_paginator("describe_stacks").paginate():
+        stacks.extend(page.get("Stacks", []))
+    shared = next((s for s in stacks if s["StackName"] == names.shared_stack_name()), None)
+    if shared is None:
+        return None
     ledger_table = _outputs(shared).get("LedgerTableName")
-    if not ledger_table and found:
-        return found
     if not ledger_table:
         raise DiscoveryError(f"stack {names.shared_stack_name()} has no LedgerTableName output: deploy this version "
                              "first")
     work_bucket = _outputs(shared).get("WorkBucketName", "")
     prefix = names.TENANT_STACK.render("")
+    found: dict[str, TenantResources] = {}
     for stack in stacks:
         if not stack["StackName"].startswith(prefix):
             continue
@@ -59,7 +69,7 @@ def discover(clients: Callable[[str], Any]) -> dict[str, TenantResources]:
         paths = {key[: -len("TenantId")] for key in outputs if key.endswith("TenantId")}
         for path in paths:
             values = {name: outputs.get(path + name) for name in TENANT_OUTPUTS}
-            if not all(values.values()) or values["TenantId"] in found:
+            if not all(values.values()):
                 continue
             found[values["TenantId"]] = TenantResources(
                 tenant_id=values["TenantId"],

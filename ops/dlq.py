@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lambdas.contract import queue_message
-from ops.discovery import DiscoveryError, TenantResources
+from ops.discovery import DiscoveryError
+from pipeline_constructs.registry import TenantResources
 
 #: How long the messages a command reads stay invisible to anyone else (they are made visible
 #: again at once when the command leaves them in the queue).

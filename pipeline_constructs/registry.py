@@ -69,7 +69,6 @@ def registered(ssm: Any) -> dict[str, TenantResources]:
     for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=parameter_path()):
         for parameter in page.get("Parameters", []):
             value = json.loads(parameter["Value"])
-            value["first_sequence"] = int(value.get("first_sequence") or 1)
             resources = TenantResources(**{k: v for k, v in value.items() if k in known})
             found[resources.tenant_id] = resources
     return found
