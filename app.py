@@ -2,7 +2,7 @@
 """CDK entry point: `cdk synth|diff|deploy`. The tenants file is `tenants.yaml`, or the
 context value `tenants` (`cdk synth -c tenants=path/to/tenants.yaml`).
 
-`-c cell=<name>` synthesizes one cell of the file (`pipeline_constructs/cells.py`,
+`-c cell=<name>` synthesizes one cell of the file (`pipeline_constructs/cell_plan.py`,
 `python -m tools.cells list` names them); without it, every cell, in one assembly.
 
 Started with a Python that lacks aws-cdk-lib, it runs again with `.venv`'s (tools/project_env.py)."""
@@ -14,7 +14,7 @@ from tools.project_env import say_when_no_account, use_project_environment
 use_project_environment()
 
 from pipeline_constructs.application import CELL_CONTEXT, build_app, new_app
-from pipeline_constructs.cells import UnknownCell
+from pipeline_constructs.cell_plan import UnknownCell
 from pipeline_constructs.config import ConfigError, load_config
 
 app = new_app()

@@ -869,7 +869,7 @@ SHARED_KEY_PARAMETER = DerivedName(
 )
 #: Where the shared stack publishes what tenant stacks need of it (the ledger table's name, the
 #: alarm topic's and its key's ARN), read by each tenant stack at deploy time: cells refer to
-#: each other by these, never by CloudFormation export (`pipeline_constructs/cells.py`).
+#: each other by these, never by CloudFormation export (`pipeline_constructs/cell_plan.py`).
 SHARED_PARAMETER = DerivedName(
     "SSM parameter name", f"/{SHARED_PREFIX}/shared/{{parameter}}",
     1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),

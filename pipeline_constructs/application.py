@@ -1,4 +1,4 @@
-"""Build the CDK app of a tenants file, whole or one cell of it (`cells.py`); used by app.py,
+"""Build the CDK app of a tenants file, whole or one cell of it (`cell_plan.py`); used by app.py,
 the tests, the tools and the local runtime."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from lambdas import contract
-from pipeline_constructs import capacity, cells, deploy_limits
+from pipeline_constructs import capacity, cell_plan, deploy_limits
 from pipeline_constructs.config import AppConfig, load_config
 from pipeline_constructs.stacks import DashboardStack, SharedStack, TenantStack, dashboard_stacks
 
@@ -77,12 +77,12 @@ class IngestApp:
     #: The second and later dashboards' stacks (of every target).
     dashboards: tuple[DashboardStack, ...] = ()
     #: The cells built: every cell of the file, or the one named.
-    cells: tuple[cells.Cell, ...] = ()
+    cells: tuple[cell_plan.Cell, ...] = ()
 
 
 def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True,
               config: AppConfig | None = None, cell: str | None = None) -> IngestApp:
-    """The stacks of every cell (`cell` None), or of the cell named `cell` (`cells.UnknownCell`
+    """The stacks of every cell (`cell` None), or of the cell named `cell` (`cell_plan.UnknownCell`
     if the file has none of that name); cdk-nag AwsSolutions runs on every synth.
 
     With `targets:` in the tenants file, each target's stacks sit in a Stage of its own;
@@ -97,7 +97,7 @@ def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = T
 
 
 def _build(app: App, config: AppConfig, nag: bool, cell: str | None) -> IngestApp:
-    built = cells.cells_of(config) if cell is None else (cells.cell_named(config, cell),)
+    built = cell_plan.cells_of(config) if cell is None else (cell_plan.cell_named(config, cell),)
     scopes: dict[str | None, Construct] = {}
     stages: dict[str, TargetStage] = {}
     shared_of: dict[str | None, SharedStack] = {}

@@ -6,7 +6,7 @@ limits whatever the number of tenants, lets one tenant deploy or roll back alone
 
 A tenant stack refers to the shared stack by fixed names (buckets, shard buses) and by the SSM
 parameters the shared stack writes (`shared_refs`), never by export: it synthesizes and
-deploys in a cell of its own (`cells.py`), and the shared resources can change under it.
+deploys in a cell of its own (`cell_plan.py`), and the shared resources can change under it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lambdas import contract
 from pipeline_constructs import capacity, encryption, names, routing
 from pipeline_constructs.config import ALARMS_REACH_NOBODY, ALARMS_REACH_NOBODY_ID, AppConfig, TenantConfig
 from pipeline_constructs.dashboard import DashboardTenant, IngestDashboards, dashboard_names
-from pipeline_constructs.shard_routing import Forwarding, ShardRouting, ShardRoutingProps
+from pipeline_constructs.shard_buses import Forwarding, ShardRouting, ShardRoutingProps
 from pipeline_constructs.shared import SharedRefs, SharedResources, SharedResourcesProps
 from pipeline_constructs.tenant_pipeline import TenantPipeline
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
@@ -142,12 +142,12 @@ class SharedStack(_IngestStack):
             Forwarding(self, "Forwarding", alarm_topic=self.resources.alarm_topic, kms_key=self.resources.data_key)
             if needs_hop else None
         )
-        self.shard_routing: ShardRouting | None = None
+        self.shard_buses: ShardRouting | None = None
         if not shards:
             return
         assert self.forwarding is not None
         layout = routing.layout(config.tenants, shards)
-        self.shard_routing = ShardRouting(
+        self.shard_buses = ShardRouting(
             self,
             "ShardRouting",
             ShardRoutingProps(

@@ -27,10 +27,10 @@ from lambdas import contract
 from pipeline_constructs import encryption, names, routing
 from pipeline_constructs.alarms import AlarmFactory, runbook_link
 from pipeline_constructs.nag import acknowledge
-from pipeline_constructs.shard_routing import let_rules_dead_letter
+from pipeline_constructs.shard_buses import let_rules_dead_letter
 
 if TYPE_CHECKING:
-    from pipeline_constructs.shard_routing import Forwarding
+    from pipeline_constructs.shard_buses import Forwarding
 
 #: EventBridge's maximum, as for the tenants' rules: an upload nobody expects is still worth a day.
 RETRY_ATTEMPTS = 185

@@ -1,4 +1,4 @@
-"""Cells: a tenants file synthesized as small units (`pipeline_constructs/cells.py`), each its
+"""Cells: a tenants file synthesized as small units (`pipeline_constructs/cell_plan.py`), each its
 own assembly, joined by names and SSM parameters, never by export."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from aws_cdk import App
 
-from pipeline_constructs import cells
+from pipeline_constructs import cell_plan
 from pipeline_constructs.application import build_app
 from pipeline_constructs.config import parse_config
 from pipeline_constructs.stacks import shared_parameter
@@ -36,18 +36,18 @@ SHARDED_TARGETS = textwrap.dedent(
 
 
 def names_of(text: str) -> list[str]:
-    return [cell.name for cell in cells.cells_of(parse_config(text))]
+    return [cell.name for cell in cell_plan.cells_of(parse_config(text))]
 
 
 def test_a_file_without_shards_and_targets_is_one_cell_of_everything():
-    (cell,) = cells.cells_of(parse_config(Path(FIXTURE_TENANTS).read_text()))
-    assert cell == cells.Cell("app", None, True, ("acme", "globex", "initech"))
+    (cell,) = cell_plan.cells_of(parse_config(Path(FIXTURE_TENANTS).read_text()))
+    assert cell == cell_plan.Cell("app", None, True, ("acme", "globex", "initech"))
 
 
 def test_shards_make_a_shared_cell_and_a_cell_per_shard_each_tenant_in_its_shards():
     config = parse_config(SHARDED)
     assert names_of(SHARDED) == ["shared", "shard-0", "shard-1"]
-    by_name = {cell.name: cell for cell in cells.cells_of(config)}
+    by_name = {cell.name: cell for cell in cell_plan.cells_of(config)}
     assert by_name["shared"].tenant_ids == () and by_name["shared"].shared
     for tenant, shard in SHARD_OF.items():
         assert tenant in by_name[f"shard-{shard}"].tenant_ids
@@ -60,8 +60,8 @@ def test_targets_make_a_cell_each_or_with_shards_a_shared_and_shard_cells_each()
 
 
 def test_fails_when_the_cell_is_not_one_of_the_files():
-    with pytest.raises(cells.UnknownCell) as caught:
-        cells.cell_named(parse_config(SHARDED), "shard-7")
+    with pytest.raises(cell_plan.UnknownCell) as caught:
+        cell_plan.cell_named(parse_config(SHARDED), "shard-7")
     assert str(caught.value) == ("cell 'shard-7' is not a cell of this tenants file; its cells are: shared, shard-0, "
                                  "shard-1 (leave -c cell out to synthesize all of them)")
 
@@ -113,7 +113,7 @@ def test_tenant_stacks_import_nothing_and_read_the_shared_resources_from_its_ssm
 
 
 def touched(before: str, after: str) -> list[str]:
-    return cells.touched(parse_config(before), parse_config(after))
+    return cell_plan.touched(parse_config(before), parse_config(after))
 
 
 def test_a_change_of_one_tenant_touches_its_shard_cell_only():
@@ -151,7 +151,7 @@ def test_the_shared_cell_reads_nothing_of_the_tenants_but_its_inputs(sharded_fil
     """GIVEN a file that changes every tenant setting outside `shared_inputs` WHEN its shared cell is
     synthesized THEN the template is the same as before: the shared cell's digest may leave those
     settings out, and a diff that skips the shared cell for such a change misses nothing."""
-    assert cells.fingerprints(parse_config(ELSEWHERE))["shared"] == cells.fingerprints(parse_config(SHARDED))["shared"]
+    assert cell_plan.fingerprints(parse_config(ELSEWHERE))["shared"] == cell_plan.fingerprints(parse_config(SHARDED))["shared"]
     assert touched(SHARDED, ELSEWHERE) == ["shard-0", "shard-1"]
     elsewhere = tmp_path / "tenants.yaml"
     elsewhere.write_text(ELSEWHERE)

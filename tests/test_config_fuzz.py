@@ -91,10 +91,10 @@ def test_every_large_generated_file_is_refused_or_its_growing_cells_synthesize(d
     config = refused_or_valid(document)
     if config is None:
         return
-    from pipeline_constructs import cells
+    from pipeline_constructs import cell_plan
 
-    every = cells.cells_of(config)
-    by_target: dict[str | None, list[cells.Cell]] = {}
+    every = cell_plan.cells_of(config)
+    by_target: dict[str | None, list[cell_plan.Cell]] = {}
     for cell in every:
         by_target.setdefault(cell.target, []).append(cell)
     chosen = []

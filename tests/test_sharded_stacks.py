@@ -13,7 +13,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
 from pipeline_constructs import names, routing
-from pipeline_constructs.shard_routing import Forwarding
+from pipeline_constructs.shard_buses import Forwarding
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
 from tests.conftest import cfn_lint_findings, synthesize
 
@@ -279,7 +279,7 @@ def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_
         tmp_path, f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: bearer, secret: core/token}}}}\ntenants:\n{tenants}"
     )
     groups = routing.unmatched_layout([f"tenant-{i:04d}/" for i in range(200)]).groups
-    assert len(groups) >= 2 and shared.shard_routing is None
+    assert len(groups) >= 2 and shared.shard_buses is None
     buses = sorted(b["Properties"]["Name"] for b in resources(template, "AWS::Events::EventBus").values())
     assert buses == sorted(names.unmatched_bus_name(g.index + 1) for g in groups)
     assert len(resources(template, "AWS::IAM::Role")) == 1

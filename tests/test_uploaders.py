@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pipeline_constructs import capacity, cells, names, uploaders
+from pipeline_constructs import capacity, cell_plan, names, uploaders
 from pipeline_constructs.application import build_app, new_app
 from pipeline_constructs.config import parse_config
 from tests.conftest import cfn_lint_findings, problems_of, synthesize
@@ -618,9 +618,9 @@ def fifty(tmp_path_factory):
     """50 tenants with an uploader role each, through the real app with cells: the shared cell,
     and the shard cell of tenant-0000 (its tenants' stacks only: a pull request's synth)."""
     config = parse_config(SHARDED_FIFTY)
-    (shard_cell,) = [c for c in cells.cells_of(config) if "tenant-0000" in c.tenant_ids]
+    (shard_cell,) = [c for c in cell_plan.cells_of(config) if "tenant-0000" in c.tenant_ids]
     found = {}
-    for cell in (cells.SHARED_CELL, shard_cell.name):
+    for cell in (cell_plan.SHARED_CELL, shard_cell.name):
         root = tmp_path_factory.mktemp(cell)
         (root / "tenants.yaml").write_text(SHARDED_FIFTY)
         built = build_app(root / "tenants.yaml", app=new_app(outdir=str(root / "cdk.out")), cell=cell)

@@ -1,4 +1,4 @@
-"""`python -m tools.cells`: the cells of a tenants file (`pipeline_constructs/cells.py`), each
+"""`python -m tools.cells`: the cells of a tenants file (`pipeline_constructs/cell_plan.py`), each
 synthesized, diffed and deployed by the CDK CLI as shipped, one assembly per cell.
 
     python -m tools.cells list                      # the cells and their tenants
@@ -12,7 +12,7 @@ every target's shared cell first (the others read its SSM parameters at deploy t
 the other cells, one after the other. One cell alone is also `cdk deploy -c cell=<name> --all`
 (a target's cell: `'<target>/*'`).
 
-A change touches a cell when the cell's inputs in the tenants file changed (`cells.touched`);
+A change touches a cell when the cell's inputs in the tenants file changed (`cell_plan.touched`);
 a change of anything else in the repository (the code) touches every cell.
 
 Exit codes: 0 done (`diff`: no difference), 1 `diff`: differences, 2 an error (a bad tenants
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pipeline_constructs import capacity, cells, deploy_limits
+from pipeline_constructs import capacity, cell_plan, deploy_limits
 from pipeline_constructs.config import ALARMS_REACH_NOBODY, AppConfig, ConfigError, load_config, parse_config
 
 OUTDIR = Path("cells.out")
@@ -57,27 +57,27 @@ def cdk() -> str:
     return found
 
 
-def selected(config: AppConfig, names: Sequence[str]) -> list[cells.Cell]:
+def selected(config: AppConfig, names: Sequence[str]) -> list[cell_plan.Cell]:
     """The cells named (every cell when none is), in the file's order: shared cells first."""
-    every = cells.cells_of(config)
+    every = cell_plan.cells_of(config)
     for name in names:
-        cells.cell_named(config, name)  # UnknownCell names the cells there are
+        cell_plan.cell_named(config, name)  # UnknownCell names the cells there are
     return [cell for cell in every if not names or cell.name in names]
 
 
-def selector(cell: cells.Cell) -> list[str]:
+def selector(cell: cell_plan.Cell) -> list[str]:
     """The CLI's stack selection of every stack of a cell's assembly."""
     return [f"{cell.target}/*"] if cell.target is not None else ["--all"]
 
 
-def synth(tenants: Path, chosen: Sequence[cells.Cell], *, outdir: Path = OUTDIR, jobs: int | None = None,
+def synth(tenants: Path, chosen: Sequence[cell_plan.Cell], *, outdir: Path = OUTDIR, jobs: int | None = None,
           runner: Runner = run_command, config: AppConfig | None = None) -> dict[str, Path]:
     """Synthesize each cell into `<outdir>/<cell>` with the CLI, `jobs` at a time (default: one
     per core); `CellsError` lists every cell that failed, with the end of its output. With
     `config` (the file's), the deploy-time limits across the cells (`_check_across_cells`)."""
     executable = cdk()
 
-    def one(cell: cells.Cell) -> tuple[cells.Cell, int, str]:
+    def one(cell: cell_plan.Cell) -> tuple[cell_plan.Cell, int, str]:
         code, output = runner([executable, "synth", "--quiet", "--no-notices", "--context", f"tenants={tenants}",
                                "--context", f"cell={cell.name}", "--output", str(outdir / cell.name)])
         return cell, code, output
@@ -103,7 +103,7 @@ def _check_across_cells(config: AppConfig, assemblies: Iterable[Path]) -> None:
         raise CellsError("the cells together break AWS's deploy-time limits:\n" + "\n".join(f"  - {v}" for v in found))
 
 
-def deploy(tenants: Path, chosen: Sequence[cells.Cell], cdk_options: Sequence[str], *, outdir: Path = OUTDIR,
+def deploy(tenants: Path, chosen: Sequence[cell_plan.Cell], cdk_options: Sequence[str], *, outdir: Path = OUTDIR,
            runner: Runner = run_command, out: Callable[[str], None] = print, config: AppConfig | None = None) -> None:
     """Synthesize, then deploy each cell: shared cells first, then the others in order."""
     synth(tenants, chosen, outdir=outdir, runner=runner, config=config)
@@ -119,7 +119,7 @@ def deploy(tenants: Path, chosen: Sequence[cells.Cell], cdk_options: Sequence[st
                              "deployed, run the same command again to go on")
 
 
-def diff(chosen: Sequence[cells.Cell], *, outdir: Path = OUTDIR, runner: Runner = run_command,
+def diff(chosen: Sequence[cell_plan.Cell], *, outdir: Path = OUTDIR, runner: Runner = run_command,
          out: Callable[[str], None] = print) -> bool:
     """`cdk diff --method template` of each synthesized cell against the deployed stacks
     (credentials needed); True if any stack differs."""
@@ -183,14 +183,14 @@ def touched_cells(repo: Path, base: str, tenants: Path) -> tuple[list[str], str]
     code = code_changed(repo, base, tenants)
     if code:
         shown = ", ".join(code[:5]) + (f" and {len(code) - 5} more" if len(code) > 5 else "")
-        return [cell.name for cell in cells.cells_of(head)], f"the code changed ({shown}): every cell"
+        return [cell.name for cell in cell_plan.cells_of(head)], f"the code changed ({shown}): every cell"
     if _relative(repo, tenants) is None:
-        return cells.touched(None, head), f"{base} has no copy of a tenants file outside the repository: every cell"
+        return cell_plan.touched(None, head), f"{base} has no copy of a tenants file outside the repository: every cell"
     try:
         before = base_config(repo, base, tenants)
     except ConfigError:
         before = None  # not valid for today's code: compare with nothing
-    return cells.touched(before, head), "the tenants file changed"
+    return cell_plan.touched(before, head), "the tenants file changed"
 
 
 # --- the command line --------------------------------------------------------------------
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
     try:
         config = load_config(tenants)
         if args.command == "list":
-            for cell in cells.cells_of(config):
+            for cell in cell_plan.cells_of(config):
                 what = "the shared stack and dashboards, " if cell.shared else ""
                 print(f"{cell.name}: {what}{len(cell.tenant_ids)} tenant stack(s)"
                       f"{'' if cell.target is None else f' (target {cell.target})'}")
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
         deploy(tenants, chosen, [o for o in cdk_options if o != "--"], outdir=args.outdir, runner=runner,
                config=config)
         return EXIT_OK
-    except (ConfigError, cells.UnknownCell, CellsError) as error:
+    except (ConfigError, cell_plan.UnknownCell, CellsError) as error:
         print(f"cells: {error}", file=sys.stderr)
         return EXIT_ERROR
 

@@ -24,7 +24,7 @@ than compare the file with itself, and `--base-tenants` names the base's file: a
 what the code change does to it).
 
 When only the tenants file differs from the base (or with `--base-tenants` another file), only
-the cells whose inputs changed are synthesized on each side (`pipeline_constructs/cells.py`),
+the cells whose inputs changed are synthesized on each side (`pipeline_constructs/cell_plan.py`),
 both with the working tree's code; when anything else differs, each whole revision is.
 
 The base revision is exported with `git archive` into a temporary directory rather than
@@ -54,7 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline_constructs import cells
+from pipeline_constructs import cell_plan
 from pipeline_constructs.config import ConfigError, load_config
 from tools import cells as cell_tools
 from tools.cdk_diff_output import STATEFUL_TYPES, ResourceChange, parse
@@ -435,7 +435,7 @@ def _plan(args: argparse.Namespace, repo: Path, scratch: Path, base_source: Path
           head_tenants: Path, two_files: bool) -> tuple[list[Synth], list[Synth]]:
     """What to synthesize on each side. When only the tenants file changed (or two tenants
     files are compared: the same code on both sides), only the cells whose inputs changed
-    (`cells.touched`), each side with the working tree's code; when the code changed, each
+    (`cell_plan.touched`), each side with the working tree's code; when the code changed, each
     whole revision."""
     if not two_files and cell_tools.code_changed(repo, args.base, head_tenants):
         print("The code changed: every stack of both revisions is synthesized.\n", flush=True)
@@ -446,11 +446,11 @@ def _plan(args: argparse.Namespace, repo: Path, scratch: Path, base_source: Path
     except ConfigError:
         before = None
     head = load_config(head_tenants)
-    names = cells.touched(before, head)
+    names = cell_plan.touched(before, head)
     print(f"Only the tenants file changed: {len(names)} cell(s) touched ({', '.join(names) or 'none'}).\n",
           flush=True)
-    in_base = {c.name for c in cells.cells_of(before)} if before is not None else set()
-    in_head = {c.name for c in cells.cells_of(head)}
+    in_base = {c.name for c in cell_plan.cells_of(before)} if before is not None else set()
+    in_head = {c.name for c in cell_plan.cells_of(head)}
     return ([Synth(f"the base's cell {n}", repo, base_tenants, scratch / "base" / n, n) for n in names if n in in_base],
             [Synth(f"the head's cell {n}", repo, head_tenants, scratch / "head" / n, n) for n in names if n in in_head])
 
