@@ -176,8 +176,8 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
         if resource["Type"] != "AWS::Lambda::Function":
             continue
         props = resource["Properties"]
-        role = props["FunctionName"].removeprefix(f"{tenant_id}-")
-        memory[role] = int(props["MemorySize"])
+        kind = props["FunctionName"].removeprefix(f"{tenant_id}-")
+        memory[kind] = int(props["MemorySize"])
         max_chunks = max(max_chunks, int(props.get("Environment", {}).get("Variables", {}).get("MAX_CHUNKS", 0)))
     alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
     alarm_metrics = sum(sum(1 for m in a["Metrics"] if "MetricStat" in m) if "Metrics" in a else 1 for a in alarms)
@@ -290,7 +290,7 @@ def file_cost(facts: TenantFacts, scenario: Scenario, answer_seconds: float | No
         sending = requests * a["batch_request_seconds"]
     register_seconds = chunks * a["chunk_overhead_seconds"] + sending
     split_seconds = a["split_overhead_seconds"] + scenario.records_per_file * a["split_seconds_per_record"]
-    mem = {role: mb / 1024 for role, mb in facts.memory_mb.items()}
+    mem = {kind: mb / 1024 for kind, mb in facts.memory_mb.items()}
     gb_seconds = (PER_FILE["controller_invocations"] * a["controller_seconds"] * mem["controller"]
                   + split_seconds * mem["split"] + register_seconds * mem["register-chunk"]
                   + PER_FILE["closer_invocations"] * a["closer_seconds"] * mem["close-file"])
@@ -424,7 +424,7 @@ def tables(facts: Mapping[str, TenantFacts], scenarios: Sequence[Scenario] = SCE
 
 def facts_line(facts: Mapping[str, TenantFacts]) -> str:
     f = facts[SCENARIOS[0].tenant_id]
-    memory = ", ".join(f"{role} {mb} MB" for role, mb in sorted(f.memory_mb.items()))
+    memory = ", ".join(f"{kind} {mb} MB" for kind, mb in sorted(f.memory_mb.items()))
     return (f"From the templates: {f.alarms} alarms per tenant watching {f.alarm_metrics} metrics; {f.log_groups} log "
             f"groups; memory {memory}; chunks per page {', '.join(f'{k}: {v.chunks_per_page}' for k, v in sorted(facts.items()))}; "
             f"largest file {', '.join(f'{k}: {v.max_chunks:,} chunks' for k, v in sorted(facts.items()))}.")

@@ -69,7 +69,7 @@ def measure(files: int, time_scale: float, fast: bool) -> dict[str, Any]:
     visibility = max(1, math.ceil(QUEUE_VISIBILITY_SECONDS * time_scale))
     waiting = contract.env_name("waiting_visibility_seconds")
 
-    def seed_visibility(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
+    def seed_visibility(tenant: str, kind: str, variables: dict[str, Any]) -> dict[str, Any]:
         return {**variables, waiting: str(visibility)} if waiting in variables else variables
 
     hook = None if fast else seed_visibility

@@ -5,46 +5,17 @@ core-system stand-in; with each chunk's fixed cost broken down and projected ont
     .venv/bin/python bench/register.py [--records 1000000] [--runs 3] [--modes record batch]
                                        [--batch-size 100] [--sink-timeout 5] [--no-write]
 
-One local pipeline with a tenant per mode (record: one record per POST; batch: `--batch-size`
-records per POST as JSON arrays), each with the largest `chunk_size` the register budget allows
-at `--sink-timeout` (`budgets.max_chunk_size`, at most `config.MAX_CHUNK_SIZE`; `--chunk-size` overrides), and
-the core-system stand-in (`local_runtime/sink.py`'s `SinkServer`) in a process of its own, as a
-real core system is. Each of `--runs` rounds measures, per mode, one after the other:
+Each mode's tenant takes the largest `chunk_size` the register budget allows at
+`--sink-timeout` (`budgets.max_chunk_size`; `--chunk-size` overrides), and the stand-in
+(`local_runtime/sink.py`) runs in a process of its own, as a real core system does. The raw
+client runs right before and right after the pipeline, which is compared with the mean of the
+two, because the machine's own speed drifts while a run lasts. The pipeline's time ends at the
+file's execution stop, not when the bench's idle checks notice it. Every record is checked to
+be registered once, in order.
 
-* raw: a plain `http.client` keep-alive client in a process of its own (as a register worker
-  is) POSTs `--raw-records` records (default: as many as the file, `--records`), or batches of
-  them, with the same kind of keys, nothing else: the physical limit of this contract against
-  this core system, at the same volume (the stand-in keeps every record it receives). It runs right before and
-  right after the pipeline, and the pipeline is compared with the mean of the two: the machine's
-  own speed drifts while a run lasts (a tenth or more within minutes);
-* pipeline: a file of `--records` records uploaded to the mode's tenant, from the upload's start
-  (the file's bytes are made before, as the raw client's records are) to the file's execution
-  ending: its last record registered and the file closed (Split, the controller,
-  the workflows, the ledger, the closer: everything; the end is the execution's stop time, not
-  when the bench's idle checks noticed it, up to 0.4 s later); every
-  record is checked to be registered once, in order; "sending" is its rate inside its chunks
-  (the sum of each chunk's first to last POST), what is left when the gaps between chunks are
-  taken out;
-* handler alone: the real `register_chunk.register_chunk`, in a process of its own, sending the
-  same file's chunks one after the other as one warm function would (its own ledger position,
-  the pipeline's moto server for S3 and DynamoDB): no workflow, no invocation plumbing.
-
-The fixed cost of a chunk in the pipeline is taken from the register invocations' start and end
-(the local runtime's invocation listener) and the core system's request times: "invocation"
-is the time from the invocation's start to its first POST plus from its last POST to its end,
-less what the handler alone measured for its own reads and writes; "index read" the chunk's S3
-GETs (the chunk index block, kept while warm, and the ranged GET of the landing object);
-"progress write" the ledger's fence read and the chunk's last progress write; "state transitions" the time from
-one register invocation's end to the next one's start (moto's Step Functions interpreter).
-
-The AWS projection replaces the local latencies by the per-call latencies stated in
-docs/benchmarks.md ("Register throughput"): `--aws-request-ms` per POST (the core system's own
-answer time and the round trip: not something this repository can know), `--aws-task-ms` per
-chunk for Step Functions' Lambda task (state transitions and the invoke), `--aws-s3-ms` per S3
-GET, `--aws-ddb-ms` per DynamoDB call; and a POST also costs the CPU each side spends on it,
-measured here (the raw client's and the handler alone's process time per request), the register
-function's at its memory's share of a vCPU when that is longer (`aws_projection`). Prints a table and appends one row per mode (the median
-run) to the "Register throughput" section of docs/benchmarks.md, with the machine's load.
+What each figure and each part of a chunk's fixed cost means, and the per-call latencies of
+the AWS projection (`aws_projection`): docs/benchmarks.md, "Register throughput", where the
+bench appends one row per mode (the median round), with the machine's load.
 """
 
 from __future__ import annotations
@@ -240,10 +211,10 @@ def sink_process() -> None:
 
     sink = SinkServer("bench")
     sink.start()
-    # What the stand-in keeps of every request (a million records a run) would make each of the
-    # collector's full passes longer, up to 0.7 s at a million: a stall of the core system that a
-    # real one does not have, which the 2 s sink timeout turns into client timeouts. Moving what
-    # is alive to the permanent generation every second keeps every pass short.
+    # What the stand-in keeps of every request would make each of the collector's full passes
+    # longer as the run goes: a stall of the core system that a real one does not have, which a
+    # short sink timeout turns into client timeouts. Moving what is alive to the permanent
+    # generation every second keeps every pass short.
     threading.Thread(target=_freeze_every_second, daemon=True).start()
     print(sink.url, flush=True)
     for line in sys.stdin:
@@ -274,7 +245,7 @@ class RegisterInvocations:
         self._open: dict[str, int] = {}
 
     def __call__(self, function: Any, event: Any, result: Any) -> None:
-        if function.role != "register":
+        if function.kind != "register":
             return
         now = time.time()
         with self.lock:
@@ -351,7 +322,7 @@ def pipeline_run(pipe: Any, sink: SinkProcess, calls: RegisterInvocations, tenan
 
 
 def register_function(pipe: Any, tenant: str) -> Any:
-    return next(f for f in pipe.deployment.functions.values() if f.tenant == tenant and f.role == "register")
+    return next(f for f in pipe.deployment.functions.values() if f.tenant == tenant and f.kind == "register")
 
 
 def file_task(pipe: Any, tenant: str, name: str) -> dict[str, Any]:

@@ -4,15 +4,9 @@ rate in MB/s, and the 10M-record time extrapolated to the Lambda's memory settin
 
     .venv/bin/python bench/split.py [--records 1000000] [--chunk-size 100]
 
-The split process is what a Lambda invocation is: the handler code with boto3, reading the
-pinned version over HTTP (from moto on loopback) and writing the chunk index and manifest.
-Its peak RSS is its own high-water mark, `VmHWM` (not `ru_maxrss`: Linux carries the
-forking parent's mark, moto's copy of the file included, across exec). The
-extrapolation assumes a local core does what one Lambda vCPU does: the split's CPU time x 10
-(the pass is linear in the file's size, memory flat) x 1769 / the function's memory in MB
-(Lambda gives one vCPU at 1,769 MB and CPU in proportion below it), plus the whole file's
-transfer at a conservative 50 MB/s (one S3 GET stream), not overlapped with parsing. Appends
-a row to the Split table of docs/benchmarks.md.
+Peak RSS is the split process's own high-water mark, `VmHWM`, not `ru_maxrss`: Linux carries
+the forking parent's mark (moto's copy of the file included) across exec. How the 10M-record
+time is extrapolated: docs/benchmarks.md, "Split", whose table gets a row.
 """
 
 from __future__ import annotations

@@ -38,10 +38,8 @@ def machine_speed() -> str:
     """This machine's speed right now: the best of three runs of a fixed pure-Python loop (20
     million additions: the interpreter alone) and of copying 256 MB into new memory (the page
     faults that new processes and growing heaps pay). Hosts of the same kind differ, and one
-    host drifts within an hour: on 2026-12-02 the loop ran as fast as ever (0.9-1.3 s) while
-    copies into new memory ran at 0.6-0.8 GB/s (10 GB/s into memory already touched), and the
-    suite took two and a half times its usual CPU. A suite time is comparable with another only
-    beside these figures."""
+    host drifts within an hour, in either figure independently: a suite time is comparable
+    with another only beside them."""
 
     def loop() -> float:
         started, total = time.perf_counter(), 0

@@ -3,26 +3,14 @@
     .venv/bin/python bench/synth_scale.py [--tenants 10 100 1000] [--paths whole cells diff]
                                          [--no-lint] [--print-only]
 
-For each N it writes a generated ``tenants.yaml`` of N tenants into a temporary directory
-(never into the repository; past 140 tenants on 40 routing shards, as docs/scaling.md says),
-then measures, cdk-nag on, jsii and the CDK CLI as shipped:
-
-- ``whole``: ``cdk synth --quiet -c tenants=FILE -o DIR``: every cell in one assembly, one process;
-- ``cells``: ``python -m tools.cells synth``: every cell with the pinned CLI, one assembly each,
-  one CLI process per core at a time (``make synth``);
-- ``diff``: ``python -m tools.offline_diff --base-tenants FILE --tenants CHANGED``, where CHANGED
-  changes one tenant's chunk size: the cells it touches (one shard cell) synthesized on each
-  side and diffed (``make diff`` of a pull request that changes one tenant).
-
-Each run is timed from start to exit; its peak memory is the largest sum of the resident set
-sizes of the whole process tree (Python, the jsii node kernels, the CLI's node processes),
-sampled by psutil every 50 ms. Then cfn-lint checks every template of the cells (timed
-separately; any error or warning other than W3005 fails the run). The machine's 1-minute load
-average is recorded before each run: on a shared machine it says how much of the time was
-someone else's.
-
-The figures go to the "Synth at scale" section of docs/benchmarks.md (replaced on each run
-unless ``--print-only``).
+For each N, a generated ``tenants.yaml`` in a temporary directory (never the repository;
+sharded as docs/scaling.md says), synthesized with cdk-nag on, three ways: ``whole`` (``cdk
+synth``, one assembly), ``cells`` (``make synth``) and ``diff`` (``make diff`` of a change to
+one tenant). Peak memory is the largest sum of the resident set sizes of the whole process
+tree (Python, jsii's node kernels, the CLI's), sampled every 50 ms; cfn-lint then checks every
+template (any error or warning other than W3005 fails the run). The 1-minute load average is
+recorded before each run: on a shared machine it says how much of the time was someone else's.
+The figures replace the "Synth at scale" section of docs/benchmarks.md unless ``--print-only``.
 """
 
 from __future__ import annotations

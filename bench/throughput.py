@@ -4,8 +4,7 @@ handoff gap between consecutive files. Writes its figures to docs/benchmarks.md.
     .venv/bin/python bench/throughput.py [--records 50000] [--files 5] [--time-scale 0.1]
 
 Figures are from the local runtime (moto, worker processes, a local core system): they show
-the overhead of the pipeline's own code and catch regressions (such as the 40 ms per record
-Nagle stall once seen), not what AWS will do.
+the overhead of the pipeline's own code and catch its regressions, not what AWS will do.
 """
 
 from __future__ import annotations

@@ -177,10 +177,10 @@ class ChunkProgress:
         pipe.add_invocation_listener(self._on_invocation)
 
     def _on_invocation(self, function, event, result) -> None:
-        if function.role == "register" and result is None:
+        if function.kind == "register" and result is None:
             count = self._chunk_counts.get(event.get("chunk_prefix", ""))
             self.latest[function.tenant] = (event.get("chunk_index", -1), count)
-        elif function.role == "split" and result is not None and not result.errored:
+        elif function.kind == "split" and result is not None and not result.errored:
             split = result.value if isinstance(result.value, dict) else {}
             if "chunk_prefix" in split:
                 self._chunk_counts[split["chunk_prefix"]] = split.get("chunk_count")
@@ -240,11 +240,11 @@ def report_faults(pipe, console: Console) -> None:
             statuses = ", ".join(f"{n} x HTTP {status}" for status, n in sorted(refused.items()))
             console.print(f"{tenant}: core system answered {statuses or 'no error'}; "
                           f"{resent} resent record(s) recognised by their idempotency key, not registered again")
-    kills = Counter((tenant, role) for tenant, role, _ in pipe.faults.kills)
-    for (tenant, role), times in kills.items():
-        recovery = ("its message came back and no file was started twice" if role == "controller"
+    kills = Counter((tenant, kind) for tenant, kind, _ in pipe.faults.kills)
+    for (tenant, kind), times in kills.items():
+        recovery = ("its message came back and no file was started twice" if kind == "controller"
                     else "the workflow retried it and it went on where the ledger says")
-        console.print(f"{tenant}: {role} killed {times} time(s) mid-run; {recovery}")
+        console.print(f"{tenant}: {kind} killed {times} time(s) mid-run; {recovery}")
     for tenant, original, copy in pipe.faults.duplicates_sent:
         console.print(f"{tenant}: event delivered twice (message {original} and copy {copy}); one execution")
     for notification in pipe.notifications:

@@ -1,21 +1,16 @@
 """`python -m demo --scenario correction`: a malformed file corrected in its place, then a planned
 pause of the core system, on one tenant of the tenants file, with the operator's commands.
 
-1. The tenant uploads six CSV files in a burst; the third has a row with a missing field. Split
-   refuses it (nothing of it is sent) and the tenant halts, the files behind it queued in order;
-   `ops status` gives the hint: replace it with a corrected upload.
-2. The tenant uploads the corrected file under the same key (S3 keeps both versions) and the
-   operator runs `ops replace TENANT --key KEY --version VERSION`.
-3. The core system gets files 1, 2, 3 (corrected), 4, 5, 6: every record once, in order;
-   `ops status` counts six files done and links the failed attempt to its replacement.
-4. A planned maintenance of the core system: three more files, the second held mid-file by the
-   core system (a 503 until the maintenance is over); `ops pause` stops it at its first
-   unacknowledged record without failing anything, another tenant's file runs meanwhile, and
-   `ops unpause` runs it on there: every record once, in order, no execution failed.
+1. Six CSV files in a burst, the third malformed: Split refuses it, the tenant halts with the
+   files behind it queued in order, and `ops status` hints at a corrected upload.
+2. The corrected file goes up under the same key and `ops replace` puts it in the bad one's
+   place: the core system gets files 1 to 6, every record once, in order.
+3. A planned maintenance of the core system (a 503 mid-file): `ops pause` stops the file at
+   its first unacknowledged record without failing anything, another tenant's file runs
+   meanwhile, and `ops unpause` runs it on.
 
-Each step checks what it shows with the checks of `demo.verify` and `ops status --json`; the
-first check that fails ends the run with its message (exit 1). The end-to-end tests of the same
-behaviour are tests/e2e/test_correction.py.
+Each step checks what it shows (`demo.verify`, `ops status --json`); the first check that fails
+ends the run with its message (exit 1). tests/e2e/test_correction.py tests the same behaviour.
 """
 
 from __future__ import annotations

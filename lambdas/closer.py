@@ -1,27 +1,19 @@
 """Closer: records that an execution closed, tells a person when a file failed, hands off.
 
-Invoked by the workflow's last state (`RecordSuccess`, `RecordFailure`, retried on failure)
-and, as a backstop because those events are best effort, by the "Step Functions Execution
-Status Change" rule of the tenant's state machine. Both may arrive for one close, and any of
-them may fail part-way; every step is done so that whichever comes next finishes the report:
+Invoked by the workflow's last state and, as a backstop (those events are best effort), by the
+tenant's "Step Functions Execution Status Change" rule. Both may arrive for one close and
+either may fail part-way, so every step is idempotent and whichever report comes next
+finishes it:
 
-1. records the close in the ledger, with the attempt's history item, in one transaction (a
-   failure halts the tenant when `on_failure` is `halt`). A report that finds the close
-   recorded already (its own earlier try, or the other report) goes on with the steps below
-   for that recorded close, from the ledger's data, never the report's;
-2. for a failure, publishes one notification a person can act on, unless the history item
-   says it was published: tenant, file, chunk and record where it stopped, the error without
-   a stack trace, and the hint for its error type (`hints.py`) with the `ops` commands. The
-   mark is written after the publish: a crash between the two sends it twice, rather than
-   never (SNS cannot publish conditionally; the alarm topic is a standard topic);
-3. makes the message waiting at the head of the tenant's queue visible at once (fast
-   hand-off), unless the tenant is halted (idempotent; an SQS fault fails the invocation, so
-   the retry hands off again).
+1. record the close and the attempt's history item in one ledger transaction (a failure
+   halts the tenant when `on_failure` is `halt`); a close found recorded is finished from the
+   ledger's data, never the report's;
+2. on a failure, publish one notification a person can act on (`hints.py`); the mark is
+   written after the publish, so a crash sends it twice rather than never (SNS cannot publish
+   conditionally);
+3. unless the tenant is halted, make the message waiting at the head of its queue visible.
 
-An execution that runs although the ledger does not know it as the tenant's current or a
-recent closed attempt (a `StartExecution` made by hand), or that was redriven by hand, is
-stopped; the register function refuses such an execution anyway. A late RUNNING event of
-an execution the ledger knows (it is finishing after its close was recorded) changes nothing.
+An execution the ledger does not know (started or redriven by hand) is stopped.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Completion entry point: the core system confirms or rejects the tenant's waiting file.
 
 With `completion.wait`, a file whose records were all acknowledged waits in the workflow's
-`WaitForCompletion` task, whose task token sits on the tenant's ledger position (docs/core-system.md,
-"Completion callback"). The core system invokes this function (one per tenant, Lambda
-`Invoke` under IAM: only the principals of `completion.callers` may) with a
-`contract.CompletionRequest`:
+`WaitForCompletion` task, its task token on the tenant's ledger position (docs/core-system.md,
+"Completion callback"). The core system (the principals of `completion.callers`) invokes this
+function with a `contract.CompletionRequest`: `waiting`, `confirm`, `reject` or `heartbeat`.
 
-* `waiting`: which file waits for an answer (its id, key, version and record count), if any;
-* `confirm` / `reject` (with a `reason`): SendTaskSuccess / SendTaskFailure for that file;
-* `heartbeat`: SendTaskHeartbeat (the tenant's `completion.heartbeat_seconds`).
-
-The core system names the file (its id), never the token: the token stays between Step
-Functions, the ledger and this function. What it names is checked against the position: the
-tenant must be this function's, the file the current one, RUNNING, and waiting in this very
-execution. The answer is a `contract.CompletionAnswer` with an HTTP-like status; a request
-that fails validation is answered, not raised (it is the caller's mistake, logged at WARNING,
-and must not page on-call). The first answer is final: Step Functions accepts one answer per
-token, and a later one is refused (409).
+It names the file, never the token, which stays between Step Functions, the ledger and this
+function; the file must be the tenant's current one, RUNNING and waiting in this execution. A
+request that fails validation is answered (`contract.CompletionAnswer`, an HTTP-like status),
+not raised: it is the caller's mistake and must not page on-call. The first answer is final
+(Step Functions accepts one per token); a later one is refused (409).
 """
 
 from __future__ import annotations

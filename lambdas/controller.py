@@ -1,27 +1,16 @@
 """Controller: the per-tenant gate in front of the file-ingest workflow (docs/architecture.md, "Gate").
 
-One SQS FIFO message (an S3 "Object Created" EventBridge event) per invocation. The gate
-decides from the tenant's ledger position (`ledger.py`), never from how long Step Functions
-keeps its histories:
+One SQS FIFO message (an S3 "Object Created" event) per invocation. The gate decides from the
+tenant's ledger position (`ledger.py`), never from how long Step Functions keeps histories:
+the current file's execution runs (wait), closed unrecorded (record, decide again) or lost
+(start it again at its first unacknowledged record); a paused or halted tenant waits for
+`ops`; otherwise the position is claimed for this file (conditional write) and its execution
+started, named after the file's event id (`contract.execution_name`).
 
-* the message's own file is current: make sure its execution runs, then let the message go;
-* the current file is RUNNING: ask Step Functions about that one execution. Running: wait.
-  Closed but not recorded (its close was lost): record it, then decide again. Unknown to Step
-  Functions past a grace period (its stack was re-created, or it was lost): start it again
-  from the ledger, at its first unacknowledged record;
-* the tenant is paused (`ops pause`): wait for `ops unpause`, publishing `PausedSeconds`;
-* the tenant is halted (a failed file, `on_failure: halt`): wait for `ops resume`, `ops replace`
-  or `ops skip`;
-* otherwise: claim the position for this file (conditional write) and start its execution,
-  named after the file's event id (`contract.execution_name`: the id itself, or a hash of it).
-
-A message that is not a usable file event of the tenant (`UnusableMessageError`) never reaches
-the gate: it is quarantined in the work bucket and let go, so it cannot block the files behind
-it (`quarantine`).
-
-Waiting is not an error: the message is reported as a batch item failure (Lambda does not
-back off its polling for those) and its visibility is set to `waiting_visibility_seconds`;
-the ledger notes the message, and the close of the file ahead makes it visible at once.
+A message that is not a usable file event is quarantined and let go, so it cannot block the
+files behind it. Waiting is a batch item failure, not an error (Lambda does not back off its
+polling for those), at `waiting_visibility_seconds`; the ledger notes the message, and the
+close of the file ahead makes it visible at once.
 """
 
 from __future__ import annotations

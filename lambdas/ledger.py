@@ -1,35 +1,16 @@
 """The ledger: each tenant's position and the record of each file (docs/architecture.md, "Ledger").
 
-One DynamoDB table, partition key `tenant`, sort key `entry`:
+One DynamoDB table, partition key `tenant`, sort key `entry`: the tenant's `position` (the
+current file, its execution and state, `next_record`, halted or paused, the waiting message),
+a `file#...` history item per closed or skipped attempt (written in the close's transaction),
+and `event#`, `version#` and `content#` items that make a second event for a file or a
+version, or a byte-identical re-upload, a duplicate.
 
-* `entry = "position"`: the tenant's one position item. It names the current file (its
-  `FileRef`), the execution working on it, the file's state (RUNNING, SUCCEEDED, FAILED,
-  SKIPPED, PAUSED), whether the tenant is halted or paused (`ops pause`), the failed attempt a
-  correction replaces (`ops replace`), how far the file got (`next_record`: every record
-  before it was acknowledged by the core system) and the message waiting at the head of the
-  queue (for the fast hand-off). Every write is conditional on what the writer read, so a
-  stale writer can never move a tenant backwards: transitions bump `seq`, progress only grows,
-  and a close or progress write names the execution it belongs to.
-* `entry = "file#<started at, ms>#<execution>"`: one item per closed or skipped attempt, for
-  `ops status` (files done, last failure). Written in one transaction with the close (and
-  with an operator's skip or gap skip), so a recorded close or skip always has it; it carries
-  `notified_at` once the failure notification went out. They expire after `HISTORY_DAYS`.
-* `entry = "event#<event id>"`: the event ids of files ever made current, so a duplicate event
-  that arrives after its file closed is recognised (written with the claim, in one transaction).
-* `entry = "version#<sha256 of bucket, key, version id>"`: the object versions ever made
-  current, written in the same transaction: ANY second event for a version (a replay by
-  `ops reconcile` or `ops dlq replay`, with its own event id) is a duplicate. It names the
-  event and execution that claimed the version, so `ops reconcile` joins versions to history.
-* `entry = "content#<sha256 of the bytes>"`: the last file with these bytes that SUCCEEDED
-  (written by its success close, never for a failed file), so `duplicate_files: skip` finds a
-  byte-identical re-upload; a file recorded as a duplicate closes as DUPLICATE.
-
-The gate decides from the position alone; `DescribeExecution` is only asked about an
-execution the ledger says is RUNNING (or closed a moment ago), so Step Functions forgetting
-closed executions after 90 days cannot wedge a tenant.
-
-Standard library and a boto3 DynamoDB client passed in: the handlers, the `ops` CLI and the
-tests use the same code.
+Every position write is conditional on what the writer read, so a stale writer can never move
+a tenant backwards: transitions bump `seq`, progress only grows, and a close or progress write
+names its execution. The gate decides from the position alone, so Step Functions forgetting
+closed executions after 90 days cannot wedge a tenant. The boto3 client is passed in: the
+handlers, the `ops` CLI and the tests share this code.
 """
 
 from __future__ import annotations

@@ -2,16 +2,11 @@
 file, pause and unpause it.
 
 All act only through the ledger's conditional writes, so they can never race the gate into
-running two files: resume makes the failed file current again under a new execution name
-(`contract.execution_name`: `<event id>-r<attempt>`, or a hashed name where that would not
-fit), continuing at the first record the core system did not acknowledge; replace makes a
-corrected object version current in the failed file's place, before the files waiting behind
-it; skip gives the file up with a reason and hands off to the next file; pause holds the
-tenant (the running file stops at a chunk boundary) until unpause. Each refuses, with the
-reason and changing nothing, when it does not apply.
-
-Standard library and boto3 clients passed in; the same code runs against AWS and the local
-runtime.
+running two files; each refuses, with the reason and changing nothing, when it does not apply.
+A resumed file continues at the first record the core system did not acknowledge, under a
+new execution name (`contract.execution_name`); a replacement runs in the failed file's place,
+before the files waiting behind it. The boto3 clients are passed in: the same code runs
+against AWS and the local runtime.
 """
 
 from __future__ import annotations

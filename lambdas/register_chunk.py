@@ -1,48 +1,13 @@
 """Register chunk: POST one chunk's records, in order, to the core system (the sink).
 
-Each record carries an `Idempotency-Key` derived from the object version and the record's
-position in the file, so resending a record after a crash registers nothing twice. The first
-record that is not acknowledged stops the chunk: later records are never sent before it.
-
-The function works within its budget (docs/design.md §4.7):
-
-* it is fenced by the ledger: only the tenant's current, running execution may send (a
-  hand-made redrive is refused before it sends anything);
-* it starts at the first record not acknowledged yet (the ledger's `next_record`, the task's
-  `start_record`) and writes its progress to the ledger every second and at every stop;
-* it stops before the function's deadline and returns the task to continue with;
-* it stops for `ops pause` (the ledger's `paused_at`, read at its start and at each progress
-  save): the position becomes PAUSED at the first unacknowledged record and it returns
-  `paused`, so the workflow ends without failing (`ops unpause` runs the file on);
-* a record the core system cannot take now (429, 5xx, timeout, connection) is retried in
-  place with a short backoff; if the fault lasts, the function returns and the workflow waits
-  `retry_after_seconds` before the next try. The retry budget is spent per fault episode
-  (`fault_since`, carried from try to try, reset by the next acknowledged record): records
-  that each fail once cost nothing, and only an outage longer than
-  `sink_outage_budget_seconds` fails the file (`SinkUnavailableError`), which halts it;
-* any other answer (4xx, 3xx) is `SinkRejectedError`: the same record cannot succeed;
-* the connection to the core system outlives the invocation (`sink_client.POOL`, one per warm
-  execution environment): a kept connection the far side closed is replaced at once and the
-  request sent again under the same key, which costs no try;
-* the next request is read from the chunk and encoded while the core system answers the one at
-  hand (`_ReadAhead`), and sent only after that answer: one request at a time, in order, as
-  before, but the function's own work per request (building a batch of 100 takes about 0.3 ms)
-  hides behind the core system's answer instead of adding to it;
-* with `sink.auth` (`sink_auth.py`) each request carries the tenant's credential; a 401 gets
-  a fresh one (the bearer secret read again) and the request is sent again at once, once; a
-  401 after that, or a 403, is `SinkAuthError` (naming the secret, never the token). A secret
-  that cannot be read for now (throttling, a Secrets Manager fault) is waited out like an
-  outage of the core system, within the same budget.
-
-Its records come straight from the landing object: the chunk's two entries of Split's chunk
-index give its byte range, one ranged GET of the pinned version reads exactly those bytes, and
-the parser Split validated them with turns them into records (`chunk_format`).
-
-With `sink.batch_size` N > 1 (the batch contract, `sink_client.py`) the unit of all of the
-above is a batch: a JSON array of up to N records cut on the chunk's grid, one idempotency key
-per batch, retried whole under the same key; progress moves per acknowledged batch; a 4xx
-rejects the whole batch (the core system registers none of it), so progress stays at its first
-record and a resumed file sends the same batch under the same key again.
+Each request (a record, or with `sink.batch_size` > 1 a batch cut on the chunk's grid) carries
+an `Idempotency-Key` from the object version and its position in the file, so a resend after a
+crash or a resume registers nothing twice. Only the tenant's current, running execution may
+send (the ledger's fence). The first request not acknowledged stops the chunk: nothing after it
+is sent before it. Progress is written to the ledger at least every second and at every stop
+(deadline, pause, outage, rejection), and the next try starts at the first unacknowledged
+record. Budget, retries, connections and read-ahead: docs/architecture.md, "Register within
+its budget".
 """
 
 from __future__ import annotations
@@ -96,8 +61,8 @@ MIN_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS = 1, 60
 #: every stop (done, deadline, outage, rejection). After a hard crash (the process killed by a
 #: timeout) the retry continues at the last progress written: at most this long of records is
 #: sent again, each with its idempotency key, so the core system registers none twice. 0 writes
-#: after every record: exact after a crash too, at one conditional DynamoDB write per record
-#: (measured on the local runtime: throughput fell from about 1,200 to 55 records/s).
+#: after every record: exact after a crash too, at the cost of one conditional DynamoDB write
+#: per record.
 PROGRESS_EVERY_SECONDS = 1.0
 #: An invocation publishes its metrics at its end, and while it sends at least this often: a
 #: big chunk may send for up to 15 minutes, and the dashboard (1-minute points) and the

@@ -1,19 +1,11 @@
 """The register function's credentials for the core system (`sink.auth`), one header set per request.
 
-* `none`: no header.
-* `bearer`: `Authorization: Bearer <token>`. The token is the SecretString of a Secrets Manager
-  secret: the token itself, or JSON `{"token": "..."}` (so a secret that also holds other
-  fields, or one written by a rotation function that keeps JSON, works). It is read through a
-  module-level cache with a TTL (`sink_auth_cache_seconds`), so warm invocations reuse it and a
-  chunk of 1,000 records costs no Secrets Manager call. A 401 reads the secret again at once
-  (`refresh`), once per request: a rotation does not fail a chunk. A read that fails for a
-  reason that passes (throttling, a Secrets Manager fault, the network, after botocore's own
-  retries) is `CredentialUnavailable`: register waits and tries again as it does while the core
-  system is down, within the same outage budget; only errors that reading again cannot fix
-  (`FATAL_SECRET_ERRORS`) fail the file at once.
-* `sigv4`: each request signed (AWS Signature Version 4, botocore's `SigV4Auth`) with the
-  function's own credentials, for `sink_auth_service` in `sink_auth_region`; the signature
-  covers the method, path, the headers and the SHA-256 of the body.
+`none`: no header. `bearer`: `Authorization: Bearer <token>`, the SecretString of a Secrets
+Manager secret (the token, or JSON `{"token": "..."}`), cached for `sink_auth_cache_seconds` so
+warm invocations reuse it. A 401 reads it again, once per request, so a rotation does not fail
+a chunk; a read that fails for a reason that passes is `CredentialUnavailable`, waited out like
+an outage of the core system, and only `FATAL_SECRET_ERRORS` fail the file at once. `sigv4`:
+each request signed (botocore's `SigV4Auth`) with the function's own credentials.
 
 No credential ever leaves this module except in the header it returns: errors and logs name
 the secret (its id) and the HTTP status, never a token.

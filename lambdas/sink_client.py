@@ -198,7 +198,7 @@ class SinkConnection:
             self.opened += 1
             kept.timeout = None
             kept.opened_at = now
-        if timeout != kept.timeout:  # a settimeout system call per request costs ~2% at local speed
+        if timeout != kept.timeout:  # a settimeout system call only when the timeout changes, not per request
             connection.timeout = kept.timeout = timeout
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)

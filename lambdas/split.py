@@ -1,20 +1,12 @@
 """Split: validate one exact object version in a single streamed pass and index its chunks.
 
-Records are not copied. The pass records the byte offset where each chunk starts (a record
-boundary as the parser sees it) in one chunk index object in the work bucket, written as it
-goes (multipart past 8 MiB), then a manifest with the counts, the format and the CSV header.
-Register reads its chunk with a ranged GET of the same pinned version (`chunk_format`). A
-10M-record file is therefore one GET and a few PUTs, not a PUT per chunk.
-
-A malformed file fails here, before any record is sent: the whole file is parsed before the
-index is visible. Memory stays flat whatever the file size: the body is read in bounded
-pieces and at most one index part is held. The output carries S3 references and counts,
-never records (it enters the execution history).
-
-The SHA-256 of the bytes is computed while they stream (kept in the manifest, returned to the
-workflow for the success close). With `duplicate_files: skip`, a file whose bytes are those of
-a file of the tenant that succeeded (the ledger's `content#<sha256>`, another object version)
-is returned with no chunks to send and `duplicate_of` naming that file.
+Records are not copied: the pass writes one chunk index (the byte offset where each chunk
+starts, a record boundary as the parser sees it) and a manifest to the work bucket, and
+register reads its chunk with a ranged GET of the same pinned version (`chunk_format`): a file
+is one GET and a few PUTs, not a PUT per chunk. A malformed file fails here, before any record
+is sent. Memory stays flat whatever the file size, and the output carries S3 references and
+counts, never records (it enters the execution history). The SHA-256 of the bytes, computed as
+they stream, finds a byte-identical file that succeeded, for `duplicate_files: skip`.
 """
 
 from __future__ import annotations
@@ -69,17 +61,13 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
                remaining_seconds: Callable[[], float] | None = None) -> SplitResult:
     """Validate and index the object version `request` names; return the manifest reference.
 
-    The index is kept per file (named by its first execution's name, `execution_name` of the
-    event id: a path segment of bounded length), so an execution that resumes the file reuses
-    it; if it expired from the work bucket (or was never complete), the pinned version is
-    split again, which writes the same index. `first_chunk`..`last_chunk` is the range still
-    to register, from the one holding `start_record`; a file of more than `max_chunks` chunks
-    is refused (`FileTooLargeError`) before any record is sent. `s3` is a boto3 S3 client;
-    `ddb` a DynamoDB client: the ledger's content items (`duplicate_files: skip`) and the
-    file's pinned chunk size when it is split again. The pass stops as soon as the file has more than
-    `max_chunks` chunks, and, given `remaining_seconds` (the invocation's time left), before
-    the deadline (`SplitTimeLimitError`): never a Lambda timeout half-way. A file is only ever found a duplicate before any
-    of it was sent (`start_record` 0): a resumed file goes on.
+    The index is kept per file (named by its first execution's name), so a resumed execution
+    reuses it, and splitting the pinned version again writes the same index.
+    `first_chunk`..`last_chunk` is the range still to register, from the one holding
+    `start_record`. The pass stops at `max_chunks` chunks (`FileTooLargeError`) and, given
+    `remaining_seconds`, before the deadline (`SplitTimeLimitError`): never a Lambda timeout
+    half-way. Only a file none of which was sent (`start_record` 0) is found a duplicate. `s3`,
+    `ddb`: boto3 clients (`ddb`: the ledger's content items, the file's pinned chunk size).
     """
     key, version_id = request["key"], request["version_id"]
     file_id = request["event_id"]

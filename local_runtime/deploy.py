@@ -16,7 +16,7 @@ from typing import Any
 from local_runtime.synth import CodeAsset, Synthesized, SynthesizedTenant
 from local_runtime.transform import PreparedTemplate, RemovedMapping, prepare
 
-#: (tenant id, function role, environment variables) -> environment variables. The values are
+#: (tenant id, function kind, environment variables) -> environment variables. The values are
 #: the template's, possibly unresolved intrinsics (``{"Ref": ...}``).
 FunctionEnvironmentHook = Callable[[str, str, dict[str, Any]], dict[str, Any]]
 
@@ -41,7 +41,7 @@ class DeployedFunction:
     log_format: str = "Text"  # LoggingConfig.LogFormat
     log_level: str = "INFO"  # LoggingConfig.ApplicationLogLevel (JSON format only)
     tenant: str | None = None  # for a function of a tenant's pipeline
-    role: str | None = None  # "controller", "split", "register"
+    kind: str | None = None  # "controller", "split", "register", ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Tenant:
     queue_url: str
     queue_arn: str
     state_machine_arn: str
-    functions: dict[str, str]  # role -> function name
+    functions: dict[str, str]  # kind -> function name
 
     @property
     def controller(self) -> str:
@@ -111,10 +111,10 @@ def deploy(
 
     sts = client("sts")
     _bootstrap(synthesized, client, sts.get_caller_identity()["Account"], sts.meta.region_name)
-    roles = {
-        (t.stack, logical_id): (t.id, role)
+    function_kinds = {
+        (t.stack, logical_id): (t.id, kind)
         for t in synthesized.tenants
-        for role, logical_id in t.functions.items()
+        for kind, logical_id in t.functions.items()
     }
     by_name = {stack.name: stack for stack in synthesized.stacks}
     order = graphlib.TopologicalSorter(
@@ -124,8 +124,8 @@ def deploy(
     for name in order.static_order():
 
         def environment(logical_id: str, variables: dict[str, Any], stack: str = name) -> dict[str, Any]:
-            tenant_role = roles.get((stack, logical_id))
-            return function_environment(*tenant_role, variables) if tenant_role else variables
+            tenant_kind = function_kinds.get((stack, logical_id))
+            return function_environment(*tenant_kind, variables) if tenant_kind else variables
 
         prepared = prepare(
             by_name[name].template,
@@ -139,7 +139,7 @@ def deploy(
         for logical_id, (kind, _) in deployed.resources.items():
             if kind == "AWS::Lambda::Function":
                 function = _function(
-                    client("lambda"), synthesized, deployed, logical_id, roles.get((name, logical_id))
+                    client("lambda"), synthesized, deployed, logical_id, function_kinds.get((name, logical_id))
                 )
                 deployment.functions[function.name] = function
         deployment.event_source_mappings.extend(
@@ -219,7 +219,7 @@ def _function(
     synthesized: Synthesized,
     stack: DeployedStack,
     logical_id: str,
-    tenant_role: tuple[str, str] | None,
+    tenant_kind: tuple[str, str] | None,
 ) -> DeployedFunction:
     """The function as moto holds it, plus what moto's CloudFormation drops (LoggingConfig)."""
     props = stack.template["Resources"][logical_id]["Properties"]
@@ -235,8 +235,8 @@ def _function(
         reserved_concurrency=(found.get("Concurrency") or {}).get("ReservedConcurrentExecutions"),
         log_format=logging_config.get("LogFormat", "Text"),
         log_level=logging_config.get("ApplicationLogLevel", "INFO"),
-        tenant=tenant_role[0] if tenant_role else None,
-        role=tenant_role[1] if tenant_role else None,
+        tenant=tenant_kind[0] if tenant_kind else None,
+        kind=tenant_kind[1] if tenant_kind else None,
     )
 
 
@@ -269,5 +269,5 @@ def _tenant(client: Callable[[str], Any], tenant: SynthesizedTenant, stack: Depl
         queue_url=queue_url,
         queue_arn=attributes["Attributes"]["QueueArn"],
         state_machine_arn=stack.resources[tenant.state_machine][1],
-        functions={role: stack.resources[logical_id][1] for role, logical_id in tenant.functions.items()},
+        functions={kind: stack.resources[logical_id][1] for kind, logical_id in tenant.functions.items()},
     )

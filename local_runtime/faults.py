@@ -22,22 +22,22 @@ class Faults:
     ) -> None:
         self._tenants = set(tenants)
         self._send_copy = send_copy
-        self._kills_armed: dict[tuple[Any, Any], tuple[int, dict[str, Any]]] = {}  # (tenant, role) -> (times, kill)
+        self._kills_armed: dict[tuple[Any, Any], tuple[int, dict[str, Any]]] = {}  # (tenant, kind) -> (times, kill)
         self._duplicates_armed: Counter[str] = Counter()
         self._copies: set[str] = set()
         self._lock = threading.Lock()
-        self.kills: list[tuple[str, str, str]] = []  # (tenant, role, error type) of each kill that happened
+        self.kills: list[tuple[str, str, str]] = []  # (tenant, kind, error type) of each kill that happened
         self.duplicates_sent: list[tuple[str, str, str]] = []  # (tenant, original id, copy id)
 
-    def kill(self, tenant: str, role: str, *, after: str, count: int = 1, times: int = 1,
+    def kill(self, tenant: str, kind: str, *, after: str, count: int = 1, times: int = 1,
              error_type: str = "Runtime.ExitError") -> None:
-        """SIGKILL the process of the tenant's ``role`` function in its next ``times`` invocations
+        """SIGKILL the process of the tenant's ``kind`` function in its next ``times`` invocations
         that get that far, at the ``count``-th ``after`` event: a botocore call that succeeded,
         ``<service id>.<operation>`` (``"sfn.StartExecution"``), or ``"sink"`` (the core system
         answered). The invocation fails with ``error_type``, as Lambda reports a killed runtime."""
         self._check(tenant)
         with self._lock:
-            self._kills_armed[(tenant, role)] = (times, {"after": after, "count": count, "error_type": error_type})
+            self._kills_armed[(tenant, kind)] = (times, {"after": after, "count": count, "error_type": error_type})
 
     def duplicate_next_event(self, tenant: str) -> None:
         """The tenant's next event reaches the controller twice: once the poller delivered it, a
@@ -61,12 +61,12 @@ class Faults:
     def directives(self, function: DeployedFunction) -> dict[str, Any]:
         """What the worker of this invocation must do (a `LambdaDispatcher` fault source)."""
         with self._lock:
-            times, kill = self._kills_armed.get((function.tenant, function.role), (0, {}))
+            times, kill = self._kills_armed.get((function.tenant, function.kind), (0, {}))
         return {"kill": kill} if times > 0 else {}
 
     def observe_crash(self, function: DeployedFunction, result: InvocationResult) -> None:
         """An armed kill happened: record it and count it off (unless cleared meanwhile)."""
-        armed = (function.tenant, function.role)
+        armed = (function.tenant, function.kind)
         with self._lock:
             times, kill = self._kills_armed.get(armed, (0, {}))
             if times > 0:

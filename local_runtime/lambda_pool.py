@@ -301,8 +301,8 @@ class LambdaDispatcher:
         self._listeners: list[InvocationListener] = []
         self._fault_sources: list[Callable[[DeployedFunction], dict[str, Any]]] = []
         self._crash_observers: list[Callable[[DeployedFunction, InvocationResult], None]] = []
-        # Compiled once per run, outside the code directories: compiling the handler's modules
-        # was most of a new interpreter's start.
+        # Compiled once per run, outside the code directories, so that a worker's start does not
+        # compile the handler's modules again.
         self._forks = ForkServer(
             {**_host_env(), "PYTHONPYCACHEPREFIX": str(log_dir.parent / "pycache")}, log_dir / "fork-server.log"
         )

@@ -125,7 +125,7 @@ class Runtime:
     def _wake_pollers(self, function: Any, _event: Any, result: InvocationResult | None) -> None:
         """An ended invocation of a tenant's function wakes that tenant's poller (one of a shared
         function every poller), except split and register: they never send or release a message."""
-        if result is None or function.role in ("split", "register"):
+        if result is None or function.kind in ("split", "register"):
             return
         for tenant, poller in self.pollers.items():
             if function.tenant in (None, tenant):
@@ -152,10 +152,10 @@ class Runtime:
 def _chained(*hooks: FunctionEnvironmentHook | None) -> FunctionEnvironmentHook:
     """The hooks applied in turn to a function's environment."""
 
-    def hook(tenant: str, role: str, variables: dict[str, Any]) -> dict[str, Any]:
+    def hook(tenant: str, kind: str, variables: dict[str, Any]) -> dict[str, Any]:
         for one in hooks:
             if one is not None:
-                variables = one(tenant, role, variables)
+                variables = one(tenant, kind, variables)
         return variables
 
     return hook

@@ -31,7 +31,7 @@ FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "te
 
 _active_lock = threading.Lock()
 #: One boto3 session for every local run of this process: a session caches the service models
-#: it has parsed (about 0.7 s of CPU for a pipeline's clients), and holds no state of a run.
+#: it has parsed, which is costly, and holds no state of a run.
 _sessions: dict[str, Any] = {}
 _sessions_lock = threading.Lock()  # a session is not thread-safe; creating clients is serialized
 

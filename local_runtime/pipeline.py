@@ -26,7 +26,7 @@ class LocalPipeline:
     file, or ``build(outdir) -> App``, an app of its own (`examples/embedded/app.py`).
 
     `time_scale` multiplies every duration of the templates that the local run honours (0.1: a
-    30 s visibility timeout becomes 3 s). `function_environment(tenant, role, variables) ->
+    30 s visibility timeout becomes 3 s). `function_environment(tenant, kind, variables) ->
     variables` may change a tenant function's environment before it is deployed, after the
     default hook (`sink.point_register_at`: each register function sends to its tenant's sink).
     """

@@ -22,7 +22,7 @@ from typing import Any
 from lambdas import contract
 from local_runtime.core_auth import SigV4Key, sigv4_problem
 from local_runtime.deploy import FunctionEnvironmentHook
-from local_runtime.synth import REGISTER_ROLE
+from local_runtime.synth import REGISTER_KIND
 
 SINK_URL = contract.env_name("sink_url")
 SINK_AUTH = contract.env_name("sink_auth")
@@ -129,7 +129,7 @@ class SinkServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             # Keep-alive with Nagle on: the response's headers and body leave in two segments
-            # and the client's delayed ACK stalls each record by ~40 ms.
+            # and the client's delayed ACK stalls each record.
             disable_nagle_algorithm = True
 
             def setup(self) -> None:
@@ -310,8 +310,8 @@ def point_register_at(sinks: Mapping[str, Any]) -> FunctionEnvironmentHook:
     """The default `function_environment` hook: a tenant's register function sends its records
     to the tenant's local sink (anything with a `url`) instead of the tenants file's core system."""
 
-    def hook(tenant: str, role: str, environment: dict[str, Any]) -> dict[str, Any]:
-        if role == REGISTER_ROLE and tenant in sinks:
+    def hook(tenant: str, kind: str, environment: dict[str, Any]) -> dict[str, Any]:
+        if kind == REGISTER_KIND and tenant in sinks:
             return {**environment, SINK_URL: sinks[tenant].url}
         return environment
 
@@ -327,20 +327,20 @@ def enforce_auth(
     named by full ARN is named by its name instead (moto makes up its own ARN suffix)."""
     to_create: dict[str, str] = {}
 
-    def hook(tenant: str, role: str, environment: dict[str, Any]) -> dict[str, Any]:
-        if role != REGISTER_ROLE or tenant not in sinks:
+    def hook(tenant: str, kind: str, environment: dict[str, Any]) -> dict[str, Any]:
+        if kind != REGISTER_KIND or tenant not in sinks:
             return environment
-        kind = environment.get(SINK_AUTH, "none")
-        if kind == "bearer":
+        auth_type = environment.get(SINK_AUTH, "none")
+        if auth_type == "bearer":
             secret = str(environment[SINK_AUTH_SECRET])
             name = secret.split(":secret:", 1)[1][:-7] if secret.startswith("arn:") else secret
             # One token per secret: tenants that share a secret share its token.
             token = to_create.setdefault(name, f"tok-{secrets.token_urlsafe(24)}")
-            sinks[tenant].auth = SinkAuthCheck(kind, secret=name, token=token)
+            sinks[tenant].auth = SinkAuthCheck(auth_type, secret=name, token=token)
             return {**environment, SINK_AUTH_SECRET: name}
-        if kind == "sigv4":
+        if auth_type == "sigv4":
             service, region = str(environment[SINK_AUTH_SERVICE]), str(environment[SINK_AUTH_REGION])
-            sinks[tenant].auth = SinkAuthCheck(kind, key=SigV4Key(*worker_credentials, service, region))
+            sinks[tenant].auth = SinkAuthCheck(auth_type, key=SigV4Key(*worker_credentials, service, region))
         return environment
 
     return hook, to_create

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: The roles of `TenantPipeline.functions`.
-CONTROLLER_ROLE, SPLIT_ROLE, REGISTER_ROLE = "controller", "split", "register"
+#: The kinds of `TenantPipeline.functions`.
+CONTROLLER_KIND, SPLIT_KIND, REGISTER_KIND = "controller", "split", "register"
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class SynthesizedTenant:
     queue: str
     rule: str  # the rule that sends its uploads to the queue
     state_machine: str
-    functions: dict[str, str]  # role ("controller", "split", "register") -> logical id
+    functions: dict[str, str]  # kind ("controller", "split", "register", ...) -> logical id
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def _tenants(app: Any) -> tuple[SynthesizedTenant, ...]:
             queue=logical_id(pipeline.queue),
             rule=logical_id(pipeline.rule),
             state_machine=logical_id(pipeline.state_machine),
-            functions={role: logical_id(function) for role, function in pipeline.functions.items()},
+            functions={kind: logical_id(function) for kind, function in pipeline.functions.items()},
         )
         for pipeline in app.node.find_all()
         if isinstance(pipeline, TenantPipeline)

@@ -3,8 +3,7 @@ them (local_runtime/README.md, "Workers" and "Lambda's JSON log format").
 
 The runtime starts one fork server per run (``python .../worker_process.py <socket fd>``): it
 imports boto3 and parses the service models once, and each execution environment is a fork of
-it (a new interpreter per environment cost about 0.5 s of CPU, most of an end-to-end test's).
-A worker's request comes with its stdin, stdout and log file descriptors (``socket.send_fds``);
+it, not a new interpreter that would do that work again. A worker's request comes with its stdin, stdout and log file descriptors (``socket.send_fds``);
 the fork server answers ``{"spawned": pid}`` and later ``{"exited": pid, "code": returncode}``.
 
 Protocol of a worker: one JSON request per line on stdin (``{"request_id", "event", "faults", "deadline"}``),
@@ -122,7 +121,7 @@ def _install_fault_hooks() -> None:
     boto3.setup_default_session(botocore_session=session)
     boto3.DEFAULT_SESSION.events.register("after-call", _after_call)
     sink = urllib.parse.urlsplit(os.environ.get("SINK_URL", ""))
-    sink_origin = (sink.hostname, sink.port)  # parsed once: `.port` parses the URL on every read (1 us a POST)
+    sink_origin = (sink.hostname, sink.port)  # parsed once: `.port` parses the URL on every read
     getresponse = http.client.HTTPConnection.getresponse
 
     def counted_getresponse(self: http.client.HTTPConnection, *args: Any, **kwargs: Any) -> Any:
@@ -182,10 +181,9 @@ def serve_forks(control: socket.socket) -> None:
     session.register_component("data_loader", _loader)
     for service in _WARM_SERVICES:  # parses its model and endpoint rules; no network call
         session.create_client(service, region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-")
-    # What the workers inherit (boto3, the parsed models: about 80,000 objects) goes to the
-    # collector's permanent generation: a worker's collections neither scan it nor write to its
-    # pages, which fork shares until written (copy-on-write). Measured: a worker's first full
-    # collection 66 ms instead of 150, 5,500 fewer pages copied (Python's `gc.freeze` docs).
+    # What the workers inherit (boto3, the parsed models) goes to the collector's permanent
+    # generation: a worker's collections neither scan it nor write to its pages, which fork
+    # shares until written (copy-on-write; Python's `gc.freeze` docs).
     gc.freeze()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -225,7 +223,7 @@ def _become_worker(request: dict[str, Any], fds: list[int], *, close: tuple[int,
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    sys.path[0] = request["cwd"]  # was this script's directory: the runtime's modules stay out of reach
+    sys.path[0] = request["cwd"]  # not this script's directory: the runtime's modules stay out of reach
     code = 0
     try:
         main(request["handler"])

@@ -13,22 +13,10 @@
     python -m ops reconcile TENANT [--since DATE] [--replay] [--json]
     python -m ops preflight [--tenants FILE] [--target NAME] [--json]
 
-Exit codes: 0 done; 1 an AWS call or something unexpected failed; 2 bad usage; 3 refused:
-nothing to resume, replace, skip, pause or unpause, or a correction `replace` cannot take (the
-message says why; nothing changed); 4 the tenant's ledger changed
-while acting (run the command again); 5 the tenant or the deployment was not found; 6 `dlq`:
-messages that are not replayable events are in the tenant's dead-letter queue (listed, left
-there); 7 `reconcile` found object versions not completed and did not replay them (never seen
-without --replay, or failed: resume or skip them); 8 `preflight`: a quota of the account cannot
-hold what the tenants file needs; 9 `status`: a tenant shown is halted (the table says which and
-what to run); 10 `preflight`: a role or user of the account named by a tenant does not exist, or
-an uploader lacks the uploader tag; 11 `preflight`: a bearer secret is missing, unreadable or not
-a token; 12 `preflight`: a public sink host does not resolve (preflight prints every finding, and
-exits with the lowest of these codes); 13 no AWS credentials or Region (one line says what to
-set). `--qualifier Q` works on the copy of the app
-deployed with `qualifier: Q` in its tenants file (its names start with `Q-`); `preflight` takes
-the qualifier of the tenants file it reads. An endpoint that is not AWS, or holds no
-ordered-ingest deployment, exits 5 with one line naming it.
+Exit codes (0 done, 1 failed, 2 bad usage, 3 refused with nothing changed, 4 to 13 one
+situation each): `--help` and docs/operations.md list them. `--qualifier Q` works on the copy
+of the app deployed with `qualifier: Q` (its names start with `Q-`); `preflight` takes the
+qualifier of the tenants file it reads.
 """
 
 from __future__ import annotations
@@ -187,8 +175,8 @@ def _reconcile_parser(commands: Any) -> None:
 
 @functools.cache
 def _service_models() -> botocore.loaders.Loader:
-    """One loader per process: a new session parses each service's model again (about 0.1 s of
-    CPU per client), and the demo and the tests run commands in-process, one session each."""
+    """One loader per process: a new session parses each service's model again, and the demo
+    and the tests run commands in-process, one session each."""
     return botocore.loaders.create_loader()
 
 
@@ -480,7 +468,7 @@ def _preflight(args: argparse.Namespace, clients: Any, out: Any, resolve: Any) -
 
 
 def _uploader_dict(finding: preflight.PrincipalFinding) -> dict[str, Any]:
-    """`untagged_uploaders`' shape, as before `principals` (which has every field)."""
+    """`untagged_uploaders`' shape, kept for the scripts that read it (`principals` has every field)."""
     return {"tenant": finding.tenant_id, "arn": finding.arn, "exists": finding.exists, "fix": finding.tag_command}
 
 

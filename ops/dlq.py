@@ -4,18 +4,11 @@ EventBridge retries a rule's target for a day (185 attempts), then puts the even
 tenant's intake dead-letter queue (`<id>-intake-dlq`, a standard queue: EventBridge refuses a
 FIFO one) with message attributes saying why (`ERROR_CODE`, `ERROR_MESSAGE`, `RULE_ARN`, ...).
 
-Replay puts each kind back where its rule would have delivered it:
-
-* S3 "Object Created" events go back into the tenant's queue in upload order (the event's
-  `time`, then the key, then the object's `sequencer`), `MessageGroupId` = tenant and
-  `MessageDeduplicationId` = the event id when the queue is FIFO. The controller's event
-  markers make a replayed event that was in fact processed a harmless duplicate.
-* Step Functions status changes are handed to the tenant's closer (the status rule's target;
-  it is idempotent).
-* Anything else is listed and left where it is.
-
-A DLQ message is deleted only after its event was delivered: a replay that stops part-way
-leaves every undelivered event in the DLQ, visible again at once.
+Replay puts each kind back where its rule would have delivered it: S3 "Object Created" events
+into the tenant's queue in upload order (the controller's event markers make one that was in
+fact processed a harmless duplicate), Step Functions status changes to the tenant's closer
+(idempotent); anything else is listed and left. A DLQ message is deleted only after its event
+was delivered, so a replay that stops part-way leaves every undelivered event in the DLQ.
 """
 
 from __future__ import annotations

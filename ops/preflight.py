@@ -2,27 +2,13 @@
 with what the tenants file needs (the synth-time check only knows the limits declared in
 tenants.yaml), and check what the first file would otherwise find.
 
-Per quota: the limit (Service Quotas, or the service's own account API), what is in use now,
-how much of that this app already has deployed (a re-deploy replaces it, so it is not counted
-twice), and whether what is in use by everything else plus what the tenants file needs fits.
-Lambda's row is the rule that at least `capacity.MIN_UNRESERVED_CONCURRENCY` stays unreserved
-after one reservation per tenant controller.
-
-Then, for the target's tenants:
-
-* Principals: each uploader, and each `completion.callers` principal of a tenant with
-  `completion.wait`, that is a role or user of the target's own account must exist (S3, KMS
-  and Lambda refuse a policy naming a principal that does not exist); an uploader must also
-  carry the tag `uploaders.UPLOADER_TAG_KEY`, or the landing bucket policy cannot keep it to its
-  access point (docs/security.md, "Uploaders"). One IAM read per role or user (its tags, which
-  IAM refuses with NoSuchEntity for a principal that does not exist). Another account's
-  principals and account roots are not looked up: their IAM is not this account's.
-* Bearer secrets: each `sink.auth.type: bearer` secret exists in the target's Region, has a
-  current value, and that value is what the register function reads (`sink_auth.token_of`,
-  the very parser it runs). The value is never kept, printed or put in an exception.
-* Sink hosts: the host of each tenant's `sink.url` resolves (each distinct host once), unless
-  it is an IP literal or loopback, or the tenant has a `network` (a VPC sink may be private
-  DNS).
+Per quota: the limit, what is in use, and whether everything else's use plus what the tenants
+file needs fits (this app's own deployed resources are not counted twice: a re-deploy
+replaces them). Then, for the target's tenants: each same-account role or user they name
+exists (S3, KMS and Lambda refuse a policy naming one that does not) and each uploader carries
+`uploaders.UPLOADER_TAG_KEY` (docs/security.md, "Uploaders"); each bearer secret holds a
+token as the register function parses it (`sink_auth.token_of`), its value never kept or
+printed; each public sink host resolves (a tenant with a `network` may use private DNS).
 """
 
 from __future__ import annotations
@@ -223,7 +209,7 @@ class Result:
 
     @property
     def untagged(self) -> list[PrincipalFinding]:
-        """The uploaders not ready (`--json`'s `untagged_uploaders`, as before the other fields)."""
+        """The uploaders not ready (`--json`'s `untagged_uploaders`, beside `principals`)."""
         return [p for p in self.principals if p.field == "uploaders"]
 
     @property

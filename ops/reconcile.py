@@ -2,22 +2,12 @@
 (docs/design.md §4.3, §4.8), and replay the versions it never saw.
 
 S3 (the versioned landing bucket) is the source of truth: a file can be lost on the way to
-the gate (a queue message deleted or expired, an event EventBridge dropped). Every version the
-gate ever made current has a `version#<hash>` marker in the ledger (`ledger.version_entry`),
-naming the event that claimed it; the history (`file#...`) says how that file's attempts
-ended. So for each version under the prefix, oldest first:
-
-* no marker: NEVER SEEN (lost, or its event is still queued: a replay is harmless, the
-  version marker makes the second event for it a duplicate);
-* a marker, and its file is RUNNING, or its last attempt FAILED and was neither resumed nor
-  skipped, or no close of it is recorded: SEEN BUT NEVER COMPLETED (say which; a replay cannot
-  help these, `ops resume` / `ops skip` can);
-* otherwise completed (succeeded, skipped, or recorded as a duplicate): not listed.
-
-`--replay` sends the never-seen versions, in upload order, to the tenant's queue as the S3
-"Object Created" events the controller parses, each with a deterministic event id
-(`reconcile-<digest of the version>`, `contract.REPLAY_EVENT_ID`), so running it twice sends
-the same events.
+the gate. A version without a `version#<hash>` marker (`ledger.version_entry`) is NEVER SEEN;
+one whose file runs, failed without a resume or skip, or has no recorded close is SEEN BUT
+NEVER COMPLETED (for `ops resume` / `ops skip`, not a replay). `--replay` sends the never-seen
+versions to the tenant's queue in upload order, each with a deterministic event id
+(`contract.REPLAY_EVENT_ID`): replaying twice, or a version whose event was only queued, makes
+a duplicate the gate lets go.
 """
 
 from __future__ import annotations

@@ -90,12 +90,12 @@ def pipeline_alarms(
         evaluation_periods=thresholds.evaluation_periods,
     )
     status = f"python -m ops status {tenant}"
-    for role, function in pipeline.pipeline_functions.items():
+    for kind, function in pipeline.pipeline_functions.items():
         factory.alarm(
-            f"{role}-error-logs",
-            metrics.error_log_lines(role),
+            f"{kind}-error-logs",
+            metrics.error_log_lines(kind),
             thresholds.error_logs_threshold,
-            f"Tenant {tenant}: the {role} function logged at ERROR level, a real fault (intended "
+            f"Tenant {tenant}: the {kind} function logged at ERROR level, a real fault (intended "
             f"waits log at INFO). First: {status}, then open log group {function.log_group_name} "
             f"and filter on level = ERROR; the entry names the file and execution. {runbook_link('error-logs')}",
         )

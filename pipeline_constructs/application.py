@@ -51,9 +51,8 @@ def new_app(**props: Any) -> App:
     """An `App` (``props``: its options, such as ``outdir``) without CDK's built-in CloudFormation
     validation. That plugin runs a WASM validator over every template on every synth and only
     warns (its findings fail nothing unless `@aws-cdk/core:validateAgainstDefaultRules` is
-    set); it was about 70 % of the synth phase here (0.1 s a template, plus 4 s to load it),
-    growing with the tenants. The templates are checked by cfn-lint instead, errors failing
-    (`tests/test_app.py`, `bench/synth_scale.py`). cdk-nag is not affected.
+    set), and its cost grows with the tenants. The templates are checked by cfn-lint instead,
+    errors failing (`tests/test_app.py`, `bench/synth_scale.py`). cdk-nag is not affected.
 
     The app starts with cdk.json's context (the feature flags): the CLI passes it to app.py,
     and an app built in-process (the tests, the local runtime, the tools) must synthesize the

@@ -1,22 +1,16 @@
 """Cells: a tenants file synthesized as small units, each its own cloud assembly.
 
 One run of the app synthesizes one cell (`cdk synth -c cell=<name>`), or, with no cell named,
-every cell in one assembly (the app as it always was). The cells of a tenants file:
-
-* without routing shards: one cell per deployment target, named after it; without targets the
-  one cell `app`. It holds the target's shared stack, its dashboards and its tenant stacks.
-* with routing shards (`routing.shards: N`): per target, a shared cell (`shared`, or
-  `<target>-shared`) with the shared stack and the dashboards, and a cell per shard
-  (`shard-<n>`, or `<target>-shard-<n>`) with the stacks of the tenants routed to that shard.
+every cell in one assembly. A cell is a deployment target, named after it (`app` without
+targets); with `routing.shards` a target splits into a shared cell (`shared` or
+`<target>-shared`: shared stack, dashboards) and a cell per shard (`shard-<n>` or
+`<target>-shard-<n>`: its tenants' stacks).
 
 Cells never refer to each other by CloudFormation export: a tenant stack finds the shared
-resources by fixed names (buckets, shard buses) or by SSM parameters the shared stack writes
-(`stacks.SHARED_PARAMETERS`), read at deploy time. So a cell synthesizes, diffs and deploys
-alone, and a pull request that changes one tenant touches one shard cell (and the shared cell
-only if it changes what the shared stack reads of tenants: `shared_inputs`).
-
-`fingerprints` tells which cells a change of the tenants file touches: each cell's inputs as
-a digest. A change of the code touches every cell (`tools/offline_diff.py` decides that).
+resources by fixed names or by SSM parameters read at deploy time (`stacks.SHARED_PARAMETERS`),
+so a cell synthesizes, diffs and deploys alone, and a change to one tenant touches one shard
+cell. `fingerprints` digests each cell's inputs to tell which cells a change of the tenants
+file touches; a change of the code touches every cell (`tools/offline_diff.py`).
 """
 
 from __future__ import annotations

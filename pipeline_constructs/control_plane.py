@@ -43,7 +43,7 @@ def build_closer(scope: Construct, tenant: TenantConfig, *, queue: sqs.IQueue, l
         "Closer",
         FunctionSpec(
             tenant_id=tenant.id,
-            role="closer",
+            kind="closer",
             function_name=names.CLOSER_FUNCTION.render(tenant.id),
             handler="lambdas.closer.handler",
             timeout=Duration.seconds(30),
@@ -91,7 +91,7 @@ def build_controller(scope: Construct, tenant: TenantConfig, *, queue: sqs.IQueu
         "Controller",
         FunctionSpec(
             tenant_id=tenant.id,
-            role="controller",
+            kind="controller",
             function_name=names.CONTROLLER_FUNCTION.render(tenant.id),
             handler="lambdas.controller.handler",
             timeout=CONTROLLER_TIMEOUT,
@@ -160,7 +160,7 @@ def build_completion(scope: Construct, tenant: TenantConfig, *, state_machine: s
         "Completion",
         FunctionSpec(
             tenant_id=tenant.id,
-            role="completion",
+            kind="completion",
             function_name=names.COMPLETION_FUNCTION.render(tenant.id),
             handler="lambdas.completion.handler",
             timeout=Duration.seconds(10),

@@ -5,21 +5,10 @@ It lives in the shared stack and reads every metric from the tenant's metric fac
 `names.py` (queue name, state machine ARN), so it refers to no tenant stack: no cross-stack
 reference, no dependency cycle, and a tenant stack can be deployed or destroyed alone.
 
-Each row: a title, then files done (executions succeeded), failed (failed, timed out,
-aborted; each, like the alarms, under the state machine's or its `live` alias's ARN), queued
-(messages visible and in flight), head wait (with the tenant's stall threshold), records per
-minute, and the core system's error rate.
-
-Limits: a dashboard holds at most 500 widgets. A row is `WIDGETS_PER_TENANT` widgets, so one
-dashboard shows at most `TENANTS_PER_DASHBOARD` tenants; more tenants continue on
-`OrderedIngest-2`, `OrderedIngest-3`, ... in the order of `tenants.yaml` (at 300 tenants, 5
-dashboards). A dashboard with many rows is slow to open: past a few dozen tenants, the
-alarms (one set per tenant) are the way to watch, the dashboards the way to look closer.
-
-A full dashboard's body is about 380 KB of template (5.3 KB a row), and CloudFormation refuses
-a template over 1 MB: the shared stack holds only the first dashboard, and each further one is
-a stack of its own (`DashboardStack`, `OrderedIngest-Dashboard-<n>`), so no template grows with
-the number of tenants (1,000 tenants put 4 MB of dashboards in one template before).
+A dashboard holds at most 500 widgets, so one shows `TENANTS_PER_DASHBOARD` tenants and more
+continue on `OrderedIngest-2`, ... in the order of `tenants.yaml`. CloudFormation refuses a
+template over 1 MB, so the shared stack holds only the first dashboard and each further one
+is a stack of its own (`DashboardStack`): no template grows with the number of tenants.
 """
 
 from __future__ import annotations

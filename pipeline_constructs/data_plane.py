@@ -56,7 +56,7 @@ def build_data_plane(scope: Construct, tenant: TenantConfig, *, budget: budgets.
         "Split",
         FunctionSpec(
             tenant_id=tenant_id,
-            role="split",
+            kind="split",
             function_name=names.SPLIT_FUNCTION.render(tenant_id),
             handler="lambdas.split.handler",
             timeout=Duration.minutes(15),
@@ -83,7 +83,7 @@ def build_data_plane(scope: Construct, tenant: TenantConfig, *, budget: budgets.
         "RegisterChunk",
         FunctionSpec(
             tenant_id=tenant_id,
-            role="register",
+            kind="register",
             function_name=names.REGISTER_FUNCTION.render(tenant_id),
             handler="lambdas.register_chunk.handler",
             timeout=register_timeout(tenant.chunk_size, sink.timeout_seconds, sink.batch_size),
@@ -162,18 +162,16 @@ def _attach_to_network(function: lambda_.Function, role: iam.Role, network: Netw
     (a lookup or more config) and attaches the AWS managed policy AWSLambdaVPCAccessExecutionRole
     (`*` on every ENI action); Lambda needs neither.
 
-    Lambda creates and deletes the function's network interfaces with its execution role, the
-    data role split shares. The EC2 actions of AWSLambdaVPCAccessExecutionRole (v3,
+    Lambda manages the function's network interfaces with its execution role (the data role
+    split shares): the EC2 actions of AWSLambdaVPCAccessExecutionRole (v3,
     https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSLambdaVPCAccessExecutionRole.html),
     scoped only where the Lambda guide allows it
     (https://docs.aws.amazon.com/lambda/latest/dg/configuring-vpc.html#configuring-vpc-permissions):
-    DescribeNetworkInterfaces and DescribeSubnets on `*` (Describe works on `*` only); Create in
-    the configured subnets and security groups; Delete and the address assignments on every
-    network interface of the account and Region, without condition (the guide: name the
-    interface, which nobody knows in advance, or all of them, else the function may lose its VPC
-    access; so Lambda can also delete the interfaces it left in a VPC the tenant's `network` no
-    longer names). Its logs actions are the function's own log group grant. The function depends on the
-    role's policy, so CloudFormation grants these before Lambda checks them at creation."""
+    Describe on `*` (it works on `*` only), Create in the configured subnets and security
+    groups, Delete and the address assignments on every interface (none is known in advance,
+    and Lambda must be able to delete those left in a VPC `network` no longer names). The
+    function depends on the role's policy, so CloudFormation grants these before Lambda checks
+    them at creation."""
     cfn_function = function.node.default_child
     assert isinstance(cfn_function, lambda_.CfnFunction)
     cfn_function.vpc_config = lambda_.CfnFunction.VpcConfigProperty(

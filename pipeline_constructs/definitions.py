@@ -35,25 +35,15 @@ whichever execution starts it):
                                   -- core system down --> WaitForCoreSystem -> RegisterChunk
                                   -- deadline ----------------------------> RegisterChunk
 
-Every execution's history has a bound that does not grow with the file
-(`pipeline_constructs/budgets.py`, recounted from the synthesized definitions by
-`tests/test_history_bound.py`): a page holds at most `chunks_per_page` chunks and a chunk at
-most its invocation budget (counted in `invocation`); a section at most
-`pages_per_section` pages; a file at most `budgets.max_sections()` sections. Most files fit
-one section and never start a section execution.
+Every execution's history has a bound that does not grow with the file (`budgets.py`,
+recounted by `tests/test_history_bound.py`), and only S3 references, counts and index ranges
+travel between states: no state holds a record, or a list that grows with the file. Each
+payload's keys come from its `TypedDict` in `lambdas/contract/payloads.py`; `_select` refuses a
+selector that does not cover exactly those keys.
 
-Only S3 references, counts and index ranges travel between states: the execution history
-never holds a record, and no state holds a list that grows with the file (the section list
-has at most `budgets.max_sections()` entries, a page list at most `pages_per_section`, a
-page's chunk list at most `chunks_per_page`). Each payload's keys come from its `TypedDict`
-in `lambdas/contract.py`; `_select` refuses a selector that does not cover exactly those keys.
-
-The definitions are Amazon States Language written here as plain data, not CDK's state
-classes: building about 35 states a tenant through jsii was a large part of a big synth, and
-the data is what the templates hold anyway. What CDK's task classes also did
-is `workflows.py`'s: the workflow role's statements for the functions and child state machines
-the tasks name, beside the state machines it makes of these definitions. A state's keys are in
-the order CDK wrote them; the parent's states are in the order of the flow above.
+The definitions are Amazon States Language as plain data, not CDK's state classes, whose jsii
+calls slowed a big synth; `workflows.py` makes the grants CDK's task classes made. A state's
+keys are in the order CDK wrote them, the parent's states in the order of the flow above.
 """
 
 from __future__ import annotations
@@ -584,18 +574,13 @@ def completion_states(partition: str, completion: CompletionWait, *, next_state:
     """`WaitForCompletion` (then `next_state`) and `CompletionTimedOut`: one conditional
     UpdateItem leaves the task token on the tenant's ledger position (only while this
     execution is the current one, RUNNING), then the execution waits for the completion entry
-    point to answer. The core system never sees the token: it names the file, the entry point
-    looks the token up.
+    point. The core system never sees the token: it names the file.
 
-    Native TimeoutSeconds/HeartbeatSeconds, not the seed's Parallel + Wait race: one state, no
-    branch to cancel, and the Catch keeps the input (ResultPath `$.error`), so `record_failure`
-    still has the file. No Retry: a retry would store a new token (the history bound counts one
-    attempt); a DynamoDB error fails the file like any other (on_failure decides).
-
-    ``ResultPath: null``: the answer carries nothing the workflow needs, and the input (the
-    split result `next_state` reads) must go on unchanged. Through CDK's CustomState this null
-    was dropped (Python's None is JavaScript's undefined), so the answer replaced the input and
-    a confirmed file would have failed at RecordSuccess on AWS (moto passes the input on)."""
+    Native TimeoutSeconds/HeartbeatSeconds: one state, no branch to cancel, and the Catch keeps
+    the input (ResultPath `$.error`) for `record_failure`. No Retry: a retry would store a new
+    token (the history bound counts one attempt). ``ResultPath: null``: the answer carries
+    nothing the workflow needs, and the split result `next_state` reads must go on unchanged
+    (moto passes the input on either way: only AWS would show its loss)."""
     a = contract
     wait: State = {
         "Next": next_state,

@@ -1,23 +1,13 @@
 """Customer-managed KMS keys (`encryption: {kms_key: create | <key ARN>}`): making or importing a
 key, the key-policy statements the AWS services need, and the role statements that use a key.
 
-Who may do what with a key:
-
-* The account (its root principal) has ``kms:*``, as in CDK's default key policy. This does
-  not let everyone in the account use the key: it delegates to IAM, so each principal still
-  needs an IAM statement of its own, and it keeps the key manageable (a key policy without
-  its account is a key nobody can ever administer or delete again).
-* Services that act as themselves, not as a role of the account, get key-policy statements
-  narrowed to this deployment's resources: CloudWatch Logs by the log group's ARN in the
-  encryption context, EventBridge by the ARN of the rule that delivers (`aws:SourceArn`).
-* The functions' roles get ``kms:Decrypt`` / ``kms:GenerateDataKey`` on the key only through
-  the service that stores the data (``kms:ViaService``), for S3 only for the one bucket
-  (with S3 bucket keys the encryption context is the bucket's ARN).
-
-A key the app creates has rotation on and survives the deletion of its stack, like the data it
-encrypts (`RETAIN_ON_UPDATE_OR_DELETE`: only the rollback of the deploy that created it deletes
-it). A key given by ARN is used as given: its policy is its owner's, and must allow what the
-statements here would (docs/security.md, "Customer-managed keys").
+The account's root has ``kms:*``, which delegates to IAM (each principal still needs its own
+statement) and keeps the key manageable: a key policy without its account can never be
+administered or deleted again. Services acting as themselves (CloudWatch Logs, EventBridge)
+are narrowed to this deployment's resources; the functions' roles use a key only through the
+service that stores the data (``kms:ViaService``). A created key has rotation on and outlives
+its stack, like the data it encrypts; a key given by ARN is used as given, its policy its
+owner's (docs/security.md, "Customer-managed keys").
 """
 
 from __future__ import annotations
@@ -230,8 +220,8 @@ def use_tenant_keys(pipeline: TenantPipeline) -> None:
               bucket_arn=work)
     grant_via(pipeline.controller.role, key_arn, ["kms:GenerateDataKey"], ["s3"], sid="EncryptQuarantinedMessages",
               bucket_arn=work)
-    ledger_users: list[iam.IRole] = [pipeline.data_role, *(made.role for role, made in functions.items()
-                                                           if role not in ("split", "register"))]
+    ledger_users: list[iam.IRole] = [pipeline.data_role, *(made.role for kind, made in functions.items()
+                                                           if kind not in ("split", "register"))]
     if pipeline.tenant.completion.wait:
         ledger_users.append(pipeline.workflow.role)  # it leaves the completion token on the position
     for role in ledger_users:

@@ -1,7 +1,7 @@
 """One way to build the pipeline's Lambda functions: own role, own log group, JSON logs.
 
 The log group is made here, and so is its metric filter of ERROR lines: whoever alarms on a
-function's errors reads `metrics.TenantMetrics.error_log_lines(role)`.
+function's errors reads `metrics.TenantMetrics.error_log_lines(kind)`.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ RUNTIME = lambda_.Runtime.PYTHON_3_14
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    """What differs between the pipeline's functions. ``role`` is the function's part in the
-    tenant's pipeline (``controller``, ``split``, ``register``); it names its error metric."""
+    """What differs between the pipeline's functions. ``kind`` is the function's part in the
+    tenant's pipeline (``controller``, ``split``, ``register``, ...); it names its error metric."""
 
     tenant_id: str
-    role: str
+    kind: contract.FunctionKind
     function_name: str
     handler: str
     timeout: Duration
@@ -62,14 +62,16 @@ def lambda_code() -> lambda_.Code:
 def staged_package(source: Path) -> Path:
     """A directory that holds the package at ``source`` as `lambdas` and nothing else, as
     Lambda's /var/task will: the handlers import each other as `lambdas.<module>`, so the
-    package, not its contents, is the asset's top level. Private to this process (a directory
-    of a predictable name in a shared /tmp could be planted), staged once, removed at exit; the
-    asset's hash is its content's, wherever it is staged."""
+    package, not its contents, is the asset's top level. Its subpackages come along (every
+    `.py` file under ``source``, at the same relative path; no bytecode caches). Private to this
+    process (a directory of a predictable name in a shared /tmp could be planted), staged once,
+    removed at exit; the asset's hash is its content's, wherever it is staged."""
     root = Path(tempfile.mkdtemp(prefix="ordered-ingest-lambda-code-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    (root / "lambdas").mkdir()
-    for file in sorted(source.glob("*.py")):
-        shutil.copyfile(file, root / "lambdas" / file.name)
+    for file in sorted(source.rglob("*.py")):
+        target = root / "lambdas" / file.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
     return root
 
 
@@ -101,15 +103,15 @@ def pipeline_function(
     )
     logs.MetricFilter(
         scope,
-        f"{spec.role.title()}ErrorLogFilter",
+        f"{spec.kind.title()}ErrorLogFilter",
         log_group=log_group,
         # The handlers' ERROR lines, the runtime's own error records and the platform records
         # of a timeout or crash (see `contract.error_log_filter_pattern`).
         filter_pattern=logs.FilterPattern.literal(contract.error_log_filter_pattern()),
         metric_namespace=contract.metric_namespace(),
-        metric_name=contract.error_log_metric_name(spec.tenant_id, spec.role),
+        metric_name=contract.error_log_metric_name(spec.tenant_id, spec.kind),
         metric_value="1",
-        filter_name=contract.ERROR_LOG_FILTER.render(spec.tenant_id, role=spec.role),
+        filter_name=contract.ERROR_LOG_FILTER.render(spec.tenant_id, kind=spec.kind),
     )
     role = role or iam.Role(
         scope,

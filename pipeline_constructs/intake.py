@@ -99,10 +99,11 @@ def build_object_created_rule(scope: Construct, tenant: TenantConfig, *, landing
 
 def _only_own_rule_sends_to(queue: sqs.Queue, rule_arn: str) -> None:
     """CDK's `SqsQueue` target leaves out its `aws:SourceArn` condition when the queue has a
-    customer-managed key (aws-cdk issue 11158: the rule's ARN would make the key depend on the
-    rule); with the feature flag `@aws-cdk/aws-events:eventsTargetQueueSameAccount` (cdk.json)
-    it keeps `aws:SourceAccount`, so any rule of the account could still send to the queue.
-    The rule's ARN from its fixed name has no such cycle: add the condition back."""
+    customer-managed key (the rule's ARN would make the key depend on the rule,
+    https://github.com/aws/aws-cdk/issues/11158); with the feature flag
+    `@aws-cdk/aws-events:eventsTargetQueueSameAccount` (cdk.json) it keeps `aws:SourceAccount`,
+    so any rule of the account could still send to the queue. The rule's ARN from its fixed
+    name has no such cycle: add the condition back."""
     queue_policy = queue.node.try_find_child("Policy")
     if not isinstance(queue_policy, sqs.QueuePolicy):
         return

@@ -88,12 +88,12 @@ class TenantMetrics:
             period=METRIC_PERIOD,
         )
 
-    def error_log_lines(self, role: str, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
-        """Lines the function with ``role`` (``controller``, ``split``, ...) logged at ERROR level
+    def error_log_lines(self, kind: str, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
+        """Lines the function of ``kind`` (``controller``, ``split``, ...) logged at ERROR level
         (real faults; intended waits log INFO), the runtime's own error records, and timeouts and
         crashes (its log group's metric filter, `functions.pipeline_function`; Sum)."""
         return cloudwatch.Metric(namespace=contract.metric_namespace(),
-                                 metric_name=contract.error_log_metric_name(self.tenant_id, role),
+                                 metric_name=contract.error_log_metric_name(self.tenant_id, kind),
                                  statistic="Sum", period=period)
 
     def _own(self, name: str, statistic: str, period: Duration, label: str | None = None) -> cloudwatch.Metric:

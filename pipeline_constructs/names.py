@@ -1,7 +1,6 @@
 """The names the constructs, `ops` and the local runtime give AWS resources, built from the one
-table of name families and their limits in the contract (`lambdas/contract.py`, "names the
-project builds for AWS"): the families are re-exported here, and rendered where their
-placeholders are fixed.
+table of name families and their limits in the contract (`lambdas/contract/names.py`):
+the families are re-exported here, and rendered where their placeholders are fixed.
 """
 
 from __future__ import annotations

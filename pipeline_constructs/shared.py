@@ -35,41 +35,29 @@ LANDING_NONCURRENT_VERSION_DAYS = 90
 
 @dataclass(frozen=True)
 class SharedResourcesProps:
-    """Settings of the shared resources.
+    """Settings of the shared resources (`SharedResources`): the alarm topic and its
+    subscriptions, retention in the landing and work buckets, the tenants' uploaders and the
+    shared customer-managed key."""
 
-    ``alarm_emails``: addresses subscribed to the alarm topic (default: none).
-    ``alarm_subscriptions``: more subscriptions of the alarm topic, as (protocol, endpoint):
-    ``email`` (an address), ``https`` (a URL), ``sqs`` (a queue ARN), ``lambda`` (a function ARN).
-    ``alarm_topic_arn``: an existing topic that replaces the app's own (then no subscription
-    is allowed: they belong where that topic is managed); ``alarm_topic_key_arn``: the key that
-    encrypts it, if any (the tenants' closers are granted it; without one they are granted the
-    app's alarm-topic key, which is kept).
-    ``noncurrent_version_retention``: how long superseded landing-file versions are kept
-    (default `LANDING_NONCURRENT_VERSION_DAYS`, 90 days); the landing bucket is the source of
-    truth for replays and resumes.
-    ``work_object_expiry``: how long chunks and manifests stay in the work bucket (under
-    ``chunks/``; default 14 days, the longest a message can wait in a queue).
-    ``quarantine_retention``: how long quarantined messages stay in the work bucket (under
-    ``quarantine/``; default 400 days, the ledger's retention).
-    ``uploaders``: per tenant, the principals allowed to put files under its prefix and
-    nowhere else, through the tenant's access point (`uploaders.py`): the landing bucket
-    delegates to the access points, and a created key lets them encrypt. Default: none.
-    ``kms_key``: the top-level `encryption.kms_key`: ``create`` or a key ARN encrypts the
-    landing and work buckets (SSE-KMS, bucket keys on) and the ledger table with that
-    customer-managed key (`SharedStack` gives it to the unmatched-uploads log group and the
-    shared dead-letter queues too). Default (None): S3-managed and AWS-managed encryption.
-    """
-
+    #: Addresses subscribed to the alarm topic.
     alarm_emails: tuple[str, ...] = ()
+    #: More subscriptions, as (protocol, endpoint): ``email``, ``https``, ``sqs`` (a queue ARN), ``lambda``.
     alarm_subscriptions: tuple[tuple[str, str], ...] = ()
+    #: An existing topic that replaces the app's own (then no subscription: they belong where it is managed).
     alarm_topic_arn: str | None = None
+    #: The key that encrypts that topic, granted to the closers (without one: the app's alarm-topic key).
     alarm_topic_key_arn: str | None = None
+    #: Superseded landing-file versions are kept this long: the source of truth for replays and resumes.
     noncurrent_version_retention: Duration = field(
         default_factory=lambda: Duration.days(LANDING_NONCURRENT_VERSION_DAYS)
     )
+    #: Chunks and manifests (``chunks/``) expire after the longest a message can wait in a queue.
     work_object_expiry: Duration = field(default_factory=lambda: Duration.days(14))
+    #: Quarantined messages (``quarantine/``) are kept as long as the ledger keeps its history.
     quarantine_retention: Duration = field(default_factory=lambda: Duration.days(400))
+    #: Per tenant, who may put files under its prefix, only through its access point (`uploaders.py`).
     uploaders: tuple[TenantUploaders, ...] = ()
+    #: `encryption.kms_key` (``create`` or an ARN) for the buckets and the ledger; None: AWS-managed.
     kms_key: str | None = None
 
 

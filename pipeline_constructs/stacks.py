@@ -48,7 +48,7 @@ class _IngestStack(Stack):
     def __init__(self, scope: Construct, stack_id: str, *, description: str) -> None:
         # The same stack names inside a target's Stage (not `<stage>-<id>`): each target is its
         # own account/Region, where `ops` finds the stacks by these names.
-        # Templates without indentation: about a third smaller (CloudFormation takes 1 MB); the
+        # Templates without indentation: smaller, and CloudFormation takes 1 MB at most; the
         # CLI's diff and the tests read them as JSON, not as text.
         super().__init__(scope, stack_id, description=description, stack_name=stack_id,
                          suppress_template_indentation=True)
@@ -205,7 +205,7 @@ def dashboard_tenants(config: AppConfig) -> list[DashboardTenant]:
 
 class DashboardStack(_IngestStack):
     """The `number`th dashboard (2, 3, ...): a stack each keeps every template far below
-    CloudFormation's 1 MB whatever the number of tenants (a full dashboard is about 380 KB)."""
+    CloudFormation's 1 MB whatever the number of tenants."""
 
     def __init__(self, scope: Construct, number: int, config: AppConfig, shared_stack: SharedStack) -> None:
         super().__init__(

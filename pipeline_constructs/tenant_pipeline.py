@@ -36,21 +36,10 @@ from pipeline_constructs.workflows import build_workflow
 class TenantPipeline(Construct):
     """Rule -> queue -> controller (concurrency 1) -> ordered workflow -> closer, with alarms.
 
-    ``tenant``: the tenant's validated options (`config.TenantConfig`, from ``tenants.yaml``:
-    their meaning is documented on the model's fields, docs/configuration.md); ``shared``: the
-    shared resources it plugs into.
-
-    Attributes: ``tenant``, ``shared``, ``tenant_id``, ``landing_prefix``, ``kms_key`` (the
-    tenant's customer-managed key, or None); intake: ``upload_access_point`` (with `uploaders`,
-    else None), ``queue``, ``intake_dlq`` (the events
-    EventBridge could not deliver), ``rule``, ``status_rule``; functions (each a
-    `PipelineFunction`: function, role, log group): ``controller``, ``split``, ``register``
-    (sharing ``data_role``), ``closer``, ``completion`` (with `completion.wait`, else None), and
-    by role ``pipeline_functions``, ``functions`` and ``log_groups`` (the workflow's included);
-    workflow: ``workflow`` (`workflows.Workflow`), ``state_machine`` (the file's),
-    ``version``, ``section_version``, ``page_version`` (this deploy's) and ``alias`` (`live`,
-    which the controller starts files through; versions.py); ``metrics`` (`TenantMetrics`:
-    every metric of the tenant) and ``alarms`` (name -> alarm).
+    ``tenant``: the tenant's validated options (`config.TenantConfig`, from ``tenants.yaml``;
+    docs/configuration.md); ``shared``: the shared resources it plugs into. Each function
+    (``controller``, ``split``, ``register``, ``closer``, ``completion``) is a
+    `PipelineFunction`: function, role, log group.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, tenant: TenantConfig, shared: SharedRefs) -> None:
@@ -58,15 +47,17 @@ class TenantPipeline(Construct):
         self.tenant, self.shared = tenant, shared
         self.tenant_id, self.landing_prefix = tenant.id, tenant.prefix
         self.page_budget = budgets.page_budget(tenant)
+        #: The tenant's customer-managed key, or None.
         self.kms_key: kms.IKey | None = None if tenant.encryption is None else encryption.customer_key(
             self, "Key", tenant.encryption.kms_key, alias=encryption.tenant_key_alias(tenant.id),
             description=f"Encrypts tenant {tenant.id}'s queues, log groups and function environments",
         )
 
         # Intake: S3 events of the tenant's prefix -> its queue; what cannot be delivered -> its DLQ.
-        # Uploaders put through it (None without `uploaders`).
+        #: The access point uploaders put files through (None without `uploaders`).
         self.upload_access_point = intake.build_upload_access_point(self, tenant, shared.landing_bucket)
         self.queue = intake.build_queue(self, tenant, self.kms_key)
+        #: The events EventBridge could not deliver to the queue or the closer.
         self.intake_dlq = intake.build_intake_dlq(self, tenant.id, self.kms_key)
         self.rule = intake.build_object_created_rule(
             self, tenant, landing_bucket=shared.landing_bucket, event_bus=shared.event_bus, queue=self.queue,
@@ -79,6 +70,7 @@ class TenantPipeline(Construct):
             self, tenant, budget=self.page_budget, landing_bucket=shared.landing_bucket,
             work_bucket=shared.work_bucket, ledger_table=shared.ledger_table, kms_key=self.kms_key,
         )
+        #: ``data_role``: the role split and register share.
         self.data_role, self.split, self.register = data_plane.role, data_plane.split, data_plane.register
         self.closer = build_closer(
             self, tenant, queue=self.queue, ledger_table=shared.ledger_table, alarm_topic=shared.alarm_topic,
@@ -86,16 +78,20 @@ class TenantPipeline(Construct):
         )
 
         # The workflow: file -> sections -> pages -> chunks, one at a time at every level.
+        #: The file, section and page state machines (`workflows.Workflow`).
         self.workflow = build_workflow(
             self, tenant=tenant, budget=self.page_budget, split=self.split.function,
             register=self.register.function, closer=self.closer.function, ledger_table=shared.ledger_table,
             kms_key=self.kms_key,
         )
+        #: The file's state machine.
         self.state_machine = self.workflow.file.state_machine
+        #: This deploy's file state machine version, and `live`, the alias files start through (versions.py).
         self.version, self.alias = self.workflow.file.version, self.workflow.alias
+        #: This deploy's versions of the section and page state machines.
         self.section_version, self.page_version = self.workflow.section.version, self.workflow.page.version
 
-        # The workflow's closes -> the closer (the backstop of its last state).
+        #: The workflow's closes -> the closer (the backstop of its last state).
         self.status_rule = intake.build_status_rule(
             self, tenant.id, event_bus=shared.event_bus, state_machine_arn=self.state_machine.state_machine_arn,
             closer=self.closer.function, dlq=self.intake_dlq,
@@ -107,6 +103,7 @@ class TenantPipeline(Construct):
             ledger_table=shared.ledger_table, landing_bucket=shared.landing_bucket,
             work_bucket=shared.work_bucket, kms_key=self.kms_key,
         )
+        #: The completion entry point (with `completion.wait`, else None).
         self.completion: PipelineFunction | None = None
         if tenant.completion.wait:
             self.completion = build_completion(
@@ -114,6 +111,7 @@ class TenantPipeline(Construct):
                 kms_key=self.kms_key,
             )
 
+        #: Every metric of the tenant, read by its alarms and the shared dashboard.
         self.metrics = TenantMetrics(
             tenant_id=tenant.id,
             queue_name=self.queue.queue_name,
@@ -121,6 +119,7 @@ class TenantPipeline(Construct):
             state_machine_arn=self.state_machine.state_machine_arn,
             event_bus_name=None if shared.event_bus is None else shared.event_bus.event_bus_name,
         )
+        #: The tenant's alarms, by name.
         self.alarms = pipeline_alarms(
             self,
             shared.alarm_topic,
@@ -136,7 +135,7 @@ class TenantPipeline(Construct):
 
     @property
     def pipeline_functions(self) -> dict[str, PipelineFunction]:
-        """The pipeline's functions with their roles and log groups, by role (``completion`` too,
+        """The pipeline's functions with their roles and log groups, by kind (``completion`` too,
         with `completion.wait`: its ERROR lines page like the others')."""
         functions = {"controller": self.controller, "split": self.split, "register": self.register,
                      "closer": self.closer}
@@ -146,13 +145,13 @@ class TenantPipeline(Construct):
 
     @property
     def functions(self) -> dict[str, lambda_.Function]:
-        """The pipeline's functions by role: ``controller``, ``split``, ``register``, ``closer``, ..."""
-        return {role: made.function for role, made in self.pipeline_functions.items()}
+        """The pipeline's functions by kind: ``controller``, ``split``, ``register``, ``closer``, ..."""
+        return {kind: made.function for kind, made in self.pipeline_functions.items()}
 
     @property
     def log_groups(self) -> dict[str, logs.ILogGroup]:
-        """Every log group of the pipeline by role (the functions', and ``workflow``)."""
-        groups: dict[str, logs.ILogGroup] = {role: made.log_group for role, made in self.pipeline_functions.items()}
+        """Every log group of the pipeline by kind (the functions', and ``workflow``)."""
+        groups: dict[str, logs.ILogGroup] = {kind: made.log_group for kind, made in self.pipeline_functions.items()}
         groups["workflow"] = self.workflow.file.log_group
         return groups
 

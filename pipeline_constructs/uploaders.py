@@ -8,48 +8,13 @@ point (`tenant_pipeline.py`), the shared stack adds `bucket_statements` to the l
 bucket's policy (`shared.py`), and the capacity check measures the same documents against
 S3's 20 KB (`capacity.py`), so the three cannot drift.
 
-Why access points: a statement per tenant in the one bucket policy stopped at about 22 tenants
-(20 KB, not adjustable). Each access point has a policy of its own (20 KB too), lives in its
-tenant's stack, and the bucket policy holds the same statements whatever the number of tenants
-(AWS docs, "Delegating access control to access points"): the delegation allows the upload
-actions to any principal, but only through an access point of the bucket's own account
-(`s3:DataAccessPointAccount`), so an access point's policy decides who uploads. Only this
-account's administrators can create an access point on the bucket.
-
-A role or user is never the `Principal` of a statement: the statement names every principal
-(`*`) and narrows it to the uploaders' ARNs with `ArnEquals` on `aws:PrincipalArn`
-(`by_principal_arn`). S3 and KMS refuse a policy whose `Principal` names a role or user that
-does not exist (the first deploy would need every uploader made beforehand), and once one is
-deleted the stored policy names it by its unique id, so every later put of the policy fails; a
-condition is a string compare, valid whether the principal exists or not (a role re-created
-under the same name matches it again). Fixed ARNs under `aws:PrincipalArn` do not make the
-policy public to S3, so the access points' Block Public Access accepts it. An account root
-stays in `Principal` (it delegates to that account's IAM, which a condition cannot express).
-
-An access point's policy, per tenant with `uploaders`:
-
-* **Allow** exactly `s3:PutObject` and `s3:AbortMultipartUpload` on
-  `<access point>/object/<prefix>*`. PutObject also authorizes the multipart calls
-  (CreateMultipartUpload, UploadPart, CompleteMultipartUpload: `aws s3 cp` uses multipart above
-  8 MB); AbortMultipartUpload lets a failed multipart upload clean its parts up at once instead
-  of leaving them to the 7-day lifecycle rule. It can neither read, list, tag nor delete.
-* **Deny** every other action through the access point (`NotAction`), and
-* **Deny** those two actions outside the prefix (`NotResource`), both for the role and user
-  ARNs only: an Allow cannot take away what a same-account principal's own identity policy
-  grants; the Denies do, for requests through the access point. An account root ARN is another
-  account: there every policy on the way must allow, so the Allow alone bounds it, and a Deny
-  naming a root would name every principal of that account.
-* **Deny** every request without TLS (`aws:SecureTransport` false), whoever sends it.
-
-Directly to the bucket (not through an access point), no statement names an uploader: another
-account's uploader gets nothing there (the delegation allows access-point requests only). A
-role or user of the bucket's own account would get what its own identity policy grants, and
-naming each one in the bucket policy grows it past 20 KB; so uploaders carry the IAM tag
-`UPLOADER_TAG_KEY` (any value), and one more constant statement denies every principal that
-carries it every S3 action on the bucket not made through an access point
-(`only_through_access_points_statement`). `ops preflight` reports each same-account uploader
-without the tag (docs/security.md, "Uploaders"). The bucket's `enforce_ssl` statement refuses
-plain HTTP on every path.
+Why access points: one bucket policy holding a statement per tenant outgrows S3's 20 KB (not
+adjustable); each access point has a policy of its own, and the bucket policy's statements are
+the same at any tenant count. A role or user is never a statement's `Principal`, only an
+`ArnEquals` on `aws:PrincipalArn`: S3 and KMS refuse a `Principal` that does not exist, and
+one deleted later leaves the stored policy unusable. Same-account uploaders carry the tag
+`UPLOADER_TAG_KEY`, which one bucket statement keeps to the access points. Every statement
+and its reason: docs/security.md, "Uploaders".
 """
 
 from __future__ import annotations

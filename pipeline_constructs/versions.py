@@ -1,32 +1,19 @@
 """State machine versions and the `live` alias: each deploy publishes a version of every
 state machine of a tenant, the controller starts files through the parent's alias, and an
-execution (with its children) finishes on the versions it started with.
+execution (with its children) finishes on the versions it started with (docs/operations.md,
+"Versions, aliases and rollback").
 
-How it fits together (docs/operations.md, "Versions, aliases and rollback"):
-
-- `publish_version`: an `AWS::StepFunctions::StateMachineVersion` tied to the state machine's
-  revision (`StateMachineRevisionId`). The property needs replacement when it changes, so a
-  deploy that changes a definition publishes a new version; `Retain` on update and delete
-  keeps the earlier one, the rollback target (and the version in-flight executions run on;
-  CloudFormation's default would delete it: aws/aws-cdk#27250, and
-  https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-stepfunctions-statemachineversion.html
-  warns not to delete a version long-running workflows name).
-  Step Functions keeps up to 1,000 versions per state machine, deleted by hand
-  (https://docs.aws.amazon.com/step-functions/latest/apireference/API_PublishStateMachineVersion.html).
-- `live_alias`: an `AWS::StepFunctions::StateMachineAlias` named `live` routing 100 % to the
-  parent's new version. Each deploy points it at the version it published.
-- Children are pinned: the parent's definition names the page and section *versions*
-  (definitions.py `_run_child`), and the section's the page version. A change to the page
-  definition publishes a page version, which changes the section's and the parent's
-  definitions, which publishes versions of both: a parent on version N starts only the
-  children of version N, whatever was deployed since.
-- IAM: Step Functions authorizes StartExecution of a version or alias on the *unqualified*
-  state machine ARN, narrowed by the `states:StateMachineQualifier` condition key
-  (https://docs.aws.amazon.com/step-functions/latest/dg/auth-version-alias.html), so the
-  workflow role's grant on the children is the literal unqualified ARN
-  (`workflows._grant_start_child`; CDK's StepFunctionsStartExecution would write the
-  version ARN, which authorizes nothing: aws/aws-cdk#30265, and would make a cycle between the
-  shared role's policy and the children it names).
+A version is tied to its state machine's revision and kept (`Retain`) on update and delete:
+the earlier one is the rollback target and what in-flight executions run on, which
+CloudFormation's default would delete (https://github.com/aws/aws-cdk/issues/27250,
+https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-stepfunctions-statemachineversion.html).
+Step Functions keeps up to 1,000 versions per state machine, deleted by hand
+(https://docs.aws.amazon.com/step-functions/latest/apireference/API_PublishStateMachineVersion.html).
+Children are pinned: a parent names its children's versions, so it starts only those of its
+own deploy. StartExecution of a version is authorized on the unqualified ARN, narrowed by
+`states:StateMachineQualifier` (https://docs.aws.amazon.com/step-functions/latest/dg/auth-version-alias.html):
+CDK's task would grant the version ARN, which authorizes nothing
+(https://github.com/aws/aws-cdk/issues/30265), hence `workflows._grant_start_child`.
 """
 
 from __future__ import annotations

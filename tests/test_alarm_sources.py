@@ -331,9 +331,9 @@ def _function(handler: str) -> Callable[[dict[str, Any]], bool]:
     return lambda r: r["Type"] == "AWS::Lambda::Function" and r["Properties"]["Handler"] == handler
 
 
-def _error_log_filter(role: str) -> Callable[[dict[str, Any]], bool]:
+def _error_log_filter(kind: str) -> Callable[[dict[str, Any]], bool]:
     return lambda r: (r["Type"] == "AWS::Logs::MetricFilter"
-                      and r["Properties"]["FilterName"] == contract.ERROR_LOG_FILTER.render("acme", role=role))
+                      and r["Properties"]["FilterName"] == contract.ERROR_LOG_FILTER.render("acme", kind=kind))
 
 
 ACME = "OrderedIngest-Tenant-acme"

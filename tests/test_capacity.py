@@ -313,8 +313,8 @@ def test_fails_when_a_target_has_no_tenant():
 
 def test_fails_when_an_account_limit_is_unknown_or_not_positive():
     assert problems_of(tenants_yaml(1, head="account_limits: {iam_role: 2000, state_machines: 0}\n")) == [
-        ("account_limits: field 'state_machines' = 0: is less than 1; use the account's "
-         "quota (Step Functions, state machines), or leave it out (default 100000)"),
+        ("account_limits: field 'state_machines' = 0: is less than 1; use a whole number, "
+         "at least 1 (default 100000): the account's quota (Service Quotas)"),
         ("account_limits: field 'iam_role' = 2000: unknown key; remove it or fix its spelling (did you mean "
          "'iam_roles'?)"),
     ]

@@ -118,7 +118,7 @@ def test_fails_when_the_format_is_unknown():
         tenants:
           - {{id: acme, prefix: a/, format: xml}}
         """
-    ) == "tenant 'acme': field 'format' = 'xml': is not one of 'csv' or 'jsonl'; use 'csv' (with a header row) or 'jsonl'"
+    ) == "tenant 'acme': field 'format' = 'xml': is not one of 'csv' or 'jsonl'; use 'csv' (with a header row, the default) or 'jsonl'"
 
 
 @pytest.mark.parametrize(("value", "problem"), [
@@ -133,7 +133,7 @@ def test_fails_when_chunk_size_is_out_of_range(value, problem):
         tenants:
           - {{id: acme, prefix: a/, chunk_size: {value}}}
         """
-    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 100000, "
+    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 100000 (default 100), "
           "within the register budget of sink.timeout_seconds")
 
 
@@ -149,7 +149,7 @@ def test_fails_when_a_threshold_is_negative():
         """
     ) == (
         "tenant 'acme': field 'alarms.stall_after_seconds' = -1: is less than 60; "
-        "use a whole number of seconds, at least 60"
+        "use a whole number of seconds, at least 60 (default 1800)"
     )
 
 
@@ -306,7 +306,7 @@ def test_fails_when_on_failure_is_unknown():
         """
     ) == (
         "tenant 'acme': field 'on_failure' = 'retry': is not one of 'halt' or 'continue'; use 'halt' (a failed "
-        "file stops the tenant until `ops resume` or `ops skip`) or 'continue'"
+        "file stops the tenant until `ops resume` or `ops skip`, the default) or 'continue'"
     )
 
 
@@ -318,7 +318,7 @@ def test_fails_when_the_outage_budget_is_not_positive():
         """
     ) == (
         "tenant 'acme': field 'sink.outage_budget_seconds' = 0: is less than 1; "
-        "use a whole number of seconds from 1 to 86400 (default 3600: one hour)"
+        "use a whole number of seconds from 1 to 86400 (default 3600)"
     )
 
 
@@ -499,7 +499,7 @@ def test_fails_when_duplicate_files_is_unknown():
         """
     ) == (
         "tenant 'acme': field 'duplicate_files' = 'ignore': is not one of 'process' or 'skip'; use 'process' "
-        "(a byte-identical re-upload is processed again) or 'skip' (recorded as a duplicate)"
+        "(a byte-identical re-upload is processed again, the default) or 'skip' (recorded as a duplicate)"
     )
 
 
@@ -524,8 +524,8 @@ def test_fails_when_batch_size_is_zero():
         """
     ) == (
         "tenant 'acme': field 'sink.batch_size' = 0: is less than 1; use a whole number "
-        "from 1 (one record per POST, the default) to 1000 (a JSON array per POST: only for a core system that "
-        "implements the batch contract)"
+        "from 1 to 1000 (default 1): 1 sends one record per POST, more a JSON array per POST, only for a core "
+        "system that implements the batch contract"
     )
 
 
@@ -643,7 +643,7 @@ def test_batch_mode_allows_chunks_up_to_100000_and_no_more():
         """
     ) == (
         "tenant 'acme': field 'chunk_size' = 100001: is more than 100000; use a whole number "
-        "from 1 to 100000, within the register budget of sink.timeout_seconds"
+        "from 1 to 100000 (default 100), within the register budget of sink.timeout_seconds"
     )
 
 

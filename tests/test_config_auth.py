@@ -62,7 +62,7 @@ def test_fails_when_defaults_give_auth_none_even_if_every_tenant_has_its_own_and
         "tenants:\n  - {id: acme, prefix: a/, sink: {auth: {type: none}}, format: xml}\n"
     ) == [
         NONE_IN_DEFAULTS % "",
-        "tenant 'acme': field 'format' = 'xml': is not one of 'csv' or 'jsonl'; use 'csv' (with a header row) or 'jsonl'",
+        "tenant 'acme': field 'format' = 'xml': is not one of 'csv' or 'jsonl'; use 'csv' (with a header row, the default) or 'jsonl'",
     ]
 
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import json
 import textwrap
+import typing
+from typing import Literal
 
+import annotated_types
 import jsonschema
 import pytest
 import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
-from pipeline_constructs.config import parse_config
+from pipeline_constructs.config import AppConfig, ConfigError, TenantConfig, fix_for, parse_config
+from pipeline_constructs.config.options import advice_of
 from tests.conftest import FIXTURE_TENANTS, ROOT
 from tools import config_docs
 
@@ -96,7 +102,7 @@ def test_check_fails_on_a_stale_file_and_names_the_command_that_regenerates_it(t
     doc.write_text(doc.read_text(encoding="utf-8").replace("Seconds one POST may take", "Seconds a POST takes"))
     assert config_docs.main(["--check"]) == 1
     assert capsys.readouterr().err == (
-        "configuration.md differs from pipeline_constructs/config.py: run python -m tools.config_docs --write\n")
+        "configuration.md differs from pipeline_constructs/config/: run python -m tools.config_docs --write\n")
     assert config_docs.main(["--write"]) == 0 and config_docs.main(["--check"]) == 0
 
 
@@ -162,3 +168,69 @@ def test_tenants_yaml_names_its_schema_on_its_first_line():
     """Editors with a YAML language server validate and complete the file from this line."""
     first = ROOT.joinpath("tenants.yaml").read_text(encoding="utf-8").splitlines()[0]
     assert first == "# yaml-language-server: $schema=./tenants.schema.json"
+
+
+def _options(model: type[BaseModel], path: str = "", seen: set[type] | None = None) -> list[tuple[str, str, FieldInfo]]:
+    """(path as the reference spells it, name, field) of every option under ``model``; a block
+    used twice (`account_limits`, `encryption`) is documented once, where it comes first."""
+    seen = set() if seen is None else seen
+    seen.add(model)
+    found = []
+    for name, info in model.model_fields.items():
+        where = f"{path}{name}"
+        found.append((where, name, info))
+        annotation = info.annotation
+        if typing.get_origin(annotation) is dict:
+            annotation, where = typing.get_args(annotation)[1], f"{where}.<name>"
+        for nested in (annotation, *typing.get_args(annotation)):
+            if isinstance(nested, type) and issubclass(nested, BaseModel) and nested not in seen:
+                found += _options(nested, "" if nested is TenantConfig else f"{where}.", seen)
+    return found
+
+
+def test_each_option_has_its_reference_entry_and_a_fix_that_says_what_is_valid():
+    """GIVEN every option of the model THEN the reference has its row, and a problem with it
+    shows a fix: its own text, or one derived from its bounds and choices that names them."""
+    reference = config_docs.DOC.read_text(encoding="utf-8")
+    options = {(where, name): info for where, name, info in _options(AppConfig)}
+    assert len(options) > 70
+    for (where, name), info in options.items():
+        assert f"| `{where}` |" in reference, f"{where} has no row in docs/configuration.md"
+        fix = fix_for(info, name)
+        assert fix.startswith(("use ", "list ", "give ", "set ", "add ", "write ", "leave ", "quote ", "with ")), (
+            f"{where}: {fix}")
+        values = [info.annotation, *typing.get_args(info.annotation)]
+        for value in values:
+            if typing.get_origin(value) is Literal and advice_of(info).fix is None:
+                assert all(f"'{choice}'" in fix for choice in typing.get_args(value)), (where, fix)
+        bounds = [m for m in info.metadata if isinstance(m, annotated_types.Ge | annotated_types.Le)]
+        if bounds and advice_of(info).fix is None:
+            assert all(str(getattr(b, "ge", getattr(b, "le", None))) in fix for b in bounds), (where, fix)
+
+
+def test_the_schema_carries_the_rules_of_a_single_option(validator):
+    """GIVEN values that break a rule of one option (a prefix's trailing '/', an uploader's ARN,
+    a Region, an account id, a secret's name, a KMS key, a wildcard in an invoke ARN) THEN the
+    schema refuses each, as the loader does, so that an editor flags them as you type."""
+    text = textwrap.dedent("""\
+        encryption: {kms_key: alias/mine}
+        targets: {prod: {account: '1111', region: Ireland}}
+        tenants:
+          - id: acme
+            prefix: acme
+            target: prod
+            uploaders: ['acme-uploader', 'acme-uploader']
+            sink: {url: 'ftp://core.example.com', auth: {type: bearer, secret: 'white space'}}
+          - id: beta
+            prefix: /beta/
+            target: prod
+            sink: {url: 'https://core.example.com', auth: {type: sigv4, service: lambda, region: eu-west-1,
+                   invoke_arn: 'arn:aws:lambda:eu-west-1:111111111111:function:*'}}
+    """)
+    problems = schema_problems(validator, text)
+    for value in ("'alias/mine'", "'1111'", "'Ireland'", "'acme'", "'/beta/'", "'acme-uploader'",
+                  "'ftp://core.example.com'", "'white space'", "function:*'"):
+        assert any(problem.startswith(value) or value in problem for problem in problems), (value, problems)
+    assert any("non-unique" in problem for problem in problems), problems
+    with pytest.raises(ConfigError):
+        parse_config(text)

@@ -228,8 +228,8 @@ def test_finish_times_name_every_tenant_from_the_first_upload():
 
 
 class _Function:
-    def __init__(self, role: str) -> None:
-        self.role, self.tenant = role, "acme"
+    def __init__(self, kind: str) -> None:
+        self.kind, self.tenant = kind, "acme"
 
 
 class _Result:

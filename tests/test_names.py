@@ -1,5 +1,5 @@
-"""Every name the app builds for AWS fits its limit (lambdas/contract.py, "names the project builds
-for AWS"): the longest instance of each family, the executions of a replayed file resumed many
+"""Every name the app builds for AWS fits its limit (lambdas/contract/names.py, the table of name
+families): the longest instance of each family, the executions of a replayed file resumed many
 times at its largest chunk, hashed names that never collide, and the names a synthesized app
 really holds, each found in the table."""
 

@@ -42,14 +42,14 @@ def network_app(tmp_path_factory):
     return synthesize(root / "tenants.yaml", root / "cdk.out")  # cdk-nag on: no unacknowledged finding
 
 
-def functions_by_role(template: dict, tenant: str) -> dict[str, dict]:
-    """The tenant's four functions by role, their names made tenant-neutral."""
-    roles = {"PipelineSplit": "split", "PipelineRegisterChunk": "register", "PipelineController": "controller",
+def functions_by_kind(template: dict, tenant: str) -> dict[str, dict]:
+    """The tenant's four functions by kind, their names made tenant-neutral."""
+    kinds = {"PipelineSplit": "split", "PipelineRegisterChunk": "register", "PipelineController": "controller",
              "PipelineCloser": "closer"}
     found = {}
     for logical_id, resource in template["Resources"].items():
         if resource["Type"] == "AWS::Lambda::Function":
-            found[roles[logical_id[:-8]]] = json.loads(json.dumps(resource["Properties"]).replace(tenant, "<tenant>"))
+            found[kinds[logical_id[:-8]]] = json.loads(json.dumps(resource["Properties"]).replace(tenant, "<tenant>"))
     return found
 
 
@@ -65,23 +65,23 @@ def arn(resource: str) -> dict:
 
 
 def test_only_the_register_function_runs_in_the_tenants_subnets_and_security_groups(network_app):
-    functions = functions_by_role(network_app.templates["OrderedIngest-Tenant-private"], "private")
+    functions = functions_by_kind(network_app.templates["OrderedIngest-Tenant-private"], "private")
     assert sorted(functions) == ["closer", "controller", "register", "split"]
     assert functions["register"]["VpcConfig"] == {"SubnetIds": SUBNETS, "SecurityGroupIds": GROUPS}
-    assert [role for role, props in functions.items() if "VpcConfig" in props] == ["register"]
+    assert [kind for kind, props in functions.items() if "VpcConfig" in props] == ["register"]
 
 
 def test_split_controller_and_closer_are_exactly_as_without_network(network_app):
     """GIVEN two tenants alike but for `network` THEN their split, controller and closer
     functions are the same, and their register functions differ only by VpcConfig."""
-    private = functions_by_role(network_app.templates["OrderedIngest-Tenant-private"], "private")
-    public = functions_by_role(network_app.templates["OrderedIngest-Tenant-public"], "public")
+    private = functions_by_kind(network_app.templates["OrderedIngest-Tenant-private"], "private")
+    public = functions_by_kind(network_app.templates["OrderedIngest-Tenant-public"], "public")
 
     def comparable(props: dict) -> dict:  # the role's and log group's logical ids are the same construct ids
         return {k: v for k, v in props.items() if k not in ("Code",)}
 
-    for role in ("split", "controller", "closer"):
-        assert comparable(private[role]) == comparable(public[role]), role
+    for kind in ("split", "controller", "closer"):
+        assert comparable(private[kind]) == comparable(public[kind]), kind
     register = dict(private["register"])
     register.pop("VpcConfig")
     assert comparable(register) == comparable(public["register"])
@@ -151,7 +151,7 @@ def test_the_register_function_is_created_after_its_roles_ec2_permissions(networ
 def test_network_and_tracing_together_leave_no_unacknowledged_finding(network_app):
     (nag,) = [r for r in network_app.validation_report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
     assert nag["conclusion"] == "success" and nag["violations"] == []
-    traced = functions_by_role(network_app.templates["OrderedIngest-Tenant-traced"], "traced")
+    traced = functions_by_kind(network_app.templates["OrderedIngest-Tenant-traced"], "traced")
     assert traced["register"]["VpcConfig"]["SubnetIds"] == [SUBNETS[0]]
     assert traced["register"]["TracingConfig"] == {"Mode": "Active"}
 

@@ -10,7 +10,14 @@ import sys
 from tests.conftest import ROOT, modules_loaded_twice
 
 PACKAGES = ("lambdas", "pipeline_constructs", "ops", "local_runtime", "demo", "tools")
-LAMBDA_MODULES = {path.stem for path in (ROOT / "lambdas").glob("*.py")} - {"__init__"}
+#: Every source file of the Lambda code, relative to `lambdas/` (its subpackages' too).
+LAMBDA_FILES = sorted(path.relative_to(ROOT / "lambdas").as_posix()
+                      for path in (ROOT / "lambdas").rglob("*.py"))
+#: The top-level modules and subpackages of `lambdas` (`contract` is a package).
+LAMBDA_MODULES = {file.split("/")[0].removesuffix(".py") for file in LAMBDA_FILES} - {"__init__"}
+#: Every module name a file of `lambdas/` could be imported as bare, wherever it sits.
+LAMBDA_BARE_NAMES = LAMBDA_MODULES | (
+    {file.rsplit("/", 1)[-1].removesuffix(".py") for file in LAMBDA_FILES} - {"__init__"})
 
 
 def _modules(package: str) -> list[str]:
@@ -31,36 +38,40 @@ def test_importing_every_module_of_the_project_loads_each_file_once():
 
 
 def test_the_check_names_a_file_loaded_under_a_second_name():
-    """GIVEN lambdas/contract.py loaded once more as a top-level `contract` THEN the check names
-    the file and both module names."""
+    """GIVEN lambdas/contract/__init__.py loaded once more as a top-level `contract` THEN the
+    check names the file and both module names."""
     importlib.import_module("lambdas.contract")
-    spec = importlib.util.spec_from_file_location("contract", ROOT / "lambdas" / "contract.py")
+    spec = importlib.util.spec_from_file_location("contract", ROOT / "lambdas" / "contract" / "__init__.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["contract"] = module
     try:
         spec.loader.exec_module(module)
-        assert modules_loaded_twice() == ["lambdas/contract.py: contract, lambdas.contract"]
+        assert modules_loaded_twice() == ["lambdas/contract/__init__.py: contract, lambdas.contract"]
     finally:
         del sys.modules["contract"]
 
 
 def test_the_lambda_code_imports_its_own_modules_by_their_package_name_only():
-    """GIVEN each module of lambdas/ THEN it imports its siblings as `lambdas.<module>`, never as
-    top-level modules (which Lambda could not find: its handlers are `lambdas.<module>.handler`)."""
+    """GIVEN each module of lambdas/ (its subpackages' too) THEN it imports the others by their
+    absolute name, `lambdas.<module>` or `lambdas.contract.<module>`: never as top-level modules
+    (which Lambda could not find: its handlers are `lambdas.<module>.handler`), never relative."""
     bare = []
-    for path in sorted((ROOT / "lambdas").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for file in LAMBDA_FILES:
+        for node in ast.walk(ast.parse((ROOT / "lambdas" / file).read_text())):
             if isinstance(node, ast.Import):
-                bare += [f"{path.name}: import {a.name}" for a in node.names if a.name.split(".")[0] in LAMBDA_MODULES]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in LAMBDA_MODULES:
-                bare.append(f"{path.name}: from {node.module} import ...")
+                bare += [f"{file}: import {a.name}" for a in node.names
+                         if a.name.split(".")[0] in LAMBDA_BARE_NAMES]
+            elif isinstance(node, ast.ImportFrom) and (
+                    node.level > 0 or (node.module or "").split(".")[0] in LAMBDA_BARE_NAMES):
+                bare.append(f"{file}: from {'.' * node.level}{node.module or ''} import ...")
     assert bare == []
 
 
 def test_every_function_of_the_app_runs_a_handler_of_the_lambdas_package(synthesized):
     """GIVEN the synthesized default app THEN each pipeline function's handler is
     `lambdas.<module>.handler` of a module that exists, and its code asset holds the package as
-    `lambdas/` and nothing beside it (what the handler path needs in /var/task)."""
+    `lambdas/` and nothing beside it (what the handler path needs in /var/task), every file of
+    it, its subpackages' (`lambdas/contract/`) too."""
     functions = [resource["Properties"] for template in synthesized.templates.values()
                  for resource in template.get("Resources", {}).values() if resource["Type"] == "AWS::Lambda::Function"]
     ours = [f for f in functions if f["Handler"].startswith("lambdas.")]
@@ -71,7 +82,8 @@ def test_every_function_of_the_app_runs_a_handler_of_the_lambdas_package(synthes
     for asset in assets:
         directory = synthesized.outdir / f"asset.{asset}"
         assert sorted(p.name for p in directory.iterdir()) == ["lambdas"]
-        assert {p.stem for p in (directory / "lambdas").glob("*.py")} == LAMBDA_MODULES | {"__init__"}
+        assert sorted(p.relative_to(directory / "lambdas").as_posix()
+                      for p in (directory / "lambdas").rglob("*.py")) == LAMBDA_FILES
 
 
 def test_the_public_api_resolves_each_name_with_a_docstring_and_loads_no_cdk_for_the_config_model():
@@ -94,10 +106,12 @@ def test_the_public_api_resolves_each_name_with_a_docstring_and_loads_no_cdk_for
 
 def test_the_lambda_code_is_staged_in_a_directory_private_to_the_process():
     """GIVEN the staged asset THEN it sits in a directory only this user can write (mkdtemp), not
-    at a name another user of a shared /tmp could plant first, and holds the package's files."""
+    at a name another user of a shared /tmp could plant first, and holds the package's files,
+    its subpackages' too, and nothing else (no bytecode caches)."""
     from pipeline_constructs import functions
 
     root = functions.staged_package(functions.LAMBDA_SOURCE_DIR)
     assert root.stat().st_mode & 0o077 == 0
-    assert sorted(p.name for p in (root / "lambdas").iterdir()) == sorted(
-        p.name for p in functions.LAMBDA_SOURCE_DIR.glob("*.py"))
+    staged, source = root / "lambdas", functions.LAMBDA_SOURCE_DIR
+    assert sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()) == sorted(
+        p.relative_to(source).as_posix() for p in source.rglob("*.py"))

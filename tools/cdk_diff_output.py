@@ -1,10 +1,8 @@
 """Read what `cdk diff` prints: which resources of which stack it adds, removes or replaces.
 
-Both the pull-request check (a `cdk diff` against the deployed stacks, from a change set) and
-the offline diff (`cdk diff --template`, no credentials) read the CLI's own verdict on
-replacement, which comes from the CloudFormation resource specification bundled with the
-pinned CLI, rather than a hand-kept list of immutable properties. The CLI prints one line per
-resource:
+The pull-request check and the offline diff both read the pinned CLI's own verdict on
+replacement (from its bundled CloudFormation resource specification), not a hand-kept list of
+immutable properties. The CLI prints one line per resource:
 
     [~] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5 replace
 

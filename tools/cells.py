@@ -7,13 +7,10 @@ synthesized, diffed and deployed by the CDK CLI as shipped, one assembly per cel
     python -m tools.cells diff [--cell NAME ...]    # cdk diff of those cells against the deployed stacks
     python -m tools.cells deploy [--cell NAME ...] [-- CDK DEPLOY OPTIONS]
 
-`deploy` synthesizes the cells, then deploys each with `cdk deploy --app cells.out/<cell>`:
-every target's shared cell first (the others read its SSM parameters at deploy time), then
-the other cells, one after the other. One cell alone is also `cdk deploy -c cell=<name> --all`
-(a target's cell: `'<target>/*'`).
-
-A change touches a cell when the cell's inputs in the tenants file changed (`cell_plan.touched`);
-a change of anything else in the repository (the code) touches every cell.
+`deploy` deploys every target's shared cell first (the others read its SSM parameters at
+deploy time), then the other cells, one after the other; one cell alone is also
+`cdk deploy -c cell=<name> --all` (a target's cell: `'<target>/*'`). A change of the code, not
+only of the tenants file, touches every cell (`cell_plan.touched`).
 
 Exit codes: 0 done (`diff`: no difference), 1 `diff`: differences, 2 an error (a bad tenants
 file, an unknown cell, a failed CLI run).

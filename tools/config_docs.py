@@ -3,7 +3,7 @@
     python -m tools.config_docs --write    # rewrite tenants.schema.json and docs/configuration.md
     python -m tools.config_docs --check    # exit 1 when either differs from the model
 
-Each option is documented once, on its field of `pipeline_constructs/config.py`
+Each option is documented once, on its field of `pipeline_constructs/config/`
 (`Field(description=...)`, with its type, default and range); both files are generated from
 the model, and tests/test_config_docs.py fails when one drifts. The schema describes the file as
 a user writes it: `defaults:` is a partial tenant, and a tenant's blocks need no key of their
@@ -82,7 +82,7 @@ def schema() -> dict[str, Any]:
     properties = generated["properties"]
     properties["encryption"]["anyOf"][0]["required"] = required[config.EncryptionConfig.__name__]
     defaults = {key: tenant["properties"][key] for key in config.DEFAULTS_KEYS}
-    # `sink.auth: {type: none}` is inherited only with `inherited: true` (config._check_default_auth): an
+    # `sink.auth: {type: none}` is inherited only with `inherited: true` (config.checks.check_default_auth): an
     # editor flags it here.
     defaults["sink"] = {**defaults["sink"], "not": {
         "required": ["auth"], "properties": {"auth": {"required": ["type"], "properties": {
@@ -101,7 +101,7 @@ def schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "tenants.yaml",
         "description": "The tenants of the ordered ingestion pipeline (docs/configuration.md). Generated from "
-        f"pipeline_constructs/config.py by `{COMMAND}`: do not edit.",
+        f"pipeline_constructs/config/ by `{COMMAND}`: do not edit.",
         "type": "object",
         "additionalProperties": False,
         "required": ["tenants"],
@@ -277,11 +277,11 @@ def _intro() -> str:
     return textwrap.dedent(f"""\
         # Configuration reference: `tenants.yaml`
 
-        <!-- Generated from pipeline_constructs/config.py by `{COMMAND}`: do not edit.
+        <!-- Generated from pipeline_constructs/config/ by `{COMMAND}`: do not edit.
              tests/test_config_docs.py fails when this page or tenants.schema.json drifts. -->
 
         Every option of the tenants file, with its type, default and allowed values. Each is
-        documented once, on its field of the config model (`pipeline_constructs/config.py`); this
+        documented once, on its field of the config model (`pipeline_constructs/config/`); this
         page and the JSON Schema `tenants.schema.json` are generated from it. An editor with a
         YAML language server (VS Code's YAML extension, for one) validates and completes the file
         as you type, from its first line:
@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stale.append(path.relative_to(ROOT).as_posix())
     if stale:
         verb = "differs" if len(stale) == 1 else "differ"
-        print(f"{' and '.join(stale)} {verb} from pipeline_constructs/config.py: run {COMMAND}", file=sys.stderr)
+        print(f"{' and '.join(stale)} {verb} from pipeline_constructs/config/: run {COMMAND}", file=sys.stderr)
         return 1
     return 0
 

@@ -5,23 +5,11 @@
 prints each finding, acknowledged ones with their reason, and exits 1 when a finding is not
 acknowledged (0 otherwise, 2 when the tenants file cannot be synthesized).
 
-What parliament checks here (tools/iam_policies.py renders the intrinsics first):
-
-- identity policies (the roles' policies): actions exist, each action has a resource of the
-  format AWS documents for it (RESOURCE_MISMATCH), condition keys fit the actions and their
-  operators the keys' types, no needless `Resource: "*"`; with the community auditors:
-  privilege escalation, permissions management, credentials exposure, sensitive access;
-- resource policies (bucket, queue, topic, key, log and secret policies): the same, plus the
-  `Principal` element's form (account, ARN, service);
-- trust policies: parliament has no notion of them; linted as the role's resource policy
-  (resource = the role), which checks the principal and `sts:` actions.
-
-Each statement is linted on its own, so every finding names its statement; document-level
-checks (duplicate Sids, version) run on the whole document.
-
-Findings that are right to keep are acknowledged in ONE place,
-tools/iam_lint_acknowledgements.yaml, each narrowed to the statements it is about, with its
-reason. A new finding is a failing test (tests/test_iam_lint.py).
+Identity, resource and trust policies are rendered by tools/iam_policies.py (a trust policy is
+linted as the role's resource policy: parliament has no notion of them), and each statement
+is linted on its own, so every finding names its statement. Findings that are right to keep
+are acknowledged in ONE place, tools/iam_lint_acknowledgements.yaml, each narrowed to the
+statements it is about, with its reason; a new finding fails tests/test_iam_lint.py.
 """
 
 from __future__ import annotations

@@ -2,21 +2,12 @@
 into realistic strings: the common input of the policy linter (`tools/iam_lint.py`) and of the
 least-privilege table in docs/security.md (`tools/security_table.py`).
 
-Why a resolver: a template's policies are full of `Ref`, `Fn::GetAtt`, `Fn::Join`, `Fn::Sub`
-and `Fn::ImportValue`; a linter given those either chokes or checks nothing. Rendered with a
-fixed account, Region and partition, a `GetAtt` of a queue's `Arn` becomes a real SQS queue
-ARN, so the linter checks each action against the resource format AWS documents for it.
-
-What is collected, per stack:
-
-- identity policies: `AWS::IAM::Policy`, `AWS::IAM::ManagedPolicy`, a role's inline `Policies`;
-- trust policies: a role's `AssumeRolePolicyDocument`;
-- resource policies: `AWS::S3::BucketPolicy`, `AWS::S3::AccessPoint` (`Policy`), `AWS::SQS::QueuePolicy`, `AWS::SNS::TopicPolicy`,
-  `AWS::KMS::Key` (`KeyPolicy`, where `Resource: "*"` means the key itself and is rendered as
-  the key's ARN), `AWS::Logs::ResourcePolicy` (a JSON string), `AWS::SecretsManager::ResourcePolicy`.
-
-A resource type or intrinsic the resolver does not know raises `UnresolvableError` naming it,
-so a new kind of resource is added here rather than silently linted as garbage.
+Why a resolver: a linter given `Ref`, `Fn::GetAtt`, `Fn::Sub` and the like either chokes or
+checks nothing; rendered with a fixed account, Region and partition, a queue's `Arn` becomes a
+real SQS queue ARN, checked against the resource format AWS documents for each action. A
+key policy's `Resource: "*"` is the key itself, rendered as its ARN. A resource type or
+intrinsic the resolver does not know raises `UnresolvableError` naming it, so a new kind of
+resource is added here rather than silently linted as garbage.
 """
 
 from __future__ import annotations

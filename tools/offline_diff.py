@@ -1,40 +1,17 @@
 """Offline diff of two revisions: what a pull request changes, per tenant, without AWS access.
 
 `make diff BASE=origin/main` (or `python -m tools.offline_diff --base REV`) synthesizes the
-base revision and the working tree, then prints
+base revision and the working tree, then prints a per-tenant summary (resources added,
+removed, changed or replaced, and every destructive change) and the full template diff of
+each changed stack (`cdk diff --template`, no credentials; `--summary` leaves it out). Which
+resources are *replaced* is the pinned CDK CLI's verdict, not a list kept here.
 
-1. a per-tenant summary: added, removed and changed tenants, and for each the resources
-   (logical id, type, construct path) that are added, removed, changed or replaced, then the
-   other stacks (shared, dashboards) the same way, and every destructive change (a queue,
-   table, bucket, key or log group replaced or removed);
-2. the full template diff of every added or changed stack, by the pinned CDK CLI comparing
-   the head assembly with the base template (`cdk diff --template`), which needs no
-   credentials; `--summary` leaves it out (the CLI still runs: its verdict is the summary's).
-
-Which resources are *replaced* is the CLI's verdict (its bundled CloudFormation resource
-specification), not a list kept here; so is every resource it lists, also one whose own
-template is unchanged (a reference to a replaced resource replaces it too). Stacks inside CDK
-Stages (nested cloud assemblies) are found and named by their hierarchical id
-(`prod/OrderedIngest-Tenant-acme`).
-
-The base's tenants file is the base revision's copy of the head's (the same repository path).
-A file kept outside the repository, or new since the base, has none: the diff refuses rather
-than compare the file with itself, and `--base-tenants` names the base's file: another file
-(both sides on the working tree's code), or the same file (both revisions' code, one file:
-what the code change does to it).
-
-When only the tenants file differs from the base (or with `--base-tenants` another file), only
-the cells whose inputs changed are synthesized on each side (`pipeline_constructs/cell_plan.py`),
-both with the working tree's code; when anything else differs, each whole revision is.
-
-The base revision is exported with `git archive` into a temporary directory rather than
-checked out with `git worktree add`: nothing is written into the repository's `.git`
-(worktrees of this repository are shared), and nothing is left behind if the run is
-interrupted. Both revisions are synthesized by the CDK CLI with this environment's Python
-and packages, so the base revision is synthesized with today's dependencies.
-
-The CLI counts the stacks with differences of each run (one stack each); the count is printed
-once, at the end, for the whole diff.
+The base's tenants file is the base revision's copy of the head's; a file without one (kept
+outside the repository, or new) is refused rather than compared with itself, unless
+`--base-tenants` names it. When only the tenants file differs, only the cells whose inputs
+changed are synthesized (`pipeline_constructs/cell_plan.py`). The base is exported with
+`git archive`, not `git worktree add`: nothing is written into the shared `.git`, and nothing
+is left behind by an interrupted run.
 
 Exit code: 0 the diff is printed (with or without differences), 2 error; with `--strict` (CI),
 1 when there are differences, like `diff`.

@@ -1,18 +1,12 @@
 """app.py in the project's environment, however `cdk` started it.
 
-cdk.json runs `python3 app.py`, as `cdk init` writes it; outside the virtual environment that
-`make setup` creates (`.venv/`) that is the machine's Python, without aws-cdk-lib. Before app.py
-imports anything of the CDK, `use_project_environment` runs it again with `.venv`'s Python, or,
-without a `.venv`, stops with one line that says how to make it. A Python that already has
-aws-cdk-lib (the venv activated, or an environment of the user's own) runs the app as it is.
-
-Either way jsii's Node is the one `make setup` pins in `node_modules/` when it is there (the
-machine's may be end-of-life and print a banner on every synth).
-
-`say_when_no_account` is the one line a `cdk diff` or `cdk deploy` without credentials adds
-before the CLI's own error: where the offline diff is.
-
-Standard library only: it runs before any package of the app can be imported.
+cdk.json runs `python3 app.py`, which outside `.venv/` is the machine's Python, without
+aws-cdk-lib. `use_project_environment` runs app.py again with `.venv`'s Python (or, without
+one, says in one line how to make it); a Python that already has aws-cdk-lib runs it as it
+is. jsii's Node is the one `make setup` pins in `node_modules/` when it is there (the
+machine's may be end-of-life and print a banner on every synth). `say_when_no_account` points
+a `cdk diff` or `cdk deploy` without credentials to the offline diff. Standard library only:
+it runs before any package of the app can be imported.
 """
 
 from __future__ import annotations

@@ -5,15 +5,9 @@
     python -m tools.security_table --check    # exit 1 when docs/security.md differs
 
 The doc's tables are whatever the templates grant, never a hand-kept list: tests/test_security_doc.py
-fails when they drift. The app is the tests' tenants file (tests/fixtures/tenants.yaml) with
-DOC_OPTIONS added, so that every kind of role exists (the completion entry point, the routing
-hop); the table shows one tenant (DOC_TENANT) with its id as `<tenant>` and its prefix as
-`<prefix>`, the shared resources by name (`landing bucket`, `ledger table`), and any other
-ARN without its partition, Region and account (`sqs:<tenant>-event-queue.fifo`).
-
-Per role: who assumes it and which resources use it, then one row per statement (Sid, actions,
-resources, conditions). Then the resource policies (bucket, queue, topic, key, log group,
-function invoke permissions): who else may do what to the app's resources.
+fails when they drift. The app is tests/fixtures/tenants.yaml with DOC_OPTIONS added, so that
+every kind of role exists; one tenant (DOC_TENANT) is shown as `<tenant>` and `<prefix>`, the
+shared resources by name, any other ARN without its partition, Region and account.
 """
 
 from __future__ import annotations

@@ -88,9 +88,9 @@ def halted(pipe: Any, tenant: str) -> bool:
     )
 
 
-def log_lines(pipe: Any, tenant: str, role: str) -> list[dict[str, Any]]:
-    """The JSON records of the tenant's ``role`` function's log, oldest first."""
-    text = pipe.logs(pipe.tenants[tenant].functions[role])
+def log_lines(pipe: Any, tenant: str, kind: str) -> list[dict[str, Any]]:
+    """The JSON records of the tenant's ``kind`` function's log, oldest first."""
+    text = pipe.logs(pipe.tenants[tenant].functions[kind])
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
@@ -100,11 +100,11 @@ def timeouts(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [line for line in lines if line.get("type") == "platform.report" and line["record"]["status"] == "timeout"]
 
 
-def emf_records(pipe: Any, tenant: str, role: str, metric: str) -> list[dict[str, Any]]:
-    """The EMF records with ``metric`` that the tenant's ``role`` function printed (its log,
+def emf_records(pipe: Any, tenant: str, kind: str, metric: str) -> list[dict[str, Any]]:
+    """The EMF records with ``metric`` that the tenant's ``kind`` function printed (its log,
     oldest first), each checked to be published under the tenant's dimension."""
     records = []
-    for record in log_lines(pipe, tenant, role):
+    for record in log_lines(pipe, tenant, kind):
         names = {m["Name"] for d in record.get("_aws", {}).get("CloudWatchMetrics", []) for m in d["Metrics"]}
         if metric in names:
             assert record[contract.TENANT_DIMENSION] == tenant, record
@@ -112,9 +112,9 @@ def emf_records(pipe: Any, tenant: str, role: str, metric: str) -> list[dict[str
     return records
 
 
-def emf_values(pipe: Any, tenant: str, role: str, metric: str) -> list[float]:
-    """The values of ``metric`` in the tenant's ``role`` function's EMF records, oldest first."""
-    return [record[metric] for record in emf_records(pipe, tenant, role, metric)]
+def emf_values(pipe: Any, tenant: str, kind: str, metric: str) -> list[float]:
+    """The values of ``metric`` in the tenant's ``kind`` function's EMF records, oldest first."""
+    return [record[metric] for record in emf_records(pipe, tenant, kind, metric)]
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05) -> Any:

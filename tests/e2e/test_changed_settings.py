@@ -25,10 +25,10 @@ def pipe(start_pipeline) -> LocalPipeline:
     return start_pipeline([{"id": "records"}, {"id": "batches", "sink": {"batch_size": 4}}], chunk_size=8)
 
 
-def set_environment(pipe: LocalPipeline, tenant: str, role: str, **changes: str) -> None:
+def set_environment(pipe: LocalPipeline, tenant: str, kind: str, **changes: str) -> None:
     """Deploy a changed setting: the function's environment, as `cdk deploy` would change it."""
     lambda_ = pipe.client("lambda")
-    name = pipe.tenants[tenant].functions[role]
+    name = pipe.tenants[tenant].functions[kind]
     variables = lambda_.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
     lambda_.update_function_configuration(FunctionName=name, Environment={"Variables": {**variables, **changes}})
 

@@ -179,8 +179,8 @@ def test_a_pause_mid_file_through_a_deploy_loses_nothing_fails_nothing_and_holds
     pipe.wait_until_idle(timeout=120, tenants=["free"])
     assert_records_in_file_order(pipe.sink("free").accepted, [("f0", 3), ("f1", 3)])
 
-    for role in ("controller", "register"):  # a deploy while paused: the functions change
-        name = pipe.tenants["held"].functions[role]
+    for kind in ("controller", "register"):  # a deploy while paused: the functions change
+        name = pipe.tenants["held"].functions[kind]
         lambda_ = pipe.client("lambda")
         variables = lambda_.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
         lambda_.update_function_configuration(FunctionName=name, Environment={"Variables": {**variables}},

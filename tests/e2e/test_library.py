@@ -73,8 +73,8 @@ def test_the_sdist_and_wheel_pass_twine_check_and_the_wheel_holds_the_code_and_t
         names = set(archive.namelist())
         entry_points = next(archive.read(n).decode() for n in names if n.endswith("entry_points.txt"))
         metadata = next(archive.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
-    lambdas = {p.name for p in (ROOT / "lambdas").glob("*.py")}
-    assert {n.removeprefix("lambdas/") for n in names if n.startswith("lambdas/")} == lambdas
+    lambdas = {p.relative_to(ROOT / "lambdas").as_posix() for p in (ROOT / "lambdas").rglob("*.py")}
+    assert {n.removeprefix("lambdas/") for n in names if n.startswith("lambdas/")} == lambdas  # lambdas/contract/ too
     assert {"ops/cli.py", "pipeline_constructs/tenant_pipeline.py", "pipeline_constructs/deploy_limits/checks.py"} <= names
     assert not any(n.startswith(("tests/", "local_runtime/", "demo/", "tools/")) for n in names)
     assert "ops = ops.cli:main" in entry_points

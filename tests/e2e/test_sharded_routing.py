@@ -40,7 +40,7 @@ class StatusEvents:
         self.handled: dict[str, list[tuple[str, str | None]]] = {}
 
     def __call__(self, function: Any, event: Any, result: Any) -> None:
-        if function.role != "closer" or not isinstance(event, dict) or event.get("detail-type") != STATUS_CHANGE:
+        if function.kind != "closer" or not isinstance(event, dict) or event.get("detail-type") != STATUS_CHANGE:
             return
         with self._lock:
             if result is None:
