@@ -6,7 +6,7 @@ PYTHON ?= python3
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help setup lock demo synth deploy cells test test-fast fuzz clean diff iam-lint security-doc config-docs cloud-test
+.PHONY: help setup lock demo synth deploy cells test test-fast lint fuzz clean diff iam-lint security-doc config-docs cloud-test
 .DEFAULT_GOAL := help
 
 ## help: this list; `make` alone prints it.
@@ -78,8 +78,16 @@ cells: setup
 ## pipeline); the generic checks of tests/test_user_tenants.py run on the tenants file.
 ## WORKERS=0 runs it in this process.
 WORKERS ?= 3
-test: setup
+test: setup lint
 	pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
+
+## lint: ruff (lint rules and the format, as configured in pyproject.toml) and mypy (strict, on
+## lambdas/ and pipeline_constructs/); make test runs it first. `ruff format .` and
+## `ruff check --fix .` repair most findings.
+lint: setup
+	ruff check .
+	ruff format --check .
+	mypy
 
 ## test-fast: the unit and template tests, for everyday tenant edits (no test marked slow).
 ## One process a core: it only computes, and a third process on two cores made it slower.

@@ -169,7 +169,9 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
     parent, section, page = (definition(machines[i]) for i in (parent_id, section_id, page_id))
     step = re.search(r"States\.ArrayRange\([^)]*, (\d+)\)", json.dumps(parent["States"]["Pages"]))
     assert step, "the Pages state no longer steps by chunks_per_page"
-    span = re.search(r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", json.dumps(section["States"]["SectionEnd"]))
+    span = re.search(
+        r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", json.dumps(section["States"]["SectionEnd"])
+    )
     assert span, "the SectionEnd state no longer spans chunks_per_page x pages_per_section"
     memory, max_chunks = {}, 0
     for resource in resources.values():
@@ -178,14 +180,27 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
         props = resource["Properties"]
         kind = props["FunctionName"].removeprefix(f"{tenant_id}-")
         memory[kind] = int(props["MemorySize"])
-        max_chunks = max(max_chunks, int(props.get("Environment", {}).get("Variables", {}).get("MAX_CHUNKS", 0)))
+        max_chunks = max(
+            max_chunks, int(props.get("Environment", {}).get("Variables", {}).get("MAX_CHUNKS", 0))
+        )
     alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
-    alarm_metrics = sum(sum(1 for m in a["Metrics"] if "MetricStat" in m) if "Metrics" in a else 1 for a in alarms)
+    alarm_metrics = sum(
+        sum(1 for m in a["Metrics"] if "MetricStat" in m) if "Metrics" in a else 1 for a in alarms
+    )
     log_groups = sum(1 for r in resources.values() if r["Type"] == "AWS::Logs::LogGroup")
     chunks_per_page = int(step.group(1))
-    return TenantFacts(parent=parent, section=section, page=page, chunks_per_page=chunks_per_page,
-                       pages_per_section=(int(span.group(1)) + 1) // chunks_per_page, max_chunks=max_chunks,
-                       memory_mb=memory, alarms=len(alarms), alarm_metrics=alarm_metrics, log_groups=log_groups)
+    return TenantFacts(
+        parent=parent,
+        section=section,
+        page=page,
+        chunks_per_page=chunks_per_page,
+        pages_per_section=(int(span.group(1)) + 1) // chunks_per_page,
+        max_chunks=max_chunks,
+        memory_mb=memory,
+        alarms=len(alarms),
+        alarm_metrics=alarm_metrics,
+        log_groups=log_groups,
+    )
 
 
 # -- state transitions: the success path walked through the definitions ---------------------------
@@ -196,7 +211,9 @@ Decide = Callable[[dict[str, int]], str]
 CHOICES: dict[str, Decide] = {
     "AnyChunks": lambda ctx: "Sections" if ctx["chunks"] > 0 else "RecordSuccess",
     "OneSection": lambda ctx: "Pages" if ctx["sections"] == 1 else "SectionsInOrder",
-    "LastSection": lambda ctx: "ClampSection" if ctx["section_pages"] < ctx["pages_per_section"] else "SectionPages",
+    "LastSection": lambda ctx: (
+        "ClampSection" if ctx["section_pages"] < ctx["pages_per_section"] else "SectionPages"
+    ),
     "LastPage": lambda ctx: "ClampToFile" if ctx["page_chunks"] < ctx["chunks_per_page"] else "PageChunks",
     "ChunkDone": lambda ctx: "ChunkRegistered",
     "RunPageOutcome": lambda ctx: "RunPageDone",  # paused: RunPagePaused, not the success path
@@ -204,7 +221,11 @@ CHOICES: dict[str, Decide] = {
 }
 
 
-def walk(machine: dict[str, Any], ctx: dict[str, int], map_items: Callable[[str, dict[str, int]], list[dict[str, int]]]) -> int:
+def walk(
+    machine: dict[str, Any],
+    ctx: dict[str, int],
+    map_items: Callable[[str, dict[str, int]], list[dict[str, int]]],
+) -> int:
     """Transitions of one run of ``machine`` (a definition or an item processor): one per state
     entered (Task, Pass, Choice, Map, Succeed, Fail), a Map's processor once per item."""
     count, name = 0, machine["StartAt"]
@@ -245,10 +266,22 @@ def transitions(facts: TenantFacts, chunks: int) -> tuple[int, int]:
         return [ctx] * ctx["page_chunks"]
 
     parent = walk(facts.parent, {"chunks": chunks, "sections": len(sections)}, parent_items)
-    section = sum(walk(facts.section, {"section_pages": n, "pages_per_section": facts.pages_per_section},
-                       section_items) for n in sections) if len(sections) > 1 else 0
-    page = sum(walk(facts.page, {"page_chunks": n, "chunks_per_page": facts.chunks_per_page}, page_items)
-               for n in pages)
+    section = (
+        sum(
+            walk(
+                facts.section,
+                {"section_pages": n, "pages_per_section": facts.pages_per_section},
+                section_items,
+            )
+            for n in sections
+        )
+        if len(sections) > 1
+        else 0
+    )
+    page = sum(
+        walk(facts.page, {"page_chunks": n, "chunks_per_page": facts.chunks_per_page}, page_items)
+        for n in pages
+    )
     return parent, section + page
 
 
@@ -291,17 +324,31 @@ def file_cost(facts: TenantFacts, scenario: Scenario, answer_seconds: float | No
     register_seconds = chunks * a["chunk_overhead_seconds"] + sending
     split_seconds = a["split_overhead_seconds"] + scenario.records_per_file * a["split_seconds_per_record"]
     mem = {kind: mb / 1024 for kind, mb in facts.memory_mb.items()}
-    gb_seconds = (PER_FILE["controller_invocations"] * a["controller_seconds"] * mem["controller"]
-                  + split_seconds * mem["split"] + register_seconds * mem["register-chunk"]
-                  + PER_FILE["closer_invocations"] * a["closer_seconds"] * mem["close-file"])
-    invocations = (PER_FILE["controller_invocations"] + PER_FILE["split_invocations"] + chunks
-                   + PER_FILE["closer_invocations"])
+    gb_seconds = (
+        PER_FILE["controller_invocations"] * a["controller_seconds"] * mem["controller"]
+        + split_seconds * mem["split"]
+        + register_seconds * mem["register-chunk"]
+        + PER_FILE["closer_invocations"] * a["closer_seconds"] * mem["close-file"]
+    )
+    invocations = (
+        PER_FILE["controller_invocations"]
+        + PER_FILE["split_invocations"]
+        + chunks
+        + PER_FILE["closer_invocations"]
+    )
     progress_writes = chunks * PER_CHUNK["ddb_wru_fixed"] + math.floor(sending)
     return FileCost(
-        chunks=chunks, pages=len(pages_of(chunks, facts.chunks_per_page)), parent_transitions=parent,
-        page_transitions=page, invocations=invocations, gb_seconds=gb_seconds, register_seconds=register_seconds,
-        sqs_requests=PER_FILE["sqs_requests"], ddb_rru=PER_FILE["ddb_rru"] + chunks * PER_CHUNK["ddb_rru"],
-        ddb_wru=PER_FILE["ddb_wru"] + progress_writes, s3_put=PER_FILE["s3_put"],
+        chunks=chunks,
+        pages=len(pages_of(chunks, facts.chunks_per_page)),
+        parent_transitions=parent,
+        page_transitions=page,
+        invocations=invocations,
+        gb_seconds=gb_seconds,
+        register_seconds=register_seconds,
+        sqs_requests=PER_FILE["sqs_requests"],
+        ddb_rru=PER_FILE["ddb_rru"] + chunks * PER_CHUNK["ddb_rru"],
+        ddb_wru=PER_FILE["ddb_wru"] + progress_writes,
+        s3_put=PER_FILE["s3_put"],
         s3_get=PER_FILE["s3_get"] + chunks * PER_CHUNK["s3_get"],
         log_bytes=invocations * a["log_bytes_per_invocation"],
     )
@@ -320,14 +367,19 @@ def monthly(facts: TenantFacts, scenario: Scenario, cost: FileCost) -> dict[str,
     landing_gb = files * scenario.records_per_file * ASSUMPTIONS["bytes_per_record"] / 1e9
     return {
         "Step Functions": files * cost.transitions * p["sfn_transition"],
-        "Lambda": files * (cost.invocations * p["lambda_request"] + cost.gb_seconds * p["lambda_gb_second_arm"]),
+        "Lambda": files
+        * (cost.invocations * p["lambda_request"] + cost.gb_seconds * p["lambda_gb_second_arm"]),
         "SQS": (files * cost.sqs_requests + idle_sqs_requests_per_month()) * p["sqs_fifo_request"],
         "EventBridge": 0.0,
         "DynamoDB": files * (cost.ddb_rru * p["ddb_rru"] + cost.ddb_wru * p["ddb_wru"]),
         "S3 requests": files * (cost.s3_put * p["s3_put"] + cost.s3_get * p["s3_get"]),
         "S3 storage (one month of files)": landing_gb * p["s3_gb_month"],
         "CloudWatch alarms": facts.alarm_metrics * p["cw_alarm_metric"],
-        "CloudWatch metrics (EMF)": EMF_METRICS * p["cw_custom_metric"] * active_hours_per_day * 30 / HOURS_PER_MONTH,
+        "CloudWatch metrics (EMF)": EMF_METRICS
+        * p["cw_custom_metric"]
+        * active_hours_per_day
+        * 30
+        / HOURS_PER_MONTH,
         "CloudWatch logs": files * cost.log_bytes / 1e9 * p["cw_log_gb"],
     }
 
@@ -362,16 +414,25 @@ def synthesize(scenarios: Sequence[Scenario]) -> dict[str, TenantFacts]:
     configs = sorted({(s.chunk_size, s.batch_size) for s in scenarios})
     document = {
         "defaults": {"sink": {"url": "https://core.example.com/records"}},
-        "tenants": [{"id": f"c{c}b{b}", "prefix": f"c{c}b{b}/", "chunk_size": c,
-                     "sink": {"batch_size": b, "auth": {"type": "none"}}}
-                    for c, b in configs],
+        "tenants": [
+            {
+                "id": f"c{c}b{b}",
+                "prefix": f"c{c}b{b}/",
+                "chunk_size": c,
+                "sink": {"batch_size": b, "auth": {"type": "none"}},
+            }
+            for c, b in configs
+        ],
     }
     with tempfile.TemporaryDirectory(prefix="cost-") as scratch:
         tenants = Path(scratch) / "tenants.yaml"
         tenants.write_text(yaml.safe_dump(document), encoding="utf-8")
         assembly = build_app(tenants, app=new_app(outdir=str(Path(scratch) / "out")), nag=False).app.synth()
         templates = {stack.stack_name: stack.template for stack in assembly.stacks}
-    return {f"c{c}b{b}": tenant_facts(templates[f"OrderedIngest-Tenant-c{c}b{b}"], f"c{c}b{b}") for c, b in configs}
+    return {
+        f"c{c}b{b}": tenant_facts(templates[f"OrderedIngest-Tenant-c{c}b{b}"], f"c{c}b{b}")
+        for c, b in configs
+    }
 
 
 def money(value: float) -> str:
@@ -379,55 +440,101 @@ def money(value: float) -> str:
 
 
 def tables(facts: Mapping[str, TenantFacts], scenarios: Sequence[Scenario] = SCENARIOS) -> str:
-    out = ["Per file (success path; files spaced so that none waits):", "",
-           ("| scenario | F/day | R/file | chunk | batch | chunks | pages | transitions (file + pages) | "
-            "Lambda invocations | Lambda GB-s | SQS requests | DynamoDB RRU / WRU | S3 PUT / GET |"),
-           "|" + " --- |" * 13]
+    out = [
+        "Per file (success path; files spaced so that none waits):",
+        "",
+        (
+            "| scenario | F/day | R/file | chunk | batch | chunks | pages | transitions (file + pages) | "
+            "Lambda invocations | Lambda GB-s | SQS requests | DynamoDB RRU / WRU | S3 PUT / GET |"
+        ),
+        "|" + " --- |" * 13,
+    ]
     priced: list[tuple[Scenario, dict[str, float]]] = []
     for s in scenarios:
         f = facts[s.tenant_id]
         cost = file_cost(f, s)
         head = f"| {s.name} | {s.files_per_day} | {s.records_per_file:,} | {s.chunk_size} | {s.batch_size} | {cost.chunks:,} "
         if cost.chunks > f.max_chunks:
-            out.append(head + f"| refused by Split: more than {f.max_chunks:,} chunks (docs/scaling.md, \"Largest file\") "
-                       + "| - " * 7 + "|")
+            out.append(
+                head
+                + f'| refused by Split: more than {f.max_chunks:,} chunks (docs/scaling.md, "Largest file") '
+                + "| - " * 7
+                + "|"
+            )
             continue
-        out.append(head + f"| {cost.pages:,} | {cost.transitions:,} ({cost.parent_transitions:,} + "
-                   f"{cost.page_transitions:,}) | {cost.invocations:,} | {cost.gb_seconds:,.1f} | {cost.sqs_requests} "
-                   f"| {cost.ddb_rru:,} / {cost.ddb_wru:,} | {cost.s3_put} / {cost.s3_get:,} |")
+        out.append(
+            head + f"| {cost.pages:,} | {cost.transitions:,} ({cost.parent_transitions:,} + "
+            f"{cost.page_transitions:,}) | {cost.invocations:,} | {cost.gb_seconds:,.1f} | {cost.sqs_requests} "
+            f"| {cost.ddb_rru:,} / {cost.ddb_wru:,} | {cost.s3_put} / {cost.s3_get:,} |"
+        )
         priced.append((s, monthly(f, s, cost)))
     services = list(priced[0][1])
-    out += ["", "Per tenant and month (30 days, us-east-1, no free tier):", "",
-            "| service | " + " | ".join(s.name for s, _ in priced) + " | idle tenant |",
-            "|" + " --- |" * (len(priced) + 2)]
-    idle = monthly(facts[priced[0][0].tenant_id], Scenario("idle", 0, 0, 100, 1),
-                   file_cost(facts[priced[0][0].tenant_id], Scenario("idle", 0, 0, 100, 1)))
+    out += [
+        "",
+        "Per tenant and month (30 days, us-east-1, no free tier):",
+        "",
+        "| service | " + " | ".join(s.name for s, _ in priced) + " | idle tenant |",
+        "|" + " --- |" * (len(priced) + 2),
+    ]
+    idle = monthly(
+        facts[priced[0][0].tenant_id],
+        Scenario("idle", 0, 0, 100, 1),
+        file_cost(facts[priced[0][0].tenant_id], Scenario("idle", 0, 0, 100, 1)),
+    )
     for service in services:
-        out.append(f"| {service} | " + " | ".join(money(m[service]) for _, m in priced) + f" | {money(idle[service])} |")
-    slow = [monthly(facts[s.tenant_id], s, file_cost(facts[s.tenant_id], s, SLOW_ANSWER_SECONDS))["Lambda"]
-            for s, _ in priced]
-    out.append(f"| Lambda if the core system answers in {SLOW_ANSWER_SECONDS * 1000:.0f} ms (instead of the total's "
-               "local figures) | " + " | ".join(money(v) for v in slow) + " | - |")
-    out.append("| **total** | " + " | ".join(f"**{money(sum(m.values()))}**" for _, m in priced)
-               + f" | **{money(sum(idle.values()))}** |")
-    out += ["", "The article's design for the same files (only the services where it differs):", "",
-            "| service | " + " | ".join(s.name for s, _ in priced) + " |", "|" + " --- |" * (len(priced) + 1)]
+        out.append(
+            f"| {service} | "
+            + " | ".join(money(m[service]) for _, m in priced)
+            + f" | {money(idle[service])} |"
+        )
+    slow = [
+        monthly(facts[s.tenant_id], s, file_cost(facts[s.tenant_id], s, SLOW_ANSWER_SECONDS))["Lambda"]
+        for s, _ in priced
+    ]
+    out.append(
+        f"| Lambda if the core system answers in {SLOW_ANSWER_SECONDS * 1000:.0f} ms (instead of the total's "
+        "local figures) | " + " | ".join(money(v) for v in slow) + " | - |"
+    )
+    out.append(
+        "| **total** | "
+        + " | ".join(f"**{money(sum(m.values()))}**" for _, m in priced)
+        + f" | **{money(sum(idle.values()))}** |"
+    )
+    out += [
+        "",
+        "The article's design for the same files (only the services where it differs):",
+        "",
+        "| service | " + " | ".join(s.name for s, _ in priced) + " |",
+        "|" + " --- |" * (len(priced) + 1),
+    ]
     seeds = [seed_monthly(s) for s, _ in priced]
     for service in seeds[0]:
-        out.append(f"| {service} | " + " | ".join(
-            f"{money(seed[service])} (here {money(m[service])})" for seed, (_, m) in zip(seeds, priced)) + " |")
+        out.append(
+            f"| {service} | "
+            + " | ".join(
+                f"{money(seed[service])} (here {money(m[service])})" for seed, (_, m) in zip(seeds, priced)
+            )
+            + " |"
+        )
     seed_calls, own_calls = seed_burst(10, 600)
-    out += ["", (f"A burst of 10 files of 10 minutes each: the article's controller runs {seed_calls:,} times "
-                 f"(each a ListExecutions), this one at most {own_calls}.")]
+    out += [
+        "",
+        (
+            f"A burst of 10 files of 10 minutes each: the article's controller runs {seed_calls:,} times "
+            f"(each a ListExecutions), this one at most {own_calls}."
+        ),
+    ]
     return "\n".join(out)
 
 
 def facts_line(facts: Mapping[str, TenantFacts]) -> str:
     f = facts[SCENARIOS[0].tenant_id]
     memory = ", ".join(f"{kind} {mb} MB" for kind, mb in sorted(f.memory_mb.items()))
-    return (f"From the templates: {f.alarms} alarms per tenant watching {f.alarm_metrics} metrics; {f.log_groups} log "
-            f"groups; memory {memory}; chunks per page {', '.join(f'{k}: {v.chunks_per_page}' for k, v in sorted(facts.items()))}; "
-            f"largest file {', '.join(f'{k}: {v.max_chunks:,} chunks' for k, v in sorted(facts.items()))}.")
+    return (
+        f"From the templates: {f.alarms} alarms per tenant watching {f.alarm_metrics} metrics; {f.log_groups} log "
+        f"groups; memory {memory}; chunks per page {', '.join(f'{k}: {v.chunks_per_page}' for k, v in sorted(facts.items()))}; "
+        f"largest file {', '.join(f'{k}: {v.max_chunks:,} chunks' for k, v in sorted(facts.items()))}."
+    )
 
 
 def render(facts: Mapping[str, TenantFacts]) -> str:
@@ -435,7 +542,7 @@ def render(facts: Mapping[str, TenantFacts]) -> str:
 
 
 def embedded(text: str) -> str:
-    return text[text.index(BEGIN):text.index(END) + len(END)]
+    return text[text.index(BEGIN) : text.index(END) + len(END)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

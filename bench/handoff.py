@@ -28,11 +28,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
+import yaml
 
-from lambdas import contract  # noqa: E402
-from local_runtime import LocalPipeline  # noqa: E402
-from pipeline_constructs import functions  # noqa: E402
+from lambdas import contract
+from local_runtime import LocalPipeline
+from pipeline_constructs import functions
 
 RESULTS = ROOT / "docs" / "benchmarks.md"
 QUEUE_VISIBILITY_SECONDS = 30
@@ -41,10 +41,14 @@ HAND_OFF = "    def _hand_off(self, position: Position) -> bool:\n"
 
 def tenants_file(directory: Path) -> Path:
     path = directory / "tenants.yaml"
-    path.write_text(yaml.safe_dump({
-        "defaults": {"chunk_size": 10, "sink": {"url": "http://127.0.0.1:9/unused"}},
-        "tenants": [{"id": "bench", "prefix": "bench/", "sink": {"auth": {"type": "none"}}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"chunk_size": 10, "sink": {"url": "http://127.0.0.1:9/unused"}},
+                "tenants": [{"id": "bench", "prefix": "bench/", "sink": {"auth": {"type": "none"}}}],
+            }
+        )
+    )
     return path
 
 
@@ -55,7 +59,9 @@ def seed_code(directory: Path) -> Path:
     closer = code / "closer.py"
     source = closer.read_text()
     assert HAND_OFF in source, "the closer changed: update the benchmark"
-    closer.write_text(source.replace(HAND_OFF, HAND_OFF + "        return False  # benchmark: no fast hand-off\n"))
+    closer.write_text(
+        source.replace(HAND_OFF, HAND_OFF + "        return False  # benchmark: no fast hand-off\n")
+    )
     return code
 
 

@@ -24,12 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lambdas import contract  # noqa: E402
-from local_runtime.moto_server import FAKE_CREDENTIALS, MotoServer  # noqa: E402
+from lambdas import contract
+from local_runtime.moto_server import FAKE_CREDENTIALS, MotoServer
 
 RESULTS = ROOT / "docs" / "benchmarks.md"
-TABLE_HEADER = ("| date | machine | records | file | chunk size | chunks | split time | MB/s | peak RSS "
-                "| 10M records on Lambda (extrapolated) |")
+TABLE_HEADER = (
+    "| date | machine | records | file | chunk size | chunks | split time | MB/s | peak RSS "
+    "| 10M records on Lambda (extrapolated) |"
+)
 #: What `TenantPipeline` gives the split function (pipeline_constructs/data_plane.py).
 SPLIT_MEMORY_MB = 512
 SPLIT_TIMEOUT_SECONDS = 15 * 60
@@ -54,8 +56,11 @@ print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "chunk_count": result[
 
 def csv_file(records: int) -> bytes:
     """About 100 bytes a record, every field different, one quoted field with a comma."""
-    rows = (f'{i},customer-{i % 9973:05d},{i * 7 % 100000}.{i % 100:02d},EUR,"note {i}, ok",'
-            f"2026-11-30T12:{i % 60:02d}:{i % 60:02d}Z,{'x' * 20}\n" for i in range(records))
+    rows = (
+        f'{i},customer-{i % 9973:05d},{i * 7 % 100000}.{i % 100:02d},EUR,"note {i}, ok",'
+        f"2026-11-30T12:{i % 60:02d}:{i % 60:02d}Z,{'x' * 20}\n"
+        for i in range(records)
+    )
     return ("id,customer,amount,currency,note,created_at,padding\n" + "".join(rows)).encode()
 
 
@@ -76,18 +81,36 @@ def measure(records: int, chunk_size: int) -> dict[str, float]:
             **{contract.env_name(k): v for k, v in FAKE_CREDENTIALS.items()},
             "AWS_DEFAULT_REGION": server.region,
             "AWS_ENDPOINT_URL": server.endpoint_url,
-            **contract.environment(contract.SplitEnv(
-                tenant_id=TENANT, format="csv", chunk_size=chunk_size, work_bucket=WORK,
-                landing_prefix="bench/", ledger_table_name="ledger", duplicate_files="process",
-                # The bench measures Split's pass; the workflow's file-size limit (max_chunks,
-                # docs/scaling.md, "Largest file") is not what it measures, so it is lifted here.
-                max_chunks=10**9,
-            )),
+            **contract.environment(
+                contract.SplitEnv(
+                    tenant_id=TENANT,
+                    format="csv",
+                    chunk_size=chunk_size,
+                    work_bucket=WORK,
+                    landing_prefix="bench/",
+                    ledger_table_name="ledger",
+                    duplicate_files="process",
+                    # The bench measures Split's pass; the workflow's file-size limit (max_chunks,
+                    # docs/scaling.md, "Largest file") is not what it measures, so it is lifted here.
+                    max_chunks=10**9,
+                )
+            ),
         }
-        event = {"tenant": TENANT, "event_id": f"bench-{int(time.time())}", "bucket": LANDING, "key": KEY,
-                 "version_id": version_id, "start_record": 0}
-        done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), json.dumps(event)],
-                              env=env, check=True, capture_output=True, text=True)
+        event = {
+            "tenant": TENANT,
+            "event_id": f"bench-{int(time.time())}",
+            "bucket": LANDING,
+            "key": KEY,
+            "version_id": version_id,
+            "start_record": 0,
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(ROOT), json.dumps(event)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         figures = json.loads(done.stdout.strip().splitlines()[-1])
     finally:
         server.stop()
@@ -95,9 +118,15 @@ def measure(records: int, chunk_size: int) -> dict[str, float]:
     mb = size / 1e6
     lambda_cpu = figures["cpu_seconds"] * 10 * LAMBDA_FULL_VCPU_MB / SPLIT_MEMORY_MB
     estimate = lambda_cpu + 10 * mb / S3_GET_MB_PER_SECOND
-    return {**figures, "records": records, "chunk_size": chunk_size, "mb": mb,
-            "mb_per_second": mb / figures["seconds"], "estimate_10m": estimate,
-            "margin": SPLIT_TIMEOUT_SECONDS / estimate}
+    return {
+        **figures,
+        "records": records,
+        "chunk_size": chunk_size,
+        "mb": mb,
+        "mb_per_second": mb / figures["seconds"],
+        "estimate_10m": estimate,
+        "margin": SPLIT_TIMEOUT_SECONDS / estimate,
+    }
 
 
 def main() -> int:

@@ -70,10 +70,18 @@ def run_once(rev: str, workers: int, log: Path) -> tuple[float, float, str]:
         env.pop("VIRTUAL_ENV", None)
         started = time.monotonic()
         with log.open("w") as out:
-            subprocess.run(["make", "setup"], cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+            subprocess.run(
+                ["make", "setup"], cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT, check=True
+            )
             installed = time.monotonic()
-            result = subprocess.run(["make", "test", f"WORKERS={workers}"], cwd=clone, env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, check=False)
+            result = subprocess.run(
+                ["make", "test", f"WORKERS={workers}"],
+                cwd=clone,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
         finished = time.monotonic()
     summary = [line for line in log.read_text().splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
     outcome = summary[-1].strip("= ") if summary else f"make test exited {result.returncode}"
@@ -99,18 +107,27 @@ def record(rows: list[str]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rev", default="HEAD", help="the commit to clone and test (default HEAD)")
     parser.add_argument("--runs", type=int, default=1, help="runs in a row (default 1)")
-    parser.add_argument("--burners", type=int, default=0, help="processes keeping a core busy each (default 0)")
-    parser.add_argument("--workers", type=int, default=None, help="make test WORKERS (default: the Makefile's)")
-    parser.add_argument("--no-write", action="store_true", help=f"print the rows, do not write {RESULTS.name}")
+    parser.add_argument(
+        "--burners", type=int, default=0, help="processes keeping a core busy each (default 0)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="make test WORKERS (default: the Makefile's)"
+    )
+    parser.add_argument(
+        "--no-write", action="store_true", help=f"print the rows, do not write {RESULTS.name}"
+    )
     args = parser.parse_args()
     if args.workers is None:  # the Makefile's default, as make test runs it
         args.workers = int(re.search(r"^WORKERS \?= (\d+)$", (ROOT / "Makefile").read_text(), re.M).group(1))
 
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.rev], check=True,
-                            capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", args.rev], check=True, capture_output=True, text=True
+    ).stdout.strip()
     speed = machine_speed()
     burners = [multiprocessing.Process(target=burn, daemon=True) for _ in range(args.burners)]
     for process in burners:
@@ -123,8 +140,10 @@ def main() -> int:
             log = Path(tempfile.gettempdir()) / f"suite-bench-{commit}-{run}.log"
             install, tests, outcome = run_once(commit, args.workers, log)
             green = green and "failed" not in outcome and "error" not in outcome and "exited" not in outcome
-            row = (f"| {date.today().isoformat()} | `{commit}` | {load}, {os.cpu_count()} cores, WORKERS="
-                   f"{args.workers}, {speed} | {run}/{args.runs} | {minutes(install)} | {minutes(tests)} | {outcome} |")
+            row = (
+                f"| {date.today().isoformat()} | `{commit}` | {load}, {os.cpu_count()} cores, WORKERS="
+                f"{args.workers}, {speed} | {run}/{args.runs} | {minutes(install)} | {minutes(tests)} | {outcome} |"
+            )
             print(row, f"(log: {log})", flush=True)
             rows.append(row)
     finally:

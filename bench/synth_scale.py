@@ -16,6 +16,7 @@ The figures replace the "Synth at scale" section of docs/benchmarks.md unless ``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -43,6 +44,7 @@ GOAL_SECONDS, DIFF_GOAL_SECONDS = 90, 20
 #: cfn-lint: CDK adds a DependsOn that a GetAtt already implies (as tests/test_app.py).
 IGNORED_LINT_RULES = ("W3005",)
 
+
 def extra_blocks(count: int) -> dict[str, Any]:
     """Top-level blocks besides `defaults`, `notifications` and `tenants`: what a file of
     `count` tenants needs to pass synth's own checks in one account, as docs/scaling.md says
@@ -55,6 +57,7 @@ def extra_blocks(count: int) -> dict[str, Any]:
         "account_limits": {"iam_roles": 5000, "lambda_concurrent_executions": count + 200},
     }
 
+
 def tenants_document(count: int) -> dict[str, Any]:
     """A valid tenants file of ``count`` tenants: ids `t0001`, ... under prefixes `t0001/`, ...,
     every tenant with the defaults, every fifth in JSON Lines, every tenth with its own sink,
@@ -62,16 +65,26 @@ def tenants_document(count: int) -> dict[str, Any]:
     tenants: list[dict[str, Any]] = []
     for index in range(1, count + 1):
         # `auth: {type: none}` on each tenant: defaults may not give it.
-        tenant: dict[str, Any] = {"id": f"t{index:04d}", "prefix": f"t{index:04d}/incoming/",
-                                  "sink": {"auth": {"type": "none"}}}
+        tenant: dict[str, Any] = {
+            "id": f"t{index:04d}",
+            "prefix": f"t{index:04d}/incoming/",
+            "sink": {"auth": {"type": "none"}},
+        }
         if index % 5 == 0:
             tenant["format"] = "jsonl"
         if index % 10 == 0:
-            tenant.update(chunk_size=250, sink={"url": f"https://core-{index}.example.com/records", "auth": {"type": "none"}},
-                          alarms={"stall_after_seconds": 600})
+            tenant.update(
+                chunk_size=250,
+                sink={"url": f"https://core-{index}.example.com/records", "auth": {"type": "none"}},
+                alarms={"stall_after_seconds": 600},
+            )
         tenants.append(tenant)
     return {
-        "defaults": {"format": "csv", "chunk_size": 100, "sink": {"url": "https://core.example.com/api/records"}},
+        "defaults": {
+            "format": "csv",
+            "chunk_size": 100,
+            "sink": {"url": "https://core.example.com/api/records"},
+        },
         "notifications": {"emails": ["oncall@example.com"]},
         **extra_blocks(count),
         "tenants": tenants,
@@ -93,8 +106,13 @@ class Run:
     load_before: float
 
 
-def run_measured(command: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT,
-                 allowed: tuple[int, ...] = (0,)) -> Run:
+def run_measured(
+    command: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    allowed: tuple[int, ...] = (0,),
+) -> Run:
     """Run ``command`` to its end; peak RSS summed over its whole process tree (psutil)."""
     load = os.getloadavg()[0]
     started = time.monotonic()
@@ -109,10 +127,8 @@ def run_measured(command: Sequence[str], *, env: dict[str, str] | None = None, c
             total = 0
             try:
                 for proc in [root, *root.children(recursive=True)]:
-                    try:
+                    with contextlib.suppress(psutil.Error):
                         total += proc.memory_info().rss
-                    except psutil.Error:
-                        pass
             except psutil.Error:
                 pass
             peak = max(peak, total)
@@ -143,12 +159,25 @@ def _cli_env() -> dict[str, str]:
 
 def synth_whole(tenants_file: Path, outdir: Path) -> Run:
     cdk = str(ROOT / "node_modules" / ".bin" / "cdk")
-    return run_measured([cdk, "synth", "--quiet", "-c", f"tenants={tenants_file}", "-o", str(outdir)], env=_cli_env())
+    return run_measured(
+        [cdk, "synth", "--quiet", "-c", f"tenants={tenants_file}", "-o", str(outdir)], env=_cli_env()
+    )
 
 
 def synth_cells(tenants_file: Path, outdir: Path) -> Run:
-    return run_measured([sys.executable, "-m", "tools.cells", "synth", "--tenants", str(tenants_file),
-                         "--outdir", str(outdir)], env=_cli_env())
+    return run_measured(
+        [
+            sys.executable,
+            "-m",
+            "tools.cells",
+            "synth",
+            "--tenants",
+            str(tenants_file),
+            "--outdir",
+            str(outdir),
+        ],
+        env=_cli_env(),
+    )
 
 
 def diff_one_tenant(tenants_file: Path, scratch: Path) -> Run:
@@ -157,16 +186,30 @@ def diff_one_tenant(tenants_file: Path, scratch: Path) -> Run:
     document = yaml.safe_load(tenants_file.read_text())
     document["tenants"][0]["chunk_size"] = 77
     changed.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    command = [sys.executable, "-m", "tools.offline_diff", "--base-tenants", str(tenants_file),
-               "--tenants", str(changed)]
+    command = [
+        sys.executable,
+        "-m",
+        "tools.offline_diff",
+        "--base-tenants",
+        str(tenants_file),
+        "--tenants",
+        str(changed),
+    ]
     return run_measured(command, env=_cli_env(), allowed=(0, 1))
 
 
 def lint(outdir: Path) -> tuple[Run, int, list[str]]:
     """cfn-lint over every template of the cells, in one process: (run, templates, findings)."""
     templates = sorted(str(p) for p in outdir.glob("*/*.template.json"))
-    command = [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable",
-               "--ignore-checks", *IGNORED_LINT_RULES, "--", *templates]
+    command = [
+        str(Path(sys.executable).parent / "cfn-lint"),
+        "--format",
+        "parseable",
+        "--ignore-checks",
+        *IGNORED_LINT_RULES,
+        "--",
+        *templates,
+    ]
     load = os.getloadavg()[0]
     started = time.monotonic()
     result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -188,8 +231,12 @@ SAMPLE_BUCKET = "ordered-ingest-landing-123456789012-ap-northeast-1"
 
 def unmatched_pattern_characters(shared: dict[str, Any]) -> int:
     """The unmatched-uploads rule's pattern as EventBridge receives it (the bucket name resolved)."""
-    (rule,) = [r for r in shared["Resources"].values() if r["Type"] == "AWS::Events::Rule"
-               and r["Properties"].get("Name") == "ordered-ingest-unmatched-uploads"]
+    (rule,) = [
+        r
+        for r in shared["Resources"].values()
+        if r["Type"] == "AWS::Events::Rule"
+        and r["Properties"].get("Name") == "ordered-ingest-unmatched-uploads"
+    ]
     pattern = rule["Properties"]["EventPattern"]
     pattern["detail"]["bucket"]["name"] = [SAMPLE_BUCKET]
     return len(json.dumps(pattern, separators=(",", ":")))
@@ -205,7 +252,8 @@ def assembly_figures(outdir: Path) -> dict[str, Any]:
         "cell_count": len({p.parent for p in found}),
         "stacks": len(templates),
         "shared_kb": templates["OrderedIngest-Shared"] / 1024,
-        "largest_tenant_kb": max(v for k, v in templates.items() if k.startswith("OrderedIngest-Tenant-")) / 1024,
+        "largest_tenant_kb": max(v for k, v in templates.items() if k.startswith("OrderedIngest-Tenant-"))
+        / 1024,
         "over_limit": sorted(k for k, v in templates.items() if v > TEMPLATE_LIMIT_BYTES),
         "shared_resources": len(shared["Resources"]),
         "unmatched_pattern": unmatched_pattern_characters(shared),
@@ -226,8 +274,11 @@ def measure(count: int, paths: Sequence[str], run_lint: bool) -> dict[str, Any]:
             else:
                 run = diff_one_tenant(tenants_file, directory)
             row[path] = run
-            print(f"{count} tenants, {path}: {run.seconds:.1f} s, peak {run.peak_rss_mb:.0f} MB "
-                  f"(load {run.load_before:.1f})", flush=True)
+            print(
+                f"{count} tenants, {path}: {run.seconds:.1f} s, peak {run.peak_rss_mb:.0f} MB "
+                f"(load {run.load_before:.1f})",
+                flush=True,
+            )
         cells_out = directory / "cells.out"
         if not cells_out.exists():
             synth_cells(tenants_file, cells_out)
@@ -235,8 +286,11 @@ def measure(count: int, paths: Sequence[str], run_lint: bool) -> dict[str, Any]:
         if run_lint:
             run, templates, findings = lint(cells_out)
             row["lint"], row["lint_templates"], row["lint_findings"] = run, templates, findings
-            print(f"{count} tenants, cfn-lint of {templates} templates: {run.seconds:.1f} s, "
-                  f"{len(findings)} findings", flush=True)
+            print(
+                f"{count} tenants, cfn-lint of {templates} templates: {run.seconds:.1f} s, "
+                f"{len(findings)} findings",
+                flush=True,
+            )
             for finding in findings[:20]:
                 print(f"  {finding}")
         return row
@@ -248,8 +302,14 @@ def table(rows: list[dict[str, Any]], paths: Sequence[str]) -> str:
     header = ["date", "machine", "tenants", "cells", "stacks"]
     for path in paths:
         header += [f"{path}", f"{path} peak RSS", f"{path} load"]
-    header += ["cfn-lint (all templates)", "lint findings", "shared template", "largest tenant template",
-               "templates over 1 MB", "unmatched-uploads pattern"]
+    header += [
+        "cfn-lint (all templates)",
+        "lint findings",
+        "shared template",
+        "largest tenant template",
+        "templates over 1 MB",
+        "unmatched-uploads pattern",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:
         cells = [today, machine, f"{row['tenants']:,}", f"{row['cell_count']:,}", f"{row['stacks']:,}"]
@@ -257,12 +317,15 @@ def table(rows: list[dict[str, Any]], paths: Sequence[str]) -> str:
             run: Run = row[path]
             cells += [f"{run.seconds:.1f} s", f"{run.peak_rss_mb:,.0f} MB", f"{run.load_before:.1f}"]
         lint_run: Run | None = row.get("lint")
-        cells += [f"{lint_run.seconds:.1f} s" if lint_run else "-",
-                  f"{len(row['lint_findings'])}" if lint_run else "-",
-                  f"{row['shared_kb']:.0f} KB ({row['shared_resources']} resources)",
-                  f"{row['largest_tenant_kb']:.0f} KB", f"{len(row['over_limit'])}",
-                  f"{row['unmatched_pattern']:,} chars" + (f" (over {EVENT_PATTERN_LIMIT:,})"
-                                                          if row["unmatched_pattern"] > EVENT_PATTERN_LIMIT else "")]
+        cells += [
+            f"{lint_run.seconds:.1f} s" if lint_run else "-",
+            f"{len(row['lint_findings'])}" if lint_run else "-",
+            f"{row['shared_kb']:.0f} KB ({row['shared_resources']} resources)",
+            f"{row['largest_tenant_kb']:.0f} KB",
+            f"{len(row['over_limit'])}",
+            f"{row['unmatched_pattern']:,} chars"
+            + (f" (over {EVENT_PATTERN_LIMIT:,})" if row["unmatched_pattern"] > EVENT_PATTERN_LIMIT else ""),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -278,7 +341,7 @@ def record(rows: list[dict[str, Any]], paths: Sequence[str], command: str) -> No
     table_end = section.find("\n\n", table_start)
     table_end = len(section) if table_end == -1 else table_end
     new_section = (section[:table_start] + table(rows, paths) + section[table_end:]).replace(
-        section[section.index("Reproduce: `"):section.index("`", section.index("Reproduce: `") + 12) + 1],
+        section[section.index("Reproduce: `") : section.index("`", section.index("Reproduce: `") + 12) + 1],
         f"Reproduce: `{command}`",
     )
     RESULTS.write_text(text[:start] + new_section + text[end:], encoding="utf-8")
@@ -287,7 +350,9 @@ def record(rows: list[dict[str, Any]], paths: Sequence[str], command: str) -> No
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tenants", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--paths", nargs="+", choices=["whole", "cells", "diff"], default=["whole", "cells", "diff"])
+    parser.add_argument(
+        "--paths", nargs="+", choices=["whole", "cells", "diff"], default=["whole", "cells", "diff"]
+    )
     parser.add_argument("--no-lint", action="store_true", help="skip cfn-lint")
     parser.add_argument("--print-only", action="store_true", help="do not write docs/benchmarks.md")
     args = parser.parse_args(argv)
@@ -298,7 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [measure(count, args.paths, not args.no_lint) for count in args.tenants]
     print(table(rows, args.paths))
     if not args.print_only:
-        command = ".venv/bin/python bench/synth_scale.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+        command = ".venv/bin/python bench/synth_scale.py" + (
+            " " + " ".join(sys.argv[1:]) if sys.argv[1:] else ""
+        )
         record(rows, args.paths, command)
     failed = [row["tenants"] for row in rows if row.get("lint_findings") or row["over_limit"]]
     return 1 if failed else 0

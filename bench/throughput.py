@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from demo.samples import sample_files  # noqa: E402
-from local_runtime import LocalPipeline  # noqa: E402
+from demo.samples import sample_files
+from local_runtime import LocalPipeline
 
 RESULTS = ROOT / "docs" / "benchmarks.md"
 

@@ -82,8 +82,10 @@ class _NoInterruptions:
         self.saved: dict[int, Any] = {}
 
     def _hold(self, signum: int, frame: Any) -> None:
-        self.say(f"cleaning up: it goes on (to stop anyway, kill this process and run `python -m cloudtest teardown "
-                 f"{self.run_id}` later)")
+        self.say(
+            f"cleaning up: it goes on (to stop anyway, kill this process and run `python -m cloudtest teardown "
+            f"{self.run_id}` later)"
+        )
 
     def __enter__(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -100,12 +102,16 @@ def clean_up(session: Any, run_id: str, say: Callable[[str], None]) -> int:
     with _NoInterruptions(say, run_id):
         problems = teardown.Teardown(session.client, run_id, state, say=say).run()
     if problems:
-        say(f"clean-up incomplete ({len(problems)}); run `python -m cloudtest teardown {run_id}` again, or remove by hand:")
+        say(
+            f"clean-up incomplete ({len(problems)}); run `python -m cloudtest teardown {run_id}` again, or remove by hand:"
+        )
         for problem in problems:
             say(f"  - {problem}")
         return EXIT_FAILED
-    say(f"run {run_id}: everything it deployed is gone (keys: deletion scheduled in "
-        f"{teardown.KEY_DELETION_WINDOW_DAYS} days)")
+    say(
+        f"run {run_id}: everything it deployed is gone (keys: deletion scheduled in "
+        f"{teardown.KEY_DELETION_WINDOW_DAYS} days)"
+    )
     return EXIT_OK
 
 
@@ -128,7 +134,7 @@ def run_on_aws(session: Any, say: Callable[[str], None]) -> int:
         code = run_scenario(target, say)
     except KeyboardInterrupt:
         say("interrupted")
-    except Exception as error:  # noqa: BLE001 - say what failed, then clean up all the same
+    except Exception as error:
         say(f"cloud test FAILED: {type(error).__name__}: {error}")
     finally:
         cleaned = clean_up(session, run_id, say)
@@ -149,7 +155,9 @@ def _session(args: argparse.Namespace) -> Any:
     import boto3
 
     # botocore reads AWS_DEFAULT_REGION and profiles; AWS_REGION is what the AWS SDKs and CLI v2 also read.
-    return boto3.Session(region_name=args.region or os.environ.get("AWS_REGION") or None, profile_name=args.profile)
+    return boto3.Session(
+        region_name=args.region or os.environ.get("AWS_REGION") or None, profile_name=args.profile
+    )
 
 
 def main(argv: Sequence[str] | None = None, say: Callable[[str], None] = print) -> int:
@@ -164,7 +172,7 @@ def main(argv: Sequence[str] | None = None, say: Callable[[str], None] = print) 
     os.chdir(targets.ROOT)  # the CDK CLI reads cdk.json here
     try:
         session = _session(args)
-    except Exception as error:  # noqa: BLE001 - e.g. a profile that does not exist: one line
+    except Exception as error:
         print(f"cloud-test: {error}", file=sys.stderr)
         return EXIT_REFUSED
     return run_on_aws(session, say)

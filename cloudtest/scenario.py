@@ -68,8 +68,9 @@ def file_body(file_id: str, records: int = RECORDS_PER_FILE) -> bytes:
     return ("file,seq\n" + "".join(f"{file_id},{seq}\n" for seq in range(records))).encode()
 
 
-def tenants_document(qualifier: str, tenant_ids: Sequence[str], prefixes: Sequence[str],
-                     sink: dict[str, Any]) -> dict[str, Any]:
+def tenants_document(
+    qualifier: str, tenant_ids: Sequence[str], prefixes: Sequence[str], sink: dict[str, Any]
+) -> dict[str, Any]:
     """The tenants file of a run: its qualifier, two chunks a file, a halt on failure (the default)."""
     return {
         "qualifier": qualifier,
@@ -90,10 +91,15 @@ class Figures:
         return self.records / self.busy_seconds if self.busy_seconds else 0.0
 
     def line(self) -> str:
-        gaps = (f"hand-off gap median {statistics.median(self.handoff_gaps):.2f} s, max {max(self.handoff_gaps):.2f} s"
-                if self.handoff_gaps else "no hand-off")
-        return (f"{self.tenant}: {self.records} records, {gaps}, "
-                f"{self.records_per_second:.1f} records/s while a file ran ({self.busy_seconds:.1f} s)")
+        gaps = (
+            f"hand-off gap median {statistics.median(self.handoff_gaps):.2f} s, max {max(self.handoff_gaps):.2f} s"
+            if self.handoff_gaps
+            else "no hand-off"
+        )
+        return (
+            f"{self.tenant}: {self.records} records, {gaps}, "
+            f"{self.records_per_second:.1f} records/s while a file ran ({self.busy_seconds:.1f} s)"
+        )
 
 
 @dataclass
@@ -147,8 +153,14 @@ class Scenario:
             for item in page["executions"]:
                 described = sfn.describe_execution(executionArn=item["executionArn"])
                 given = json.loads(described.get("input") or "{}")
-                found.append({**described, "input": given, "key": given.get("key"),
-                              "version_id": given.get("version_id")})
+                found.append(
+                    {
+                        **described,
+                        "input": given,
+                        "key": given.get("key"),
+                        "version_id": given.get("version_id"),
+                    }
+                )
         return sorted(found, key=lambda e: (e["startDate"], e["name"]))
 
     def wait(self, what: str, predicate: Callable[[], Any]) -> Any:
@@ -173,9 +185,13 @@ class Scenario:
         where = self.resources()[tenant]
         key = f"{where.landing_prefix}file-{file_no}.csv"
         version = self.target.client("s3").put_object(
-            Bucket=where.landing_bucket, Key=key, Body=file_body(self.file_id(tenant, file_no)))["VersionId"]
-        self.uploads[tenant].append(verify.Upload(key=key, version_id=version, file_id=self.file_id(tenant, file_no),
-                                                  records=RECORDS_PER_FILE))
+            Bucket=where.landing_bucket, Key=key, Body=file_body(self.file_id(tenant, file_no))
+        )["VersionId"]
+        self.uploads[tenant].append(
+            verify.Upload(
+                key=key, version_id=version, file_id=self.file_id(tenant, file_no), records=RECORDS_PER_FILE
+            )
+        )
 
     @staticmethod
     def file_id(tenant: str, file_no: int) -> str:
@@ -191,11 +207,15 @@ class Scenario:
         for file_no in range(1, FILES_PER_TENANT + 1):
             for tenant in (halting, steady):
                 self.upload(tenant, file_no)
-        self.say(f"uploaded {FILES_PER_TENANT} files of {RECORDS_PER_FILE} records for each of {halting}, {steady}")
+        self.say(
+            f"uploaded {FILES_PER_TENANT} files of {RECORDS_PER_FILE} records for each of {halting}, {steady}"
+        )
 
         self.wait(f"{steady} to finish its files", lambda: self.done(steady))
         self.say(f"{steady}: every file done")
-        stopped = self.wait(f"{halting} to halt", lambda: (s := self.status(halting))["state"] == "halted" and s)
+        stopped = self.wait(
+            f"{halting} to halt", lambda: (s := self.status(halting))["state"] == "halted" and s
+        )
         self.check_halt(halting, stopped)
         self.target.core.accept_all(halting)
         code, out = self.ops("resume", halting)
@@ -221,9 +241,13 @@ class Scenario:
         later = self.file_id(tenant, HALTING_FILE + 1)
         early = [r for r in self.target.core.received(tenant) if r.body.get("file") == later]
         if early:
-            self.report.problems.append(f"{tenant}: {len(early)} records of {later} reached the core system while halted")
-        self.say(f"{tenant} halted on {wanted.rsplit('/', 1)[-1]} (ops status: {status['state']}); "
-                 f"no record of the next file was sent")
+            self.report.problems.append(
+                f"{tenant}: {len(early)} records of {later} reached the core system while halted"
+            )
+        self.say(
+            f"{tenant} halted on {wanted.rsplit('/', 1)[-1]} (ops status: {status['state']}); "
+            f"no record of the next file was sent"
+        )
 
     def check_tenant(self, tenant: str) -> None:
         """Order (files and records), exactly once (keys and records), and the figures."""
@@ -235,12 +259,16 @@ class Scenario:
         problems = [f"{tenant}: {p}" for p in verdict.problems]
         problems += [f"{tenant}: {p}" for p in verify.request_order_problems(received)]
         keys = Counter(r.idempotency_key for r in registered)
-        problems += [f"{tenant}: idempotency key {k[:12]}... registered {n} times" for k, n in keys.items() if n > 1]
+        problems += [
+            f"{tenant}: idempotency key {k[:12]}... registered {n} times" for k, n in keys.items() if n > 1
+        ]
         self.report.problems += problems
         resent = len(received) - len(registered) - sum(r.status >= 300 for r in received)
-        self.say(f"{tenant}: {len(registered)} records registered once each, in order; {resent} resent and "
-                 f"recognised by their key; {len(executions)} executions, none overlapping"
-                 + ("" if not problems else f"; PROBLEMS: {'; '.join(problems)}"))
+        self.say(
+            f"{tenant}: {len(registered)} records registered once each, in order; {resent} resent and "
+            f"recognised by their key; {len(executions)} executions, none overlapping"
+            + ("" if not problems else f"; PROBLEMS: {'; '.join(problems)}")
+        )
         self.report.figures.append(figures(tenant, executions, len(registered)))
 
     def check_resume(self, tenant: str, rejected: dict[str, str]) -> None:
@@ -250,9 +278,11 @@ class Scenario:
         if refusal is None:
             self.report.problems.append(f"{tenant}: the core system never refused {rejected}")
             return
-        after = [r.body for r in received[refusal + 1:] if r.body.get("file") == rejected["file"]]
+        after = [r.body for r in received[refusal + 1 :] if r.body.get("file") == rejected["file"]]
         if not after or after[0] != rejected:
-            self.report.problems.append(f"{tenant}: the resumed file restarted at {after[:1]}, not at {rejected}")
+            self.report.problems.append(
+                f"{tenant}: the resumed file restarted at {after[:1]}, not at {rejected}"
+            )
         else:
             self.say(f"{tenant}: the resumed file went on at record {rejected['seq']}, the one refused")
 
@@ -261,10 +291,10 @@ def figures(tenant: str, executions: list[dict[str, Any]], records: int) -> Figu
     """Hand-off gaps (a file's stop to the next file's start, after a success: a halt waits for an
     operator) and the time files ran."""
     ordered = sorted(executions, key=lambda e: e["startDate"])
-    gaps = [(after["startDate"] - before["stopDate"]).total_seconds()
-            for before, after in itertools.pairwise(ordered)
-            if before.get("stopDate") and before["status"] == "SUCCEEDED"]
+    gaps = [
+        (after["startDate"] - before["stopDate"]).total_seconds()
+        for before, after in itertools.pairwise(ordered)
+        if before.get("stopDate") and before["status"] == "SUCCEEDED"
+    ]
     busy = sum(((e.get("stopDate") or e["startDate"]) - e["startDate"]).total_seconds() for e in ordered)
     return Figures(tenant=tenant, records=records, handoff_gaps=gaps, busy_seconds=busy)
-
-

@@ -31,26 +31,50 @@ class CoreStandInStack(Stack):
     """`self.function`, `self.url`, `self.table`; outputs `FunctionUrl`, `FunctionArn`, `TableName`."""
 
     def __init__(self, scope: Construct, run_id: str, **kwargs: object) -> None:
-        super().__init__(scope, standin_stack_name(run_id), description=f"ordered-ingest cloud test {run_id}: "
-                         "a recording core-system stand-in (deleted by the test)", **kwargs)
+        super().__init__(
+            scope,
+            standin_stack_name(run_id),
+            description=f"ordered-ingest cloud test {run_id}: "
+            "a recording core-system stand-in (deleted by the test)",
+            **kwargs,
+        )
         self.table = dynamodb.TableV2(
-            self, "Requests",
+            self,
+            "Requests",
             partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
             billing=dynamodb.Billing.on_demand(),
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True),
+                point_in_time_recovery_enabled=True
+            ),
             removal_policy=RemovalPolicy.DESTROY,
         )
         name = standin_function_name(run_id)
-        log_group = logs.LogGroup(self, "Logs", log_group_name=f"/aws/lambda/{name}",
-                                  retention=logs.RetentionDays.ONE_DAY, removal_policy=RemovalPolicy.DESTROY)
-        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                        description=f"Execution role of {name}: its table and its log group")
+        log_group = logs.LogGroup(
+            self,
+            "Logs",
+            log_group_name=f"/aws/lambda/{name}",
+            retention=logs.RetentionDays.ONE_DAY,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Execution role of {name}: its table and its log group",
+        )
         self.function = lambda_.Function(
-            self, "Recorder", function_name=name, runtime=RUNTIME, architecture=lambda_.Architecture.ARM_64,
-            code=lambda_.Code.from_asset(str(CODE)), handler="recorder.handler", role=role,
-            timeout=Duration.seconds(10), memory_size=256, log_group=log_group,
+            self,
+            "Recorder",
+            function_name=name,
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.ARM_64,
+            code=lambda_.Code.from_asset(str(CODE)),
+            handler="recorder.handler",
+            role=role,
+            timeout=Duration.seconds(10),
+            memory_size=256,
+            log_group=log_group,
             environment={"TABLE_NAME": self.table.table_name},
             description="Records what the cloud test's tenants send; keeps the core system's contract",
         )

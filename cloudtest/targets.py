@@ -44,7 +44,10 @@ def write_tenants(directory: Path, run_id: str, sink: dict[str, Any]) -> Path:
 
 def sigv4_sink(url: str, region: str, function_arn: str) -> dict[str, Any]:
     """Each request signed by the register function's role: the stand-in's URL is IAM-authorized."""
-    return {"url": url, "auth": {"type": "sigv4", "service": "lambda", "region": region, "invoke_arn": function_arn}}
+    return {
+        "url": url,
+        "auth": {"type": "sigv4", "service": "lambda", "region": region, "invoke_arn": function_arn},
+    }
 
 
 # -- the local runtime ------------------------------------------------------------------------
@@ -57,8 +60,10 @@ class LocalCore:
         self.pipe = pipe
 
     def received(self, tenant: str) -> list[Received]:
-        return [Received(r.idempotency_key, r.body, r.status, r.time, r.registered, r.batch_offset)
-                for r in self.pipe.sink(tenant).requests]
+        return [
+            Received(r.idempotency_key, r.body, r.status, r.time, r.registered, r.batch_offset)
+            for r in self.pipe.sink(tenant).requests
+        ]
 
     def reject(self, tenant: str, record: dict[str, str]) -> None:
         self.pipe.sink(tenant).reject(on_record=record)
@@ -73,11 +78,15 @@ class LocalTarget:
 
     REGION, ACCOUNT = "us-east-1", "123456789012"
 
-    def __init__(self, run_id: str, workdir: Path, *, time_scale: float = 0.1, timeout: float = 120.0) -> None:
+    def __init__(
+        self, run_id: str, workdir: Path, *, time_scale: float = 0.1, timeout: float = 120.0
+    ) -> None:
         from local_runtime import LocalPipeline
 
         arn = f"arn:aws:lambda:{self.REGION}:{self.ACCOUNT}:function:{standin_function_name(run_id)}"
-        path = write_tenants(workdir, run_id, sigv4_sink("https://core-stand-in.invalid/records", self.REGION, arn))
+        path = write_tenants(
+            workdir, run_id, sigv4_sink("https://core-stand-in.invalid/records", self.REGION, arn)
+        )
         self.tenant_ids, self.qualifier = tenant_ids(run_id), qualifier(run_id)
         self.timeout, self.poll_seconds = timeout, 0.5
         self.pipe = LocalPipeline(path, time_scale=time_scale)
@@ -102,16 +111,29 @@ class AwsCore:
         self.table = table
 
     def received(self, tenant: str) -> list[Received]:
-        items, query = [], {"KeyConditionExpression": Key("pk").eq(tenant) & Key("sk").begins_with("req#"),
-                            "ConsistentRead": True}
+        items, query = (
+            [],
+            {
+                "KeyConditionExpression": Key("pk").eq(tenant) & Key("sk").begins_with("req#"),
+                "ConsistentRead": True,
+            },
+        )
         while True:
             page = self.table.query(**query)
             items += page["Items"]
             if "LastEvaluatedKey" not in page:
                 break
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return [Received(i["key"], json.loads(i["record"]), int(i["status"]), int(i["received_ns"]) / 1e9,
-                         bool(i["registered"])) for i in items]
+        return [
+            Received(
+                i["key"],
+                json.loads(i["record"]),
+                int(i["status"]),
+                int(i["received_ns"]) / 1e9,
+                bool(i["registered"]),
+            )
+            for i in items
+        ]
 
     def reject(self, tenant: str, record: dict[str, str]) -> None:
         self.table.put_item(Item={"pk": "rule", "sk": f"reject#{tenant}", "record": json.dumps(record)})
@@ -125,15 +147,18 @@ Runner = Callable[[list[str], Path], int]
 
 
 def run_visible(argv: list[str], cwd: Path) -> int:
-    return subprocess.run(argv, cwd=cwd, env={**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"}, check=False).returncode
+    return subprocess.run(
+        argv, cwd=cwd, env={**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"}, check=False
+    ).returncode
 
 
 def run_streaming(argv: Any) -> tuple[int, str]:
     """`tools.cells`' runner, showing the CLI's output as it comes (a deploy takes minutes);
     returns no output (it was shown)."""
     env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"}
-    with subprocess.Popen(list(argv), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as process:
+    with subprocess.Popen(
+        list(argv), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
         assert process.stdout is not None
         for line in process.stdout:
             print(line, end="", flush=True)
@@ -145,8 +170,16 @@ class AwsTarget:
 
     timeout, poll_seconds = 900.0, 5.0
 
-    def __init__(self, session: Any, run_id: str, workdir: Path, *, say: Callable[[str], None] = print,
-                 runner: Runner = run_visible, cells_runner: Callable[[Any], tuple[int, str]] = run_streaming) -> None:
+    def __init__(
+        self,
+        session: Any,
+        run_id: str,
+        workdir: Path,
+        *,
+        say: Callable[[str], None] = print,
+        runner: Runner = run_visible,
+        cells_runner: Callable[[Any], tuple[int, str]] = run_streaming,
+    ) -> None:
         self.session, self.run_id, self.workdir, self.say, self.runner = session, run_id, workdir, say, runner
         self.cells_runner = cells_runner
         self.tenant_ids, self.qualifier = tenant_ids(run_id), qualifier(run_id)
@@ -162,21 +195,27 @@ class AwsTarget:
         """Refuse (one line) without credentials, a Region or a bootstrapped environment. A
         deployment of the app there is no obstacle: the run's names are qualified."""
         if not self.region:
-            raise Refused("no AWS Region: set AWS_REGION (or AWS_DEFAULT_REGION, a profile's region, or --region) to the "
-                          "Region to test in")
+            raise Refused(
+                "no AWS Region: set AWS_REGION (or AWS_DEFAULT_REGION, a profile's region, or --region) to the "
+                "Region to test in"
+            )
         if self.session.get_credentials() is None:
-            raise Refused("no AWS credentials: set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) for "
-                          "the account to test in; this test deploys to it and deletes what it deployed")
+            raise Refused(
+                "no AWS credentials: set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) for "
+                "the account to test in; this test deploys to it and deletes what it deployed"
+            )
         try:
             self.account = self.client("sts").get_caller_identity()["Account"]
-        except Exception as error:  # noqa: BLE001 - one line, whatever the SDK raised
+        except Exception as error:
             raise Refused(f"the AWS credentials do not work: {error}") from None
         where = f"account {self.account}, Region {self.region}"
         try:
             self.client("ssm").get_parameter(Name="/cdk-bootstrap/hnb659fds/version")
-        except Exception:  # noqa: BLE001 - absent or not readable: both mean `cdk bootstrap` first
-            raise Refused(f"{where} is not bootstrapped for the CDK: run `cdk bootstrap aws://{self.account}/"
-                          f"{self.region}` first") from None
+        except Exception:
+            raise Refused(
+                f"{where} is not bootstrapped for the CDK: run `cdk bootstrap aws://{self.account}/"
+                f"{self.region}` first"
+            ) from None
 
     def deploy(self) -> None:
         """The stand-in first (the tenants' sink names its URL and ARN), then the app's cells."""
@@ -186,19 +225,43 @@ class AwsTarget:
         cdk = cell_tool.cdk()
         outputs = self.workdir / "stand-in-outputs.json"
         self.say(f"deploying {standin_stack_name(self.run_id)} (the recording core-system stand-in)")
-        code = self.runner([cdk, "deploy", "--app", f"{sys.executable} -m cloudtest.standin", "-c",
-                            f"run_id={self.run_id}", "--output", str(self.workdir / "stand-in.out"),
-                            "--outputs-file", str(outputs), "--require-approval", "never", "--no-notices",
-                            "--tags", f"{RUN_TAG}={self.run_id}"], ROOT)
+        code = self.runner(
+            [
+                cdk,
+                "deploy",
+                "--app",
+                f"{sys.executable} -m cloudtest.standin",
+                "-c",
+                f"run_id={self.run_id}",
+                "--output",
+                str(self.workdir / "stand-in.out"),
+                "--outputs-file",
+                str(outputs),
+                "--require-approval",
+                "never",
+                "--no-notices",
+                "--tags",
+                f"{RUN_TAG}={self.run_id}",
+            ],
+            ROOT,
+        )
         if code != 0:
             raise RuntimeError(f"cdk deploy of the stand-in failed (exit {code})")
         values = json.loads(outputs.read_text())[standin_stack_name(self.run_id)]
         self.core = AwsCore(self.session.resource("dynamodb").Table(values["TableName"]))
-        tenants = write_tenants(self.workdir, self.run_id,
-                                sigv4_sink(values["FunctionUrl"], self.region, values["FunctionArn"]))
-        self.say(f"deploying the app for tenants {', '.join(self.tenant_ids)}, its names qualified "
-                 f"{self.qualifier}- ({tenants})")
+        tenants = write_tenants(
+            self.workdir, self.run_id, sigv4_sink(values["FunctionUrl"], self.region, values["FunctionArn"])
+        )
+        self.say(
+            f"deploying the app for tenants {', '.join(self.tenant_ids)}, its names qualified "
+            f"{self.qualifier}- ({tenants})"
+        )
         chosen = cell_tool.selected(load_config(tenants), [])
-        cell_tool.deploy(tenants, chosen, ["--require-approval", "never", "--tags", f"{RUN_TAG}={self.run_id}"],
-                         outdir=self.workdir / "cells.out", out=self.say, runner=self.cells_runner)
-
+        cell_tool.deploy(
+            tenants,
+            chosen,
+            ["--require-approval", "never", "--tags", f"{RUN_TAG}={self.run_id}"],
+            outdir=self.workdir / "cells.out",
+            out=self.say,
+            runner=self.cells_runner,
+        )

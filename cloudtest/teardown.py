@@ -36,8 +36,13 @@ from cloudtest.runs import RUN_TAG, qualifier
 from lambdas import contract
 from pipeline_constructs import names
 
-RETAINED_TYPES = ("AWS::S3::Bucket", "AWS::DynamoDB::Table", "AWS::DynamoDB::GlobalTable", "AWS::Logs::LogGroup",
-                  "AWS::KMS::Key")
+RETAINED_TYPES = (
+    "AWS::S3::Bucket",
+    "AWS::DynamoDB::Table",
+    "AWS::DynamoDB::GlobalTable",
+    "AWS::Logs::LogGroup",
+    "AWS::KMS::Key",
+)
 #: Resource statuses of something that exists (or existed) because the stack made it.
 _NOT_CREATED = ("CREATE_FAILED",)
 KEY_DELETION_WINDOW_DAYS = 7
@@ -90,11 +95,15 @@ def qualified_leftovers(clients: Callable[[str], Any], run_id: str) -> set[Lefto
     account = clients("sts").get_caller_identity()["Account"]
     region = clients("s3").meta.region_name
     with contract.qualified(qualifier(run_id)):
-        found = {Leftover("AWS::S3::Bucket", bucket(account, region))
-                 for bucket in (names.landing_bucket_name, names.work_bucket_name)}
-        prefixes = [contract.FUNCTION_LOG_GROUP.render(function=contract.qualify("")),
-                    contract.STATE_MACHINE_LOG_GROUP.render(state_machine=contract.qualify("")),
-                    contract.qualify("/")]
+        found = {
+            Leftover("AWS::S3::Bucket", bucket(account, region))
+            for bucket in (names.landing_bucket_name, names.work_bucket_name)
+        }
+        prefixes = [
+            contract.FUNCTION_LOG_GROUP.render(function=contract.qualify("")),
+            contract.STATE_MACHINE_LOG_GROUP.render(state_machine=contract.qualify("")),
+            contract.qualify("/"),
+        ]
     logs = clients("logs")
     for prefix in prefixes:
         for page in logs.get_paginator("describe_log_groups").paginate(logGroupNamePrefix=prefix):
@@ -105,8 +114,16 @@ def qualified_leftovers(clients: Callable[[str], Any], run_id: str) -> set[Lefto
 class Teardown:
     """`run()` destroys the run `run_id` in the account `clients(service)` reaches."""
 
-    def __init__(self, clients: Callable[[str], Any], run_id: str, state_file: Path, *,
-                 say: Callable[[str], None] = print, poll_seconds: float = 5.0, timeout: float = 3600.0) -> None:
+    def __init__(
+        self,
+        clients: Callable[[str], Any],
+        run_id: str,
+        state_file: Path,
+        *,
+        say: Callable[[str], None] = print,
+        poll_seconds: float = 5.0,
+        timeout: float = 3600.0,
+    ) -> None:
         self.clients, self.run_id, self.state_file, self.say = clients, run_id, state_file, say
         self.poll_seconds, self.timeout = poll_seconds, timeout
         self.problems: list[str] = []
@@ -120,7 +137,9 @@ class Teardown:
 
     def _save(self, leftovers: set[Leftover]) -> None:
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        items = [{"type": leftover.type, "physical_id": leftover.physical_id} for leftover in sorted(leftovers)]
+        items = [
+            {"type": leftover.type, "physical_id": leftover.physical_id} for leftover in sorted(leftovers)
+        ]
         self.state_file.write_text(json.dumps({"run_id": self.run_id, "leftovers": items}, indent=1))
 
     # -- the run ----------------------------------------------------------------------------
@@ -143,9 +162,11 @@ class Teardown:
                 self._wait_deleted(cfn, stack)
         try:
             leftovers |= qualified_leftovers(self.clients, self.run_id)
-        except Exception as error:  # noqa: BLE001 - carry on with what the stacks named, report it
-            self.problems.append(f"the run's qualified buckets and log groups could not be listed: "
-                                 f"{type(error).__name__}: {error}")
+        except Exception as error:
+            self.problems.append(
+                f"the run's qualified buckets and log groups could not be listed: "
+                f"{type(error).__name__}: {error}"
+            )
         for leftover in sorted(leftovers):
             self._delete(leftover)
         if not self.problems:
@@ -174,16 +195,24 @@ class Teardown:
         if status == "DELETE_COMPLETE":
             return
         # What CloudFormation could not delete: kept by a second delete, then removed below.
-        failed = [r for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack["StackId"])
-                  for r in page["StackResourceSummaries"] if r["ResourceStatus"] == "DELETE_FAILED"]
-        self.say(f"stack {stack['StackName']}: {len(failed)} resource(s) failed to delete; deleting it without them")
+        failed = [
+            r
+            for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack["StackId"])
+            for r in page["StackResourceSummaries"]
+            if r["ResourceStatus"] == "DELETE_FAILED"
+        ]
+        self.say(
+            f"stack {stack['StackName']}: {len(failed)} resource(s) failed to delete; deleting it without them"
+        )
         cfn.delete_stack(StackName=stack["StackId"], RetainResources=[r["LogicalResourceId"] for r in failed])
         if self._wait(cfn, stack, lambda s: s in ("DELETE_COMPLETE", "DELETE_FAILED")) != "DELETE_COMPLETE":
             self.problems.append(f"stack {stack['StackName']} ({stack['StackId']}) could not be deleted")
         for resource in failed:
             if resource["ResourceType"] not in RETAINED_TYPES:
-                self.problems.append(f"{resource['ResourceType']} {resource.get('PhysicalResourceId')} of stack "
-                                     f"{stack['StackName']} could not be deleted: delete it by hand")
+                self.problems.append(
+                    f"{resource['ResourceType']} {resource.get('PhysicalResourceId')} of stack "
+                    f"{stack['StackName']} could not be deleted: delete it by hand"
+                )
 
     # -- leftovers --------------------------------------------------------------------------
 
@@ -198,7 +227,7 @@ class Teardown:
         try:
             if delete(leftover.physical_id):
                 self.say(f"deleted {leftover.type} {leftover.physical_id}")
-        except Exception as error:  # noqa: BLE001 - carry on with the rest, report it
+        except Exception as error:
             self.problems.append(f"{leftover.type} {leftover.physical_id}: {type(error).__name__}: {error}")
 
     def _delete_bucket(self, bucket: str, attempts: int = 3) -> bool:
@@ -206,10 +235,14 @@ class Teardown:
         for attempt in range(attempts):
             try:
                 for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-                    objects = [{"Key": v["Key"], "VersionId": v["VersionId"]}
-                               for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+                    objects = [
+                        {"Key": v["Key"], "VersionId": v["VersionId"]}
+                        for v in page.get("Versions", []) + page.get("DeleteMarkers", [])
+                    ]
                     for start in range(0, len(objects), 1000):
-                        s3.delete_objects(Bucket=bucket, Delete={"Objects": objects[start:start + 1000], "Quiet": True})
+                        s3.delete_objects(
+                            Bucket=bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
+                        )
                 s3.delete_bucket(Bucket=bucket)
                 return True
             except s3.exceptions.ClientError as error:

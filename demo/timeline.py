@@ -129,7 +129,9 @@ def from_run(
             # A skip rewrites the attempt's history item (halted no more): a skipped file was halted.
             if stop is not None and (entry.get("halted") or entry.get("status") == "SKIPPED"):
                 same_file = (execution["key"], execution["version_id"])
-                retry = next((e for e in ordered[index + 1:] if (e["key"], e["version_id"]) == same_file), None)
+                retry = next(
+                    (e for e in ordered[index + 1 :] if (e["key"], e["version_id"]) == same_file), None
+                )
                 if retry is not None:
                     halt = Halt(tenant, stop, retry["startDate"].timestamp() - origin, "resume")
                 elif entry.get("status") == "SKIPPED" and entry.get("closed_at"):
@@ -146,7 +148,11 @@ def from_run(
             if released is not None:
                 handoffs.append(Handoff(tenant, released, after.start))
     return Timeline(
-        tenants=tuple(executions), bars=tuple(bars), halts=tuple(halts), handoffs=tuple(handoffs), end=end - origin
+        tenants=tuple(executions),
+        bars=tuple(bars),
+        halts=tuple(halts),
+        handoffs=tuple(handoffs),
+        end=end - origin,
     )
 
 
@@ -155,7 +161,9 @@ def render(timeline: Timeline, path: Path, *, title: str = "ordered ingest: the 
     the figure, drawn: its axes map seconds (x) and lanes (y, the tenants as tick labels) to
     the pixels of the PNG written (origin at the bottom left there)."""
     if path.suffix.lower() not in SUFFIXES:
-        raise ValueError(f"{path}: a timeline is written as {' or '.join(SUFFIXES)}; give the file one of these suffixes")
+        raise ValueError(
+            f"{path}: a timeline is written as {' or '.join(SUFFIXES)}; give the file one of these suffixes"
+        )
     lanes = {tenant: index for index, tenant in enumerate(timeline.tenants)}
     fig = Figure(figsize=(12, 1.9 + 0.9 * max(1, len(lanes))), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
@@ -163,28 +171,68 @@ def render(timeline: Timeline, path: Path, *, title: str = "ordered ingest: the 
 
     for halt in timeline.halts:
         stop = timeline.end if halt.stop is None else halt.stop
-        ax.barh(lanes[halt.tenant], stop - halt.start, left=halt.start, height=HALT_HEIGHT,
-                color=HALT_COLOUR, hatch="//", edgecolor=HALT_HATCH, linewidth=0, zorder=1)
+        ax.barh(
+            lanes[halt.tenant],
+            stop - halt.start,
+            left=halt.start,
+            height=HALT_HEIGHT,
+            color=HALT_COLOUR,
+            hatch="//",
+            edgecolor=HALT_HATCH,
+            linewidth=0,
+            zorder=1,
+        )
     labels = []
     for bar in timeline.bars:
         stop = timeline.end if bar.stop is None else bar.stop
         lane = lanes[bar.tenant]
-        ax.barh(lane, stop - bar.start, left=bar.start, height=BAR_HEIGHT, color=OUTCOMES[bar.outcome][0],
-                edgecolor="white", linewidth=1, zorder=2)
-        labels.append((bar, ax.text(bar.start, lane + BAR_HEIGHT / 2 + 0.04, bar.file, fontsize=7, ha="left",
-                                    va="top", clip_on=True, zorder=3)))
+        ax.barh(
+            lane,
+            stop - bar.start,
+            left=bar.start,
+            height=BAR_HEIGHT,
+            color=OUTCOMES[bar.outcome][0],
+            edgecolor="white",
+            linewidth=1,
+            zorder=2,
+        )
+        labels.append(
+            (
+                bar,
+                ax.text(
+                    bar.start,
+                    lane + BAR_HEIGHT / 2 + 0.04,
+                    bar.file,
+                    fontsize=7,
+                    ha="left",
+                    va="top",
+                    clip_on=True,
+                    zorder=3,
+                ),
+            )
+        )
 
     marks: dict[str, list[tuple[float, int]]] = {kind: [] for kind in MARKS}
     marks["handoff"] = [(h.start, lanes[h.tenant]) for h in timeline.handoffs]
     marks["halt"] = [(h.start, lanes[h.tenant]) for h in timeline.halts]
     marks["resume"] = [(b.start, lanes[b.tenant]) for b in timeline.bars if b.resumed]
-    marks["skip"] = [(h.stop, lanes[h.tenant]) for h in timeline.halts if h.ended_by == "skip" and h.stop is not None]
+    marks["skip"] = [
+        (h.stop, lanes[h.tenant]) for h in timeline.halts if h.ended_by == "skip" and h.stop is not None
+    ]
     for kind, points in marks.items():
         if points:
             marker, colour, size, _ = MARKS[kind]
-            ax.plot([x for x, _ in points], [lane - MARK_OFFSET for _, lane in points], linestyle="none",
-                    marker=marker, color=colour, markersize=size, markeredgecolor="white", markeredgewidth=0.5,
-                    zorder=4)
+            ax.plot(
+                [x for x, _ in points],
+                [lane - MARK_OFFSET for _, lane in points],
+                linestyle="none",
+                marker=marker,
+                color=colour,
+                markersize=size,
+                markeredgecolor="white",
+                markeredgewidth=0.5,
+                zorder=4,
+            )
 
     starts = [b.start for b in timeline.bars] + [0.0]
     left, right = min(starts), max([timeline.end, *(b.stop or 0 for b in timeline.bars)])
@@ -197,12 +245,28 @@ def render(timeline: Timeline, path: Path, *, title: str = "ordered ingest: the 
     ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)
     ax.set_axisbelow(True)
 
-    handles: list[Any] = [Patch(color=colour, label=text) for outcome, (colour, text) in OUTCOMES.items()
-                          if any(b.outcome == outcome for b in timeline.bars)]
+    handles: list[Any] = [
+        Patch(color=colour, label=text)
+        for outcome, (colour, text) in OUTCOMES.items()
+        if any(b.outcome == outcome for b in timeline.bars)
+    ]
     if timeline.halts:
-        handles.append(Patch(facecolor=HALT_COLOUR, hatch="//", edgecolor=HALT_HATCH, linewidth=0, label="halted"))
-    handles += [Line2D([], [], linestyle="none", marker=MARKS[kind][0], color=MARKS[kind][1], markersize=MARKS[kind][2],
-                       label=MARKS[kind][3]) for kind, points in marks.items() if points]
+        handles.append(
+            Patch(facecolor=HALT_COLOUR, hatch="//", edgecolor=HALT_HATCH, linewidth=0, label="halted")
+        )
+    handles += [
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker=MARKS[kind][0],
+            color=MARKS[kind][1],
+            markersize=MARKS[kind][2],
+            label=MARKS[kind][3],
+        )
+        for kind, points in marks.items()
+        if points
+    ]
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False, fontsize=8)
 
@@ -227,12 +291,17 @@ def _drop_crowded_labels(ax, labels: list[tuple[Bar, Any]], timeline: Timeline) 
             next_start[before] = after.start
     x_max = ax.get_xlim()[1]
     for bar, text in labels:
-        room = ax.transData.transform((next_start.get(bar, x_max), 0))[0] - ax.transData.transform((bar.start, 0))[0]
+        room = (
+            ax.transData.transform((next_start.get(bar, x_max), 0))[0]
+            - ax.transData.transform((bar.start, 0))[0]
+        )
         if text.get_window_extent().width > room - 2:
             text.remove()
 
 
-def write(pipe: Any, resources: Mapping[str, Any], path: Path, *, origin: float, end: float, title: str) -> Timeline:
+def write(
+    pipe: Any, resources: Mapping[str, Any], path: Path, *, origin: float, end: float, title: str
+) -> Timeline:
     """Read the run from the local pipeline ``pipe`` (its executions, and each tenant's ledger
     history; ``resources``: what `ops.discovery.discover` found) and draw it into ``path``."""
     from lambdas.ledger import Ledger
@@ -241,7 +310,8 @@ def write(pipe: Any, resources: Mapping[str, Any], path: Path, *, origin: float,
     timeline = from_run(
         {tenant: pipe.executions(tenant) for tenant in pipe.tenant_ids},
         {tenant: Ledger(ddb, resources[tenant].ledger_table, tenant).history() for tenant in pipe.tenant_ids},
-        origin=origin, end=end,
+        origin=origin,
+        end=end,
     )
     render(timeline, path, title=title)
     return timeline

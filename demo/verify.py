@@ -12,13 +12,13 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from lambdas import contract
 
 RecordId = tuple[str, int]  # (file, seq)
-_NEVER = datetime.max.replace(tzinfo=timezone.utc)
+_NEVER = datetime.max.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ and resume, different between two uploads of the same bytes. Reads are bounded
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import hashlib
 import io
@@ -104,9 +105,7 @@ class TextLines:
             lines_before += len(self._starts) - 1
             offset = self._starts[-1]
 
-    def _block(
-        self, block: bytes, lines_before: int, offset: int
-    ) -> tuple[str, MalformedFileError | None]:
+    def _block(self, block: bytes, lines_before: int, offset: int) -> tuple[str, MalformedFileError | None]:
         """The lines of one block of complete lines, and the problem found after them (if any);
         records where each line starts."""
         parts = block.split(b"\n")
@@ -288,7 +287,9 @@ def jsonl_records(lines: TextLines) -> Iterator[tuple[int, str]]:
         yield lines.offset_of(index), text
 
 
-def chunk_starts(fmt: str, lines: TextLines, chunk_size: int) -> tuple[Iterator[int], Callable[[], int], CsvRecords | None]:
+def chunk_starts(
+    fmt: str, lines: TextLines, chunk_size: int
+) -> tuple[Iterator[int], Callable[[], int], CsvRecords | None]:
     """Validate every record of a whole file; where each chunk's first record starts, the
     number of records (once the offsets are all out), and for CSV the parser (its `header`)."""
     if fmt == "csv":
@@ -345,7 +346,9 @@ def csv_record_encoder(header: list[str]) -> Callable[[list[str]], bytes]:
     separators=(",", ":"))`, from one format string per chunk: `json.dumps` with separators
     builds an encoder for every call, and encoding is most of the register function's CPU in
     batch mode."""
-    template = "{" + ",".join(encode_basestring_ascii(name).replace("%", "%%") + ":%s" for name in header) + "}"
+    template = (
+        "{" + ",".join(encode_basestring_ascii(name).replace("%", "%%") + ":%s" for name in header) + "}"
+    )
     return lambda row: (template % tuple(map(encode_basestring_ascii, row))).encode("ascii")
 
 
@@ -368,7 +371,7 @@ def index_block_range(block: int) -> str:
 def chunk_entries_from_block(block_bytes: bytes, chunk_index: int) -> bytes:
     """The two index entries of `chunk_index` out of its block (`index_block_range`)."""
     offset = (chunk_index % INDEX_BLOCK_ENTRIES) * INDEX_ENTRY.size
-    return block_bytes[offset:offset + 2 * INDEX_ENTRY.size]
+    return block_bytes[offset : offset + 2 * INDEX_ENTRY.size]
 
 
 def chunk_byte_range(entries: bytes) -> tuple[int, int]:
@@ -406,7 +409,10 @@ class IndexWriter:
             )["UploadId"]
         number = len(self._parts) + 1
         etag = self._s3.upload_part(
-            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number,
+            Bucket=self._bucket,
+            Key=self._key,
+            UploadId=self._upload_id,
+            PartNumber=number,
             Body=bytes(self._buffer),
         )["ETag"]
         self._parts.append({"PartNumber": number, "ETag": etag})
@@ -415,19 +421,24 @@ class IndexWriter:
     def close(self) -> None:
         """Write what is left and make the index visible."""
         if self._upload_id is None:
-            self._s3.put_object(Bucket=self._bucket, Key=self._key, Body=bytes(self._buffer),
-                                ContentType="application/octet-stream")
+            self._s3.put_object(
+                Bucket=self._bucket,
+                Key=self._key,
+                Body=bytes(self._buffer),
+                ContentType="application/octet-stream",
+            )
             return
         if self._buffer:
             self._upload_part()
         self._s3.complete_multipart_upload(
-            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, MultipartUpload={"Parts": self._parts}
+            Bucket=self._bucket,
+            Key=self._key,
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": self._parts},
         )
 
     def abort(self) -> None:
         """Give up an unfinished multipart upload (best effort: the lifecycle is the backstop)."""
         if self._upload_id is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._s3.abort_multipart_upload(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id)
-            except Exception:  # noqa: BLE001 - the split's own error matters, not this one
-                pass

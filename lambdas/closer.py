@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
+
 from lambdas.contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
 from lambdas.hints import CRASH_ERRORS, commands, hint_for, stopped_at
 from lambdas.ledger import FAILED, Ledger, LedgerConflict, Position, hand_off
 from lambdas.runtime import BoundLogger, aws_client, error_code, lambda_handler
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 RUNBOOK = "docs/operations.md"
 
@@ -79,7 +83,9 @@ def error_summary(error: str | None, cause: str | None) -> tuple[str, str]:
     """
     child = _child(cause)
     if child is not None:
-        return error_summary(str(child.get("error") or child.get("Error")), child.get("cause") or child.get("Cause"))
+        return error_summary(
+            str(child.get("error") or child.get("Error")), child.get("cause") or child.get("Cause")
+        )
     if cause:
         try:
             parsed = json.loads(cause)
@@ -103,18 +109,25 @@ def crashed_function(error: str | None, cause: str | None) -> str | None:
 class Closer:
     """Handles one close event for one tenant."""
 
-    def __init__(self, *, config: CloserEnv, ledger: Ledger, sqs: Any, sns: Any, sfn: Any, now: float,
-                 log: BoundLogger) -> None:
+    def __init__(
+        self, *, config: CloserEnv, ledger: Ledger, sqs: Any, sns: Any, sfn: Any, now: float, log: BoundLogger
+    ) -> None:
         self.config, self.ledger, self.sqs, self.sns, self.sfn = config, ledger, sqs, sns, sfn
         self.now, self.log = now, log
 
     def handle_event(self, event: dict[str, Any]) -> dict[str, Any]:
         """The workflow's payload or an EventBridge status-change event."""
         if of_other_machine(event, self.config.state_machine_arn):
-            self.log.info("status change of another state machine's execution; ignored",
-                          extra={"state_machine": event["detail"].get("stateMachineArn")})
-            return {"execution_name": event["detail"].get("name"), "recorded": False, "halted": None,
-                    "handed_off": False}
+            self.log.info(
+                "status change of another state machine's execution; ignored",
+                extra={"state_machine": event["detail"].get("stateMachineArn")},
+            )
+            return {
+                "execution_name": event["detail"].get("name"),
+                "recorded": False,
+                "halted": None,
+                "handed_off": False,
+            }
         return self.handle(close_event(event))
 
     def handle(self, event: CloseEvent) -> dict[str, Any]:
@@ -124,8 +137,9 @@ class Closer:
             return self._started(name)
         failed = status != "SUCCEEDED"
         error_type, message = error_summary(event.get("error"), event.get("cause"))
+        attempt: Position | None
         try:
-            attempt: Position | None = self.ledger.record_close(
+            attempt = self.ledger.record_close(
                 name,
                 status,
                 halt_on_failure=self.config.on_failure == "halt",
@@ -137,8 +151,14 @@ class Closer:
                 failed_in=crashed_function(event.get("error"), event.get("cause")) if failed else None,
             )
             recorded = True
-            self.log.info("close recorded", extra={"halted": attempt.halted, "next_record": attempt.next_record,
-                                                   "recorded_as": attempt.status})
+            self.log.info(
+                "close recorded",
+                extra={
+                    "halted": attempt.halted,
+                    "next_record": attempt.next_record,
+                    "recorded_as": attempt.status,
+                },
+            )
         except LedgerConflict:
             # Recorded before (this report's earlier try, or the other report): finish what may
             # not have been done after it, from the ledger's data.
@@ -146,9 +166,14 @@ class Closer:
             if attempt is None:
                 self.log.info("not the tenant's current or a recent closed execution; nothing to record")
             else:
-                self.log.info("close already recorded; finishing its report",
-                              extra={"recorded_as": attempt.status, "closed_as": attempt.closed_as,
-                                     "notified": attempt.notified_at is not None})
+                self.log.info(
+                    "close already recorded; finishing its report",
+                    extra={
+                        "recorded_as": attempt.status,
+                        "closed_as": attempt.closed_as,
+                        "notified": attempt.notified_at is not None,
+                    },
+                )
         if attempt is not None and attempt.status == FAILED and attempt.notified_at is None:
             self._notify(attempt)
         position = self.ledger.read()
@@ -160,7 +185,12 @@ class Closer:
         start) or it was redriven by hand: the ledger's current execution and its recent closed
         attempts run on after their close is recorded, until their last state ends."""
         position = self.ledger.read()
-        unchanged = {"execution_name": name, "recorded": False, "halted": position.halted, "handed_off": False}
+        unchanged = {
+            "execution_name": name,
+            "recorded": False,
+            "halted": position.halted,
+            "handed_off": False,
+        }
         if position.execution == name and position.running:
             return unchanged
         described = self._describe(name)
@@ -169,8 +199,10 @@ class Closer:
             return unchanged
         redriven = int(described.get("redriveCount") or 0) > 0
         if not redriven and (position.execution == name or self.ledger.closed_attempt(name) is not None):
-            self.log.info("RUNNING event of an execution whose close is recorded (it is finishing); ignored",
-                          extra={"current": position.execution, "current_status": position.status})
+            self.log.info(
+                "RUNNING event of an execution whose close is recorded (it is finishing); ignored",
+                extra={"current": position.execution, "current_status": position.status},
+            )
             return unchanged
         self.log.error(
             "execution started outside the gate (a hand-made redrive or start); stopping it. "
@@ -189,7 +221,10 @@ class Closer:
 
     def _describe(self, name: str) -> dict[str, Any] | None:
         try:
-            return self.sfn.describe_execution(executionArn=execution_arn(self.config.state_machine_arn, name))
+            description: dict[str, Any] = self.sfn.describe_execution(
+                executionArn=execution_arn(self.config.state_machine_arn, name)
+            )
+            return description
         except ClientError as error:
             if error_code(error) == "ExecutionDoesNotExist":
                 return None
@@ -206,19 +241,24 @@ class Closer:
 
     def _notify(self, attempt: Position) -> None:
         """Publish the failure of `attempt` (its history item), then mark it published."""
-        file = attempt.file or {}
+        file: Mapping[str, Any] = attempt.file or {}
         tenant = self.config.tenant_id
         where = stopped_at(attempt.next_record, attempt.record_count, attempt.chunk_size, attempt.chunk_count)
         closed_as = attempt.closed_as or "FAILED"
-        what = {"FAILED": "failed", "TIMED_OUT": "timed out", "ABORTED": "was stopped"}.get(closed_as, closed_as.lower())
+        what = {"FAILED": "failed", "TIMED_OUT": "timed out", "ABORTED": "was stopped"}.get(
+            closed_as, closed_as.lower()
+        )
         error_type = attempt.error or "Error"
         if attempt.halted:
             consequence = (
                 f"Tenant {tenant} is halted (on_failure: halt): its later files wait in the queue, in order."
             )
             found = hint_for(attempt)
-            actions = [f"Hint:      {found.text}", "", *commands(found, tenant, key=file.get("key"),
-                                                                       next_record=attempt.next_record)]
+            actions = [
+                f"Hint:      {found.text}",
+                "",
+                *commands(found, tenant, key=file.get("key"), next_record=attempt.next_record),
+            ]
         else:
             consequence = f"Tenant {tenant} goes on with its next file (on_failure: continue)."
             actions = ["Check the tenant with:", f"  python -m ops status {tenant}"]
@@ -243,11 +283,15 @@ class Closer:
             self.ledger.mark_notified(attempt, self.now)
         except (ClientError, LedgerConflict) as error:
             # Not worth failing the invocation for: the next report (the backstop) sends it again.
-            self.log.warning("notification sent but not marked; a later report of this close sends it again",
-                             extra={"error_code": error_code(error)})
+            self.log.warning(
+                "notification sent but not marked; a later report of this close sends it again",
+                extra={"error_code": error_code(error)},
+            )
 
 
-@lambda_handler("closer", CloserEnv, log_fields=lambda event: {}, clients=("dynamodb", "sqs", "sns", "stepfunctions"))
+@lambda_handler(
+    "closer", CloserEnv, log_fields=lambda event: {}, clients=("dynamodb", "sqs", "sns", "stepfunctions")
+)
 def handler(event: dict[str, Any], config: CloserEnv, log: BoundLogger, context: Any) -> dict[str, Any]:
     """Workflow task or EventBridge target: an execution of this tenant changed status."""
     closer = Closer(

@@ -61,8 +61,12 @@ def answer(
         current = _current_file(item)
         if action == "waiting":
             if current is None or COMPLETION_TOKEN_ATTRIBUTE not in item or not _waiting_now(item):
-                return CompletionAnswer(status=404, message=f"no file of tenant {tenant_id} waits for an answer")
-            return CompletionAnswer(status=200, message="this file waits for an answer", file=_describe(item, current))
+                return CompletionAnswer(
+                    status=404, message=f"no file of tenant {tenant_id} waits for an answer"
+                )
+            return CompletionAnswer(
+                status=200, message="this file waits for an answer", file=_describe(item, current)
+            )
         token = _waiting_token(item, current, file_id, tenant_id)
         log.bind(file_id=file_id, execution=item["execution"]["S"], action=action)
         if action == "heartbeat":
@@ -91,8 +95,11 @@ def _parse(request: Any, tenant_id: str) -> tuple[str, str, str]:
         raise CompletionRefused(400, f"action {action!r} is not one of {', '.join(COMPLETION_ACTIONS)}")
     if request.get("tenant") != tenant_id:
         # Each tenant has its own entry point; a caller of another tenant's is refused here too.
-        raise CompletionRefused(403, f"this is tenant {tenant_id}'s completion entry point, "
-                                     f"not tenant {str(request.get('tenant'))[:64]!r}'s")
+        raise CompletionRefused(
+            403,
+            f"this is tenant {tenant_id}'s completion entry point, "
+            f"not tenant {str(request.get('tenant'))[:64]!r}'s",
+        )
     unknown = set(request) - {"action", "tenant", "file", "reason"}
     if unknown:
         raise CompletionRefused(400, f"unknown field(s) {', '.join(sorted(unknown))}")
@@ -123,9 +130,11 @@ def _current_file(item: dict[str, Any]) -> dict[str, Any] | None:
 
 def _waiting_now(item: dict[str, Any]) -> bool:
     """The position's execution is RUNNING and is the one that left the token."""
-    return (item.get("status", {}).get("S") == "RUNNING"
-            and item.get(COMPLETION_EXECUTION_ATTRIBUTE, {}).get("S") == item.get("execution", {}).get("S")
-            and COMPLETION_ANSWER_ATTRIBUTE not in item)
+    return (
+        item.get("status", {}).get("S") == "RUNNING"
+        and item.get(COMPLETION_EXECUTION_ATTRIBUTE, {}).get("S") == item.get("execution", {}).get("S")
+        and COMPLETION_ANSWER_ATTRIBUTE not in item
+    )
 
 
 def _describe(item: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
@@ -143,10 +152,15 @@ def _waiting_token(item: dict[str, Any], current: dict[str, Any] | None, file_id
     if current is None or current.get("event_id") != file_id:
         raise CompletionRefused(404, f"file {file_id[:64]!r} is not tenant {tenant_id}'s current file")
     if COMPLETION_TOKEN_ATTRIBUTE not in item or item.get("status", {}).get("S") != "RUNNING":
-        raise CompletionRefused(409, f"file {file_id} is not waiting for an answer "
-                                     f"(its state: {item.get('status', {}).get('S', 'unknown')})")
+        raise CompletionRefused(
+            409,
+            f"file {file_id} is not waiting for an answer "
+            f"(its state: {item.get('status', {}).get('S', 'unknown')})",
+        )
     if item.get(COMPLETION_EXECUTION_ATTRIBUTE, {}).get("S") != item.get("execution", {}).get("S"):
-        raise CompletionRefused(409, f"file {file_id} is not waiting for an answer yet (it is being sent again)")
+        raise CompletionRefused(
+            409, f"file {file_id} is not waiting for an answer yet (it is being sent again)"
+        )
     if COMPLETION_ANSWER_ATTRIBUTE in item:
         raise CompletionRefused(409, f"file {file_id} was already {item[COMPLETION_ANSWER_ATTRIBUTE]['S']}")
     return str(item[COMPLETION_TOKEN_ATTRIBUTE]["S"])
@@ -159,11 +173,17 @@ def _record(ddb: Any, table: str, tenant_id: str, token: str, outcome: str, reas
         ddb.update_item(
             TableName=table,
             Key={"tenant": {"S": tenant_id}, "entry": {"S": LEDGER_POSITION_ENTRY}},
-            UpdateExpression=(f"SET {COMPLETION_ANSWER_ATTRIBUTE} = :answer, {COMPLETION_REASON_ATTRIBUTE} = :reason, "
-                              f"{COMPLETION_ANSWERED_AT_ATTRIBUTE} = :now"),
+            UpdateExpression=(
+                f"SET {COMPLETION_ANSWER_ATTRIBUTE} = :answer, {COMPLETION_REASON_ATTRIBUTE} = :reason, "
+                f"{COMPLETION_ANSWERED_AT_ATTRIBUTE} = :now"
+            ),
             ConditionExpression=f"{COMPLETION_TOKEN_ATTRIBUTE} = :token AND attribute_not_exists({COMPLETION_ANSWER_ATTRIBUTE})",
-            ExpressionAttributeValues={":answer": {"S": outcome}, ":reason": {"S": reason or "-"},
-                                       ":now": {"N": repr(now)}, ":token": {"S": token}},
+            ExpressionAttributeValues={
+                ":answer": {"S": outcome},
+                ":reason": {"S": reason or "-"},
+                ":now": {"N": repr(now)},
+                ":token": {"S": token},
+            },
         )
     except Exception as error:
         if error_code(error) != "ConditionalCheckFailedException":
@@ -175,13 +195,25 @@ def _send(sfn: Any, operation: str, **kwargs: Any) -> None:
         getattr(sfn, operation)(**kwargs)
     except Exception as error:
         if error_code(error) in STALE_TOKEN_ERRORS:
-            raise CompletionRefused(409, "the file is no longer waiting for an answer (timed out or closed)") from None
+            raise CompletionRefused(
+                409, "the file is no longer waiting for an answer (timed out or closed)"
+            ) from None
         raise
 
 
-@lambda_handler("completion", CompletionEnv,
-                log_fields=lambda event: {"action": event.get("action"), "file_id": event.get("file")},
-                clients=("dynamodb", "stepfunctions"))
+@lambda_handler(
+    "completion",
+    CompletionEnv,
+    log_fields=lambda event: {"action": event.get("action"), "file_id": event.get("file")},
+    clients=("dynamodb", "stepfunctions"),
+)
 def handler(event: Any, config: CompletionEnv, log: BoundLogger, context: Any) -> CompletionAnswer:
-    return answer(event, tenant_id=config.tenant_id, table=config.ledger_table_name, ddb=aws_client("dynamodb"),
-                  sfn=aws_client("stepfunctions"), now=time.time(), log=log)
+    return answer(
+        event,
+        tenant_id=config.tenant_id,
+        table=config.ledger_table_name,
+        ddb=aws_client("dynamodb"),
+        sfn=aws_client("stepfunctions"),
+        now=time.time(),
+        log=log,
+    )

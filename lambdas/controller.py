@@ -1,7 +1,7 @@
 """Controller: the per-tenant gate in front of the file-ingest workflow (docs/architecture.md, "Gate").
 
 One SQS FIFO message (an S3 "Object Created" event) per invocation. The gate decides from the
-tenant's ledger position (`ledger.py`), never from how long Step Functions keeps histories:
+tenant's ledger position (`lambdas/ledger/`), never from how long Step Functions keeps histories:
 the current file's execution runs (wait), closed unrecorded (record, decide again) or lost
 (start it again at its first unacknowledged record); a paused or halted tenant waits for
 `ops`; otherwise the position is claimed for this file (conditional write) and its execution
@@ -59,7 +59,9 @@ MAX_DECISIONS = 5
 PAUSED_VISIBILITY_SECONDS = 60
 
 
-def file_ref_from_sqs_body(body: str | None, tenant_id: str, *, landing_bucket: str, landing_prefix: str) -> FileRef:
+def file_ref_from_sqs_body(
+    body: str | None, tenant_id: str, *, landing_bucket: str, landing_prefix: str
+) -> FileRef:
     """The execution input announced by an SQS body holding an S3 "Object Created" event of
     this tenant: an object version in `landing_bucket` under `landing_prefix`.
 
@@ -75,7 +77,9 @@ def file_ref_from_sqs_body(body: str | None, tenant_id: str, *, landing_bucket: 
         ) from None
 
     def fail(what: str) -> UnusableMessageError:
-        return UnusableMessageError(f"SQS message body is not an S3 'Object Created' EventBridge event: {what}")
+        return UnusableMessageError(
+            f"SQS message body is not an S3 'Object Created' EventBridge event: {what}"
+        )
 
     if not isinstance(event, dict):
         raise fail("not a JSON object")
@@ -86,7 +90,7 @@ def file_ref_from_sqs_body(body: str | None, tenant_id: str, *, landing_bucket: 
     bucket = detail.get("bucket") if isinstance(detail, dict) else None
     if not isinstance(obj, dict) or not isinstance(bucket, dict):
         raise fail("missing detail.bucket or detail.object")
-    fields = {
+    fields: dict[str, Any] = {
         "id": event.get("id"),
         "detail.bucket.name": bucket.get("name"),
         "detail.object.key": obj.get("key"),
@@ -105,7 +109,9 @@ def file_ref_from_sqs_body(body: str | None, tenant_id: str, *, landing_bucket: 
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise fail("detail.object.size is not a non-negative integer")
     if fields["detail.bucket.name"] != landing_bucket:
-        raise UnusableMessageError(f"the event is for another bucket than the landing bucket {landing_bucket}")
+        raise UnusableMessageError(
+            f"the event is for another bucket than the landing bucket {landing_bucket}"
+        )
     try:
         key = s3_key_from_event(fields["detail.object.key"])
     except UnicodeDecodeError:
@@ -128,7 +134,7 @@ def file_ref_from_sqs_body(body: str | None, tenant_id: str, *, landing_bucket: 
 def _event_time(value: Any) -> str:
     # EventBridge writes an ISO 8601 string; moto writes epoch seconds.
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+        return dt.datetime.fromtimestamp(value, dt.UTC).isoformat().replace("+00:00", "Z")
     return value if isinstance(value, str) else ""
 
 
@@ -182,23 +188,34 @@ class Gate:
             if position.running:
                 self._start(position)
                 return _result("running", position.execution)
-            self.log.info("file already processed (redelivered message); letting the message go",
-                          extra={"status": position.status})
+            self.log.info(
+                "file already processed (redelivered message); letting the message go",
+                extra={"status": position.status},
+            )
             return _result("done", position.execution)
         if position.paused:
-            return self._wait(position, f"tenant paused ({position.pause_reason}); run ops unpause",
-                              PAUSED_VISIBILITY_SECONDS)
+            return self._wait(
+                position,
+                f"tenant paused ({position.pause_reason}); run ops unpause",
+                PAUSED_VISIBILITY_SECONDS,
+            )
         sequence = self._sequence(file)
         if position.running:
             return self._decide_running(position, sequence)
         if position.halted:
-            return self._wait(position,
-                              f"tenant halted after file {position.file_id} failed; run ops resume, ops replace or "
-                              "ops skip",
-                              sequence=sequence)
+            return self._wait(
+                position,
+                f"tenant halted after file {position.file_id} failed; run ops resume, ops replace or "
+                "ops skip",
+                sequence=sequence,
+            )
         if position.execution and self._closing(position):
-            return self._wait(position, f"execution {position.execution} is closing",
-                              CLOSING_VISIBILITY_SECONDS, sequence=sequence)
+            return self._wait(
+                position,
+                f"execution {position.execution} is closing",
+                CLOSING_VISIBILITY_SECONDS,
+                sequence=sequence,
+            )
         if sequence is None:
             self._check_arrival_order(position, file)
         else:
@@ -213,8 +230,12 @@ class Gate:
                 )
             if sequence > expected:
                 self._publish({SEQUENCE_GAP_METRIC: self._idle_wait(position)})
-                return self._wait(position, f"sequence number {expected} has not arrived; file {sequence} waits "
-                                            f"(upload it, or run ops skip-gap)", sequence=sequence)
+                return self._wait(
+                    position,
+                    f"sequence number {expected} has not arrived; file {sequence} waits "
+                    f"(upload it, or run ops skip-gap)",
+                    sequence=sequence,
+                )
         execution = execution_name(file["event_id"])
         try:
             claimed = self.ledger.claim(position, file, execution, self.now(), sequence=sequence)
@@ -241,20 +262,31 @@ class Gate:
         """S3 does not order its notifications across keys: an event older than the last file
         started arrived late. It is processed now, after the newer file (logged and counted)."""
         last = position.file
-        if last is None or _event_datetime(file["event_time"]) is None or _event_datetime(last["event_time"]) is None:
+        if (
+            last is None
+            or _event_datetime(file["event_time"]) is None
+            or _event_datetime(last["event_time"]) is None
+        ):
             return
-        if _event_datetime(file["event_time"]) < _event_datetime(last["event_time"]):
+        if _event_datetime(file["event_time"]) < _event_datetime(last["event_time"]):  # type: ignore[operator]  # neither is None: returned above
             self.log.warning(
                 "file event arrived after a newer file started (S3 does not order notifications across keys)",
-                extra={"event_time": file["event_time"], "last_started_key": last["key"],
-                       "last_started_event_time": last["event_time"]},
+                extra={
+                    "event_time": file["event_time"],
+                    "last_started_key": last["key"],
+                    "last_started_event_time": last["event_time"],
+                },
             )
             self._publish({LATE_ARRIVAL_METRIC: 1})
 
     def _publish(self, metrics: dict[str, float]) -> None:
         """One EMF record of the tenant's `metrics` (values rounded to the millisecond)."""
-        emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=self.now(),
-                     metrics={metric: round(value, 3) for metric, value in metrics.items()})
+        emit_metrics(
+            namespace=self.config.metric_namespace,
+            tenant_id=self.config.tenant_id,
+            now=self.now(),
+            metrics={metric: round(value, 3) for metric, value in metrics.items()},
+        )
 
     def _decide_running(self, position: Position, sequence: int | None = None) -> ControllerResult:
         assert position.execution is not None
@@ -262,18 +294,28 @@ class Gate:
         if status in CLOSED_STATUSES:
             # The close was not recorded (the workflow's last state and the status-change
             # rule both missed it): record it here, then decide again.
-            self.log.warning("execution closed without its close being recorded; recording it",
-                             extra={"execution": position.execution, "status": status})
-            self.ledger.record_close(position.execution, status, halt_on_failure=self._halts(),
-                                     now=self.now(), error="ClosedUnrecorded",
-                                     cause=f"Step Functions reports {status}; found by the controller")
+            self.log.warning(
+                "execution closed without its close being recorded; recording it",
+                extra={"execution": position.execution, "status": status},
+            )
+            self.ledger.record_close(
+                position.execution,
+                status,
+                halt_on_failure=self._halts(),
+                now=self.now(),
+                error="ClosedUnrecorded",
+                cause=f"Step Functions reports {status}; found by the controller",
+            )
             raise LedgerConflict("recorded a close; decide again")
         if status is None:
             age = self.now() - (position.started_at or 0)
             if age < GATE_GRACE_SECONDS:
-                return self._wait(position,
-                                  f"execution {position.execution} not visible yet (started {age:.0f} s ago)",
-                                  CLOSING_VISIBILITY_SECONDS, sequence=sequence)
+                return self._wait(
+                    position,
+                    f"execution {position.execution} not visible yet (started {age:.0f} s ago)",
+                    CLOSING_VISIBILITY_SECONDS,
+                    sequence=sequence,
+                )
             self.log.warning(
                 "the ledger's running execution is unknown to Step Functions; starting it again from the ledger",
                 extra={"execution": position.execution, "next_record": position.next_record},
@@ -295,14 +337,24 @@ class Gate:
 
         A paused tenant is not stalled: 0, and `PausedSeconds` (since `ops pause`) instead."""
         if position.paused:
-            self._publish({HEAD_WAIT_METRIC: 0.0, PAUSED_METRIC: max(0.0, self.now() - (position.paused_at or self.now()))})
+            self._publish(
+                {
+                    HEAD_WAIT_METRIC: 0.0,
+                    PAUSED_METRIC: max(0.0, self.now() - (position.paused_at or self.now())),
+                }
+            )
             return
-        self._publish({HEAD_WAIT_METRIC: 0.0 if position.running or self.closing_seen else self._idle_wait(position)})
+        self._publish(
+            {HEAD_WAIT_METRIC: 0.0 if position.running or self.closing_seen else self._idle_wait(position)}
+        )
 
     def _idle_wait(self, position: Position) -> float:
         """How long this message has waited since the tenant could have gone on: since the later
         of its send, the last close and the last `ops unpause`."""
-        return max(0.0, self.now() - max(self.message.sent_at, position.closed_at or 0.0, position.unpaused_at or 0.0))
+        return max(
+            0.0,
+            self.now() - max(self.message.sent_at, position.closed_at or 0.0, position.unpaused_at or 0.0),
+        )
 
     # -- Step Functions -------------------------------------------------------------------------
 
@@ -329,16 +381,26 @@ class Gate:
     def _start(self, position: Position) -> None:
         """Start the position's execution (idempotent: `ExecutionAlreadyExists` is success)."""
         if start_execution(self.sfn, self.config.state_machine_arn, position):
-            self.log.info("execution started", extra={"execution": position.execution,
-                                                      "start_record": position.next_record})
+            self.log.info(
+                "execution started",
+                extra={"execution": position.execution, "start_record": position.next_record},
+            )
         else:
-            self.log.info("execution already exists (redelivered message); nothing to start",
-                          extra={"execution": position.execution})
+            self.log.info(
+                "execution already exists (redelivered message); nothing to start",
+                extra={"execution": position.execution},
+            )
 
     # -- waiting --------------------------------------------------------------------------------
 
-    def _wait(self, position: Position | None, reason: str, visibility: int | None = None, *,
-              sequence: int | None = None) -> ControllerResult:
+    def _wait(
+        self,
+        position: Position | None,
+        reason: str,
+        visibility: int | None = None,
+        *,
+        sequence: int | None = None,
+    ) -> ControllerResult:
         """Keep the message in the queue; note it in the ledger so the close of the file ahead
         makes it visible at once. The visibility is set first: a close that comes after the
         note then always finds the message (and a close before it changes `seq`).
@@ -356,10 +418,17 @@ class Gate:
             if self.ledger.read().seq != position.seq:
                 raise LedgerConflict("the position changed while noting the waiting message")
         elif position is not None:
-            self.ledger.record_waiting(position, message.message_id, message.receipt, self.now(), message.sent_at)
-        self.log.info("gate busy; the message waits in the queue", extra={"reason": reason, "visible_in": seconds})
-        return ControllerResult(batchItemFailures=[{"itemIdentifier": message.message_id}], outcome="waiting",
-                                execution_name=position.execution if position else None)
+            self.ledger.record_waiting(
+                position, message.message_id, message.receipt, self.now(), message.sent_at
+            )
+        self.log.info(
+            "gate busy; the message waits in the queue", extra={"reason": reason, "visible_in": seconds}
+        )
+        return ControllerResult(
+            batchItemFailures=[{"itemIdentifier": message.message_id}],
+            outcome="waiting",
+            execution_name=position.execution if position else None,
+        )
 
     def _halts(self) -> bool:
         return self.config.on_failure == "halt"
@@ -370,7 +439,7 @@ def _event_datetime(value: str) -> dt.datetime | None:
         parsed = dt.datetime.fromisoformat(value)
     except (TypeError, ValueError):
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def _result(outcome: str, execution: str | None) -> ControllerResult:
@@ -398,21 +467,42 @@ def process_message(
     """
     sent_at = int(record["attributes"]["SentTimestamp"]) / 1000
     try:
-        file = file_ref_from_sqs_body(record.get("body"), config.tenant_id,
-                                      landing_bucket=config.landing_bucket, landing_prefix=config.landing_prefix)
+        file = file_ref_from_sqs_body(
+            record.get("body"),
+            config.tenant_id,
+            landing_bucket=config.landing_bucket,
+            landing_prefix=config.landing_prefix,
+        )
         log.bind(event_id=file["event_id"], key=file["key"], version_id=file["version_id"])
         message = Message(record["messageId"], record["receiptHandle"], sent_at)
-        gate = Gate(message, config=config, ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id), sfn=sfn,
-                    sqs=sqs, now=now, sleep=sleep, log=log, remaining_seconds=remaining_seconds)
+        gate = Gate(
+            message,
+            config=config,
+            ledger=Ledger(ddb, config.ledger_table_name, config.tenant_id),
+            sfn=sfn,
+            sqs=sqs,
+            now=now,
+            sleep=sleep,
+            log=log,
+            remaining_seconds=remaining_seconds,
+        )
         return gate.handle(file)
     except UnusableMessageError as error:
         # Raised by the parse, or by a gate that finds the message unusable before it acts on it.
-        return quarantine(record, error, config=config, s3=s3 if s3 is not None else aws_client("s3"), now=now(),
-                          log=log)
+        return quarantine(
+            record, error, config=config, s3=s3 if s3 is not None else aws_client("s3"), now=now(), log=log
+        )
 
 
-def quarantine(record: dict[str, Any], error: UnusableMessageError, *, config: ControllerEnv, s3: Any, now: float,
-               log: BoundLogger) -> ControllerResult:
+def quarantine(
+    record: dict[str, Any],
+    error: UnusableMessageError,
+    *,
+    config: ControllerEnv,
+    s3: Any,
+    now: float,
+    log: BoundLogger,
+) -> ControllerResult:
     """Keep an unusable message in the work bucket, then let it go, so the files behind it go on.
 
     The stored object holds everything `ops quarantine replay` needs (the body, the message's
@@ -426,24 +516,42 @@ def quarantine(record: dict[str, Any], error: UnusableMessageError, *, config: C
         "tenant": config.tenant_id,
         "message_id": message_id,
         "reason": error.reason,
-        "quarantined_at": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat().replace("+00:00", "Z"),
+        "quarantined_at": dt.datetime.fromtimestamp(now, dt.UTC).isoformat().replace("+00:00", "Z"),
         "queue_arn": record.get("eventSourceARN"),
         "attributes": record.get("attributes") or {},
         "message_attributes": record.get("messageAttributes") or {},
         "body": record.get("body"),
     }
-    s3.put_object(Bucket=config.work_bucket, Key=key, Body=json.dumps(stored, indent=2).encode(),
-                  ContentType="application/json")
-    log.error("unusable message quarantined; the files behind it go on",
-              extra={"reason": error.reason, "message_id": message_id, "quarantine_key": key,
-                     "error_type": type(error).__name__})
-    emit_metrics(namespace=config.metric_namespace, tenant_id=config.tenant_id, now=now,
-                 metrics={QUARANTINED_MESSAGES_METRIC: 1})
+    s3.put_object(
+        Bucket=config.work_bucket,
+        Key=key,
+        Body=json.dumps(stored, indent=2).encode(),
+        ContentType="application/json",
+    )
+    log.error(
+        "unusable message quarantined; the files behind it go on",
+        extra={
+            "reason": error.reason,
+            "message_id": message_id,
+            "quarantine_key": key,
+            "error_type": type(error).__name__,
+        },
+    )
+    emit_metrics(
+        namespace=config.metric_namespace,
+        tenant_id=config.tenant_id,
+        now=now,
+        metrics={QUARANTINED_MESSAGES_METRIC: 1},
+    )
     return ControllerResult(batchItemFailures=[], outcome="quarantined", execution_name=None)
 
 
-@lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"records": len(event.get("Records") or [])},
-                clients=("stepfunctions", "dynamodb", "sqs", "s3"))
+@lambda_handler(
+    "controller",
+    ControllerEnv,
+    log_fields=lambda event: {"records": len(event.get("Records") or [])},
+    clients=("stepfunctions", "dynamodb", "sqs", "s3"),
+)
 def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger, context: Any) -> ControllerResult:
     """SQS event source entry point (batch size 1, partial batch responses on)."""
     records = event.get("Records") or []

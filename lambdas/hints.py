@@ -29,12 +29,18 @@ class Hint:
 
 
 #: A file that cannot be processed as it is: nothing of it was sent.
-BAD_FILE = Hint(REPLACE, "have the tenant upload a corrected file, then replace the failed one with it: it runs in "
-                         "the failed file's place, before the files already queued")
+BAD_FILE = Hint(
+    REPLACE,
+    "have the tenant upload a corrected file, then replace the failed one with it: it runs in "
+    "the failed file's place, before the files already queued",
+)
 
 #: The file's landing object version is gone (deleted, or expired after it was superseded).
-LOST = Hint(REPLACE, "the file's landing version is gone: have the tenant upload it again, then replace the failed "
-                     "file with the upload (it runs in its place, before the files already queued)")
+LOST = Hint(
+    REPLACE,
+    "the file's landing version is gone: have the tenant upload it again, then replace the failed "
+    "file with the upload (it runs in its place, before the files already queued)",
+)
 
 #: Error type (the exception class a function raised, or the workflow's error name) -> hint.
 BY_ERROR: dict[str, Hint] = {
@@ -42,40 +48,60 @@ BY_ERROR: dict[str, Hint] = {
     "FileTooLargeError": BAD_FILE,
     "SplitTimeLimitError": BAD_FILE,
     "KeyOutsidePrefixError": BAD_FILE,
-    "SinkRejectedError": Hint(RESUME, "fix the record's problem in the core system, then resume; if the record "
-                                      "itself is wrong, replace the file with a corrected one from the rejected "
-                                      "record on"),
+    "SinkRejectedError": Hint(
+        RESUME,
+        "fix the record's problem in the core system, then resume; if the record "
+        "itself is wrong, replace the file with a corrected one from the rejected "
+        "record on",
+    ),
     "SinkAuthError": Hint(RESUME, "fix or rotate the credential the error names, then resume"),
     "SinkUnavailableError": Hint(RESUME, "wait until the core system answers again, then resume"),
     "ChunkInvocationBudgetExhausted": Hint(
-        RESUME, "find out why the core system kept failing within one chunk, then resume"),
+        RESUME, "find out why the core system kept failing within one chunk, then resume"
+    ),
     "CompletionTimedOut": Hint(
-        RESUME, "ask the core system's owners why it did not answer, then resume (nothing is sent again) "
-                "or skip it if it must not count"),
+        RESUME,
+        "ask the core system's owners why it did not answer, then resume (nothing is sent again) "
+        "or skip it if it must not count",
+    ),
     "CompletionRejected": Hint(
-        RESUME, "agree with the core system's owners what is wrong, then resume (nothing is sent again) or skip it"),
+        RESUME,
+        "agree with the core system's owners what is wrong, then resume (nothing is sent again) or skip it",
+    ),
     "NoSuchKey": LOST,
     "NoSuchVersion": LOST,
     "StaleExecutionError": Hint(
-        NOTHING, "an execution started by hand was refused before it sent anything: nothing to do"),
+        NOTHING, "an execution started by hand was refused before it sent anything: nothing to do"
+    ),
 }
 
 #: A Lambda function that crashed (killed, out of memory, timed out) more often than the
 #: workflow retries it. Through a page (child) execution it is the register function, in
 #: the file's own execution the split function.
-CRASH_ERRORS = frozenset({"Runtime.ExitError", "Runtime.OutOfMemory", "Sandbox.Timedout", "Lambda.Unknown",
-                          "Lambda.ClientExecutionTimeoutException"})
+CRASH_ERRORS = frozenset(
+    {
+        "Runtime.ExitError",
+        "Runtime.OutOfMemory",
+        "Sandbox.Timedout",
+        "Lambda.Unknown",
+        "Lambda.ClientExecutionTimeoutException",
+    }
+)
 CRASH = "{function} crashed repeatedly ({error}){where}: check its memory and timeout, then resume"
 
 #: By how the execution closed, when the error says nothing more.
-TIMED_OUT = Hint(RESUME, "find out what was slow (the register function's log group); if files this size take "
-                         "longer, raise file_time_limit_seconds first; then resume")
+TIMED_OUT = Hint(
+    RESUME,
+    "find out what was slow (the register function's log group); if files this size take "
+    "longer, raise file_time_limit_seconds first; then resume",
+)
 ABORTED = Hint(RESUME, "find out who stopped the execution and why, then resume")
 OTHER = Hint(RESUME, "find the cause in the execution's history and the functions' log groups, then resume")
 
 
-def hint(error: str | None, *, closed_as: str | None = None, failed_in: str | None = None,
-         chunk: int | None = None) -> Hint:
+def hint(
+    error: str | None, *, closed_as: str | None = None, failed_in: str | None = None, chunk: int | None = None
+) -> Hint:
     """The hint for a file that closed as `closed_as` (FAILED, TIMED_OUT, ABORTED) with
     `error`; `failed_in` (the crashed function) and `chunk` (numbered from 0, see `stopped_at`)
     say where a crash was."""
@@ -95,8 +121,12 @@ def hint_for(closed: Position) -> Hint:
     return hint(closed.error, closed_as=closed.closed_as, failed_in=closed.failed_in, chunk=chunk)
 
 
-def stopped_at(next_record: int, record_count: int | None = None, chunk_size: int | None = None,
-               chunk_count: int | None = None) -> str:
+def stopped_at(
+    next_record: int,
+    record_count: int | None = None,
+    chunk_size: int | None = None,
+    chunk_count: int | None = None,
+) -> str:
     """Where a file stopped, in the words the notification, `ops status` and the demo use.
 
     Records and chunks are numbered from 0 everywhere a person reads them, as the ledger
@@ -109,26 +139,42 @@ def stopped_at(next_record: int, record_count: int | None = None, chunk_size: in
     where = f"record {next_record:,}" + (f" of {record_count:,}" if record_count is not None else "")
     if chunk_size and chunk_count:
         where = f"chunk {min(next_record // chunk_size, chunk_count - 1)} of {chunk_count}, {where}"
-    reached = {0: "nothing", 1: "record 0"}.get(next_record, f"records 0-{next_record - 1:,}") + " reached the core system"
+    reached = {0: "nothing", 1: "record 0"}.get(
+        next_record, f"records 0-{next_record - 1:,}"
+    ) + " reached the core system"
     return f"{where} ({reached})"
 
 
-def commands(found: Hint, tenant: str, *, key: str | None = None, next_record: int | None = None) -> list[str]:
+def commands(
+    found: Hint, tenant: str, *, key: str | None = None, next_record: int | None = None
+) -> list[str]:
     """What to run after the hint's fix, as lines for a person (the notification, `ops status`),
     the order-keeping command first; `key`: the failed file's, `next_record`: where it stopped."""
-    skip = f"python -m ops skip {tenant} --reason \"...\""
+    skip = f'python -m ops skip {tenant} --reason "..."'
     replace = f"python -m ops replace {tenant} --key {key or 'KEY'} --version VERSION_ID"
     if found.action in (SKIP, REPLACE):
-        lines = ["Once the corrected file is uploaded (its key, or another under the tenant's prefix), run it in the "
-                 "failed file's place, before the files queued behind it:", f"  {replace}"] \
-            if found.action == REPLACE else []
-        return [*lines, "Only if the file must not be ingested at all, give it up (a correction uploaded later runs "
-                        "after the files already queued):", f"  {skip}"]
+        lines = (
+            [
+                "Once the corrected file is uploaded (its key, or another under the tenant's prefix), run it in the "
+                "failed file's place, before the files queued behind it:",
+                f"  {replace}",
+            ]
+            if found.action == REPLACE
+            else []
+        )
+        return [
+            *lines,
+            "Only if the file must not be ingested at all, give it up (a correction uploaded later runs "
+            "after the files already queued):",
+            f"  {skip}",
+        ]
     if found.action == NOTHING:
         return ["Check the tenant:", f"  python -m ops status {tenant}"]
     lines = ["Continue this file where it stopped:", f"  python -m ops resume {tenant}"]
     if found == BY_ERROR["SinkRejectedError"]:
-        lines += ["or, if the record itself is wrong, upload a corrected file whose earlier records are unchanged and "
-                  "continue with it at the rejected record:",
-                  f"  {replace} --from-record {next_record if next_record is not None else 'N'}"]
+        lines += [
+            "or, if the record itself is wrong, upload a corrected file whose earlier records are unchanged and "
+            "continue with it at the rejected record:",
+            f"  {replace} --from-record {next_record if next_record is not None else 'N'}",
+        ]
     return [*lines, "or give it up and start the next file:", f"  {skip}"]

@@ -14,10 +14,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lambdas.chunk_format import file_records
-from lambdas.contract import FileRef, MalformedFileError, chunk_prefix, execution_name, manifest_key, sequence_of
+from lambdas.contract import (
+    FileRef,
+    MalformedFileError,
+    chunk_prefix,
+    execution_name,
+    manifest_key,
+    sequence_of,
+)
 from lambdas.ledger import (
     FAILED,
     PAUSED,
@@ -31,6 +38,9 @@ from lambdas.ledger import (
     version_digest,
 )
 from lambdas.runtime import error_code, execution_status
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class NothingToDo(Exception):
@@ -53,15 +63,19 @@ class Outcome:
 
 def describe_state(position: Position) -> str:
     """One phrase for a tenant's state: idle, running <file>, halted on <file>, ..."""
+    file: Mapping[str, Any] = position.file or {}
     if position.paused:
-        stopped = f", file {(position.file or {}).get('key', '?')} stopped at record {position.next_record:,}" \
-            if position.status == PAUSED else ""
+        stopped = (
+            f", file {file.get('key', '?')} stopped at record {position.next_record:,}"
+            if position.status == PAUSED
+            else ""
+        )
         return f"paused ({position.pause_reason or 'no reason given'}{stopped})"
     if position.status is None and position.sequence is None:
         return "idle (no file processed yet)"
     if position.status is None:
         return f"idle (sequence numbers up to {position.sequence} given up)"
-    key = (position.file or {}).get("key", "?")
+    key = file.get("key", "?")
     if position.running:
         return f"running {key} (execution {position.execution})"
     if position.halted:
@@ -101,8 +115,10 @@ def _refuse_while_paused(ledger: Ledger, position: Position, action: str, refusa
     """A paused tenant starts nothing: not even an interrupted resume or replace (the unpause
     starts that)."""
     if position.paused:
-        raise refusal(f"nothing to {action} while paused: tenant {ledger.tenant} is {describe_state(position)}; "
-                      f"run ops unpause {ledger.tenant} first")
+        raise refusal(
+            f"nothing to {action} while paused: tenant {ledger.tenant} is {describe_state(position)}; "
+            f"run ops unpause {ledger.tenant} first"
+        )
 
 
 def _finish_interrupted(position: Position, sfn: Any, state_machine_arn: str) -> Outcome | None:
@@ -115,8 +131,11 @@ def _finish_interrupted(position: Position, sfn: Any, state_machine_arn: str) ->
     if execution_status(sfn, state_machine_arn, position.execution) is not None:
         return None
     start_execution(sfn, state_machine_arn, position)
-    return Outcome(f"started the interrupted {position.execution} at record {position.next_record:,}",
-                   position.execution, position.next_record)
+    return Outcome(
+        f"started the interrupted {position.execution} at record {position.next_record:,}",
+        position.execution,
+        position.next_record,
+    )
 
 
 def replacement_event_id(bucket: str, key: str, version_id: str) -> str:
@@ -125,9 +144,20 @@ def replacement_event_id(bucket: str, key: str, version_id: str) -> str:
     return f"{REPLACEMENT_PREFIX}{version_digest(bucket, key, version_id)[:32]}"
 
 
-def replace(ledger: Ledger, sfn: Any, s3: Any, state_machine_arn: str, *, landing_prefix: str, key: str,
-            version_id: str | None, now: float, from_record: int = 0, work_bucket: str = "",
-            sequence_pattern: str | None = None) -> Outcome:
+def replace(
+    ledger: Ledger,
+    sfn: Any,
+    s3: Any,
+    state_machine_arn: str,
+    *,
+    landing_prefix: str,
+    key: str,
+    version_id: str | None,
+    now: float,
+    from_record: int = 0,
+    work_bucket: str = "",
+    sequence_pattern: str | None = None,
+) -> Outcome:
     """Make the object version `key`/`version_id` (default: the key's latest) the halted
     tenant's current file in the failed file's place, and start it: it runs before every file
     waiting in the queue, from record 0, or from `from_record` when its first `from_record`
@@ -148,44 +178,62 @@ def replace(ledger: Ledger, sfn: Any, s3: Any, state_machine_arn: str, *, landin
     if interrupted is not None:
         return interrupted
     if not (position.status == FAILED and position.halted):
-        raise Refused(f"nothing to replace: tenant {tenant} is {describe_state(position)} (replace takes the place "
-                      "of a failed file the tenant is halted on)")
+        raise Refused(
+            f"nothing to replace: tenant {tenant} is {describe_state(position)} (replace takes the place "
+            "of a failed file the tenant is halted on)"
+        )
     assert position.file is not None
     failed = position.file
     if not key.startswith(landing_prefix):
-        raise Refused(f"{key} is outside tenant {tenant}'s prefix {landing_prefix}: the correction must be uploaded "
-                      "under it")
+        raise Refused(
+            f"{key} is outside tenant {tenant}'s prefix {landing_prefix}: the correction must be uploaded "
+            "under it"
+        )
     if sequence_pattern and sequence_of(key, sequence_pattern) != position.sequence:
-        raise Refused(f"{key} does not carry the failed file's sequence number {position.sequence} (ordering "
-                      f"key_sequence, pattern {sequence_pattern!r}): upload the correction under the failed file's key, "
-                      "or one with the same number")
+        raise Refused(
+            f"{key} does not carry the failed file's sequence number {position.sequence} (ordering "
+            f"key_sequence, pattern {sequence_pattern!r}): upload the correction under the failed file's key, "
+            "or one with the same number"
+        )
     if from_record < 0:
         raise ValueError(f"--from-record {from_record}: a record number counts from 0")
     head = _head(s3, failed["bucket"], key, version_id)
     version_id = head["VersionId"]
     if (key, version_id) == (failed["key"], failed["version_id"]):
-        raise Refused(f"s3://{failed['bucket']}/{key} version {version_id} is the failed version itself: to run it "
-                      f"again, run ops resume {tenant}")
+        raise Refused(
+            f"s3://{failed['bucket']}/{key} version {version_id} is the failed version itself: to run it "
+            f"again, run ops resume {tenant}"
+        )
     if from_record > position.next_record:
-        raise Refused(f"--from-record {from_record}: the core system acknowledged only records 0 to "
-                      f"{position.next_record - 1} of the failed version (use --from-record {position.next_record} "
-                      "or less)" if position.next_record else
-                      f"--from-record {from_record}: the core system acknowledged no record of the failed version; "
-                      "the correction is sent whole")
+        raise Refused(
+            f"--from-record {from_record}: the core system acknowledged only records 0 to "
+            f"{position.next_record - 1} of the failed version (use --from-record {position.next_record} "
+            "or less)"
+            if position.next_record
+            else f"--from-record {from_record}: the core system acknowledged no record of the failed version; "
+            "the correction is sent whole"
+        )
     if from_record:
         _check_same_records(s3, work_bucket, tenant, position, key, version_id, from_record)
     file = FileRef(
-        tenant=tenant, event_id=replacement_event_id(failed["bucket"], key, version_id), bucket=failed["bucket"],
-        key=key, version_id=version_id, size=int(head.get("ContentLength", 0)),
-        etag=str(head.get("ETag", "")).strip('"'), event_time=_iso(head.get("LastModified")),
+        tenant=tenant,
+        event_id=replacement_event_id(failed["bucket"], key, version_id),
+        bucket=failed["bucket"],
+        key=key,
+        version_id=version_id,
+        size=int(head.get("ContentLength", 0)),
+        etag=str(head.get("ETag", "")).strip('"'),
+        event_time=_iso(head.get("LastModified")),
     )
     execution = execution_name(file["event_id"])
     try:
         replaced = ledger.replace(position, file, execution, now, start_record=from_record)
     except AlreadyClaimed:
         ran_as = ledger.version_claim(failed["bucket"], key, version_id) or "an earlier execution"
-        raise Refused(f"s3://{failed['bucket']}/{key} version {version_id} was ingested before (as {ran_as}): a "
-                      "version runs once; upload the correction again (a new version) and replace with that") from None
+        raise Refused(
+            f"s3://{failed['bucket']}/{key} version {version_id} was ingested before (as {ran_as}): a "
+            "version runs once; upload the correction again (a new version) and replace with that"
+        ) from None
     start_execution(sfn, state_machine_arn, replaced)
     where = f"from record {from_record:,}" if from_record else "whole (new idempotency keys)"
     return Outcome(
@@ -201,32 +249,44 @@ def _head(s3: Any, bucket: str, key: str, version_id: str | None) -> dict[str, A
     """The object version (the key's latest without `version_id`); `Refused` if it does not exist."""
     what = f"s3://{bucket}/{key}" + (f" version {version_id}" if version_id else "")
     try:
-        head = s3.head_object(Bucket=bucket, Key=key, **({"VersionId": version_id} if version_id else {}))
+        head: dict[str, Any] = s3.head_object(
+            Bucket=bucket, Key=key, **({"VersionId": version_id} if version_id else {})
+        )
     except Exception as error:  # botocore ClientError
         code = error_code(error)
         if code in ("404", "NoSuchKey", "NoSuchVersion", "400", "InvalidArgument", "405", "MethodNotAllowed"):
-            raise Refused(f"{what} does not exist (or is a delete marker): upload the correction first, then "
-                          "replace with the version id S3 gave it") from None
+            raise Refused(
+                f"{what} does not exist (or is a delete marker): upload the correction first, then "
+                "replace with the version id S3 gave it"
+            ) from None
         raise
     if not head.get("VersionId") or head["VersionId"] == "null":
-        raise Refused(f"{what} has no version id (the landing bucket's versioning is suspended?): it cannot be pinned")
+        raise Refused(
+            f"{what} has no version id (the landing bucket's versioning is suspended?): it cannot be pinned"
+        )
     return head
 
 
-def _check_same_records(s3: Any, work_bucket: str, tenant: str, position: Position, key: str, version_id: str,
-                        count: int) -> None:
+def _check_same_records(
+    s3: Any, work_bucket: str, tenant: str, position: Position, key: str, version_id: str, count: int
+) -> None:
     """`Refused` unless the first `count` records of the correction are those of the failed
     version, byte for byte as the core system got them (the failed file's format from its
     manifest)."""
     assert position.file is not None
     failed = position.file
     try:
-        manifest = json.loads(s3.get_object(
-            Bucket=work_bucket, Key=manifest_key(chunk_prefix(tenant, execution_name(failed["event_id"]))))["Body"].read())
+        manifest = json.loads(
+            s3.get_object(
+                Bucket=work_bucket, Key=manifest_key(chunk_prefix(tenant, execution_name(failed["event_id"])))
+            )["Body"].read()
+        )
     except Exception as error:  # botocore ClientError (the manifest expired), or no work bucket
-        raise Refused(f"--from-record {count}: the failed file's manifest is gone from the work bucket "
-                      f"({error_code(error) or type(error).__name__}), so its records cannot be compared; replace "
-                      "without --from-record (the correction is sent whole)") from None
+        raise Refused(
+            f"--from-record {count}: the failed file's manifest is gone from the work bucket "
+            f"({error_code(error) or type(error).__name__}), so its records cannot be compared; replace "
+            "without --from-record (the correction is sent whole)"
+        ) from None
     fmt = manifest["format"]
     bodies = []
     try:
@@ -238,8 +298,10 @@ def _check_same_records(s3: Any, work_bucket: str, tenant: str, position: Positi
         code = error_code(error)
         if code not in ("NoSuchKey", "NoSuchVersion", "404", "400", "InvalidArgument", "AccessDenied"):
             raise
-        raise Refused(f"--from-record {count}: the failed version can no longer be read ({code}), so its records "
-                      "cannot be compared; replace without --from-record (the correction is sent whole)") from None
+        raise Refused(
+            f"--from-record {count}: the failed version can no longer be read ({code}), so its records "
+            "cannot be compared; replace without --from-record (the correction is sent whole)"
+        ) from None
     try:
         ours, theirs = (file_records(body, fmt) for body in bodies)
         for index in range(count):
@@ -247,14 +309,18 @@ def _check_same_records(s3: Any, work_bucket: str, tenant: str, position: Positi
             try:
                 corrected = next(theirs, None)
             except MalformedFileError as error:
-                raise Refused(f"--from-record {count}: record {index} of the correction is malformed ({error}); "
-                              "the first records must be those the core system acknowledged") from None
+                raise Refused(
+                    f"--from-record {count}: record {index} of the correction is malformed ({error}); "
+                    "the first records must be those the core system acknowledged"
+                ) from None
             if corrected is None:
                 raise Refused(f"--from-record {count}: the correction has only {index} records")
             if corrected != sent:
-                raise Refused(f"--from-record {count}: record {index} of the correction differs from the one the core "
-                              f"system acknowledged; replace with --from-record {index} or less, or send it whole "
-                              "(without --from-record)")
+                raise Refused(
+                    f"--from-record {count}: record {index} of the correction differs from the one the core "
+                    f"system acknowledged; replace with --from-record {index} or less, or send it whole "
+                    "(without --from-record)"
+                )
     finally:
         for body in bodies:
             body.close()
@@ -262,7 +328,7 @@ def _check_same_records(s3: Any, work_bucket: str, tenant: str, position: Positi
 
 def _iso(value: Any) -> str:
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     return str(value or "")
 
 
@@ -275,13 +341,21 @@ def pause(ledger: Ledger, reason: str, now: float) -> Outcome:
     if position.paused:
         raise NothingToDo(f"tenant {ledger.tenant} is {describe_state(position)} already")
     ledger.pause(position, reason.strip(), now)
-    running = (f"; {position.file['key']} stops at its next chunk boundary (record {position.next_record:,} or later)"
-               if position.running and position.file else "")
-    return Outcome(f"paused (reason: {reason.strip()}): no file starts until ops unpause {ledger.tenant}{running}",
-                   position.execution, position.next_record)
+    running = (
+        f"; {position.file['key']} stops at its next chunk boundary (record {position.next_record:,} or later)"
+        if position.running and position.file
+        else ""
+    )
+    return Outcome(
+        f"paused (reason: {reason.strip()}): no file starts until ops unpause {ledger.tenant}{running}",
+        position.execution,
+        position.next_record,
+    )
 
 
-def unpause(ledger: Ledger, sfn: Any, sqs: Any, state_machine_arn: str, queue_url: str, now: float) -> Outcome:
+def unpause(
+    ledger: Ledger, sfn: Any, sqs: Any, state_machine_arn: str, queue_url: str, now: float
+) -> Outcome:
     """End the pause: a file it stopped runs on at its first unacknowledged record (a new
     attempt), else the next file starts. `NothingToDo` if the tenant is not paused (also
     finishes an unpause that was cut short)."""
@@ -296,16 +370,26 @@ def unpause(ledger: Ledger, sfn: Any, sqs: Any, state_machine_arn: str, queue_ur
         # A resume or replace cut short before the pause starts now, with the pause lifted.
         interrupted = _finish_interrupted(unpaused, sfn, state_machine_arn)
         if interrupted is not None:
-            return Outcome(f"unpaused; {interrupted.message}", interrupted.execution, interrupted.start_record)
-        return Outcome(f"unpaused; {describe_state(unpaused)}"
-                       + ("" if unpaused.running else f"; the next file {_start_next(ledger, sqs, queue_url, unpaused)}"),
-                       unpaused.execution)
+            return Outcome(
+                f"unpaused; {interrupted.message}", interrupted.execution, interrupted.start_record
+            )
+        return Outcome(
+            f"unpaused; {describe_state(unpaused)}"
+            + (
+                "" if unpaused.running else f"; the next file {_start_next(ledger, sqs, queue_url, unpaused)}"
+            ),
+            unpaused.execution,
+        )
     assert position.file is not None
     execution = execution_name(position.file["event_id"], position.attempt + 1)
     resumed = ledger.unpause(position, now, execution=execution)
     start_execution(sfn, state_machine_arn, resumed)
-    return Outcome(f"unpaused: s3://{position.file['bucket']}/{position.file['key']} runs on at record "
-                   f"{resumed.next_record:,} as execution {execution}", execution, resumed.next_record)
+    return Outcome(
+        f"unpaused: s3://{position.file['bucket']}/{position.file['key']} runs on at record "
+        f"{resumed.next_record:,} as execution {execution}",
+        execution,
+        resumed.next_record,
+    )
 
 
 def skip(ledger: Ledger, sqs: Any, queue_url: str, reason: str, now: float) -> Outcome:
@@ -328,8 +412,16 @@ def skip(ledger: Ledger, sqs: Any, queue_url: str, reason: str, now: float) -> O
     )
 
 
-def skip_gap(ledger: Ledger, sqs: Any, queue_url: str, *, first_sequence: int, reason: str, now: float,
-             to: int | None = None) -> Outcome:
+def skip_gap(
+    ledger: Ledger,
+    sqs: Any,
+    queue_url: str,
+    *,
+    first_sequence: int,
+    reason: str,
+    now: float,
+    to: int | None = None,
+) -> Outcome:
     """`key_sequence` ordering: give up the missing sequence numbers before `to` (default: the
     lowest number that waits), with the operator's reason, and start that file.
 
@@ -345,8 +437,10 @@ def skip_gap(ledger: Ledger, sqs: Any, queue_url: str, *, first_sequence: int, r
     if to is None:
         waiting = ledger.waiting_sequences(after=expected - 1, limit=1)
         if not waiting:
-            raise NothingToDo(f"no gap to skip: tenant {ledger.tenant} waits for sequence number {expected} "
-                              "and no later file waits")
+            raise NothingToDo(
+                f"no gap to skip: tenant {ledger.tenant} waits for sequence number {expected} "
+                "and no later file waits"
+            )
         to = waiting[0][0]
     if to <= expected:
         raise ValueError(f"--to {to} is not past the gap: the next sequence number is {expected}")
@@ -369,11 +463,24 @@ def _start_next(ledger: Ledger, sqs: Any, queue_url: str, position: Position) ->
         return "waits: the tenant is halted (resume, replace or skip its failed file)"
     try:
         handed_off = hand_off(ledger, sqs, queue_url, position)
-    except Exception as error:  # noqa: BLE001 - botocore ClientError, a connection error: reported
-        return ("starts when its message is next received (the skip is recorded; making the message visible "
-                f"now failed: {error_code(error) or type(error).__name__})")
+    except Exception as error:
+        return (
+            "starts when its message is next received (the skip is recorded; making the message visible "
+            f"now failed: {error_code(error) or type(error).__name__})"
+        )
     return "starts now" if handed_off else "starts when its message is next received"
 
 
-__all__ = ["LedgerConflict", "NothingToDo", "Outcome", "Refused", "describe_state", "pause", "replace", "resume", "skip",
-           "skip_gap", "unpause"]
+__all__ = [
+    "LedgerConflict",
+    "NothingToDo",
+    "Outcome",
+    "Refused",
+    "describe_state",
+    "pause",
+    "replace",
+    "resume",
+    "skip",
+    "skip_gap",
+    "unpause",
+]

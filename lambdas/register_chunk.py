@@ -15,10 +15,9 @@ from __future__ import annotations
 import http.client
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, NamedTuple
-
-from collections import OrderedDict
 
 from lambdas.chunk_format import (
     INDEX_BLOCK_ENTRIES,
@@ -48,7 +47,13 @@ from lambdas.contract import (
 from lambdas.ledger import PAUSED, Ledger, LedgerConflict, Position
 from lambdas.runtime import BoundLogger, aws_client, emit_metrics, lambda_handler, pick
 from lambdas.sink_auth import CredentialUnavailable, NoAuth, SinkAuth, sink_auth_for
-from lambdas.sink_client import SinkConnection, batch_body, batch_ends_after, batch_idempotency_key, rejected_offset
+from lambdas.sink_client import (
+    SinkConnection,
+    batch_body,
+    batch_ends_after,
+    batch_idempotency_key,
+    rejected_offset,
+)
 
 #: Time kept in hand at the deadline for the last progress write and the return: this much,
 #: or a tenth of the invocation's time if that is less.
@@ -80,7 +85,7 @@ class _Request(NamedTuple):
     """One POST: the records from file position `first` on (`count` of them), ready to send."""
 
     first: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count(), which nothing here calls
     body: bytes
     key: str
     where: str  # names the request in errors and logs
@@ -143,7 +148,9 @@ class Register:
         self.batch_size = config.sink_batch_size
         self.sent = 0
         self.errors = 0  # failed tries of this invocation (retried, or the rejection)
-        self.requests = 0  # acknowledged POSTs of this invocation (records in record mode, batches in batch mode)
+        self.requests = (
+            0  # acknowledged POSTs of this invocation (records in record mode, batches in batch mode)
+        )
         self.saved = -1
         self.last_save = clock()
         #: Stopped for `ops pause` (`_pause`): nothing more is sent.
@@ -154,7 +161,9 @@ class Register:
 
     def check(self) -> None:
         if self.chunk_index < 0 or self.chunk_size < 1:
-            raise ValueError(f"chunk_index {self.chunk_index} must be >= 0 and chunk_size {self.chunk_size} >= 1")
+            raise ValueError(
+                f"chunk_index {self.chunk_index} must be >= 0 and chunk_size {self.chunk_size} >= 1"
+            )
         if not self.task["chunk_prefix"].startswith(work_prefix(self.config.tenant_id)):
             raise KeyOutsidePrefixError(
                 f"chunk_prefix {self.task['chunk_prefix']!r} is outside tenant {self.config.tenant_id!r}'s work prefix"
@@ -186,7 +195,8 @@ class Register:
                 position = self.ledger.pin_settings(execution, self.chunk_size, self.config.sink_batch_size)
             except LedgerConflict:
                 raise StaleExecutionError(
-                    f"execution {execution} lost its place before it sent anything; stopping") from None
+                    f"execution {execution} lost its place before it sent anything; stopping"
+                ) from None
         if position.chunk_size is not None and position.chunk_size != self.chunk_size:
             raise ValueError(
                 f"the file was started with chunks of {position.chunk_size} records, this chunk index has "
@@ -215,7 +225,7 @@ class Register:
                 self._save(next_record)
                 self.report(sink)
                 if self.paused:
-                    return self._progress(next_record, done=False, retry_after=0)
+                    return self._progress(next_record, done=False, retry_after=0)  # type: ignore[unreachable]  # _save() may pause: mypy keeps the narrowing of self.paused from before the loop
             return self._progress(next_record, done=True, retry_after=0)
         finally:
             self._save(next_record, force=True)
@@ -231,7 +241,9 @@ class Register:
                 continue
             if index - self.chunk_start >= self.chunk_size:
                 # More records than chunk_size would reuse the next chunk's idempotency keys.
-                raise ValueError(f"chunk {self.chunk_index} holds more than chunk_size={self.chunk_size} records")
+                raise ValueError(
+                    f"chunk {self.chunk_index} holds more than chunk_size={self.chunk_size} records"
+                )
             if index >= first:
                 batch.append(record)
                 if batch_ends_after(index - self.chunk_start, self.batch_size):
@@ -241,8 +253,9 @@ class Register:
         if batch:  # the chunk's last batch, short of the grid
             yield self._request(batch, index - len(batch))
 
-    def _send_request(self, request: _Request, sink: SinkConnection, *,
-                      meanwhile: Callable[[], None]) -> ChunkProgress | None:
+    def _send_request(
+        self, request: _Request, sink: SinkConnection, *, meanwhile: Callable[[], None]
+    ) -> ChunkProgress | None:
         """Send one request (a record, or a batch); None once acknowledged, else the progress to
         return now. `meanwhile` reads the next request while the core system answers."""
         if self.sent and self.remaining() < self.config.sink_timeout_seconds + self.margin:
@@ -263,21 +276,31 @@ class Register:
             return _Request(first, 1, records[0], idempotency_key(bucket, key, version_id, first), where)
         last = first + len(records) - 1
         where = f"chunk {self.chunk_index} batch of records {offset}-{offset + len(records) - 1} (file records {first}-{last})"
-        return _Request(first, len(records), batch_body(records),
-                        batch_idempotency_key(bucket, key, version_id, first, len(records)), where)
+        return _Request(
+            first,
+            len(records),
+            batch_body(records),
+            batch_idempotency_key(bucket, key, version_id, first, len(records)),
+            where,
+        )
 
     def _send(self, request: _Request, sink: SinkConnection, meanwhile: Callable[[], None]) -> int | None:
         """Send one request until acknowledged; None when it was, else seconds to wait first."""
         body, first, where = request.body, request.first, request.where
-        headers = {"Content-Type": "application/json", "Idempotency-Key": request.key, "X-Tenant-Id": self.config.tenant_id}
+        headers = {
+            "Content-Type": "application/json",
+            "Idempotency-Key": request.key,
+            "X-Tenant-Id": self.config.tenant_id,
+        }
         refreshed = False  # a 401 gets one fresh credential per request
         backoffs = iter((*RETRY_BACKOFF_SECONDS, None))
         backoff = next(backoffs)
         while True:
             timeout = max(0.1, min(self.config.sink_timeout_seconds, self.remaining() - self.margin))
             try:
-                status, answer = sink.post(body, {**headers, **self.auth.headers(body, headers)}, timeout,
-                                           meanwhile=meanwhile)
+                status, answer = sink.post(
+                    body, {**headers, **self.auth.headers(body, headers)}, timeout, meanwhile=meanwhile
+                )
                 problem = None if 200 <= status < 300 else f"HTTP {status}"
             except (OSError, http.client.HTTPException) as error:
                 status, answer, problem = 0, b"", _transport_problem(error, timeout)
@@ -292,19 +315,25 @@ class Register:
                     refreshed, status, problem = True, 0, str(error)
                 else:
                     if refreshed:
-                        self.log.info("core system refused the credential; sending again with a fresh one",
-                                      extra={"status": status, "file_record": first})
+                        self.log.info(
+                            "core system refused the credential; sending again with a fresh one",
+                            extra={"status": status, "file_record": first},
+                        )
                         continue
             if status in (401, 403) and not isinstance(self.auth, NoAuth):
                 raise SinkAuthError(
                     f"{where}: the core system refused the credentials (HTTP {status}"
                     f"{' after reading the secret again' if refreshed else ''}) of {self.auth.description}; "
                     "fix or rotate the credential, then resume the file",
-                    status=status, credential=self.auth.description,
+                    status=status,
+                    credential=self.auth.description,
                 )
             if problem is None:
                 if self.fault_since is not None:
-                    self.log.info("core system answers again", extra={"outage_seconds": round(self.clock() - self.fault_since, 3)})
+                    self.log.info(
+                        "core system answers again",
+                        extra={"outage_seconds": round(self.clock() - self.fault_since, 3)},
+                    )
                 self.fault_since = None
                 self.sent += request.count
                 self.requests += 1
@@ -323,28 +352,42 @@ class Register:
                     next_record=first,
                 )
             if backoff is None or self.remaining() < backoff + timeout + self.margin:
-                self.log.warning("core system unavailable; waiting before the next try",
-                                 extra={"problem": problem, "outage_seconds": round(outage, 3), "file_record": first})
+                self.log.warning(
+                    "core system unavailable; waiting before the next try",
+                    extra={"problem": problem, "outage_seconds": round(outage, 3), "file_record": first},
+                )
                 return int(min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS, outage / 2)))
             self.sleep(backoff)
             backoff = next(backoffs)
 
-    def _rejected(self, where: str, problem: str, status: int, first: int, count: int, answer: bytes) -> SinkRejectedError:
+    def _rejected(
+        self, where: str, problem: str, status: int, first: int, count: int, answer: bytes
+    ) -> SinkRejectedError:
         """The rejection of a request. A batch is rejected whole (the core system registered none
         of it); its answer may name the offending record (`rejected_index`), which the error names."""
         if self.batch_size == 1:
-            return SinkRejectedError(f"{where}: {problem}", status=status, chunk_index=self.chunk_index, record_index=first)
+            return SinkRejectedError(
+                f"{where}: {problem}", status=status, chunk_index=self.chunk_index, record_index=first
+            )
         offset = rejected_offset(answer, count)
         named = "" if offset is None else f", the core system names file record {first + offset}"
         return SinkRejectedError(
             f"{where}: {problem}; the whole batch was rejected, none of it registered{named}",
-            status=status, chunk_index=self.chunk_index, record_index=first if offset is None else first + offset,
+            status=status,
+            chunk_index=self.chunk_index,
+            record_index=first if offset is None else first + offset,
         )
 
     def _save(self, next_record: int, *, force: bool = False) -> None:
         """Write progress to the ledger (at most every PROGRESS_EVERY_SECONDS unless forced)."""
-        if self.paused or next_record <= self.saved or (
-            not force and PROGRESS_EVERY_SECONDS and self.clock() - self.last_save < PROGRESS_EVERY_SECONDS
+        if (
+            self.paused
+            or next_record <= self.saved
+            or (
+                not force
+                and PROGRESS_EVERY_SECONDS
+                and self.clock() - self.last_save < PROGRESS_EVERY_SECONDS
+            )
         ):
             return
         try:
@@ -376,8 +419,10 @@ class Register:
         except LedgerConflict:
             position = self.ledger.read()
             if position.execution != execution or not position.running:
-                raise StaleExecutionError(f"execution {execution} lost its place (current: {position.execution}, "
-                                          f"{position.status}); stopping") from None
+                raise StaleExecutionError(
+                    f"execution {execution} lost its place (current: {position.execution}, "
+                    f"{position.status}); stopping"
+                ) from None
             return False  # unpaused before it stopped
         self.log.info("tenant paused (ops pause): stopping at the first unacknowledged record")
         self.paused = True
@@ -397,16 +442,22 @@ class Register:
         if not force and now - self.reported_at < METRICS_EVERY_SECONDS:
             return
         counts = (self.sent, self.errors, self.requests, sink.opened, sink.reconnects)
-        sent, errors, requests, opened, reconnects = (count - before for count, before in zip(counts, self.reported))
-        emit_metrics(namespace=self.config.metric_namespace, tenant_id=self.config.tenant_id, now=now,
-                     metrics={RECORDS_SENT_METRIC: sent, SINK_ERRORS_METRIC: errors, SINK_REQUESTS_METRIC: requests},
-                     fields={"sink_connections": opened, "sink_reconnects": reconnects})
+        sent, errors, requests, opened, reconnects = (
+            count - before for count, before in zip(counts, self.reported)
+        )
+        emit_metrics(
+            namespace=self.config.metric_namespace,
+            tenant_id=self.config.tenant_id,
+            now=now,
+            metrics={RECORDS_SENT_METRIC: sent, SINK_ERRORS_METRIC: errors, SINK_REQUESTS_METRIC: requests},
+            fields={"sink_connections": opened, "sink_reconnects": reconnects},
+        )
         self.reported, self.reported_at = counts, now
 
     def _progress(self, next_record: int, *, done: bool, retry_after: int) -> ChunkProgress:
-        task = {key: self.task[key] for key in keys_of(ChunkTask) if key in self.task}  # type: ignore[literal-required]
-        return ChunkProgress(  # type: ignore[typeddict-item]
-            **{**task, "start_record": next_record, "fault_since": self.fault_since},
+        task = {key: self.task[key] for key in keys_of(ChunkTask) if key in self.task}  # type: ignore[literal-required]  # keys_of(ChunkTask) yields ChunkTask's keys
+        return ChunkProgress(
+            **{**task, "start_record": next_record, "fault_since": self.fault_since},  # type: ignore[typeddict-item]  # self.task's ChunkTask keys, two of them set: a ChunkTask
             done=done,
             retry_after_seconds=retry_after,
             records_sent=self.sent,
@@ -433,8 +484,16 @@ def register_chunk(
     `remaining_seconds` how long the invocation may still run; `auth` the tenant's credential
     for the core system (default: from `config`, `sink_auth.sink_auth_for`).
     """
-    register = Register(task, config=config, ledger=ledger, clock=clock, remaining_seconds=remaining_seconds,
-                        sleep=sleep, log=log, auth=auth if auth is not None else sink_auth_for(config))
+    register = Register(
+        task,
+        config=config,
+        ledger=ledger,
+        clock=clock,
+        remaining_seconds=remaining_seconds,
+        sleep=sleep,
+        log=log,
+        auth=auth if auth is not None else sink_auth_for(config),
+    )
     register.check()
     records = read_chunk(s3, config, task)
     sink = SinkConnection(config.sink_url)  # the warm function's kept connection (sink_client.POOL)
@@ -484,7 +543,9 @@ def read_manifest(s3: Any, config: RegisterEnv, task: ChunkTask) -> dict[str, An
     )
     source = manifest.get("source", {})
     if (source.get("bucket"), source.get("key"), source.get("version_id")) != (
-        task["bucket"], task["key"], task["version_id"]
+        task["bucket"],
+        task["key"],
+        task["version_id"],
     ):
         raise ValueError(
             f"the manifest under {task['chunk_prefix']!r} is of another object version; nothing was sent"
@@ -492,8 +553,10 @@ def read_manifest(s3: Any, config: RegisterEnv, task: ChunkTask) -> dict[str, An
     if manifest.get("chunk_index_key") != chunk_index_key(task["chunk_prefix"]):
         raise ValueError(f"the manifest under {task['chunk_prefix']!r} has no chunk index; nothing was sent")
     if int(manifest["chunk_size"]) != int(task["chunk_size"]):
-        raise ValueError(f"the index has chunks of {manifest['chunk_size']} records, "
-                         f"the task {task['chunk_size']}; nothing was sent")
+        raise ValueError(
+            f"the index has chunks of {manifest['chunk_size']} records, "
+            f"the task {task['chunk_size']}; nothing was sent"
+        )
     return manifest
 
 
@@ -516,10 +579,15 @@ def open_chunk(s3: Any, config: RegisterEnv, task: ChunkTask, manifest: dict[str
     if index >= int(manifest["chunk_count"]):
         raise ValueError(f"chunk {index} is past the file's {manifest['chunk_count']} chunks")
     index_key, block = chunk_index_key(task["chunk_prefix"]), index // INDEX_BLOCK_ENTRIES
-    entries = chunk_entries_from_block(_INDEX_BLOCKS.get(
-        (config.work_bucket, index_key, task["version_id"], str(task["chunk_size"]), str(block)),
-        lambda: s3.get_object(Bucket=config.work_bucket, Key=index_key, Range=index_block_range(block))["Body"].read(),
-    ), index)
+    entries = chunk_entries_from_block(
+        _INDEX_BLOCKS.get(
+            (config.work_bucket, index_key, task["version_id"], str(task["chunk_size"]), str(block)),
+            lambda: s3.get_object(Bucket=config.work_bucket, Key=index_key, Range=index_block_range(block))[
+                "Body"
+            ].read(),
+        ),
+        index,
+    )
     start, end = chunk_byte_range(entries)
     body = s3.get_object(
         Bucket=task["bucket"], Key=task["key"], VersionId=task["version_id"], Range=f"bytes={start}-{end - 1}"
@@ -530,7 +598,9 @@ def open_chunk(s3: Any, config: RegisterEnv, task: ChunkTask, manifest: dict[str
 @lambda_handler(
     "register_chunk",
     RegisterEnv,
-    log_fields=lambda event: pick(event, "execution_name", "key", "version_id", "chunk_index", "start_record"),
+    log_fields=lambda event: pick(
+        event, "execution_name", "key", "version_id", "chunk_index", "start_record"
+    ),
     clients=("s3", "dynamodb"),
 )
 def handler(event: ChunkTask, config: RegisterEnv, log: BoundLogger, context: Any) -> ChunkProgress:
@@ -543,5 +613,7 @@ def handler(event: ChunkTask, config: RegisterEnv, log: BoundLogger, context: An
         log=log,
         remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
     )
-    log.info("chunk progress", extra=pick(result, "records_sent", "start_record", "done", "retry_after_seconds"))
+    log.info(
+        "chunk progress", extra=pick(result, "records_sent", "start_record", "done", "retry_after_seconds")
+    )
     return result

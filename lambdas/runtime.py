@@ -19,13 +19,24 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from lambdas.contract import EMF_DIMENSIONS, EMF_METRICS, TENANT_DIMENSION, PipelineError, execution_arn, from_env
+from lambdas.contract import (
+    EMF_DIMENSIONS,
+    EMF_METRICS,
+    TENANT_DIMENSION,
+    PipelineError,
+    execution_arn,
+    from_env,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 LOGGER_NAME = "ingest"
 
-ConfigT = TypeVar("ConfigT")
+#: A function's config: a dataclass of `lambdas.contract.env`.
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
 
 
 @functools.cache
@@ -36,7 +47,7 @@ def aws_client(service: str) -> Any:
     return boto3.client(service)
 
 
-class BoundLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class BoundLogger(logging.LoggerAdapter[logging.Logger]):
     """A logger whose `extra` fields are bound once and merged with each call's own."""
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
@@ -45,7 +56,7 @@ class BoundLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def bind(self, **fields: Any) -> None:
         """Add fields to every later line (e.g. once the event has been parsed)."""
-        self.extra = {**(self.extra or {}), **fields}  # type: ignore[assignment]
+        self.extra = {**(self.extra or {}), **fields}
 
 
 def get_logger(function: str) -> logging.Logger:
@@ -105,7 +116,10 @@ class LambdaHandler(Generic[ConfigT]):
 
 
 def lambda_handler(
-    function: str, config_type: type[ConfigT], *, log_fields: Callable[[Any], Mapping[str, Any]] = lambda event: {},
+    function: str,
+    config_type: type[ConfigT],
+    *,
+    log_fields: Callable[[Any], Mapping[str, Any]] = lambda event: {},
     clients: tuple[str, ...] = (),
 ) -> Callable[[Logic[ConfigT]], LambdaHandler[ConfigT]]:
     """Decorator: `@lambda_handler("split", SplitEnv, log_fields=..., clients=("s3", "dynamodb"))` on
@@ -127,7 +141,9 @@ def execution_status(sfn: Any, state_machine_arn: str, execution: str) -> str | 
     """An execution's status, or None if Step Functions does not know it (never started, or
     forgotten: Step Functions keeps closed executions 90 days)."""
     try:
-        return sfn.describe_execution(executionArn=execution_arn(state_machine_arn, execution))["status"]
+        description = sfn.describe_execution(executionArn=execution_arn(state_machine_arn, execution))
+        status: str = description["status"]
+        return status
     except Exception as error:
         if error_code(error) == "ExecutionDoesNotExist":
             return None
@@ -139,8 +155,14 @@ def pick(event: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {key: event.get(key) for key in keys}
 
 
-def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, float],
-             fields: Mapping[str, Any] | None = None) -> str:
+def emf_line(
+    *,
+    namespace: str,
+    tenant_id: str,
+    now: float,
+    metrics: Mapping[str, float],
+    fields: Mapping[str, Any] | None = None,
+) -> str:
     """One CloudWatch embedded-metric-format record: `metrics` maps a name of `EMF_METRICS`
     to its value, published with the unit and the dimensions that table gives. Printed to
     stdout, CloudWatch Logs turns it into metrics. `fields` ride along as plain log fields
@@ -164,7 +186,16 @@ def emf_line(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str
     )
 
 
-def emit_metrics(*, namespace: str, tenant_id: str, now: float, metrics: Mapping[str, float],
-                 fields: Mapping[str, Any] | None = None) -> None:
+def emit_metrics(
+    *,
+    namespace: str,
+    tenant_id: str,
+    now: float,
+    metrics: Mapping[str, float],
+    fields: Mapping[str, Any] | None = None,
+) -> None:
     """Print one EMF record (see `emf_line`)."""
-    print(emf_line(namespace=namespace, tenant_id=tenant_id, now=now, metrics=metrics, fields=fields), flush=True)
+    print(
+        emf_line(namespace=namespace, tenant_id=tenant_id, now=now, metrics=metrics, fields=fields),
+        flush=True,
+    )

@@ -25,13 +25,20 @@ from lambdas.runtime import aws_client, error_code
 #: Secrets Manager errors that reading again cannot fix (the file fails, naming the secret).
 #: Any other error of the AWS SDK (throttling, a service fault, no connection) may pass:
 #: `CredentialUnavailable`.
-FATAL_SECRET_ERRORS = frozenset({
-    "ResourceNotFoundException", "AccessDeniedException", "AccessDenied", "DecryptionFailure",
-    "InvalidRequestException", "InvalidParameterException", "UnrecognizedClientException",
-})
+FATAL_SECRET_ERRORS = frozenset(
+    {
+        "ResourceNotFoundException",
+        "AccessDeniedException",
+        "AccessDenied",
+        "DecryptionFailure",
+        "InvalidRequestException",
+        "InvalidParameterException",
+        "UnrecognizedClientException",
+    }
+)
 
 
-class CredentialUnavailable(Exception):  # noqa: N818 - a condition, like the core system's outage
+class CredentialUnavailable(Exception):
     """The credential could not be read for now (its message names the secret and the AWS
     error code, never a value): register treats it as the core system being unavailable."""
 
@@ -90,8 +97,13 @@ def token_of(secret_id: str, value: Mapping[str, Any]) -> str:
     """The token in a `GetSecretValue` answer: the SecretString, or its JSON `token` field."""
     text = value.get("SecretString")
     if not isinstance(text, str):
-        raise SinkAuthError(f"the core system's token secret {secret_id!r} has no SecretString (a binary secret); "
-                            "store the token as text", status=None, credential=f"secret {secret_id!r}")
+        raise SinkAuthError(
+            f"the core system's token secret {secret_id!r} has no SecretString (a binary secret); "
+            "store the token as text",
+            status=None,
+            credential=f"secret {secret_id!r}",
+        )
+    token: str | None  # None: a JSON secret without a "token" field (refused just below)
     token = text.strip()
     if token.startswith("{"):
         try:
@@ -99,21 +111,34 @@ def token_of(secret_id: str, value: Mapping[str, Any]) -> str:
         except (ValueError, AttributeError):
             token = None
         if not isinstance(token, str):
-            raise SinkAuthError(f"the core system's token secret {secret_id!r} is JSON without a text field 'token'; "
-                                'store the token itself or {"token": "..."}', status=None,
-                                credential=f"secret {secret_id!r}")
+            raise SinkAuthError(
+                f"the core system's token secret {secret_id!r} is JSON without a text field 'token'; "
+                'store the token itself or {"token": "..."}',
+                status=None,
+                credential=f"secret {secret_id!r}",
+            )
         token = token.strip()
     if not token:
-        raise SinkAuthError(f"the core system's token secret {secret_id!r} is empty", status=None,
-                            credential=f"secret {secret_id!r}")
+        raise SinkAuthError(
+            f"the core system's token secret {secret_id!r} is empty",
+            status=None,
+            credential=f"secret {secret_id!r}",
+        )
     return token
 
 
 class BearerToken:
     """`sink.auth: {type: bearer, secret: ...}`: see the module docstring."""
 
-    def __init__(self, secret_id: str, cache_seconds: float, *, secrets: Callable[[], Any],
-                 clock: Callable[[], float] = time.monotonic, cache: TokenCache = _TOKENS) -> None:
+    def __init__(
+        self,
+        secret_id: str,
+        cache_seconds: float,
+        *,
+        secrets: Callable[[], Any],
+        clock: Callable[[], float] = time.monotonic,
+        cache: TokenCache = _TOKENS,
+    ) -> None:
         self.secret_id, self.cache_seconds = secret_id, cache_seconds
         self.secrets, self.clock, self.cache = secrets, clock, cache
         self.description = f"secret {secret_id!r}"
@@ -143,7 +168,8 @@ class BearerToken:
                 raise SinkAuthError(
                     f"the core system's token secret {self.secret_id!r} cannot be read ({code}); check that it exists "
                     "in this account and Region and that its KMS key lets the register function decrypt it",
-                    status=None, credential=self.description,
+                    status=None,
+                    credential=self.description,
                 ) from None
             raise CredentialUnavailable(
                 f"the core system's token secret {self.secret_id!r} cannot be read for now "
@@ -170,9 +196,14 @@ class SigV4Signer:
         from botocore.awsrequest import AWSRequest
 
         request = AWSRequest(method="POST", url=self.url, data=body, headers=dict(headers))
-        self._auth_class(self.credentials.get_frozen_credentials(), self.service, self.region).add_auth(request)
-        return {name: request.headers[name] for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token")
-                if name in request.headers}
+        self._auth_class(self.credentials.get_frozen_credentials(), self.service, self.region).add_auth(
+            request
+        )
+        return {
+            name: request.headers[name]
+            for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token")
+            if name in request.headers
+        }
 
     def refresh(self) -> bool:
         return False
@@ -187,14 +218,26 @@ def function_credentials() -> Any:
     return boto3.Session().get_credentials()
 
 
-def sink_auth_for(config: RegisterEnv, *, secrets: Callable[[], Any] | None = None,
-                  credentials: Any = None, clock: Callable[[], float] = time.monotonic) -> SinkAuth:
+def sink_auth_for(
+    config: RegisterEnv,
+    *,
+    secrets: Callable[[], Any] | None = None,
+    credentials: Any = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SinkAuth:
     """The credential of a register function's configuration (its AWS clients made on first use)."""
     if config.sink_auth == "bearer":
-        return BearerToken(config.sink_auth_secret, config.sink_auth_cache_seconds,
-                           secrets=secrets or (lambda: aws_client("secretsmanager")), clock=clock)
+        return BearerToken(
+            config.sink_auth_secret,
+            config.sink_auth_cache_seconds,
+            secrets=secrets or (lambda: aws_client("secretsmanager")),
+            clock=clock,
+        )
     if config.sink_auth == "sigv4":
-        return SigV4Signer(config.sink_url, config.sink_auth_service, config.sink_auth_region,
-                           credentials=credentials if credentials is not None else function_credentials())
+        return SigV4Signer(
+            config.sink_url,
+            config.sink_auth_service,
+            config.sink_auth_region,
+            credentials=credentials if credentials is not None else function_credentials(),
+        )
     return NoAuth()
-

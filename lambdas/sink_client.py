@@ -33,7 +33,9 @@ MAX_REJECTION_BODY_BYTES = 64 * 1024
 MAX_CONNECTION_AGE_SECONDS = 60.0
 
 
-def batch_idempotency_key(bucket: str, key: str, version_id: str, first_record: int, record_count: int) -> str:
+def batch_idempotency_key(
+    bucket: str, key: str, version_id: str, first_record: int, record_count: int
+) -> str:
     """Key of the batch of `record_count` records from file position `first_record` on.
 
     SHA-256 (hex) of `<bucket>/<key>?versionId=<version>#<first>+<count>`. The count is part of
@@ -41,7 +43,9 @@ def batch_idempotency_key(bucket: str, key: str, version_id: str, first_record: 
     record-mode key (`...#<first>`): a tenant switched between modes never has a batch deduplicated
     against a single record that was registered before.
     """
-    return hashlib.sha256(f"{bucket}/{key}?versionId={version_id}#{first_record}+{record_count}".encode()).hexdigest()
+    return hashlib.sha256(
+        f"{bucket}/{key}?versionId={version_id}#{first_record}+{record_count}".encode()
+    ).hexdigest()
 
 
 def batch_body(records: list[bytes]) -> bytes:
@@ -73,8 +77,13 @@ def rejected_offset(body: bytes, record_count: int) -> int | None:
 #: `http.client.RemoteDisconnected` (the far side's end of stream where the status line should
 #: be) is a ConnectionResetError; over TLS the same close surfaces as `ssl.SSLEOFError` (the TCP
 #: connection ended without TLS's close_notify) or `ssl.SSLZeroReturnError` (with it).
-CLOSED_CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, ssl.SSLEOFError,
-                            ssl.SSLZeroReturnError)
+CLOSED_CONNECTION_ERRORS = (
+    BrokenPipeError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    ssl.SSLEOFError,
+    ssl.SSLZeroReturnError,
+)
 
 
 class _HTTPSConnection(http.client.HTTPSConnection):
@@ -82,14 +91,17 @@ class _HTTPSConnection(http.client.HTTPSConnection):
     far side closed the kept one costs an abbreviated handshake, not a full one."""
 
     tls_session: ssl.SSLSession | None = None
+    tls_context: ssl.SSLContext  # set by `_Kept` once made, before the first `connect()`
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)  # the TCP connection (no proxy tunnel: none is configured)
-        self.sock = self.tls_context.wrap_socket(self.sock, server_hostname=self.host, session=self.tls_session)
+        self.sock = self.tls_context.wrap_socket(
+            self.sock, server_hostname=self.host, session=self.tls_session
+        )
 
     def keep_session(self) -> None:
         """Remember the session of the current socket (TLS 1.3 tickets arrive with the first answer)."""
-        session = self.sock.session  # type: ignore[union-attr]
+        session = self.sock.session
         if session is not None:
             self.tls_session = session
 
@@ -108,12 +120,22 @@ class _Kept:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme == "https":
             context = tls_context or _default_tls_context()
-            self.connection: http.client.HTTPConnection = _HTTPSConnection(parts.hostname, parts.port, context=context)
-            self.connection.tls_context = context  # type: ignore[attr-defined]
+            connection = _HTTPSConnection(
+                parts.hostname,  # type: ignore[arg-type]  # None for a URL without a host: http.client raises, as it did
+                parts.port,
+                context=context,
+            )
+            connection.tls_context = context
+            self.connection: http.client.HTTPConnection = connection
         else:
-            self.connection = http.client.HTTPConnection(parts.hostname, parts.port)
+            self.connection = http.client.HTTPConnection(
+                parts.hostname,  # type: ignore[arg-type]  # None for a URL without a host: http.client raises, as it did
+                parts.port,
+            )
         self.timeout: float | None = None  # the current socket's
-        self.opened_at = 0.0  # when the current socket was opened (the clock of the SinkConnection that opened it)
+        self.opened_at = (
+            0.0  # when the current socket was opened (the clock of the SinkConnection that opened it)
+        )
 
 
 class ConnectionPool:
@@ -152,8 +174,9 @@ class SinkConnection:
     `http.client` does not follow redirects, which is what we want: a redirected POST would lose its body.
     """
 
-    def __init__(self, url: str, *, pool: ConnectionPool | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, url: str, *, pool: ConnectionPool | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._kept = (pool or POOL).kept(url)
         parts = urllib.parse.urlsplit(url)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -162,8 +185,14 @@ class SinkConnection:
         self.reconnects = 0
         self._answering = False  # the answer to the request at hand has begun (its status line came)
 
-    def post(self, body: bytes, headers: dict[str, str], timeout: float, *,
-             meanwhile: Callable[[], None] | None = None) -> tuple[int, bytes]:
+    def post(
+        self,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        *,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> tuple[int, bytes]:
         """POST; return the HTTP status and the response body (drained so the connection can be
         reused; the caller never logs it). Transport failures raise (OSError, HTTPException).
 
@@ -190,8 +219,14 @@ class SinkConnection:
         self.reconnects += 1
         return self._post(body, headers, left, meanwhile, failed)
 
-    def _post(self, body: bytes, headers: dict[str, str], timeout: float,
-              meanwhile: Callable[[], None] | None, now: float) -> tuple[int, bytes]:
+    def _post(
+        self,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        meanwhile: Callable[[], None] | None,
+        now: float,
+    ) -> tuple[int, bytes]:
         kept, connection = self._kept, self._kept.connection
         new = connection.sock is None  # http.client connects in `request`
         if new:

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from lambdas.chunk_format import INDEX_ENTRY, IndexWriter, TextLines, chunk_starts
 from lambdas.contract import (
-    FileTooLargeError,
-    SplitTimeLimitError,
-    KeyOutsidePrefixError,
     DuplicateOf,
+    FileTooLargeError,
+    KeyOutsidePrefixError,
     SplitEnv,
     SplitRequest,
     SplitResult,
+    SplitTimeLimitError,
     chunk_index_key,
     chunk_prefix,
     execution_name,
@@ -41,7 +42,7 @@ class _HashingBody:
         self.sha256 = hashlib.sha256()
 
     def read(self, size: int = -1) -> bytes:
-        data = self._body.read(size)
+        data: bytes = self._body.read(size)
         self.sha256.update(data)
         return data
 
@@ -57,8 +58,15 @@ DEADLINE_MARGIN_SECONDS = 20
 DEADLINE_CHECK_EVERY_CHUNKS = 64
 
 
-def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = None, ddb: Any = None,
-               remaining_seconds: Callable[[], float] | None = None) -> SplitResult:
+def split_file(
+    request: SplitRequest,
+    *,
+    config: SplitEnv,
+    s3: Any,
+    log: Any = None,
+    ddb: Any = None,
+    remaining_seconds: Callable[[], float] | None = None,
+) -> SplitResult:
     """Validate and index the object version `request` names; return the manifest reference.
 
     The index is kept per file (named by its first execution's name), so a resumed execution
@@ -73,7 +81,9 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     file_id = request["event_id"]
     start_record = int(request.get("start_record") or 0)
     if request.get("tenant", config.tenant_id) != config.tenant_id:
-        raise ValueError(f"input is for tenant {request['tenant']!r}, this function serves {config.tenant_id!r}")
+        raise ValueError(
+            f"input is for tenant {request['tenant']!r}, this function serves {config.tenant_id!r}"
+        )
     if not key.startswith(config.landing_prefix):
         raise KeyOutsidePrefixError(f"key {key!r} is outside the landing prefix {config.landing_prefix!r}")
     if not file_id:
@@ -87,8 +97,9 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
         chunk_size = _pinned_chunk_size(ddb, config, file_id) or config.chunk_size
         manifest = _split(s3, config, request, prefix, chunk_size, remaining_seconds)
     elif log is not None:
-        log.info("the chunk index of this file exists; reusing it",
-                 extra={"chunk_count": manifest["chunk_count"]})
+        log.info(
+            "the chunk index of this file exists; reusing it", extra={"chunk_count": manifest["chunk_count"]}
+        )
     check_size(manifest["chunk_count"], manifest["chunk_size"], config)
     first_chunk = start_record // manifest["chunk_size"]
     content_sha256 = manifest.get("content_sha256")
@@ -96,9 +107,13 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     if config.duplicate_files == "skip" and content_sha256 and start_record == 0:
         duplicate_of = _duplicate_of(ddb, config, content_sha256, request)
         if duplicate_of is not None and log is not None:
-            log.info("duplicate file: the same bytes as a file that succeeded; nothing is sent",
-                     extra={"duplicate_of_key": duplicate_of["key"],
-                            "duplicate_of_version_id": duplicate_of["version_id"]})
+            log.info(
+                "duplicate file: the same bytes as a file that succeeded; nothing is sent",
+                extra={
+                    "duplicate_of_key": duplicate_of["key"],
+                    "duplicate_of_version_id": duplicate_of["version_id"],
+                },
+            )
     return SplitResult(
         manifest_key=manifest_key(prefix),
         chunk_prefix=prefix,
@@ -112,13 +127,18 @@ def split_file(request: SplitRequest, *, config: SplitEnv, s3: Any, log: Any = N
     )
 
 
-def check_size(chunk_count: int, chunk_size: int, config: SplitEnv, *, stopped_at_byte: int | None = None) -> None:
+def check_size(
+    chunk_count: int, chunk_size: int, config: SplitEnv, *, stopped_at_byte: int | None = None
+) -> None:
     """Refuse a file of more chunks than the workflow may run with a bounded history. During the
     pass (`stopped_at_byte`) the count is only known to be over the limit: Split stops there."""
     if chunk_count <= config.max_chunks:
         return
-    counted = (f"the file has {chunk_count} chunks" if stopped_at_byte is None else
-               f"the file has more than {config.max_chunks} chunks")
+    counted = (
+        f"the file has {chunk_count} chunks"
+        if stopped_at_byte is None
+        else f"the file has more than {config.max_chunks} chunks"
+    )
     stopped = "" if stopped_at_byte is None else f" (Split stopped reading at byte {stopped_at_byte})"
     raise FileTooLargeError(
         f"{counted} of {chunk_size} records{stopped}; at most {config.max_chunks} chunks "
@@ -129,7 +149,9 @@ def check_size(chunk_count: int, chunk_size: int, config: SplitEnv, *, stopped_a
     )
 
 
-def _duplicate_of(ddb: Any, config: SplitEnv, content_sha256: str, request: SplitRequest) -> DuplicateOf | None:
+def _duplicate_of(
+    ddb: Any, config: SplitEnv, content_sha256: str, request: SplitRequest
+) -> DuplicateOf | None:
     """The file of the tenant with these bytes that succeeded, unless it is this very version."""
     earlier = Ledger(ddb, config.ledger_table_name, config.tenant_id).processed_content(content_sha256)
     if earlier is None or (earlier["key"], earlier["version_id"]) == (request["key"], request["version_id"]):
@@ -150,7 +172,7 @@ def _existing_manifest(
         if _not_found(error):  # expired, or never written
             return None
         raise
-    manifest = json.loads(body.read())
+    manifest: dict[str, Any] = json.loads(body.read())
     if manifest.get("source", {}).get("version_id") != version_id:
         return None
     index_key = chunk_index_key(prefix)
@@ -185,8 +207,14 @@ def _pinned_chunk_size(ddb: Any, config: SplitEnv, file_id: str) -> int | None:
     return position.chunk_size if position.file_id == file_id else None
 
 
-def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str, chunk_size: int,
-           remaining_seconds: Callable[[], float] | None = None) -> dict[str, Any]:
+def _split(
+    s3: Any,
+    config: SplitEnv,
+    request: SplitRequest,
+    prefix: str,
+    chunk_size: int,
+    remaining_seconds: Callable[[], float] | None = None,
+) -> dict[str, Any]:
     """Validate the pinned version in one streamed pass into chunks of `chunk_size` records,
     writing the chunk index as it goes, then the manifest (last: it marks completion). Refuses
     a file as soon as it has one chunk more than `max_chunks`, and stops before the deadline."""
@@ -199,8 +227,11 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str, chunk_
         for offset in starts:
             index.add(offset)  # where the next chunk's first record starts
             check_size(index.entries, chunk_size, config, stopped_at_byte=offset)
-            if (remaining_seconds is not None and index.entries % DEADLINE_CHECK_EVERY_CHUNKS == 0
-                    and remaining_seconds() < DEADLINE_MARGIN_SECONDS):
+            if (
+                remaining_seconds is not None
+                and index.entries % DEADLINE_CHECK_EVERY_CHUNKS == 0
+                and remaining_seconds() < DEADLINE_MARGIN_SECONDS
+            ):
                 raise SplitTimeLimitError(
                     f"validating the file did not finish within Split's time limit: {index.entries} chunks "
                     f"({offset} bytes) were read. Nothing was sent: split the file into smaller files "
@@ -247,13 +278,23 @@ def _split(s3: Any, config: SplitEnv, request: SplitRequest, prefix: str, chunk_
     return manifest
 
 
-@lambda_handler("split", SplitEnv, log_fields=lambda event: pick(event, "event_id", "key", "version_id", "start_record"),
-                clients=("s3", "dynamodb"))
+@lambda_handler(
+    "split",
+    SplitEnv,
+    log_fields=lambda event: pick(event, "event_id", "key", "version_id", "start_record"),
+    clients=("s3", "dynamodb"),
+)
 def handler(event: SplitRequest, config: SplitEnv, log: BoundLogger, context: Any) -> SplitResult:
     """Step Functions task entry point (`SplitRequest` in, `SplitResult` out)."""
     log.info("split started")
     ddb = aws_client("dynamodb")
-    result = split_file(event, config=config, s3=aws_client("s3"), log=log, ddb=ddb,
-                        remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000)
+    result = split_file(
+        event,
+        config=config,
+        s3=aws_client("s3"),
+        log=log,
+        ddb=ddb,
+        remaining_seconds=lambda: context.get_remaining_time_in_millis() / 1000,
+    )
     log.info("split finished", extra=pick(result, "chunk_count", "record_count"))
     return result

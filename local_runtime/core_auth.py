@@ -30,8 +30,15 @@ class SigV4Key:
     region: str
 
 
-def sigv4_problem(key: SigV4Key, *, method: str, url: str, headers: Mapping[str, str], body: bytes,
-                  now: _dt.datetime | None = None) -> str | None:
+def sigv4_problem(
+    key: SigV4Key,
+    *,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    now: _dt.datetime | None = None,
+) -> str | None:
     """None if the request carries a valid signature by `key`, else what is wrong (no secret in it)."""
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
@@ -42,8 +49,10 @@ def sigv4_problem(key: SigV4Key, *, method: str, url: str, headers: Mapping[str,
     if match is None:
         return "no AWS4-HMAC-SHA256 Authorization header"
     if (match["access_key"], match["region"], match["service"]) != (key.access_key, key.region, key.service):
-        return (f"signed by {match['access_key']} for {match['service']} in {match['region']}, "
-                f"expected {key.access_key} for {key.service} in {key.region}")
+        return (
+            f"signed by {match['access_key']} for {match['service']} in {match['region']}, "
+            f"expected {key.access_key} for {key.service} in {key.region}"
+        )
     stamp = lower.get("x-amz-date", "")
     try:
         signed_at = _dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=_dt.UTC)

@@ -139,7 +139,11 @@ def deploy(
         for logical_id, (kind, _) in deployed.resources.items():
             if kind == "AWS::Lambda::Function":
                 function = _function(
-                    client("lambda"), synthesized, deployed, logical_id, function_kinds.get((name, logical_id))
+                    client("lambda"),
+                    synthesized,
+                    deployed,
+                    logical_id,
+                    function_kinds.get((name, logical_id)),
                 )
                 deployment.functions[function.name] = function
         deployment.event_source_mappings.extend(
@@ -152,8 +156,11 @@ def deploy(
 
 def _bootstrap(synthesized: Synthesized, client: Callable[[str], Any], account: str, region: str) -> None:
     def bucket(asset: CodeAsset) -> str:
-        return (asset.bucket.replace("${AWS::AccountId}", account).replace("${AWS::Region}", region)
-                .replace("${AWS::Partition}", "aws"))
+        return (
+            asset.bucket.replace("${AWS::AccountId}", account)
+            .replace("${AWS::Region}", region)
+            .replace("${AWS::Partition}", "aws")
+        )
 
     s3, assets = client("s3"), synthesized.assets.values()
     location = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
@@ -161,7 +168,9 @@ def _bootstrap(synthesized: Synthesized, client: Callable[[str], Any], account: 
         s3.create_bucket(Bucket=name, **location)
     for asset in assets:
         s3.put_object(Bucket=bucket(asset), Key=asset.key, Body=_zip(asset.directory))
-    parameters = [p for stack in synthesized.stacks for p in (stack.template.get("Parameters") or {}).values()]
+    parameters = [
+        p for stack in synthesized.stacks for p in (stack.template.get("Parameters") or {}).values()
+    ]
     for name in {str(parameter.get("Default")) for parameter in parameters}:
         if name.startswith("/cdk-bootstrap/"):  # every stack reads it from SSM (`BootstrapVersion`)
             client("ssm").put_parameter(Name=name, Value=BOOTSTRAP_VERSION, Type="String", Overwrite=True)
@@ -194,7 +203,9 @@ def _create_stack(cfn: Any, name: str, prepared: PreparedTemplate) -> DeployedSt
     return DeployedStack(
         name=name,
         template=prepared.template,
-        resources={r["LogicalResourceId"]: (r["ResourceType"], r.get("PhysicalResourceId", "")) for r in listed},
+        resources={
+            r["LogicalResourceId"]: (r["ResourceType"], r.get("PhysicalResourceId", "")) for r in listed
+        },
         outputs={o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs") or []},
         not_created=prepared.not_created,
     )
@@ -208,7 +219,11 @@ def _complete_buckets(s3: Any, stack: DeployedStack) -> None:
         props = stack.template["Resources"][logical_id]["Properties"]
         if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-        if props.get("NotificationConfiguration", {}).get("EventBridgeConfiguration", {}).get("EventBridgeEnabled"):
+        if (
+            props.get("NotificationConfiguration", {})
+            .get("EventBridgeConfiguration", {})
+            .get("EventBridgeEnabled")
+        ):
             s3.put_bucket_notification_configuration(
                 Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
             )

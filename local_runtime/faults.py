@@ -22,22 +22,35 @@ class Faults:
     ) -> None:
         self._tenants = set(tenants)
         self._send_copy = send_copy
-        self._kills_armed: dict[tuple[Any, Any], tuple[int, dict[str, Any]]] = {}  # (tenant, kind) -> (times, kill)
+        self._kills_armed: dict[
+            tuple[Any, Any], tuple[int, dict[str, Any]]
+        ] = {}  # (tenant, kind) -> (times, kill)
         self._duplicates_armed: Counter[str] = Counter()
         self._copies: set[str] = set()
         self._lock = threading.Lock()
         self.kills: list[tuple[str, str, str]] = []  # (tenant, kind, error type) of each kill that happened
         self.duplicates_sent: list[tuple[str, str, str]] = []  # (tenant, original id, copy id)
 
-    def kill(self, tenant: str, kind: str, *, after: str, count: int = 1, times: int = 1,
-             error_type: str = "Runtime.ExitError") -> None:
+    def kill(
+        self,
+        tenant: str,
+        kind: str,
+        *,
+        after: str,
+        count: int = 1,
+        times: int = 1,
+        error_type: str = "Runtime.ExitError",
+    ) -> None:
         """SIGKILL the process of the tenant's ``kind`` function in its next ``times`` invocations
         that get that far, at the ``count``-th ``after`` event: a botocore call that succeeded,
         ``<service id>.<operation>`` (``"sfn.StartExecution"``), or ``"sink"`` (the core system
         answered). The invocation fails with ``error_type``, as Lambda reports a killed runtime."""
         self._check(tenant)
         with self._lock:
-            self._kills_armed[(tenant, kind)] = (times, {"after": after, "count": count, "error_type": error_type})
+            self._kills_armed[(tenant, kind)] = (
+                times,
+                {"after": after, "count": count, "error_type": error_type},
+            )
 
     def duplicate_next_event(self, tenant: str) -> None:
         """The tenant's next event reaches the controller twice: once the poller delivered it, a
@@ -76,7 +89,11 @@ class Faults:
     def on_delivery(self, tenant: str, delivery: Delivery) -> str | None:
         """Send a copy of a first delivery if a duplicate is armed; returns the copy's id."""
         with self._lock:
-            if delivery.receive_count != 1 or delivery.message_id in self._copies or not self._duplicates_armed[tenant]:
+            if (
+                delivery.receive_count != 1
+                or delivery.message_id in self._copies
+                or not self._duplicates_armed[tenant]
+            ):
                 return None
             self._duplicates_armed[tenant] -= 1
         assert self._send_copy is not None  # a duplicate is armed on a started pipeline only

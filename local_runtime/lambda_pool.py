@@ -66,8 +66,12 @@ class ForkServer:
         self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs, open(log, "ab") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-u", str(WORKER_SCRIPT), str(theirs.fileno())], env=env,
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+                [sys.executable, "-u", str(WORKER_SCRIPT), str(theirs.fileno())],
+                env=env,
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
                 start_new_session=True,
             )
         self._lock = threading.Lock()
@@ -113,7 +117,9 @@ class ForkServer:
 class Worker:
     """One process running one function's handler, one invocation at a time."""
 
-    def __init__(self, function: DeployedFunction, env: dict[str, str], log: TextIO, forks: ForkServer) -> None:
+    def __init__(
+        self, function: DeployedFunction, env: dict[str, str], log: TextIO, forks: ForkServer
+    ) -> None:
         self._buffer = b""
         self._ready = False
         self._forks = forks
@@ -208,7 +214,11 @@ class FunctionPool:
                 while self._idle and not self._idle[-1].alive:
                     self._idle.pop().stop()
                 if self._idle or len(self._busy) < self._size:
-                    worker = self._idle.pop() if self._idle else Worker(self.function, self._env, self._log, self._forks)
+                    worker = (
+                        self._idle.pop()
+                        if self._idle
+                        else Worker(self.function, self._env, self._log, self._forks)
+                    )
                     self._busy.add(worker)
                     return worker
                 self._cond.wait()
@@ -231,20 +241,32 @@ class FunctionPool:
         if worker is None:
             return _runtime_error(request_id, "Runtime.ExitError", "runtime is shutting down")
         timeout = self.function.timeout_seconds
-        request = {"request_id": request_id, "event": event, "faults": faults, "deadline": time.time() + timeout}
+        request = {
+            "request_id": request_id,
+            "event": event,
+            "faults": faults,
+            "deadline": time.time() + timeout,
+        }
         try:
             response = worker.invoke(request, timeout)
         except WorkerTimeout:
             self._release(worker, reusable=False)
             self._platform_report(request_id, "timeout", started)
-            return _runtime_error(request_id, "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds")
+            return _runtime_error(
+                request_id, "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds"
+            )
         except WorkerDied as died:
             self._release(worker, reusable=False)
             self._platform_report(request_id, "error", started)
             # As Lambda words it: a killed runtime is "signal: killed", an exit its status.
             code = died.returncode
-            how = ("signal: killed" if code == -signal.SIGKILL else f"signal: {signal.Signals(-code).name}" if code < 0
-                   else f"exit status {code}")
+            how = (
+                "signal: killed"
+                if code == -signal.SIGKILL
+                else f"signal: {signal.Signals(-code).name}"
+                if code < 0
+                else f"exit status {code}"
+            )
             # A kill armed by a fault says how Lambda would report it (e.g. Runtime.OutOfMemory).
             kill = faults.get("kill")
             error_type = kill["error_type"] if kill else "Runtime.ExitError"
@@ -257,8 +279,11 @@ class FunctionPool:
         """Lambda's `platform.report` record of an invocation that timed out or whose runtime
         died (the error-log metric filter counts it)."""
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        record = {"requestId": request_id, "status": status,
-                  "metrics": {"durationMs": round((time.monotonic() - started) * 1000, 3)}}
+        record = {
+            "requestId": request_id,
+            "status": status,
+            "metrics": {"durationMs": round((time.monotonic() - started) * 1000, 3)},
+        }
         with contextlib.suppress(ValueError):  # the pool closed meanwhile, and its log
             self._log.write(json.dumps({"time": now, "type": "platform.report", "record": record}) + "\n")
 
@@ -277,7 +302,9 @@ class FunctionPool:
 
 def _host_env() -> dict[str, str]:
     """What a worker keeps of this process's environment."""
-    return {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
+    return {
+        key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+    }
 
 
 def _runtime_error(request_id: str, error_type: str, message: str) -> InvocationResult:
@@ -304,14 +331,17 @@ class LambdaDispatcher:
         # Compiled once per run, outside the code directories, so that a worker's start does not
         # compile the handler's modules again.
         self._forks = ForkServer(
-            {**_host_env(), "PYTHONPYCACHEPREFIX": str(log_dir.parent / "pycache")}, log_dir / "fork-server.log"
+            {**_host_env(), "PYTHONPYCACHEPREFIX": str(log_dir.parent / "pycache")},
+            log_dir / "fork-server.log",
         )
 
     def register(self, function: DeployedFunction) -> None:
         """Start the function's pool, in place of its previous one."""
         if function.log_format != "JSON":
-            raise ValueError(f"{function.name}: LoggingConfig.LogFormat {function.log_format!r}; the local "
-                             "workers write Lambda's JSON log format only")
+            raise ValueError(
+                f"{function.name}: LoggingConfig.LogFormat {function.log_format!r}; the local "
+                "workers write Lambda's JSON log format only"
+            )
         env = {
             **_host_env(),
             **function.environment,
@@ -350,7 +380,9 @@ class LambdaDispatcher:
         """Invoke by name; ``environment`` is the function's current configuration in moto."""
         pool = self._pools.get(function_name)
         if pool is None:  # an unknown function, or the runtime closed
-            return _runtime_error(str(uuid.uuid4()), "Runtime.InvalidEntrypoint", f"no local worker for {function_name}")
+            return _runtime_error(
+                str(uuid.uuid4()), "Runtime.InvalidEntrypoint", f"no local worker for {function_name}"
+            )
         if environment != pool.function.environment:
             # The function was reconfigured in moto (update-function-configuration): new environments.
             self.register(replace(pool.function, environment=dict(environment)))

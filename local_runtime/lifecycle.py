@@ -50,9 +50,11 @@ class Runtime:
 
     def start(self) -> None:
         """Start everything; on a failure the caller closes what was started."""
-        workdir = Path(self._exit.enter_context(
-            tempfile.TemporaryDirectory(prefix="local-pipeline-", ignore_cleanup_errors=True)
-        ))
+        workdir = Path(
+            self._exit.enter_context(
+                tempfile.TemporaryDirectory(prefix="local-pipeline-", ignore_cleanup_errors=True)
+            )
+        )
         (workdir / "logs").mkdir()
         self.synthesized = synthesize(self._source, workdir / "cdk.out")
         for tenant in self.synthesized.tenants:
@@ -62,15 +64,18 @@ class Runtime:
 
         # Patched before moto starts and restored after it stopped: while moto can run a
         # state machine, a Lambda invocation never reaches moto's Docker path.
-        self._exit.enter_context(moto_patches(
-            invoker=self._invoke, time_scale=self._time_scale, status_events=self._status_events
-        ))
+        self._exit.enter_context(
+            moto_patches(invoker=self._invoke, time_scale=self._time_scale, status_events=self._status_events)
+        )
         self.server = MotoServer(region=REGION)
         self.server.start()
         self._exit.callback(self.server.stop)
 
-        credentials = (FAKE_CREDENTIALS["aws_access_key_id"], FAKE_CREDENTIALS["aws_secret_access_key"],
-                       WORKER_SESSION_TOKEN)
+        credentials = (
+            FAKE_CREDENTIALS["aws_access_key_id"],
+            FAKE_CREDENTIALS["aws_secret_access_key"],
+            WORKER_SESSION_TOKEN,
+        )
         self.dispatcher = LambdaDispatcher(
             runtime_env={
                 "AWS_ENDPOINT_URL": self.server.endpoint_url,
@@ -145,7 +150,7 @@ class Runtime:
             try:
                 for execution in list_executions(sfn, tenant.state_machine_arn, "RUNNING"):
                     sfn.stop_execution(executionArn=execution["executionArn"], cause=STOP_CAUSE)
-            except Exception:  # noqa: BLE001 - best effort while shutting down
+            except Exception:
                 pass
 
 

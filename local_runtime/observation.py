@@ -72,8 +72,12 @@ class Observer:
                 for message in messages:
                     envelope = json.loads(message["Body"])
                     self._notifications.append(
-                        Notification(envelope["TopicArn"], envelope.get("Subject"), envelope["Message"],
-                                     envelope["Timestamp"])
+                        Notification(
+                            envelope["TopicArn"],
+                            envelope.get("Subject"),
+                            envelope["Message"],
+                            envelope["Timestamp"],
+                        )
                     )
                     self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
             return list(self._notifications)
@@ -91,14 +95,16 @@ class Observer:
             detail = sfn.describe_execution(executionArn=item["executionArn"])
             del detail["ResponseMetadata"]
             execution_input = json.loads(detail.get("input") or "{}")
-            described.append({
-                **dict.fromkeys(_OPTIONAL_EXECUTION_KEYS),
-                **detail,
-                "input": execution_input,
-                "output": json.loads(detail["output"]) if detail.get("output") else None,
-                "key": execution_input.get("key"),
-                "version_id": execution_input.get("version_id"),
-            })
+            described.append(
+                {
+                    **dict.fromkeys(_OPTIONAL_EXECUTION_KEYS),
+                    **detail,
+                    "input": execution_input,
+                    "output": json.loads(detail["output"]) if detail.get("output") else None,
+                    "key": execution_input.get("key"),
+                    "version_id": execution_input.get("version_id"),
+                }
+            )
         return sorted(described, key=lambda e: (e["startDate"], e["name"]))
 
     def busy_reason(self, tenants: Iterable[str]) -> str | None:
@@ -109,7 +115,9 @@ class Observer:
         for tenant in selected:
             if self._pollers[tenant].busy:
                 return f"{tenant}: the controller is handling a message"
-        invocations = self._dispatcher.in_flight([f for t in selected for f in self._tenants[t].functions.values()])
+        invocations = self._dispatcher.in_flight(
+            [f for t in selected for f in self._tenants[t].functions.values()]
+        )
         if invocations:
             return f"{invocations} Lambda invocations in progress"
         sqs = self._client("sqs")

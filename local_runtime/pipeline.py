@@ -78,7 +78,10 @@ class LocalPipeline:
         for tenant, poller in runtime.pollers.items():
             poller.add_listener(functools.partial(self.faults.on_delivery, tenant))
         self._observer = Observer(
-            runtime.server.client, deployment.tenants, runtime.pollers, runtime.dispatcher,
+            runtime.server.client,
+            deployment.tenants,
+            runtime.pollers,
+            runtime.dispatcher,
             deployment.physical_ids("AWS::SNS::Topic"),
         )
 

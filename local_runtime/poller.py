@@ -32,7 +32,9 @@ class Delivery:
     receive_count: int
     started: float
     finished: float
-    outcome: str  # "deleted" (success), "kept" (reported as a batch item failure) or "failed" (function error)
+    outcome: (
+        str  # "deleted" (success), "kept" (reported as a batch item failure) or "failed" (function error)
+    )
     error_type: str | None
 
 
@@ -133,7 +135,9 @@ class SqsPoller:
             # (partial batch responses): those stay in flight until their visibility ends.
             for message in messages:
                 if message["MessageId"] not in kept:
-                    self._sqs.delete_message(QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"])
+                    self._sqs.delete_message(
+                        QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                    )
         finished = time.time()
         for message in messages:
             delivery = Delivery(

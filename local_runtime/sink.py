@@ -156,8 +156,9 @@ class SinkServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name=f"sink-{self.tenant}", daemon=True
+        ).start()
 
     def stop(self) -> None:
         """Stop serving (serve_forever returns, so its thread ends)."""
@@ -233,8 +234,9 @@ class SinkServer:
         self._latency = float(seconds)
         return self
 
-    def close_connections(self, *, idle_after: float | None = None, at_random: float = 0.0,
-                          seed: int = 0) -> SinkServer:
+    def close_connections(
+        self, *, idle_after: float | None = None, at_random: float = 0.0, seed: int = 0
+    ) -> SinkServer:
         """Close a kept connection once it has been idle `idle_after` seconds (a keep-alive timeout)
         and, with probability `at_random`, right after an answer (a load balancer's cut), as a
         real core system may; connections opened from now on. None and 0: keep them open."""

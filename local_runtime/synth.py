@@ -105,12 +105,16 @@ def _tenants_file_app(tenants_file: Path, outdir: Path) -> Any:
     config = own.model_copy(update={"notifications": NotificationsConfig()})
     built = build_app(tenants_file, app=new_app(outdir=str(outdir)), nag=False, config=config)
     if built.config.targets:
-        raise ValueError(f"{tenants_file} declares deployment targets: the local runtime runs the layout "
-                         "without 'targets:' only (one deployment); use a tenants file without them")
+        raise ValueError(
+            f"{tenants_file} declares deployment targets: the local runtime runs the layout "
+            "without 'targets:' only (one deployment); use a tenants file without them"
+        )
     if built.shared is not None and not own.notifications.reach_nobody:
         # Nobody is reached here because the notifications were left out above, not because the
         # file reaches nobody: the warning would be about this run, not the file.
-        Annotations.of(built.shared).acknowledge_warning(ALARMS_REACH_NOBODY_ID, "left out by the local runtime")
+        Annotations.of(built.shared).acknowledge_warning(
+            ALARMS_REACH_NOBODY_ID, "left out by the local runtime"
+        )
     return built.app
 
 

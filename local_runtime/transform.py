@@ -95,7 +95,9 @@ def prepare(
             # moto has no revisions (nor their GetAtt): a local stack is created once, and
             # publishes the definition it just created.
             props.pop("StateMachineRevisionId", None)
-    removed = {logical_id for logical_id, _ in prepared.not_created} | {m.logical_id for m in prepared.mappings}
+    removed = {logical_id for logical_id, _ in prepared.not_created} | {
+        m.logical_id for m in prepared.mappings
+    }
     for resource in resources.values():
         if "DependsOn" in resource:  # CDK always writes a list
             resource["DependsOn"] = [d for d in resource["DependsOn"] if d not in removed]
@@ -150,7 +152,9 @@ def _scale_environment(props: dict[str, Any], time_scale: float) -> None:
     for name, value in variables.items():
         if name.endswith("_SECONDS"):
             scaled = float(value) * time_scale
-            variables[name] = str(math.ceil(scaled - 1e-9)) if value.isdigit() and scaled >= 1 else f"{scaled:g}"
+            variables[name] = (
+                str(math.ceil(scaled - 1e-9)) if value.isdigit() and scaled >= 1 else f"{scaled:g}"
+            )
 
 
 def _override_environment(

@@ -155,7 +155,7 @@ def main(handler_name: str) -> None:
         try:
             result = handler(request["event"], LambdaContext(_request_id, request["deadline"]))
             response = {"errored": False, "payload": json.dumps(result)}
-        except Exception as error:  # noqa: BLE001 - the runtime reports every exception
+        except Exception as error:
             payload = {
                 "errorMessage": str(error),
                 "errorType": type(error).__name__,
@@ -180,7 +180,9 @@ def serve_forks(control: socket.socket) -> None:
     session = botocore.session.get_session()
     session.register_component("data_loader", _loader)
     for service in _WARM_SERVICES:  # parses its model and endpoint rules; no network call
-        session.create_client(service, region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-")
+        session.create_client(
+            service, region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-"
+        )
     # What the workers inherit (boto3, the parsed models) goes to the collector's permanent
     # generation: a worker's collections neither scan it nor write to its pages, which fork
     # shares until written (copy-on-write; Python's `gc.freeze` docs).
@@ -227,7 +229,7 @@ def _become_worker(request: dict[str, Any], fds: list[int], *, close: tuple[int,
     code = 0
     try:
         main(request["handler"])
-    except BaseException:  # noqa: BLE001 - a worker never returns into the fork server's loop
+    except BaseException:
         traceback.print_exc()
         code = 1
     os._exit(code)

@@ -58,14 +58,20 @@ class DeadLetter:
         after right-padding the shorter with zeros, as S3 documents; only meaningful for
         the same key)."""
         obj = ((self.event or {}).get("detail") or {}).get("object") or {}
-        return str((self.event or {}).get("time", "")), self.key, str(obj.get("sequencer", "")).upper().ljust(32, "0")
+        return (
+            str((self.event or {}).get("time", "")),
+            self.key,
+            str(obj.get("sequencer", "")).upper().ljust(32, "0"),
+        )
 
     def describe(self) -> str:
         what = {
             FILE_EVENT: f"file {self.key} (event {self.event_id}, {(self.event or {}).get('time', '?')})",
             STATUS_EVENT: "status change {status} of execution {name} (event {id})".format(
                 status=((self.event or {}).get("detail") or {}).get("status", "?"),
-                name=str(((self.event or {}).get("detail") or {}).get("executionArn", "?")).rsplit(":", 1)[-1],
+                name=str(((self.event or {}).get("detail") or {}).get("executionArn", "?")).rsplit(":", 1)[
+                    -1
+                ],
                 id=self.event_id,
             ),
             OTHER: f"not an event ops can replay (message {self.message_id}, {len(self.body)} bytes)",
@@ -85,7 +91,10 @@ def classify(body: str) -> tuple[str, dict[str, Any] | None]:
     if event.get("source") == "aws.s3" and event.get("detail-type") == "Object Created":
         obj = (event.get("detail") or {}).get("object") if isinstance(event.get("detail"), dict) else None
         return (FILE_EVENT, event) if isinstance(obj, dict) and obj.get("key") else (OTHER, None)
-    if event.get("source") == "aws.states" and event.get("detail-type") == "Step Functions Execution Status Change":
+    if (
+        event.get("source") == "aws.states"
+        and event.get("detail-type") == "Step Functions Execution Status Change"
+    ):
         return STATUS_EVENT, event
     return OTHER, None
 
@@ -126,7 +135,9 @@ def _receive(sqs: Any, dlq_url: str) -> Iterator[dict[str, Any]]:
 def release(sqs: Any, dlq_url: str, letters: list[DeadLetter]) -> None:
     """Make messages this command read but did not deliver visible again at once."""
     for letter in letters:
-        sqs.change_message_visibility(QueueUrl=dlq_url, ReceiptHandle=letter.receipt_handle, VisibilityTimeout=0)
+        sqs.change_message_visibility(
+            QueueUrl=dlq_url, ReceiptHandle=letter.receipt_handle, VisibilityTimeout=0
+        )
 
 
 @dataclass
@@ -143,7 +154,9 @@ class ReplayReport:
         out.append(f"{tenant}: handed {len(self.status_changes)} status change(s) to the closer")
         out += [f"  {name}" for name in self.status_changes]
         if self.left:
-            out.append(f"{tenant}: left {len(self.left)} message(s) in the dead-letter queue (not replayable):")
+            out.append(
+                f"{tenant}: left {len(self.left)} message(s) in the dead-letter queue (not replayable):"
+            )
             out += [f"  {line}" for line in self.left]
         return out
 
@@ -164,7 +177,9 @@ def replay_tenant(tenant: TenantResources, *, sqs: Any, lambda_: Any) -> ReplayR
         while pending:
             letter = pending[0]
             if letter.kind == FILE_EVENT:
-                sqs.send_message(**queue_message(tenant.queue_url, tenant.tenant_id, letter.body, letter.event_id))
+                sqs.send_message(
+                    **queue_message(tenant.queue_url, tenant.tenant_id, letter.body, letter.event_id)
+                )
                 report.files.append(letter.key)
             elif letter.kind == STATUS_EVENT:
                 _invoke_closer(lambda_, tenant, letter)
@@ -184,7 +199,9 @@ def replay_tenant(tenant: TenantResources, *, sqs: Any, lambda_: Any) -> ReplayR
 
 def _invoke_closer(lambda_: Any, tenant: TenantResources, letter: DeadLetter) -> None:
     response = lambda_.invoke(
-        FunctionName=tenant.closer_function_name, InvocationType="RequestResponse", Payload=letter.body.encode()
+        FunctionName=tenant.closer_function_name,
+        InvocationType="RequestResponse",
+        Payload=letter.body.encode(),
     )
     if response.get("FunctionError"):
         payload = response["Payload"].read().decode(errors="replace")[:500]
@@ -203,5 +220,7 @@ def _in_replay_order(letters: list[DeadLetter]) -> list[DeadLetter]:
 
 def _dlq_url(tenant: TenantResources) -> str:
     if not tenant.intake_dlq_url:
-        raise DlqError(f"tenant {tenant.tenant_id}'s stack has no IntakeDlqUrl output: deploy this version first")
+        raise DlqError(
+            f"tenant {tenant.tenant_id}'s stack has no IntakeDlqUrl output: deploy this version first"
+        )
     return tenant.intake_dlq_url

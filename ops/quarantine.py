@@ -58,7 +58,7 @@ def resolve_key(tenant_id: str, key: str) -> str:
     """A full key, or the name `list` shows, of a message still in the tenant's quarantine."""
     prefix = quarantine_prefix(tenant_id)
     full = key if key.startswith(prefix) else prefix + key
-    name = full[len(prefix):]
+    name = full[len(prefix) :]
     if not name or "/" in name:
         raise ValueError(
             f"{key!r} is not a quarantined message of tenant {tenant_id} (replayed ones are under "
@@ -77,20 +77,26 @@ def replay(s3: Any, sqs: Any, *, bucket: str, tenant_id: str, queue_url: str, me
     """
     if not isinstance(message.body, str) or not message.body:
         raise ValueError(f"{message.key} holds no message body to replay")
-    sent = sqs.send_message(**queue_message(queue_url, tenant_id, message.body, f"replay-{message.message_id}"[:128]))
-    target = replayed_prefix(tenant_id) + message.key[len(quarantine_prefix(tenant_id)):]
+    sent = sqs.send_message(
+        **queue_message(queue_url, tenant_id, message.body, f"replay-{message.message_id}"[:128])
+    )
+    target = replayed_prefix(tenant_id) + message.key[len(quarantine_prefix(tenant_id)) :]
     s3.copy_object(Bucket=bucket, Key=target, CopySource={"Bucket": bucket, "Key": message.key})
     s3.delete_object(Bucket=bucket, Key=message.key)
     return str(sent["MessageId"])
 
 
-def replay_all(s3: Any, sqs: Any, *, bucket: str, tenant_id: str, queue_url: str) -> list[tuple[Quarantined, str]]:
+def replay_all(
+    s3: Any, sqs: Any, *, bucket: str, tenant_id: str, queue_url: str
+) -> list[tuple[Quarantined, str]]:
     """Replay every quarantined message of the tenant, oldest first."""
     messages = list_quarantined(s3, bucket, tenant_id)
     if not messages:
         raise NothingToDo(f"tenant {tenant_id} has no quarantined message to replay")
-    return [(m, replay(s3, sqs, bucket=bucket, tenant_id=tenant_id, queue_url=queue_url, message=m))
-            for m in messages]
+    return [
+        (m, replay(s3, sqs, bucket=bucket, tenant_id=tenant_id, queue_url=queue_url, message=m))
+        for m in messages
+    ]
 
 
 def render(tenant_id: str, messages: list[Quarantined], *, show_body: bool = False) -> str:
@@ -99,9 +105,13 @@ def render(tenant_id: str, messages: list[Quarantined], *, show_body: bool = Fal
         return f"{tenant_id}: no quarantined messages"
     lines = [f"{tenant_id}: {len(messages)} quarantined message{'s' if len(messages) > 1 else ''}"]
     for m in messages:
-        lines.append(f"  {m.key[len(quarantine_prefix(tenant_id)):]}  {m.quarantined_at}  message {m.message_id}")
+        lines.append(
+            f"  {m.key[len(quarantine_prefix(tenant_id)) :]}  {m.quarantined_at}  message {m.message_id}"
+        )
         lines.append(f"    why: {m.reason}")
         if show_body:
             lines.append(f"    body: {m.body}")
-    lines.append(f"Replay one with python -m ops quarantine replay {tenant_id} NAME (or --all) once its cause is fixed.")
+    lines.append(
+        f"Replay one with python -m ops quarantine replay {tenant_id} NAME (or --all) once its cause is fixed."
+    )
     return "\n".join(lines)

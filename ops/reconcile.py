@@ -71,7 +71,7 @@ def parse_since(value: str) -> dt.datetime:
         parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"--since {value!r} is not a date (2026-11-30) or an ISO 8601 time") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def list_versions(s3: Any, bucket: str, prefix: str, since: dt.datetime | None = None) -> list[ObjectVersion]:
@@ -95,7 +95,9 @@ def list_versions(s3: Any, bucket: str, prefix: str, since: dt.datetime | None =
     return sorted(versions, key=lambda v: (v.last_modified, v.key, v.version_id))
 
 
-def version_markers(ddb: Any, table: str, tenant: str, versions: list[ObjectVersion]) -> dict[str, dict[str, Any]]:
+def version_markers(
+    ddb: Any, table: str, tenant: str, versions: list[ObjectVersion]
+) -> dict[str, dict[str, Any]]:
     """The ledger's `version#` markers of `versions`, by entry (batched, unprocessed keys retried)."""
     entries = sorted({version_entry(v.bucket, v.key, v.version_id) for v in versions})
     found: dict[str, dict[str, Any]] = {}
@@ -128,8 +130,9 @@ def latest_attempts(ddb: Any, table: str, tenant: str) -> dict[str, dict[str, An
         kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
-def reconcile(resources: TenantResources, bucket: str, *, s3: Any, ddb: Any,
-              since: dt.datetime | None = None) -> list[Finding]:
+def reconcile(
+    resources: TenantResources, bucket: str, *, s3: Any, ddb: Any, since: dt.datetime | None = None
+) -> list[Finding]:
     """The tenant's versions the ledger never saw or never completed, oldest first."""
     versions = list_versions(s3, bucket, resources.landing_prefix, since)
     markers = version_markers(ddb, resources.ledger_table, resources.tenant_id, versions)
@@ -168,7 +171,7 @@ def synthetic_event(version: ObjectVersion) -> dict[str, Any]:
         "id": replay_event_id(version),
         "detail-type": "Object Created",
         "source": "aws.s3",
-        "time": version.last_modified.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z"),
+        "time": version.last_modified.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
         "resources": [f"arn:aws:s3:::{version.bucket}"],
         "detail": {
             "version": "0",
@@ -203,14 +206,18 @@ def render(tenant: str, findings: list[Finding], replayed: list[str] | None) -> 
     lines = [f"{tenant}: {len(findings)} object version(s) not completed, oldest first:"]
     for f in findings:
         seen = f" (event {f.event_id}, execution {f.execution})" if f.event_id else ""
-        lines.append(f"  {f.version.last_modified.isoformat()}  {f.version.key}  version {f.version.version_id}: "
-                     f"{f.state}{seen}")
+        lines.append(
+            f"  {f.version.last_modified.isoformat()}  {f.version.key}  version {f.version.version_id}: "
+            f"{f.state}{seen}"
+        )
     never = sum(1 for f in findings if f.state == NEVER_SEEN)
     if replayed is not None:
         lines.append(f"replayed {len(replayed)} never-seen version(s) into the queue, in upload order")
     elif never:
-        lines.append(f"{never} never seen (lost, or their events are still queued): replay them with "
-                     f"python -m ops reconcile {tenant} --replay (a version already processed is let go)")
+        lines.append(
+            f"{never} never seen (lost, or their events are still queued): replay them with "
+            f"python -m ops reconcile {tenant} --replay (a version already processed is let go)"
+        )
     if any(f.state == SEEN_FAILED for f in findings):
         lines.append(f"failed files: python -m ops resume {tenant} (or ops skip); replaying them cannot help")
     return "\n".join(lines)

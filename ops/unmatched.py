@@ -20,7 +20,9 @@ def log_group_name(cfn: Any) -> str | None:
     return shared_outputs(cfn).get(LOG_GROUP_OUTPUT) or None
 
 
-def recent(logs: Any, group: str, *, now: float, lookback_seconds: float = LOOKBACK_SECONDS) -> list[dict[str, Any]]:
+def recent(
+    logs: Any, group: str, *, now: float, lookback_seconds: float = LOOKBACK_SECONDS
+) -> list[dict[str, Any]]:
     """Unmatched uploads logged since ``now - lookback_seconds``, newest first:
     ``{"key", "bucket", "size", "time"}`` (``time``: the event's, as EventBridge wrote it)."""
     found: list[dict[str, Any]] = []
@@ -64,5 +66,7 @@ def render(uploads: list[dict[str, Any]], *, lookback_seconds: float = LOOKBACK_
     lines += [f"  {u['time']}  s3://{u['bucket']}/{u['key']}" for u in uploads[:SHOWN]]
     if len(uploads) > SHOWN:
         lines.append(f"  ... and {len(uploads) - SHOWN} more")
-    lines.append("  move each file under its tenant's prefix (a new upload), or add the tenant to tenants.yaml")
+    lines.append(
+        "  move each file under its tenant's prefix (a new upload), or add the tenant to tenants.yaml"
+    )
     return "\n".join(lines)

@@ -30,15 +30,24 @@ class AlarmFactory:
     the topic (the action is applied here, once).
     """
 
-    def __init__(self, scope: Construct, *, name: contract.DerivedName, tenant_id: str = "", topic: sns.ITopic,
-                 evaluation_periods: int) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        name: contract.DerivedName,
+        tenant_id: str = "",
+        topic: sns.ITopic,
+        evaluation_periods: int,
+    ) -> None:
         self._scope = scope
         self._name, self._tenant_id = name, tenant_id
         self._action = actions.SnsAction(topic)
         self._evaluation_periods = evaluation_periods
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
-    def alarm(self, key: str, metric: cloudwatch.IMetric, threshold: float, description: str) -> cloudwatch.Alarm:
+    def alarm(
+        self, key: str, metric: cloudwatch.IMetric, threshold: float, description: str
+    ) -> cloudwatch.Alarm:
         """Alarm ``<tenant>-<key>`` or ``ordered-ingest-<key>`` (qualified; construct id from ``key``, stable)
         on ``metric``."""
         if len(key) > contract.MAX_ALARM_KEY:
@@ -74,7 +83,10 @@ def runbook_link(key: str) -> str:
 
 
 def pipeline_alarms(
-    pipeline: TenantPipeline, topic: sns.ITopic, thresholds: AlarmConfig, *,
+    pipeline: TenantPipeline,
+    topic: sns.ITopic,
+    thresholds: AlarmConfig,
+    *,
     sequence_gap_alarm_after_seconds: int | None = None,
 ) -> dict[str, cloudwatch.Alarm]:
     """Every alarm of one tenant pipeline, on the metrics of its factory (``pipeline.metrics``,
@@ -86,7 +98,10 @@ def pipeline_alarms(
     and links to its runbook entry, which names the command that fixes it."""
     tenant, metrics = pipeline.tenant_id, pipeline.metrics
     factory = AlarmFactory(
-        pipeline, name=contract.TENANT_ALARM, tenant_id=tenant, topic=topic,
+        pipeline,
+        name=contract.TENANT_ALARM,
+        tenant_id=tenant,
+        topic=topic,
         evaluation_periods=thresholds.evaluation_periods,
     )
     status = f"python -m ops status {tenant}"

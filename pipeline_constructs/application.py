@@ -57,7 +57,9 @@ def new_app(**props: Any) -> App:
     The app starts with cdk.json's context (the feature flags): the CLI passes it to app.py,
     and an app built in-process (the tests, the local runtime, the tools) must synthesize the
     same templates. The CLI's own context (`-c key=value`) still wins, and so does `context`."""
-    flags = json.loads(CDK_JSON.read_text()).get("context", {}) if CDK_JSON.is_file() else {}  # installed: none
+    flags = (
+        json.loads(CDK_JSON.read_text()).get("context", {}) if CDK_JSON.is_file() else {}
+    )  # installed: none
     context = {**flags, **props.pop("context", {})}
     return App(builtin_cloud_formation_validation=False, context=context, **props)
 
@@ -79,8 +81,14 @@ class IngestApp:
     cells: tuple[cell_plan.Cell, ...] = ()
 
 
-def build_app(tenants_file: str | Path, *, app: App | None = None, nag: bool = True,
-              config: AppConfig | None = None, cell: str | None = None) -> IngestApp:
+def build_app(
+    tenants_file: str | Path,
+    *,
+    app: App | None = None,
+    nag: bool = True,
+    config: AppConfig | None = None,
+    cell: str | None = None,
+) -> IngestApp:
     """The stacks of every cell (`cell` None), or of the cell named `cell` (`cell_plan.UnknownCell`
     if the file has none of that name); cdk-nag AwsSolutions runs on every synth.
 
@@ -113,22 +121,35 @@ def _build(app: App, config: AppConfig, nag: bool, cell: str | None) -> IngestAp
             dashboards += dashboard_stacks(scope, own, shared_of[unit.target])
         for tenant_id in unit.tenant_ids:
             stack = tenants[tenant_id] = TenantStack(
-                scope, by_id[tenant_id], shard=unit.shard,
-                shared_kms_key=config.encryption.kms_key if config.encryption is not None else None)
+                scope,
+                by_id[tenant_id],
+                shard=unit.shard,
+                shared_kms_key=config.encryption.kms_key if config.encryption is not None else None,
+            )
             if unit.target in shared_of:
                 stack.add_stack_dependency(shared_of[unit.target])
     for target, scope in scopes.items():
         if target is not None:
             assert isinstance(scope, Stage)
             stages[target] = TargetStage(
-                stage=scope, shared=shared_of.get(target),
+                stage=scope,
+                shared=shared_of.get(target),
                 tenants={t: s for t, s in tenants.items() if by_id[t].target == target},
-                dashboards=tuple(d for d in dashboards if d.node.scope is scope))
-    Validations.of(app).add_plugins(DeployLimits(capacity.declared_rules_per_bus(config)),
-                                    *([AwsSolutionsChecks(app)] if nag else []))
+                dashboards=tuple(d for d in dashboards if d.node.scope is scope),
+            )
+    Validations.of(app).add_plugins(
+        DeployLimits(capacity.declared_rules_per_bus(config)), *([AwsSolutionsChecks(app)] if nag else [])
+    )
     first_shared = next(iter(shared_of.values()), None)
-    return IngestApp(app=app, config=config, shared=first_shared, tenants=tenants, stages=stages,
-                     dashboards=tuple(dashboards), cells=built)
+    return IngestApp(
+        app=app,
+        config=config,
+        shared=first_shared,
+        tenants=tenants,
+        stages=stages,
+        dashboards=tuple(dashboards),
+        cells=built,
+    )
 
 
 def _scope(app: App, config: AppConfig, target: str | None) -> Construct:
@@ -178,9 +199,14 @@ class DeployLimits:
                 description=str(violation),
                 fix=violation.fix or None,
                 rule_metadata={"limit": str(violation.limit.value), "source": violation.limit.source},
-                violating_resources=[PolicyViolatingResource(
-                    resource_logical_id=violation.resource, template_path=paths.get(violation.stack, ""),
-                    locations=[violation.resource])])
+                violating_resources=[
+                    PolicyViolatingResource(
+                        resource_logical_id=violation.resource,
+                        template_path=paths.get(violation.stack, ""),
+                        locations=[violation.resource],
+                    )
+                ],
+            )
             for violation in deploy_limits.check(stacks, rules_per_bus=self._rules_per_bus)
         ]
         return PolicyValidationPluginReport(success=not violations, violations=violations)

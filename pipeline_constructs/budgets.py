@@ -50,7 +50,9 @@ def requests_per_invocation(timeout_seconds: int, sink_timeout_seconds: int) -> 
 def register_invocations_per_chunk(chunk_size: int, sink_timeout_seconds: int, batch_size: int = 1) -> int:
     """Invocations one chunk needs when every request takes the whole sink timeout."""
     timeout = register_timeout_seconds(chunk_size, sink_timeout_seconds, batch_size)
-    return math.ceil(requests_per_chunk(chunk_size, batch_size) / requests_per_invocation(timeout, sink_timeout_seconds))
+    return math.ceil(
+        requests_per_chunk(chunk_size, batch_size) / requests_per_invocation(timeout, sink_timeout_seconds)
+    )
 
 
 def max_chunk_size(sink_timeout_seconds: int, outage_budget_seconds: int, batch_size: int = 1) -> int:
@@ -120,10 +122,10 @@ REGISTER_MIN_RETRY_AFTER_SECONDS, REGISTER_MAX_RETRY_AFTER_SECONDS = 1, 60
 #: for a core system that fails now and then (each fault episode costs at least one).
 REGISTER_SPARE_INVOCATIONS = 10
 #: Retries of a crashed Lambda runtime (killed, out of memory, timed out) in every Lambda task
-#: of the workflows, before the file fails saying what crashed (`definitions._crash_retry`).
+#: of the workflows, before the file fails saying what crashed (`asl.crash_retry`).
 CRASH_RETRIES = 3
 #: Retries of one register invocation the workflow may make (two retriers: the seed's 3 on
-#: Lambda service errors, `CRASH_RETRIES` on crashes); `definitions._lambda_retry`.
+#: Lambda service errors, `CRASH_RETRIES` on crashes); `asl.lambda_retry`.
 REGISTER_RETRIES_PER_INVOCATION = 3 + CRASH_RETRIES
 
 
@@ -143,13 +145,15 @@ def outage_invocations(outage_budget_seconds: int) -> int:
     return outage_waits(outage_budget_seconds) + 1 + REGISTER_SPARE_INVOCATIONS
 
 
-def register_invocation_budget(chunk_size: int, sink_timeout_seconds: int, outage_budget_seconds: int,
-                               batch_size: int = 1) -> int:
+def register_invocation_budget(
+    chunk_size: int, sink_timeout_seconds: int, outage_budget_seconds: int, batch_size: int = 1
+) -> int:
     """The most register invocations the workflow runs for one chunk before it fails the file
     (which halts the tenant; `ops resume` continues at the first unacknowledged record): the
     deadline continuations at the slowest answer, one whole outage, and spare ones."""
-    return (register_invocations_per_chunk(chunk_size, sink_timeout_seconds, batch_size)
-            + outage_invocations(outage_budget_seconds))
+    return register_invocations_per_chunk(chunk_size, sink_timeout_seconds, batch_size) + outage_invocations(
+        outage_budget_seconds
+    )
 
 
 def page_events_per_chunk(invocation_budget: int) -> int:
@@ -170,12 +174,14 @@ CHILD_TASK_RETRIES = 3
 #: History events one child (a page, or a section) adds to the execution that runs it: the
 #: Map iteration, the `.sync` task (each attempt of a `.sync` task also has a TaskSubmitted
 #: event), and its outcome (the choice, then Done or Paused: both counted, an upper bound).
-EVENTS_PER_CHILD = MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES * (RETRY_EVENTS + 1) + 3 * STATE_EVENTS
+EVENTS_PER_CHILD = (
+    MAP_ITERATION_EVENTS + SYNC_TASK_EVENTS + CHILD_TASK_RETRIES * (RETRY_EVENTS + 1) + 3 * STATE_EVENTS
+)
 #: A section execution's events besides its pages: the execution, the section range
 #: (SectionEnd, LastSection, ClampSection, SectionPages), the Map, SectionPaused.
 SECTION_FIXED_EVENTS = EXECUTION_EVENTS + 5 * STATE_EVENTS + MAP_EVENTS
 #: Retries of each Lambda task of the parent (Split, RecordSuccess, RecordFailure): the seed's
-#: 3 on Lambda service errors, `CRASH_RETRIES` on crashes (`definitions._lambda_retry`).
+#: 3 on Lambda service errors, `CRASH_RETRIES` on crashes (`asl.lambda_retry`).
 PARENT_TASK_RETRIES = 3 + CRASH_RETRIES
 #: `completion.wait`: the parent's callback task (WaitForCompletion: a task with TaskSubmitted,
 #: no Retry; heartbeats add no history events), then CompletionTimedOut or nothing, and
@@ -203,8 +209,9 @@ def max_register_invocations_per_chunk(outage_budget_seconds: int) -> int:
     return budget - outage_invocations(outage_budget_seconds)
 
 
-def max_chunks_per_page(chunk_size: int, sink_timeout_seconds: int, outage_budget_seconds: int,
-                        batch_size: int = 1) -> int:
+def max_chunks_per_page(
+    chunk_size: int, sink_timeout_seconds: int, outage_budget_seconds: int, batch_size: int = 1
+) -> int:
     """The most chunks a page may have so its execution stays within `HISTORY_EVENT_BUDGET`
     (0: not even one chunk fits; config validation refuses such settings)."""
     budget = register_invocation_budget(chunk_size, sink_timeout_seconds, outage_budget_seconds, batch_size)
@@ -248,13 +255,19 @@ def page_budget(tenant: TenantConfig) -> PageBudget:
     """The tenant's `chunks_per_page` and `pages_per_section` (default: the most the history
     budget allows) and its register invocations per chunk. `parse_config` refuses a tenant
     these do not fit; a `TenantConfig` made otherwise is refused here."""
-    size, timeout, outage, batch = (tenant.chunk_size, tenant.sink.timeout_seconds,
-                                    tenant.sink.outage_budget_seconds, tenant.sink.batch_size)
+    size, timeout, outage, batch = (
+        tenant.chunk_size,
+        tenant.sink.timeout_seconds,
+        tenant.sink.outage_budget_seconds,
+        tenant.sink.batch_size,
+    )
     most = max_chunks_per_page(size, timeout, outage, batch)
     if most < 1:
-        raise ValueError(f"tenant {tenant.id}: not one chunk of {size} records fits a page's history budget with a "
-                         f"{timeout} s sink timeout and a {outage} s outage budget; use at most "
-                         f"{max_chunk_size(timeout, outage, batch)} records a chunk, or a shorter outage budget")
+        raise ValueError(
+            f"tenant {tenant.id}: not one chunk of {size} records fits a page's history budget with a "
+            f"{timeout} s sink timeout and a {outage} s outage budget; use at most "
+            f"{max_chunk_size(timeout, outage, batch)} records a chunk, or a shorter outage budget"
+        )
     chunks = most if tenant.chunks_per_page is None else tenant.chunks_per_page
     if not 1 <= chunks <= most:
         raise ValueError(f"tenant {tenant.id}: chunks_per_page {chunks} must be from 1 to {most}")

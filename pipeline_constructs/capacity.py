@@ -81,8 +81,11 @@ def default_bus_rules(tenants: Sequence[TenantConfig], routing_config: RoutingCo
         return _per_tenant(RULES_PER_TENANT, len(tenants), catch_all, extra)
     count = routing.default_bus_rules(tenants, shards, pattern_limit=limit)
     used = (count - catch_all) // routing.FORWARD_RULES_PER_SHARD
-    return Need(count, f"{routing.FORWARD_RULES_PER_SHARD} forwarding rules x {used} shard{'s' if used != 1 else ''} "
-                       f"with tenants + {catch_all}{extra}")
+    return Need(
+        count,
+        f"{routing.FORWARD_RULES_PER_SHARD} forwarding rules x {used} shard{'s' if used != 1 else ''} "
+        f"with tenants + {catch_all}{extra}",
+    )
 
 
 def _routing(routing_config: RoutingConfig | None) -> tuple[int, int]:
@@ -104,14 +107,20 @@ def lambda_concurrency(tenants: Sequence[TenantConfig], _routing: RoutingConfig 
 def iam_roles(tenants: Sequence[TenantConfig], routing_config: RoutingConfig | None = None) -> Need:
     shards, limit = _routing(routing_config)
     forwarding = routing.routing_roles(tenants, shards, pattern_limit=limit)  # the shared stack's one role
-    need = _per_tenant(ROLES_PER_TENANT, len(tenants), SHARED_ROLES + forwarding,
-                       " (the event-bus forwarding role)" if forwarding else "")
+    need = _per_tenant(
+        ROLES_PER_TENANT,
+        len(tenants),
+        SHARED_ROLES + forwarding,
+        " (the event-bus forwarding role)" if forwarding else "",
+    )
     # A tenant with `completion.wait` has one role more: its completion entry point's.
     waiting = sum(1 for tenant in tenants if tenant.completion.wait)
     if not waiting:
         return need
-    return Need(need.count + waiting * COMPLETION_ROLES_PER_TENANT,
-                f"{need.how} + {COMPLETION_ROLES_PER_TENANT} per tenant with completion.wait x {waiting}")
+    return Need(
+        need.count + waiting * COMPLETION_ROLES_PER_TENANT,
+        f"{need.how} + {COMPLETION_ROLES_PER_TENANT} per tenant with completion.wait x {waiting}",
+    )
 
 
 def cloudformation_stacks(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
@@ -129,7 +138,9 @@ def upload_access_points(tenants: Sequence[TenantConfig], _routing: RoutingConfi
     return Need(count, f"1 per tenant with uploaders x {count}")
 
 
-def upload_access_point_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None) -> Need:
+def upload_access_point_policy_bytes(
+    tenants: Sequence[TenantConfig], _routing: RoutingConfig | None = None
+) -> Need:
     """The largest access point policy of the tenants (its size grows with the tenant's own
     uploaders only), counted at the longest access point ARN a deployment can have."""
     sizes = [(uploaders.access_point_policy_bytes(uploaders_of(t)), t) for t in tenants if t.uploaders]
@@ -145,8 +156,11 @@ def shared_key_policy_bytes(tenants: Sequence[TenantConfig], _routing: RoutingCo
     of the target, so that they may encrypt what they put (`SharedResources.grant_upload`)."""
     principals = sum(len(t.uploaders) for t in tenants)
     count = uploaders.shared_key_policy_bytes([uploaders_of(t) for t in tenants])
-    return Need(count, f"{uploaders.SHARED_KEY_OTHER_STATEMENTS_BYTES} bytes of its other statements + "
-                       f"{principals} uploader principal{'s' if principals != 1 else ''}")
+    return Need(
+        count,
+        f"{uploaders.SHARED_KEY_OTHER_STATEMENTS_BYTES} bytes of its other statements + "
+        f"{principals} uploader principal{'s' if principals != 1 else ''}",
+    )
 
 
 def uploaders_of(tenant: TenantConfig) -> uploaders.TenantUploaders:
@@ -155,8 +169,10 @@ def uploaders_of(tenant: TenantConfig) -> uploaders.TenantUploaders:
 
 
 #: Limits that are not account quotas one can raise (not in `account_limits`).
-FIXED_LIMITS = {"upload_access_point_policy_bytes": uploaders.POLICY_LIMIT_BYTES,
-                "shared_key_policy_bytes": uploaders.KEY_POLICY_LIMIT_BYTES}
+FIXED_LIMITS = {
+    "upload_access_point_policy_bytes": uploaders.POLICY_LIMIT_BYTES,
+    "shared_key_policy_bytes": uploaders.KEY_POLICY_LIMIT_BYTES,
+}
 
 _MOVE = "or move tenants to another target (targets:, docs/scaling.md)"
 
@@ -178,30 +194,69 @@ class Quota:
 
 
 QUOTAS: tuple[Quota, ...] = (
-    Quota("eventbridge_rules_per_bus", "EventBridge rules on the default bus", "region", default_bus_rules,
-          "shard the rules over event buses with routing.shards (docs/scaling.md, Sharded routing), " + _MOVE
-          + ", or raise the quota and set account_limits.eventbridge_rules_per_bus"),
-    Quota("lambda_concurrent_executions", "Lambda concurrent executions", "region", lambda_concurrency,
-          "raise the Lambda concurrent executions quota and set account_limits.lambda_concurrent_executions, "
-          + _MOVE),
-    Quota("iam_roles", "IAM roles", "account", iam_roles,
-          "raise the IAM roles quota (at most 5,000) and set account_limits.iam_roles, or move tenants to a "
-          "target in another account (targets:, docs/scaling.md)"),
-    Quota("cloudformation_stacks", "CloudFormation stacks", "region", cloudformation_stacks,
-          "raise the CloudFormation stack count quota and set account_limits.cloudformation_stacks, " + _MOVE),
-    Quota("state_machines", "Step Functions state machines", "region", state_machines,
-          "raise the Step Functions state machines quota and set account_limits.state_machines, " + _MOVE),
-    Quota("s3_access_points", "S3 access points", "region", upload_access_points,
-          "raise the S3 access points quota and set account_limits.s3_access_points, " + _MOVE),
-    Quota("upload_access_point_policy_bytes", "S3 access point policy size (20 KB, not adjustable)", "region",
-          upload_access_point_policy_bytes,
-          "give the tenant's uploaders fewer principals (one role per uploading system, or another account's "
-          "root whose own IAM picks the principals; docs/security.md, Uploaders)"),
-    Quota("shared_key_policy_bytes", "KMS key policy size of the created shared key (32 KB, not adjustable)",
-          "region", shared_key_policy_bytes,
-          "name fewer uploader principals (another account's root for all of that account's uploaders), "
-          "give encryption.kms_key a key ARN whose owner writes its policy, " + _MOVE,
-          applies=lambda target: target.creates_shared_key),
+    Quota(
+        "eventbridge_rules_per_bus",
+        "EventBridge rules on the default bus",
+        "region",
+        default_bus_rules,
+        "shard the rules over event buses with routing.shards (docs/scaling.md, Sharded routing), "
+        + _MOVE
+        + ", or raise the quota and set account_limits.eventbridge_rules_per_bus",
+    ),
+    Quota(
+        "lambda_concurrent_executions",
+        "Lambda concurrent executions",
+        "region",
+        lambda_concurrency,
+        "raise the Lambda concurrent executions quota and set account_limits.lambda_concurrent_executions, "
+        + _MOVE,
+    ),
+    Quota(
+        "iam_roles",
+        "IAM roles",
+        "account",
+        iam_roles,
+        "raise the IAM roles quota (at most 5,000) and set account_limits.iam_roles, or move tenants to a "
+        "target in another account (targets:, docs/scaling.md)",
+    ),
+    Quota(
+        "cloudformation_stacks",
+        "CloudFormation stacks",
+        "region",
+        cloudformation_stacks,
+        "raise the CloudFormation stack count quota and set account_limits.cloudformation_stacks, " + _MOVE,
+    ),
+    Quota(
+        "state_machines",
+        "Step Functions state machines",
+        "region",
+        state_machines,
+        "raise the Step Functions state machines quota and set account_limits.state_machines, " + _MOVE,
+    ),
+    Quota(
+        "s3_access_points",
+        "S3 access points",
+        "region",
+        upload_access_points,
+        "raise the S3 access points quota and set account_limits.s3_access_points, " + _MOVE,
+    ),
+    Quota(
+        "upload_access_point_policy_bytes",
+        "S3 access point policy size (20 KB, not adjustable)",
+        "region",
+        upload_access_point_policy_bytes,
+        "give the tenant's uploaders fewer principals (one role per uploading system, or another account's "
+        "root whose own IAM picks the principals; docs/security.md, Uploaders)",
+    ),
+    Quota(
+        "shared_key_policy_bytes",
+        "KMS key policy size of the created shared key (32 KB, not adjustable)",
+        "region",
+        shared_key_policy_bytes,
+        "name fewer uploader principals (another account's root for all of that account's uploaders), "
+        "give encryption.kms_key a key ARN whose owner writes its policy, " + _MOVE,
+        applies=lambda target: target.creates_shared_key,
+    ),
 )
 
 
@@ -240,11 +295,18 @@ def declared_rules_per_bus(config: AppConfig) -> Callable[[Any, str], int]:
     """The declared "Rules per event bus" quota of a bus in a stack's environment (an object with
     `account` and `region`, `deploy_limits.Env`): `routing.rules_per_bus` for the app's own
     buses, the target's (or the top-level) `account_limits` for the default bus."""
+
     def quota(env: Any, bus: str) -> int:
         if bus != "default":
             return config.routing.rules_per_bus
-        target = next((name for name, t in config.targets.items() if (t.account, t.region) == (env.account, env.region)),
-                      None)
+        target = next(
+            (
+                name
+                for name, t in config.targets.items()
+                if (t.account, t.region) == (env.account, env.region)
+            ),
+            None,
+        )
         limits = config.limits_of(target) if target is not None else config.account_limits
         return limits.eventbridge_rules_per_bus or default_rules_per_bus(env.region)
 
@@ -261,8 +323,15 @@ def targets(config: AppConfig) -> list[Target]:
     if not config.targets:
         return [Target("", None, None, config.account_limits, config.tenants, config.routing, creates_key)]
     return [
-        Target(name, target.account, target.region, config.limits_of(name),
-               tuple(t for t in config.tenants if t.target == name), config.routing, creates_key)
+        Target(
+            name,
+            target.account,
+            target.region,
+            config.limits_of(name),
+            tuple(t for t in config.tenants if t.target == name),
+            config.routing,
+            creates_key,
+        )
         for name, target in config.targets.items()
     ]
 
@@ -281,8 +350,10 @@ class Usage:
         return self.need.count <= self.limit
 
     def problem(self) -> str:
-        return (f"{self.where}: {self.quota.title}: need {self.need.count} ({self.need.how}), limit {self.limit}; "
-                f"fix: {self.quota.fix}")
+        return (
+            f"{self.where}: {self.quota.title}: need {self.need.count} ({self.need.how}), limit {self.limit}; "
+            f"fix: {self.quota.fix}"
+        )
 
 
 def usage(deployment: Sequence[Target]) -> list[Usage]:
@@ -291,20 +362,29 @@ def usage(deployment: Sequence[Target]) -> list[Usage]:
     found: list[Usage] = []
     for quota in QUOTAS:
         if quota.scope == "region":
-            found += [Usage(quota, t.label, quota.need(t.tenants, t.routing), t.limit(quota.field))
-                      for t in deployment if quota.applies(t)]
+            found += [
+                Usage(quota, t.label, quota.need(t.tenants, t.routing), t.limit(quota.field))
+                for t in deployment
+                if quota.applies(t)
+            ]
             continue
         by_account: dict[str | None, list[Target]] = {}
         for t in deployment:
             by_account.setdefault(t.account, []).append(t)
         for group in by_account.values():
             tenants = [tenant for t in group for tenant in t.tenants]
-            where = group[0].label if len(group) == 1 else (
-                f"account {group[0].account} (targets {', '.join(repr(t.name) for t in group)})")
+            where = (
+                group[0].label
+                if len(group) == 1
+                else (f"account {group[0].account} (targets {', '.join(repr(t.name) for t in group)})")
+            )
             # Each target's shared stack may add its forwarding role: count it per target.
             need = quota.need(tenants, group[0].routing)
-            extra = sum(quota.need(t.tenants, t.routing).count for t in group) - sum(
-                quota.need(t.tenants, None).count for t in group) - (need.count - quota.need(tenants, None).count)
+            extra = (
+                sum(quota.need(t.tenants, t.routing).count for t in group)
+                - sum(quota.need(t.tenants, None).count for t in group)
+                - (need.count - quota.need(tenants, None).count)
+            )
             if extra:
                 need = Need(need.count + extra, f"{need.how} + {extra} (the other targets' forwarding roles)")
             found.append(Usage(quota, where, need, min(t.limit(quota.field) for t in group)))

@@ -70,8 +70,15 @@ def cells_of(config: AppConfig) -> tuple[Cell, ...]:
         for shard in routing.layout(tenants, config.routing.shards):
             if not shard.tenant_ids:
                 continue  # nothing to synthesize or deploy
-            cells.append(Cell(_name(target, SHARD_CELL.format(shard.index)), target, False, shard.tenant_ids,
-                              shard=shard.index))
+            cells.append(
+                Cell(
+                    _name(target, SHARD_CELL.format(shard.index)),
+                    target,
+                    False,
+                    shard.tenant_ids,
+                    shard=shard.index,
+                )
+            )
     return tuple(cells)
 
 
@@ -81,8 +88,10 @@ def cell_named(config: AppConfig, name: str) -> Cell:
     for cell in cells:
         if cell.name == name:
             return cell
-    raise UnknownCell(f"cell {name!r} is not a cell of this tenants file; its cells are: "
-                      f"{', '.join(c.name for c in cells)} (leave -c cell out to synthesize all of them)")
+    raise UnknownCell(
+        f"cell {name!r} is not a cell of this tenants file; its cells are: "
+        f"{', '.join(c.name for c in cells)} (leave -c cell out to synthesize all of them)"
+    )
 
 
 def shared_inputs(config: AppConfig, tenants: Iterable[TenantConfig]) -> dict[str, Any]:
@@ -91,8 +100,15 @@ def shared_inputs(config: AppConfig, tenants: Iterable[TenantConfig]) -> dict[st
     policy, the catch-all of unmatched uploads, the shard layout, the dashboards)."""
     return {
         "app": _app_settings(config),
-        "tenants": [{"id": t.id, "prefix": t.prefix, "uploaders": list(t.uploaders),
-                     "stall_after_seconds": t.alarms.stall_after_seconds} for t in tenants],
+        "tenants": [
+            {
+                "id": t.id,
+                "prefix": t.prefix,
+                "uploaders": list(t.uploaders),
+                "stall_after_seconds": t.alarms.stall_after_seconds,
+            }
+            for t in tenants
+        ],
     }
 
 

@@ -34,8 +34,16 @@ CONTROLLER_TIMEOUT = Duration.seconds(20)
 WAITING_VISIBILITY = Duration.minutes(4)
 
 
-def build_closer(scope: Construct, tenant: TenantConfig, *, queue: sqs.IQueue, ledger_table: dynamodb.ITable,
-                 alarm_topic: sns.ITopic, alarm_topic_key: kms.IKey, kms_key: kms.IKey | None) -> PipelineFunction:
+def build_closer(
+    scope: Construct,
+    tenant: TenantConfig,
+    *,
+    queue: sqs.IQueue,
+    ledger_table: dynamodb.ITable,
+    alarm_topic: sns.ITopic,
+    alarm_topic_key: kms.IKey,
+    kms_key: kms.IKey | None,
+) -> PipelineFunction:
     """The closer (`Closer`): records closes in the ledger, hands off (the queue's visibility),
     notifies, stops an execution started by hand."""
     made = pipeline_function(
@@ -49,41 +57,67 @@ def build_closer(scope: Construct, tenant: TenantConfig, *, queue: sqs.IQueue, l
             timeout=Duration.seconds(30),
             description=f"Records the close of tenant {tenant.id}'s executions and hands off to the next file",
         ),
-        environment=contract.environment(contract.CloserEnv(
-            tenant_id=tenant.id,
-            # The name is fixed, so the ARN is known without referring to the state machine
-            # (which refers to this function): no dependency cycle.
-            state_machine_arn=state_machine_arn(scope, names.STATE_MACHINE, tenant.id),
-            ledger_table_name=ledger_table.table_name,
-            queue_url=queue.queue_url,
-            alarm_topic_arn=alarm_topic.topic_arn,
-            on_failure=tenant.on_failure,
-        )),
+        environment=contract.environment(
+            contract.CloserEnv(
+                tenant_id=tenant.id,
+                # The name is fixed, so the ARN is known without referring to the state machine
+                # (which refers to this function): no dependency cycle.
+                state_machine_arn=state_machine_arn(scope, names.STATE_MACHINE, tenant.id),
+                ledger_table_name=ledger_table.table_name,
+                queue_url=queue.queue_url,
+                alarm_topic_arn=alarm_topic.topic_arn,
+                on_failure=tenant.on_failure,
+            )
+        ),
         tracing=tenant.tracing,
         kms_key=kms_key,
     )
     role = made.role
     # Query + DeleteItem: key_sequence ordering hands off to the next sequence number's note.
-    grant_own_ledger(role, ledger_table, tenant.id, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem",
-                     "dynamodb:Query", "dynamodb:DeleteItem")
-    role.add_to_policy(iam.PolicyStatement(
-        sid="HandOffOnOwnQueue", actions=["sqs:ChangeMessageVisibility"], resources=[queue.queue_arn],
-    ))
-    role.add_to_policy(iam.PolicyStatement(
-        sid="DescribeAndStopOwnExecutions",
-        actions=["states:DescribeExecution", "states:StopExecution"],
-        resources=[execution_arn_pattern(scope, names.STATE_MACHINE, tenant.id)],
-    ))
+    grant_own_ledger(
+        role,
+        ledger_table,
+        tenant.id,
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:PutItem",
+        "dynamodb:Query",
+        "dynamodb:DeleteItem",
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="HandOffOnOwnQueue",
+            actions=["sqs:ChangeMessageVisibility"],
+            resources=[queue.queue_arn],
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="DescribeAndStopOwnExecutions",
+            actions=["states:DescribeExecution", "states:StopExecution"],
+            resources=[execution_arn_pattern(scope, names.STATE_MACHINE, tenant.id)],
+        )
+    )
     # Not `grant_publish`: with an encrypted topic it adds kms:GenerateDataKey* (a wildcard).
-    role.add_to_policy(iam.PolicyStatement(sid="NotifyFailures", actions=["sns:Publish"],
-                                           resources=[alarm_topic.topic_arn]))
+    role.add_to_policy(
+        iam.PolicyStatement(sid="NotifyFailures", actions=["sns:Publish"], resources=[alarm_topic.topic_arn])
+    )
     alarm_topic_key.grant(role, "kms:GenerateDataKey", "kms:Decrypt")
     return made
 
 
-def build_controller(scope: Construct, tenant: TenantConfig, *, queue: sqs.IQueue, state_machine: sfn.IStateMachine,
-                     alias: sfn.CfnStateMachineAlias, ledger_table: dynamodb.ITable, landing_bucket: s3.IBucket,
-                     work_bucket: s3.IBucket, kms_key: kms.IKey | None) -> PipelineFunction:
+def build_controller(
+    scope: Construct,
+    tenant: TenantConfig,
+    *,
+    queue: sqs.IQueue,
+    state_machine: sfn.IStateMachine,
+    alias: sfn.CfnStateMachineAlias,
+    ledger_table: dynamodb.ITable,
+    landing_bucket: s3.IBucket,
+    work_bucket: s3.IBucket,
+    kms_key: kms.IKey | None,
+) -> PipelineFunction:
     """The controller (`Controller`, reserved concurrency 1, one message at a time): starts the
     tenant's files through the `live` alias in order; touches only this tenant's ledger items."""
     made = pipeline_function(
@@ -98,58 +132,81 @@ def build_controller(scope: Construct, tenant: TenantConfig, *, queue: sqs.IQueu
             reserved_concurrency=1,
             description=f"Starts tenant {tenant.id}'s workflow, one file at a time",
         ),
-        environment=contract.environment(contract.ControllerEnv(
-            tenant_id=tenant.id,
-            # The `live` alias: a file runs on the version this deploy published (or the one an
-            # operator rolled back to); execution ARNs drop the qualifier.
-            state_machine_arn=alias.attr_arn,
-            ledger_table_name=ledger_table.table_name,
-            queue_url=queue.queue_url,
-            metric_namespace=contract.metric_namespace(),
-            on_failure=tenant.on_failure,
-            waiting_visibility_seconds=int(WAITING_VISIBILITY.to_seconds()),
-            work_bucket=work_bucket.bucket_name,
-            landing_bucket=landing_bucket.bucket_name,
-            landing_prefix=tenant.prefix,
-            ordering=tenant.ordering.by,
-            sequence_pattern=tenant.ordering.sequence_pattern,
-            first_sequence=tenant.ordering.first_sequence,
-        )),
+        environment=contract.environment(
+            contract.ControllerEnv(
+                tenant_id=tenant.id,
+                # The `live` alias: a file runs on the version this deploy published (or the one an
+                # operator rolled back to); execution ARNs drop the qualifier.
+                state_machine_arn=alias.attr_arn,
+                ledger_table_name=ledger_table.table_name,
+                queue_url=queue.queue_url,
+                metric_namespace=contract.metric_namespace(),
+                on_failure=tenant.on_failure,
+                waiting_visibility_seconds=int(WAITING_VISIBILITY.to_seconds()),
+                work_bucket=work_bucket.bucket_name,
+                landing_bucket=landing_bucket.bucket_name,
+                landing_prefix=tenant.prefix,
+                ordering=tenant.ordering.by,
+                sequence_pattern=tenant.ordering.sequence_pattern,
+                first_sequence=tenant.ordering.first_sequence,
+            )
+        ),
         tracing=tenant.tracing,
         kms_key=kms_key,
     )
     # Partial batch responses: a waiting message is a reported item failure, not a function
     # error, so Lambda does not back off its polling.
-    made.function.add_event_source(event_sources.SqsEventSource(queue, batch_size=1, report_batch_item_failures=True))
+    made.function.add_event_source(
+        event_sources.SqsEventSource(queue, batch_size=1, report_batch_item_failures=True)
+    )
     role = made.role
     # Step Functions authorizes a start through an alias on the unqualified ARN; the qualifier
     # condition allows only the `live` alias (not the latest revision, nor a version by number).
     # https://docs.aws.amazon.com/step-functions/latest/dg/auth-version-alias.html
-    role.add_to_policy(iam.PolicyStatement(
-        sid="StartThroughLiveAlias",
-        actions=["states:StartExecution"],
-        resources=[state_machine.state_machine_arn],
-        conditions={"StringEquals": {"states:StateMachineQualifier": ALIAS_NAME}},
-    ))
-    role.add_to_policy(iam.PolicyStatement(
-        sid="DescribeOwnExecutions",
-        actions=["states:DescribeExecution"],
-        resources=[execution_arn_pattern(scope, names.STATE_MACHINE, tenant.id)],
-    ))
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="StartThroughLiveAlias",
+            actions=["states:StartExecution"],
+            resources=[state_machine.state_machine_arn],
+            conditions={"StringEquals": {"states:StateMachineQualifier": ALIAS_NAME}},
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="DescribeOwnExecutions",
+            actions=["states:DescribeExecution"],
+            resources=[execution_arn_pattern(scope, names.STATE_MACHINE, tenant.id)],
+        )
+    )
     # UpdateItem + PutItem: the claim is one transaction (position and event marker).
     # DeleteItem: key_sequence ordering forgets a waiting note once its file starts.
-    grant_own_ledger(role, ledger_table, tenant.id, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem",
-                     "dynamodb:DeleteItem")
-    role.add_to_policy(iam.PolicyStatement(
-        sid="QuarantineUnusableMessages",
-        actions=["s3:PutObject"],
-        resources=[work_bucket.arn_for_objects(f"{contract.quarantine_prefix(tenant.id)}*")],
-    ))
+    grant_own_ledger(
+        role,
+        ledger_table,
+        tenant.id,
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:PutItem",
+        "dynamodb:DeleteItem",
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="QuarantineUnusableMessages",
+            actions=["s3:PutObject"],
+            resources=[work_bucket.arn_for_objects(f"{contract.quarantine_prefix(tenant.id)}*")],
+        )
+    )
     return made
 
 
-def build_completion(scope: Construct, tenant: TenantConfig, *, state_machine: sfn.StateMachine,
-                     ledger_table: dynamodb.ITable, kms_key: kms.IKey | None) -> PipelineFunction:
+def build_completion(
+    scope: Construct,
+    tenant: TenantConfig,
+    *,
+    state_machine: sfn.StateMachine,
+    ledger_table: dynamodb.ITable,
+    kms_key: kms.IKey | None,
+) -> PipelineFunction:
     """The function the core system invokes (`Completion`; lambda:InvokeFunction, SigV4:
     IAM-authenticated, never anonymous) to confirm or reject the tenant's waiting file. Only the
     principals of `completion.callers` may invoke it (its resource policy); its own role reads
@@ -174,17 +231,24 @@ def build_completion(scope: Construct, tenant: TenantConfig, *, state_machine: s
     )
     for index, caller in enumerate(tenant.completion.callers):
         # One permission per caller, ids by position: the list is the contract with the core system.
-        made.function.add_permission(f"CoreSystemCaller{index}", principal=iam.ArnPrincipal(caller),
-                                     action="lambda:InvokeFunction")
+        made.function.add_permission(
+            f"CoreSystemCaller{index}", principal=iam.ArnPrincipal(caller), action="lambda:InvokeFunction"
+        )
     # Read the position (which file waits, its token); record the answer. Own partition only.
-    made.role.add_to_policy(iam.PolicyStatement(
-        sid="OwnPositionOnly",
-        actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
-        resources=[ledger_table.table_arn],
-        conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [tenant.id]}},
-    ))
+    made.role.add_to_policy(
+        iam.PolicyStatement(
+            sid="OwnPositionOnly",
+            actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
+            resources=[ledger_table.table_arn],
+            conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [tenant.id]}},
+        )
+    )
     # SendTaskSuccess/Failure/Heartbeat scoped to this tenant's file state machine.
     state_machine.grant_task_response(made.role)
-    CfnOutput(scope, "CompletionFunctionName", value=made.function.function_name,
-              description=f"CompletionFunctionName of tenant {tenant.id} (the core system invokes it)")
+    CfnOutput(
+        scope,
+        "CompletionFunctionName",
+        value=made.function.function_name,
+        description=f"CompletionFunctionName of tenant {tenant.id} (the core system invokes it)",
+    )
     return made

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -45,8 +46,12 @@ def dashboard_names(tenant_count: int, region: str) -> list[str]:
     """`OrderedIngest-<region>`, then `OrderedIngest-<region>-2`, ... for each
     `TENANTS_PER_DASHBOARD` tenants (a dashboard's name is unique per account in every Region)."""
     count = max(1, -(-tenant_count // TENANTS_PER_DASHBOARD))
-    return [contract.FIRST_DASHBOARD.render(region=region) if index == 0
-            else contract.DASHBOARD.render(region=region, number=index + 1) for index in range(count)]
+    return [
+        contract.FIRST_DASHBOARD.render(region=region)
+        if index == 0
+        else contract.DASHBOARD.render(region=region, number=index + 1)
+        for index in range(count)
+    ]
 
 
 class IngestDashboards(Construct):
@@ -54,14 +59,20 @@ class IngestDashboards(Construct):
 
     ``pages``: which of them to build here (indexes into `dashboard_names`; default: all)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, tenants: Sequence[DashboardTenant],
-                 pages: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        tenants: Sequence[DashboardTenant],
+        pages: Sequence[int] | None = None,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.dashboards: list[cloudwatch.Dashboard] = []
         for index, name in enumerate(dashboard_names(len(tenants), Stack.of(self).region)):
             if pages is not None and index not in pages:
                 continue
-            page = tenants[index * TENANTS_PER_DASHBOARD:(index + 1) * TENANTS_PER_DASHBOARD]
+            page = tenants[index * TENANTS_PER_DASHBOARD : (index + 1) * TENANTS_PER_DASHBOARD]
             dashboard = cloudwatch.Dashboard(
                 self,
                 "Dashboard" if index == 0 else f"Dashboard{index + 1}",
@@ -83,21 +94,42 @@ def tenant_row(scope: Construct, tenant: DashboardTenant) -> list[cloudwatch.IWi
         state_machine_arn=state_machine_arn(scope, names.STATE_MACHINE, tenant_id),
     )
 
-    def graph(title: str, shown: list[cloudwatch.IMetric], **options: object) -> cloudwatch.GraphWidget:
-        return cloudwatch.GraphWidget(title=f"{tenant_id}: {title}", left=shown, width=GRAPH_WIDTH,
-                                      height=GRAPH_HEIGHT, **options)  # type: ignore[arg-type]
+    # ``options``: more of `GraphWidget`'s props, each of its own type.
+    def graph(title: str, shown: list[cloudwatch.IMetric], **options: Any) -> cloudwatch.GraphWidget:
+        return cloudwatch.GraphWidget(
+            title=f"{tenant_id}: {title}", left=shown, width=GRAPH_WIDTH, height=GRAPH_HEIGHT, **options
+        )
 
     return [
         cloudwatch.TextWidget(markdown=f"### Tenant {tenant_id}", width=GRAPH_WIDTH * 6, height=1),
-        cloudwatch.Row(
-            graph("files done", [metrics.executions_succeeded(label="succeeded")]),
-            graph("failed", [metrics.executions_failed(label="failed"), metrics.executions_timed_out(label="timed out"),
-                             metrics.executions_aborted(label="aborted")]),
-            graph("queued", [metrics.queue_visible(label="visible"), metrics.queue_in_flight(label="in flight")]),
-            graph("head wait (s)", [metrics.head_message_wait(label="head wait")],
-                  left_annotations=[cloudwatch.HorizontalAnnotation(value=tenant.stall_after_seconds,
-                                                                     label="stall alarm")]),
-            graph("records per minute", [metrics.records_sent(period=Duration.minutes(1), label="records")]),
-            graph("core system error rate (%)", [metrics.sink_error_percent()]),
+        # A `Row` is an `IWidget` (jsii implements it), but its stub lacks `warnings`/`warnings_v2`.
+        cast(
+            cloudwatch.IWidget,
+            cloudwatch.Row(
+                graph("files done", [metrics.executions_succeeded(label="succeeded")]),
+                graph(
+                    "failed",
+                    [
+                        metrics.executions_failed(label="failed"),
+                        metrics.executions_timed_out(label="timed out"),
+                        metrics.executions_aborted(label="aborted"),
+                    ],
+                ),
+                graph(
+                    "queued",
+                    [metrics.queue_visible(label="visible"), metrics.queue_in_flight(label="in flight")],
+                ),
+                graph(
+                    "head wait (s)",
+                    [metrics.head_message_wait(label="head wait")],
+                    left_annotations=[
+                        cloudwatch.HorizontalAnnotation(value=tenant.stall_after_seconds, label="stall alarm")
+                    ],
+                ),
+                graph(
+                    "records per minute", [metrics.records_sent(period=Duration.minutes(1), label="records")]
+                ),
+                graph("core system error rate (%)", [metrics.sink_error_percent()]),
+            ),
         ),
     ]

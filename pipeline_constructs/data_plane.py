@@ -27,7 +27,9 @@ from pipeline_constructs.functions import FunctionSpec, PipelineFunction, pipeli
 
 def register_timeout(chunk_size: int, sink_timeout_seconds: int, sink_batch_size: int = 1) -> Duration:
     """See `budgets.register_timeout_seconds`."""
-    return Duration.seconds(budgets.register_timeout_seconds(chunk_size, sink_timeout_seconds, sink_batch_size))
+    return Duration.seconds(
+        budgets.register_timeout_seconds(chunk_size, sink_timeout_seconds, sink_batch_size)
+    )
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,16 @@ class DataPlane:
     register: PipelineFunction
 
 
-def build_data_plane(scope: Construct, tenant: TenantConfig, *, budget: budgets.PageBudget,
-                     landing_bucket: s3.IBucket, work_bucket: s3.IBucket, ledger_table: dynamodb.ITable,
-                     kms_key: kms.IKey | None) -> DataPlane:
+def build_data_plane(
+    scope: Construct,
+    tenant: TenantConfig,
+    *,
+    budget: budgets.PageBudget,
+    landing_bucket: s3.IBucket,
+    work_bucket: s3.IBucket,
+    ledger_table: dynamodb.ITable,
+    kms_key: kms.IKey | None,
+) -> DataPlane:
     """The tenant's split (`Split`) and register (`RegisterChunk`) functions on one role
     (`DataRole`), with every statement that role needs."""
     tenant_id = tenant.id
@@ -63,16 +72,18 @@ def build_data_plane(scope: Construct, tenant: TenantConfig, *, budget: budgets.
             memory_size=512,
             description=f"Splits tenant {tenant_id}'s files into chunks",
         ),
-        environment=contract.environment(contract.SplitEnv(
-            tenant_id=tenant_id,
-            format=tenant.format,
-            chunk_size=tenant.chunk_size,
-            work_bucket=work_bucket.bucket_name,
-            landing_prefix=tenant.prefix,
-            ledger_table_name=ledger_table.table_name,
-            duplicate_files=tenant.duplicate_files,
-            max_chunks=budget.max_file_chunks,
-        )),
+        environment=contract.environment(
+            contract.SplitEnv(
+                tenant_id=tenant_id,
+                format=tenant.format,
+                chunk_size=tenant.chunk_size,
+                work_bucket=work_bucket.bucket_name,
+                landing_prefix=tenant.prefix,
+                ledger_table_name=ledger_table.table_name,
+                duplicate_files=tenant.duplicate_files,
+                max_chunks=budget.max_file_chunks,
+            )
+        ),
         role=role,
         tracing=tenant.tracing,
         kms_key=kms_key,
@@ -89,22 +100,26 @@ def build_data_plane(scope: Construct, tenant: TenantConfig, *, budget: budgets.
             timeout=register_timeout(tenant.chunk_size, sink.timeout_seconds, sink.batch_size),
             description=f"Sends tenant {tenant_id}'s records to the core system, in order",
         ),
-        environment=contract.environment(contract.RegisterEnv(
-            tenant_id=tenant_id,
-            work_bucket=work_bucket.bucket_name,
-            ledger_table_name=ledger_table.table_name,
-            sink_url=sink.url,
-            sink_timeout_seconds=sink.timeout_seconds,
-            sink_outage_budget_seconds=sink.outage_budget_seconds,
-            landing_prefix=tenant.prefix,
-            sink_batch_size=sink.batch_size,
-            # `sink.auth` but its invoke_arn (what IAM lets the function invoke, not a setting
-            # of the client); a type's absent fields keep the contract's defaults.
-            sink_auth=sink.auth.type,
-            **{f"sink_auth_{name}": value
-               for name, value in sink.auth.model_dump(exclude={"type", "invoke_arn"}).items()},
-            metric_namespace=contract.metric_namespace(),
-        )),
+        environment=contract.environment(
+            contract.RegisterEnv(
+                tenant_id=tenant_id,
+                work_bucket=work_bucket.bucket_name,
+                ledger_table_name=ledger_table.table_name,
+                sink_url=sink.url,
+                sink_timeout_seconds=sink.timeout_seconds,
+                sink_outage_budget_seconds=sink.outage_budget_seconds,
+                landing_prefix=tenant.prefix,
+                sink_batch_size=sink.batch_size,
+                # `sink.auth` but its invoke_arn (what IAM lets the function invoke, not a setting
+                # of the client); a type's absent fields keep the contract's defaults.
+                sink_auth=sink.auth.type,
+                **{
+                    f"sink_auth_{name}": value
+                    for name, value in sink.auth.model_dump(exclude={"type", "invoke_arn"}).items()
+                },
+                metric_namespace=contract.metric_namespace(),
+            )
+        ),
         role=role,
         tracing=tenant.tracing,
         kms_key=kms_key,
@@ -118,39 +133,52 @@ def build_data_plane(scope: Construct, tenant: TenantConfig, *, budget: budgets.
 
 def grant_own_ledger(role: iam.IRole, ledger_table: dynamodb.ITable, tenant_id: str, *actions: str) -> None:
     """``actions`` on only this tenant's items of the ledger (its partition)."""
-    role.add_to_principal_policy(iam.PolicyStatement(
-        sid="OwnLedgerItemsOnly",
-        actions=list(actions),
-        resources=[ledger_table.table_arn],
-        conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [tenant_id]}},
-    ))
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="OwnLedgerItemsOnly",
+            actions=list(actions),
+            resources=[ledger_table.table_arn],
+            conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [tenant_id]}},
+        )
+    )
 
 
-def _grant_tenant_data(role: iam.Role, tenant: TenantConfig, landing_bucket: s3.IBucket, work_bucket: s3.IBucket,
-                       ledger_table: dynamodb.ITable) -> None:
+def _grant_tenant_data(
+    role: iam.Role,
+    tenant: TenantConfig,
+    landing_bucket: s3.IBucket,
+    work_bucket: s3.IBucket,
+    ledger_table: dynamodb.ITable,
+) -> None:
     """Read only the tenant's landing prefix; indexes live under the tenant's own work folder."""
-    role.add_to_policy(iam.PolicyStatement(
-        # Split reads whichever file the tenant drops; register reads its chunk with a ranged
-        # GET of the pinned landing object version.
-        sid="ReadOwnLandingPrefix",
-        actions=["s3:GetObject", "s3:GetObjectVersion"],
-        resources=[landing_bucket.arn_for_objects(f"{tenant.prefix}*")],
-    ))
-    role.add_to_policy(iam.PolicyStatement(
-        sid="OwnChunks",
-        # Split writes the chunk index and manifest (PutObject covers the multipart upload of a
-        # large index; Abort gives up one of a failed split) and reads them when a resumed file
-        # reuses them; register reads them (ranged GETs of the index).
-        actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
-        resources=[work_bucket.arn_for_objects(f"{contract.work_prefix(tenant.id)}*")],
-    ))
-    role.add_to_policy(iam.PolicyStatement(
-        # Without it a missing manifest answers 403 instead of 404.
-        sid="ListOwnChunks",
-        actions=["s3:ListBucket"],
-        resources=[work_bucket.bucket_arn],
-        conditions={"StringLike": {"s3:prefix": [f"{contract.work_prefix(tenant.id)}*"]}},
-    ))
+    role.add_to_policy(
+        iam.PolicyStatement(
+            # Split reads whichever file the tenant drops; register reads its chunk with a ranged
+            # GET of the pinned landing object version.
+            sid="ReadOwnLandingPrefix",
+            actions=["s3:GetObject", "s3:GetObjectVersion"],
+            resources=[landing_bucket.arn_for_objects(f"{tenant.prefix}*")],
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="OwnChunks",
+            # Split writes the chunk index and manifest (PutObject covers the multipart upload of a
+            # large index; Abort gives up one of a failed split) and reads them when a resumed file
+            # reuses them; register reads them (ranged GETs of the index).
+            actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
+            resources=[work_bucket.arn_for_objects(f"{contract.work_prefix(tenant.id)}*")],
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            # Without it a missing manifest answers 403 instead of 404.
+            sid="ListOwnChunks",
+            actions=["s3:ListBucket"],
+            resources=[work_bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{contract.work_prefix(tenant.id)}*"]}},
+        )
+    )
     # Register's fence and progress; split looks up the content of files that succeeded
     # (duplicate_files: skip).
     grant_own_ledger(role, ledger_table, tenant.id, "dynamodb:GetItem", "dynamodb:UpdateItem")
@@ -182,26 +210,39 @@ def _attach_to_network(function: lambda_.Function, role: iam.Role, network: Netw
     def ec2_arn(resource: str, name: str) -> str:
         return stack.format_arn(service="ec2", resource=resource, resource_name=name)
 
-    role.add_to_policy(iam.PolicyStatement(
-        sid="RegisterVpcDescribe",
-        actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],
-        resources=["*"],
-    ))
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="RegisterVpcDescribe",
+            actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],
+            resources=["*"],
+        )
+    )
     # EC2 authorizes CreateNetworkInterface on the new interface (no id yet, and no ec2:Subnet
     # key: the Service Authorization Reference lists only request tags for it), the subnet and
     # each security group: naming the subnets and groups is what scopes it.
-    role.add_to_policy(iam.PolicyStatement(
-        sid="RegisterVpcCreateInterfaces",
-        actions=["ec2:CreateNetworkInterface"],
-        resources=[ec2_arn("network-interface", "*"), *(ec2_arn("subnet", subnet) for subnet in network.subnet_ids),
-                   *(ec2_arn("security-group", group) for group in network.security_group_ids)],
-    ))
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="RegisterVpcCreateInterfaces",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[
+                ec2_arn("network-interface", "*"),
+                *(ec2_arn("subnet", subnet) for subnet in network.subnet_ids),
+                *(ec2_arn("security-group", group) for group in network.security_group_ids),
+            ],
+        )
+    )
     # Every interface (the only resource type of these actions), no condition: see above.
-    role.add_to_policy(iam.PolicyStatement(
-        sid="RegisterVpcManageInterfaces",
-        actions=["ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"],
-        resources=[ec2_arn("network-interface", "*")],
-    ))
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="RegisterVpcManageInterfaces",
+            actions=[
+                "ec2:DeleteNetworkInterface",
+                "ec2:AssignPrivateIpAddresses",
+                "ec2:UnassignPrivateIpAddresses",
+            ],
+            resources=[ec2_arn("network-interface", "*")],
+        )
+    )
 
 
 def _grant_sink_auth(scope: Construct, role: iam.Role, tenant: TenantConfig) -> None:
@@ -212,34 +253,54 @@ def _grant_sink_auth(scope: Construct, role: iam.Role, tenant: TenantConfig) -> 
     auth = tenant.sink.auth
     if not isinstance(auth, BearerAuth | SigV4Auth):
         return
-    register_only = {"ArnEquals": {"lambda:SourceFunctionArn": Stack.of(scope).format_arn(
-        service="lambda", resource="function", resource_name=names.REGISTER_FUNCTION.render(tenant.id),
-        arn_format=ArnFormat.COLON_RESOURCE_NAME,
-    )}}
+    register_only = {
+        "ArnEquals": {
+            "lambda:SourceFunctionArn": Stack.of(scope).format_arn(
+                service="lambda",
+                resource="function",
+                resource_name=names.REGISTER_FUNCTION.render(tenant.id),
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            )
+        }
+    }
     if isinstance(auth, BearerAuth):
-        role.add_to_policy(iam.PolicyStatement(
-            sid="ReadOwnSinkToken", actions=["secretsmanager:GetSecretValue"],
-            resources=[sink_secret_arn(scope, auth.secret)], conditions=register_only,
-        ))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadOwnSinkToken",
+                actions=["secretsmanager:GetSecretValue"],
+                resources=[sink_secret_arn(scope, auth.secret)],
+                conditions=register_only,
+            )
+        )
     elif auth.service == "execute-api":
-        role.add_to_policy(iam.PolicyStatement(
-            sid="InvokeOwnSinkApi", actions=["execute-api:Invoke"],
-            resources=[auth.invoke_arn], conditions=register_only,
-        ))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="InvokeOwnSinkApi",
+                actions=["execute-api:Invoke"],
+                resources=[auth.invoke_arn],
+                conditions=register_only,
+            )
+        )
     else:
         # Function URLs created since October 2025 need both actions
         # (https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html); InvokeFunction only
         # through the URL, InvokeFunctionUrl only of an IAM-authorized URL.
-        role.add_to_policy(iam.PolicyStatement(
-            sid="InvokeOwnSinkFunctionUrl", actions=["lambda:InvokeFunctionUrl"],
-            resources=[auth.invoke_arn],
-            conditions={**register_only, "StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}},
-        ))
-        role.add_to_policy(iam.PolicyStatement(
-            sid="InvokeOwnSinkFunctionThroughUrl", actions=["lambda:InvokeFunction"],
-            resources=[auth.invoke_arn],
-            conditions={**register_only, "Bool": {"lambda:InvokedViaFunctionUrl": "true"}},
-        ))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="InvokeOwnSinkFunctionUrl",
+                actions=["lambda:InvokeFunctionUrl"],
+                resources=[auth.invoke_arn],
+                conditions={**register_only, "StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="InvokeOwnSinkFunctionThroughUrl",
+                actions=["lambda:InvokeFunction"],
+                resources=[auth.invoke_arn],
+                conditions={**register_only, "Bool": {"lambda:InvokedViaFunctionUrl": "true"}},
+            )
+        )
 
 
 def sink_secret_arn(scope: Construct, secret: str) -> str:
@@ -247,5 +308,9 @@ def sink_secret_arn(scope: Construct, secret: str) -> str:
     account and Region, with the 6 characters Secrets Manager appends to it (`-??????`)."""
     if secret.startswith("arn:"):
         return secret
-    return Stack.of(scope).format_arn(service="secretsmanager", resource="secret", resource_name=f"{secret}-??????",
-                                      arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    return Stack.of(scope).format_arn(
+        service="secretsmanager",
+        resource="secret",
+        resource_name=f"{secret}-??????",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )

@@ -13,7 +13,7 @@ owner's (docs/security.md, "Customer-managed keys").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: The `kms_key` value that makes the app create the key.
 CREATE = "create"
+
+
 def shared_key_alias() -> str:
     """The alias of the shared resources' key (one per account and Region)."""
     return contract.SHARED_KEY_ALIAS.render()
@@ -53,8 +55,15 @@ def shared_rules() -> str:
 
 
 #: What CloudWatch Logs does with the key of an encrypted log group.
-LOGS_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey",
-                "kms:GenerateDataKeyWithoutPlaintext", "kms:DescribeKey"]
+LOGS_ACTIONS = [
+    "kms:Encrypt",
+    "kms:Decrypt",
+    "kms:ReEncryptFrom",
+    "kms:ReEncryptTo",
+    "kms:GenerateDataKey",
+    "kms:GenerateDataKeyWithoutPlaintext",
+    "kms:DescribeKey",
+]
 
 
 def tenant_key_alias(tenant_id: str) -> str:
@@ -62,7 +71,9 @@ def tenant_key_alias(tenant_id: str) -> str:
     return contract.TENANT_KEY_ALIAS.render(tenant_id)
 
 
-def customer_key(scope: Construct, construct_id: str, setting: str, *, alias: str, description: str) -> kms.IKey:
+def customer_key(
+    scope: Construct, construct_id: str, setting: str, *, alias: str, description: str
+) -> kms.IKey:
     """The key of `setting`: a new one (``create``) or the existing key of that ARN."""
     if setting != CREATE:
         return kms.Key.from_key_arn(scope, construct_id, setting)
@@ -84,7 +95,14 @@ def shared_key_arn(scope: Construct, setting: str | None) -> str | None:
     return ssm.StringParameter.value_for_string_parameter(scope, shared_key_parameter())
 
 
-def queue_encryption(key: kms.IKey | None) -> dict:
+class QueueEncryptionArgs(TypedDict, total=False):
+    """The encryption arguments of `sqs.Queue`."""
+
+    encryption: sqs.QueueEncryption
+    encryption_master_key: kms.IKey
+
+
+def queue_encryption(key: kms.IKey | None) -> QueueEncryptionArgs:
     """A queue's encryption arguments: SQS-managed, or `key` (data keys reused for 5 minutes,
     SQS's default: at most one KMS request per 5 minutes per sender and receiver)."""
     if key is None:
@@ -102,7 +120,9 @@ def allow_log_groups(key: kms.IKey, log_group_names: Sequence[str], *, sid: str)
     A no-op for a key given by ARN (its owner's policy decides). Returns the statement."""
     stack = Stack.of(key)
     arns = [
-        stack.format_arn(service="logs", resource="log-group", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        stack.format_arn(
+            service="logs", resource="log-group", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME
+        )
         for name in log_group_names
     ]
     return _add(
@@ -119,7 +139,9 @@ def allow_log_groups(key: kms.IKey, log_group_names: Sequence[str], *, sid: str)
     )
 
 
-def allow_rules(key: kms.IKey, rule_arns: Sequence[str], *, sid: str, operator: str = "ArnEquals") -> iam.PolicyStatement:
+def allow_rules(
+    key: kms.IKey, rule_arns: Sequence[str], *, sid: str, operator: str = "ArnEquals"
+) -> iam.PolicyStatement:
     """EventBridge may deliver these rules' events to a queue encrypted with `key` (and
     dead-letter them), and nothing else (``operator`` ``ArnLike``: `rule_arns` are patterns).
     A no-op for a key given by ARN. Returns the statement."""
@@ -175,7 +197,9 @@ def grant_via(
     if bucket_arn is not None:
         equals["kms:EncryptionContext:aws:s3:arn"] = bucket_arn
     principal.grant_principal.add_to_principal_policy(
-        iam.PolicyStatement(sid=sid, actions=list(actions), resources=[key_arn], conditions={"StringEquals": equals})
+        iam.PolicyStatement(
+            sid=sid, actions=list(actions), resources=[key_arn], conditions={"StringEquals": equals}
+        )
     )
 
 
@@ -187,8 +211,10 @@ def tenant_rule_arns(scope: Construct, tenant_id: str, event_bus: events.IEventB
     policy and a queue policy name without referring to the rules (no dependency cycle)."""
     bus = f"{event_bus.event_bus_name}/" if event_bus is not None else ""
     stack = Stack.of(scope)
-    return [stack.format_arn(service="events", resource="rule", resource_name=f"{bus}{name.render(tenant_id)}")
-            for name in (names.RULE, names.STATUS_RULE)]
+    return [
+        stack.format_arn(service="events", resource="rule", resource_name=f"{bus}{name.render(tenant_id)}")
+        for name in (names.RULE, names.STATUS_RULE)
+    ]
 
 
 def use_tenant_keys(pipeline: TenantPipeline) -> None:
@@ -202,11 +228,17 @@ def use_tenant_keys(pipeline: TenantPipeline) -> None:
             for name in (names.STATE_MACHINE, names.SECTION_STATE_MACHINE, names.PAGE_STATE_MACHINE)
         ]
         # The object-created rule sends to the queue, both rules dead-letter to the intake DLQ.
-        pin_key_policy(key, [
-            allow_log_groups(key, log_groups, sid="CloudWatchLogsOwnLogGroups"),
-            allow_rules(key, tenant_rule_arns(pipeline, tenant_id, shared.event_bus),
-                        sid="EventBridgeDeliversOwnRules"),
-        ])
+        pin_key_policy(
+            key,
+            [
+                allow_log_groups(key, log_groups, sid="CloudWatchLogsOwnLogGroups"),
+                allow_rules(
+                    key,
+                    tenant_rule_arns(pipeline, tenant_id, shared.event_bus),
+                    sid="EventBridgeDeliversOwnRules",
+                ),
+            ],
+        )
         for role in dict.fromkeys(made.role for made in functions.values()):  # split and register share one
             # Lambda decrypts a function's environment at start with its execution role. (The
             # controller's kms:Decrypt of the queue's messages is the SQS event source's grant.)
@@ -215,15 +247,31 @@ def use_tenant_keys(pipeline: TenantPipeline) -> None:
     if key_arn is None:
         return
     landing, work = shared.landing_bucket.bucket_arn, shared.work_bucket.bucket_arn
-    grant_via(pipeline.data_role, key_arn, ["kms:Decrypt"], ["s3"], sid="DecryptOwnLandingFiles", bucket_arn=landing)
-    grant_via(pipeline.data_role, key_arn, ["kms:GenerateDataKey", "kms:Decrypt"], ["s3"], sid="EncryptOwnChunks",
-              bucket_arn=work)
-    grant_via(pipeline.controller.role, key_arn, ["kms:GenerateDataKey"], ["s3"], sid="EncryptQuarantinedMessages",
-              bucket_arn=work)
-    ledger_users: list[iam.IRole] = [pipeline.data_role, *(made.role for kind, made in functions.items()
-                                                           if kind not in ("split", "register"))]
+    grant_via(
+        pipeline.data_role, key_arn, ["kms:Decrypt"], ["s3"], sid="DecryptOwnLandingFiles", bucket_arn=landing
+    )
+    grant_via(
+        pipeline.data_role,
+        key_arn,
+        ["kms:GenerateDataKey", "kms:Decrypt"],
+        ["s3"],
+        sid="EncryptOwnChunks",
+        bucket_arn=work,
+    )
+    grant_via(
+        pipeline.controller.role,
+        key_arn,
+        ["kms:GenerateDataKey"],
+        ["s3"],
+        sid="EncryptQuarantinedMessages",
+        bucket_arn=work,
+    )
+    ledger_users: list[iam.IRole] = [
+        pipeline.data_role,
+        *(made.role for kind, made in functions.items() if kind not in ("split", "register")),
+    ]
     if pipeline.tenant.completion.wait:
         ledger_users.append(pipeline.workflow.role)  # it leaves the completion token on the position
-    for role in ledger_users:
+    for user in ledger_users:
         # The table key: DynamoDB decrypts it with the caller's permission.
-        grant_via(role, key_arn, ["kms:Decrypt"], ["dynamodb"], sid="UseLedgerTableKey")
+        grant_via(user, key_arn, ["kms:Decrypt"], ["dynamodb"], sid="UseLedgerTableKey")

@@ -70,9 +70,16 @@ def build_intake_dlq(scope: Construct, tenant_id: str, kms_key: kms.IKey | None)
     )
 
 
-def build_object_created_rule(scope: Construct, tenant: TenantConfig, *, landing_bucket: s3.IBucket,
-                              event_bus: events.IEventBus | None, queue: sqs.Queue, dlq: sqs.IQueue,
-                              kms_key: kms.IKey | None) -> events.Rule:
+def build_object_created_rule(
+    scope: Construct,
+    tenant: TenantConfig,
+    *,
+    landing_bucket: s3.IBucket,
+    event_bus: events.IEventBus | None,
+    queue: sqs.Queue,
+    dlq: sqs.IQueue,
+    kms_key: kms.IKey | None,
+) -> events.Rule:
     """Files created under the tenant's prefix go to its queue (`ObjectCreatedRule`; one message
     group per tenant on a FIFO queue)."""
     rule = events.Rule(
@@ -89,8 +96,15 @@ def build_object_created_rule(scope: Construct, tenant: TenantConfig, *, landing
                 "object": {"key": [{"prefix": tenant.prefix}]},
             },
         ),
-        targets=[targets.SqsQueue(queue, message_group_id=tenant.id if queue.fifo else None, dead_letter_queue=dlq,
-                                  retry_attempts=INTAKE_RETRY_ATTEMPTS, max_event_age=INTAKE_MAX_EVENT_AGE)],
+        targets=[
+            targets.SqsQueue(
+                queue,
+                message_group_id=tenant.id if queue.fifo else None,
+                dead_letter_queue=dlq,
+                retry_attempts=INTAKE_RETRY_ATTEMPTS,
+                max_event_age=INTAKE_MAX_EVENT_AGE,
+            )
+        ],
     )
     if kms_key is not None:
         _only_own_rule_sends_to(queue, encryption.tenant_rule_arns(scope, tenant.id, event_bus)[0])
@@ -108,17 +122,28 @@ def _only_own_rule_sends_to(queue: sqs.Queue, rule_arn: str) -> None:
     if not isinstance(queue_policy, sqs.QueuePolicy):
         return
     statements = Stack.of(queue).resolve(queue_policy.document)["Statement"]
-    (index,) = [i for i, statement in enumerate(statements)
-                if statement.get("Principal") == {"Service": "events.amazonaws.com"}
-                and "ArnEquals" not in statement.get("Condition", {})]
+    (index,) = [
+        i
+        for i, statement in enumerate(statements)
+        if statement.get("Principal") == {"Service": "events.amazonaws.com"}
+        and "ArnEquals" not in statement.get("Condition", {})
+    ]
     policy = queue_policy.node.default_child
     assert isinstance(policy, sqs.CfnQueuePolicy)
-    policy.add_property_override(f"PolicyDocument.Statement.{index}.Condition.ArnEquals",
-                                 {"aws:SourceArn": rule_arn})
+    policy.add_property_override(
+        f"PolicyDocument.Statement.{index}.Condition.ArnEquals", {"aws:SourceArn": rule_arn}
+    )
 
 
-def build_status_rule(scope: Construct, tenant_id: str, *, event_bus: events.IEventBus | None,
-                      state_machine_arn: str, closer: lambda_.IFunction, dlq: sqs.IQueue) -> events.Rule:
+def build_status_rule(
+    scope: Construct,
+    tenant_id: str,
+    *,
+    event_bus: events.IEventBus | None,
+    state_machine_arn: str,
+    closer: lambda_.IFunction,
+    dlq: sqs.IQueue,
+) -> events.Rule:
     """Status changes of the tenant's file executions go to its closer (`ExecutionStatusRule`).
 
     The backstop of the workflow's last state (status-change events are best effort, and the
@@ -139,12 +164,20 @@ def build_status_rule(scope: Construct, tenant_id: str, *, event_bus: events.IEv
                 "status": ["RUNNING", *sorted(contract.CLOSED_STATUSES)],
             },
         ),
-        targets=[targets.LambdaFunction(closer, dead_letter_queue=dlq, retry_attempts=INTAKE_RETRY_ATTEMPTS,
-                                        max_event_age=INTAKE_MAX_EVENT_AGE)],
+        targets=[
+            targets.LambdaFunction(
+                closer,
+                dead_letter_queue=dlq,
+                retry_attempts=INTAKE_RETRY_ATTEMPTS,
+                max_event_age=INTAKE_MAX_EVENT_AGE,
+            )
+        ],
     )
 
 
-def build_upload_access_point(scope: Construct, tenant: TenantConfig, landing_bucket: s3.IBucket) -> s3.CfnAccessPoint | None:
+def build_upload_access_point(
+    scope: Construct, tenant: TenantConfig, landing_bucket: s3.IBucket
+) -> s3.CfnAccessPoint | None:
     """The access point the tenant's `uploaders` put files through (`UploadAccessPoint`, named
     `names.upload_access_point_name`), on the shared landing bucket by its fixed name; its
     policy lets them put under the tenant's prefix and nothing else (`uploaders.py`). None
@@ -162,6 +195,9 @@ def build_upload_access_point(scope: Construct, tenant: TenantConfig, landing_bu
         name=name,
         policy=uploaders.access_point_policy(own, arn),
         public_access_block_configuration=s3.CfnAccessPoint.PublicAccessBlockConfigurationProperty(
-            block_public_acls=True, block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
         ),
     )

@@ -36,7 +36,9 @@ class TenantMetrics:
 
     # -- the handlers' own metrics (EMF, or the functions' metric filters) -----------------------
 
-    def head_message_wait(self, *, period: Duration = METRIC_PERIOD, label: str | None = None) -> cloudwatch.Metric:
+    def head_message_wait(
+        self, *, period: Duration = METRIC_PERIOD, label: str | None = None
+    ) -> cloudwatch.Metric:
         """How long the message at the head of the queue has waited (controller; Maximum). Unlike
         the queue's age, it cannot go blind to a head message that is received again and again
         without being deleted (a blocked tenant)."""
@@ -55,11 +57,15 @@ class TenantMetrics:
         number (controller; Maximum)."""
         return self._own(contract.SEQUENCE_GAP_METRIC, "Maximum", period)
 
-    def records_sent(self, *, period: Duration = METRIC_PERIOD, label: str | None = None) -> cloudwatch.Metric:
+    def records_sent(
+        self, *, period: Duration = METRIC_PERIOD, label: str | None = None
+    ) -> cloudwatch.Metric:
         """Records the core system acknowledged (register; Sum)."""
         return self._own(contract.RECORDS_SENT_METRIC, "Sum", period, label)
 
-    def sink_requests(self, *, period: Duration = METRIC_PERIOD, label: str | None = None) -> cloudwatch.Metric:
+    def sink_requests(
+        self, *, period: Duration = METRIC_PERIOD, label: str | None = None
+    ) -> cloudwatch.Metric:
         """POSTs the core system acknowledged: records, or batches in batch mode (register; Sum)."""
         return self._own(contract.SINK_REQUESTS_METRIC, "Sum", period, label)
 
@@ -82,8 +88,10 @@ class TenantMetrics:
         """Failed tries of the core system, in percent of all tries (0 without tries): a graph's."""
         return cloudwatch.MathExpression(
             expression="IF(errors + acknowledged > 0, 100 * errors / (errors + acknowledged), 0)",
-            using_metrics={"errors": self.sink_errors(label="failed tries"),
-                           "acknowledged": self.sink_requests(label="acknowledged tries")},
+            using_metrics={
+                "errors": self.sink_errors(label="failed tries"),
+                "acknowledged": self.sink_requests(label="acknowledged tries"),
+            },
             label="failed tries (%)",
             period=METRIC_PERIOD,
         )
@@ -92,14 +100,24 @@ class TenantMetrics:
         """Lines the function of ``kind`` (``controller``, ``split``, ...) logged at ERROR level
         (real faults; intended waits log INFO), the runtime's own error records, and timeouts and
         crashes (its log group's metric filter, `functions.pipeline_function`; Sum)."""
-        return cloudwatch.Metric(namespace=contract.metric_namespace(),
-                                 metric_name=contract.error_log_metric_name(self.tenant_id, kind),
-                                 statistic="Sum", period=period)
+        return cloudwatch.Metric(
+            namespace=contract.metric_namespace(),
+            metric_name=contract.error_log_metric_name(self.tenant_id, kind),
+            statistic="Sum",
+            period=period,
+        )
 
-    def _own(self, name: str, statistic: str, period: Duration, label: str | None = None) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace=contract.metric_namespace(), metric_name=name,
-                                 dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
-                                 statistic=statistic, period=period, label=label)
+    def _own(
+        self, name: str, statistic: str, period: Duration, label: str | None = None
+    ) -> cloudwatch.Metric:
+        return cloudwatch.Metric(
+            namespace=contract.metric_namespace(),
+            metric_name=name,
+            dimensions_map={contract.TENANT_DIMENSION: self.tenant_id},
+            statistic=statistic,
+            period=period,
+            label=label,
+        )
 
     # -- the queues (AWS/SQS) --------------------------------------------------------------------
 
@@ -137,8 +155,14 @@ class TenantMetrics:
 
     @staticmethod
     def _queue(queue_name: str, name: str, period: Duration, label: str | None = None) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace="AWS/SQS", metric_name=name, dimensions_map={"QueueName": queue_name},
-                                 statistic="Maximum", period=period, label=label)
+        return cloudwatch.Metric(
+            namespace="AWS/SQS",
+            metric_name=name,
+            dimensions_map={"QueueName": queue_name},
+            statistic="Maximum",
+            period=period,
+            label=label,
+        )
 
     # -- the rules (AWS/Events) ------------------------------------------------------------------
 
@@ -154,12 +178,18 @@ class TenantMetrics:
         # A rule on a custom bus (a shard's) publishes with the EventBusName dimension too.
         bus = {"EventBusName": self.event_bus_name} if self.event_bus_name else {}
         metrics: dict[str, cloudwatch.IMetric] = {
-            f"{metric_id}{rule_id}": cloudwatch.Metric(namespace="AWS/Events", metric_name=metric_name,
-                                                       dimensions_map={**bus, "RuleName": rule_name},
-                                                       statistic="Sum", period=period)
+            f"{metric_id}{rule_id}": cloudwatch.Metric(
+                namespace="AWS/Events",
+                metric_name=metric_name,
+                dimensions_map={**bus, "RuleName": rule_name},
+                statistic="Sum",
+                period=period,
+            )
             for rule_id, rule_name in zip(("objectcreated", "status"), self.rule_names)
-            for metric_id, metric_name in (("failed", "FailedInvocations"),
-                                           ("undelivered", "InvocationsFailedToBeSentToDlq"))
+            for metric_id, metric_name in (
+                ("failed", "FailedInvocations"),
+                ("undelivered", "InvocationsFailedToBeSentToDlq"),
+            )
         }
         # FILL: a rule without failures publishes nothing; the sum must still be a number.
         return cloudwatch.MathExpression(
@@ -179,16 +209,19 @@ class TenantMetrics:
     def executions_succeeded(self, *, label: str | None = None) -> cloudwatch.MathExpression:
         return self._executions("ExecutionsSucceeded", METRIC_PERIOD, label)
 
-    def executions_failed(self, *, period: Duration = METRIC_PERIOD,
-                          label: str | None = None) -> cloudwatch.MathExpression:
+    def executions_failed(
+        self, *, period: Duration = METRIC_PERIOD, label: str | None = None
+    ) -> cloudwatch.MathExpression:
         return self._executions("ExecutionsFailed", period, label)
 
-    def executions_timed_out(self, *, period: Duration = METRIC_PERIOD,
-                             label: str | None = None) -> cloudwatch.MathExpression:
+    def executions_timed_out(
+        self, *, period: Duration = METRIC_PERIOD, label: str | None = None
+    ) -> cloudwatch.MathExpression:
         return self._executions("ExecutionsTimedOut", period, label)
 
-    def executions_aborted(self, *, period: Duration = METRIC_PERIOD,
-                           label: str | None = None) -> cloudwatch.MathExpression:
+    def executions_aborted(
+        self, *, period: Duration = METRIC_PERIOD, label: str | None = None
+    ) -> cloudwatch.MathExpression:
         return self._executions("ExecutionsAborted", period, label)
 
     def executions_throttled(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.MathExpression:
@@ -215,5 +248,10 @@ class TenantMetrics:
 
     @staticmethod
     def _execution_metric(name: str, state_machine_arn: str, period: Duration) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace="AWS/States", metric_name=name,
-                                 dimensions_map={"StateMachineArn": state_machine_arn}, statistic="Sum", period=period)
+        return cloudwatch.Metric(
+            namespace="AWS/States",
+            metric_name=name,
+            dimensions_map={"StateMachineArn": state_machine_arn},
+            statistic="Sum",
+            period=period,
+        )

@@ -6,7 +6,7 @@ the families are re-exported here, and rendered where their placeholders are fix
 from __future__ import annotations
 
 from lambdas import contract
-from lambdas.contract import (  # noqa: F401  (re-exported: the constructs' names)
+from lambdas.contract import (
     APP_NAME,
     CLOSER_FUNCTION,
     COMPLETION_FUNCTION,
@@ -28,6 +28,45 @@ from lambdas.contract import (  # noqa: F401  (re-exported: the constructs' name
     tightest_broken,
     upload_access_point_name,
 )
+
+# The contract's names are re-exported (the constructs, `ops` and the local runtime import them from
+# here); `__all__` makes that explicit, as mypy's strict mode requires.
+__all__ = [
+    "ALARM_TOPIC_OUTPUT",
+    "APP_NAME",
+    "CLOSER_FUNCTION",
+    "COMPLETION_FUNCTION",
+    "CONTROLLER_FUNCTION",
+    "INTAKE_DLQ",
+    "MAX_TENANT_ID_LENGTH",
+    "PAGE_STATE_MACHINE",
+    "QUEUE",
+    "REGISTER_FUNCTION",
+    "RESERVED_ID_PART",
+    "RULE",
+    "SECTION_STATE_MACHINE",
+    "SEQUENCE_QUEUE",
+    "SPLIT_FUNCTION",
+    "STATE_MACHINE",
+    "STATUS_RULE",
+    "TENANT_STACK",
+    "DerivedName",
+    "dashboard_stack_name",
+    "landing_bucket_name",
+    "routing_dlq",
+    "shard_bus_name",
+    "shard_objects_rule_name",
+    "shard_status_rule_name",
+    "shared_stack_name",
+    "tightest_broken",
+    "unmatched_bus_name",
+    "unmatched_forward_rule_name",
+    "unmatched_uploads_dlq",
+    "unmatched_uploads_log_group",
+    "unmatched_uploads_rule_name",
+    "upload_access_point_name",
+    "work_bucket_name",
+]
 
 #: The shared stack's output that holds the alarm topic's ARN (written by `stacks.SharedStack`,
 #: shown by `ops status`): a fixed name, no export.
@@ -86,7 +125,9 @@ def shard_status_rule_name(index: int) -> str:
 
 def unmatched_uploads_rule_name(index: int) -> str:
     """The catch-all's rule on its bus ``index`` (0: the default bus's rule)."""
-    return (contract.UNMATCHED_UPLOADS_RULE if index == 0 else contract.UNMATCHED_UPLOADS_BUS_RULE).render(index=index)
+    return (contract.UNMATCHED_UPLOADS_RULE if index == 0 else contract.UNMATCHED_UPLOADS_BUS_RULE).render(
+        index=index
+    )
 
 
 def unmatched_bus_name(index: int) -> str:

@@ -215,7 +215,7 @@ def unmatched_layout(prefixes: Sequence[str], *, limit: int = MAX_EVENT_PATTERN_
     groups: list[list[tuple[str, list[str]]]] = []
     current: list[tuple[str, list[str]]] = []
     for root in roots:
-        if not current or _group_fits(current + [root], limit):
+        if not current or _group_fits([*current, root], limit):
             current.append(root)
             continue
         groups.append(current)

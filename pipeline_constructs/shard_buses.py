@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import jsii
 from aws_cdk import Duration, Stack
@@ -31,6 +32,9 @@ from pipeline_constructs.intake import (
 )
 from pipeline_constructs.nag import acknowledge, as_nag_shows
 
+if TYPE_CHECKING:
+    from aws_cdk.interfaces.aws_events import IRuleRef
+
 METRIC_PERIOD = Duration.minutes(5)
 
 
@@ -39,14 +43,21 @@ def let_rules_dead_letter(queue: sqs.IQueue, sid: str, rule_names: str) -> None:
     a custom bus is `rule/<bus>/<name>`) dead-letter into ``queue``, in one statement whatever
     the number of rules: a statement per rule passes SQS's 20 statements and 8 KB per queue
     policy with many shards or catch-all buses."""
-    queue.add_to_resource_policy(iam.PolicyStatement(
-        sid=sid,
-        principals=[iam.ServicePrincipal("events.amazonaws.com")],
-        actions=["sqs:SendMessage"],
-        resources=[queue.queue_arn],
-        conditions={"ArnLike": {"aws:SourceArn": Stack.of(queue).format_arn(
-            service="events", resource="rule", resource_name=rule_names)}},
-    ))
+    queue.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid=sid,
+            principals=[iam.ServicePrincipal("events.amazonaws.com")],
+            actions=["sqs:SendMessage"],
+            resources=[queue.queue_arn],
+            conditions={
+                "ArnLike": {
+                    "aws:SourceArn": Stack.of(queue).format_arn(
+                        service="events", resource="rule", resource_name=rule_names
+                    )
+                }
+            },
+        )
+    )
 
 
 class Forwarding(Construct):
@@ -56,8 +67,9 @@ class Forwarding(Construct):
 
     Attributes: ``role``, ``dead_letter_queue``, ``alarms``; ``forward(...)`` adds a rule."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic,
-                 kms_key: kms.IKey | None = None) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic, kms_key: kms.IKey | None = None
+    ) -> None:
         """``kms_key``: the shared customer-managed key (top-level `encryption`) of the
         dead-letter queue. Default: none (SQS-managed encryption)."""
         super().__init__(scope, construct_id)
@@ -71,16 +83,26 @@ class Forwarding(Construct):
         # their names: a statement per bus would pass IAM's 10,240 characters of inline
         # policy per role at about 100 buses.
         stack = Stack.of(self)
-        app_buses = stack.format_arn(service="events", resource="event-bus",
-                                     resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-*")
-        policy = iam.Policy(self, "PutEventsOnAppBuses", roles=[self.role], statements=[
-            iam.PolicyStatement(actions=["events:PutEvents"], resources=[app_buses])])
+        app_buses = stack.format_arn(
+            service="events",
+            resource="event-bus",
+            resource_name=f"{contract.qualify(contract.SHARED_PREFIX)}-*",
+        )
+        policy = iam.Policy(
+            self,
+            "PutEventsOnAppBuses",
+            roles=[self.role],
+            statements=[iam.PolicyStatement(actions=["events:PutEvents"], resources=[app_buses])],
+        )
         partition, region, account = as_nag_shows(stack)
-        acknowledge(policy, "AwsSolutions-IAM5",
-                    "PutEvents on this app's own event buses only (shard and catch-all buses, all named "
-                    f"{contract.qualify(contract.SHARED_PREFIX)}-...): one resource whatever the number of buses.",
-                    f"Resource::arn:{partition}:events:{region}:{account}:event-bus/"
-                    f"{contract.qualify(contract.SHARED_PREFIX)}-*")
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5",
+            "PutEvents on this app's own event buses only (shard and catch-all buses, all named "
+            f"{contract.qualify(contract.SHARED_PREFIX)}-...): one resource whatever the number of buses.",
+            f"Resource::arn:{partition}:events:{region}:{account}:event-bus/"
+            f"{contract.qualify(contract.SHARED_PREFIX)}-*",
+        )
         self.dead_letter_queue = sqs.Queue(
             self,
             "Dlq",
@@ -95,9 +117,14 @@ class Forwarding(Construct):
             "This queue is itself the dead-letter queue of the default bus's forwarding rules; its depth "
             "is alarmed (routing-dlq).",
         )
-        let_rules_dead_letter(self.dead_letter_queue, "ForwardingRulesDeadLetters",
-                              f"{contract.qualify(contract.SHARED_PREFIX)}-*")
-        self._factory = AlarmFactory(self, name=contract.SHARED_ALARM, topic=alarm_topic, evaluation_periods=1)
+        let_rules_dead_letter(
+            self.dead_letter_queue,
+            "ForwardingRulesDeadLetters",
+            f"{contract.qualify(contract.SHARED_PREFIX)}-*",
+        )
+        self._factory = AlarmFactory(
+            self, name=contract.SHARED_ALARM, topic=alarm_topic, evaluation_periods=1
+        )
         self._factory.alarm(
             "routing-dlq",
             self.dead_letter_queue.metric_approximate_number_of_messages_visible(
@@ -221,7 +248,7 @@ class ShardRouting(Construct):
             )
 
 
-def _pattern(pattern: dict) -> events.EventPattern:
+def _pattern(pattern: dict[str, Any]) -> events.EventPattern:
     return events.EventPattern(
         source=pattern["source"], detail_type=pattern["detail-type"], detail=pattern["detail"]
     )
@@ -236,7 +263,7 @@ class _EventBusTarget:
     def __init__(self, bus: events.IEventBus, role: iam.IRole, dead_letter_queue: sqs.IQueue) -> None:
         self._bus, self._role, self._dlq = bus, role, dead_letter_queue
 
-    def bind(self, _rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+    def bind(self, rule: IRuleRef, id: str | None = None) -> events.RuleTargetConfig:
         return events.RuleTargetConfig(
             arn=self._bus.event_bus_arn,
             role=self._role,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from aws_cdk import ArnFormat, Aws, CfnCondition, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -123,9 +124,11 @@ class SharedResources(Construct):
         )
         # EventBridge notifications through the CloudFormation property itself: the L2
         # `event_bridge_enabled` would add a custom-resource Lambda to do the same.
-        landing = self.landing_bucket.node.default_child
+        landing = cast(s3.CfnBucket, self.landing_bucket.node.default_child)  # an L2 bucket's resource
         landing.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
-            event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
+            event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(
+                event_bridge_enabled=True
+            )
         )
 
         # Uploaders put through their tenant's access point (its own policy, in the tenant's
@@ -143,9 +146,13 @@ class SharedResources(Construct):
             log_prefix="work/",
             # One expiry per prefix (contract.CHUNKS_ROOT, QUARANTINE_ROOT); clean-ups bucket-wide.
             lifecycle=[
-                s3.LifecycleRule(id="ExpireChunks", prefix=contract.CHUNKS_ROOT, expiration=props.work_object_expiry),
                 s3.LifecycleRule(
-                    id="ExpireQuarantine", prefix=contract.QUARANTINE_ROOT, expiration=props.quarantine_retention
+                    id="ExpireChunks", prefix=contract.CHUNKS_ROOT, expiration=props.work_object_expiry
+                ),
+                s3.LifecycleRule(
+                    id="ExpireQuarantine",
+                    prefix=contract.QUARANTINE_ROOT,
+                    expiration=props.quarantine_retention,
                 ),
                 s3.LifecycleRule(
                     id="CleanUp",
@@ -155,7 +162,7 @@ class SharedResources(Construct):
             ],
         )
 
-        # The ledger: each tenant's position and the record of its files (lambdas/ledger.py).
+        # The ledger: each tenant's position and the record of its files (lambdas/ledger/).
         self.ledger_table = dynamodb.Table(
             self,
             "LedgerTable",
@@ -166,8 +173,11 @@ class SharedResources(Construct):
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
-            encryption=(dynamodb.TableEncryption.AWS_MANAGED if self.data_key is None
-                        else dynamodb.TableEncryption.CUSTOMER_MANAGED),
+            encryption=(
+                dynamodb.TableEncryption.AWS_MANAGED
+                if self.data_key is None
+                else dynamodb.TableEncryption.CUSTOMER_MANAGED
+            ),
             encryption_key=self.data_key,
             removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
@@ -206,8 +216,11 @@ class SharedResources(Construct):
             )
         #: The key the tenants' closers may use to publish (`alarm-topic-key-arn`).
         self.alarm_topic_key: kms.IKey = (
-            self.alarm_key if self.alarm_key is not None
-            else kms.Key.from_key_arn(self, "GivenAlarmTopicKey", props.alarm_topic_key_arn))
+            self.alarm_key
+            if self.alarm_key is not None
+            # no key of its own only when an existing topic and its key are given
+            else kms.Key.from_key_arn(self, "GivenAlarmTopicKey", cast(str, props.alarm_topic_key_arn))
+        )
         endpoints = (*(("email", email) for email in props.alarm_emails), *props.alarm_subscriptions)
         for protocol, endpoint in endpoints:
             self.alarm_topic.add_subscription(self._subscription(protocol, endpoint))
@@ -223,17 +236,30 @@ class SharedResources(Construct):
         if protocol == "https":
             return subscriptions.UrlSubscription(endpoint, protocol=sns.SubscriptionProtocol.HTTPS)
         if protocol == "sqs":
-            return subscriptions.SqsSubscription(sqs.Queue.from_queue_arn(self, f"Queue{self._slug(endpoint)}", endpoint))
+            return subscriptions.SqsSubscription(
+                sqs.Queue.from_queue_arn(self, f"Queue{self._slug(endpoint)}", endpoint)
+            )
         assert protocol == "lambda", protocol
         slug = self._slug(endpoint)
         function = lambda_.Function.from_function_attributes(
-            self, f"Function{slug}", function_arn=endpoint, skip_permissions=True)
+            self, f"Function{slug}", function_arn=endpoint, skip_permissions=True
+        )
         arn = Stack.of(self).split_arn(endpoint, ArnFormat.COLON_RESOURCE_NAME)
-        here = CfnCondition(self, f"Function{slug}IsHere", expression=Fn.condition_and(
-            Fn.condition_equals(arn.account, Aws.ACCOUNT_ID), Fn.condition_equals(arn.region, Aws.REGION)))
+        here = CfnCondition(
+            self,
+            f"Function{slug}IsHere",
+            expression=Fn.condition_and(
+                Fn.condition_equals(arn.account, Aws.ACCOUNT_ID), Fn.condition_equals(arn.region, Aws.REGION)
+            ),
+        )
         permission = lambda_.CfnPermission(
-            self, f"Function{slug}InvokedByAlarmTopic", action="lambda:InvokeFunction", function_name=endpoint,
-            principal="sns.amazonaws.com", source_arn=self.alarm_topic.topic_arn)
+            self,
+            f"Function{slug}InvokedByAlarmTopic",
+            action="lambda:InvokeFunction",
+            function_name=endpoint,
+            principal="sns.amazonaws.com",
+            source_arn=self.alarm_topic.topic_arn,
+        )
         permission.cfn_options.condition = here
         return subscriptions.LambdaSubscription(function)
 
@@ -246,10 +272,15 @@ class SharedResources(Construct):
     def refs(self, event_bus: events.IEventBus | None = None) -> SharedRefs:
         """What a `TenantPipeline` in the same stack plugs into: these resources, and the rules on
         ``event_bus`` (default: the account's default bus, where the landing bucket's events arrive)."""
-        return SharedRefs(landing_bucket=self.landing_bucket, work_bucket=self.work_bucket,
-                          ledger_table=self.ledger_table, alarm_topic=self.alarm_topic,
-                          alarm_topic_key=self.alarm_topic_key, event_bus=event_bus,
-                          shared_kms_key_arn=None if self.data_key is None else self.data_key.key_arn)
+        return SharedRefs(
+            landing_bucket=self.landing_bucket,
+            work_bucket=self.work_bucket,
+            ledger_table=self.ledger_table,
+            alarm_topic=self.alarm_topic,
+            alarm_topic_key=self.alarm_topic_key,
+            event_bus=event_bus,
+            shared_kms_key_arn=None if self.data_key is None else self.data_key.key_arn,
+        )
 
     def grant_upload(self, principals: Sequence[str]) -> bool:
         """What uploaders (external systems putting files into the landing bucket, maybe from
@@ -268,9 +299,15 @@ class SharedResources(Construct):
         # From the fixed name: the bucket's own ARN would make the key depend on the bucket
         # that depends on it.
         landing = Stack.of(self).format_arn(
-            service="s3", region="", account="", resource=names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION))
-        added = [self.data_key.add_to_resource_policy(iam.PolicyStatement.from_json(statement))
-                 for statement in uploaders.key_statements(principals, encryption.via("s3"), landing)]
+            service="s3",
+            region="",
+            account="",
+            resource=names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION),
+        )
+        added = [
+            self.data_key.add_to_resource_policy(iam.PolicyStatement.from_json(statement))
+            for statement in uploaders.key_statements(principals, encryption.via("s3"), landing)
+        ]
         return all(result.statement_added for result in added)
 
     def _data_key(self, setting: str | None) -> kms.IKey | None:
@@ -279,7 +316,10 @@ class SharedResources(Construct):
         if setting is None:
             return None
         key = encryption.customer_key(
-            self, "DataKey", setting, alias=encryption.shared_key_alias(),
+            self,
+            "DataKey",
+            setting,
+            alias=encryption.shared_key_alias(),
             description="Encrypts the ordered-ingest landing and work buckets and the ledger table",
         )
         # The dead-letter queues of the shared stack's rules (unmatched uploads, forwarding to
@@ -287,7 +327,11 @@ class SharedResources(Construct):
         # bus a rule's ARN is rule/<bus>/<name>, and the buses are named so too.
         encryption.allow_rules(
             key,
-            [Stack.of(self).format_arn(service="events", resource="rule", resource_name=encryption.shared_rules())],
+            [
+                Stack.of(self).format_arn(
+                    service="events", resource="rule", resource_name=encryption.shared_rules()
+                )
+            ],
             sid="EventBridgeDeadLettersOfSharedRules",
             operator="ArnLike",
         )

@@ -29,7 +29,6 @@ from pipeline_constructs.shared import SharedRefs, SharedResources, SharedResour
 from pipeline_constructs.tenant_pipeline import TenantPipeline
 from pipeline_constructs.unmatched import UnmatchedUploads, UnmatchedUploadsProps
 
-
 #: Feature flags the stacks rely on. Set on each stack (context is looked up the tree), so the
 #: CLI, the tests and the local runtime synthesize the same templates without cdk.json.
 FEATURE_FLAGS = {
@@ -50,8 +49,9 @@ class _IngestStack(Stack):
         # own account/Region, where `ops` finds the stacks by these names.
         # Templates without indentation: smaller, and CloudFormation takes 1 MB at most; the
         # CLI's diff and the tests read them as JSON, not as text.
-        super().__init__(scope, stack_id, description=description, stack_name=stack_id,
-                         suppress_template_indentation=True)
+        super().__init__(
+            scope, stack_id, description=description, stack_name=stack_id, suppress_template_indentation=True
+        )
         for flag, value in FEATURE_FLAGS.items():
             self.node.set_context(flag, value)
 
@@ -67,24 +67,44 @@ class SharedStack(_IngestStack):
             description="Ordered per-tenant file ingestion: shared buckets, ledger table, alarm topic",
         )
         self.resources = SharedResources(
-            self, "Shared", SharedResourcesProps(
+            self,
+            "Shared",
+            SharedResourcesProps(
                 alarm_emails=tuple(config.notifications.emails),
-                alarm_subscriptions=tuple((s.protocol, s.endpoint) for s in config.notifications.subscriptions),
+                alarm_subscriptions=tuple(
+                    (s.protocol, s.endpoint) for s in config.notifications.subscriptions
+                ),
                 alarm_topic_arn=config.notifications.topic_arn,
                 alarm_topic_key_arn=config.notifications.topic_kms_key,
                 uploaders=tuple(capacity.uploaders_of(t) for t in config.tenants if t.uploaders),
                 kms_key=config.encryption.kms_key if config.encryption is not None else None,
-            )
+            ),
         )
         # What `ops` reads to find the shared resources.
-        CfnOutput(self, "LedgerTableName", value=self.resources.ledger_table.table_name,
-                  description="The ledger of every tenant (read by ops)")
-        CfnOutput(self, "LandingBucketName", value=self.resources.landing_bucket.bucket_name,
-                  description="Where tenants drop their files (read by ops)")
-        CfnOutput(self, "WorkBucketName", value=self.resources.work_bucket.bucket_name,
-                  description="Chunks and quarantined messages (read by ops quarantine)")
-        CfnOutput(self, names.ALARM_TOPIC_OUTPUT, value=self.resources.alarm_topic.topic_arn,
-                  description="Where every alarm and failed-file notification is published: subscribe here (shown by ops status)")
+        CfnOutput(
+            self,
+            "LedgerTableName",
+            value=self.resources.ledger_table.table_name,
+            description="The ledger of every tenant (read by ops)",
+        )
+        CfnOutput(
+            self,
+            "LandingBucketName",
+            value=self.resources.landing_bucket.bucket_name,
+            description="Where tenants drop their files (read by ops)",
+        )
+        CfnOutput(
+            self,
+            "WorkBucketName",
+            value=self.resources.work_bucket.bucket_name,
+            description="Chunks and quarantined messages (read by ops quarantine)",
+        )
+        CfnOutput(
+            self,
+            names.ALARM_TOPIC_OUTPUT,
+            value=self.resources.alarm_topic.topic_arn,
+            description="Where every alarm and failed-file notification is published: subscribe here (shown by ops status)",
+        )
         if config.notifications.reach_nobody:
             # One line per shared stack in `cdk synth|diff|deploy` (tools/cells.py prints it once itself).
             Annotations.of(self).add_warning_v2(ALARMS_REACH_NOBODY_ID, ALARMS_REACH_NOBODY)
@@ -104,21 +124,31 @@ class SharedStack(_IngestStack):
                 kms_key=self.resources.data_key,
             ),
         )
-        CfnOutput(self, "UnmatchedUploadsLogGroupName", value=self.unmatched_uploads.log_group_name,
-                  description="Where uploads outside every tenant prefix are logged (read by ops)")
+        CfnOutput(
+            self,
+            "UnmatchedUploadsLogGroupName",
+            value=self.unmatched_uploads.log_group_name,
+            description="Where uploads outside every tenant prefix are logged (read by ops)",
+        )
         # Built from the tenants' deterministic names: no reference to a tenant stack. Only the
         # first dashboard: the others are stacks of their own (`dashboard_stacks`).
         self.dashboards = IngestDashboards(self, "Dashboards", tenants=dashboard_tenants(config), pages=[0])
 
-
     def _publish_for_tenants(self) -> None:
         """The SSM parameters tenant stacks read the shared resources from (`shared_refs`)."""
         shared = self.resources
-        for name, value in zip(contract.SHARED_PARAMETERS, (shared.ledger_table.table_name,
-                                                            shared.alarm_topic.topic_arn, shared.alarm_topic_key.key_arn)):
+        for name, value in zip(
+            contract.SHARED_PARAMETERS,
+            (shared.ledger_table.table_name, shared.alarm_topic.topic_arn, shared.alarm_topic_key.key_arn),
+        ):
             construct_id = "".join(part.capitalize() for part in name.split("-")) + "Parameter"
-            ssm.StringParameter(self, construct_id, parameter_name=shared_parameter(name), string_value=value,
-                                description="Read by the tenant stacks at deploy time (ordered-ingest cells)")
+            ssm.StringParameter(
+                self,
+                construct_id,
+                parameter_name=shared_parameter(name),
+                string_value=value,
+                description="Read by the tenant stacks at deploy time (ordered-ingest cells)",
+            )
 
     def _export_what_tenants_imported(self) -> None:
         """The exports tenant stacks of the previous release import (the ledger table, the alarm
@@ -127,8 +157,12 @@ class SharedStack(_IngestStack):
         release after, once every tenant stack is deployed with SSM parameters. The exports
         have the names CDK gave the references themselves."""
         shared = self.resources
-        for value in (shared.ledger_table.table_arn, shared.ledger_table.table_name,
-                      shared.alarm_topic.topic_arn, shared.alarm_topic_key.key_arn):
+        for value in (
+            shared.ledger_table.table_arn,
+            shared.ledger_table.table_name,
+            shared.alarm_topic.topic_arn,
+            shared.alarm_topic_key.key_arn,
+        ):
             if Token.is_unresolved(value):  # an existing topic (`notifications.topic_arn`) is not exported
                 self.export_value(value)
 
@@ -137,10 +171,15 @@ class SharedStack(_IngestStack):
         of unmatched uploads need; nothing of it without shards and with few tenants."""
         shards = config.routing.shards
         prefixes = [tenant.prefix for tenant in config.tenants]
-        needs_hop = bool(shards) or bool(routing.unmatched_layout(prefixes, limit=config.routing.event_pattern_chars).groups)
+        needs_hop = bool(shards) or bool(
+            routing.unmatched_layout(prefixes, limit=config.routing.event_pattern_chars).groups
+        )
         self.forwarding = (
-            Forwarding(self, "Forwarding", alarm_topic=self.resources.alarm_topic, kms_key=self.resources.data_key)
-            if needs_hop else None
+            Forwarding(
+                self, "Forwarding", alarm_topic=self.resources.alarm_topic, kms_key=self.resources.data_key
+            )
+            if needs_hop
+            else None
         )
         self.shard_buses: ShardRouting | None = None
         if not shards:
@@ -164,6 +203,7 @@ def shared_refs(stack: Stack, *, shard: int | None, shared_kms_key: str | None) 
     names (the buckets, the shard's bus), none by reference; the fixed bucket names also let the
     tenant's policies name its prefix literally. `shard`: the routing shard whose bus holds the
     tenant's rules (None: the default bus); `shared_kms_key`: the top-level `encryption.kms_key`."""
+
     def value(name: str) -> str:
         return ssm.StringParameter.value_for_string_parameter(stack, shared_parameter(name))
 
@@ -171,14 +211,18 @@ def shared_refs(stack: Stack, *, shard: int | None, shared_kms_key: str | None) 
     alarm_topic = sns.Topic.from_topic_arn(stack, "AlarmTopic", value("alarm-topic-arn"))
     alarm_topic_key = kms.Key.from_key_arn(stack, "AlarmTopicKey", value("alarm-topic-key-arn"))
     return SharedRefs(
-        landing_bucket=s3.Bucket.from_bucket_name(stack, "LandingBucket",
-                                                  names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)),
-        work_bucket=s3.Bucket.from_bucket_name(stack, "WorkBucket", names.work_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)),
+        landing_bucket=s3.Bucket.from_bucket_name(
+            stack, "LandingBucket", names.landing_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
+        ),
+        work_bucket=s3.Bucket.from_bucket_name(
+            stack, "WorkBucket", names.work_bucket_name(Aws.ACCOUNT_ID, Aws.REGION)
+        ),
         ledger_table=ledger_table,
         alarm_topic=alarm_topic,
         alarm_topic_key=alarm_topic_key,
-        event_bus=None if shard is None else events.EventBus.from_event_bus_name(
-            stack, "ShardBus", names.shard_bus_name(shard)),
+        event_bus=None
+        if shard is None
+        else events.EventBus.from_event_bus_name(stack, "ShardBus", names.shard_bus_name(shard)),
         shared_kms_key_arn=encryption.shared_key_arn(stack, shared_kms_key),
     )
 
@@ -187,8 +231,9 @@ class TenantStack(_IngestStack):
     """One tenant's pipeline. `shard`: the routing shard whose bus holds its rules (None: the
     default bus); `shared_kms_key`: the top-level `encryption.kms_key` setting."""
 
-    def __init__(self, scope: Construct, tenant: TenantConfig, *, shard: int | None,
-                 shared_kms_key: str | None) -> None:
+    def __init__(
+        self, scope: Construct, tenant: TenantConfig, *, shard: int | None, shared_kms_key: str | None
+    ) -> None:
         super().__init__(
             scope,
             names.TENANT_STACK.render(tenant.id),
@@ -216,7 +261,9 @@ class DashboardStack(_IngestStack):
         # After the shared stack: a deployment that kept this dashboard there drops it first,
         # so that this stack can create it under the same name.
         self.add_stack_dependency(shared_stack)
-        self.dashboards = IngestDashboards(self, "Dashboards", tenants=dashboard_tenants(config), pages=[number - 1])
+        self.dashboards = IngestDashboards(
+            self, "Dashboards", tenants=dashboard_tenants(config), pages=[number - 1]
+        )
 
 
 def dashboard_stacks(scope: Construct, config: AppConfig, shared_stack: SharedStack) -> list[DashboardStack]:

@@ -42,15 +42,24 @@ class TenantPipeline(Construct):
     `PipelineFunction`: function, role, log group.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, tenant: TenantConfig, shared: SharedRefs) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, tenant: TenantConfig, shared: SharedRefs
+    ) -> None:
         super().__init__(scope, construct_id)
         self.tenant, self.shared = tenant, shared
         self.tenant_id, self.landing_prefix = tenant.id, tenant.prefix
         self.page_budget = budgets.page_budget(tenant)
         #: The tenant's customer-managed key, or None.
-        self.kms_key: kms.IKey | None = None if tenant.encryption is None else encryption.customer_key(
-            self, "Key", tenant.encryption.kms_key, alias=encryption.tenant_key_alias(tenant.id),
-            description=f"Encrypts tenant {tenant.id}'s queues, log groups and function environments",
+        self.kms_key: kms.IKey | None = (
+            None
+            if tenant.encryption is None
+            else encryption.customer_key(
+                self,
+                "Key",
+                tenant.encryption.kms_key,
+                alias=encryption.tenant_key_alias(tenant.id),
+                description=f"Encrypts tenant {tenant.id}'s queues, log groups and function environments",
+            )
         )
 
         # Intake: S3 events of the tenant's prefix -> its queue; what cannot be delivered -> its DLQ.
@@ -60,28 +69,48 @@ class TenantPipeline(Construct):
         #: The events EventBridge could not deliver to the queue or the closer.
         self.intake_dlq = intake.build_intake_dlq(self, tenant.id, self.kms_key)
         self.rule = intake.build_object_created_rule(
-            self, tenant, landing_bucket=shared.landing_bucket, event_bus=shared.event_bus, queue=self.queue,
-            dlq=self.intake_dlq, kms_key=self.kms_key,
+            self,
+            tenant,
+            landing_bucket=shared.landing_bucket,
+            event_bus=shared.event_bus,
+            queue=self.queue,
+            dlq=self.intake_dlq,
+            kms_key=self.kms_key,
         )
 
         # The workflow's tasks: split and register (the data plane), and the closer that
         # records each close (the workflow's last task, and the status rule's target).
         data_plane = build_data_plane(
-            self, tenant, budget=self.page_budget, landing_bucket=shared.landing_bucket,
-            work_bucket=shared.work_bucket, ledger_table=shared.ledger_table, kms_key=self.kms_key,
+            self,
+            tenant,
+            budget=self.page_budget,
+            landing_bucket=shared.landing_bucket,
+            work_bucket=shared.work_bucket,
+            ledger_table=shared.ledger_table,
+            kms_key=self.kms_key,
         )
         #: ``data_role``: the role split and register share.
         self.data_role, self.split, self.register = data_plane.role, data_plane.split, data_plane.register
         self.closer = build_closer(
-            self, tenant, queue=self.queue, ledger_table=shared.ledger_table, alarm_topic=shared.alarm_topic,
-            alarm_topic_key=shared.alarm_topic_key, kms_key=self.kms_key,
+            self,
+            tenant,
+            queue=self.queue,
+            ledger_table=shared.ledger_table,
+            alarm_topic=shared.alarm_topic,
+            alarm_topic_key=shared.alarm_topic_key,
+            kms_key=self.kms_key,
         )
 
         # The workflow: file -> sections -> pages -> chunks, one at a time at every level.
         #: The file, section and page state machines (`workflows.Workflow`).
         self.workflow = build_workflow(
-            self, tenant=tenant, budget=self.page_budget, split=self.split.function,
-            register=self.register.function, closer=self.closer.function, ledger_table=shared.ledger_table,
+            self,
+            tenant=tenant,
+            budget=self.page_budget,
+            split=self.split.function,
+            register=self.register.function,
+            closer=self.closer.function,
+            ledger_table=shared.ledger_table,
             kms_key=self.kms_key,
         )
         #: The file's state machine.
@@ -93,21 +122,34 @@ class TenantPipeline(Construct):
 
         #: The workflow's closes -> the closer (the backstop of its last state).
         self.status_rule = intake.build_status_rule(
-            self, tenant.id, event_bus=shared.event_bus, state_machine_arn=self.state_machine.state_machine_arn,
-            closer=self.closer.function, dlq=self.intake_dlq,
+            self,
+            tenant.id,
+            event_bus=shared.event_bus,
+            state_machine_arn=self.state_machine.state_machine_arn,
+            closer=self.closer.function,
+            dlq=self.intake_dlq,
         )
 
         # The gate: the queue -> the workflow's `live` alias, one file at a time.
         self.controller = build_controller(
-            self, tenant, queue=self.queue, state_machine=self.state_machine, alias=self.alias,
-            ledger_table=shared.ledger_table, landing_bucket=shared.landing_bucket,
-            work_bucket=shared.work_bucket, kms_key=self.kms_key,
+            self,
+            tenant,
+            queue=self.queue,
+            state_machine=self.state_machine,
+            alias=self.alias,
+            ledger_table=shared.ledger_table,
+            landing_bucket=shared.landing_bucket,
+            work_bucket=shared.work_bucket,
+            kms_key=self.kms_key,
         )
         #: The completion entry point (with `completion.wait`, else None).
         self.completion: PipelineFunction | None = None
         if tenant.completion.wait:
             self.completion = build_completion(
-                self, tenant, state_machine=self.state_machine, ledger_table=shared.ledger_table,
+                self,
+                tenant,
+                state_machine=self.state_machine,
+                ledger_table=shared.ledger_table,
                 kms_key=self.kms_key,
             )
 
@@ -125,8 +167,9 @@ class TenantPipeline(Construct):
             shared.alarm_topic,
             tenant.alarms,
             # Files wait for a missing sequence number only when ordered by key sequence.
-            sequence_gap_alarm_after_seconds=(None if tenant.ordering.by == "arrival"
-                                              else tenant.ordering.gap_alarm_after_seconds),
+            sequence_gap_alarm_after_seconds=(
+                None if tenant.ordering.by == "arrival" else tenant.ordering.gap_alarm_after_seconds
+            ),
         )
         self._register()
         self._outputs()
@@ -137,8 +180,12 @@ class TenantPipeline(Construct):
     def pipeline_functions(self) -> dict[str, PipelineFunction]:
         """The pipeline's functions with their roles and log groups, by kind (``completion`` too,
         with `completion.wait`: its ERROR lines page like the others')."""
-        functions = {"controller": self.controller, "split": self.split, "register": self.register,
-                     "closer": self.closer}
+        functions = {
+            "controller": self.controller,
+            "split": self.split,
+            "register": self.register,
+            "closer": self.closer,
+        }
         if self.completion is not None:
             functions["completion"] = self.completion
         return functions
@@ -151,7 +198,9 @@ class TenantPipeline(Construct):
     @property
     def log_groups(self) -> dict[str, logs.ILogGroup]:
         """Every log group of the pipeline by kind (the functions', and ``workflow``)."""
-        groups: dict[str, logs.ILogGroup] = {kind: made.log_group for kind, made in self.pipeline_functions.items()}
+        groups: dict[str, logs.ILogGroup] = {
+            kind: made.log_group for kind, made in self.pipeline_functions.items()
+        }
         groups["workflow"] = self.workflow.file.log_group
         return groups
 
@@ -176,7 +225,9 @@ class TenantPipeline(Construct):
             alarm_topic_arn=self.shared.alarm_topic.topic_arn,
         )
         ssm.StringParameter(
-            self, "Registry", parameter_name=registry.parameter_name(self.tenant_id),
+            self,
+            "Registry",
+            parameter_name=registry.parameter_name(self.tenant_id),
             string_value=Stack.of(self).to_json_string(registry.record(resources)),
             description=f"Where tenant {self.tenant_id}'s pipeline lives (read by ops)",
         )
@@ -198,10 +249,23 @@ class TenantPipeline(Construct):
             "IntakeDlqUrl": self.intake_dlq.queue_url,
             "CloserFunctionName": self.closer.function.function_name,
         }.items():
-            CfnOutput(self, output_id, value=value, description=f"{output_id} of tenant {self.tenant_id} (read by ops)")
+            CfnOutput(
+                self,
+                output_id,
+                value=value,
+                description=f"{output_id} of tenant {self.tenant_id} (read by ops)",
+            )
         if self.upload_access_point is not None:
             # Where the uploaders put files: `aws s3 cp f s3://<alias>/<prefix>f` (docs/security.md, "Uploaders").
-            CfnOutput(self, "UploadAccessPointAlias", value=self.upload_access_point.attr_alias,
-                      description=f"The bucket-style alias tenant {self.tenant_id}'s uploaders put files through")
-            CfnOutput(self, "UploadAccessPointArn", value=self.upload_access_point.attr_arn,
-                      description=f"The access point tenant {self.tenant_id}'s uploaders put files through")
+            CfnOutput(
+                self,
+                "UploadAccessPointAlias",
+                value=self.upload_access_point.attr_alias,
+                description=f"The bucket-style alias tenant {self.tenant_id}'s uploaders put files through",
+            )
+            CfnOutput(
+                self,
+                "UploadAccessPointArn",
+                value=self.upload_access_point.attr_arn,
+                description=f"The access point tenant {self.tenant_id}'s uploaders put files through",
+            )

@@ -30,6 +30,8 @@ from pipeline_constructs.nag import acknowledge
 from pipeline_constructs.shard_buses import let_rules_dead_letter
 
 if TYPE_CHECKING:
+    from aws_cdk.interfaces.aws_events import IRuleRef
+
     from pipeline_constructs.shard_buses import Forwarding
 
 #: EventBridge's maximum, as for the tenants' rules: an upload nobody expects is still worth a day.
@@ -68,7 +70,9 @@ class UnmatchedUploads(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: UnmatchedUploadsProps) -> None:
         super().__init__(scope, construct_id)
         if not props.tenant_prefixes:
-            raise ValueError("UnmatchedUploads needs at least one tenant prefix; without tenants every upload is unmatched")
+            raise ValueError(
+                "UnmatchedUploads needs at least one tenant prefix; without tenants every upload is unmatched"
+            )
         self.log_group_name = names.unmatched_uploads_log_group()
         # AWS-managed encryption of CloudWatch Logs: the events hold keys and sizes, no content.
         self.log_group = logs.LogGroup(
@@ -80,7 +84,9 @@ class UnmatchedUploads(Construct):
             encryption_key=props.kms_key,
         )
         if props.kms_key is not None:
-            encryption.allow_log_groups(props.kms_key, [self.log_group_name], sid="CloudWatchLogsUnmatchedUploads")
+            encryption.allow_log_groups(
+                props.kms_key, [self.log_group_name], sid="CloudWatchLogsUnmatchedUploads"
+            )
         self.dead_letter_queue = sqs.Queue(
             self,
             "Dlq",
@@ -97,8 +103,11 @@ class UnmatchedUploads(Construct):
         )
         # Every rule of the catch-all: the default bus's `<prefix>-unmatched-uploads` and each of
         # its buses' `<prefix>-unmatched-<n>/...`.
-        let_rules_dead_letter(self.dead_letter_queue, "UnmatchedUploadsRulesDeadLetters",
-                              f"{contract.qualify(contract.SHARED_PREFIX)}-unmatched-*")
+        let_rules_dead_letter(
+            self.dead_letter_queue,
+            "UnmatchedUploadsRulesDeadLetters",
+            f"{contract.qualify(contract.SHARED_PREFIX)}-unmatched-*",
+        )
         self.layout = routing.unmatched_layout(props.tenant_prefixes, limit=props.event_pattern_chars)
         self.rule = events.Rule(
             self,
@@ -129,7 +138,9 @@ class UnmatchedUploads(Construct):
             metric_value="1",
             filter_name=contract.UNMATCHED_UPLOADS_FILTER.render(),
         )
-        factory = AlarmFactory(self, name=contract.SHARED_ALARM, topic=props.alarm_topic, evaluation_periods=1)
+        factory = AlarmFactory(
+            self, name=contract.SHARED_ALARM, topic=props.alarm_topic, evaluation_periods=1
+        )
         factory.alarm(
             "unmatched-uploads",
             self.metric_unmatched_uploads(),
@@ -156,26 +167,36 @@ class UnmatchedUploads(Construct):
         if not self.layout.groups:
             return
         if props.forwarding is None:
-            raise ValueError("UnmatchedUploads needs forwarding when the tenant prefixes do not fit one pattern")
+            raise ValueError(
+                "UnmatchedUploads needs forwarding when the tenant prefixes do not fit one pattern"
+            )
         bucket = props.landing_bucket.bucket_name
         for group in self.layout.groups:
             n = group.index + 1
             bus = events.EventBus(self, f"Bus{n}", event_bus_name=names.unmatched_bus_name(n))
             self.buses.append(bus)
             props.forwarding.forward(
-                self, f"Forward{n}",
+                self,
+                f"Forward{n}",
                 rule_name=names.unmatched_forward_rule_name(n),
                 description=f"Uploads under {len(group.roots)} key-prefix subtrees go to bus {bus.event_bus_name}",
                 event_pattern=events.EventPattern(
-                    source=["aws.s3"], detail_type=["Object Created"],
-                    detail={"bucket": {"name": [bucket]}, "object": {"key": [{"prefix": r} for r in group.roots]}},
+                    source=["aws.s3"],
+                    detail_type=["Object Created"],
+                    detail={
+                        "bucket": {"name": [bucket]},
+                        "object": {"key": [{"prefix": r} for r in group.roots]},
+                    },
                 ),
                 bus=bus,
             )
             # By its literal name (and a dependency), as the tenants' rules name their shard bus.
             rule = events.Rule(
-                self, f"Rule{n}",
-                event_bus=events.EventBus.from_event_bus_name(self, f"BusByName{n}", names.unmatched_bus_name(n)),
+                self,
+                f"Rule{n}",
+                event_bus=events.EventBus.from_event_bus_name(
+                    self, f"BusByName{n}", names.unmatched_bus_name(n)
+                ),
                 rule_name=names.unmatched_uploads_rule_name(n),
                 description="Uploads of these subtrees outside every tenant prefix go to the log group",
                 event_pattern=unmatched_pattern(bucket, group.prefixes),
@@ -183,7 +204,8 @@ class UnmatchedUploads(Construct):
             rule.node.add_dependency(bus)
             rule.add_target(_LogGroupTarget(self.log_group, self.dead_letter_queue))
             props.forwarding.failed_alarm(
-                f"unmatched-{n}-routing-failed", [names.unmatched_forward_rule_name(n)],
+                f"unmatched-{n}-routing-failed",
+                [names.unmatched_forward_rule_name(n)],
                 f"uploads to the catch-all's bus {bus.event_bus_name}",
             )
 
@@ -197,7 +219,9 @@ class UnmatchedUploads(Construct):
         )
 
     def metric_dlq_messages(self, *, period: Duration = METRIC_PERIOD) -> cloudwatch.Metric:
-        return self.dead_letter_queue.metric_approximate_number_of_messages_visible(period=period, statistic="Maximum")
+        return self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+            period=period, statistic="Maximum"
+        )
 
 
 def unmatched_pattern(bucket_name: str, tenant_prefixes: Sequence[str]) -> events.EventPattern:
@@ -228,7 +252,7 @@ class _LogGroupTarget:
         self._log_group = log_group
         self._dlq = dead_letter_queue
 
-    def bind(self, rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+    def bind(self, rule: IRuleRef, id: str | None = None) -> events.RuleTargetConfig:
         return events.RuleTargetConfig(
             # The log group's ARN without the ':*' of `log_group_arn`, as EventBridge expects it.
             arn=Stack.of(self._log_group).format_arn(

@@ -45,8 +45,12 @@ _LONGEST_ACCOUNT, _LONGEST_REGION, _LONGEST_PARTITION = "123456789012", "ap-sout
 #: The longest landing bucket ARN a deployment can have (partition `aws-us-gov`, a 14-character
 #: Region such as `ap-southeast-5`, the longest `qualifier`): the size checks count with it, so
 #: they never undercount.
-LONGEST_LANDING_BUCKET_ARN = "arn:{}:s3:::{}".format(_LONGEST_PARTITION, contract.LANDING_BUCKET.render(
-    account=_LONGEST_ACCOUNT, region=_LONGEST_REGION, qualifier="a" * contract.MAX_QUALIFIER_LENGTH))
+LONGEST_LANDING_BUCKET_ARN = "arn:{}:s3:::{}".format(
+    _LONGEST_PARTITION,
+    contract.LANDING_BUCKET.render(
+        account=_LONGEST_ACCOUNT, region=_LONGEST_REGION, qualifier="a" * contract.MAX_QUALIFIER_LENGTH
+    ),
+)
 
 
 def access_point_arn(partition: str, region: str, account: str, name: str) -> str:
@@ -103,11 +107,25 @@ def allow_principals(sid: str, principals: Sequence[str], **statement: Any) -> l
     found = []
     if identities:
         named = by_principal_arn(identities)
-        found.append({"Sid": sid, "Effect": "Allow", "Principal": named["Principal"], **statement,
-                      "Condition": {**named["Condition"], **own}})
+        found.append(
+            {
+                "Sid": sid,
+                "Effect": "Allow",
+                "Principal": named["Principal"],
+                **statement,
+                "Condition": {**named["Condition"], **own},
+            }
+        )
     if accounts:
-        found.append({"Sid": f"{sid}Accounts", "Effect": "Allow", "Principal": {"AWS": accounts}, **statement,
-                      **({"Condition": own} if own else {})})
+        found.append(
+            {
+                "Sid": f"{sid}Accounts",
+                "Effect": "Allow",
+                "Principal": {"AWS": accounts},
+                **statement,
+                **({"Condition": own} if own else {}),
+            }
+        )
     return found
 
 
@@ -183,7 +201,9 @@ def only_through_access_points_statement(bucket_arn: str) -> dict[str, Any]:
         "Principal": {"AWS": "*"},
         "Action": "s3:*",
         "Resource": [bucket_arn, f"{bucket_arn}/*"],
-        "Condition": {"Null": {f"aws:PrincipalTag/{UPLOADER_TAG_KEY}": "false", "s3:DataAccessPointArn": "true"}},
+        "Condition": {
+            "Null": {f"aws:PrincipalTag/{UPLOADER_TAG_KEY}": "false", "s3:DataAccessPointArn": "true"}
+        },
     }
 
 
@@ -194,8 +214,9 @@ def bucket_statements(bucket_arn: str, account: str) -> list[dict[str, Any]]:
     return [delegation_statement(bucket_arn, account), only_through_access_points_statement(bucket_arn)]
 
 
-def bucket_policy_document(with_uploaders: bool, bucket_arn: str = LONGEST_LANDING_BUCKET_ARN,
-                           account: str = _LONGEST_ACCOUNT) -> dict[str, Any]:
+def bucket_policy_document(
+    with_uploaders: bool, bucket_arn: str = LONGEST_LANDING_BUCKET_ARN, account: str = _LONGEST_ACCOUNT
+) -> dict[str, Any]:
     """The landing bucket's whole policy: TLS only, then, with uploaders, their statements."""
     found = [tls_only_statement([bucket_arn, f"{bucket_arn}/*"])]
     if with_uploaders:
@@ -226,15 +247,27 @@ SHARED_KEY_OTHER_STATEMENTS_BYTES = 900
 KEY_SID = "UploadersEncryptNewLandingObjects"
 
 
-def key_statements(principals: Sequence[str], via_services: Sequence[str] = (f"s3.{_LONGEST_REGION}.amazonaws.com",),
-                   bucket_arn: str = LONGEST_LANDING_BUCKET_ARN) -> list[dict[str, Any]]:
+def key_statements(
+    principals: Sequence[str],
+    via_services: Sequence[str] = (f"s3.{_LONGEST_REGION}.amazonaws.com",),
+    bucket_arn: str = LONGEST_LANDING_BUCKET_ARN,
+) -> list[dict[str, Any]]:
     """The created shared key's statements that let every tenant's uploaders encrypt what they
     put (`kms:GenerateDataKey`, and `kms:Decrypt` for the parts of a multipart upload), through
     S3 (`via_services`) into the landing bucket (`bucket_arn`) only; `SharedResources.grant_upload`
     writes them, the size model counts them at the defaults (the longest Region and bucket ARN)."""
-    return allow_principals(KEY_SID, principals, Action=["kms:Decrypt", "kms:GenerateDataKey"], Resource="*",
-                            Condition={"StringEquals": {"kms:ViaService": list(via_services),
-                                                        "kms:EncryptionContext:aws:s3:arn": bucket_arn}})
+    return allow_principals(
+        KEY_SID,
+        principals,
+        Action=["kms:Decrypt", "kms:GenerateDataKey"],
+        Resource="*",
+        Condition={
+            "StringEquals": {
+                "kms:ViaService": list(via_services),
+                "kms:EncryptionContext:aws:s3:arn": bucket_arn,
+            }
+        },
+    )
 
 
 def shared_key_policy_bytes(tenants: Sequence[TenantUploaders]) -> int:

@@ -28,8 +28,9 @@ from lambdas import contract
 ALIAS_NAME = contract.WORKFLOW_ALIAS.render()
 
 
-def publish_version(scope: Construct, construct_id: str, state_machine: sfn.StateMachine,
-                    description: str) -> sfn.CfnStateMachineVersion:
+def publish_version(
+    scope: Construct, construct_id: str, state_machine: sfn.StateMachine, description: str
+) -> sfn.CfnStateMachineVersion:
     """A version of `state_machine`'s current revision, kept when a later deploy replaces it."""
     machine = state_machine.node.default_child
     assert isinstance(machine, sfn.CfnStateMachine)
@@ -50,8 +51,9 @@ def publish_version(scope: Construct, construct_id: str, state_machine: sfn.Stat
     return version
 
 
-def live_alias(scope: Construct, construct_id: str, version: sfn.CfnStateMachineVersion,
-               description: str) -> sfn.CfnStateMachineAlias:
+def live_alias(
+    scope: Construct, construct_id: str, version: sfn.CfnStateMachineVersion, description: str
+) -> sfn.CfnStateMachineAlias:
     """The `live` alias, all executions on `version` (the one this deploy published)."""
     return sfn.CfnStateMachineAlias(
         scope,

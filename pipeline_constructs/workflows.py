@@ -22,17 +22,17 @@ from constructs import Construct
 
 from lambdas import contract
 from pipeline_constructs import names
+from pipeline_constructs.asl import State
 from pipeline_constructs.budgets import PageBudget
+from pipeline_constructs.completion_states import CompletionWait
 from pipeline_constructs.config import TenantConfig
-from pipeline_constructs.versions import live_alias, publish_version
 from pipeline_constructs.definitions import (
-    CompletionWait,
-    State,
     build_definition,
     build_page_definition,
     build_section_definition,
     render,
 )
+from pipeline_constructs.versions import live_alias, publish_version
 
 #: The partition's token (one jsii call for every definition of every tenant).
 _PARTITION = Aws.PARTITION
@@ -40,17 +40,26 @@ _PARTITION = Aws.PARTITION
 
 def state_machine_arn(scope: Construct, name: names.DerivedName, tenant_id: str) -> str:
     """The ARN of tenant ``tenant_id``'s state machine ``name``, from its fixed name (no reference)."""
-    return Stack.of(scope).format_arn(service="states", resource="stateMachine", resource_name=name.render(tenant_id),
-                                      arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    return Stack.of(scope).format_arn(
+        service="states",
+        resource="stateMachine",
+        resource_name=name.render(tenant_id),
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
 
 
-def execution_arn_pattern(scope: Construct, name: names.DerivedName, tenant_id: str, suffix: str = ":*") -> str:
+def execution_arn_pattern(
+    scope: Construct, name: names.DerivedName, tenant_id: str, suffix: str = ":*"
+) -> str:
     """The executions of tenant ``tenant_id``'s state machine ``name``: its fixed name, then ``suffix``.
     Not `state_machine.grant_execution`: it derives the name from the ARN token with
     Fn::Select/Fn::Split; the literal name is as narrow and reads plainly in `cdk diff`."""
-    return Stack.of(scope).format_arn(service="states", resource="execution",
-                                      resource_name=f"{name.render(tenant_id)}{suffix}",
-                                      arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    return Stack.of(scope).format_arn(
+        service="states",
+        resource="execution",
+        resource_name=f"{name.render(tenant_id)}{suffix}",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
 
 
 @dataclass(frozen=True)
@@ -74,9 +83,17 @@ class Workflow:
     alias: sfn.CfnStateMachineAlias
 
 
-def build_workflow(scope: Construct, *, tenant: TenantConfig, budget: PageBudget, split: lambda_.IFunction,
-                   register: lambda_.IFunction, closer: lambda_.IFunction, ledger_table: dynamodb.ITable,
-                   kms_key: kms.IKey | None) -> Workflow:
+def build_workflow(
+    scope: Construct,
+    *,
+    tenant: TenantConfig,
+    budget: PageBudget,
+    split: lambda_.IFunction,
+    register: lambda_.IFunction,
+    closer: lambda_.IFunction,
+    ledger_table: dynamodb.ITable,
+    kms_key: kms.IKey | None,
+) -> Workflow:
     """The three state machines of ``tenant`` in ``scope`` (page, section, then the file's, which
     names both children's versions), on one role (IAM roles are an account quota)."""
     role = iam.Role(
@@ -91,22 +108,38 @@ def build_workflow(scope: Construct, *, tenant: TenantConfig, budget: PageBudget
     # parent's close is the file's close, and the register function's fence checks the
     # parent's execution name, which each child carries.
     _grant_invoke(role, register)
-    page = _machine(scope, role, "Page", names.PAGE_STATE_MACHINE, tenant, kms_key, build_page_definition(
-        partition=_PARTITION,
-        register_function_arn=register.function_arn,
-        chunks_per_page=budget.chunks_per_page,
-        invocation_budget=budget.invocation_budget,
-    ))
+    page = _machine(
+        scope,
+        role,
+        "Page",
+        names.PAGE_STATE_MACHINE,
+        tenant,
+        kms_key,
+        build_page_definition(
+            partition=_PARTITION,
+            register_function_arn=register.function_arn,
+            chunks_per_page=budget.chunks_per_page,
+            invocation_budget=budget.invocation_budget,
+        ),
+    )
 
     # A section of a file's pages per execution, when a file has more pages than one section
     # holds. Its definition names the page version: a page change publishes a section version too.
     _grant_start_child(scope, role, tenant.id, names.PAGE_STATE_MACHINE, rule=True)
-    section = _machine(scope, role, "Section", names.SECTION_STATE_MACHINE, tenant, kms_key, build_section_definition(
-        partition=_PARTITION,
-        page_version_arn=page.version.attr_arn,
-        chunks_per_page=budget.chunks_per_page,
-        pages_per_section=budget.pages_per_section,
-    ))
+    section = _machine(
+        scope,
+        role,
+        "Section",
+        names.SECTION_STATE_MACHINE,
+        tenant,
+        kms_key,
+        build_section_definition(
+            partition=_PARTITION,
+            page_version_arn=page.version.attr_arn,
+            chunks_per_page=budget.chunks_per_page,
+            pages_per_section=budget.pages_per_section,
+        ),
+    )
 
     # The file: one execution per attempt. Its definition names both children's versions, so
     # any change of the three publishes a version of it.
@@ -114,35 +147,61 @@ def build_workflow(scope: Construct, *, tenant: TenantConfig, budget: PageBudget
     _grant_start_child(scope, role, tenant.id, names.SECTION_STATE_MACHINE)
     completion = None
     if tenant.completion.wait:
-        completion = CompletionWait(timeout_seconds=tenant.completion.timeout_seconds,
-                                    heartbeat_seconds=tenant.completion.heartbeat_seconds,
-                                    ledger_table_name=ledger_table.table_name)
-    file = _machine(scope, role, "", names.STATE_MACHINE, tenant, kms_key, build_definition(
-        partition=_PARTITION,
-        split_function_arn=split.function_arn,
-        page_version_arn=page.version.attr_arn,
-        section_version_arn=section.version.attr_arn,
-        closer_function_arn=closer.function_arn,
-        chunks_per_page=budget.chunks_per_page,
-        pages_per_section=budget.pages_per_section,
-        completion=completion,
-    ), version_description=f"Tenant {tenant.id}'s file workflow (and, pinned, its section and page versions) as "
-                           "one deploy published it")
+        completion = CompletionWait(
+            timeout_seconds=tenant.completion.timeout_seconds,
+            heartbeat_seconds=tenant.completion.heartbeat_seconds,
+            ledger_table_name=ledger_table.table_name,
+        )
+    file = _machine(
+        scope,
+        role,
+        "",
+        names.STATE_MACHINE,
+        tenant,
+        kms_key,
+        build_definition(
+            partition=_PARTITION,
+            split_function_arn=split.function_arn,
+            page_version_arn=page.version.attr_arn,
+            section_version_arn=section.version.attr_arn,
+            closer_function_arn=closer.function_arn,
+            chunks_per_page=budget.chunks_per_page,
+            pages_per_section=budget.pages_per_section,
+            completion=completion,
+        ),
+        version_description=f"Tenant {tenant.id}'s file workflow (and, pinned, its section and page versions) as "
+        "one deploy published it",
+    )
     if completion is not None:
         # WaitForCompletion writes the task token to the tenant's own ledger position only.
-        role.add_to_policy(iam.PolicyStatement(
-            sid="LeaveCompletionTokenOnOwnPosition",
-            actions=["dynamodb:UpdateItem"],
-            resources=[ledger_table.table_arn],
-            conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [tenant.id]}},
-        ))
-    alias = live_alias(scope, "WorkflowLiveAlias", file.version,
-                       f"Tenant {tenant.id}'s files start here; point it at an earlier version to roll back")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="LeaveCompletionTokenOnOwnPosition",
+                actions=["dynamodb:UpdateItem"],
+                resources=[ledger_table.table_arn],
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [tenant.id]}},
+            )
+        )
+    alias = live_alias(
+        scope,
+        "WorkflowLiveAlias",
+        file.version,
+        f"Tenant {tenant.id}'s files start here; point it at an earlier version to roll back",
+    )
     return Workflow(role=role, page=page, section=section, file=file, alias=alias)
 
 
-def _machine(scope: Construct, role: iam.Role, kind: str, name: names.DerivedName, tenant: TenantConfig,
-             kms_key: kms.IKey | None, definition: State, *, version_description: str | None = None) -> Machine:
+def _machine(
+    scope: Construct,
+    role: iam.Role,
+    kind: str,
+    name: names.DerivedName,
+    tenant: TenantConfig,
+    kms_key: kms.IKey | None,
+    definition: State,
+    *,
+    version_description: str | None = None,
+) -> Machine:
     """A state machine of the workflow (construct ids ``<kind>Workflow...``; ``kind`` "" for the
     file's): its log group, the machine on the workflow's ``role``, and this deploy's version of it.
 
@@ -170,7 +229,9 @@ def _machine(scope: Construct, role: iam.Role, kind: str, name: names.DerivedNam
         tracing_enabled=tenant.tracing,
     )
     version = publish_version(
-        scope, f"{kind}WorkflowVersion", machine,
+        scope,
+        f"{kind}WorkflowVersion",
+        machine,
         version_description or f"Tenant {tenant.id}'s {kind.lower()} workflow as one deploy published it",
     )
     return Machine(state_machine=machine, log_group=log_group, version=version)
@@ -182,8 +243,9 @@ def _grant_invoke(role: iam.Role, *functions: lambda_.IFunction) -> None:
         function.grant_invoke(role)
 
 
-def _grant_start_child(scope: Construct, role: iam.Role, tenant_id: str, child: names.DerivedName, *,
-                       rule: bool = False) -> None:
+def _grant_start_child(
+    scope: Construct, role: iam.Role, tenant_id: str, child: names.DerivedName, *, rule: bool = False
+) -> None:
     """Start the state machine ``child`` `.sync` (the statements `StepFunctionsStartExecution`
     adds): start it, describe and stop its executions, and (``rule``, once for the role) the
     managed rule through which Step Functions learns that a child execution closed.
@@ -193,16 +255,27 @@ def _grant_start_child(scope: Construct, role: iam.Role, tenant_id: str, child: 
     policy that depends on it (a cycle). The definitions start children by *version* ARN; IAM
     authorizes that on the unqualified ARN (versions.py)."""
     statements = [
-        iam.PolicyStatement(actions=["states:StartExecution"], resources=[state_machine_arn(scope, child, tenant_id)]),
+        iam.PolicyStatement(
+            actions=["states:StartExecution"], resources=[state_machine_arn(scope, child, tenant_id)]
+        ),
         # `<child>*`, as CDK writes it: a child's execution name starts with the parent's.
-        iam.PolicyStatement(actions=["states:DescribeExecution", "states:StopExecution"],
-                            resources=[execution_arn_pattern(scope, child, tenant_id, suffix="*")]),
+        iam.PolicyStatement(
+            actions=["states:DescribeExecution", "states:StopExecution"],
+            resources=[execution_arn_pattern(scope, child, tenant_id, suffix="*")],
+        ),
     ]
     if rule:
-        statements.append(iam.PolicyStatement(
-            actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
-            resources=[Stack.of(scope).format_arn(service="events", resource="rule",
-                                                  resource_name="StepFunctionsGetEventsForStepFunctionsExecutionRule")],
-        ))
+        statements.append(
+            iam.PolicyStatement(
+                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                resources=[
+                    Stack.of(scope).format_arn(
+                        service="events",
+                        resource="rule",
+                        resource_name="StepFunctionsGetEventsForStepFunctionsExecutionRule",
+                    )
+                ],
+            )
+        )
     for statement in statements:
         role.add_to_principal_policy(statement)

@@ -60,8 +60,11 @@ def modules_loaded_twice(root: Path = ROOT) -> list[str]:
         path = Path(file).resolve()
         if path.is_relative_to(root) and not path.is_relative_to(root / ".venv"):
             names.setdefault(path, []).append(name)
-    return [f"{path.relative_to(root)}: {', '.join(sorted(found))}" for path, found in sorted(names.items())
-            if len(found) > 1]
+    return [
+        f"{path.relative_to(root)}: {', '.join(sorted(found))}"
+        for path, found in sorted(names.items())
+        if len(found) > 1
+    ]
 
 
 _modules_checked = 0
@@ -103,8 +106,12 @@ def tenant_config(tenant_id: str, prefix: str, **options: Any) -> TenantConfig:
 
     # `auth: {type: none}` only on the tenant itself: defaults may not give it (config.py).
     sink = {"auth": {"type": "none"}, **options.pop("sink", {})}
-    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com"}},
-                           "tenants": [{"id": tenant_id, "prefix": prefix, "sink": sink, **options}]})
+    text = yaml.safe_dump(
+        {
+            "defaults": {"sink": {"url": "https://core.example.com"}},
+            "tenants": [{"id": tenant_id, "prefix": prefix, "sink": sink, **options}],
+        }
+    )
     (tenant,) = parse_config(text).tenants
     return tenant
 
@@ -156,8 +163,9 @@ def initech(synthesized) -> Template:
     return synthesized.template("OrderedIngest-Tenant-initech")
 
 
-def cfn_lint_findings(template: dict | str, *, regions: tuple[str, ...] | None = None,
-                      ignored: tuple[str, ...] = ("W3005",)) -> list[str]:
+def cfn_lint_findings(
+    template: dict | str, *, regions: tuple[str, ...] | None = None, ignored: tuple[str, ...] = ("W3005",)
+) -> list[str]:
     """cfn-lint's errors and warnings of one template (a dict or its JSON/YAML text), each
     "<rule id> <message>", but the `ignored` rules (W3005: CDK adds a DependsOn on a role that a
     GetAtt already implies; harmless in a synthesized template): every Region and rule
@@ -173,7 +181,9 @@ def _cfn_lint(text: str, regions: tuple[str, ...] | None, ignored: tuple[str, ..
     from cfnlint.api import ManualArgs, lint, lint_all
 
     matches = lint(text, config=ManualArgs(regions=list(regions))) if regions else lint_all(text)
-    return tuple(f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id not in ignored)
+    return tuple(
+        f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id not in ignored
+    )
 
 
 def share_service_models() -> None:
@@ -195,7 +205,11 @@ def moto_account(monkeypatch: pytest.MonkeyPatch):
     """An in-process moto account with fake credentials and no endpoint override (the ops tests)."""
     from moto import mock_aws
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():
@@ -220,8 +234,9 @@ def moto_executing_state_machines(region: str = "us-east-1") -> Iterator[None]:
         finally:
             sfn = boto3.client("stepfunctions", region_name=region)
             for machine in sfn.list_state_machines()["stateMachines"]:
-                for execution in sfn.list_executions(stateMachineArn=machine["stateMachineArn"],
-                                                     statusFilter="RUNNING")["executions"]:
+                for execution in sfn.list_executions(
+                    stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
+                )["executions"]:
                     sfn.stop_execution(executionArn=execution["executionArn"])
             for thread in [t for t in TMP_THREADS if t not in before]:
                 thread.join(timeout=30)
@@ -232,9 +247,14 @@ def create_ledger_table(ddb, name: str = "ledger") -> str:
     """The ledger table as the shared stack declares it (partition `tenant`, sort `entry`)."""
     ddb.create_table(
         TableName=name,
-        KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
-                              {"AttributeName": "entry", "AttributeType": "S"}],
+        KeySchema=[
+            {"AttributeName": "tenant", "KeyType": "HASH"},
+            {"AttributeName": "entry", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "tenant", "AttributeType": "S"},
+            {"AttributeName": "entry", "AttributeType": "S"},
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
     return name
@@ -266,10 +286,25 @@ def status_change(state_machine_arn: str, status: str = "FAILED", **detail: str)
     machine = state_machine_arn.split(":")[6]
     execution = f"{ACCOUNT_ARN}:execution:{machine}:evt-1"
     return {
-        "version": "0", "id": "e", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
-        "account": "123456789012", "time": "2026-11-30T00:00:00Z", "region": "us-east-1", "resources": [execution],
-        "detail": {"executionArn": execution, "stateMachineArn": state_machine_arn, "name": "evt-1",
-                   "status": status, "startDate": 1, "stopDate": 2, "input": "{}", "output": None, **detail},
+        "version": "0",
+        "id": "e",
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "account": "123456789012",
+        "time": "2026-11-30T00:00:00Z",
+        "region": "us-east-1",
+        "resources": [execution],
+        "detail": {
+            "executionArn": execution,
+            "stateMachineArn": state_machine_arn,
+            "name": "evt-1",
+            "status": status,
+            "startDate": 1,
+            "stopDate": 2,
+            "input": "{}",
+            "output": None,
+            **detail,
+        },
     }
 
 
@@ -303,7 +338,10 @@ def pattern_matches(pattern: dict, event: dict) -> bool:
 def ssm_parameter_ref(template: dict, parameter_name: str) -> dict:
     """`{"Ref": <the template parameter>}` that reads the SSM parameter `parameter_name` at deploy
     time (CDK's `StringParameter.value_for_string_parameter`); fails if the template has none."""
-    (logical_id,) = [name for name, parameter in template.get("Parameters", {}).items()
-                     if parameter.get("Type") == "AWS::SSM::Parameter::Value<String>"
-                     and parameter.get("Default") == parameter_name]
+    (logical_id,) = [
+        name
+        for name, parameter in template.get("Parameters", {}).items()
+        if parameter.get("Type") == "AWS::SSM::Parameter::Value<String>"
+        and parameter.get("Default") == parameter_name
+    ]
     return {"Ref": logical_id}

@@ -40,23 +40,43 @@ from tests.test_sharded_stacks import SHARDED
 #: The AWS metrics the app's alarms may watch, with the unit each is published in (the metric
 #: references of SQS, Step Functions and EventBridge in the CloudWatch user guide).
 AWS_METRICS: dict[str, dict[str, str]] = {
-    "AWS/SQS": {"ApproximateAgeOfOldestMessage": "Seconds", "ApproximateNumberOfMessagesVisible": "Count",
-                "ApproximateNumberOfMessagesNotVisible": "Count"},
-    "AWS/States": dict.fromkeys(("ExecutionsStarted", "ExecutionsSucceeded", "ExecutionsFailed", "ExecutionsTimedOut",
-                                 "ExecutionsAborted", "ExecutionThrottled"), "Count"),
+    "AWS/SQS": {
+        "ApproximateAgeOfOldestMessage": "Seconds",
+        "ApproximateNumberOfMessagesVisible": "Count",
+        "ApproximateNumberOfMessagesNotVisible": "Count",
+    },
+    "AWS/States": dict.fromkeys(
+        (
+            "ExecutionsStarted",
+            "ExecutionsSucceeded",
+            "ExecutionsFailed",
+            "ExecutionsTimedOut",
+            "ExecutionsAborted",
+            "ExecutionThrottled",
+        ),
+        "Count",
+    ),
     "AWS/Events": dict.fromkeys(("FailedInvocations", "InvocationsFailedToBeSentToDlq"), "Count"),
 }
 UNITS_PER_SECOND = {"Seconds": 1, "Milliseconds": 1_000, "Microseconds": 1_000_000}
 #: The tenants-file setting (in seconds) each duration alarm's threshold comes from.
 DURATION_SETTINGS: dict[tuple[str, str], tuple[str, Callable[[TenantConfig], int]]] = {
-    (contract.METRIC_NAMESPACE, contract.HEAD_WAIT_METRIC):
-        ("alarms.stall_after_seconds", lambda tenant: tenant.alarms.stall_after_seconds),
-    (contract.METRIC_NAMESPACE, contract.SEQUENCE_GAP_METRIC):
-        ("ordering.gap_alarm_after_seconds", lambda tenant: tenant.ordering.gap_alarm_after_seconds),
-    ("AWS/SQS", "ApproximateAgeOfOldestMessage"):
-        ("alarms.queue_age_seconds", lambda tenant: tenant.alarms.queue_age_seconds),
-    (contract.METRIC_NAMESPACE, contract.PAUSED_METRIC):
-        ("alarms.paused_alarm_after_seconds", lambda tenant: tenant.alarms.paused_alarm_after_seconds),
+    (contract.METRIC_NAMESPACE, contract.HEAD_WAIT_METRIC): (
+        "alarms.stall_after_seconds",
+        lambda tenant: tenant.alarms.stall_after_seconds,
+    ),
+    (contract.METRIC_NAMESPACE, contract.SEQUENCE_GAP_METRIC): (
+        "ordering.gap_alarm_after_seconds",
+        lambda tenant: tenant.ordering.gap_alarm_after_seconds,
+    ),
+    ("AWS/SQS", "ApproximateAgeOfOldestMessage"): (
+        "alarms.queue_age_seconds",
+        lambda tenant: tenant.alarms.queue_age_seconds,
+    ),
+    (contract.METRIC_NAMESPACE, contract.PAUSED_METRIC): (
+        "alarms.paused_alarm_after_seconds",
+        lambda tenant: tenant.alarms.paused_alarm_after_seconds,
+    ),
 }
 
 
@@ -78,18 +98,33 @@ def watched(alarm: Mapping[str, Any]) -> list[Watched]:
     """The metrics of one alarm's properties: its own, or each `MetricStat` of its math."""
     name = alarm["AlarmName"]
     if "Metrics" not in alarm:
-        return [Watched(name, alarm["Namespace"], alarm["MetricName"], _dimensions(alarm), alarm.get("Unit"),
-                        alarm["Threshold"])]
+        return [
+            Watched(
+                name,
+                alarm["Namespace"],
+                alarm["MetricName"],
+                _dimensions(alarm),
+                alarm.get("Unit"),
+                alarm["Threshold"],
+            )
+        ]
     # `IF(condition, constant, id)`: the alarm compares the value of `id`, the condition's
     # metrics are only tested; any other expression compares no one metric's value.
     expression = next(q["Expression"] for q in alarm["Metrics"] if "Expression" in q)
     value = re.fullmatch(r"IF\((.*), [0-9.]+, (\w+)\)", expression)
     stats = [query for query in alarm["Metrics"] if "MetricStat" in query]
-    return [Watched(name, q["MetricStat"]["Metric"]["Namespace"], q["MetricStat"]["Metric"]["MetricName"],
-                    _dimensions(q["MetricStat"]["Metric"]), q["MetricStat"].get("Unit"),
-                    alarm["Threshold"] if value and q["Id"] == value[2] else None,
-                    compared=not (value and q["Id"] in re.findall(r"\w+", value[1]) and q["Id"] != value[2]))
-            for q in stats]
+    return [
+        Watched(
+            name,
+            q["MetricStat"]["Metric"]["Namespace"],
+            q["MetricStat"]["Metric"]["MetricName"],
+            _dimensions(q["MetricStat"]["Metric"]),
+            q["MetricStat"].get("Unit"),
+            alarm["Threshold"] if value and q["Id"] == value[2] else None,
+            compared=not (value and q["Id"] in re.findall(r"\w+", value[1]) and q["Id"] != value[2]),
+        )
+        for q in stats
+    ]
 
 
 def _dimensions(metric: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,8 +133,11 @@ def _dimensions(metric: Mapping[str, Any]) -> dict[str, Any]:
 
 def of_type(template: Mapping[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
     """The properties of the template's resources of one type, by logical id."""
-    return {logical_id: r.get("Properties", {}) for logical_id, r in template["Resources"].items()
-            if r["Type"] == resource_type}
+    return {
+        logical_id: r.get("Properties", {})
+        for logical_id, r in template["Resources"].items()
+        if r["Type"] == resource_type
+    }
 
 
 class Stack:
@@ -108,7 +146,10 @@ class Stack:
     def __init__(self, template: Mapping[str, Any], tenants: Mapping[str, TenantConfig]) -> None:
         self._template = template
         self.functions = list(self.of_type("AWS::Lambda::Function").values())
-        ids = {f.get("Environment", {}).get("Variables", {}).get(contract.env_name("tenant_id")) for f in self.functions}
+        ids = {
+            f.get("Environment", {}).get("Variables", {}).get(contract.env_name("tenant_id"))
+            for f in self.functions
+        }
         ids.discard(None)
         assert len(ids) <= 1, f"a stack holds the functions of tenants {sorted(ids)}"
         self.tenant_id = next(iter(ids), None)
@@ -141,9 +182,12 @@ def _own_metric(stack: Stack, metric: Watched) -> tuple[str | None, list[str]]:
     emf = contract.EMF_METRICS.get(metric.name)
     if emf is not None:
         return emf.unit, _emf_problems(stack, metric, emf)
-    filters = [(props, t) for props in stack.of_type("AWS::Logs::MetricFilter").values()
-               for t in props["MetricTransformations"]
-               if (t["MetricNamespace"], t["MetricName"]) == (metric.namespace, metric.name)]
+    filters = [
+        (props, t)
+        for props in stack.of_type("AWS::Logs::MetricFilter").values()
+        for t in props["MetricTransformations"]
+        if (t["MetricNamespace"], t["MetricName"]) == (metric.namespace, metric.name)
+    ]
     if not filters:
         return None, ["no handler publishes it (contract.EMF_METRICS) and no metric filter of the stack does"]
     problems = []
@@ -159,13 +203,17 @@ def _emf_problems(stack: Stack, metric: Watched, emf: contract.EmfMetric) -> lis
     problems = _dimension_problems(metric, set(contract.EMF_DIMENSIONS))
     tenant = metric.dimensions.get(contract.TENANT_DIMENSION)
     if tenant is not None and tenant != stack.tenant_id:
-        problems.append(f"{contract.TENANT_DIMENSION} = {tenant!r} is not the stack's tenant {stack.tenant_id!r}")
+        problems.append(
+            f"{contract.TENANT_DIMENSION} = {tenant!r} is not the stack's tenant {stack.tenant_id!r}"
+        )
     emitters = [f for f in stack.functions if f.get("Handler") == f"lambdas.{emf.emitter}.handler"]
     if not emitters:
         problems.append(f"no function of the stack runs lambdas.{emf.emitter}.handler, which publishes it")
     for function in emitters:
         # The controller reads its namespace from its environment; register uses the constant.
-        namespace = function.get("Environment", {}).get("Variables", {}).get(contract.env_name("metric_namespace"))
+        namespace = (
+            function.get("Environment", {}).get("Variables", {}).get(contract.env_name("metric_namespace"))
+        )
         if namespace not in (None, metric.namespace):
             problems.append(f"{emf.emitter} publishes it into namespace {namespace!r}")
     return problems
@@ -200,13 +248,22 @@ def _alias_of(stack: Stack, arn: dict[str, Any]) -> str | None:
     """The state machine whose alias of the stack `arn` is (`{"Fn::Join": ["", [{"Ref": <machine>},
     ":<alias name>"]]}`, the alias routing to a version of that machine), or None."""
     parts = arn.get("Fn::Join", [None, []])[1]
-    if not (len(parts) == 2 and isinstance(parts[0], dict) and isinstance(parts[1], str) and parts[1].startswith(":")):
+    if not (
+        len(parts) == 2
+        and isinstance(parts[0], dict)
+        and isinstance(parts[1], str)
+        and parts[1].startswith(":")
+    ):
         return None
     machine, name = parts[0].get("Ref"), parts[1][1:]
     versions = stack.of_type("AWS::StepFunctions::StateMachineVersion")
     for alias in stack.of_type("AWS::StepFunctions::StateMachineAlias").values():
-        routed = {versions.get(route["StateMachineVersionArn"].get("Fn::GetAtt", [None])[0], {})
-                  .get("StateMachineArn", {}).get("Ref") for route in alias.get("RoutingConfiguration", [])}
+        routed = {
+            versions.get(route["StateMachineVersionArn"].get("Fn::GetAtt", [None])[0], {})
+            .get("StateMachineArn", {})
+            .get("Ref")
+            for route in alias.get("RoutingConfiguration", [])
+        }
         if alias.get("Name") == name and routed == {machine}:
             return machine
     return None
@@ -217,7 +274,9 @@ def _rule_metric(stack: Stack, metric: Watched) -> tuple[str | None, list[str]]:
     name = metric.dimensions.get("RuleName")
     rules = [r for r in stack.of_type("AWS::Events::Rule").values() if r.get("Name") == name]
     if not rules:
-        return _aws_metric(metric, set(metric.dimensions))[0], [f"RuleName {name!r} is not a rule of the stack"]
+        return _aws_metric(metric, set(metric.dimensions))[0], [
+            f"RuleName {name!r} is not a rule of the stack"
+        ]
     bus = rules[0].get("EventBusName")
     custom = bus not in (None, "default")
     unit, problems = _aws_metric(metric, {"RuleName", "EventBusName"} if custom else {"RuleName"})
@@ -252,8 +311,10 @@ def _unit_problems(stack: Stack, metric: Watched, unit: str) -> list[str]:
     field, read = setting
     expected = read(stack.tenant) * UNITS_PER_SECOND[unit]
     if metric.threshold != expected:
-        problems.append(f"threshold {metric.threshold:g} {unit}, but {field} is {read(stack.tenant)} s "
-                        f"({expected:g} {unit})")
+        problems.append(
+            f"threshold {metric.threshold:g} {unit}, but {field} is {read(stack.tenant)} s "
+            f"({expected:g} {unit})"
+        )
     return problems
 
 
@@ -284,9 +345,18 @@ def sharded_app(tmp_path_factory: pytest.TempPathFactory) -> App:
     """tests/test_sharded_stacks.py's app (rules on shard buses) plus a `key_sequence` tenant
     (the sequence-gap alarm)."""
     document = yaml.safe_load(SHARDED)
-    document["tenants"].append({"id": "seqco", "prefix": "seqco/", "alarms": {"stall_after_seconds": 300},
-                                "ordering": {"by": "key_sequence", "sequence_pattern": r"(?P<seq>\d+)\.csv$",
-                                             "gap_alarm_after_seconds": 120}})
+    document["tenants"].append(
+        {
+            "id": "seqco",
+            "prefix": "seqco/",
+            "alarms": {"stall_after_seconds": 300},
+            "ordering": {
+                "by": "key_sequence",
+                "sequence_pattern": r"(?P<seq>\d+)\.csv$",
+                "gap_alarm_after_seconds": 120,
+            },
+        }
+    )
     directory = tmp_path_factory.mktemp("sharded-alarms")
     (directory / "tenants.yaml").write_text(yaml.safe_dump(document))
     synthesized = synthesize(directory / "tenants.yaml", directory / "cdk.out")
@@ -305,8 +375,12 @@ def test_every_alarm_watches_a_metric_its_stack_publishes_in_the_unit_it_compare
     problems = {stack: alarm_problems(template, app.tenants) for stack, template in app.templates.items()}
 
     assert problems == {stack: [] for stack in app.templates}
-    metrics = [m for t in app.templates.values() for a in of_type(t, "AWS::CloudWatch::Alarm").values()
-               for m in watched(a)]
+    metrics = [
+        m
+        for t in app.templates.values()
+        for a in of_type(t, "AWS::CloudWatch::Alarm").values()
+        for m in watched(a)
+    ]
     assert {m.namespace for m in metrics} == set(PUBLISHERS), "every kind of publisher was checked"
 
 
@@ -332,8 +406,10 @@ def _function(handler: str) -> Callable[[dict[str, Any]], bool]:
 
 
 def _error_log_filter(kind: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda r: (r["Type"] == "AWS::Logs::MetricFilter"
-                      and r["Properties"]["FilterName"] == contract.ERROR_LOG_FILTER.render("acme", kind=kind))
+    return lambda r: (
+        r["Type"] == "AWS::Logs::MetricFilter"
+        and r["Properties"]["FilterName"] == contract.ERROR_LOG_FILTER.render("acme", kind=kind)
+    )
 
 
 ACME = "OrderedIngest-Tenant-acme"
@@ -344,94 +420,216 @@ NO_PUBLISHER = "no handler publishes it (contract.EMF_METRICS) and no metric fil
 @pytest.mark.parametrize(
     ("app", "stack", "mutate", "expected"),
     [
-        pytest.param("default_app", ACME, _set(["acme-stall", "MetricName"], "HeadMessageWaitSecond"),
-                     f"alarm acme-stall: OrderedIngest HeadMessageWaitSecond: {NO_PUBLISHER}",
-                     id="a-misspelled-metric"),
-        pytest.param("default_app", ACME, _set(["acme-sink-errors", "Metrics", 2, "MetricStat", "Metric", "MetricName"],
-                                               "SinkRequest"),
-                     f"alarm acme-sink-errors: OrderedIngest SinkRequest: {NO_PUBLISHER}",
-                     id="a-misspelled-metric-in-metric-math"),
-        pytest.param("default_app", ACME, _set(["acme-stall", "Dimensions"], [{"Name": "TenantId", "Value": "acme"}]),
-                     f"{STALL}: dimensions ['TenantId'], but it is published with ['Tenant']",
-                     id="another-dimension"),
-        pytest.param("default_app", ACME, _set(["acme-stall", "Dimensions", 0, "Value"], "globex"),
-                     f"{STALL}: Tenant = 'globex' is not the stack's tenant 'acme'",
-                     id="another-tenant"),
-        pytest.param("default_app", ACME, _set([_function("lambdas.controller.handler"), "Environment", "Variables",
-                                                "METRIC_NAMESPACE"], "FileIngest"),
-                     "alarm acme-queue-age: OrderedIngest PausedSeconds: controller publishes it into namespace "
-                     f"'FileIngest'\nalarm acme-paused: OrderedIngest PausedSeconds: controller publishes it into "
-                     f"namespace 'FileIngest'\n{STALL}: controller publishes it into namespace 'FileIngest'\n"
-                     "alarm acme-quarantine: OrderedIngest QuarantinedMessages: controller publishes it into "
-                     "namespace 'FileIngest'",
-                     id="the-controller-publishes-into-another-namespace"),
-        pytest.param("default_app", ACME, _set([_function("lambdas.register_chunk.handler"), "Handler"], "lambdas.register.handler"),
-                     "\n".join(f"alarm acme-sink-errors: OrderedIngest {metric}: no function of the stack runs "
-                               "lambdas.register_chunk.handler, which publishes it" for metric in ("SinkErrors", "SinkRequests")),
-                     id="no-function-publishes-it"),
-        pytest.param("default_app", ACME, _set([_error_log_filter("split"), "MetricTransformations", 0, "MetricName"],
-                                               "ErrorLogLines-acme-splitter"),
-                     f"alarm acme-split-error-logs: OrderedIngest ErrorLogLines-acme-split: {NO_PUBLISHER}",
-                     id="the-metric-filter-publishes-another-name"),
-        pytest.param("default_app", ACME, _set([_error_log_filter("split"), "LogGroupName"], "/aws/lambda/globex-split"),
-                     "alarm acme-split-error-logs: OrderedIngest ErrorLogLines-acme-split: its metric filter reads "
-                     "log group '/aws/lambda/globex-split', not one of the stack's",
-                     id="a-metric-filter-on-a-log-group-of-another-stack"),
-        pytest.param("default_app", ACME, _set(["acme-intake-dlq", "Dimensions", 0, "Value"], "globex-intake-dlq"),
-                     "alarm acme-intake-dlq: AWS/SQS ApproximateNumberOfMessagesVisible: QueueName "
-                     "'globex-intake-dlq' is not a queue of the stack",
-                     id="a-queue-of-another-stack"),
-        pytest.param("default_app", ACME, _set(["acme-queue-age", "Metrics", 1, "MetricStat", "Metric", "MetricName"],
-                                               "ApproximateAgeOfOldestMessages"),
-                     "alarm acme-queue-age: AWS/SQS ApproximateAgeOfOldestMessages: AWS/SQS publishes no metric "
-                     "ApproximateAgeOfOldestMessages",
-                     id="a-misspelled-aws-metric"),
-        pytest.param("default_app", ACME, _set(["acme-workflow-failed", "Metrics", 1, "MetricStat", "Metric",
-                                                "Dimensions", 0, "Value"], {"Fn::ImportValue": "globex-workflow"}),
-                     "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
-                     "{'Fn::ImportValue': 'globex-workflow'} is not a state machine of the stack nor an alias of one",
-                     id="a-state-machine-of-another-stack"),
-        pytest.param("default_app", ACME, _set(["acme-workflow-failed", "Metrics", 2, "MetricStat", "Metric",
-                                                "Dimensions", 0, "Value", "Fn::Join", 1, 1], ":canary"),
-                     "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
-                     "{'Fn::Join': ['', [{'Ref': 'PipelineWorkflow36971942'}, ':canary']]} is not a state machine of "
-                     "the stack nor an alias of one",
-                     id="an-alias-the-stack-does-not-have"),
-        pytest.param("default_app", ACME, _set(["acme-workflow-failed", "Metrics", 2, "MetricStat", "Metric",
-                                                "Dimensions", 0, "Value", "Fn::Join", 1, 0, "Ref"],
-                                               "PipelinePageWorkflowE3602F9F"),
-                     "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
-                     "{'Fn::Join': ['', [{'Ref': 'PipelinePageWorkflowE3602F9F'}, ':live']]} is not a state machine "
-                     "of the stack nor an alias of one",
-                     id="the-live-alias-of-a-machine-that-has-none"),
-        pytest.param("default_app", ACME, _set(["acme-intake-failed", "Metrics", 1, "MetricStat", "Metric", "Dimensions",
-                                                0, "Value"], "globex-object-created"),
-                     "alarm acme-intake-failed: AWS/Events FailedInvocations: RuleName 'globex-object-created' is "
-                     "not a rule of the stack",
-                     id="a-rule-of-another-stack"),
-        pytest.param("sharded_app", ACME, _set(["acme-intake-failed", "Metrics", 1, "MetricStat", "Metric", "Dimensions"],
-                                               [{"Name": "RuleName", "Value": "acme-object-created"}]),
-                     "alarm acme-intake-failed: AWS/Events FailedInvocations: dimensions ['RuleName'], but it is "
-                     "published with ['EventBusName', 'RuleName']",
-                     id="a-rule-on-a-shard-bus-without-its-bus"),
-        pytest.param("default_app", ACME, _set(["acme-stall", "Namespace"], "AWS/Lambda"),
-                     "alarm acme-stall: AWS/Lambda HeadMessageWaitSeconds: no check knows who publishes namespace "
-                     "AWS/Lambda",
-                     id="another-namespace"),
-        pytest.param("default_app", ACME, _set(["acme-stall", "Unit"], "Milliseconds"),
-                     f"{STALL}: the alarm reads unit Milliseconds, but it is published in Seconds",
-                     id="another-unit"),
-        pytest.param("default_app", ACME, _set(["acme-stall", "Threshold"], 30),
-                     f"{STALL}: threshold 30 Seconds, but alarms.stall_after_seconds is 1800 s (1800 Seconds)",
-                     id="a-stall-threshold-in-minutes"),
-        pytest.param("default_app", "OrderedIngest-Tenant-initech", _set(["initech-queue-age", "Threshold"], 21600),
-                     "alarm initech-queue-age: AWS/SQS ApproximateAgeOfOldestMessage: threshold 21600 Seconds, but "
-                     "alarms.queue_age_seconds is 7200 s (7200 Seconds)",
-                     id="the-default-queue-age-instead-of-the-tenants"),
-        pytest.param("sharded_app", "OrderedIngest-Tenant-seqco", _set(["seqco-sequence-gap", "Threshold"], 300),
-                     "alarm seqco-sequence-gap: OrderedIngest SequenceGapSeconds: threshold 300 Seconds, but "
-                     "ordering.gap_alarm_after_seconds is 120 s (120 Seconds)",
-                     id="the-stall-setting-instead-of-the-gap-setting"),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(["acme-stall", "MetricName"], "HeadMessageWaitSecond"),
+            f"alarm acme-stall: OrderedIngest HeadMessageWaitSecond: {NO_PUBLISHER}",
+            id="a-misspelled-metric",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(["acme-sink-errors", "Metrics", 2, "MetricStat", "Metric", "MetricName"], "SinkRequest"),
+            f"alarm acme-sink-errors: OrderedIngest SinkRequest: {NO_PUBLISHER}",
+            id="a-misspelled-metric-in-metric-math",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(["acme-stall", "Dimensions"], [{"Name": "TenantId", "Value": "acme"}]),
+            f"{STALL}: dimensions ['TenantId'], but it is published with ['Tenant']",
+            id="another-dimension",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(["acme-stall", "Dimensions", 0, "Value"], "globex"),
+            f"{STALL}: Tenant = 'globex' is not the stack's tenant 'acme'",
+            id="another-tenant",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(
+                [_function("lambdas.controller.handler"), "Environment", "Variables", "METRIC_NAMESPACE"],
+                "FileIngest",
+            ),
+            "alarm acme-queue-age: OrderedIngest PausedSeconds: controller publishes it into namespace "
+            f"'FileIngest'\nalarm acme-paused: OrderedIngest PausedSeconds: controller publishes it into "
+            f"namespace 'FileIngest'\n{STALL}: controller publishes it into namespace 'FileIngest'\n"
+            "alarm acme-quarantine: OrderedIngest QuarantinedMessages: controller publishes it into "
+            "namespace 'FileIngest'",
+            id="the-controller-publishes-into-another-namespace",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set([_function("lambdas.register_chunk.handler"), "Handler"], "lambdas.register.handler"),
+            "\n".join(
+                f"alarm acme-sink-errors: OrderedIngest {metric}: no function of the stack runs "
+                "lambdas.register_chunk.handler, which publishes it"
+                for metric in ("SinkErrors", "SinkRequests")
+            ),
+            id="no-function-publishes-it",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(
+                [_error_log_filter("split"), "MetricTransformations", 0, "MetricName"],
+                "ErrorLogLines-acme-splitter",
+            ),
+            f"alarm acme-split-error-logs: OrderedIngest ErrorLogLines-acme-split: {NO_PUBLISHER}",
+            id="the-metric-filter-publishes-another-name",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set([_error_log_filter("split"), "LogGroupName"], "/aws/lambda/globex-split"),
+            "alarm acme-split-error-logs: OrderedIngest ErrorLogLines-acme-split: its metric filter reads "
+            "log group '/aws/lambda/globex-split', not one of the stack's",
+            id="a-metric-filter-on-a-log-group-of-another-stack",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(["acme-intake-dlq", "Dimensions", 0, "Value"], "globex-intake-dlq"),
+            "alarm acme-intake-dlq: AWS/SQS ApproximateNumberOfMessagesVisible: QueueName "
+            "'globex-intake-dlq' is not a queue of the stack",
+            id="a-queue-of-another-stack",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(
+                ["acme-queue-age", "Metrics", 1, "MetricStat", "Metric", "MetricName"],
+                "ApproximateAgeOfOldestMessages",
+            ),
+            "alarm acme-queue-age: AWS/SQS ApproximateAgeOfOldestMessages: AWS/SQS publishes no metric "
+            "ApproximateAgeOfOldestMessages",
+            id="a-misspelled-aws-metric",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(
+                ["acme-workflow-failed", "Metrics", 1, "MetricStat", "Metric", "Dimensions", 0, "Value"],
+                {"Fn::ImportValue": "globex-workflow"},
+            ),
+            "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
+            "{'Fn::ImportValue': 'globex-workflow'} is not a state machine of the stack nor an alias of one",
+            id="a-state-machine-of-another-stack",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(
+                [
+                    "acme-workflow-failed",
+                    "Metrics",
+                    2,
+                    "MetricStat",
+                    "Metric",
+                    "Dimensions",
+                    0,
+                    "Value",
+                    "Fn::Join",
+                    1,
+                    1,
+                ],
+                ":canary",
+            ),
+            "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
+            "{'Fn::Join': ['', [{'Ref': 'PipelineWorkflow36971942'}, ':canary']]} is not a state machine of "
+            "the stack nor an alias of one",
+            id="an-alias-the-stack-does-not-have",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(
+                [
+                    "acme-workflow-failed",
+                    "Metrics",
+                    2,
+                    "MetricStat",
+                    "Metric",
+                    "Dimensions",
+                    0,
+                    "Value",
+                    "Fn::Join",
+                    1,
+                    0,
+                    "Ref",
+                ],
+                "PipelinePageWorkflowE3602F9F",
+            ),
+            "alarm acme-workflow-failed: AWS/States ExecutionsFailed: StateMachineArn "
+            "{'Fn::Join': ['', [{'Ref': 'PipelinePageWorkflowE3602F9F'}, ':live']]} is not a state machine "
+            "of the stack nor an alias of one",
+            id="the-live-alias-of-a-machine-that-has-none",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(
+                ["acme-intake-failed", "Metrics", 1, "MetricStat", "Metric", "Dimensions", 0, "Value"],
+                "globex-object-created",
+            ),
+            "alarm acme-intake-failed: AWS/Events FailedInvocations: RuleName 'globex-object-created' is "
+            "not a rule of the stack",
+            id="a-rule-of-another-stack",
+        ),
+        pytest.param(
+            "sharded_app",
+            ACME,
+            _set(
+                ["acme-intake-failed", "Metrics", 1, "MetricStat", "Metric", "Dimensions"],
+                [{"Name": "RuleName", "Value": "acme-object-created"}],
+            ),
+            "alarm acme-intake-failed: AWS/Events FailedInvocations: dimensions ['RuleName'], but it is "
+            "published with ['EventBusName', 'RuleName']",
+            id="a-rule-on-a-shard-bus-without-its-bus",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(["acme-stall", "Namespace"], "AWS/Lambda"),
+            "alarm acme-stall: AWS/Lambda HeadMessageWaitSeconds: no check knows who publishes namespace "
+            "AWS/Lambda",
+            id="another-namespace",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(["acme-stall", "Unit"], "Milliseconds"),
+            f"{STALL}: the alarm reads unit Milliseconds, but it is published in Seconds",
+            id="another-unit",
+        ),
+        pytest.param(
+            "default_app",
+            ACME,
+            _set(["acme-stall", "Threshold"], 30),
+            f"{STALL}: threshold 30 Seconds, but alarms.stall_after_seconds is 1800 s (1800 Seconds)",
+            id="a-stall-threshold-in-minutes",
+        ),
+        pytest.param(
+            "default_app",
+            "OrderedIngest-Tenant-initech",
+            _set(["initech-queue-age", "Threshold"], 21600),
+            "alarm initech-queue-age: AWS/SQS ApproximateAgeOfOldestMessage: threshold 21600 Seconds, but "
+            "alarms.queue_age_seconds is 7200 s (7200 Seconds)",
+            id="the-default-queue-age-instead-of-the-tenants",
+        ),
+        pytest.param(
+            "sharded_app",
+            "OrderedIngest-Tenant-seqco",
+            _set(["seqco-sequence-gap", "Threshold"], 300),
+            "alarm seqco-sequence-gap: OrderedIngest SequenceGapSeconds: threshold 300 Seconds, but "
+            "ordering.gap_alarm_after_seconds is 120 s (120 Seconds)",
+            id="the-stall-setting-instead-of-the-gap-setting",
+        ),
     ],
 )
 def test_fails_when_an_alarm_watches_what_its_stack_does_not_publish(app, stack, mutate, expected, request):
@@ -488,13 +686,19 @@ def runtime_unhandled_line() -> str:
     stderr = io.StringIO()
     with redirect_stderr(stderr):
         worker_process._log_unhandled(
-            {"errorMessage": "boom", "errorType": "KeyError", "requestId": "r-1", "stackTrace": []})
+            {"errorMessage": "boom", "errorType": "KeyError", "requestId": "r-1", "stackTrace": []}
+        )
     return stderr.getvalue().strip()
 
 
 def platform_record(kind: str, status: str) -> str:
-    return json.dumps({"time": "2026-11-30T11:00:00.000Z", "type": kind,
-                       "record": {"requestId": "r", "status": status, "metrics": {"durationMs": 20000.0}}})
+    return json.dumps(
+        {
+            "time": "2026-11-30T11:00:00.000Z",
+            "type": kind,
+            "record": {"requestId": "r", "status": status, "metrics": {"durationMs": 20000.0}},
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -502,13 +706,24 @@ def platform_record(kind: str, status: str) -> str:
     [
         pytest.param(handler_line(logging.ERROR, "sink rejected a record", status=400), id="a-handler-error"),
         pytest.param(runtime_unhandled_line(), id="the-runtimes-own-record-with-log_level"),
-        pytest.param(json.dumps({"timestamp": "2026-11-30T11:00:00Z", "log_level": "ERROR",
-                                 "errorMessage": "Unable to import module 'controller': No module named 'x'",
-                                 "errorType": "Runtime.ImportModuleError", "requestId": "r", "stackTrace": []}),
-                     id="an-import-error"),
-        *[pytest.param(platform_record(kind, status), id=f"{kind}-{status}")
-          for kind in ("platform.report", "platform.runtimeDone", "platform.initReport")
-          for status in contract.PLATFORM_FAILURE_STATUSES],
+        pytest.param(
+            json.dumps(
+                {
+                    "timestamp": "2026-11-30T11:00:00Z",
+                    "log_level": "ERROR",
+                    "errorMessage": "Unable to import module 'controller': No module named 'x'",
+                    "errorType": "Runtime.ImportModuleError",
+                    "requestId": "r",
+                    "stackTrace": [],
+                }
+            ),
+            id="an-import-error",
+        ),
+        *[
+            pytest.param(platform_record(kind, status), id=f"{kind}-{status}")
+            for kind in ("platform.report", "platform.runtimeDone", "platform.initReport")
+            for status in contract.PLATFORM_FAILURE_STATUSES
+        ],
     ],
 )
 def test_the_error_log_filter_counts_every_error_line_lambda_writes(line):
@@ -536,5 +751,7 @@ def test_the_runtimes_own_error_record_says_log_level_not_level():
 
 
 def test_fails_when_the_error_log_filter_is_not_an_or_of_equalities():
-    with pytest.raises(ValueError, match=re.escape('not an OR of ($.field = "value") terms: \'{ $.level = "ERR*" }\'')):
+    with pytest.raises(
+        ValueError, match=re.escape('not an OR of ($.field = "value") terms: \'{ $.level = "ERR*" }\'')
+    ):
         or_of_equalities('{ $.level = "ERR*" }')

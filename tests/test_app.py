@@ -35,7 +35,11 @@ def test_tenant_stacks_have_the_same_shape_and_mention_no_other_tenant(synthesiz
     def shape(name):
         return sorted(r["Type"] for r in synthesized.templates[name]["Resources"].values())
 
-    assert shape("OrderedIngest-Tenant-acme") == shape("OrderedIngest-Tenant-globex") == shape("OrderedIngest-Tenant-initech")
+    assert (
+        shape("OrderedIngest-Tenant-acme")
+        == shape("OrderedIngest-Tenant-globex")
+        == shape("OrderedIngest-Tenant-initech")
+    )
     acme = json.dumps(synthesized.templates["OrderedIngest-Tenant-acme"])
     assert "globex" not in acme and "initech" not in acme
 
@@ -43,9 +47,12 @@ def test_tenant_stacks_have_the_same_shape_and_mention_no_other_tenant(synthesiz
 def kept_resources(templates: dict[str, dict]) -> dict[str, tuple[str, str, str]]:
     """Every resource whose `DeletionPolicy` is not `Delete`: (type, DeletionPolicy, UpdateReplacePolicy)
     by "<stack> <logical id>"."""
-    return {f"{stack} {logical_id}": (r["Type"], r["DeletionPolicy"], r.get("UpdateReplacePolicy", "Delete"))
-            for stack, template in templates.items() for logical_id, r in template["Resources"].items()
-            if r.get("DeletionPolicy", "Delete") != "Delete"}
+    return {
+        f"{stack} {logical_id}": (r["Type"], r["DeletionPolicy"], r.get("UpdateReplacePolicy", "Delete"))
+        for stack, template in templates.items()
+        for logical_id, r in template["Resources"].items()
+        if r.get("DeletionPolicy", "Delete") != "Delete"
+    }
 
 
 def test_kept_resources_are_deleted_when_the_deploy_that_created_them_rolls_back(synthesized):
@@ -57,7 +64,11 @@ def test_kept_resources_are_deleted_when_the_deploy_that_created_them_rolls_back
     versions = {k: v for k, v in kept.items() if v[0] == "AWS::StepFunctions::StateMachineVersion"}
     others = {k: v for k, v in kept.items() if k not in versions}
     assert {v[0] for v in others.values()} == {
-        "AWS::S3::Bucket", "AWS::DynamoDB::Table", "AWS::KMS::Key", "AWS::Logs::LogGroup"}
+        "AWS::S3::Bucket",
+        "AWS::DynamoDB::Table",
+        "AWS::KMS::Key",
+        "AWS::Logs::LogGroup",
+    }
     assert {k: v[1:] for k, v in others.items()} == dict.fromkeys(others, ("RetainExceptOnCreate", "Retain"))
     assert len(versions) == 3 * len(TENANT_STACKS)  # file, section and page workflow of each tenant
     assert set(versions.values()) == {("AWS::StepFunctions::StateMachineVersion", "Retain", "Retain")}
@@ -75,7 +86,10 @@ def test_cdk_nag_aws_solutions_reports_no_unacknowledged_finding(synthesized):
     assert nag["conclusion"] == "success"
     assert nag["violations"] == []
     assert {v["ruleName"].split("[")[0] for v in nag["suppressedViolations"]} == {
-        "AwsSolutions-SQS3", "AwsSolutions-SF1", "AwsSolutions-SF2", "AwsSolutions-IAM5",
+        "AwsSolutions-SQS3",
+        "AwsSolutions-SF1",
+        "AwsSolutions-SF2",
+        "AwsSolutions-IAM5",
     }
 
 
@@ -125,11 +139,20 @@ def test_cfn_lint_finds_no_error_and_no_warning_beyond_cdks_redundant_depends_on
 
 def test_an_invalid_tenants_file_fails_the_app_with_the_message(tmp_path):
     bad = tmp_path / "tenants.yaml"
-    bad.write_text("tenants:\n  - {id: acme, prefix: a/, format: xml, sink: {url: 'https://x.example.com', auth: {type: none}}}\n")
+    bad.write_text(
+        "tenants:\n  - {id: acme, prefix: a/, format: xml, sink: {url: 'https://x.example.com', auth: {type: none}}}\n"
+    )
     result = subprocess.run(
         [sys.executable, str(ROOT / "app.py")],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-        env={**os.environ, "CDK_CONTEXT_JSON": json.dumps({"tenants": str(bad)}), "CDK_OUTDIR": str(tmp_path / "out")},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            **os.environ,
+            "CDK_CONTEXT_JSON": json.dumps({"tenants": str(bad)}),
+            "CDK_OUTDIR": str(tmp_path / "out"),
+        },
     )
     assert result.returncode == 1
     assert "tenant 'acme': field 'format' = 'xml'" in result.stderr
@@ -150,7 +173,11 @@ def test_the_app_leaves_cdks_builtin_template_validation_to_cfn_lint(tmp_path):
         CfnResource(Stack(app, "Bad"), "Queue", type="AWS::SQS::Queue", properties={"NotAProperty": 1})
         app.synth()
         report = outdir / "validation-report.json"
-        return [p["pluginName"] for p in json.loads(report.read_text())["pluginReports"]] if report.exists() else []
+        return (
+            [p["pluginName"] for p in json.loads(report.read_text())["pluginReports"]]
+            if report.exists()
+            else []
+        )
 
     assert plugins(App(outdir=str(tmp_path / "plain")), tmp_path / "plain") == ["CloudFormation Validate"]
     assert plugins(new_app(outdir=str(tmp_path / "ours")), tmp_path / "ours") == []

@@ -18,7 +18,9 @@ def tenants_yaml(count: int, *, head: str = "", target: str | None = None, start
     """``count`` tenants t0000, t0001... (optionally all on ``target``), after ``head``."""
     lines = [textwrap.dedent(head), "defaults:", SINK.rstrip("\n"), "tenants:"]
     for i in range(start, start + count):
-        lines.append(f"  - {{id: t{i:04d}, prefix: t{i:04d}/" + (f", target: {target}" if target else "") + "}")
+        lines.append(
+            f"  - {{id: t{i:04d}, prefix: t{i:04d}/" + (f", target: {target}" if target else "") + "}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -40,8 +42,11 @@ def test_per_tenant_and_shared_counts_match_the_synthesized_templates(synthesize
         return Counter(r["Type"] for r in template["Resources"].values())[kind]
 
     def reserved(template: dict) -> int:
-        return sum(r["Properties"].get("ReservedConcurrentExecutions", 0) for r in template["Resources"].values()
-                   if r["Type"] == "AWS::Lambda::Function")
+        return sum(
+            r["Properties"].get("ReservedConcurrentExecutions", 0)
+            for r in template["Resources"].values()
+            if r["Type"] == "AWS::Lambda::Function"
+        )
 
     # THEN every tenant stack holds exactly the model's per-tenant figures...
     for name in tenant_stacks:
@@ -51,21 +56,30 @@ def test_per_tenant_and_shared_counts_match_the_synthesized_templates(synthesize
         assert count(template, "AWS::StepFunctions::StateMachine") == capacity.STATE_MACHINES_PER_TENANT, name
         assert reserved(template) == capacity.RESERVED_CONCURRENCY_PER_TENANT, name
         # preflight tells this app's rules and state machines by these names
-        assert sorted(r["Properties"]["Name"] for r in template["Resources"].values()
-                      if r["Type"] == "AWS::Events::Rule") == sorted(n.render(name.split("-", 2)[2])
-                                                                      for n in capacity.TENANT_RULES), name
-        assert sorted(r["Properties"]["StateMachineName"] for r in template["Resources"].values()
-                      if r["Type"] == "AWS::StepFunctions::StateMachine") == sorted(
-            n.render(name.split("-", 2)[2]) for n in capacity.TENANT_STATE_MACHINES), name
+        assert sorted(
+            r["Properties"]["Name"]
+            for r in template["Resources"].values()
+            if r["Type"] == "AWS::Events::Rule"
+        ) == sorted(n.render(name.split("-", 2)[2]) for n in capacity.TENANT_RULES), name
+        assert sorted(
+            r["Properties"]["StateMachineName"]
+            for r in template["Resources"].values()
+            if r["Type"] == "AWS::StepFunctions::StateMachine"
+        ) == sorted(n.render(name.split("-", 2)[2]) for n in capacity.TENANT_STATE_MACHINES), name
         # a custom resource would bring a provider role the model does not count
-        assert not [r for r in template["Resources"].values() if r["Type"].startswith("Custom::")
-                    or r["Type"] == "AWS::CloudFormation::CustomResource"], name
+        assert not [
+            r
+            for r in template["Resources"].values()
+            if r["Type"].startswith("Custom::") or r["Type"] == "AWS::CloudFormation::CustomResource"
+        ], name
     # ...and the shared stack the model's shared figures
     assert count(shared, "AWS::Events::Rule") == capacity.SHARED_RULES
     assert count(shared, "AWS::IAM::Role") == capacity.SHARED_ROLES
     assert count(shared, "AWS::StepFunctions::StateMachine") == capacity.SHARED_STATE_MACHINES
     assert reserved(shared) == 0
-    assert len(synthesized.templates) == capacity.STACKS_PER_TENANT * len(tenant_stacks) + capacity.SHARED_STACKS
+    assert (
+        len(synthesized.templates) == capacity.STACKS_PER_TENANT * len(tenant_stacks) + capacity.SHARED_STACKS
+    )
 
 
 def test_the_default_tenants_file_needs_what_its_templates_hold():
@@ -84,7 +98,8 @@ def test_the_default_tenants_file_needs_what_its_templates_hold():
         "upload_access_point_policy_bytes": (0, 20480),
     }
     assert by_field["lambda_concurrent_executions"].need.how == (
-        "1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved")
+        "1 reserved per tenant x 3 tenants + 100 Lambda keeps unreserved"
+    )
 
 
 # --- synth refuses what the declared limits cannot hold --------------------------------------
@@ -104,14 +119,19 @@ def test_fails_when_the_default_bus_would_hold_more_rules_than_the_quota():
 
 def test_fails_when_a_region_with_a_100_rule_default_gets_50_tenants():
     # af-south-1's default is 100 rules per bus, not 300
-    text = tenants_yaml(50, head="targets:\n  cape: {account: '111111111111', region: af-south-1}\n", target="cape")
+    text = tenants_yaml(
+        50, head="targets:\n  cape: {account: '111111111111', region: af-south-1}\n", target="cape"
+    )
     assert one_problem(text).startswith(
         "target 'cape' (111111111111/af-south-1): EventBridge rules on the default bus: need 101 "
-        "(2 per tenant x 50 tenants + 1), limit 100; fix: ")
+        "(2 per tenant x 50 tenants + 1), limit 100; fix: "
+    )
 
 
 def test_a_raised_rules_quota_declared_in_account_limits_lets_301_tenants_synthesize():
-    config = parse_config(tenants_yaml(301, head="account_limits: {eventbridge_rules_per_bus: 700, iam_roles: 3000}\n"))
+    config = parse_config(
+        tenants_yaml(301, head="account_limits: {eventbridge_rules_per_bus: 700, iam_roles: 3000}\n")
+    )
     assert len(config.tenants) == 301
 
 
@@ -130,22 +150,26 @@ def test_fails_when_251_tenants_need_more_iam_roles_than_the_default_quota():
     # (251 prefixes do not fit one catch-all pattern: its buses add the shared forwarding role)
     assert one_problem(tenants_yaml(251, head=head)).startswith(
         "the deployment (the account and Region cdk deploy uses): IAM roles: need 1005 (4 per tenant x 251 tenants "
-        "+ 1 (the event-bus forwarding role)), limit 1000; fix: ")
+        "+ 1 (the event-bus forwarding role)), limit 1000; fix: "
+    )
     parse_config(tenants_yaml(249, head=head))  # 996 + 1 roles fit
 
 
 def test_a_thousand_tenants_fit_one_account_at_the_iam_ceiling():
     """GIVEN 1,000 tenants, IAM roles at their ceiling (5,000) and the other quotas raised as
     docs/scaling.md says WHEN validated THEN they fit: 4 roles a tenant is 4,000."""
-    head = ("account_limits: {iam_roles: 5000, eventbridge_rules_per_bus: 2100, "
-            "lambda_concurrent_executions: 1100, cloudformation_stacks: 2000}\n")
+    head = (
+        "account_limits: {iam_roles: 5000, eventbridge_rules_per_bus: 2100, "
+        "lambda_concurrent_executions: 1100, cloudformation_stacks: 2000}\n"
+    )
     assert len(parse_config(tenants_yaml(1000, head=head)).tenants) == 1000
 
 
 def test_fails_when_150_tenants_need_more_rules_than_the_default_bus_holds():
     assert one_problem(tenants_yaml(150, head="account_limits: {iam_roles: 5000}\n")).startswith(
         "the deployment (the account and Region cdk deploy uses): EventBridge rules on the default bus: need 301 "
-        "(2 per tenant x 150 tenants + 1), limit 300; fix: ")
+        "(2 per tenant x 150 tenants + 1), limit 300; fix: "
+    )
     parse_config(tenants_yaml(149, head="account_limits: {iam_roles: 5000}\n"))  # 299 rules fit
 
 
@@ -174,12 +198,17 @@ def test_fails_when_the_tenants_need_more_state_machines_than_the_quota():
 
 
 def test_fails_once_listing_every_quota_that_does_not_fit():
-    head = ("account_limits: {eventbridge_rules_per_bus: 6, lambda_concurrent_executions: 100, iam_roles: 1,"
-            " cloudformation_stacks: 1, state_machines: 1}\n")
+    head = (
+        "account_limits: {eventbridge_rules_per_bus: 6, lambda_concurrent_executions: 100, iam_roles: 1,"
+        " cloudformation_stacks: 1, state_machines: 1}\n"
+    )
     problems = problems_of(tenants_yaml(3, head=head))
     assert [p.split(": need ")[0].split(": ")[-1] for p in problems] == [
-        "EventBridge rules on the default bus", "Lambda concurrent executions", "IAM roles",
-        "CloudFormation stacks", "Step Functions state machines",
+        "EventBridge rules on the default bus",
+        "Lambda concurrent executions",
+        "IAM roles",
+        "CloudFormation stacks",
+        "Step Functions state machines",
     ]
 
 
@@ -190,7 +219,10 @@ def test_a_targets_own_limits_override_the_top_level_ones_for_that_target_only()
       big: {account: '111111111111', region: eu-west-1, account_limits: {state_machines: 100}}
       small: {account: '222222222222', region: eu-west-1}
     """
-    text = tenants_yaml(2, head=head, target="big") + tenants_yaml(2, target="small", start=2).split("tenants:\n")[1]
+    text = (
+        tenants_yaml(2, head=head, target="big")
+        + tenants_yaml(2, target="small", start=2).split("tenants:\n")[1]
+    )
     # 2 tenants x 3 = 6 state machines fit 'small's inherited limit of 6; 'big' declares its own
     assert len(parse_config(text).tenants) == 4
     # a third tenant on 'small' does not fit; two more on 'big' would
@@ -210,8 +242,11 @@ def test_capacity_is_computed_per_target_and_iam_roles_per_account():
       us: {account: '111111111111', region: us-east-1}
       other: {account: '222222222222', region: eu-west-1}
     """
-    text = (tenants_yaml(3, head=head, target="eu") + tenants_yaml(2, target="us", start=3).split("tenants:\n")[1]
-            + tenants_yaml(1, target="other", start=5).split("tenants:\n")[1])
+    text = (
+        tenants_yaml(3, head=head, target="eu")
+        + tenants_yaml(2, target="us", start=3).split("tenants:\n")[1]
+        + tenants_yaml(1, target="other", start=5).split("tenants:\n")[1]
+    )
     config = parse_config(text)
     # WHEN the model counts them
     found = {(u.quota.field, u.where): u.need.count for u in capacity.usage(capacity.targets(config))}
@@ -231,9 +266,12 @@ def test_fails_when_two_targets_of_one_account_together_need_more_roles_than_it_
       eu: {account: '111111111111', region: eu-west-1}
       us: {account: '111111111111', region: us-east-1}
     """
-    text = tenants_yaml(3, head=head, target="eu") + tenants_yaml(3, target="us", start=3).split("tenants:\n")[1]
+    text = (
+        tenants_yaml(3, head=head, target="eu") + tenants_yaml(3, target="us", start=3).split("tenants:\n")[1]
+    )
     assert one_problem(text).startswith(
-        "account 111111111111 (targets 'eu', 'us'): IAM roles: need 24 (4 per tenant x 6 tenants), limit 20; fix: ")
+        "account 111111111111 (targets 'eu', 'us'): IAM roles: need 24 (4 per tenant x 6 tenants), limit 20; fix: "
+    )
 
 
 # --- deployment targets: validation ------------------------------------------------------------
@@ -255,7 +293,12 @@ def test_fails_when_targets_are_declared_and_a_tenant_has_none():
 
 
 def test_a_target_in_defaults_applies_to_every_tenant():
-    text = PROD + "defaults:\n  target: prod\n" + SINK + "tenants:\n  - {id: a, prefix: a/}\n  - {id: b, prefix: b/}\n"
+    text = (
+        PROD
+        + "defaults:\n  target: prod\n"
+        + SINK
+        + "tenants:\n  - {id: a, prefix: a/}\n  - {id: b, prefix: b/}\n"
+    )
     config = parse_config(text)
     assert [t.target for t in config.tenants] == ["prod", "prod"]
 
@@ -289,15 +332,21 @@ def test_fails_when_an_account_id_is_not_12_digits_or_not_quoted():
     """
     text = tenants_yaml(1, head=head, target="short") + "  - {id: b, prefix: b/, target: number}\n"
     assert problems_of(text) == [
-        ("target 'short': field 'account' = '12345': is not a 12-digit AWS account id; quote the 12-digit account "
-         "id, e.g. account: '111111111111'"),
-        ("target 'number': field 'account' = 111111111111: is not text (quote it); quote the 12-digit "
-         "account id, e.g. account: '111111111111'"),
+        (
+            "target 'short': field 'account' = '12345': is not a 12-digit AWS account id; quote the 12-digit account "
+            "id, e.g. account: '111111111111'"
+        ),
+        (
+            "target 'number': field 'account' = 111111111111: is not text (quote it); quote the 12-digit "
+            "account id, e.g. account: '111111111111'"
+        ),
     ]
 
 
 def test_fails_when_a_region_is_not_a_region_code():
-    text = tenants_yaml(1, head="targets:\n  prod: {account: '111111111111', region: Ireland}\n", target="prod")
+    text = tenants_yaml(
+        1, head="targets:\n  prod: {account: '111111111111', region: Ireland}\n", target="prod"
+    )
     assert one_problem(text) == (
         "target 'prod': field 'region' = 'Ireland': is not an AWS Region code; use a Region code such as 'eu-west-1'"
     )
@@ -313,10 +362,14 @@ def test_fails_when_a_target_has_no_tenant():
 
 def test_fails_when_an_account_limit_is_unknown_or_not_positive():
     assert problems_of(tenants_yaml(1, head="account_limits: {iam_role: 2000, state_machines: 0}\n")) == [
-        ("account_limits: field 'state_machines' = 0: is less than 1; use a whole number, "
-         "at least 1 (default 100000): the account's quota (Service Quotas)"),
-        ("account_limits: field 'iam_role' = 2000: unknown key; remove it or fix its spelling (did you mean "
-         "'iam_roles'?)"),
+        (
+            "account_limits: field 'state_machines' = 0: is less than 1; use a whole number, "
+            "at least 1 (default 100000): the account's quota (Service Quotas)"
+        ),
+        (
+            "account_limits: field 'iam_role' = 2000: unknown key; remove it or fix its spelling (did you mean "
+            "'iam_roles'?)"
+        ),
     ]
 
 
@@ -327,7 +380,9 @@ def with_uploaders(count: int, *, head: str = "", principals: int = 1) -> str:
     """``count`` tenants t0000... each with ``principals`` uploader roles of its own."""
     lines = [textwrap.dedent(head), "defaults:", SINK.rstrip("\n"), "tenants:"]
     for i in range(count):
-        roles = ", ".join(f"'arn:aws:iam::111111111111:role/t{i:04d}-uploader-{n}'" for n in range(principals))
+        roles = ", ".join(
+            f"'arn:aws:iam::111111111111:role/t{i:04d}-uploader-{n}'" for n in range(principals)
+        )
         lines.append(f"  - {{id: t{i:04d}, prefix: t{i:04d}/, uploaders: [{roles}]}}")
     return "\n".join(lines) + "\n"
 
@@ -338,7 +393,9 @@ def test_each_tenant_with_uploaders_needs_one_access_point_and_its_policy_is_cou
     by_field = {u.quota.field: u for u in capacity.usage(capacity.targets(config))}
     # THEN 50 access points of the account's 10,000, and the largest access point policy far below 20 KB
     assert (by_field["s3_access_points"].need, by_field["s3_access_points"].limit) == (
-        capacity.Need(50, "1 per tenant with uploaders x 50"), 10_000)
+        capacity.Need(50, "1 per tenant with uploaders x 50"),
+        10_000,
+    )
     policy = by_field["upload_access_point_policy_bytes"]
     assert policy.limit == 20 * 1024 and policy.need.count < 2048
     assert policy.need.how == "the largest, tenant 't0000' with 1 uploader"
@@ -357,11 +414,13 @@ def test_fails_when_one_tenants_uploaders_do_not_fit_its_access_point_policy():
     problem = one_problem(with_uploaders(1, principals=200))
     assert problem.startswith(
         "the deployment (the account and Region cdk deploy uses): S3 access point policy size (20 KB, not "
-        "adjustable): need ")
+        "adjustable): need "
+    )
     assert problem.endswith(
         "(the largest, tenant 't0000' with 200 uploaders), limit 20480; fix: give the tenant's uploaders fewer "
         "principals (one role per uploading system, or another account's root whose own IAM picks the "
-        "principals; docs/security.md, Uploaders)")
+        "principals; docs/security.md, Uploaders)"
+    )
 
 
 def test_the_created_shared_keys_policy_is_counted_only_when_the_app_creates_the_key():
@@ -369,10 +428,15 @@ def test_the_created_shared_keys_policy_is_counted_only_when_the_app_creates_the
     plain = with_uploaders(10, principals=60)
     created = with_uploaders(10, principals=60, head="encryption: {kms_key: create}\n")
     # THEN without a created key nothing names them in a key policy: no such row
-    assert "shared_key_policy_bytes" not in {u.quota.field for u in capacity.usage(capacity.targets(parse_config(plain)))}
+    assert "shared_key_policy_bytes" not in {
+        u.quota.field for u in capacity.usage(capacity.targets(parse_config(plain)))
+    }
     # and with one, the key policy needs 900 bytes + the statement naming all 600
-    (usage,) = [u for u in capacity.usage(capacity.targets(parse_config(created)))
-                if u.quota.field == "shared_key_policy_bytes"]
+    (usage,) = [
+        u
+        for u in capacity.usage(capacity.targets(parse_config(created)))
+        if u.quota.field == "shared_key_policy_bytes"
+    ]
     assert usage.limit == 32 * 1024 and usage.fits
     assert usage.need.how == "900 bytes of its other statements + 600 uploader principals"
 
@@ -381,8 +445,10 @@ def test_fails_when_the_created_shared_keys_policy_cannot_name_every_uploader():
     problem = one_problem(with_uploaders(10, principals=70, head="encryption: {kms_key: create}\n"))
     assert problem.startswith(
         "the deployment (the account and Region cdk deploy uses): KMS key policy size of the created shared key "
-        "(32 KB, not adjustable): need ")
+        "(32 KB, not adjustable): need "
+    )
     assert problem.endswith(
         "(900 bytes of its other statements + 700 uploader principals), limit 32768; fix: name fewer uploader "
         "principals (another account's root for all of that account's uploaders), give encryption.kms_key a key "
-        "ARN whose owner writes its policy, or move tenants to another target (targets:, docs/scaling.md)")
+        "ARN whose owner writes its policy, or move tenants to another target (targets:, docs/scaling.md)"
+    )

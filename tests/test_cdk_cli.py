@@ -23,8 +23,12 @@ from tools.project_env import NO_CREDENTIALS, SETUP_HINT
 
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
 VENV_BIN = Path(sys.executable).parent
-STACKS = ["OrderedIngest-Shared", "OrderedIngest-Tenant-acme", "OrderedIngest-Tenant-globex",
-          "OrderedIngest-Tenant-initech"]
+STACKS = [
+    "OrderedIngest-Shared",
+    "OrderedIngest-Tenant-acme",
+    "OrderedIngest-Tenant-globex",
+    "OrderedIngest-Tenant-initech",
+]
 
 
 def machine_python(directory: Path) -> Path:
@@ -35,7 +39,9 @@ def machine_python(directory: Path) -> Path:
     wrapper = directory / "python3"
     wrapper.write_text(f'#!/bin/sh\nexec "{base}" -S "$@"\n')
     wrapper.chmod(0o755)
-    probe = subprocess.run([str(wrapper), "-c", "import aws_cdk"], capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        [str(wrapper), "-c", "import aws_cdk"], capture_output=True, text=True, check=False
+    )
     assert "No module named 'aws_cdk'" in probe.stderr, "the machine's Python must lack aws-cdk-lib here"
     return wrapper
 
@@ -56,17 +62,26 @@ def shell_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def cdk(command: str, tmp_path: Path, *options: str, tenants: Path = FIXTURE_TENANTS) -> subprocess.CompletedProcess[str]:
+def cdk(
+    command: str, tmp_path: Path, *options: str, tenants: Path = FIXTURE_TENANTS
+) -> subprocess.CompletedProcess[str]:
     if not CDK.exists():
         pytest.fail("node_modules/.bin/cdk is missing: run `make setup` (every make target does)")
     return subprocess.run(
         [str(CDK), command, "-c", f"tenants={tenants}", "--output", str(tmp_path / "cdk.out"), *options],
-        cwd=ROOT, capture_output=True, text=True, env=shell_env(tmp_path), timeout=600, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=shell_env(tmp_path),
+        timeout=600,
+        check=False,
     )
 
 
 @pytest.mark.cli
-def test_cdk_synth_from_a_shell_without_the_venv_uses_the_projects_python_and_says_only_what_matters(tmp_path):
+def test_cdk_synth_from_a_shell_without_the_venv_uses_the_projects_python_and_says_only_what_matters(
+    tmp_path,
+):
     # GIVEN a shell whose python3 lacks aws-cdk-lib and no AWS credentials
     # WHEN `cdk synth` runs cdk.json's `python3 app.py`
     result = cdk("synth", tmp_path, "--quiet")
@@ -81,7 +96,9 @@ def test_cdk_synth_from_a_shell_without_the_venv_uses_the_projects_python_and_sa
     # AND the tests' file subscribes nobody to the alarms: one warning, on the shared stack, not
     # one per stack; nothing else warns
     assert result.stderr.count(ALARMS_REACH_NOBODY) == 1, result.stderr[-3000:]
-    others = [line for line in (result.stdout + result.stderr).splitlines() if ALARMS_REACH_NOBODY not in line]
+    others = [
+        line for line in (result.stdout + result.stderr).splitlines() if ALARMS_REACH_NOBODY not in line
+    ]
     assert not re.search(r"feature flags|WARNING|Traceback|ModuleNotFoundError|!!", "\n".join(others)), others
 
 
@@ -89,8 +106,10 @@ def test_cdk_synth_from_a_shell_without_the_venv_uses_the_projects_python_and_sa
 def test_cdk_diff_without_credentials_points_at_make_diff_once(tmp_path):
     # GIVEN no AWS credentials (and one tenant: the synth before the account error is not the point)
     one_tenant = tmp_path / "tenants.yaml"
-    one_tenant.write_text("tenants:\n  - {id: acme, prefix: acme/, sink: {url: 'https://core.example.com/records', "
-                          "auth: {type: none}}}\n")
+    one_tenant.write_text(
+        "tenants:\n  - {id: acme, prefix: acme/, sink: {url: 'https://core.example.com/records', "
+        "auth: {type: none}}}\n"
+    )
     # WHEN `cdk diff` runs
     result = cdk("diff", tmp_path, tenants=one_tenant)
     # THEN the app says once where an offline diff is; the CLI also fails with its own account
@@ -100,8 +119,10 @@ def test_cdk_diff_without_credentials_points_at_make_diff_once(tmp_path):
     assert result.returncode != 0
     assert lines.count(NO_CREDENTIALS) == 1
     assert "make diff" in NO_CREDENTIALS
-    assert ("Unable to resolve AWS account to use. It must be either configured when you define your CDK Stack, "
-            "or through the environment") in lines
+    assert (
+        "Unable to resolve AWS account to use. It must be either configured when you define your CDK Stack, "
+        "or through the environment"
+    ) in lines
 
 
 def test_without_a_venv_the_app_stops_with_one_line_saying_make_setup(tmp_path):
@@ -112,8 +133,14 @@ def test_without_a_venv_the_app_stops_with_one_line_saying_make_setup(tmp_path):
         shutil.copy(ROOT / name, tmp_path / name)
     python = machine_python(tmp_path / "bin")
     # WHEN cdk.json's app command runs
-    result = subprocess.run([str(python), "app.py"], cwd=tmp_path, capture_output=True, text=True, check=False,
-                            env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
+    result = subprocess.run(
+        [str(python), "app.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"},
+    )
     # THEN it exits 1 with one line: what is missing and the command that makes it
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
@@ -128,8 +155,15 @@ def test_cdk_json_records_the_feature_flags_cdk_init_records(tmp_path):
         pytest.fail("node_modules/.bin/cdk is missing: run `make setup` (every make target does)")
     project = tmp_path / "new-app"  # `cdk init` wants an empty directory
     project.mkdir()
-    subprocess.run([str(CDK), "init", "app", "--language", "python", "--generate-only"], cwd=project,
-                   env=shell_env(tmp_path), capture_output=True, text=True, check=True, timeout=300)
+    subprocess.run(
+        [str(CDK), "init", "app", "--language", "python", "--generate-only"],
+        cwd=project,
+        env=shell_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     recommended = json.loads((project / "cdk.json").read_text())["context"]
     # THEN cdk.json holds the same flags with the same values (a CLI and aws-cdk-lib upgrade
     # that brings new flags fails here: add them, and look at the snapshots' diff)
@@ -151,9 +185,21 @@ def test_make_help_lists_every_target_with_its_one_line_description_and_is_the_d
     phony = re.search(r"^\.PHONY:(.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
     assert phony is not None
     targets = phony[1].split()
-    outputs = [subprocess.run(["make", "--no-print-directory", *goal], cwd=ROOT, capture_output=True, text=True,
-                              check=True, timeout=60).stdout for goal in (["help"], [])]
+    outputs = [
+        subprocess.run(
+            ["make", "--no-print-directory", *goal],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        for goal in (["help"], [])
+    ]
     assert outputs[0] == outputs[1]  # `make` alone
     described = dict(re.findall(r"^  (\S+) +(\S.*)$", outputs[0], re.MULTILINE))
     assert sorted(described) == sorted(targets)
-    assert described["diff"] == "offline diff of BASE (default origin/main) and the working tree, no AWS credentials."
+    assert (
+        described["diff"]
+        == "offline diff of BASE (default origin/main) and the working tree, no AWS credentials."
+    )

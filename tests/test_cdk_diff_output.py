@@ -32,16 +32,36 @@ def test_every_resource_line_is_read_with_its_stack_and_impact():
         ("OrderedIngest-Shared", "removed", "AWS::S3::Bucket", "SharedWorkBucketABCD", "destroy"),
         ("OrderedIngest-Shared", "removed", "AWS::Logs::LogGroup", "SharedLogs0000", "orphan"),
         ("OrderedIngest-Shared", "changed", "AWS::CloudWatch::Dashboard", "DashboardsDashboard0712AF28", ""),
-        ("OrderedIngest-Tenant-acme", "added", "AWS::CloudWatch::Alarm", "PipelineSequenceGapAlarmCDC58933", ""),
-        ("OrderedIngest-Tenant-acme", "changed", "AWS::SQS::Queue", "PipelineQueueC13966F5", "may be replaced"),
-        ("OrderedIngest-Tenant-acme", "changed", "AWS::Lambda::EventSourceMapping", "PipelineEsm717D6D55", "replace"),
+        (
+            "OrderedIngest-Tenant-acme",
+            "added",
+            "AWS::CloudWatch::Alarm",
+            "PipelineSequenceGapAlarmCDC58933",
+            "",
+        ),
+        (
+            "OrderedIngest-Tenant-acme",
+            "changed",
+            "AWS::SQS::Queue",
+            "PipelineQueueC13966F5",
+            "may be replaced",
+        ),
+        (
+            "OrderedIngest-Tenant-acme",
+            "changed",
+            "AWS::Lambda::EventSourceMapping",
+            "PipelineEsm717D6D55",
+            "replace",
+        ),
     ]
 
 
 def test_only_stateful_resources_that_are_replaced_or_destroyed_are_destructive():
     # A retained (orphaned) log group keeps its data; a replaced event source mapping holds none.
     assert [c.logical_id for c in destructive(parse(LOG))] == [
-        "SharedLedger1234", "SharedWorkBucketABCD", "PipelineQueueC13966F5",
+        "SharedLedger1234",
+        "SharedWorkBucketABCD",
+        "PipelineQueueC13966F5",
     ]
 
 
@@ -65,8 +85,11 @@ def test_the_label_lets_destructive_changes_pass_and_still_lists_them(tmp_path, 
 
 
 def test_a_diff_without_destructive_change_passes(tmp_path, capsys):
-    (tmp_path / "cdk-diff.log").write_text(LOG.split("Stack OrderedIngest-Tenant-acme")[0].replace(
-        "replace\x1b", "\x1b").replace(" destroy", " orphan"))
+    (tmp_path / "cdk-diff.log").write_text(
+        LOG.split("Stack OrderedIngest-Tenant-acme")[0]
+        .replace("replace\x1b", "\x1b")
+        .replace(" destroy", " orphan")
+    )
     assert main([str(tmp_path / "cdk-diff.log")]) == 0
     assert capsys.readouterr().out.startswith("No destructive change")
 

@@ -56,14 +56,22 @@ def test_shards_make_a_shared_cell_and_a_cell_per_shard_each_tenant_in_its_shard
 
 def test_targets_make_a_cell_each_or_with_shards_a_shared_and_shard_cells_each():
     assert names_of(TWO_TARGETS) == ["prod", "dr"]
-    assert names_of(SHARDED_TARGETS) == ["prod-shared", "prod-shard-0", "prod-shard-1", "dr-shared", "dr-shard-1"]
+    assert names_of(SHARDED_TARGETS) == [
+        "prod-shared",
+        "prod-shard-0",
+        "prod-shard-1",
+        "dr-shared",
+        "dr-shard-1",
+    ]
 
 
 def test_fails_when_the_cell_is_not_one_of_the_files():
     with pytest.raises(cell_plan.UnknownCell) as caught:
         cell_plan.cell_named(parse_config(SHARDED), "shard-7")
-    assert str(caught.value) == ("cell 'shard-7' is not a cell of this tenants file; its cells are: shared, shard-0, "
-                                 "shard-1 (leave -c cell out to synthesize all of them)")
+    assert str(caught.value) == (
+        "cell 'shard-7' is not a cell of this tenants file; its cells are: shared, shard-0, "
+        "shard-1 (leave -c cell out to synthesize all of them)"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +92,9 @@ def whole(sharded_file, tmp_path_factory) -> dict[str, dict]:
 
 
 @pytest.mark.slow  # cfn-lint or synthesis over whole apps: make test (make test-fast runs tests/test_user_tenants.py)
-def test_a_shard_cell_synthesizes_its_tenants_stacks_alone_exactly_as_the_whole_app_does(sharded_file, whole,
-                                                                                         tmp_path):
+def test_a_shard_cell_synthesizes_its_tenants_stacks_alone_exactly_as_the_whole_app_does(
+    sharded_file, whole, tmp_path
+):
     """GIVEN the sharded file WHEN shard 1 is synthesized alone THEN its assembly holds the stacks of
     globex and initech only, byte for byte the templates the whole app has for them; the shared
     cell holds the shared stack alone."""
@@ -93,17 +102,24 @@ def test_a_shard_cell_synthesizes_its_tenants_stacks_alone_exactly_as_the_whole_
     assert sorted(shard) == ["OrderedIngest-Tenant-globex", "OrderedIngest-Tenant-initech"]
     assert all(shard[name] == whole[name] for name in shard)
     shared = synth(sharded_file, tmp_path / "shared", "shared")
-    assert sorted(shared) == ["OrderedIngest-Shared"] and shared["OrderedIngest-Shared"] == whole["OrderedIngest-Shared"]
+    assert (
+        sorted(shared) == ["OrderedIngest-Shared"]
+        and shared["OrderedIngest-Shared"] == whole["OrderedIngest-Shared"]
+    )
 
 
 def test_tenant_stacks_import_nothing_and_read_the_shared_resources_from_its_ssm_parameters(whole):
     """No `Fn::ImportValue` in a tenant template (an export in use can never change); the shared
     stack writes the parameters the tenants read, and keeps its exports for one release."""
     shared = whole["OrderedIngest-Shared"]
-    written = {r["Properties"]["Name"]: r["Properties"]["Value"] for r in shared["Resources"].values()
-               if r["Type"] == "AWS::SSM::Parameter"}
-    assert set(written) == {shared_parameter(name) for name in ("ledger-table-name", "alarm-topic-arn",
-                                                                "alarm-topic-key-arn")}
+    written = {
+        r["Properties"]["Name"]: r["Properties"]["Value"]
+        for r in shared["Resources"].values()
+        if r["Type"] == "AWS::SSM::Parameter"
+    }
+    assert set(written) == {
+        shared_parameter(name) for name in ("ledger-table-name", "alarm-topic-arn", "alarm-topic-key-arn")
+    }
     assert len([o for o in shared["Outputs"].values() if "Export" in o]) == 4
     for name, template in whole.items():
         if name.startswith("OrderedIngest-Tenant-"):
@@ -117,8 +133,9 @@ def touched(before: str, after: str) -> list[str]:
 
 
 def test_a_change_of_one_tenant_touches_its_shard_cell_only():
-    changed = SHARDED.replace("{id: initech, prefix: initech/incoming/}",
-                              "{id: initech, prefix: initech/incoming/, chunk_size: 50}")
+    changed = SHARDED.replace(
+        "{id: initech, prefix: initech/incoming/}", "{id: initech, prefix: initech/incoming/, chunk_size: 50}"
+    )
     assert touched(SHARDED, changed) == ["shard-1"]
 
 
@@ -131,8 +148,14 @@ def test_a_change_the_shared_stack_reads_touches_the_shared_cell_too():
 
 def test_a_change_of_defaults_touches_every_tenant_and_a_shared_setting_every_cell():
     assert touched(SHARDED, SHARDED.replace("core/token}}", "core/token}, timeout_seconds: 5}")) == [
-        "shard-0", "shard-1"]
-    assert touched(SHARDED, "notifications: {emails: [ops@example.com]}\n" + SHARDED) == ["shared", "shard-0", "shard-1"]
+        "shard-0",
+        "shard-1",
+    ]
+    assert touched(SHARDED, "notifications: {emails: [ops@example.com]}\n" + SHARDED) == [
+        "shared",
+        "shard-0",
+        "shard-1",
+    ]
     assert touched(SHARDED, SHARDED) == []
 
 
@@ -151,8 +174,13 @@ def test_the_shared_cell_reads_nothing_of_the_tenants_but_its_inputs(sharded_fil
     """GIVEN a file that changes every tenant setting outside `shared_inputs` WHEN its shared cell is
     synthesized THEN the template is the same as before: the shared cell's digest may leave those
     settings out, and a diff that skips the shared cell for such a change misses nothing."""
-    assert cell_plan.fingerprints(parse_config(ELSEWHERE))["shared"] == cell_plan.fingerprints(parse_config(SHARDED))["shared"]
+    assert (
+        cell_plan.fingerprints(parse_config(ELSEWHERE))["shared"]
+        == cell_plan.fingerprints(parse_config(SHARDED))["shared"]
+    )
     assert touched(SHARDED, ELSEWHERE) == ["shard-0", "shard-1"]
     elsewhere = tmp_path / "tenants.yaml"
     elsewhere.write_text(ELSEWHERE)
-    assert synth(elsewhere, tmp_path / "out", "shared") == {"OrderedIngest-Shared": whole["OrderedIngest-Shared"]}
+    assert synth(elsewhere, tmp_path / "out", "shared") == {
+        "OrderedIngest-Shared": whole["OrderedIngest-Shared"]
+    }

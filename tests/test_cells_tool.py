@@ -40,11 +40,23 @@ def test_deploy_synthesizes_every_cell_then_deploys_the_shared_cell_before_the_s
     assert code == tool.EXIT_OK
     synths = [run for run in cli.runs if run[1] == "synth"]
     assert sorted(run[run.index("--output") + 1] for run in synths) == [
-        "cells.out/shard-0", "cells.out/shard-1", "cells.out/shared"]
+        "cells.out/shard-0",
+        "cells.out/shard-1",
+        "cells.out/shared",
+    ]
     assert all(f"tenants={tenants}" in run for run in synths)
     deploys = [run for run in cli.runs if run[1] == "deploy"]
     assert deploys == [
-        ["cdk", "deploy", "--app", f"cells.out/{cell}", "--no-notices", "--require-approval", "never", "--all"]
+        [
+            "cdk",
+            "deploy",
+            "--app",
+            f"cells.out/{cell}",
+            "--no-notices",
+            "--require-approval",
+            "never",
+            "--all",
+        ]
         for cell in ("shared", "shard-0", "shard-1")
     ]
 
@@ -54,10 +66,13 @@ def test_a_targets_cells_deploy_its_stage_and_one_cell_can_be_chosen(tmp_path, m
     tenants = write(tmp_path, SHARDED_TARGETS)
     cli = FakeCli()
 
-    assert tool.main(["deploy", "--tenants", str(tenants), "--cell", "dr-shard-1"], runner=cli) == tool.EXIT_OK
+    assert (
+        tool.main(["deploy", "--tenants", str(tenants), "--cell", "dr-shard-1"], runner=cli) == tool.EXIT_OK
+    )
 
     assert [run for run in cli.runs if run[1] == "deploy"] == [
-        ["cdk", "deploy", "--app", "cells.out/dr-shard-1", "--no-notices", "dr/*"]]
+        ["cdk", "deploy", "--app", "cells.out/dr-shard-1", "--no-notices", "dr/*"]
+    ]
 
 
 def test_diff_compares_every_stack_of_each_cell_with_the_deployed_templates(tmp_path):
@@ -66,12 +81,16 @@ def test_diff_compares_every_stack_of_each_cell_with_the_deployed_templates(tmp_
     cli = FakeCli()
     chosen = tool.selected(tool.load_config(write(tmp_path, SHARDED_TARGETS)), ["prod-shard-0", "dr-shared"])
     assert tool.diff(chosen, runner=cli, out=lambda _: None) is False
-    assert cli.runs == [["cdk", "diff", "--app", f"cells.out/{cell}", "--no-notices", "--fail", "--method", "template",
-                         "**"] for cell in ("prod-shard-0", "dr-shared")]
+    assert cli.runs == [
+        ["cdk", "diff", "--app", f"cells.out/{cell}", "--no-notices", "--fail", "--method", "template", "**"]
+        for cell in ("prod-shard-0", "dr-shared")
+    ]
 
 
 def test_fails_with_the_cells_there_are_when_a_cell_is_unknown(tmp_path, capsys):
-    code = tool.main(["synth", "--tenants", str(write(tmp_path, SHARDED)), "--cell", "shard-9"], runner=FakeCli())
+    code = tool.main(
+        ["synth", "--tenants", str(write(tmp_path, SHARDED)), "--cell", "shard-9"], runner=FakeCli()
+    )
     assert code == tool.EXIT_ERROR
     assert "its cells are: shared, shard-0, shard-1" in capsys.readouterr().err
 
@@ -86,8 +105,12 @@ def test_list_names_each_cell_and_what_it_holds(tmp_path, capsys):
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
 
 
 def test_touched_is_the_changed_tenants_cell_or_every_cell_when_anything_else_changed(tmp_path):
@@ -99,7 +122,9 @@ def test_touched_is_the_changed_tenants_cell_or_every_cell_when_anything_else_ch
     _git(repo, "add", "-A")
     _git(repo, "commit", "--quiet", "-m", "base")
 
-    tenants.write_text(SHARDED.replace("{id: acme, prefix: acme/}", "{id: acme, prefix: acme/, chunk_size: 7}"))
+    tenants.write_text(
+        SHARDED.replace("{id: acme, prefix: acme/}", "{id: acme, prefix: acme/, chunk_size: 7}")
+    )
     assert tool.touched_cells(repo, "HEAD", tenants) == (["shard-0"], "the tenants file changed")
 
     (repo / "new_module.py").write_text("x = 1\n")  # untracked code counts too
@@ -119,7 +144,9 @@ def test_a_tenants_file_outside_the_repository_touches_every_cell(tmp_path):
     outside = write(tmp_path, SHARDED)
     assert tool.base_config(repo, "HEAD", outside) is None
     assert tool.touched_cells(repo, "HEAD", outside) == (
-        ["shared", "shard-0", "shard-1"], "HEAD has no copy of a tenants file outside the repository: every cell")
+        ["shared", "shard-0", "shard-1"],
+        "HEAD has no copy of a tenants file outside the repository: every cell",
+    )
 
 
 @pytest.mark.cli
@@ -128,14 +155,25 @@ def test_synth_writes_one_assembly_per_cell_holding_exactly_its_stacks(tmp_path,
     has its own assembly with its own stacks: the shared stack alone, then each shard's tenants."""
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     outdir = tmp_path / "cells.out"
-    built = tool.synth(write(tmp_path, SHARDED), tool.selected(tool.load_config(tmp_path / "tenants.yaml"), []),
-                       outdir=outdir)
+    built = tool.synth(
+        write(tmp_path, SHARDED),
+        tool.selected(tool.load_config(tmp_path / "tenants.yaml"), []),
+        outdir=outdir,
+    )
 
-    stacks = {name: sorted(a for a, artifact in json.loads((path / "manifest.json").read_text())["artifacts"].items()
-                           if artifact["type"] == "aws:cloudformation:stack")
-              for name, path in built.items()}
-    assert stacks == {"shared": ["OrderedIngest-Shared"], "shard-0": ["OrderedIngest-Tenant-acme"],
-                      "shard-1": ["OrderedIngest-Tenant-globex", "OrderedIngest-Tenant-initech"]}
+    stacks = {
+        name: sorted(
+            a
+            for a, artifact in json.loads((path / "manifest.json").read_text())["artifacts"].items()
+            if artifact["type"] == "aws:cloudformation:stack"
+        )
+        for name, path in built.items()
+    }
+    assert stacks == {
+        "shared": ["OrderedIngest-Shared"],
+        "shard-0": ["OrderedIngest-Tenant-acme"],
+        "shard-1": ["OrderedIngest-Tenant-globex", "OrderedIngest-Tenant-initech"],
+    }
 
 
 def test_synth_warns_once_when_alarms_reach_nobody_not_once_per_cell(tmp_path, monkeypatch, capsys):
@@ -164,7 +202,9 @@ def test_synth_lists_the_tenants_that_run_without_credentials(tmp_path, monkeypa
         "  - id: shop-b\n"
     )
     assert tool.main(["synth", "--tenants", str(write(tmp_path, text))], runner=FakeCli()) == tool.EXIT_OK
-    assert "without credentials (2 tenant(s), sink.auth type none): shop-a, shop-b\n" in capsys.readouterr().out
+    assert (
+        "without credentials (2 tenant(s), sink.auth type none): shop-a, shop-b\n" in capsys.readouterr().out
+    )
 
 
 def test_fails_when_the_cells_together_break_a_deploy_time_limit(tmp_path):
@@ -179,15 +219,36 @@ def test_fails_when_the_cells_together_break_a_deploy_time_limit(tmp_path):
     def cell(name: str, region: str) -> Path:
         directory = tmp_path / name
         directory.mkdir()
-        template = {"Resources": {"Dashboard": {"Type": "AWS::CloudWatch::Dashboard",
-                                                "Properties": {"DashboardName": "OrderedIngest"}}}}
+        template = {
+            "Resources": {
+                "Dashboard": {
+                    "Type": "AWS::CloudWatch::Dashboard",
+                    "Properties": {"DashboardName": "OrderedIngest"},
+                }
+            }
+        }
         (directory / "Shared.template.json").write_text(json.dumps(template))
-        (directory / "manifest.json").write_text(json.dumps({"artifacts": {"Shared": {
-            "type": "aws:cloudformation:stack", "environment": f"aws://111111111111/{region}",
-            "properties": {"templateFile": "Shared.template.json", "stackName": "OrderedIngest-Shared"}}}}))
+        (directory / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "artifacts": {
+                        "Shared": {
+                            "type": "aws:cloudformation:stack",
+                            "environment": f"aws://111111111111/{region}",
+                            "properties": {
+                                "templateFile": "Shared.template.json",
+                                "stackName": "OrderedIngest-Shared",
+                            },
+                        }
+                    }
+                }
+            )
+        )
         return directory
 
-    config = parse_config("tenants:\n  - {id: acme, prefix: acme/, sink: {url: 'https://x.example.com', auth: {type: none}}}\n")
+    config = parse_config(
+        "tenants:\n  - {id: acme, prefix: acme/, sink: {url: 'https://x.example.com', auth: {type: none}}}\n"
+    )
     with pytest.raises(CellsError) as caught:
         _check_across_cells(config, [cell("eu-shared", "eu-west-1"), cell("us-shared", "us-east-1")])
     assert "the cells together break AWS's deploy-time limits" in str(caught.value)

@@ -43,10 +43,13 @@ TEMPLATE = load_template()
 
 NO_VALUE = object()  # Ref AWS::NoValue: the list item or key is left out
 
+
 def resolve(node, template: dict, parameters: dict[str, str]):
     """The value of `node` once deployed with `parameters` (defaults for the others)."""
-    values = {name: spec["Default"].split(",") if spec["Type"] == "CommaDelimitedList" else spec.get("Default", "")
-              for name, spec in template["Parameters"].items()}
+    values = {
+        name: spec["Default"].split(",") if spec["Type"] == "CommaDelimitedList" else spec.get("Default", "")
+        for name, spec in template["Parameters"].items()
+    }
     values.update(parameters)
     values.update({"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": PARTITION})
 
@@ -67,7 +70,7 @@ def resolve(node, template: dict, parameters: dict[str, str]):
         if not isinstance(item, dict):
             return item
         if len(item) == 1:
-            (key, arg), = item.items()
+            ((key, arg),) = item.items()
             if key == "Ref":
                 return ref(arg)
             if key == "Fn::Sub":
@@ -106,21 +109,29 @@ def as_list(item) -> list:
 def may_assume_with_token(role: dict, claims: dict[str, str], provider: str = PROVIDER) -> bool:
     """Whether a GitHub token with these claims, from `provider`, may assume the role."""
     for statement in as_list(role["Properties"]["AssumeRolePolicyDocument"]["Statement"]):
-        if statement["Effect"] != "Allow" or "sts:AssumeRoleWithWebIdentity" not in as_list(statement["Action"]):
+        if statement["Effect"] != "Allow" or "sts:AssumeRoleWithWebIdentity" not in as_list(
+            statement["Action"]
+        ):
             continue
         if provider not in as_list(statement["Principal"].get("Federated", [])):
             continue
-        if all(_condition_holds(operator, tests, claims)
-               for operator, tests in statement.get("Condition", {}).items()):
+        if all(
+            _condition_holds(operator, tests, claims)
+            for operator, tests in statement.get("Condition", {}).items()
+        ):
             return True
     return False
 
 
 def _condition_holds(operator: str, tests: dict, claims: dict[str, str]) -> bool:
-    match = {"StringEquals": lambda pattern, got: got == pattern,
-             "StringLike": lambda pattern, got: fnmatch.fnmatchcase(got, pattern)}[operator]
-    return all(key in claims and any(match(pattern, claims[key]) for pattern in as_list(patterns))
-               for key, patterns in tests.items())
+    match = {
+        "StringEquals": lambda pattern, got: got == pattern,
+        "StringLike": lambda pattern, got: fnmatch.fnmatchcase(got, pattern),
+    }[operator]
+    return all(
+        key in claims and any(match(pattern, claims[key]) for pattern in as_list(patterns))
+        for key, patterns in tests.items()
+    )
 
 
 def may(role: dict, action: str, resource: str) -> bool:
@@ -130,15 +141,21 @@ def may(role: dict, action: str, resource: str) -> bool:
     for policy in role["Properties"].get("Policies", []):
         for statement in as_list(policy["PolicyDocument"]["Statement"]):
             assert statement["Effect"] == "Allow"
-            if any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in as_list(statement["Action"])) and any(
-                fnmatch.fnmatchcase(resource, r) for r in as_list(statement["Resource"])
-            ) and all(_condition_holds(operator, tests, context)
-                      for operator, tests in statement.get("Condition", {}).items()):
+            if (
+                any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in as_list(statement["Action"]))
+                and any(fnmatch.fnmatchcase(resource, r) for r in as_list(statement["Resource"]))
+                and all(
+                    _condition_holds(operator, tests, context)
+                    for operator, tests in statement.get("Condition", {}).items()
+                )
+            ):
                 return True
     return False
 
 
-def bootstrap_role(kind: str, account: str = ACCOUNT, region: str = REGION, qualifier: str = "hnb659fds") -> str:
+def bootstrap_role(
+    kind: str, account: str = ACCOUNT, region: str = REGION, qualifier: str = "hnb659fds"
+) -> str:
     return f"arn:aws:iam::{account}:role/cdk-{qualifier}-{kind}-role-{account}-{region}"
 
 
@@ -208,9 +225,11 @@ TARGET_CASES = [
 
 def trust_problems(template: dict) -> list[str]:
     roles = created(template, {"GitHubRepository": REPO})
-    problems = [f"{role}: a token with sub {sub!r} {'may not' if expected else 'may'} assume it"
-                for role, sub, expected in TRUST_CASES
-                if may_assume_with_token(roles[role], token(sub)) != expected]
+    problems = [
+        f"{role}: a token with sub {sub!r} {'may not' if expected else 'may'} assume it"
+        for role, sub, expected in TRUST_CASES
+        if may_assume_with_token(roles[role], token(sub)) != expected
+    ]
     for role, sub, expected in TRUST_CASES:
         if expected and may_assume_with_token(roles[role], token(sub, aud="https://github.com/acme")):
             problems.append(f"{role}: a token for another audience may assume it")
@@ -221,17 +240,25 @@ def trust_problems(template: dict) -> list[str]:
 
 def permission_problems(template: dict) -> list[str]:
     roles = created(template, {"GitHubRepository": REPO})
-    problems = [f"{role}: sts:AssumeRole on {arn} is {'denied' if expected else 'allowed'}"
-                for role, arn, expected in PERMISSION_CASES
-                if may(roles[role], "sts:AssumeRole", arn) != expected]
+    problems = [
+        f"{role}: sts:AssumeRole on {arn} is {'denied' if expected else 'allowed'}"
+        for role, arn, expected in PERMISSION_CASES
+        if may(roles[role], "sts:AssumeRole", arn) != expected
+    ]
     with_targets = created(template, {"GitHubRepository": REPO, "TargetAccountIds": TARGETS})
-    problems += [f"{role} (targets): sts:AssumeRole on {arn} is {'denied' if expected else 'allowed'}"
-                 for role, arn, expected in TARGET_CASES
-                 if may(with_targets[role], "sts:AssumeRole", arn) != expected]
+    problems += [
+        f"{role} (targets): sts:AssumeRole on {arn} is {'denied' if expected else 'allowed'}"
+        for role, arn, expected in TARGET_CASES
+        if may(with_targets[role], "sts:AssumeRole", arn) != expected
+    ]
     for name, role in roles.items():
         if role["Type"] == "AWS::IAM::Role":
-            actions = {a for policy in role["Properties"].get("Policies", [])
-                       for s in as_list(policy["PolicyDocument"]["Statement"]) for a in as_list(s["Action"])}
+            actions = {
+                a
+                for policy in role["Properties"].get("Policies", [])
+                for s in as_list(policy["PolicyDocument"]["Statement"])
+                for a in as_list(s["Action"])
+            }
             if actions != {"sts:AssumeRole"}:
                 problems.append(f"{name}: may do {sorted(actions)}, not only sts:AssumeRole")
             if role["Properties"].get("ManagedPolicyArns"):
@@ -246,21 +273,30 @@ def wildcard_problems(template: dict) -> list[str]:
     for name, role in created(template, {"GitHubRepository": REPO, "TargetAccountIds": TARGETS}).items():
         for policy in role["Properties"].get("Policies", []):
             for statement in as_list(policy["PolicyDocument"]["Statement"]):
-                problems += [f"{name}: action {a!r}" for a in as_list(statement["Action"]) if "*" in a or "?" in a]
+                problems += [
+                    f"{name}: action {a!r}" for a in as_list(statement["Action"]) if "*" in a or "?" in a
+                ]
                 pinned = statement.get("Condition") == {"StringEquals": {"aws:ResourceAccount": TARGETS}}
-                problems += [f"{name}: resource {r!r}" for r in as_list(statement["Resource"])
-                             if not r.startswith(f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-")
-                             and not (pinned and r.startswith("arn:aws:iam::*:role/cdk-hnb659fds-"))]
+                problems += [
+                    f"{name}: resource {r!r}"
+                    for r in as_list(statement["Resource"])
+                    if not r.startswith(f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-")
+                    and not (pinned and r.startswith("arn:aws:iam::*:role/cdk-hnb659fds-"))
+                ]
     return problems
 
 
 def unused_parameters(template: dict) -> list[str]:
     text = json.dumps({key: value for key, value in template.items() if key != "Parameters"})
-    return [name for name in template["Parameters"]
-            if f'"Ref": "{name}"' not in text and "${" + name + "}" not in text]
+    return [
+        name
+        for name in template["Parameters"]
+        if f'"Ref": "{name}"' not in text and "${" + name + "}" not in text
+    ]
 
 
 # --- the template ---------------------------------------------------------------------------
+
 
 def test_cfn_lint_finds_no_error_and_no_warning():
     assert cfn_lint_findings(TEMPLATE_PATH.read_text(), ignored=()) == []  # hand-written: W3005 counts
@@ -288,8 +324,9 @@ def test_every_parameter_is_used():
 
 
 def test_the_parameters_change_who_may_assume_and_what():
-    roles = created(TEMPLATE, {"GitHubRepository": "other/repo", "DeployEnvironment": "live",
-                               "CdkQualifier": "custom"})
+    roles = created(
+        TEMPLATE, {"GitHubRepository": "other/repo", "DeployEnvironment": "live", "CdkQualifier": "custom"}
+    )
     assert may_assume_with_token(roles["DiffRole"], token("repo:other/repo:pull_request"))
     assert not may_assume_with_token(roles["DiffRole"], token(f"repo:{REPO}:pull_request"))
     assert may_assume_with_token(roles["DeployRole"], token("repo:other/repo:environment:live"))
@@ -303,7 +340,10 @@ def test_creates_the_provider_unless_one_is_given():
     # GIVEN no provider ARN: the template creates GitHub's, for the audience sts.amazonaws.com
     resources = created(TEMPLATE, {"GitHubRepository": REPO})
     provider = resources["GitHubOidcProvider"]["Properties"]
-    assert provider == {"Url": "https://token.actions.githubusercontent.com", "ClientIdList": ["sts.amazonaws.com"]}
+    assert provider == {
+        "Url": "https://token.actions.githubusercontent.com",
+        "ClientIdList": ["sts.amazonaws.com"],
+    }
     assert resolve(TEMPLATE["Outputs"]["OidcProviderArn"]["Value"], TEMPLATE, {}) == PROVIDER
     # GIVEN the account's existing provider: none is created, and the roles trust that one
     existing = "arn:aws-us-gov:iam::111111111111:oidc-provider/token.actions.githubusercontent.com"
@@ -313,7 +353,8 @@ def test_creates_the_provider_unless_one_is_given():
     sub = f"repo:{REPO}:pull_request"
     for name in ("DiffRole", "DeployRole"):
         assert resources[name]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
-            "Federated": existing}
+            "Federated": existing
+        }
     assert may_assume_with_token(resources["DiffRole"], token(sub), provider=existing)
     assert not may_assume_with_token(resources["DiffRole"], token(sub), provider=PROVIDER)
 
@@ -323,31 +364,41 @@ def test_parliament_finds_only_that_the_roles_get_credentials():
     from tools.iam_policies import PolicyDocument
 
     roles = created(TEMPLATE, {"GitHubRepository": REPO})
-    findings = [(finding.policy, finding.issue, finding.detail)
-                for name in ("DiffRole", "DeployRole") for policy in roles[name]["Properties"]["Policies"]
-                for finding in lint_document(PolicyDocument("ci", name, "AWS::IAM::Role", "identity",
-                                                            policy["PolicyDocument"], roles=(name,)), ACCOUNT)]
+    findings = [
+        (finding.policy, finding.issue, finding.detail)
+        for name in ("DiffRole", "DeployRole")
+        for policy in roles[name]["Properties"]["Policies"]
+        for finding in lint_document(
+            PolicyDocument("ci", name, "AWS::IAM::Role", "identity", policy["PolicyDocument"], roles=(name,)),
+            ACCOUNT,
+        )
+    ]
     # Getting credentials of the bootstrap roles is what both roles are for; no resource mismatch,
     # no unknown action, no escalation. (parliament's checks of trust policies do not apply to
     # web-identity trust: it reports a missing Resource and an unknown federation source.)
-    assert findings == [(f"ci/{name}", "CREDENTIALS_EXPOSURE", '{"actions": ["sts:assumerole"]}')
-                        for name in ("DiffRole", "DeployRole")]
+    assert findings == [
+        (f"ci/{name}", "CREDENTIALS_EXPOSURE", '{"actions": ["sts:assumerole"]}')
+        for name in ("DiffRole", "DeployRole")
+    ]
 
 
-@pytest.mark.parametrize(("name", "value", "valid"), [
-    ("GitHubRepository", "acme/ordered-ingest", True),
-    ("GitHubRepository", "acme/ordered.ingest_2", True),
-    ("GitHubRepository", "acme", False),
-    ("GitHubRepository", "acme/*", False),
-    ("GitHubRepository", "acme/repo:ref:refs/heads/main", False),
-    ("DeployEnvironment", "production", True),
-    ("DeployEnvironment", "*", False),
-    ("ExistingOidcProviderArn", "", True),
-    ("ExistingOidcProviderArn", PROVIDER, True),
-    ("ExistingOidcProviderArn", "arn:aws:iam::111111111111:oidc-provider/accounts.google.com", False),
-    ("CdkQualifier", "hnb659fds", True),
-    ("CdkQualifier", "*", False),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "valid"),
+    [
+        ("GitHubRepository", "acme/ordered-ingest", True),
+        ("GitHubRepository", "acme/ordered.ingest_2", True),
+        ("GitHubRepository", "acme", False),
+        ("GitHubRepository", "acme/*", False),
+        ("GitHubRepository", "acme/repo:ref:refs/heads/main", False),
+        ("DeployEnvironment", "production", True),
+        ("DeployEnvironment", "*", False),
+        ("ExistingOidcProviderArn", "", True),
+        ("ExistingOidcProviderArn", PROVIDER, True),
+        ("ExistingOidcProviderArn", "arn:aws:iam::111111111111:oidc-provider/accounts.google.com", False),
+        ("CdkQualifier", "hnb659fds", True),
+        ("CdkQualifier", "*", False),
+    ],
+)
 def test_a_parameter_value_that_would_widen_a_condition_is_refused(name, value, valid):
     # CloudFormation applies AllowedPattern to the whole value
     assert bool(re.fullmatch(TEMPLATE["Parameters"][name]["AllowedPattern"], value)) is valid
@@ -361,6 +412,7 @@ def test_the_outputs_are_the_role_arns():
 
 # --- the template matches the workflows -----------------------------------------------------
 
+
 def load_workflow(name: str) -> dict:
     workflow = yaml.safe_load((WORKFLOWS / name).read_text())
     workflow["on"] = workflow.pop(True)  # YAML 1.1 reads the key `on` as true
@@ -368,7 +420,9 @@ def load_workflow(name: str) -> dict:
 
 
 def credentials_step(job: dict) -> dict:
-    (step,) = [s for s in job["steps"] if s.get("uses", "").startswith("aws-actions/configure-aws-credentials@")]
+    (step,) = [
+        s for s in job["steps"] if s.get("uses", "").startswith("aws-actions/configure-aws-credentials@")
+    ]
     return step["with"]
 
 
@@ -387,11 +441,15 @@ def test_the_deploy_job_gets_the_token_the_deploy_role_trusts_for_as_long_as_it_
     credentials = credentials_step(deploy)
     assert credentials["role-to-assume"] == "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
     session = int(credentials["role-duration-seconds"])
-    assert deploy["timeout-minutes"] * 60 <= session <= TEMPLATE["Resources"]["DeployRole"]["Properties"][
-        "MaxSessionDuration"]
+    assert (
+        deploy["timeout-minutes"] * 60
+        <= session
+        <= TEMPLATE["Resources"]["DeployRole"]["Properties"]["MaxSessionDuration"]
+    )
 
 
 # --- mutations: each property fails on the mistake it guards against ------------------------
+
 
 def mutate(change: Callable[[dict], None]) -> dict:
     template = copy.deepcopy(TEMPLATE)
@@ -414,7 +472,9 @@ def policy(template: dict, name: str) -> dict:
 def _sub_like_any_ref(t):
     conditions = trust(t, "DeployRole")["Condition"]
     sub = conditions["StringEquals"].pop(SUB)
-    conditions["StringLike"] = {SUB: {"Fn::Sub": sub["Fn::Sub"].replace(":environment:${DeployEnvironment}", ":*")}}
+    conditions["StringLike"] = {
+        SUB: {"Fn::Sub": sub["Fn::Sub"].replace(":environment:${DeployEnvironment}", ":*")}
+    }
 
 
 def _qualifier_written_out(t):
@@ -423,40 +483,93 @@ def _qualifier_written_out(t):
 
 
 MUTATIONS = [
-    ("the deploy role trusts any ref of the repository", _sub_like_any_ref, trust_problems,
-     "DeployRole: a token with sub 'repo:acme/ordered-ingest:pull_request' may assume it"),
-    ("no audience condition", lambda t: trust(t, "DiffRole")["Condition"]["StringEquals"].pop(AUD),
-     trust_problems, "DiffRole: a token for another audience may assume it"),
-    ("the diff role trusts the environment's token",
-     lambda t: trust(t, "DiffRole")["Condition"]["StringEquals"].update(
-         {SUB: [{"Fn::Sub": "repo:${GitHubRepository}:pull_request"},
-                {"Fn::Sub": "repo:${GitHubRepository}:environment:${DeployEnvironment}"}]}),
-     trust_problems, "DiffRole: a token with sub 'repo:acme/ordered-ingest:environment:production' may assume it"),
-    ("the diff role may assume the deploy role",
-     lambda t: policy(t, "DiffRole").update({"Resource": {"Fn::Sub": policy(t, "DiffRole")["Resource"]["Fn::Sub"]
-                                                          .replace("lookup-role", "*-role")}}),
-     permission_problems, f"DiffRole: sts:AssumeRole on {bootstrap_role('deploy')} is allowed"),
-    ("the deploy role may assume any role of the account",
-     lambda t: policy(t, "DeployRole").update({"Resource": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/*"}}),
-     permission_problems, f"DeployRole: sts:AssumeRole on {bootstrap_role('cfn-exec')} is allowed"),
-    ("the diff role reads CloudFormation itself",
-     lambda t: policy(t, "DiffRole").update({"Action": ["sts:AssumeRole", "cloudformation:GetTemplate"]}),
-     permission_problems, "DiffRole: may do ['cloudformation:GetTemplate', 'sts:AssumeRole'], not only sts:AssumeRole"),
-    ("the target accounts' statement without its account condition",
-     lambda t: role(t, "DeployRole")["Policies"][0]["PolicyDocument"]["Statement"][1]["Fn::If"][1].pop("Condition"),
-     permission_problems,
-     f"DeployRole (targets): sts:AssumeRole on {bootstrap_role('deploy', account='444444444444')} is allowed"),
-    ("the target accounts' statement in any account",
-     lambda t: role(t, "DiffRole")["Policies"][0]["PolicyDocument"]["Statement"][1]["Fn::If"][1].pop("Condition"),
-     wildcard_problems, "DiffRole: resource 'arn:aws:iam::*:role/cdk-hnb659fds-lookup-role-*'"),
-    ("a wildcard action", lambda t: policy(t, "DeployRole").update({"Action": "sts:*"}),
-     wildcard_problems, "DeployRole: action 'sts:*'"),
-    ("a resource in any account",
-     lambda t: policy(t, "DiffRole").update({"Resource": "arn:aws:iam::*:role/cdk-hnb659fds-lookup-role-*"}),
-     wildcard_problems, "DiffRole: resource 'arn:aws:iam::*:role/cdk-hnb659fds-lookup-role-*'"),
-    ("a parameter nobody reads",
-     lambda t: t["Parameters"].update({"Branch": {"Type": "String", "Default": "main"}}),
-     unused_parameters, "Branch"),
+    (
+        "the deploy role trusts any ref of the repository",
+        _sub_like_any_ref,
+        trust_problems,
+        "DeployRole: a token with sub 'repo:acme/ordered-ingest:pull_request' may assume it",
+    ),
+    (
+        "no audience condition",
+        lambda t: trust(t, "DiffRole")["Condition"]["StringEquals"].pop(AUD),
+        trust_problems,
+        "DiffRole: a token for another audience may assume it",
+    ),
+    (
+        "the diff role trusts the environment's token",
+        lambda t: trust(t, "DiffRole")["Condition"]["StringEquals"].update(
+            {
+                SUB: [
+                    {"Fn::Sub": "repo:${GitHubRepository}:pull_request"},
+                    {"Fn::Sub": "repo:${GitHubRepository}:environment:${DeployEnvironment}"},
+                ]
+            }
+        ),
+        trust_problems,
+        "DiffRole: a token with sub 'repo:acme/ordered-ingest:environment:production' may assume it",
+    ),
+    (
+        "the diff role may assume the deploy role",
+        lambda t: policy(t, "DiffRole").update(
+            {
+                "Resource": {
+                    "Fn::Sub": policy(t, "DiffRole")["Resource"]["Fn::Sub"].replace("lookup-role", "*-role")
+                }
+            }
+        ),
+        permission_problems,
+        f"DiffRole: sts:AssumeRole on {bootstrap_role('deploy')} is allowed",
+    ),
+    (
+        "the deploy role may assume any role of the account",
+        lambda t: policy(t, "DeployRole").update(
+            {"Resource": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/*"}}
+        ),
+        permission_problems,
+        f"DeployRole: sts:AssumeRole on {bootstrap_role('cfn-exec')} is allowed",
+    ),
+    (
+        "the diff role reads CloudFormation itself",
+        lambda t: policy(t, "DiffRole").update({"Action": ["sts:AssumeRole", "cloudformation:GetTemplate"]}),
+        permission_problems,
+        "DiffRole: may do ['cloudformation:GetTemplate', 'sts:AssumeRole'], not only sts:AssumeRole",
+    ),
+    (
+        "the target accounts' statement without its account condition",
+        lambda t: role(t, "DeployRole")["Policies"][0]["PolicyDocument"]["Statement"][1]["Fn::If"][1].pop(
+            "Condition"
+        ),
+        permission_problems,
+        f"DeployRole (targets): sts:AssumeRole on {bootstrap_role('deploy', account='444444444444')} is allowed",
+    ),
+    (
+        "the target accounts' statement in any account",
+        lambda t: role(t, "DiffRole")["Policies"][0]["PolicyDocument"]["Statement"][1]["Fn::If"][1].pop(
+            "Condition"
+        ),
+        wildcard_problems,
+        "DiffRole: resource 'arn:aws:iam::*:role/cdk-hnb659fds-lookup-role-*'",
+    ),
+    (
+        "a wildcard action",
+        lambda t: policy(t, "DeployRole").update({"Action": "sts:*"}),
+        wildcard_problems,
+        "DeployRole: action 'sts:*'",
+    ),
+    (
+        "a resource in any account",
+        lambda t: policy(t, "DiffRole").update(
+            {"Resource": "arn:aws:iam::*:role/cdk-hnb659fds-lookup-role-*"}
+        ),
+        wildcard_problems,
+        "DiffRole: resource 'arn:aws:iam::*:role/cdk-hnb659fds-lookup-role-*'",
+    ),
+    (
+        "a parameter nobody reads",
+        lambda t: t["Parameters"].update({"Branch": {"Type": "String", "Default": "main"}}),
+        unused_parameters,
+        "Branch",
+    ),
     ("the qualifier written out instead of read", _qualifier_written_out, unused_parameters, "CdkQualifier"),
 ]
 
@@ -478,7 +591,7 @@ def doc_table(header: str) -> list[list[str]]:
     lines = [line.strip() for line in DOC.read_text().splitlines()]
     start = lines.index(header)
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split("|")])
@@ -486,8 +599,10 @@ def doc_table(header: str) -> list[list[str]]:
 
 
 def test_the_variables_table_lists_exactly_the_variables_each_workflow_reads():
-    used = {workflow.name: set(re.findall(r"\bvars\.([A-Za-z_][A-Za-z0-9_]*)", workflow.read_text()))
-            for workflow in sorted(WORKFLOWS.glob("*.yml"))}
+    used = {
+        workflow.name: set(re.findall(r"\bvars\.([A-Za-z_][A-Za-z0-9_]*)", workflow.read_text()))
+        for workflow in sorted(WORKFLOWS.glob("*.yml"))
+    }
     documented: dict[str, set[str]] = {}
     for variable, value, used_by in doc_table("| variable | value | used by |"):
         name = variable.strip("`")
@@ -496,8 +611,9 @@ def test_the_variables_table_lists_exactly_the_variables_each_workflow_reads():
         for output in re.findall(r"output `(\w+)`", value):
             assert output in TEMPLATE["Outputs"], (name, output)
         assert name not in {"AWS_DIFF_ROLE_ARN", "AWS_DEPLOY_ROLE_ARN"} or "output `" in value, name
-    assert documented == {name: {w for w, names in used.items() if name in names}
-                          for name in set().union(*used.values())}
+    assert documented == {
+        name: {w for w, names in used.items() if name in names} for name in set().union(*used.values())
+    }
 
 
 def test_the_parameters_table_lists_the_templates_parameters_and_defaults():

@@ -74,12 +74,16 @@ def test_a_confirmed_file_goes_on_with_its_input(waits: Template) -> None:
     states = definition(waits)["States"]
 
     assert "ResultPath" in states["WaitForCompletion"] and states["WaitForCompletion"]["ResultPath"] is None
-    assert states["RecordSuccess"]["Parameters"]["Payload"]["content_sha256.$"].startswith(contract.SPLIT_RESULT_PATH)
+    assert states["RecordSuccess"]["Parameters"]["Payload"]["content_sha256.$"].startswith(
+        contract.SPLIT_RESULT_PATH
+    )
 
 
 @pytest.mark.parametrize("machine", ["PipelineWorkflow", "PipelineSectionWorkflow", "PipelinePageWorkflow"])
 @pytest.mark.parametrize("tenant", ["waits", "plain"])
-def test_no_state_replaces_its_input_unless_it_says_so(synthesized: Synthesized, tenant: str, machine: str) -> None:
+def test_no_state_replaces_its_input_unless_it_says_so(
+    synthesized: Synthesized, tenant: str, machine: str
+) -> None:
     """Every Task, Map and Pass state of every workflow names its ResultPath (`$` where the
     state's result is the next state's whole input, as RegisterChunk's progress is): the
     default `$` would drop the file's fields the later states read, the class of the fault
@@ -105,8 +109,11 @@ def test_a_timeout_fails_the_file_with_completion_timed_out_and_keeps_the_input(
     catches = states["WaitForCompletion"]["Catch"]
 
     assert catches == [
-        {"ErrorEquals": ["States.Timeout", "States.HeartbeatTimeout"], "ResultPath": "$.error",
-         "Next": "CompletionTimedOut"},
+        {
+            "ErrorEquals": ["States.Timeout", "States.HeartbeatTimeout"],
+            "ResultPath": "$.error",
+            "Next": "CompletionTimedOut",
+        },
         {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "RecordFailure"},
     ]
     timed_out = states["CompletionTimedOut"]
@@ -127,23 +134,31 @@ def test_without_completion_the_workflow_has_no_wait_and_no_entry_point(plain: T
 
     assert not {"WaitForCompletion", "CompletionTimedOut", "ResumedAfterLastRecord"} & set(states)
     assert states["PagesInOrder"]["Next"] == "RecordSuccess"
-    assert not plain.find_resources("AWS::Lambda::Function", {"Properties": {"FunctionName": "plain-completion"}})
-    assert not plain.find_resources("AWS::Lambda::Permission", {"Properties": {"Action": "lambda:InvokeFunction",
-                                                                              "Principal": CALLER}})
+    assert not plain.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"FunctionName": "plain-completion"}}
+    )
+    assert not plain.find_resources(
+        "AWS::Lambda::Permission", {"Properties": {"Action": "lambda:InvokeFunction", "Principal": CALLER}}
+    )
 
 
 def test_only_the_configured_callers_may_invoke_the_entry_point(waits: Template) -> None:
     """GIVEN completion.callers WHEN synthesized THEN the entry point's resource policy allows
     lambda:InvokeFunction to exactly those principals (SigV4, IAM-authenticated); no function
     URL, no public or service principal."""
-    (function_id,) = waits.find_resources("AWS::Lambda::Function", {"Properties": {"FunctionName": "waits-completion"}})
+    (function_id,) = waits.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"FunctionName": "waits-completion"}}
+    )
     permissions = [
-        p["Properties"] for p in waits.find_resources("AWS::Lambda::Permission").values()
+        p["Properties"]
+        for p in waits.find_resources("AWS::Lambda::Permission").values()
         if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [function_id, "Arn"]}
     ]
 
     assert sorted((p["Action"], p["Principal"]) for p in permissions) == [
-        ("lambda:InvokeFunction", CALLER), ("lambda:InvokeFunction", OTHER_CALLER)]
+        ("lambda:InvokeFunction", CALLER),
+        ("lambda:InvokeFunction", OTHER_CALLER),
+    ]
     assert not waits.find_resources("AWS::Lambda::Url")
 
 
@@ -151,18 +166,32 @@ def test_the_entry_point_answers_only_its_tenants_tokens_and_reads_only_its_posi
     """Least privilege: the entry point's role reads and updates only the tenant's ledger items,
     and SendTask* only on the tenant's file state machine; the workflow's role may write the
     token only to the tenant's own items."""
-    statements = [s for s in policy_statements_of_role(waits, "PipelineCompletionRole")
-                  if not str(s["Action"]).startswith(("logs:", "['logs:"))]
-    (machine_id,) = [k for k in waits.find_resources("AWS::StepFunctions::StateMachine") if k.startswith("PipelineWorkflow")]
+    statements = [
+        s
+        for s in policy_statements_of_role(waits, "PipelineCompletionRole")
+        if not str(s["Action"]).startswith(("logs:", "['logs:"))
+    ]
+    (machine_id,) = [
+        k
+        for k in waits.find_resources("AWS::StepFunctions::StateMachine")
+        if k.startswith("PipelineWorkflow")
+    ]
 
     assert len(statements) == 2
     ledger, answer = statements
     assert ledger["Action"] == ["dynamodb:GetItem", "dynamodb:UpdateItem"]
     assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["waits"]}}
-    assert answer["Action"] == ["states:SendTaskFailure", "states:SendTaskHeartbeat", "states:SendTaskSuccess"]
+    assert answer["Action"] == [
+        "states:SendTaskFailure",
+        "states:SendTaskHeartbeat",
+        "states:SendTaskSuccess",
+    ]
     assert answer["Resource"] == {"Ref": machine_id}
-    token = next(s for s in policy_statements_of_role(waits, "PipelineWorkflowRole")
-                 if s.get("Sid") == "LeaveCompletionTokenOnOwnPosition")
+    token = next(
+        s
+        for s in policy_statements_of_role(waits, "PipelineWorkflowRole")
+        if s.get("Sid") == "LeaveCompletionTokenOnOwnPosition"
+    )
     assert token["Action"] == "dynamodb:UpdateItem"
     assert token["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["waits"]}}
 
@@ -176,15 +205,25 @@ def test_the_stacks_are_cdk_nag_clean(synthesized: Synthesized) -> None:
 def test_the_entry_point_is_an_output_for_the_core_system_owners(waits: Template) -> None:
     outputs = waits.find_outputs("*")
     (name,) = [o["Value"] for key, o in outputs.items() if key.startswith("PipelineCompletionFunctionName")]
-    assert name == {"Ref": next(iter(waits.find_resources("AWS::Lambda::Function",
-                                                          {"Properties": {"FunctionName": "waits-completion"}})))}
+    assert name == {
+        "Ref": next(
+            iter(
+                waits.find_resources(
+                    "AWS::Lambda::Function", {"Properties": {"FunctionName": "waits-completion"}}
+                )
+            )
+        )
+    }
 
 
 # --- tenants.yaml --------------------------------------------------------------------------
 
+
 def _tenants(completion: str) -> str:
-    return ("tenants:\n  - id: acme\n    prefix: acme/\n    sink: {url: 'https://core.example.com/r', auth: {type: none}}\n"
-            f"    completion: {completion}\n")
+    return (
+        "tenants:\n  - id: acme\n    prefix: acme/\n    sink: {url: 'https://core.example.com/r', auth: {type: none}}\n"
+        f"    completion: {completion}\n"
+    )
 
 
 def _problems(completion: str) -> list[str]:
@@ -194,23 +233,28 @@ def _problems(completion: str) -> list[str]:
 
 
 def test_fails_when_the_heartbeat_is_not_shorter_than_the_timeout() -> None:
-    assert _problems(f"{{wait: true, timeout_seconds: 600, heartbeat_seconds: 600, callers: ['{CALLER}']}}") == [
+    assert _problems(
+        f"{{wait: true, timeout_seconds: 600, heartbeat_seconds: 600, callers: ['{CALLER}']}}"
+    ) == [
         "tenant 'acme': field 'completion.heartbeat_seconds' = 600: is not shorter than completion.timeout_seconds "
         "(600); use a whole number of seconds shorter than completion.timeout_seconds, or leave it out (no heartbeat "
-        "needed)"]
+        "needed)"
+    ]
 
 
 def test_fails_when_nobody_may_answer() -> None:
     assert _problems("{wait: true}") == [
         "tenant 'acme': field 'completion.callers' = []: is empty: nobody could confirm a file, so every file would "
-        "time out; list the IAM role ARNs of the core system, e.g. 'arn:aws:iam::111111111111:role/core-system'"]
+        "time out; list the IAM role ARNs of the core system, e.g. 'arn:aws:iam::111111111111:role/core-system'"
+    ]
 
 
 def test_fails_when_a_caller_is_not_a_principal_arn() -> None:
     assert _problems("{wait: true, callers: ['core-system']}") == [
         "tenant 'acme': field 'completion.callers' = ['core-system']: 'core-system' is not an IAM role, user or "
         "account root ARN; list the IAM role ARNs of the core system, e.g. "
-        "'arn:aws:iam::111111111111:role/core-system'"]
+        "'arn:aws:iam::111111111111:role/core-system'"
+    ]
 
 
 def test_fails_when_the_wait_outlasts_the_file_time_limit() -> None:
@@ -218,18 +262,24 @@ def test_fails_when_the_wait_outlasts_the_file_time_limit() -> None:
     assert problems == [
         "tenant 'acme': field 'completion.timeout_seconds' = 604800: is not shorter than the file's time limit "
         "(25200 s): the execution would time out before the completion wait does; use a shorter "
-        "completion.timeout_seconds, or a longer file_time_limit_seconds"]
+        "completion.timeout_seconds, or a longer file_time_limit_seconds"
+    ]
 
 
 def test_fails_when_the_timeout_is_out_of_range_in_the_projects_words() -> None:
     assert _problems(f"{{wait: true, timeout_seconds: 0, callers: ['{CALLER}']}}") == [
         "tenant 'acme': field 'completion.timeout_seconds' = 0: is less than 1; use a whole number of seconds from "
-        "1 to 604800 (default 3600), shorter than the file's file_time_limit_seconds"]
+        "1 to 604800 (default 3600), shorter than the file's file_time_limit_seconds"
+    ]
 
 
 def test_a_tenant_with_completion_needs_one_iam_role_more() -> None:
-    config = parse_config(_tenants(f"{{wait: true, callers: ['{CALLER}']}}").replace(
-        "tenants:\n", "tenants:\n  - id: plain\n    prefix: plain/\n    sink: {url: 'https://core.example.com/r', auth: {type: none}}\n"))
+    config = parse_config(
+        _tenants(f"{{wait: true, callers: ['{CALLER}']}}").replace(
+            "tenants:\n",
+            "tenants:\n  - id: plain\n    prefix: plain/\n    sink: {url: 'https://core.example.com/r', auth: {type: none}}\n",
+        )
+    )
 
     need = capacity.iam_roles(config.tenants)
 
@@ -238,12 +288,20 @@ def test_a_tenant_with_completion_needs_one_iam_role_more() -> None:
 
 
 def test_completion_in_defaults_applies_to_every_tenant() -> None:
-    text = (f"defaults:\n  completion: {{wait: true, timeout_seconds: 120, callers: ['{CALLER}']}}\n"
-            + _tenants("{timeout_seconds: 60}"))
+    text = (
+        f"defaults:\n  completion: {{wait: true, timeout_seconds: 120, callers: ['{CALLER}']}}\n"
+        + _tenants("{timeout_seconds: 60}")
+    )
     (tenant,) = parse_config(text).tenants
-    assert (tenant.completion.wait, tenant.completion.timeout_seconds, tenant.completion.callers) == (True, 60, [CALLER])
+    assert (tenant.completion.wait, tenant.completion.timeout_seconds, tenant.completion.callers) == (
+        True,
+        60,
+        [CALLER],
+    )
 
 
 def test_the_entry_points_error_logs_page_like_the_other_functions(waits: Template, plain: Template) -> None:
     waits.has_resource_properties("AWS::CloudWatch::Alarm", {"AlarmName": "waits-completion-error-logs"})
-    assert not plain.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"AlarmName": "plain-completion-error-logs"}})
+    assert not plain.find_resources(
+        "AWS::CloudWatch::Alarm", {"Properties": {"AlarmName": "plain-completion-error-logs"}}
+    )

@@ -111,20 +111,29 @@ def test_fails_when_prefixes_overlap():
 
 
 def test_fails_when_the_format_is_unknown():
-    assert one_problem(
-        f"""
+    assert (
+        one_problem(
+            f"""
         defaults:
         {SINK}
         tenants:
           - {{id: acme, prefix: a/, format: xml}}
         """
-    ) == "tenant 'acme': field 'format' = 'xml': is not one of 'csv' or 'jsonl'; use 'csv' (with a header row, the default) or 'jsonl'"
+        )
+        == "tenant 'acme': field 'format' = 'xml': is not one of 'csv' or 'jsonl'; use 'csv' (with a header row, the default) or 'jsonl'"
+    )
 
 
-@pytest.mark.parametrize(("value", "problem"), [
-    (0, "is less than 1"),
-    (100001, "is more than 100000"),  # below it, the register budget: test_fails_when_a_record_mode_chunk_is_more_than...
-])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (0, "is less than 1"),
+        (
+            100001,
+            "is more than 100000",
+        ),  # below it, the register budget: test_fails_when_a_record_mode_chunk_is_more_than...
+    ],
+)
 def test_fails_when_chunk_size_is_out_of_range(value, problem):
     assert one_problem(
         f"""
@@ -133,8 +142,10 @@ def test_fails_when_chunk_size_is_out_of_range(value, problem):
         tenants:
           - {{id: acme, prefix: a/, chunk_size: {value}}}
         """
-    ) == (f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 100000 (default 100), "
-          "within the register budget of sink.timeout_seconds")
+    ) == (
+        f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 100000 (default 100), "
+        "within the register budget of sink.timeout_seconds"
+    )
 
 
 def test_fails_when_a_threshold_is_negative():
@@ -154,14 +165,17 @@ def test_fails_when_a_threshold_is_negative():
 
 
 def test_fails_when_a_key_is_misspelt_and_suggests_the_right_one():
-    assert one_problem(
-        f"""
+    assert (
+        one_problem(
+            f"""
         defaults:
         {SINK}
         tenants:
           - {{id: acme, prefix: a/, chunk_sise: 10}}
         """
-    ) == "tenant 'acme': field 'chunk_sise' = 10: unknown key; remove it or fix its spelling (did you mean 'chunk_size'?)"
+        )
+        == "tenant 'acme': field 'chunk_sise' = 10: unknown key; remove it or fix its spelling (did you mean 'chunk_size'?)"
+    )
 
 
 def test_fails_when_a_notifications_key_is_misspelt_and_suggests_the_right_one():
@@ -192,15 +206,18 @@ def test_fails_when_a_nested_sink_key_is_misspelt():
 
 
 def test_fails_when_a_defaults_key_is_misspelt():
-    assert one_problem(
-        f"""
+    assert (
+        one_problem(
+            f"""
         defaults:
         {SINK}
           fromat: csv
         tenants:
           - {{id: acme, prefix: a/}}
         """
-    ) == "defaults: field 'fromat' = 'csv': unknown key; remove it or fix its spelling (did you mean 'format'?)"
+        )
+        == "defaults: field 'fromat' = 'csv': unknown key; remove it or fix its spelling (did you mean 'format'?)"
+    )
 
 
 def test_fails_when_the_tenant_list_is_empty():
@@ -280,8 +297,9 @@ def test_the_error_message_lists_the_problems_under_the_file_name(tmp_path):
 
 
 def test_on_failure_defaults_to_halt_and_may_be_set_per_tenant_or_in_defaults():
-    config = parse_config(textwrap.dedent(
-        f"""
+    config = parse_config(
+        textwrap.dedent(
+            f"""
         defaults:
         {SINK}
           on_failure: continue
@@ -289,7 +307,8 @@ def test_on_failure_defaults_to_halt_and_may_be_set_per_tenant_or_in_defaults():
           - {{id: a, prefix: a/}}
           - {{id: b, prefix: b/, on_failure: halt}}
         """
-    ))
+        )
+    )
     assert [t.on_failure for t in config.tenants] == ["continue", "halt"]
     (solo,) = parse_config(f"defaults:\n{SINK}tenants: [{{id: s, prefix: s/}}]").tenants
     assert solo.on_failure == "halt"
@@ -355,6 +374,7 @@ def test_a_longer_outage_budget_leaves_room_for_smaller_chunks():
     """GIVEN a 6-hour outage budget (more of a page's history goes to waiting it out) WHEN the chunk is
     the largest allowed at the default hour THEN it is refused, naming the outage budget, and the
     largest at 6 hours passes."""
+
     def tenants(chunk_size: int) -> str:
         return f"""
         tenants:
@@ -377,7 +397,9 @@ def test_an_outage_budget_too_long_for_any_chunk_is_blamed_alone():
         tenants:
           - {id: acme, prefix: a/, chunk_size: 10000, sink: {url: 'https://core.example.com', auth: {type: none}, outage_budget_seconds: 43200}}
         """
-    ).startswith("tenant 'acme': field 'outage_budget_seconds' = 43200: is too long for one page execution's history")
+    ).startswith(
+        "tenant 'acme': field 'outage_budget_seconds' = 43200: is too long for one page execution's history"
+    )
 
 
 # --- prefixes S3 would URL-encode in its events ----------------------------------------------
@@ -387,14 +409,16 @@ def test_fails_when_a_prefix_has_a_space(tmp_path):
     """GIVEN prefix 'Acme Corp/' WHEN the app is built (synth) THEN it fails naming the space: S3
     sends 'Acme+Corp/...' in its events and the tenant's rule would never match a file."""
     path = tmp_path / "tenants.yaml"
-    path.write_text(textwrap.dedent(
-        f"""
+    path.write_text(
+        textwrap.dedent(
+            f"""
         defaults:
         {SINK}
         tenants:
           - {{id: acme, prefix: "Acme Corp/"}}
         """
-    ))
+        )
+    )
     from pipeline_constructs.application import build_app
 
     with pytest.raises(ConfigError) as caught:
@@ -435,23 +459,29 @@ def test_fails_when_a_prefix_has_a_character_s3_encodes_in_events(prefix, shown,
 
 
 def test_a_prefix_of_letters_digits_and_safe_punctuation_is_valid():
-    config = parse_config(textwrap.dedent(
-        f"""
+    config = parse_config(
+        textwrap.dedent(
+            f"""
         defaults:
         {SINK}
         tenants:
           - {{id: acme, prefix: "Acme_Corp-2024/in.v2/"}}
         """
-    ))
+        )
+    )
     assert config.tenants[0].prefix == "Acme_Corp-2024/in.v2/"
+
+
 def test_file_time_limit_defaults_to_the_outage_budget_plus_six_hours_and_may_be_set():
-    config = parse_config(textwrap.dedent(
-        """
+    config = parse_config(
+        textwrap.dedent(
+            """
         tenants:
           - {id: a, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}, outage_budget_seconds: 600}}
           - {id: b, prefix: b/, sink: {url: 'https://core.example.com', auth: {type: none}}, file_time_limit_seconds: 7200}
         """
-    ))
+        )
+    )
     assert [t.file_time_limit for t in config.tenants] == [600 + 6 * 3600, 7200]
 
 
@@ -474,8 +504,9 @@ def test_queue_age_defaults_to_a_six_hour_backlog_and_sink_errors_to_ten():
 
 
 def test_duplicate_files_defaults_to_process_and_may_be_set_per_tenant_or_in_defaults():
-    config = parse_config(textwrap.dedent(
-        f"""
+    config = parse_config(
+        textwrap.dedent(
+            f"""
         defaults:
         {SINK}
           duplicate_files: skip
@@ -483,7 +514,8 @@ def test_duplicate_files_defaults_to_process_and_may_be_set_per_tenant_or_in_def
           - {{id: a, prefix: a/}}
           - {{id: b, prefix: b/, duplicate_files: process}}
         """
-    ))
+        )
+    )
     assert [t.duplicate_files for t in config.tenants] == ["skip", "process"]
     (solo,) = parse_config(f"defaults:\n{SINK}tenants: [{{id: s, prefix: s/}}]").tenants
     assert solo.duplicate_files == "process"
@@ -507,12 +539,14 @@ def test_fails_when_duplicate_files_is_unknown():
 
 
 def test_batch_size_defaults_to_one_record_per_post():
-    (tenant,) = parse_config(textwrap.dedent(
-        """
+    (tenant,) = parse_config(
+        textwrap.dedent(
+            """
         tenants:
           - {id: acme, prefix: a/, sink: {url: 'https://core.example.com', auth: {type: none}}}
         """
-    )).tenants
+        )
+    ).tenants
     assert tenant.sink.batch_size == 1
 
 
@@ -572,12 +606,14 @@ def test_batches_let_the_largest_chunk_through_at_the_slowest_timeout():
     record mode WHEN the core system takes batches of 100 THEN 10 requests of 60 s fit one invocation."""
     from pipeline_constructs import budgets
 
-    (tenant,) = parse_config(textwrap.dedent(
-        """
+    (tenant,) = parse_config(
+        textwrap.dedent(
+            """
         tenants:
           - {id: acme, prefix: a/, chunk_size: 1000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 60, batch_size: 100}}
         """
-    )).tenants
+        )
+    ).tenants
     assert budgets.register_timeout_seconds(1000, 60, 100) == 10 * 60 + budgets.REGISTER_MARGIN_SECONDS
     assert budgets.register_invocations_per_chunk(1000, 60, 100) == 1
     assert tenant.sink.batch_size == 100
@@ -598,19 +634,23 @@ def test_record_mode_allows_any_chunk_the_register_budget_allows():
     14 requests an invocation, 657 invocations) THEN it is accepted; at 10 s and below the bound is
     chunk_size's own limit, 100,000."""
     for timeout, largest in ((60, 9198), (10, 57159)):
-        (tenant,) = parse_config(textwrap.dedent(
-            f"""
+        (tenant,) = parse_config(
+            textwrap.dedent(
+                f"""
             tenants:
               - {{id: acme, prefix: a/, chunk_size: {largest}, sink: {{url: 'https://core.example.com', auth: {{type: none}}, timeout_seconds: {timeout}}}}}
             """
-        )).tenants
+            )
+        ).tenants
         assert tenant.chunk_size == largest == budgets.max_chunk_size(timeout, 3600, 1)
-    (tenant,) = parse_config(textwrap.dedent(
-        """
+    (tenant,) = parse_config(
+        textwrap.dedent(
+            """
         tenants:
           - {id: acme, prefix: a/, chunk_size: 100000, sink: {url: 'https://core.example.com', auth: {type: none}, timeout_seconds: 5}}
         """
-    )).tenants
+        )
+    ).tenants
     assert tenant.chunk_size == 100000 < budgets.max_chunk_size(5, 3600, 1)
 
 
@@ -629,12 +669,14 @@ def test_fails_when_a_record_mode_chunk_is_more_than_the_register_budget_allows(
 
 
 def test_batch_mode_allows_chunks_up_to_100000_and_no_more():
-    (tenant,) = parse_config(textwrap.dedent(
-        """
+    (tenant,) = parse_config(
+        textwrap.dedent(
+            """
         tenants:
           - {id: acme, prefix: a/, chunk_size: 100000, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1000}}
         """
-    )).tenants
+        )
+    ).tenants
     assert tenant.chunk_size == 100000
     assert one_problem(
         """
@@ -650,6 +692,7 @@ def test_batch_mode_allows_chunks_up_to_100000_and_no_more():
 def test_a_batch_mode_chunk_is_bounded_by_the_register_budget_below_the_limit():
     """GIVEN batches of 10 at a 60 s sink timeout THEN 91,980 records a chunk (9,198 POSTs, 14 a 900 s
     invocation at the slowest answer, 657 invocations) pass and one batch more is refused."""
+
     def tenants(chunk_size: int) -> str:
         return f"""
         tenants:
@@ -699,7 +742,9 @@ def test_fails_when_pages_per_section_is_more_than_a_sections_history_holds():
         "tenant 'acme': field 'pages_per_section' = 766: is more than 765; leave it out (the default is "
         "the most a section's history allows), or use a whole number from 1 to 765"
     )
-    assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=765))).tenants[0].pages_per_section == 765
+    assert (
+        parse_config(textwrap.dedent(text.format(SINK=SINK, value=765))).tenants[0].pages_per_section == 765
+    )
     assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=2))).tenants[0].pages_per_section == 2
 
 
@@ -714,16 +759,33 @@ def test_fails_when_the_outage_budget_is_too_long_for_a_pages_history():
           - {id: acme, prefix: a/}
         """
     )
-    assert problem.startswith("tenant 'acme': field 'outage_budget_seconds' = 86400: is too long for one page")
+    assert problem.startswith(
+        "tenant 'acme': field 'outage_budget_seconds' = 86400: is too long for one page"
+    )
     assert "use a shorter sink.outage_budget_seconds" in problem
 
 
-@pytest.mark.parametrize("entry", [
-    "chunk_size: 'ten'", "chunk_size: 1.5", "chunk_size: true", "chunk_size: -3", "format: 7",
-    "on_failure: [halt]", "duplicate_files: {a: 1}", "sink: {url: 5, auth: {type: none}}", "sink: {url: 'https://x', auth: {type: none}, timeout_seconds: 0}",
-    "sink: {url: 'https://x', auth: {type: none}, batch_size: 'big'}", "alarms: {evaluation_periods: 99}", "alarms: 3",
-    "ordering: {by: sequence}", "chunks_per_page: 0", "pages_per_section: 'many'", "prefix: 5",
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "chunk_size: 'ten'",
+        "chunk_size: 1.5",
+        "chunk_size: true",
+        "chunk_size: -3",
+        "format: 7",
+        "on_failure: [halt]",
+        "duplicate_files: {a: 1}",
+        "sink: {url: 5, auth: {type: none}}",
+        "sink: {url: 'https://x', auth: {type: none}, timeout_seconds: 0}",
+        "sink: {url: 'https://x', auth: {type: none}, batch_size: 'big'}",
+        "alarms: {evaluation_periods: 99}",
+        "alarms: 3",
+        "ordering: {by: sequence}",
+        "chunks_per_page: 0",
+        "pages_per_section: 'many'",
+        "prefix: 5",
+    ],
+)
 def test_no_problem_is_worded_by_the_validation_library(entry):
     """GIVEN a wrong value of any kind (type, bound, choice, shape) WHEN validated THEN every
     problem line is in the project's tenant/field/value/fix form, never pydantic's wording."""
@@ -749,12 +811,18 @@ def test_fails_when_prefixes_nest_three_deep_reporting_every_pair_on_the_later_t
           - {{id: top, prefix: in/}}
         """
     ) == [
-        ("tenant 'mid': field 'prefix' = 'in/a/': overlaps tenant 'deep' prefix 'in/a/b/'; "
-         "give each tenant a prefix that is not inside another's"),
-        ("tenant 'top': field 'prefix' = 'in/': overlaps tenant 'deep' prefix 'in/a/b/'; "
-         "give each tenant a prefix that is not inside another's"),
-        ("tenant 'top': field 'prefix' = 'in/': overlaps tenant 'mid' prefix 'in/a/'; "
-         "give each tenant a prefix that is not inside another's"),
+        (
+            "tenant 'mid': field 'prefix' = 'in/a/': overlaps tenant 'deep' prefix 'in/a/b/'; "
+            "give each tenant a prefix that is not inside another's"
+        ),
+        (
+            "tenant 'top': field 'prefix' = 'in/': overlaps tenant 'deep' prefix 'in/a/b/'; "
+            "give each tenant a prefix that is not inside another's"
+        ),
+        (
+            "tenant 'top': field 'prefix' = 'in/': overlaps tenant 'mid' prefix 'in/a/'; "
+            "give each tenant a prefix that is not inside another's"
+        ),
     ]
 
 
@@ -785,7 +853,17 @@ def test_a_thousand_tenants_validate_and_an_overlap_between_the_first_and_last_i
 
     tenants = [{"id": f"t{i:05d}", "prefix": f"t{i:05d}/incoming/"} for i in range(1_000)]
     tenants.append({"id": "last", "prefix": "t00000/incoming/late/"})
-    text = yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "bearer", "secret": "core/token"}}}, "tenants": tenants})
+    text = yaml.safe_dump(
+        {
+            "defaults": {
+                "sink": {
+                    "url": "https://core.example.com/records",
+                    "auth": {"type": "bearer", "secret": "core/token"},
+                }
+            },
+            "tenants": tenants,
+        }
+    )
     with pytest.raises(ConfigError) as refused:
         parse_config(text, check_capacity=False)
     assert refused.value.problems == [
@@ -793,5 +871,22 @@ def test_a_thousand_tenants_validate_and_an_overlap_between_the_first_and_last_i
         "'t00000/incoming/'; give each tenant a prefix that is not inside another's"
     ]
     tenants.pop()
-    assert len(parse_config(yaml.safe_dump({"defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "bearer", "secret": "core/token"}}},
-                                            "tenants": tenants}), check_capacity=False).tenants) == 1_000
+    assert (
+        len(
+            parse_config(
+                yaml.safe_dump(
+                    {
+                        "defaults": {
+                            "sink": {
+                                "url": "https://core.example.com/records",
+                                "auth": {"type": "bearer", "secret": "core/token"},
+                            }
+                        },
+                        "tenants": tenants,
+                    }
+                ),
+                check_capacity=False,
+            ).tenants
+        )
+        == 1_000
+    )

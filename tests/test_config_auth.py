@@ -10,7 +10,9 @@ API_ARN = "arn:aws:execute-api:eu-west-1:111111111111:a1b2c3d4e5/prod/POST/recor
 
 
 def tenant_with(auth: str) -> str:
-    return f"tenants:\n  - {{id: acme, prefix: a/, sink: {{url: 'https://core.example.com', auth: {auth}}}}}\n"
+    return (
+        f"tenants:\n  - {{id: acme, prefix: a/, sink: {{url: 'https://core.example.com', auth: {auth}}}}}\n"
+    )
 
 
 NO_AUTH_FIX = (
@@ -68,8 +70,9 @@ def test_fails_when_defaults_give_auth_none_even_if_every_tenant_has_its_own_and
 
 def test_fails_when_defaults_give_auth_none_to_many_tenants_naming_five():
     tenants = "".join(f"  - {{id: t{i}, prefix: t{i}/}}\n" for i in range(8))
-    assert problems_of(f"defaults: {{sink: {{url: 'https://core.example.com', auth: {{type: none}}}}}}\ntenants:\n{tenants}") == [
-        NONE_IN_DEFAULTS % " (tenants 't0', 't1', 't2', 't3', 't4' and 3 more would inherit it)"]
+    assert problems_of(
+        f"defaults: {{sink: {{url: 'https://core.example.com', auth: {{type: none}}}}}}\ntenants:\n{tenants}"
+    ) == [NONE_IN_DEFAULTS % " (tenants 't0', 't1', 't2', 't3', 't4' and 3 more would inherit it)"]
 
 
 def test_none_is_accepted_on_the_tenant_and_a_bearer_default_is_inherited():
@@ -87,14 +90,24 @@ def test_none_is_accepted_on_the_tenant_and_a_bearer_default_is_inherited():
 
 def test_bearer_accepts_a_full_secret_arn_and_a_cache_time():
     arn = "arn:aws:secretsmanager:eu-west-1:111111111111:secret:core/acme/token-AbC123"
-    auth = parse_config(tenant_with(f"{{type: bearer, secret: '{arn}', cache_seconds: 60}}")).tenants[0].sink.auth
+    auth = (
+        parse_config(tenant_with(f"{{type: bearer, secret: '{arn}', cache_seconds: 60}}"))
+        .tenants[0]
+        .sink.auth
+    )
     assert auth == BearerAuth(type="bearer", secret=arn, cache_seconds=60)
 
 
 def test_sigv4_accepts_an_api_method_arn_and_a_function_arn():
-    api = parse_config(tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{API_ARN}'}}"))
-    function = parse_config(tenant_with(f"{{type: sigv4, service: lambda, region: eu-west-1, invoke_arn: '{LAMBDA_ARN}'}}"))
-    assert api.tenants[0].sink.auth == SigV4Auth(type="sigv4", service="execute-api", region="eu-west-1", invoke_arn=API_ARN)
+    api = parse_config(
+        tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{API_ARN}'}}")
+    )
+    function = parse_config(
+        tenant_with(f"{{type: sigv4, service: lambda, region: eu-west-1, invoke_arn: '{LAMBDA_ARN}'}}")
+    )
+    assert api.tenants[0].sink.auth == SigV4Auth(
+        type="sigv4", service="execute-api", region="eu-west-1", invoke_arn=API_ARN
+    )
     assert function.tenants[0].sink.auth.invoke_arn == LAMBDA_ARN
 
 
@@ -125,7 +138,9 @@ def test_fails_when_bearer_has_no_secret():
 
 
 def test_fails_when_the_secret_is_an_arn_of_something_else_and_a_key_is_misspelt():
-    assert problems_of(tenant_with("{type: bearer, secret: 'arn:aws:s3:::bucket/token', cach_seconds: 60}")) == [
+    assert problems_of(
+        tenant_with("{type: bearer, secret: 'arn:aws:s3:::bucket/token', cach_seconds: 60}")
+    ) == [
         "tenant 'acme': field 'sink.auth.secret' = 'arn:aws:s3:::bucket/token': is an ARN, but not the full ARN "
         "of a Secrets Manager secret; use the secret's name (e.g. 'core/acme/token') or its full ARN "
         "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')",
@@ -163,18 +178,24 @@ INVOKE_FIX = (
 
 def test_fails_when_the_sigv4_invoke_arn_has_a_wildcard():
     wild = "arn:aws:execute-api:eu-west-1:111111111111:a1b2c3d4e5/prod/*/records"
-    assert one_problem(tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{wild}'}}")) == (
+    assert one_problem(
+        tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{wild}'}}")
+    ) == (
         f"tenant 'acme': field 'sink.auth.invoke_arn' = '{wild}': has a wildcard: the register function is granted "
         f"exactly this ARN; {INVOKE_FIX}"
     )
 
 
 def test_fails_when_the_sigv4_invoke_arn_is_of_the_other_service_or_region():
-    assert one_problem(tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{LAMBDA_ARN}'}}")) == (
+    assert one_problem(
+        tenant_with(f"{{type: sigv4, service: execute-api, region: eu-west-1, invoke_arn: '{LAMBDA_ARN}'}}")
+    ) == (
         f"tenant 'acme': field 'sink.auth.invoke_arn' = '{LAMBDA_ARN}': is not an ARN that service 'execute-api' "
         f"invokes; {INVOKE_FIX}"
     )
-    assert one_problem(tenant_with(f"{{type: sigv4, service: lambda, region: us-east-1, invoke_arn: '{LAMBDA_ARN}'}}")) == (
+    assert one_problem(
+        tenant_with(f"{{type: sigv4, service: lambda, region: us-east-1, invoke_arn: '{LAMBDA_ARN}'}}")
+    ) == (
         f"tenant 'acme': field 'sink.auth.invoke_arn' = '{LAMBDA_ARN}': is in Region 'eu-west-1', not "
         f"sink.auth.region 'us-east-1'; {INVOKE_FIX}"
     )

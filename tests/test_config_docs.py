@@ -99,10 +99,13 @@ def test_check_fails_on_a_stale_file_and_names_the_command_that_regenerates_it(t
     assert config_docs.main(["--write"]) == 0
     assert config_docs.main(["--check"]) == 0
     doc = tmp_path / "configuration.md"
-    doc.write_text(doc.read_text(encoding="utf-8").replace("Seconds one POST may take", "Seconds a POST takes"))
+    doc.write_text(
+        doc.read_text(encoding="utf-8").replace("Seconds one POST may take", "Seconds a POST takes")
+    )
     assert config_docs.main(["--check"]) == 1
     assert capsys.readouterr().err == (
-        "configuration.md differs from pipeline_constructs/config/: run python -m tools.config_docs --write\n")
+        "configuration.md differs from pipeline_constructs/config/: run python -m tools.config_docs --write\n"
+    )
     assert config_docs.main(["--write"]) == 0 and config_docs.main(["--check"]) == 0
 
 
@@ -123,8 +126,12 @@ def test_the_example_files_are_valid_under_the_schema(validator):
     every option (which the loader accepts) THEN the schema accepts each: it refuses nothing the
     loader accepts."""
     parse_config(EVERY_OPTION)
-    for text in (ROOT.joinpath("tenants.yaml").read_text(), FIXTURE_TENANTS.read_text(),
-                 MANY_TENANTS.read_text(encoding="utf-8"), EVERY_OPTION):
+    for text in (
+        ROOT.joinpath("tenants.yaml").read_text(),
+        FIXTURE_TENANTS.read_text(),
+        MANY_TENANTS.read_text(encoding="utf-8"),
+        EVERY_OPTION,
+    ):
         assert schema_problems(validator, text) == []
 
 
@@ -145,9 +152,11 @@ def test_the_schema_refuses_what_an_editor_can_flag_as_you_type(validator):
         "90 is greater than the maximum of 60",
         "Additional properties are not allowed ('chunk_sise' was unexpected)",
         "{'type': 'bearer'} is not valid under any of the given schemas",
-        ("{'url': 'https://core.example.com', 'auth': {'type': 'none'}} should not be valid under "
-        "{'required': ['auth'], 'properties': {'auth': {'required': ['type'], 'properties': {'type': {'const': 'none'}, "
-        "'inherited': {'const': False}}}}}"),
+        (
+            "{'url': 'https://core.example.com', 'auth': {'type': 'none'}} should not be valid under "
+            "{'required': ['auth'], 'properties': {'auth': {'required': ['type'], 'properties': {'type': {'const': 'none'}, "
+            "'inherited': {'const': False}}}}}"
+        ),
     ]
     assert schema_problems(validator, "tenants:\n  - {id: acme}\n") == ["'prefix' is a required property"]
 
@@ -170,7 +179,9 @@ def test_tenants_yaml_names_its_schema_on_its_first_line():
     assert first == "# yaml-language-server: $schema=./tenants.schema.json"
 
 
-def _options(model: type[BaseModel], path: str = "", seen: set[type] | None = None) -> list[tuple[str, str, FieldInfo]]:
+def _options(
+    model: type[BaseModel], path: str = "", seen: set[type] | None = None
+) -> list[tuple[str, str, FieldInfo]]:
     """(path as the reference spells it, name, field) of every option under ``model``; a block
     used twice (`account_limits`, `encryption`) is documented once, where it comes first."""
     seen = set() if seen is None else seen
@@ -197,8 +208,9 @@ def test_each_option_has_its_reference_entry_and_a_fix_that_says_what_is_valid()
     for (where, name), info in options.items():
         assert f"| `{where}` |" in reference, f"{where} has no row in docs/configuration.md"
         fix = fix_for(info, name)
-        assert fix.startswith(("use ", "list ", "give ", "set ", "add ", "write ", "leave ", "quote ", "with ")), (
-            f"{where}: {fix}")
+        assert fix.startswith(
+            ("use ", "list ", "give ", "set ", "add ", "write ", "leave ", "quote ", "with ")
+        ), f"{where}: {fix}"
         values = [info.annotation, *typing.get_args(info.annotation)]
         for value in values:
             if typing.get_origin(value) is Literal and advice_of(info).fix is None:
@@ -228,8 +240,17 @@ def test_the_schema_carries_the_rules_of_a_single_option(validator):
                    invoke_arn: 'arn:aws:lambda:eu-west-1:111111111111:function:*'}}
     """)
     problems = schema_problems(validator, text)
-    for value in ("'alias/mine'", "'1111'", "'Ireland'", "'acme'", "'/beta/'", "'acme-uploader'",
-                  "'ftp://core.example.com'", "'white space'", "function:*'"):
+    for value in (
+        "'alias/mine'",
+        "'1111'",
+        "'Ireland'",
+        "'acme'",
+        "'/beta/'",
+        "'acme-uploader'",
+        "'ftp://core.example.com'",
+        "'white space'",
+        "function:*'",
+    ):
         assert any(problem.startswith(value) or value in problem for problem in problems), (value, problems)
     assert any("non-unique" in problem for problem in problems), problems
     with pytest.raises(ConfigError):

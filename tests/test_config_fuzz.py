@@ -26,13 +26,19 @@ SMALL = int(os.environ.get("FUZZ_EXAMPLES", "8"))
 LARGE = int(os.environ.get("FUZZ_LARGE_EXAMPLES", "1"))
 #: How many files are only validated (fast), beside those synthesized.
 PARSED = int(os.environ.get("FUZZ_PARSED_EXAMPLES", "300"))
-_SETTINGS = dict(deadline=None, derandomize=not os.environ.get("FUZZ_EXAMPLES"), database=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_SETTINGS = dict(
+    deadline=None,
+    derandomize=not os.environ.get("FUZZ_EXAMPLES"),
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 #: Where a problem is: a tenant, a block of the file, or a deployment target (capacity).
-WHERE = re.compile(r"^(target '[^']*' )?(tenant '[^']*'|shard \d+|defaults|file|notifications|routing|account_limits"
-                   r"|targets|encryption|qualifier|target '[^']*'( \([^)]*\))?|account \d{12} \([^)]*\)"
-                   r"|the deployment \([^)]*\)): ")
+WHERE = re.compile(
+    r"^(target '[^']*' )?(tenant '[^']*'|shard \d+|defaults|file|notifications|routing|account_limits"
+    r"|targets|encryption|qualifier|target '[^']*'( \([^)]*\))?|account \d{12} \([^)]*\)"
+    r"|the deployment \([^)]*\)): "
+)
 
 
 def refused_or_valid(document: dict) -> AppConfig | None:
@@ -55,8 +61,10 @@ def synthesized_templates(config: AppConfig, cell: str | None = None) -> dict[st
     with tempfile.TemporaryDirectory() as scratch:
         built = build_app("fuzzed.yaml", app=new_app(outdir=scratch), config=config, cell=cell)
         assembly = built.app.synth()  # cdk-nag and the deploy-time limits fail it
-        return {f"{stack.stack_name}@{stack.environment.region}": stack.template
-                for stack in assembly.stacks_recursively}
+        return {
+            f"{stack.stack_name}@{stack.environment.region}": stack.template
+            for stack in assembly.stacks_recursively
+        }
 
 
 def assert_deploys(config: AppConfig, cells: list[str | None]) -> None:
@@ -109,8 +117,13 @@ def test_the_strategies_reach_synthesis_and_refusal_alike():
     strategies is valid about as often as it is refused (a fixed sample)."""
     valid = refused = 0
 
-    @settings(max_examples=200, derandomize=True, database=None, deadline=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=200,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(small_files())
     def count(document):
         nonlocal valid, refused

@@ -14,8 +14,10 @@ from tests.conftest import ROOT, one_problem, problems_of
 MANY_TENANTS = ROOT / "examples" / "many-tenants.yaml"
 SINK = "sink: {url: 'https://core.example.com', auth: {type: bearer, secret: core/token}}"
 API_ARN = "arn:aws:execute-api:eu-west-1:111111111111:a1b2c3d4e5/prod/POST/tenants/{id}/records"
-SECRET_FIX = ("use the secret's name (e.g. 'core/acme/token') or its full ARN "
-              "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')")
+SECRET_FIX = (
+    "use the secret's name (e.g. 'core/acme/token') or its full ARN "
+    "('arn:aws:secretsmanager:<region>:<account>:secret:<name>-AbCdEf')"
+)
 NONE_IN_DEFAULTS = (
     "defaults: field 'sink.auth' = {%s}: is never inherited: a tenant that leaves its auth out would run without "
     "credentials by accident%s; write 'auth: {type: none}' in the sink of each tenant whose core system takes no "
@@ -24,22 +26,41 @@ NONE_IN_DEFAULTS = (
 )
 
 
-@pytest.mark.parametrize(("defaults", "value_of", "expected"), [
-    ("{prefix: 'in/{id}/', %s}" % SINK, lambda t: t.prefix, "in/{id}/"),
-    ("{sink: {url: 'https://core.example.com/tenants/{id}/records', auth: {type: bearer, secret: core/token}}}",
-     lambda t: t.sink.url, "https://core.example.com/tenants/{id}/records"),
-    ("{sink: {url: 'https://core.example.com', auth: {type: bearer, secret: 'ordered-ingest/{id}/core-token'}}}",
-     lambda t: t.sink.auth.secret, "ordered-ingest/{id}/core-token"),
-    ("{sink: {url: 'https://core.example.com', auth: {type: sigv4, service: execute-api, region: eu-west-1, "
-     f"invoke_arn: '{API_ARN}'}}}}}}", lambda t: t.sink.auth.invoke_arn, API_ARN),
-], ids=["prefix", "sink.url", "sink.auth.secret", "sink.auth.invoke_arn"])
+@pytest.mark.parametrize(
+    ("defaults", "value_of", "expected"),
+    [
+        (f"{{prefix: 'in/{{id}}/', {SINK}}}", lambda t: t.prefix, "in/{id}/"),
+        (
+            "{sink: {url: 'https://core.example.com/tenants/{id}/records', auth: {type: bearer, secret: core/token}}}",
+            lambda t: t.sink.url,
+            "https://core.example.com/tenants/{id}/records",
+        ),
+        (
+            "{sink: {url: 'https://core.example.com', auth: {type: bearer, secret: 'ordered-ingest/{id}/core-token'}}}",
+            lambda t: t.sink.auth.secret,
+            "ordered-ingest/{id}/core-token",
+        ),
+        (
+            "{sink: {url: 'https://core.example.com', auth: {type: sigv4, service: execute-api, region: eu-west-1, "
+            f"invoke_arn: '{API_ARN}'}}}}}}",
+            lambda t: t.sink.auth.invoke_arn,
+            API_ARN,
+        ),
+    ],
+    ids=["prefix", "sink.url", "sink.auth.secret", "sink.auth.invoke_arn"],
+)
 def test_id_in_a_pattern_of_defaults_is_each_tenants_id(defaults, value_of, expected):
     """GIVEN a pattern with `{id}` in defaults and two tenants that leave the option out THEN each
     gets the pattern with its own id."""
     prefixes = "" if "prefix" in defaults else ", prefix: {id}-files/"
-    acme, beta = parse_config(f"defaults: {defaults}\ntenants:\n  - {{id: acme{prefixes.replace('{id}', 'acme')}}}\n"
-                              f"  - {{id: beta{prefixes.replace('{id}', 'beta')}}}\n").tenants
-    assert (value_of(acme), value_of(beta)) == (expected.replace("{id}", "acme"), expected.replace("{id}", "beta"))
+    acme, beta = parse_config(
+        f"defaults: {defaults}\ntenants:\n  - {{id: acme{prefixes.replace('{id}', 'acme')}}}\n"
+        f"  - {{id: beta{prefixes.replace('{id}', 'beta')}}}\n"
+    ).tenants
+    assert (value_of(acme), value_of(beta)) == (
+        expected.replace("{id}", "acme"),
+        expected.replace("{id}", "beta"),
+    )
 
 
 def test_a_tenants_own_value_wins_over_the_defaults_pattern():
@@ -50,9 +71,15 @@ def test_a_tenants_own_value_wins_over_the_defaults_pattern():
         "auth: {type: bearer, secret: acme-token}}}\n  - {id: beta}\n"
     ).tenants
     assert (acme.prefix, acme.sink.url, acme.sink.auth.secret) == (
-        "incoming/acme/", "https://acme.example.com/records", "acme-token")
-    assert (beta.prefix, beta.sink.url, beta.sink.auth.secret) == ("beta/", "https://core.example.com/beta",
-                                                                    "core/beta/token")
+        "incoming/acme/",
+        "https://acme.example.com/records",
+        "acme-token",
+    )
+    assert (beta.prefix, beta.sink.url, beta.sink.auth.secret) == (
+        "beta/",
+        "https://core.example.com/beta",
+        "core/beta/token",
+    )
 
 
 def test_id_in_a_tenants_own_value_is_its_id_so_that_an_anchor_shares_one_pattern():
@@ -64,8 +91,10 @@ def test_id_in_a_tenants_own_value_is_its_id_so_that_an_anchor_shares_one_patter
         "  - {id: beta, prefix: beta/, sink: {auth: *bearer}}\n  - {id: gamma, prefix: gamma/}\n"
     ).tenants
     assert acme.prefix == "acme/"
-    assert (acme.sink.auth.secret, beta.sink.auth.secret) == ("ordered-ingest/acme/core-token",
-                                                              "ordered-ingest/beta/core-token")
+    assert (acme.sink.auth.secret, beta.sink.auth.secret) == (
+        "ordered-ingest/acme/core-token",
+        "ordered-ingest/beta/core-token",
+    )
     assert gamma.sink.auth == NoAuth(type="none", inherited=True)
 
 
@@ -93,14 +122,17 @@ def test_fails_when_a_pattern_has_another_placeholder():
     assert one_problem(
         "defaults: {sink: {url: 'https://core.example.com', auth: {type: bearer, secret: 'core/{tenant}/token'}}}\n"
         "tenants:\n  - {id: acme, prefix: acme/}\n  - {id: beta, prefix: beta/}\n"
-    ) == ("defaults: field 'sink.auth.secret' = 'core/{tenant}/token': has the placeholder '{tenant}', but the only "
-          "one is '{id}', the tenant's id; write '{id}' where the tenant's id goes, or the text itself")
+    ) == (
+        "defaults: field 'sink.auth.secret' = 'core/{tenant}/token': has the placeholder '{tenant}', but the only "
+        "one is '{id}', the tenant's id; write '{id}' where the tenant's id goes, or the text itself"
+    )
 
 
 def test_fails_when_a_tenants_own_value_has_another_placeholder():
     assert one_problem(f"defaults: {{{SINK}}}\ntenants:\n  - {{id: acme, prefix: '{{ID}}/'}}\n") == (
         "tenant 'acme': field 'prefix' = '{ID}/': has the placeholder '{ID}', but the only one is '{id}', the "
-        "tenant's id; write '{id}' where the tenant's id goes, or the text itself")
+        "tenant's id; write '{id}' where the tenant's id goes, or the text itself"
+    )
 
 
 def test_fails_when_a_placeholder_is_in_an_option_that_takes_no_pattern():
@@ -155,10 +187,13 @@ def test_fails_when_a_pattern_prefix_has_a_character_s3_encodes():
 
 def test_fails_when_defaults_give_a_prefix_without_id():
     """A fixed prefix in defaults would be every tenant's: refused once, not as every pair's overlap."""
-    assert one_problem(f"defaults: {{prefix: in/, {SINK}}}\ntenants:\n  - {{id: acme}}\n  - {{id: beta}}\n") == (
+    assert one_problem(
+        f"defaults: {{prefix: in/, {SINK}}}\ntenants:\n  - {{id: acme}}\n  - {{id: beta}}\n"
+    ) == (
         "defaults: field 'prefix' = 'in/': has no '{id}': every tenant that leaves its prefix out would get this "
         "same prefix; write a pattern with '{id}', e.g. '{id}/' or 'incoming/{id}/', or give each tenant its own "
-        "prefix")
+        "prefix"
+    )
 
 
 def test_none_with_inherited_in_defaults_is_inherited_by_the_tenants_that_leave_auth_out():
@@ -174,7 +209,11 @@ def test_none_with_inherited_in_defaults_is_inherited_by_the_tenants_that_leave_
 def test_where_none_was_written_changes_nothing_a_stack_gets():
     """`inherited` is not dumped: the register function's environment (and a cell's fingerprint)
     is the same for a tenant's own `none` and an inherited one."""
-    assert NoAuth(type="none", inherited=True).model_dump() == NoAuth(type="none").model_dump() == {"type": "none"}
+    assert (
+        NoAuth(type="none", inherited=True).model_dump()
+        == NoAuth(type="none").model_dump()
+        == {"type": "none"}
+    )
 
 
 @pytest.mark.parametrize("auth", ["{type: none}", "{type: none, inherited: false}"])
@@ -190,9 +229,11 @@ def test_fails_when_a_tenants_own_none_says_inherited():
     assert one_problem(
         "defaults: {sink: {url: 'https://core.example.com'}}\n"
         "tenants:\n  - {id: acme, prefix: acme/, sink: {auth: {type: none, inherited: true}}}\n"
-    ) == ("tenant 'acme': field 'sink.auth.inherited' = True: is for defaults only: it lets the tenants that leave "
-          "their auth out inherit {type: none}, and this auth is the tenant's own; remove it ('auth: {type: none}' "
-          "in the tenant's sink says all)")
+    ) == (
+        "tenant 'acme': field 'sink.auth.inherited' = True: is for defaults only: it lets the tenants that leave "
+        "their auth out inherit {type: none}, and this auth is the tenant's own; remove it ('auth: {type: none}' "
+        "in the tenant's sink says all)"
+    )
 
 
 def test_tenants_without_credentials_lists_own_and_inherited_none_in_file_order():
@@ -205,7 +246,8 @@ def test_tenants_without_credentials_lists_own_and_inherited_none_in_file_order(
     assert config.tenants_without_credentials == ("inherits", "own")
     with_bearer_default = parse_config(
         f"defaults: {{{SINK}}}\ntenants:\n  - {{id: acme, prefix: a/}}\n"
-        "  - {id: own, prefix: c/, sink: {auth: {type: none}}}\n")
+        "  - {id: own, prefix: c/, sink: {auth: {type: none}}}\n"
+    )
     assert with_bearer_default.tenants_without_credentials == ("own",)
 
 
@@ -218,14 +260,21 @@ def test_the_many_tenants_example_is_50_tenants_in_at_most_85_lines():
     assert len(text.splitlines()) <= 85
     assert len(config.tenants) == 50
     assert len(config.tenants_without_credentials) == 30
-    assert all(t.sink.auth == NoAuth(type="none", inherited=True)
-               for t in config.tenants if t.id in config.tenants_without_credentials)
+    assert all(
+        t.sink.auth == NoAuth(type="none", inherited=True)
+        for t in config.tenants
+        if t.id in config.tenants_without_credentials
+    )
     bearer = [t for t in config.tenants if t.sink.auth.type == "bearer"]
     assert [t.sink.auth.secret for t in bearer] == [f"ordered-ingest/{t.id}/core-token" for t in bearer]
     assert len(bearer) == 20
-    assert all(t.prefix == f"{t.id}/" and t.sink.url == f"https://core.example.com/tenants/{t.id}/records"
-               for t in config.tenants)
+    assert all(
+        t.prefix == f"{t.id}/" and t.sink.url == f"https://core.example.com/tenants/{t.id}/records"
+        for t in config.tenants
+    )
     assert len([t for t in config.tenants if t.sink.batch_size > 1]) >= 2
     uploaders = [arn for t in config.tenants for arn in t.uploaders]
-    assert len(uploaders) == 2 and all(re.match(r"^arn:aws:iam::123456789012:role/", arn) for arn in uploaders)
+    assert len(uploaders) == 2 and all(
+        re.match(r"^arn:aws:iam::123456789012:role/", arn) for arn in uploaders
+    )
     assert text.count("secret:") == 1, "the secret names are written once, as one pattern"

@@ -73,7 +73,9 @@ def test_fails_when_a_choice_state_has_no_success_path_rule(facts):
     changed = {**parent, "States": {**parent["States"], "AnyChunks": {**parent["States"]["AnyChunks"]}}}
     changed["States"]["Renamed"] = changed["States"].pop("AnyChunks")
     changed["States"]["Split"] = {**changed["States"]["Split"], "Next": "Renamed"}
-    with pytest.raises(KeyError, match="Choice state 'Renamed' has no success-path rule in bench/cost.py CHOICES"):
+    with pytest.raises(
+        KeyError, match="Choice state 'Renamed' has no success-path rule in bench/cost.py CHOICES"
+    ):
         cost.walk(changed, {"chunks": 1}, lambda _name, ctx: [ctx])
 
 
@@ -84,5 +86,6 @@ def test_an_idle_tenant_pays_for_its_alarms_and_the_queue_s_long_polling(facts):
     month = cost.monthly(facts["c100b1"], idle, cost.file_cost(facts["c100b1"], idle))
     assert cost.idle_sqs_requests_per_month() == 648_000
     assert {k: round(v, 4) for k, v in month.items() if v} == {
-        "SQS": 0.324, "CloudWatch alarms": round(facts["c100b1"].alarm_metrics * 0.10, 4),
+        "SQS": 0.324,
+        "CloudWatch alarms": round(facts["c100b1"].alarm_metrics * 0.10, 4),
     }

@@ -28,7 +28,8 @@ def bodies(template: Template) -> dict[str, dict[str, Any]]:
     found = {}
     for dashboard in template.find_resources("AWS::CloudWatch::Dashboard").values():
         found[joined(dashboard["Properties"]["DashboardName"])] = json.loads(
-            joined(dashboard["Properties"]["DashboardBody"]))
+            joined(dashboard["Properties"]["DashboardBody"])
+        )
     return found
 
 
@@ -49,7 +50,12 @@ def test_one_dashboard_with_a_row_per_tenant_in_the_shared_stack(shared_template
     assert len(body["widgets"]) == 3 * WIDGETS_PER_TENANT
     for tenant in ("acme", "globex", "initech"):
         assert list(graphs_of(body, tenant)) == [
-            "files done", "failed", "queued", "head wait (s)", "records per minute", "core system error rate (%)",
+            "files done",
+            "failed",
+            "queued",
+            "head wait (s)",
+            "records per minute",
+            "core system error rate (%)",
         ]
 
 
@@ -59,18 +65,35 @@ def test_each_graph_reads_the_tenants_own_metrics_by_their_deterministic_names(s
     # executions under the state machine's ARN or its `live` alias's, as the alarms count them
     machine = "arn:<ref>:states:<ref>:<ref>:stateMachine:acme-file-ingest-workflow"
     assert graphs["files done"] == [
-        [{"label": "succeeded", "expression": "IF(FILL(executionsSucceeded, 0) >= FILL(executionsSucceededLive, 0), "
-                                              "FILL(executionsSucceeded, 0), FILL(executionsSucceededLive, 0))"}],
-        ["AWS/States", "ExecutionsSucceeded", "StateMachineArn", machine,
-         {"id": "executionsSucceeded", "visible": False, "stat": "Sum"}],
-        ["AWS/States", "ExecutionsSucceeded", "StateMachineArn", f"{machine}:live",
-         {"id": "executionsSucceededLive", "visible": False, "stat": "Sum"}],
+        [
+            {
+                "label": "succeeded",
+                "expression": "IF(FILL(executionsSucceeded, 0) >= FILL(executionsSucceededLive, 0), "
+                "FILL(executionsSucceeded, 0), FILL(executionsSucceededLive, 0))",
+            }
+        ],
+        [
+            "AWS/States",
+            "ExecutionsSucceeded",
+            "StateMachineArn",
+            machine,
+            {"id": "executionsSucceeded", "visible": False, "stat": "Sum"},
+        ],
+        [
+            "AWS/States",
+            "ExecutionsSucceeded",
+            "StateMachineArn",
+            f"{machine}:live",
+            {"id": "executionsSucceededLive", "visible": False, "stat": "Sum"},
+        ],
     ]
     failed = graphs["failed"]
     assert [m[0]["label"] for m in failed if isinstance(m[0], dict)] == ["failed", "timed out", "aborted"]
     assert [(m[1], m[3]) for m in failed if not isinstance(m[0], dict)] == [
-        (name, arn) for name in ("ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted")
-        for arn in (machine, f"{machine}:live")]
+        (name, arn)
+        for name in ("ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted")
+        for arn in (machine, f"{machine}:live")
+    ]
     assert [m[:4] for m in graphs["queued"]] == [
         ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "acme-event-queue.fifo"],
         ["AWS/SQS", "ApproximateNumberOfMessagesNotVisible", "QueueName", "acme-event-queue.fifo"],
@@ -79,15 +102,24 @@ def test_each_graph_reads_the_tenants_own_metrics_by_their_deterministic_names(s
     assert graphs["records per minute"][0][:4] == ["OrderedIngest", "RecordsSent", "Tenant", "acme"]
     assert graphs["records per minute"][0][4]["period"] == 60
     expression, errors, acknowledged = graphs["core system error rate (%)"]
-    assert expression[0]["expression"] == "IF(errors + acknowledged > 0, 100 * errors / (errors + acknowledged), 0)"
+    assert (
+        expression[0]["expression"]
+        == "IF(errors + acknowledged > 0, 100 * errors / (errors + acknowledged), 0)"
+    )
     assert errors[:4] == ["OrderedIngest", "SinkErrors", "Tenant", "acme"] and errors[4]["id"] == "errors"
-    assert acknowledged[:4] == ["OrderedIngest", "SinkRequests", "Tenant", "acme"] and acknowledged[4]["id"] == "acknowledged"
+    assert (
+        acknowledged[:4] == ["OrderedIngest", "SinkRequests", "Tenant", "acme"]
+        and acknowledged[4]["id"] == "acknowledged"
+    )
 
 
 def test_head_wait_graph_shows_the_tenants_stall_threshold(shared_template):
     (body,) = bodies(shared_template).values()
-    head_wait = [w for w in body["widgets"] if w["type"] == "metric"
-                 and w["properties"]["title"] == "initech: head wait (s)"]
+    head_wait = [
+        w
+        for w in body["widgets"]
+        if w["type"] == "metric" and w["properties"]["title"] == "initech: head wait (s)"
+    ]
     assert head_wait[0]["properties"]["annotations"]["horizontal"][0]["value"] == 600
 
 
@@ -101,8 +133,10 @@ def test_more_tenants_than_one_dashboard_holds_continue_on_numbered_dashboards(t
 
     assert dashboard_names(0, "eu-west-1") == ["OrderedIngest-eu-west-1"]
     assert dashboard_names(TENANTS_PER_DASHBOARD, "eu-west-1") == ["OrderedIngest-eu-west-1"]
-    assert dashboard_names(TENANTS_PER_DASHBOARD + 1, "eu-west-1") == ["OrderedIngest-eu-west-1",
-                                                                       "OrderedIngest-eu-west-1-2"]
+    assert dashboard_names(TENANTS_PER_DASHBOARD + 1, "eu-west-1") == [
+        "OrderedIngest-eu-west-1",
+        "OrderedIngest-eu-west-1-2",
+    ]
 
     stack = Stack(App(outdir=str(tmp_path)), "Many")
     tenants = [DashboardTenant(f"t{i}", 1800) for i in range(TENANTS_PER_DASHBOARD + 3)]
@@ -111,9 +145,9 @@ def test_more_tenants_than_one_dashboard_holds_continue_on_numbered_dashboards(t
     found = bodies(Template.from_stack(stack))
     assert list(found) == ["OrderedIngest-<ref>", "OrderedIngest-<ref>-2"]
     assert len(found["OrderedIngest-<ref>"]["widgets"]) == TENANTS_PER_DASHBOARD * WIDGETS_PER_TENANT <= 500
-    assert [w["properties"]["markdown"] for w in found["OrderedIngest-<ref>-2"]["widgets"] if w["type"] == "text"] == [
-        f"### Tenant t{i}" for i in range(TENANTS_PER_DASHBOARD, TENANTS_PER_DASHBOARD + 3)
-    ]
+    assert [
+        w["properties"]["markdown"] for w in found["OrderedIngest-<ref>-2"]["widgets"] if w["type"] == "text"
+    ] == [f"### Tenant t{i}" for i in range(TENANTS_PER_DASHBOARD, TENANTS_PER_DASHBOARD + 3)]
 
 
 def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows_with_the_tenants(tmp_path):
@@ -129,10 +163,19 @@ def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows
     from pipeline_constructs.stacks import SharedStack, dashboard_stacks
 
     count = 2 * TENANTS_PER_DASHBOARD + 1
-    config = parse_config(yaml.safe_dump({
-        "defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "bearer", "secret": "core/token"}}},
-        "tenants": [{"id": f"t{i:04d}", "prefix": f"t{i:04d}/"} for i in range(count)],
-    }))
+    config = parse_config(
+        yaml.safe_dump(
+            {
+                "defaults": {
+                    "sink": {
+                        "url": "https://core.example.com/records",
+                        "auth": {"type": "bearer", "secret": "core/token"},
+                    }
+                },
+                "tenants": [{"id": f"t{i:04d}", "prefix": f"t{i:04d}/"} for i in range(count)],
+            }
+        )
+    )
     app = App(outdir=str(tmp_path))
     shared = SharedStack(app, config)
     extra = dashboard_stacks(app, config, shared)
@@ -145,9 +188,14 @@ def test_dashboards_after_the_first_are_stacks_of_their_own_so_no_template_grows
     assert list(bodies(shared_template)) == ["OrderedIngest-<ref>"]
     second, third = (bodies(template) for template in templates[1:])
     assert list(second) == ["OrderedIngest-<ref>-2"] and list(third) == ["OrderedIngest-<ref>-3"]
-    first_titles = [w["properties"]["markdown"] for w in bodies(shared_template)["OrderedIngest-<ref>"]["widgets"]
-                    if w["type"] == "text"]
-    third_titles = [w["properties"]["markdown"] for w in third["OrderedIngest-<ref>-3"]["widgets"] if w["type"] == "text"]
+    first_titles = [
+        w["properties"]["markdown"]
+        for w in bodies(shared_template)["OrderedIngest-<ref>"]["widgets"]
+        if w["type"] == "text"
+    ]
+    third_titles = [
+        w["properties"]["markdown"] for w in third["OrderedIngest-<ref>-3"]["widgets"] if w["type"] == "text"
+    ]
     assert first_titles[0] == "### Tenant t0000" and len(first_titles) == TENANTS_PER_DASHBOARD
     assert third_titles == [f"### Tenant t{count - 1:04d}"]
     for stack, template in zip(stacks, templates, strict=True):
@@ -163,9 +211,20 @@ def test_up_to_one_dashboard_of_tenants_there_is_no_dashboard_stack(tmp_path):
     from pipeline_constructs.config import parse_config
     from pipeline_constructs.stacks import SharedStack, dashboard_stacks
 
-    config = parse_config(yaml.safe_dump({
-        "defaults": {"sink": {"url": "https://core.example.com/records", "auth": {"type": "bearer", "secret": "core/token"}}},
-        "tenants": [{"id": f"t{i:04d}", "prefix": f"t{i:04d}/"} for i in range(TENANTS_PER_DASHBOARD)],
-    }))
+    config = parse_config(
+        yaml.safe_dump(
+            {
+                "defaults": {
+                    "sink": {
+                        "url": "https://core.example.com/records",
+                        "auth": {"type": "bearer", "secret": "core/token"},
+                    }
+                },
+                "tenants": [
+                    {"id": f"t{i:04d}", "prefix": f"t{i:04d}/"} for i in range(TENANTS_PER_DASHBOARD)
+                ],
+            }
+        )
+    )
     app = App(outdir=str(tmp_path))
     assert dashboard_stacks(app, config, SharedStack(app, config)) == []

@@ -47,8 +47,12 @@ class Pipe:
 
 
 #: What `serve_banner` reads of a local pipeline.
-PIPE = SimpleNamespace(tenant_ids=["acme", "globex"], endpoint_url="http://127.0.0.1:4566", landing_bucket="landing",
-                       tenants={"acme": SimpleNamespace(prefix="acme/"), "globex": SimpleNamespace(prefix="g/")})
+PIPE = SimpleNamespace(
+    tenant_ids=["acme", "globex"],
+    endpoint_url="http://127.0.0.1:4566",
+    landing_bucket="landing",
+    tenants={"acme": SimpleNamespace(prefix="acme/"), "globex": SimpleNamespace(prefix="g/")},
+)
 
 
 def looks(*batches: list[str], then: BaseException | None = None):
@@ -78,8 +82,10 @@ def unraisable(monkeypatch) -> list[object]:
 def test_serve_prints_each_look_in_order_and_stops_on_ctrl_c(unraisable):
     # GIVEN two looks with new lines, and Ctrl-C during the third wait
     out = Pipe()
-    new_lines, _ = looks(["acme: s3://.../acme/a.csv SUCCEEDED: 3 records registered"],
-                         ["no tenant: s3://b/x.csv matches no tenant prefix", "acme: s3://.../acme/b.csv SUCCEEDED"])
+    new_lines, _ = looks(
+        ["acme: s3://.../acme/a.csv SUCCEEDED: 3 records registered"],
+        ["no tenant: s3://b/x.csv matches no tenant prefix", "acme: s3://.../acme/b.csv SUCCEEDED"],
+    )
     waits: list[int] = []
 
     def wait() -> None:
@@ -122,8 +128,9 @@ def test_serve_stops_when_its_output_is_closed_before_the_banner(unraisable):
     out.close()
     console = DemoConsole(file=out, width=120)
     new_lines, calls = looks()
-    print_until_stopped(console, new_lines, wait=lambda: None,
-                        first=lambda: serve_banner(PIPE, console, demo_files=False))
+    print_until_stopped(
+        console, new_lines, wait=lambda: None, first=lambda: serve_banner(PIPE, console, demo_files=False)
+    )
     assert out.written == [] and calls == []
 
 
@@ -178,9 +185,14 @@ def test_serve_banner_gives_the_endpoint_and_an_upload_command():
 
 def _start(*args: str) -> subprocess.Popen:
     """`python -m demo --serve` in a new session (its own process group, as a terminal's job)."""
-    return subprocess.Popen([sys.executable, "-m", "demo", "--serve", "--tenants", str(FIXTURE_TENANTS), *args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "demo", "--serve", "--tenants", str(FIXTURE_TENANTS), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _read_until_the_upload_command(process: subprocess.Popen) -> list[str]:
@@ -199,7 +211,9 @@ def watchdog():
     timers: list[threading.Timer] = []
 
     def watch(process: subprocess.Popen, seconds: float = 300) -> None:
-        timer = threading.Timer(seconds, lambda: process.poll() is None and os.killpg(process.pid, signal.SIGKILL))
+        timer = threading.Timer(
+            seconds, lambda: process.poll() is None and os.killpg(process.pid, signal.SIGKILL)
+        )
         timer.start()
         timers.append(timer)
 
@@ -215,7 +229,9 @@ def test_ctrl_c_ends_serve_cleanly_after_the_endpoint_came_first(watchdog):
     watchdog(process)
     before = _read_until_the_upload_command(process)
     # THEN the endpoint and the upload command came first, no table before them
-    assert any(line.startswith("The local pipeline is running. Endpoint: http://127.0.0.1:") for line in before)
+    assert any(
+        line.startswith("The local pipeline is running. Endpoint: http://127.0.0.1:") for line in before
+    )
     assert not any(mark in line for line in before for mark in ("┏", "│", "verification"))
     # WHEN Ctrl-C is pressed: SIGINT to every process of the group (the CDK's node process too)
     os.killpg(process.pid, signal.SIGINT)

@@ -19,16 +19,24 @@ ORIGIN = T0.timestamp()
 def execution(event_id, key, start, stop, status="SUCCEEDED", attempt=0, start_record=0):
     """An execution as `LocalPipeline.executions` describes it (the fields the timeline reads)."""
     return {
-        "name": execution_name(event_id, attempt), "key": key, "version_id": f"v-{event_id}", "status": status,
-        "startDate": T0 + timedelta(seconds=start), "stopDate": None if stop is None else T0 + timedelta(seconds=stop),
+        "name": execution_name(event_id, attempt),
+        "key": key,
+        "version_id": f"v-{event_id}",
+        "status": status,
+        "startDate": T0 + timedelta(seconds=start),
+        "stopDate": None if stop is None else T0 + timedelta(seconds=stop),
         "input": {"event_id": event_id, "key": key, "start_record": start_record},
     }
 
 
 def closed(event_id, status, *, halted=False, closed_at=None):
     """A ledger history entry (`Ledger.history`)."""
-    return {"execution": event_id, "status": status, "halted": halted,
-            "closed_at": None if closed_at is None else ORIGIN + closed_at}
+    return {
+        "execution": event_id,
+        "status": status,
+        "halted": halted,
+        "closed_at": None if closed_at is None else ORIGIN + closed_at,
+    }
 
 
 # acme: a.csv succeeds, b.csv fails and halts the tenant, the operator resumes it at 20 s (at its
@@ -44,7 +52,9 @@ GLOBEX = [
     execution("g2", "globex/y.csv", 9.5, 15),
     execution("g3", "globex/z.csv", 15.5, 22),
 ]
-HISTORY = {"acme": [closed("a1", "SUCCEEDED", closed_at=6), closed("a2", "FAILED", halted=True, closed_at=12)]}
+HISTORY = {
+    "acme": [closed("a1", "SUCCEEDED", closed_at=6), closed("a2", "FAILED", halted=True, closed_at=12)]
+}
 
 
 def test_from_run_finds_the_halt_the_resume_and_the_hand_offs():
@@ -56,12 +66,17 @@ def test_from_run_finds_the_halt_the_resume_and_the_hand_offs():
 
     assert timeline.tenants == ("acme", "globex")
     assert [(b.file, b.outcome, b.resumed) for b in timeline.bars if b.tenant == "acme"] == [
-        ("a.csv", "SUCCEEDED", False), ("b.csv", "FAILED", False), ("b.csv from record 42", "SUCCEEDED", True),
+        ("a.csv", "SUCCEEDED", False),
+        ("b.csv", "FAILED", False),
+        ("b.csv from record 42", "SUCCEEDED", True),
         ("c.csv", "SUCCEEDED", False),
     ]
     assert timeline.halts == (Halt("acme", 12, 20, "resume"),)
     assert [(h.tenant, h.after, round(h.start, 3)) for h in timeline.handoffs] == [
-        ("acme", 6, 6.5), ("acme", 26, 26.5), ("globex", 9, 9.5), ("globex", 15, 15.5),
+        ("acme", 6, 6.5),
+        ("acme", 26, 26.5),
+        ("globex", 9, 9.5),
+        ("globex", 15, 15.5),
     ]
     assert timeline.end == 32
 
@@ -77,8 +92,14 @@ def test_from_run_ends_a_halt_at_the_skip_and_keeps_one_still_halted():
         execution("s3", "t/copy.csv", 25.5, 26),
         execution("s4", "t/fails.csv", 26.5, 28, "TIMED_OUT"),
     ]
-    history = {"t": [closed("s1", "SKIPPED", closed_at=20), closed("s2", "SUCCEEDED"), closed("s3", "DUPLICATE"),
-                     closed("s4", "FAILED", halted=True)]}
+    history = {
+        "t": [
+            closed("s1", "SKIPPED", closed_at=20),
+            closed("s2", "SUCCEEDED"),
+            closed("s3", "DUPLICATE"),
+            closed("s4", "FAILED", halted=True),
+        ]
+    }
     other = [execution("u1", "u/run.csv", 2, None, "RUNNING")]
 
     timeline = from_run({"t": runs, "u": other}, history, origin=ORIGIN, end=ORIGIN + 30)
@@ -92,7 +113,9 @@ def test_from_run_ends_a_halt_at_the_skip_and_keeps_one_still_halted():
 def test_from_run_draws_no_halt_for_a_tenant_that_continues_after_a_failure():
     """GIVEN on_failure: continue (the failed close did not halt) WHEN read THEN no halt, a hand-off."""
     runs = [execution("c1", "t/a.csv", 1, 2, "FAILED"), execution("c2", "t/b.csv", 2.5, 4)]
-    timeline = from_run({"t": runs}, {"t": [closed("c1", "FAILED", halted=False)]}, origin=ORIGIN, end=ORIGIN + 5)
+    timeline = from_run(
+        {"t": runs}, {"t": [closed("c1", "FAILED", halted=False)]}, origin=ORIGIN, end=ORIGIN + 5
+    )
     assert timeline.halts == () and timeline.handoffs == (Handoff("t", 2, 2.5),)
 
 
@@ -116,7 +139,9 @@ class Picture:
     def __init__(self, path, figure) -> None:
         self.pixels = np.asarray(Image.open(path).convert("RGB"))
         self.ax = figure.axes[0]
-        self.lanes = {label.get_text(): y for y, label in zip(self.ax.get_yticks(), self.ax.get_yticklabels())}
+        self.lanes = {
+            label.get_text(): y for y, label in zip(self.ax.get_yticks(), self.ax.get_yticklabels())
+        }
 
     def xy(self, seconds: float, tenant: str, dy: float = 0.0) -> tuple[int, int]:
         """Column and row of a point (rows count from the top in the image, from the bottom in matplotlib)."""
@@ -129,7 +154,9 @@ class Picture:
 
     def near(self, seconds: float, tenant: str, dy: float, radius: int = 4):
         column, row = self.xy(seconds, tenant, dy)
-        return self.pixels[row - radius:row + radius + 1, column - radius:column + radius + 1].reshape(-1, 3)
+        return self.pixels[row - radius : row + radius + 1, column - radius : column + radius + 1].reshape(
+            -1, 3
+        )
 
     def bars_along(self, tenant: str) -> list[tuple[int, str]]:
         """The coloured runs along the lane's centre row, left to right: (first column, colour)."""
@@ -194,14 +221,18 @@ def test_the_halt_and_the_resume_are_marked_above_the_lane(picture):
 
     assert dark_red(image.near(12, "acme", -MARK_OFFSET))
     assert black(image.near(20, "acme", -MARK_OFFSET))
-    assert not dark_red(image.near(9.5, "globex", -MARK_OFFSET)) and not black(image.near(9.5, "globex", -MARK_OFFSET))
+    assert not dark_red(image.near(9.5, "globex", -MARK_OFFSET)) and not black(
+        image.near(9.5, "globex", -MARK_OFFSET)
+    )
 
 
 def test_a_long_file_name_is_shown_only_where_it_fits(tmp_path):
     """GIVEN a wide bar and a bar too short for its file's name WHEN drawn THEN only the wide one is labelled."""
-    bars = (Bar("t", "wide.csv", 0, 20, "SUCCEEDED", False),
-            Bar("t", "a-very-long-file-name-that-cannot-fit.csv", 20.2, 20.4, "SUCCEEDED", False),
-            Bar("t", "after.csv", 20.6, 30, "SUCCEEDED", False))
+    bars = (
+        Bar("t", "wide.csv", 0, 20, "SUCCEEDED", False),
+        Bar("t", "a-very-long-file-name-that-cannot-fit.csv", 20.2, 20.4, "SUCCEEDED", False),
+        Bar("t", "after.csv", 20.6, 30, "SUCCEEDED", False),
+    )
     figure = render(Timeline(("t",), bars, (), (), 30), tmp_path / "run.png")
     assert sorted(text.get_text() for text in figure.axes[0].texts) == ["after.csv", "wide.csv"]
 
@@ -209,4 +240,7 @@ def test_a_long_file_name_is_shown_only_where_it_fits(tmp_path):
 def test_fails_when_the_file_is_not_a_picture_format(tmp_path):
     with pytest.raises(ValueError) as error:
         render(Timeline(("t",), (), (), (), 1), tmp_path / "run.jpg")
-    assert str(error.value) == f"{tmp_path / 'run.jpg'}: a timeline is written as .png or .svg or .pdf; give the file one of these suffixes"
+    assert (
+        str(error.value)
+        == f"{tmp_path / 'run.jpg'}: a timeline is written as .png or .svg or .pdf; give the file one of these suffixes"
+    )

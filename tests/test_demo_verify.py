@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -11,7 +11,7 @@ from demo.samples import malformed, sample_files
 from demo.verify import Upload, check_records, request_order_problems, verify_tenant
 from lambdas.contract import execution_name
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 UPLOADS = [Upload("t/a.csv", "v1", 0, 2), Upload("t/b.csv", "v2", 1, 1)]
 
 
@@ -66,11 +66,19 @@ def test_a_resumed_file_counts_once_whatever_its_event_id() -> None:
     """GIVEN a file whose event id is too long to name its executions itself (a hashed name),
     resumed once WHEN the executions are counted THEN its resume is not a second execution."""
     event_id = "e" * 100
-    first = {**execution("t/a.csv", "v1", 0, 1, "FAILED"), "name": execution_name(event_id),
-             "input": {"event_id": event_id}}
-    resumed = {**execution("t/a.csv", "v1", 2, 3), "name": execution_name(event_id, 1), "input": {"event_id": event_id}}
-    verdict = verify_tenant("t", UPLOADS, [first, resumed, execution("t/b.csv", "v2", 4, 5)],
-                            records((0, 0), (0, 1), (1, 0)))
+    first = {
+        **execution("t/a.csv", "v1", 0, 1, "FAILED"),
+        "name": execution_name(event_id),
+        "input": {"event_id": event_id},
+    }
+    resumed = {
+        **execution("t/a.csv", "v1", 2, 3),
+        "name": execution_name(event_id, 1),
+        "input": {"event_id": event_id},
+    }
+    verdict = verify_tenant(
+        "t", UPLOADS, [first, resumed, execution("t/b.csv", "v2", 4, 5)], records((0, 0), (0, 1), (1, 0))
+    )
     assert verdict.ok, verdict.problems
 
 
@@ -78,10 +86,16 @@ def test_a_correction_under_its_failed_files_key_run_in_its_place_is_in_order_an
     """GIVEN a failed file, its correction uploaded under the same key (a new version) and run
     in its place (`ops replace`), then the file behind it THEN the run is in order; run after
     the file behind it, the correction is out of order."""
-    uploads = [Upload("t/a.csv", "v1", 0, 0, expect_failure=True), Upload("t/a.csv", "v3", 0, 1),
-               Upload("t/b.csv", "v2", 1, 1)]
-    in_place = [execution("t/a.csv", "v1", 0, 1, "FAILED"), execution("t/a.csv", "v3", 2, 3),
-                execution("t/b.csv", "v2", 4, 5)]
+    uploads = [
+        Upload("t/a.csv", "v1", 0, 0, expect_failure=True),
+        Upload("t/a.csv", "v3", 0, 1),
+        Upload("t/b.csv", "v2", 1, 1),
+    ]
+    in_place = [
+        execution("t/a.csv", "v1", 0, 1, "FAILED"),
+        execution("t/a.csv", "v3", 2, 3),
+        execution("t/b.csv", "v2", 4, 5),
+    ]
     verdict = verify_tenant("t", uploads, in_place, records((0, 0), (1, 0)))
     assert verdict.ok, verdict.problems
     assert (verdict.files_uploaded, verdict.files_succeeded, verdict.files_failed) == (3, 2, 1)
@@ -129,15 +143,33 @@ def test_serve_prints_each_files_records_or_its_failure_cause():
     stack trace, escaped JSON or record content."""
     from demo.__main__ import file_outcome
 
-    done = {"status": "SUCCEEDED", "input": {"key": "acme/a.csv"}, "output": {"split": {"record_count": 1200}}}
+    done = {
+        "status": "SUCCEEDED",
+        "input": {"key": "acme/a.csv"},
+        "output": {"split": {"record_count": 1200}},
+    }
     assert file_outcome("acme", done) == "acme: s3://.../acme/a.csv SUCCEEDED: 1,200 records registered"
     resumed = {**done, "input": {"key": "acme/a.csv", "start_record": 42}}
-    assert file_outcome("acme", resumed) == "acme: s3://.../acme/a.csv SUCCEEDED: records 42 to 1,199 registered"
-    lambda_cause = json.dumps({"errorType": "MalformedFileError", "errorMessage": "line 7:\n has 3 fields, the header 2 "
-                               + "x" * 400, "stackTrace": ["  File \"/var/task/split.py\", line 88, in run\n"]})
-    failed = {"status": "FAILED", "input": {"key": "acme/b.csv"}, "error": "MalformedFileError", "cause": lambda_cause}
+    assert (
+        file_outcome("acme", resumed) == "acme: s3://.../acme/a.csv SUCCEEDED: records 42 to 1,199 registered"
+    )
+    lambda_cause = json.dumps(
+        {
+            "errorType": "MalformedFileError",
+            "errorMessage": "line 7:\n has 3 fields, the header 2 " + "x" * 400,
+            "stackTrace": ['  File "/var/task/split.py", line 88, in run\n'],
+        }
+    )
+    failed = {
+        "status": "FAILED",
+        "input": {"key": "acme/b.csv"},
+        "error": "MalformedFileError",
+        "cause": lambda_cause,
+    }
     line = file_outcome("acme", failed)
-    assert line.startswith("acme: s3://.../acme/b.csv FAILED: MalformedFileError: line 7: has 3 fields, the header 2 x")
+    assert line.startswith(
+        "acme: s3://.../acme/b.csv FAILED: MalformedFileError: line 7: has 3 fields, the header 2 x"
+    )
     assert "\n" not in line and line.endswith("...") and len(line) < 400
     assert "stackTrace" not in line and "split.py" not in line and "{" not in line
 
@@ -149,16 +181,36 @@ def test_serve_says_where_a_failed_file_stopped_and_what_to_do_from_the_ledger()
     `ops status` and the notification say it) and the hint of lambdas/hints.py."""
     from demo.__main__ import file_outcome
 
-    runtime = json.dumps({"errorType": "SinkRejectedError", "errorMessage": "chunk 2 record 50 (file record 250): HTTP 400",
-                          "stackTrace": ["  File \"/var/task/register_chunk.py\", line 291\n"]})
-    page = json.dumps({"executionArn": "arn:aws:states:us-east-1:1:execution:p:evt-p2", "status": "FAILED",
-                       "error": "SinkRejectedError", "cause": runtime})
+    runtime = json.dumps(
+        {
+            "errorType": "SinkRejectedError",
+            "errorMessage": "chunk 2 record 50 (file record 250): HTTP 400",
+            "stackTrace": ['  File "/var/task/register_chunk.py", line 291\n'],
+        }
+    )
+    page = json.dumps(
+        {
+            "executionArn": "arn:aws:states:us-east-1:1:execution:p:evt-p2",
+            "status": "FAILED",
+            "error": "SinkRejectedError",
+            "cause": runtime,
+        }
+    )
     failed = {"status": "FAILED", "input": {"key": "acme/f.csv"}, "error": "States.TaskFailed", "cause": page}
-    closed = {"execution": "evt", "error": "SinkRejectedError", "cause": "chunk 2 record 50 (file record 250): HTTP 400",
-              "closed_as": "FAILED", "failed_in": None, "next_record": 250, "record_count": 1000, "chunk_size": 100}
+    closed = {
+        "execution": "evt",
+        "error": "SinkRejectedError",
+        "cause": "chunk 2 record 50 (file record 250): HTTP 400",
+        "closed_as": "FAILED",
+        "failed_in": None,
+        "next_record": 250,
+        "record_count": 1000,
+        "chunk_size": 100,
+    }
 
     assert file_outcome("acme", failed) == (
-        "acme: s3://.../acme/f.csv FAILED: SinkRejectedError: chunk 2 record 50 (file record 250): HTTP 400")
+        "acme: s3://.../acme/f.csv FAILED: SinkRejectedError: chunk 2 record 50 (file record 250): HTTP 400"
+    )
     assert file_outcome("acme", failed, closed).splitlines() == [
         "acme: s3://.../acme/f.csv FAILED: SinkRejectedError: chunk 2 record 50 (file record 250): HTTP 400",
         "  stopped at chunk 2 of 10, record 250 of 1,000 (records 0-249 reached the core system)",
@@ -193,10 +245,15 @@ def test_a_timed_out_run_says_what_had_not_closed_and_that_nothing_was_verified(
     from demo.__main__ import Plan, timeout_report
 
     at = T0
-    uploads = {"acme": [Upload(f"acme/{n}.csv", "v", n, 1) for n in range(3)], "beta": [Upload("beta/0.csv", "v", 0, 1)]}
+    uploads = {
+        "acme": [Upload(f"acme/{n}.csv", "v", n, 1) for n in range(3)],
+        "beta": [Upload("beta/0.csv", "v", 0, 1)],
+    }
     executions = {
-        "acme": [{"key": "acme/0.csv", "version_id": "v", "status": "SUCCEEDED", "startDate": at},
-                 {"key": "acme/1.csv", "version_id": "v", "status": "RUNNING", "startDate": at}],
+        "acme": [
+            {"key": "acme/0.csv", "version_id": "v", "status": "SUCCEEDED", "startDate": at},
+            {"key": "acme/1.csv", "version_id": "v", "status": "RUNNING", "startDate": at},
+        ],
         "beta": [{"key": "beta/0.csv", "version_id": "v", "status": "SUCCEEDED", "startDate": at}],
     }
 
@@ -204,12 +261,19 @@ def test_a_timed_out_run_says_what_had_not_closed_and_that_nothing_was_verified(
         def executions(self, tenant):
             return executions[tenant]
 
-    plan = Plan(files={"acme": sample_files("acme", "csv", files=4, records=1), "beta": sample_files("beta", "csv", files=1, records=1)},
-                expect_failure=set())
+    plan = Plan(
+        files={
+            "acme": sample_files("acme", "csv", files=4, records=1),
+            "beta": sample_files("beta", "csv", files=1, records=1),
+        },
+        expect_failure=set(),
+    )
     report = timeout_report(Pipe(), plan, uploads, 600)
-    assert report == ("timed out after 600 s before the run finished: acme 1 running, 1 queued, 1 not uploaded yet "
-                      "(of 4 files). Nothing was verified: raise --timeout, or run fewer or smaller files "
-                      "(--files, --records, --big-records).")
+    assert report == (
+        "timed out after 600 s before the run finished: acme 1 running, 1 queued, 1 not uploaded yet "
+        "(of 4 files). Nothing was verified: raise --timeout, or run fewer or smaller files "
+        "(--files, --records, --big-records)."
+    )
     assert "violated" not in report
 
 
@@ -221,10 +285,11 @@ def test_finish_times_name_every_tenant_from_the_first_upload():
     class Pipe:
         def executions(self, tenant):
             stops = {"slow": [130.0, 160.5], "fast": [104.2], "idle": []}[tenant]
-            return [{"stopDate": datetime.fromtimestamp(t, tz=timezone.utc)} for t in stops]
+            return [{"stopDate": datetime.fromtimestamp(t, tz=UTC)} for t in stops]
 
     assert finish_times(Pipe(), ["slow", "fast", "idle"], 100.0) == (
-        "Each tenant's last file closed at (from the first upload): slow 60.5 s, fast 4.2 s, idle -")
+        "Each tenant's last file closed at (from the first upload): slow 60.5 s, fast 4.2 s, idle -"
+    )
 
 
 class _Function:
@@ -272,8 +337,15 @@ def test_serve_describes_only_the_executions_it_has_not_shown():
     ones it has not printed yet (describing every execution every second kept moto busy)."""
     from demo.__main__ import newly_closed
 
-    listed = [{"executionArn": f"arn:{name}", "name": name, "status": status, "startDate": T0 + timedelta(seconds=n)}
-              for n, (name, status) in enumerate([("a", "SUCCEEDED"), ("b", "FAILED"), ("c", "RUNNING")])]
+    listed = [
+        {
+            "executionArn": f"arn:{name}",
+            "name": name,
+            "status": status,
+            "startDate": T0 + timedelta(seconds=n),
+        }
+        for n, (name, status) in enumerate([("a", "SUCCEEDED"), ("b", "FAILED"), ("c", "RUNNING")])
+    ]
     described: list[str] = []
 
     class StepFunctions:
@@ -282,7 +354,12 @@ def test_serve_describes_only_the_executions_it_has_not_shown():
 
         def describe_execution(self, executionArn):
             described.append(executionArn)
-            return {"name": executionArn[4:], "status": "FAILED", "input": '{"key": "acme/b.csv"}', "cause": "x"}
+            return {
+                "name": executionArn[4:],
+                "status": "FAILED",
+                "input": '{"key": "acme/b.csv"}',
+                "cause": "x",
+            }
 
     class Pipe:
         def __init__(self) -> None:

@@ -34,8 +34,9 @@ def _prose(text: str) -> str:
 
 def _slug(heading: str) -> str:
     # inline HTML, but not inside a code span (`targets.<name>` keeps its `name`, as on GitHub)
-    text = "".join(part if index % 2 else re.sub(r"<[^>]+>", "", part)
-                   for index, part in enumerate(heading.split("`")))
+    text = "".join(
+        part if index % 2 else re.sub(r"<[^>]+>", "", part) for index, part in enumerate(heading.split("`"))
+    )
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link's text only
     text = text.strip().lower()
     text = re.sub(r"[^\w\- ]", "", text)
@@ -55,8 +56,11 @@ def anchors(page: Path) -> set[str]:
 
 
 def links(page: Path) -> list[str]:
-    return [target for target in LINK.findall(_prose(page.read_text(encoding="utf-8")))
-            if not re.match(r"^[a-z][a-z0-9+.-]*:", target)]  # https:, mailto: ... are not ours
+    return [
+        target
+        for target in LINK.findall(_prose(page.read_text(encoding="utf-8")))
+        if not re.match(r"^[a-z][a-z0-9+.-]*:", target)
+    ]  # https:, mailto: ... are not ours
 
 
 def _shown(path: Path) -> Path:
@@ -79,7 +83,9 @@ def test_the_readme_is_a_front_door_of_at_most_300_lines():
     """GIVEN the README WHEN its lines are counted THEN it stays a front door: reference,
     runbooks and rationale live in docs/."""
     lines = README.read_text(encoding="utf-8").count("\n")
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move sections to docs/ (at most {README_MAX_LINES})"
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines; move sections to docs/ (at most {README_MAX_LINES})"
+    )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

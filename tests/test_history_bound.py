@@ -37,7 +37,11 @@ EXECUTION_EVENTS = 2  # ExecutionStarted, ExecutionSucceeded|Failed|TimedOut|Abo
 def machines(template: Template) -> dict[str, dict[str, Any]]:
     """{"parent": ..., "section": ..., "page": definition} with intrinsics replaced by placeholders."""
     found = {}
-    kinds = {"PipelinePageWorkflow": "page", "PipelineSectionWorkflow": "section", "PipelineWorkflow": "parent"}
+    kinds = {
+        "PipelinePageWorkflow": "page",
+        "PipelineSectionWorkflow": "section",
+        "PipelineWorkflow": "parent",
+    }
     for logical_id, machine in template.find_resources("AWS::StepFunctions::StateMachine").items():
         parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
         definition = json.loads("".join(p if isinstance(p, str) else "<ref>" for p in parts))
@@ -118,21 +122,30 @@ def loop_budget(states: dict[str, dict[str, Any]], loop: set[str], item_selector
     """How often a loop may run: the workflow must count it (a task's ResultSelector adds 1 to
     `invocation`, which the Map starts at 0) and leave it (a Choice in the loop goes out of it
     once `invocation` reaches a constant). Anything else is an unbounded loop: the test fails."""
-    counted = [n for n in loop if states[n].get("ResultSelector", {}).get("invocation.$")
-               == "States.MathAdd($.Payload.invocation, 1)"]
+    counted = [
+        n
+        for n in loop
+        if states[n].get("ResultSelector", {}).get("invocation.$")
+        == "States.MathAdd($.Payload.invocation, 1)"
+    ]
     assert len(counted) == 1, f"loop {sorted(loop)} is not counted"
     assert item_selector.get("invocation") == 0, "the count must start at 0 for each item"
     exits = [
         rule["NumericGreaterThanEquals"]
-        for n in loop if states[n]["Type"] == "Choice"
+        for n in loop
+        if states[n]["Type"] == "Choice"
         for rule in states[n]["Choices"]
-        if rule.get("Variable") == "$.invocation" and "NumericGreaterThanEquals" in rule and rule["Next"] not in loop
+        if rule.get("Variable") == "$.invocation"
+        and "NumericGreaterThanEquals" in rule
+        and rule["Next"] not in loop
     ]
     assert exits, f"loop {sorted(loop)} has no exit at a budget"
     # every way round the loop passes the counted task: without it, no cycle is left
     rest = {n: s for n, s in states.items() if n != counted[0]}
-    rest = {n: {**s, "Next": s["Next"]} if s.get("Next") in rest else {k: v for k, v in s.items() if k != "Next"}
-            for n, s in rest.items()}
+    rest = {
+        n: {**s, "Next": s["Next"]} if s.get("Next") in rest else {k: v for k, v in s.items() if k != "Next"}
+        for n, s in rest.items()
+    }
     for state in rest.values():
         if "Choices" in state:
             state["Choices"] = [c for c in state["Choices"] if c["Next"] in rest]
@@ -154,7 +167,9 @@ def items_of_page_map(page: dict[str, Any]) -> int:
     states = page["States"]
     first, end, step = array_range(states["PageChunks"]["Parameters"]["chunks.$"])
     assert (first, end, step) == ("$.first_chunk", "$.page.last", "1")
-    match = re.fullmatch(r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", states["PageEnd"]["Parameters"]["last.$"])
+    match = re.fullmatch(
+        r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", states["PageEnd"]["Parameters"]["last.$"]
+    )
     assert match, "the page's end must be first_chunk + a constant"
     # ClampToFile may only lower it (to the file's last chunk, taken when that is smaller)
     assert states["LastPage"]["Choices"] == [
@@ -179,8 +194,12 @@ def items_of_parent_map(parent: dict[str, Any], max_chunks: int) -> tuple[int, i
     ]
     assert states["OneSection"]["Default"] == "Pages" and states["Pages"]["Next"] == "PagesInOrder"
     assert int(per_section) % int(per_page) == 0, "a section must start on a page boundary"
-    assert not {"Pages", "PagesInOrder"} & reachable(states, "SectionsInOrder"), "the sections path runs pages"
-    assert not {"Sections", "SectionsInOrder"} & reachable(states, "PagesInOrder"), "the pages path runs sections"
+    assert not {"Pages", "PagesInOrder"} & reachable(states, "SectionsInOrder"), (
+        "the sections path runs pages"
+    )
+    assert not {"Sections", "SectionsInOrder"} & reachable(states, "PagesInOrder"), (
+        "the pages path runs sections"
+    )
     return -(-max_chunks // int(per_section)), int(per_section) // int(per_page), int(per_page)
 
 
@@ -190,7 +209,9 @@ def items_of_section_map(section: dict[str, Any]) -> tuple[int, int]:
     states = section["States"]
     first, end, per_page = array_range(states["SectionPages"]["Parameters"]["first_chunks.$"])
     assert (first, end) == ("$.first_chunk", "$.section.last")
-    match = re.fullmatch(r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", states["SectionEnd"]["Parameters"]["last.$"])
+    match = re.fullmatch(
+        r"States\.MathAdd\(\$\.first_chunk, (\d+)\)", states["SectionEnd"]["Parameters"]["last.$"]
+    )
     assert match, "the section's end must be first_chunk + a constant"
     assert states["LastSection"]["Choices"] == [
         {"Variable": "$.section.last", "NumericGreaterThanPath": "$.last_chunk", "Next": "ClampSection"}
@@ -198,7 +219,9 @@ def items_of_section_map(section: dict[str, Any]) -> tuple[int, int]:
     return -(-(int(match.group(1)) + 1) // int(per_page)), int(per_page)
 
 
-def bound(states: dict[str, dict[str, Any]], items: dict[str, int], item_selector: dict[str, Any] | None = None) -> int:
+def bound(
+    states: dict[str, dict[str, Any]], items: dict[str, int], item_selector: dict[str, Any] | None = None
+) -> int:
     """Events of every state of `states` entered as often as it may be (see the module docstring)."""
     entries = dict.fromkeys(states, 1)
     for loop in cycles(states):
@@ -227,13 +250,20 @@ def bounds(template: Template) -> dict[str, int]:
     max_chunks = split_max_chunks(template)
     sections, parent_pages, per_page = items_of_parent_map(found["parent"], max_chunks)
     pages, section_per_page = items_of_section_map(found["section"])
-    assert section_per_page == per_page and parent_pages == pages, "the parent and the section must agree on pages"
+    assert section_per_page == per_page and parent_pages == pages, (
+        "the parent and the section must agree on pages"
+    )
     assert items_of_page_map(found["page"]) == per_page, "the pages and the page's chunks must agree"
-    assert max(sections, pages, per_page) <= budgets.MAX_ARRAY_RANGE_ITEMS, "States.ArrayRange makes at most 1,000 items"
+    assert max(sections, pages, per_page) <= budgets.MAX_ARRAY_RANGE_ITEMS, (
+        "States.ArrayRange makes at most 1,000 items"
+    )
     return {
         # OneSection takes one of the two Maps, and neither leads to the other: the worst of both
-        "parent": EXECUTION_EVENTS + max(bound(found["parent"]["States"], {"PagesInOrder": pages, "SectionsInOrder": 0}),
-                                         bound(found["parent"]["States"], {"PagesInOrder": 0, "SectionsInOrder": sections})),
+        "parent": EXECUTION_EVENTS
+        + max(
+            bound(found["parent"]["States"], {"PagesInOrder": pages, "SectionsInOrder": 0}),
+            bound(found["parent"]["States"], {"PagesInOrder": 0, "SectionsInOrder": sections}),
+        ),
         "section": EXECUTION_EVENTS + bound(found["section"]["States"], {"PagesInOrder": pages}),
         "page": EXECUTION_EVENTS + bound(found["page"]["States"], {"ChunksInOrder": per_page}),
         "sections": sections,
@@ -286,10 +316,19 @@ def test_fails_when_a_loop_has_no_exit_at_its_budget(synthesized):
 def test_no_state_input_or_output_holds_a_list_that_grows_with_the_file(synthesized):
     """The payloads are counts, names and ranges; the only lists are the ArrayRanges checked
     above (at most max_pages page starts, at most chunks_per_page chunk indexes)."""
-    for payload in (contract.SplitResult, contract.PageTask, contract.ChunkTask, contract.ChunkProgress,
-                    contract.ExecutionInput, contract.CloseEvent):
+    for payload in (
+        contract.SplitResult,
+        contract.PageTask,
+        contract.ChunkTask,
+        contract.ChunkProgress,
+        contract.ExecutionInput,
+        contract.CloseEvent,
+    ):
         annotations = {key: str(value) for key, value in payload.__annotations__.items()}
-        assert not [key for key, kind in annotations.items() if "list" in kind], (payload.__name__, annotations)
+        assert not [key for key, kind in annotations.items() if "list" in kind], (
+            payload.__name__,
+            annotations,
+        )
     found = machines(synthesized.template("OrderedIngest-Tenant-acme"))
     assert found["parent"]["States"]["PagesInOrder"]["ResultPath"] is None
     assert found["parent"]["States"]["SectionsInOrder"]["ResultPath"] is None
@@ -299,8 +338,10 @@ def test_no_state_input_or_output_holds_a_list_that_grows_with_the_file(synthesi
 
 def test_largest_file_per_chunk_size_at_the_default_sink_settings():
     """What the table of docs/scaling.md, "Largest file", states (sink timeout 10 s, outage budget 1 h)."""
-    largest = {size: budgets.max_file_chunks(budgets.max_chunks_per_page(size, 10, 3600)) * size
-               for size in (1, 100, 250, 870)}
+    largest = {
+        size: budgets.max_file_chunks(budgets.max_chunks_per_page(size, 10, 3600)) * size
+        for size in (1, 100, 250, 870)
+    }
     assert largest == {1: 4_681_800, 100: 468_180_000, 250: 1_170_450_000, 870: 4_073_166_000}
 
 
@@ -317,7 +358,9 @@ def test_batch_mode_pages_are_budgeted_by_requests_not_records():
     """GIVEN chunks of 10,000 records sent in batches of 1,000 (10 requests a chunk) WHEN the page
     budget is computed THEN it counts the batch requests: pages hold as many chunks as record mode
     at chunk size 10 does, so a 10M-record file fits; counting records would fit far fewer."""
-    assert budgets.register_invocation_budget(10_000, 10, 3600, 1000) == budgets.register_invocation_budget(10, 10, 3600)
+    assert budgets.register_invocation_budget(10_000, 10, 3600, 1000) == budgets.register_invocation_budget(
+        10, 10, 3600
+    )
     per_page = budgets.max_chunks_per_page(10_000, 10, 3600, 1000)
     assert per_page >= 1 and budgets.max_file_chunks(per_page) * 10_000 >= 10_000_000
     assert budgets.max_chunks_per_page(10_000, 10, 3600) < per_page

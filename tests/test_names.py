@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-
 from lambdas import contract
 from lambdas.contract import (
     MAX_CHUNK_INDEX,
@@ -23,7 +22,6 @@ from lambdas.contract import (
     SECTION_EXECUTION_NAME_FORMAT,
     execution_name,
 )
-
 from ops.reconcile import ObjectVersion, replay_event_id
 from pipeline_constructs import budgets, routing
 from tests.conftest import synthesize
@@ -34,15 +32,24 @@ LOGGABLE_NAME = re.compile(r"[0-9A-Za-z_-]+")
 
 def longest_replay_event_id() -> str:
     """The event id `ops reconcile --replay` gives a version with the longest key S3 allows."""
-    version = ObjectVersion(bucket="b" * 63, key="k" * 1024, version_id="v" * 1024,
-                            last_modified=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), size=1, etag=None)
+    version = ObjectVersion(
+        bucket="b" * 63,
+        key="k" * 1024,
+        version_id="v" * 1024,
+        last_modified=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        size=1,
+        etag=None,
+    )
     return replay_event_id(version)
 
 
 def children(name: str) -> list[str]:
     """The page and section executions the workflow names after a file's execution, at the
     largest chunk index."""
-    return [form.format(name, MAX_CHUNK_INDEX) for form in (PAGE_EXECUTION_NAME_FORMAT, SECTION_EXECUTION_NAME_FORMAT)]
+    return [
+        form.format(name, MAX_CHUNK_INDEX)
+        for form in (PAGE_EXECUTION_NAME_FORMAT, SECTION_EXECUTION_NAME_FORMAT)
+    ]
 
 
 @pytest.mark.parametrize("family", NAME_FAMILIES, ids=lambda f: f.template)
@@ -85,7 +92,7 @@ EVENT_IDS = [
     "x" * 5000,
     "has space",
     "slash/and#hash",
-    "brackets<>{}[]?*\"%\\^|~`$&,;:",
+    'brackets<>{}[]?*"%\\^|~`$&,;:',
     "control\x00\x1f\x7f\x9f",
     "unicode-é-日本",
     "under_score",
@@ -96,7 +103,9 @@ EVENT_IDS = [
 
 
 @pytest.mark.parametrize("attempt", [0, 1, 999, 10**6, 10**70])
-def test_every_event_id_and_attempt_gets_a_name_step_functions_accepts_and_its_children_fit(attempt: int) -> None:
+def test_every_event_id_and_attempt_gets_a_name_step_functions_accepts_and_its_children_fit(
+    attempt: int,
+) -> None:
     for event_id in EVENT_IDS:
         name = execution_name(event_id, attempt)
         assert LOGGABLE_NAME.fullmatch(name), (event_id, name)
@@ -122,10 +131,24 @@ def test_distinct_event_ids_and_attempts_never_share_a_name() -> None:
     """Inputs chosen to collide under a naive scheme: an id that looks like another's resume
     (`a-r1` vs `a` resumed once), ids equal once unusable characters are dropped, ids equal in
     their first characters, a hashed name used as an id, attempts too long for a suffix."""
-    ids = EVENT_IDS + [
-        "a", "a-r1", "a-r1-r1", "ab", "a b", "a/b", "a_b", "A", "a-", "-a",
-        "p" * 200 + "1", "p" * 200 + "2", execution_name("x" * 5000), execution_name("a-r1"),
-        *(f"reconcile-{n:032x}" for n in range(200)), *(str(uuid.UUID(int=n)) for n in range(200)),
+    ids = [
+        *EVENT_IDS,
+        "a",
+        "a-r1",
+        "a-r1-r1",
+        "ab",
+        "a b",
+        "a/b",
+        "a_b",
+        "A",
+        "a-",
+        "-a",
+        "p" * 200 + "1",
+        "p" * 200 + "2",
+        execution_name("x" * 5000),
+        execution_name("a-r1"),
+        *(f"reconcile-{n:032x}" for n in range(200)),
+        *(str(uuid.UUID(int=n)) for n in range(200)),
     ]
     pairs = [(event_id, attempt) for event_id in dict.fromkeys(ids) for attempt in (0, 1, 2, 10, 10**70)]
     names = {execution_name(event_id, attempt) for event_id, attempt in pairs}
@@ -175,7 +198,10 @@ def _resolved(value: object) -> str:
         return value
     assert isinstance(value, dict) and "Fn::Join" in value, value
     separator, parts = value["Fn::Join"]
-    pseudo = {"AWS::AccountId": contract.LONGEST_PARTS["account"], "AWS::Region": contract.LONGEST_PARTS["region"]}
+    pseudo = {
+        "AWS::AccountId": contract.LONGEST_PARTS["account"],
+        "AWS::Region": contract.LONGEST_PARTS["region"],
+    }
     return separator.join(part if isinstance(part, str) else pseudo[part["Ref"]] for part in parts)
 
 

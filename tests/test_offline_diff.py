@@ -102,11 +102,14 @@ def test_summary_marks_the_replaced_queue_as_destructive(report):
     assert changes["PipelineController2FC8D912"] == ("AWS::Lambda::Function", "changed", False)
     # Its event source mapping is replaced with it (`EventSourceArn: !GetAtt Queue.Arn`), though
     # its own template is the same: the full diff says so, and so does the summary.
-    assert changes["PipelineControllerSqsEventSourceOrderedIngestTenantacmePipelineQueue862B8852717D6D55"] == (
-        "AWS::Lambda::EventSourceMapping", "replaced", False)
+    assert changes[
+        "PipelineControllerSqsEventSourceOrderedIngestTenantacmePipelineQueue862B8852717D6D55"
+    ] == ("AWS::Lambda::EventSourceMapping", "replaced", False)
     summary = render_summary(report)
-    assert "Destructive changes (a queue, table, bucket, key or log group replaced or removed): 1\n" \
-           "  OrderedIngest-Tenant-acme: AWS::SQS::Queue PipelineQueueC13966F5 replaced" in summary
+    assert (
+        "Destructive changes (a queue, table, bucket, key or log group replaced or removed): 1\n"
+        "  OrderedIngest-Tenant-acme: AWS::SQS::Queue PipelineQueueC13966F5 replaced" in summary
+    )
 
 
 def test_summary_lists_the_shared_stack_under_other_stacks(report):
@@ -136,22 +139,31 @@ def test_swapped_revisions_report_the_tenant_as_removed(assemblies, tmp_path):
     report = build_report([head], [base], tmp_path)
     assert "Tenants\n  added:    -\n  removed:  beta\n  changed:  acme\n" in render_summary(report)
     # cdk deploy leaves a stack that left the app in place: the full diff says so.
-    assert "Stack OrderedIngest-Tenant-beta\n(removed: not in the head revision; `cdk deploy` does " \
-           "not delete it, `cdk destroy OrderedIngest-Tenant-beta` does)" in render_full(report)
+    assert (
+        "Stack OrderedIngest-Tenant-beta\n(removed: not in the head revision; `cdk deploy` does "
+        "not delete it, `cdk destroy OrderedIngest-Tenant-beta` does)" in render_full(report)
+    )
 
 
 def test_identical_revisions_report_no_difference(assemblies, tmp_path):
     base, _ = assemblies
     report = build_report([base], [base], tmp_path)
     assert not report.different
-    assert render_summary(report) == "No difference: every stack's template is identical (CDK metadata aside)."
+    assert (
+        render_summary(report) == "No difference: every stack's template is identical (CDK metadata aside)."
+    )
 
 
 def test_a_qualified_tenant_stack_is_named_by_its_tenant():
     """A copy of the app with `qualifier: q1`: its tenant stacks are found as the app's are."""
-    assert [TENANT_STACK.match(name)["tenant"] for name in (
-        "q1-OrderedIngest-Tenant-acme", "prod/q1-OrderedIngest-Tenant-a-b", "OrderedIngest-Tenant-q1-acme")] == [
-        "acme", "a-b", "q1-acme"]
+    assert [
+        TENANT_STACK.match(name)["tenant"]
+        for name in (
+            "q1-OrderedIngest-Tenant-acme",
+            "prod/q1-OrderedIngest-Tenant-a-b",
+            "OrderedIngest-Tenant-q1-acme",
+        )
+    ] == ["acme", "a-b", "q1-acme"]
     assert TENANT_STACK.match("q1-OrderedIngest-Shared") is None
 
 
@@ -179,22 +191,33 @@ def test_summary_lists_what_the_cli_replaces_through_a_reference_to_a_replaced_r
     """GIVEN a queue made FIFO (replaced) and, unchanged in the template, the event source
     mapping and the topic subscription that refer to it (`!GetAtt Queue.Arn`) WHEN the two
     assemblies are diffed THEN the CLI replaces them too, and so does the summary."""
+
     def cascade_app(outdir: Path, fifo: bool) -> Path:
         app = App(outdir=str(outdir))
         stack = Stack(app, "OrderedIngest-Tenant-zeta")
         queue = sqs.Queue(stack, "Queue", fifo=fifo or None, enforce_ssl=True)
-        controller = lambda_.Function(stack, "Controller", runtime=lambda_.Runtime.PYTHON_3_12,
-                                      handler="index.handler", code=lambda_.Code.from_inline("def handler(e, c): pass"))
+        controller = lambda_.Function(
+            stack,
+            "Controller",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            handler="index.handler",
+            code=lambda_.Code.from_inline("def handler(e, c): pass"),
+        )
         controller.add_event_source(event_sources.SqsEventSource(queue, batch_size=1))
         sns.Topic(stack, "Topic", fifo=fifo or None).add_subscription(subscriptions.SqsSubscription(queue))
         app.synth()
         return outdir
 
-    report = build_report([cascade_app(tmp_path / "base", False)], [cascade_app(tmp_path / "head", True)], tmp_path)
+    report = build_report(
+        [cascade_app(tmp_path / "base", False)], [cascade_app(tmp_path / "head", True)], tmp_path
+    )
     (stack,) = report.stacks
     assert sorted((r.resource_type, r.change) for r in stack.resources) == [
-        ("AWS::Lambda::EventSourceMapping", "replaced"), ("AWS::SNS::Subscription", "replaced"),
-        ("AWS::SNS::Topic", "replaced"), ("AWS::SQS::Queue", "replaced")]
+        ("AWS::Lambda::EventSourceMapping", "replaced"),
+        ("AWS::SNS::Subscription", "replaced"),
+        ("AWS::SNS::Topic", "replaced"),
+        ("AWS::SQS::Queue", "replaced"),
+    ]
     summary, full = render_summary(report), render_full(report)
     for resource_type in ("AWS::Lambda::EventSourceMapping", "AWS::SNS::Subscription"):
         assert re.search(rf"^\[~\] {resource_type} .* replace$", full, re.MULTILINE)
@@ -202,8 +225,12 @@ def test_summary_lists_what_the_cli_replaces_through_a_reference_to_a_replaced_r
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-                   cwd=repo, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
 
 
 def _main_with_a_code_change(repo: Path, argv: list[str]) -> int:
@@ -220,10 +247,26 @@ def throwaway_repo(tmp_path_factory) -> Path:
     """The app's code in a new repository: commit 1 has BASE_TENANTS, commit 2 HEAD_TENANTS."""
     repo = tmp_path_factory.mktemp("repo") / "app"
     # The whole working tree but what is installed, generated or git's own.
-    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "node_modules", "cdk.out", "__pycache__", ".pytest_cache", ".hypothesis",
-        "mutants", ".local", "run", "tests", "bench", "docs", "tenants.yaml",
-    ))
+    shutil.copytree(
+        ROOT,
+        repo,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "node_modules",
+            "cdk.out",
+            "__pycache__",
+            ".pytest_cache",
+            ".hypothesis",
+            "mutants",
+            ".local",
+            "run",
+            "tests",
+            "bench",
+            "docs",
+            "tenants.yaml",
+        ),
+    )
     _git(repo, "init", "--quiet", "--initial-branch=main")
     (repo / "tenants.yaml").write_text(BASE_TENANTS)
     _git(repo, "add", "-A")
@@ -245,9 +288,14 @@ def test_git_revision_path_synthesizes_both_revisions(throwaway_repo, capsys):
     assert "Tenants\n  added:    beta\n  removed:  -\n  changed:  acme\n" in out
     assert "[~] AWS::SQS::Queue Pipeline/Queue PipelineQueueC13966F5 replace" in out
     # The CLI's synth adds path metadata: the summary names the construct as the CLI does.
-    assert re.search(r"replaced +AWS::SQS::Queue +PipelineQueueC13966F5  \(Pipeline/Queue\)  DESTRUCTIVE\n", out)
-    assert re.search(r"replaced +AWS::Lambda::EventSourceMapping +PipelineControllerSqsEventSource\S+  "
-                     r"\(Pipeline/Controller/SqsEventSource:\S+\)\n", out)
+    assert re.search(
+        r"replaced +AWS::SQS::Queue +PipelineQueueC13966F5  \(Pipeline/Queue\)  DESTRUCTIVE\n", out
+    )
+    assert re.search(
+        r"replaced +AWS::Lambda::EventSourceMapping +PipelineControllerSqsEventSource\S+  "
+        r"\(Pipeline/Controller/SqsEventSource:\S+\)\n",
+        out,
+    )
 
 
 def test_fails_when_the_base_revision_does_not_exist(throwaway_repo, capsys):
@@ -265,7 +313,10 @@ def test_the_base_uses_its_own_copy_of_a_tenants_file_in_the_repository(tmp_path
         (root / "config").mkdir(parents=True)
         (root / "config" / "tenants.yaml").write_text(root.name)
     # In the repository: the base revision's version of the same path.
-    assert base_tenants_file(repo, base, repo / "config" / "tenants.yaml", "v1") == base / "config" / "tenants.yaml"
+    assert (
+        base_tenants_file(repo, base, repo / "config" / "tenants.yaml", "v1")
+        == base / "config" / "tenants.yaml"
+    )
 
 
 def test_fails_when_the_base_has_no_copy_of_the_tenants_file(tmp_path):
@@ -282,13 +333,19 @@ def test_fails_when_the_base_has_no_copy_of_the_tenants_file(tmp_path):
         f"tenants file {outside} is outside the repository {repo}, so origin/main has no copy of it to compare "
         "it with; name the base's tenants file (--base-tenants FILE):\n"
         "  BASE_TENANTS=path/to/the/version/deployed/now  compares the two files, on the working tree's code\n"
-        f"  BASE_TENANTS={outside}  the same file: what the code change since origin/main does to it")
-    with pytest.raises(DiffError, match=r"^tenants file new.yaml is not in v1 \(a new file\), so v1 has no copy "
-                                        r"of it to compare it with; name the base's tenants file"):
+        f"  BASE_TENANTS={outside}  the same file: what the code change since origin/main does to it"
+    )
+    with pytest.raises(
+        DiffError,
+        match=r"^tenants file new.yaml is not in v1 \(a new file\), so v1 has no copy "
+        r"of it to compare it with; name the base's tenants file",
+    ):
         base_tenants_file(repo, base, repo / "new.yaml", "v1")
 
 
-def test_a_tenants_file_outside_the_repository_is_refused_without_base_tenants(throwaway_repo, tmp_path, capsys):
+def test_a_tenants_file_outside_the_repository_is_refused_without_base_tenants(
+    throwaway_repo, tmp_path, capsys
+):
     # GIVEN a tenants file outside the repository, the same as the committed one
     outside = tmp_path / "tenants.yaml"
     outside.write_text(HEAD_TENANTS)
@@ -297,12 +354,16 @@ def test_a_tenants_file_outside_the_repository_is_refused_without_base_tenants(t
     captured = capsys.readouterr()
     assert code == EXIT_ERROR
     assert captured.err.startswith(f"offline diff: tenants file {outside} is outside the repository")
-    assert f"\n  BASE_TENANTS={outside}  the same file: what the code change since HEAD does to it\n" in captured.err
+    assert (
+        f"\n  BASE_TENANTS={outside}  the same file: what the code change since HEAD does to it\n"
+        in captured.err
+    )
     assert "No cell is touched" not in captured.out and "No difference" not in captured.out
 
 
-def test_base_tenants_compares_two_files_outside_the_repository_on_todays_code(throwaway_repo, tmp_path, capsys,
-                                                                               monkeypatch):
+def test_base_tenants_compares_two_files_outside_the_repository_on_todays_code(
+    throwaway_repo, tmp_path, capsys, monkeypatch
+):
     """Another file as BASE_TENANTS: no base revision is read (none exists here), the cells the
     change touches are synthesized on each side with the working tree's code."""
     import tools.offline_diff as offline_diff
@@ -312,17 +373,30 @@ def test_base_tenants_compares_two_files_outside_the_repository_on_todays_code(t
     monkeypatch.setattr(offline_diff, "build_report", lambda base, head, scratch: offline_diff.Report())
     (tmp_path / "old.yaml").write_text(BASE_TENANTS)
     (tmp_path / "new.yaml").write_text(HEAD_TENANTS)
-    code = main(["--base", "origin/main", "--repo", str(throwaway_repo), "--tenants", str(tmp_path / "new.yaml"),
-                 "--base-tenants", str(tmp_path / "old.yaml")])
+    code = main(
+        [
+            "--base",
+            "origin/main",
+            "--repo",
+            str(throwaway_repo),
+            "--tenants",
+            str(tmp_path / "new.yaml"),
+            "--base-tenants",
+            str(tmp_path / "old.yaml"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == EXIT_SAME, out
     assert f"base: working tree, tenants {tmp_path / 'old.yaml'}" in out
     assert [(run.source, run.tenants, run.cell) for run in runs] == [
-        (throwaway_repo, tmp_path / "old.yaml", "app"), (throwaway_repo, tmp_path / "new.yaml", "app")]
+        (throwaway_repo, tmp_path / "old.yaml", "app"),
+        (throwaway_repo, tmp_path / "new.yaml", "app"),
+    ]
 
 
-def test_the_same_file_as_base_tenants_shows_what_the_code_change_does_to_it(throwaway_repo, tmp_path, capsys,
-                                                                            monkeypatch):
+def test_the_same_file_as_base_tenants_shows_what_the_code_change_does_to_it(
+    throwaway_repo, tmp_path, capsys, monkeypatch
+):
     """GIVEN a tenants file outside the repository and a code change in the working tree WHEN it
     is its own BASE_TENANTS THEN the base revision's code and the working tree's synthesize it."""
     import tools.offline_diff as offline_diff
@@ -332,8 +406,19 @@ def test_the_same_file_as_base_tenants_shows_what_the_code_change_does_to_it(thr
     monkeypatch.setattr(offline_diff, "build_report", lambda base, head, scratch: offline_diff.Report())
     outside = tmp_path / "tenants.yaml"
     outside.write_text(HEAD_TENANTS)
-    code = _main_with_a_code_change(throwaway_repo, ["--base", "HEAD", "--repo", str(throwaway_repo),
-                                                     "--tenants", str(outside), "--base-tenants", str(outside)])
+    code = _main_with_a_code_change(
+        throwaway_repo,
+        [
+            "--base",
+            "HEAD",
+            "--repo",
+            str(throwaway_repo),
+            "--tenants",
+            str(outside),
+            "--base-tenants",
+            str(outside),
+        ],
+    )
     out = capsys.readouterr().out
     assert code == EXIT_SAME, out
     assert "The code changed: every stack of both revisions is synthesized." in out
@@ -372,8 +457,9 @@ def test_a_change_of_one_tenant_synthesizes_and_diffs_its_cell_only(throwaway_re
     (throwaway_repo / "tenants.yaml").write_text(SHARDED_BASE)
     _git(throwaway_repo, "commit", "--quiet", "-am", "sharded")
     try:
-        (throwaway_repo / "tenants.yaml").write_text(SHARDED_BASE.replace(
-            "prefix: initech/incoming/}", "prefix: initech/incoming/, chunk_size: 50}"))
+        (throwaway_repo / "tenants.yaml").write_text(
+            SHARDED_BASE.replace("prefix: initech/incoming/}", "prefix: initech/incoming/, chunk_size: 50}")
+        )
         code = main(["--base", "HEAD", "--repo", str(throwaway_repo), "--strict"])
         out = capsys.readouterr().out
         assert code == EXIT_DIFFERENT, out  # --strict (CI): differences fail
@@ -388,7 +474,9 @@ def test_a_change_of_one_tenant_synthesizes_and_diffs_its_cell_only(throwaway_re
         _git(throwaway_repo, "reset", "--quiet", "--hard", "HEAD~1")
 
 
-def test_a_change_of_the_code_synthesizes_both_whole_revisions(throwaway_repo, assemblies, capsys, monkeypatch):
+def test_a_change_of_the_code_synthesizes_both_whole_revisions(
+    throwaway_repo, assemblies, capsys, monkeypatch
+):
     """GIVEN the last commit's tenants change and a code change in the working tree WHEN the
     previous commit is diffed THEN each side is one synth of its whole revision (the base from
     its own exported source, the head from the working tree), and the report compares them.
@@ -417,24 +505,37 @@ def test_a_change_of_the_code_synthesizes_both_whole_revisions(throwaway_repo, a
 
 def test_make_diff_passes_strict_only_when_asked():
     """`make diff` exits 0 once the diff is printed; `make diff STRICT=1` (CI) adds --strict."""
+
     def command(*variables: str) -> str:
-        dry_run = subprocess.run(["make", "--no-print-directory", "-n", "diff", "BASE=v1", *variables], cwd=ROOT,
-                                 capture_output=True, text=True, check=True, timeout=60)
+        dry_run = subprocess.run(
+            ["make", "--no-print-directory", "-n", "diff", "BASE=v1", *variables],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
         return dry_run.stdout.strip().splitlines()[-1]
 
     assert command() == "python -m tools.offline_diff --base v1 --tenants tenants.yaml"
     assert command("STRICT=1") == "python -m tools.offline_diff --base v1 --tenants tenants.yaml --strict"
     assert command("SUMMARY=1") == "python -m tools.offline_diff --base v1 --tenants tenants.yaml --summary"
     assert command("TENANTS=/srv/t.yaml", "BASE_TENANTS=/srv/old.yaml") == (
-        "python -m tools.offline_diff --base v1 --tenants /srv/t.yaml --base-tenants /srv/old.yaml")
+        "python -m tools.offline_diff --base v1 --tenants /srv/t.yaml --base-tenants /srv/old.yaml"
+    )
 
 
 def test_a_change_of_the_cdk_metadata_alone_is_no_difference(tmp_path):
     """The CLI's `AWS::CDK::Metadata` resource records the CDK version and feature flags in use:
     `cdk diff` hides its changes, and so does the offline diff (a CDK upgrade is no news)."""
+
     def stack(analytics: str, queue: dict) -> dict[str, StackTemplate]:
-        template = {"Resources": {"CDKMetadata": {"Type": "AWS::CDK::Metadata", "Properties": {"Analytics": analytics}},
-                                  "Queue": {"Type": "AWS::SQS::Queue", "Properties": queue}}}
+        template = {
+            "Resources": {
+                "CDKMetadata": {"Type": "AWS::CDK::Metadata", "Properties": {"Analytics": analytics}},
+                "Queue": {"Type": "AWS::SQS::Queue", "Properties": queue},
+            }
+        }
         return {"S": StackTemplate("S", tmp_path / "S.template.json", template)}
 
     assert compare_stacks(stack("v2:a", {}), stack("v2:b", {})) == []

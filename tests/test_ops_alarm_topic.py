@@ -12,8 +12,10 @@ from ops.cli import EXIT_OK
 from ops.status import alarm_topic, render_alarm_topic
 from tests.test_ops import Deployment
 
-NOBODY_FIX = ("add notifications.emails or notifications.subscriptions to tenants.yaml and deploy "
-              "(docs/operations.md#who-gets-the-alarms)")
+NOBODY_FIX = (
+    "add notifications.emails or notifications.subscriptions to tenants.yaml and deploy "
+    "(docs/operations.md#who-gets-the-alarms)"
+)
 
 
 def with_alarm_topic(deployment: Deployment, *endpoints: tuple[str, str]) -> str:
@@ -23,10 +25,15 @@ def with_alarm_topic(deployment: Deployment, *endpoints: tuple[str, str]) -> str
     arn = sns.create_topic(Name="OrderedIngest-Shared-SharedAlarmTopic")["TopicArn"]
     for protocol, endpoint in endpoints:
         sns.subscribe(TopicArn=arn, Protocol=protocol, Endpoint=endpoint)
-    deployment.clients("cloudformation").update_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
-        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {"LedgerTableName": {"Value": "ledger"}, "AlarmTopicArn": {"Value": arn}},
-    }))
+    deployment.clients("cloudformation").update_stack(
+        StackName="OrderedIngest-Shared",
+        TemplateBody=json.dumps(
+            {
+                "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                "Outputs": {"LedgerTableName": {"Value": "ledger"}, "AlarmTopicArn": {"Value": arn}},
+            }
+        ),
+    )
     return arn
 
 
@@ -36,7 +43,9 @@ def deployment(moto_account: None) -> Any:
 
 
 def test_status_first_line_names_the_alarm_topic_and_its_subscriptions(deployment):
-    arn = with_alarm_topic(deployment, ("email", "oncall@example.com"), ("https", "https://alerts.example.com/in"))
+    arn = with_alarm_topic(
+        deployment, ("email", "oncall@example.com"), ("https", "https://alerts.example.com/in")
+    )
     code, out = deployment.ops("status")
     assert code == EXIT_OK
     assert out.splitlines()[0] == f"alarm topic: {arn} (2 subscriptions)"
@@ -47,7 +56,10 @@ def test_fails_when_nobody_is_subscribed_status_says_alarms_reach_nobody_and_the
     arn = with_alarm_topic(deployment)
     code, out = deployment.ops("status", "acme")
     assert code == EXIT_OK
-    assert out.splitlines()[0] == f"alarm topic: {arn}: no confirmed subscription, alarms reach nobody; {NOBODY_FIX}"
+    assert (
+        out.splitlines()[0]
+        == f"alarm topic: {arn}: no confirmed subscription, alarms reach nobody; {NOBODY_FIX}"
+    )
 
 
 def test_status_json_is_the_tenants_only_and_an_older_shared_stack_shows_no_topic_line(deployment):
@@ -73,7 +85,9 @@ class _Sns:
                 if outer.error:
                     from botocore.exceptions import ClientError
 
-                    raise ClientError({"Error": {"Code": outer.error, "Message": "no"}}, "ListSubscriptionsByTopic")
+                    raise ClientError(
+                        {"Error": {"Code": outer.error, "Message": "no"}}, "ListSubscriptionsByTopic"
+                    )
                 return [{"Subscriptions": outer.subscriptions}]
 
         return Paginator()
@@ -84,7 +98,11 @@ class _Cfn:
         self.arn = arn
 
     def describe_stacks(self, StackName: str) -> dict[str, Any]:
-        return {"Stacks": [{"StackName": StackName, "Outputs": [{"OutputKey": "AlarmTopicArn", "OutputValue": self.arn}]}]}
+        return {
+            "Stacks": [
+                {"StackName": StackName, "Outputs": [{"OutputKey": "AlarmTopicArn", "OutputValue": self.arn}]}
+            ]
+        }
 
 
 TOPIC = "arn:aws:sns:eu-west-1:111111111111:central-alarms"
@@ -94,11 +112,17 @@ def test_a_subscription_pending_confirmation_is_not_counted_as_someone_who_gets_
     pending = alarm_topic([], _Cfn(TOPIC), _Sns([{"SubscriptionArn": "PendingConfirmation"}]))
     assert render_alarm_topic(pending) == (
         f"alarm topic: {TOPIC}: no confirmed subscription, 1 pending confirmation, alarms reach nobody; confirm it "
-        "(the link SNS sent) (docs/operations.md#who-gets-the-alarms)")
-    mixed = alarm_topic([], _Cfn(TOPIC), _Sns([{"SubscriptionArn": f"{TOPIC}:1"}, {"SubscriptionArn": "PendingConfirmation"}]))
+        "(the link SNS sent) (docs/operations.md#who-gets-the-alarms)"
+    )
+    mixed = alarm_topic(
+        [], _Cfn(TOPIC), _Sns([{"SubscriptionArn": f"{TOPIC}:1"}, {"SubscriptionArn": "PendingConfirmation"}])
+    )
     assert render_alarm_topic(mixed) == f"alarm topic: {TOPIC} (1 subscription, 1 pending confirmation)"
 
 
 def test_a_topic_of_another_account_whose_subscriptions_are_not_readable_is_still_named():
     topic = alarm_topic([], _Cfn(TOPIC), _Sns(error="AuthorizationError"))
-    assert render_alarm_topic(topic) == f"alarm topic: {TOPIC} (its subscriptions could not be listed: AuthorizationError)"
+    assert (
+        render_alarm_topic(topic)
+        == f"alarm topic: {TOPIC} (its subscriptions could not be listed: AuthorizationError)"
+    )

@@ -10,32 +10,58 @@ from typing import Any
 
 import boto3
 import pytest
-from tests.conftest import create_ledger_table
-
 
 from ops.cli import EXIT_ERROR, EXIT_LEFT_IN_DLQ, EXIT_NOT_FOUND, EXIT_OK, main
+from tests.conftest import create_ledger_table
 
 REGION = "us-east-1"
 
 
-def file_event(key: str, time: str, sequencer: str = "0055AED6DCD90281E5", event_id: str | None = None) -> str:
+def file_event(
+    key: str, time: str, sequencer: str = "0055AED6DCD90281E5", event_id: str | None = None
+) -> str:
     """An S3 "Object Created" event as EventBridge delivers it (and dead-letters it)."""
-    return json.dumps({
-        "version": "0", "id": event_id or str(uuid.uuid4()), "detail-type": "Object Created", "source": "aws.s3",
-        "account": "123456789012", "time": time, "region": REGION, "resources": ["arn:aws:s3:::landing"],
-        "detail": {"version": "0", "bucket": {"name": "landing"},
-                   "object": {"key": key, "size": 10, "etag": "e", "version-id": "v-" + key, "sequencer": sequencer},
-                   "reason": "PutObject"},
-    })
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id or str(uuid.uuid4()),
+            "detail-type": "Object Created",
+            "source": "aws.s3",
+            "account": "123456789012",
+            "time": time,
+            "region": REGION,
+            "resources": ["arn:aws:s3:::landing"],
+            "detail": {
+                "version": "0",
+                "bucket": {"name": "landing"},
+                "object": {
+                    "key": key,
+                    "size": 10,
+                    "etag": "e",
+                    "version-id": "v-" + key,
+                    "sequencer": sequencer,
+                },
+                "reason": "PutObject",
+            },
+        }
+    )
 
 
 def status_event(execution: str, status: str = "SUCCEEDED") -> str:
-    return json.dumps({
-        "version": "0", "id": str(uuid.uuid4()), "detail-type": "Step Functions Execution Status Change",
-        "source": "aws.states", "time": "2026-11-30T10:00:00Z",
-        "detail": {"executionArn": f"arn:aws:states:{REGION}:123456789012:execution:acme-file-ingest-workflow:{execution}",
-                   "name": execution, "status": status},
-    })
+    return json.dumps(
+        {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "Step Functions Execution Status Change",
+            "source": "aws.states",
+            "time": "2026-11-30T10:00:00Z",
+            "detail": {
+                "executionArn": f"arn:aws:states:{REGION}:123456789012:execution:acme-file-ingest-workflow:{execution}",
+                "name": execution,
+                "status": status,
+            },
+        }
+    )
 
 
 class DeadLetters:
@@ -45,44 +71,77 @@ class DeadLetters:
         self.clients = lambda service: boto3.client(service, region_name=REGION)
         sqs, cfn = self.clients("sqs"), self.clients("cloudformation")
         if fifo:
-            self.queue_url = sqs.create_queue(QueueName="acme-event-queue.fifo", Attributes={
-                "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+            self.queue_url = sqs.create_queue(
+                QueueName="acme-event-queue.fifo",
+                Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+            )["QueueUrl"]
         else:
             self.queue_url = sqs.create_queue(QueueName="acme-event-queue")["QueueUrl"]
         self.dlq_url = sqs.create_queue(QueueName="acme-intake-dlq")["QueueUrl"]
         self.closer_calls: list[dict[str, Any]] = []
         self.closer_fails = closer_fails
-        cfn.create_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
-            "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"LedgerTableName": {"Value": "ledger"}},
-        }))
-        outputs = {"TenantId": "acme", "QueueUrl": self.queue_url, "StateMachineArn": "arn:aws:states:x",
-                   "LandingPrefix": "acme/", "OnFailure": "halt", "IntakeDlqUrl": self.dlq_url,
-                   "CloserFunctionName": "acme-close-file"}
-        cfn.create_stack(StackName="OrderedIngest-Tenant-acme", TemplateBody=json.dumps({
-            "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-            "Outputs": {f"Pipeline{name}0A1B2C3D": {"Value": value} for name, value in outputs.items()},
-        }))
+        cfn.create_stack(
+            StackName="OrderedIngest-Shared",
+            TemplateBody=json.dumps(
+                {
+                    "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                    "Outputs": {"LedgerTableName": {"Value": "ledger"}},
+                }
+            ),
+        )
+        outputs = {
+            "TenantId": "acme",
+            "QueueUrl": self.queue_url,
+            "StateMachineArn": "arn:aws:states:x",
+            "LandingPrefix": "acme/",
+            "OnFailure": "halt",
+            "IntakeDlqUrl": self.dlq_url,
+            "CloserFunctionName": "acme-close-file",
+        }
+        cfn.create_stack(
+            StackName="OrderedIngest-Tenant-acme",
+            TemplateBody=json.dumps(
+                {
+                    "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                    "Outputs": {
+                        f"Pipeline{name}0A1B2C3D": {"Value": value} for name, value in outputs.items()
+                    },
+                }
+            ),
+        )
         self.sqs = sqs
 
     def client(self, service: str) -> Any:
         return _Closer(self) if service == "lambda" else self.clients(service)
 
     def dead_letter(self, body: str, **attributes: str) -> None:
-        self.sqs.send_message(QueueUrl=self.dlq_url, MessageBody=body, MessageAttributes={
-            name: {"DataType": "String", "StringValue": value} for name, value in attributes.items()})
+        self.sqs.send_message(
+            QueueUrl=self.dlq_url,
+            MessageBody=body,
+            MessageAttributes={
+                name: {"DataType": "String", "StringValue": value} for name, value in attributes.items()
+            },
+        )
 
     def ops(self, *argv: str) -> tuple[int, str]:
         out = io.StringIO()
         return main(list(argv), clients=self.client, out=out), out.getvalue()
 
     def queued(self) -> list[dict[str, Any]]:
-        messages = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                            AttributeNames=["All"])["Messages"]
-        return [{"key": json.loads(m["Body"])["detail"]["object"]["key"], **m["Attributes"]} for m in messages]
+        messages = self.sqs.receive_message(
+            QueueUrl=self.queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+        )["Messages"]
+        return [
+            {"key": json.loads(m["Body"])["detail"]["object"]["key"], **m["Attributes"]} for m in messages
+        ]
 
     def dlq_depth(self) -> int:
-        attributes = self.sqs.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["All"])["Attributes"]
-        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+        attributes = self.sqs.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["All"])[
+            "Attributes"
+        ]
+        return int(attributes["ApproximateNumberOfMessages"]) + int(
+            attributes["ApproximateNumberOfMessagesNotVisible"]
+        )
 
 
 class _Closer:
@@ -91,7 +150,7 @@ class _Closer:
     def __init__(self, deployment: DeadLetters) -> None:
         self.deployment = deployment
 
-    def invoke(self, FunctionName: str, InvocationType: str, Payload: bytes) -> dict[str, Any]:  # noqa: N803
+    def invoke(self, FunctionName: str, InvocationType: str, Payload: bytes) -> dict[str, Any]:
         assert (FunctionName, InvocationType) == ("acme-close-file", "RequestResponse")
         if self.deployment.closer_fails:
             return {"FunctionError": "Unhandled", "Payload": io.BytesIO(b'{"errorType": "LedgerConflict"}')}
@@ -110,18 +169,25 @@ def test_replay_puts_file_events_back_in_upload_order_with_the_tenant_group_and_
     THEN they reach the tenant's FIFO queue by event time, then S3's sequencer, each in the tenant's
     group and deduplicated by its event id, and the DLQ is empty."""
     deployment = DeadLetters()
-    deployment.dead_letter(file_event("acme/c.csv", "2026-11-30T10:00:05Z", event_id="evt-c"), ERROR_CODE="Throttling")
-    deployment.dead_letter(file_event("acme/a.csv", "2026-11-30T10:00:01Z", sequencer="0055AED6DCD90281F0",
-                                      event_id="evt-a2"))
-    deployment.dead_letter(file_event("acme/a.csv", "2026-11-30T10:00:01Z", sequencer="0055AED6DCD90281E5",
-                                      event_id="evt-a1"))
+    deployment.dead_letter(
+        file_event("acme/c.csv", "2026-11-30T10:00:05Z", event_id="evt-c"), ERROR_CODE="Throttling"
+    )
+    deployment.dead_letter(
+        file_event("acme/a.csv", "2026-11-30T10:00:01Z", sequencer="0055AED6DCD90281F0", event_id="evt-a2")
+    )
+    deployment.dead_letter(
+        file_event("acme/a.csv", "2026-11-30T10:00:01Z", sequencer="0055AED6DCD90281E5", event_id="evt-a1")
+    )
 
     code, out = deployment.ops("dlq", "replay", "acme")
 
     assert code == EXIT_OK, out
     queued = deployment.queued()
     assert [(m["key"], m["MessageDeduplicationId"]) for m in queued] == [
-        ("acme/a.csv", "evt-a1"), ("acme/a.csv", "evt-a2"), ("acme/c.csv", "evt-c")]
+        ("acme/a.csv", "evt-a1"),
+        ("acme/a.csv", "evt-a2"),
+        ("acme/c.csv", "evt-c"),
+    ]
     assert {m["MessageGroupId"] for m in queued} == {"acme"}
     assert deployment.dlq_depth() == 0
     assert "replayed 3 file event(s)" in out
@@ -137,8 +203,11 @@ def test_replay_into_a_standard_queue_sends_no_group_or_deduplication_id(aws):
 
 def test_list_shows_the_replay_order_and_why_each_was_dead_lettered_and_changes_nothing(aws):
     deployment = DeadLetters()
-    deployment.dead_letter(file_event("acme/b.csv", "2026-11-30T10:00:02Z"), ERROR_CODE="SQS.Throttled",
-                           ERROR_MESSAGE="Rate exceeded")
+    deployment.dead_letter(
+        file_event("acme/b.csv", "2026-11-30T10:00:02Z"),
+        ERROR_CODE="SQS.Throttled",
+        ERROR_MESSAGE="Rate exceeded",
+    )
     deployment.dead_letter(file_event("acme/a.csv", "2026-11-30T10:00:01Z"))
 
     code, out = deployment.ops("dlq", "list", "acme")
@@ -159,7 +228,11 @@ def test_status_changes_are_handed_to_the_closer_and_deleted(aws):
     code, out = deployment.ops("dlq", "replay", "acme")
     assert code == EXIT_OK
     (call,) = deployment.closer_calls
-    assert call["detail"] == {"executionArn": call["detail"]["executionArn"], "name": "evt-x", "status": "FAILED"}
+    assert call["detail"] == {
+        "executionArn": call["detail"]["executionArn"],
+        "name": "evt-x",
+        "status": "FAILED",
+    }
     assert "status change FAILED of execution evt-x" in out
     assert deployment.dlq_depth() == 0
 
@@ -189,8 +262,13 @@ def test_a_failing_delivery_keeps_that_event_and_every_later_one_in_the_dlq(aws,
                 raise RuntimeError("throttled")
             return self.sqs.send_message(**kwargs)
 
-    monkeypatch.setattr(deployment, "client",
-                        lambda service: RefusingSecondSend(real_client(service)) if service == "sqs" else real_client(service))
+    monkeypatch.setattr(
+        deployment,
+        "client",
+        lambda service: (
+            RefusingSecondSend(real_client(service)) if service == "sqs" else real_client(service)
+        ),
+    )
 
     code, _ = deployment.ops("dlq", "replay", "acme")
 
@@ -211,7 +289,9 @@ def test_a_failing_closer_keeps_the_status_change_in_the_dlq(aws):
 def test_messages_that_are_not_events_are_listed_left_in_place_and_said_so_by_the_exit_code(aws):
     deployment = DeadLetters()
     deployment.dead_letter("not json")
-    deployment.dead_letter(json.dumps({"id": "e1", "source": "aws.s3", "detail-type": "Object Deleted", "detail": {}}))
+    deployment.dead_letter(
+        json.dumps({"id": "e1", "source": "aws.s3", "detail-type": "Object Deleted", "detail": {}})
+    )
     deployment.dead_letter(file_event("acme/a.csv", "2026-11-30T10:00:01Z"))
 
     assert deployment.ops("dlq", "list", "acme")[0] == EXIT_LEFT_IN_DLQ
@@ -227,12 +307,24 @@ def test_a_stack_without_the_intake_dlq_output_is_not_found(aws):
     deployment = DeadLetters()
     cfn = deployment.clients("cloudformation")
     cfn.delete_stack(StackName="OrderedIngest-Tenant-acme")
-    cfn.create_stack(StackName="OrderedIngest-Tenant-acme", TemplateBody=json.dumps({
-        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {f"Pipeline{name}0A1B2C3D": {"Value": value} for name, value in {
-            "TenantId": "acme", "QueueUrl": deployment.queue_url, "StateMachineArn": "arn:aws:states:x",
-            "LandingPrefix": "acme/", "OnFailure": "halt"}.items()},
-    }))
+    cfn.create_stack(
+        StackName="OrderedIngest-Tenant-acme",
+        TemplateBody=json.dumps(
+            {
+                "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                "Outputs": {
+                    f"Pipeline{name}0A1B2C3D": {"Value": value}
+                    for name, value in {
+                        "TenantId": "acme",
+                        "QueueUrl": deployment.queue_url,
+                        "StateMachineArn": "arn:aws:states:x",
+                        "LandingPrefix": "acme/",
+                        "OnFailure": "halt",
+                    }.items()
+                },
+            }
+        ),
+    )
     assert deployment.ops("dlq", "list", "acme")[0] == EXIT_NOT_FOUND
 
 
@@ -245,11 +337,18 @@ def test_status_lists_recent_uploads_outside_every_tenant_prefix_newest_first(aw
     THEN the two recent keys are listed, newest first, with what to do; a tenant's status shows none."""
     deployment = DeadLetters()
     cfn, logs = deployment.clients("cloudformation"), deployment.clients("logs")
-    cfn.update_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
-        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {"LedgerTableName": {"Value": "ledger"},
-                    "UnmatchedUploadsLogGroupName": {"Value": "/ordered-ingest/unmatched-uploads"}},
-    }))
+    cfn.update_stack(
+        StackName="OrderedIngest-Shared",
+        TemplateBody=json.dumps(
+            {
+                "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                "Outputs": {
+                    "LedgerTableName": {"Value": "ledger"},
+                    "UnmatchedUploadsLogGroupName": {"Value": "/ordered-ingest/unmatched-uploads"},
+                },
+            }
+        ),
+    )
     ddb = deployment.clients("dynamodb")
     create_ledger_table(ddb)
     logs.create_log_group(logGroupName="/ordered-ingest/unmatched-uploads")
@@ -260,8 +359,11 @@ def test_status_lists_recent_uploads_outside_every_tenant_prefix_newest_first(aw
         event = json.loads(file_event(key, f"t-{int(seconds_ago)}"))
         return {"timestamp": int((now - seconds_ago) * 1000), "message": json.dumps(event)}
 
-    logs.put_log_events(logGroupName="/ordered-ingest/unmatched-uploads", logStreamName="s", logEvents=[
-        logged("old/a.csv", 2 * 86400), logged("typo/b.csv", 600), logged("typo/c.csv", 60)])
+    logs.put_log_events(
+        logGroupName="/ordered-ingest/unmatched-uploads",
+        logStreamName="s",
+        logEvents=[logged("old/a.csv", 2 * 86400), logged("typo/b.csv", 600), logged("typo/c.csv", 60)],
+    )
 
     out = io.StringIO()
     assert main(["status"], clients=deployment.clients, out=out, now=now) == EXIT_OK

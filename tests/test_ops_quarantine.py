@@ -8,9 +8,8 @@ from typing import Any
 import boto3
 import pytest
 
+from ops.cli import EXIT_NOT_FOUND, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USAGE
 from tests.test_ops import REGION, Deployment
-
-from ops.cli import EXIT_NOT_FOUND, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USAGE  # noqa: E402
 
 WORK = "work"
 BODY = json.dumps({"source": "aws.s3", "detail-type": "Object Created", "secret": "TOPSECRET"})
@@ -25,25 +24,42 @@ class WithQuarantine(Deployment):
         cfn, self.s3 = self.clients("cloudformation"), self.clients("s3")
         self.s3.create_bucket(Bucket=WORK)
         cfn.delete_stack(StackName="OrderedIngest-Shared")
-        cfn.create_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
-            "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-            "Outputs": {"LedgerTableName": {"Value": "ledger"}, "WorkBucketName": {"Value": WORK}},
-        }))
+        cfn.create_stack(
+            StackName="OrderedIngest-Shared",
+            TemplateBody=json.dumps(
+                {
+                    "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                    "Outputs": {"LedgerTableName": {"Value": "ledger"}, "WorkBucketName": {"Value": WORK}},
+                }
+            ),
+        )
 
     def quarantine(self, name: str, message_id: str, reason: str, body: str = BODY) -> str:
         key = f"quarantine/acme/{name}-{message_id}.json"
-        self.s3.put_object(Bucket=WORK, Key=key, Body=json.dumps({
-            "tenant": "acme", "message_id": message_id, "reason": reason, "quarantined_at": f"at-{name}",
-            "attributes": {"SentTimestamp": "1"}, "message_attributes": {}, "body": body,
-        }))
+        self.s3.put_object(
+            Bucket=WORK,
+            Key=key,
+            Body=json.dumps(
+                {
+                    "tenant": "acme",
+                    "message_id": message_id,
+                    "reason": reason,
+                    "quarantined_at": f"at-{name}",
+                    "attributes": {"SentTimestamp": "1"},
+                    "message_attributes": {},
+                    "body": body,
+                }
+            ),
+        )
         return key
 
     def keys(self) -> list[str]:
         return [o["Key"] for o in self.s3.list_objects_v2(Bucket=WORK).get("Contents", [])]
 
     def queued(self) -> list[dict[str, Any]]:
-        return self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                        AttributeNames=["All"]).get("Messages", [])
+        return self.sqs.receive_message(
+            QueueUrl=self.queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+        ).get("Messages", [])
 
 
 @pytest.fixture
@@ -56,7 +72,9 @@ def test_list_shows_what_why_and_when_oldest_first_without_the_body(deployment):
     oldest first, with their reasons; the body stays hidden unless asked for."""
     deployment.quarantine("20240102T000000.000000Z", "m-2", "not JSON")
     deployment.quarantine("20240101T000000.000000Z", "m-1", "outside the tenant's prefix acme/")
-    deployment.s3.put_object(Bucket=WORK, Key="quarantine/acme/replayed/20231231T000000.000000Z-m-0.json", Body=b"{}")
+    deployment.s3.put_object(
+        Bucket=WORK, Key="quarantine/acme/replayed/20231231T000000.000000Z-m-0.json", Body=b"{}"
+    )
 
     code, out = deployment.ops("quarantine", "list", "acme")
 
@@ -90,7 +108,7 @@ def test_replay_all_sends_every_message_oldest_first(deployment):
     assert deployment.ops("quarantine", "replay", "acme", "--all")[0] == EXIT_OK
 
     assert [m["Body"] for m in deployment.queued()] == ["first", "second"]
-    assert all(k.startswith("quarantine/acme/replayed/") for k in deployment.keys())
+    assert all(k.startswith("quarantine/acme/replayed/") for k in deployment.keys())  # noqa: SIM118  # Deployment.keys() lists the work bucket
     assert deployment.ops("quarantine", "replay", "acme", "--all")[0] == EXIT_NOTHING_TO_DO
 
 
@@ -98,8 +116,12 @@ def test_replay_to_a_standard_queue_sends_no_group(deployment):
     from ops import quarantine
 
     url = deployment.sqs.create_queue(QueueName="acme-standard")["QueueUrl"]
-    message = quarantine.read(deployment.s3, WORK, deployment.quarantine("20240101T000000.000000Z", "m-1", "r"))
-    quarantine.replay(deployment.s3, deployment.sqs, bucket=WORK, tenant_id="acme", queue_url=url, message=message)
+    message = quarantine.read(
+        deployment.s3, WORK, deployment.quarantine("20240101T000000.000000Z", "m-1", "r")
+    )
+    quarantine.replay(
+        deployment.s3, deployment.sqs, bucket=WORK, tenant_id="acme", queue_url=url, message=message
+    )
     (sent,) = deployment.sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
     assert sent["Body"] == BODY and "MessageGroupId" not in sent["Attributes"]
 
@@ -119,7 +141,13 @@ def test_fails_when_replay_names_no_message_or_both_a_name_and_all(deployment):
 def test_fails_when_the_shared_stack_does_not_name_the_work_bucket(deployment):
     cfn = boto3.client("cloudformation", region_name=REGION)
     cfn.delete_stack(StackName="OrderedIngest-Shared")
-    cfn.create_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
-        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"LedgerTableName": {"Value": "ledger"}},
-    }))
+    cfn.create_stack(
+        StackName="OrderedIngest-Shared",
+        TemplateBody=json.dumps(
+            {
+                "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                "Outputs": {"LedgerTableName": {"Value": "ledger"}},
+            }
+        ),
+    )
     assert deployment.ops("quarantine", "list", "acme")[0] == EXIT_NOT_FOUND

@@ -8,14 +8,12 @@ from typing import Any
 
 import boto3
 import pytest
-from tests.conftest import create_ledger_table
-
-
-from ops.cli import EXIT_NOT_COMPLETED, EXIT_OK, EXIT_USAGE, main
 
 from lambdas.contract import FileRef
 from lambdas.controller import file_ref_from_sqs_body
 from lambdas.ledger import Ledger
+from ops.cli import EXIT_NOT_COMPLETED, EXIT_OK, EXIT_USAGE, main
+from tests.conftest import create_ledger_table
 
 REGION = "us-east-1"
 NOW = 1_700_000_000.0
@@ -34,17 +32,38 @@ class Deployment:
         fifo = queue_name.endswith(".fifo")
         self.queue_url = sqs.create_queue(
             QueueName=queue_name,
-            Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"} if fifo else {})["QueueUrl"]
-        cfn.create_stack(StackName="OrderedIngest-Shared", TemplateBody=json.dumps({
-            "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-            "Outputs": {"LedgerTableName": {"Value": "ledger"}, "LandingBucketName": {"Value": BUCKET}},
-        }))
-        outputs = {"TenantId": "acme", "QueueUrl": self.queue_url, "StateMachineArn": "arn:aws:states:us-east-1:"
-                   "123456789012:stateMachine:acme-file-ingest-workflow", "LandingPrefix": "acme/", "OnFailure": "halt"}
-        cfn.create_stack(StackName="OrderedIngest-Tenant-acme", TemplateBody=json.dumps({
-            "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-            "Outputs": {f"Pipeline{name}0A1B2C3D": {"Value": value} for name, value in outputs.items()},
-        }))
+            Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"} if fifo else {},
+        )["QueueUrl"]
+        cfn.create_stack(
+            StackName="OrderedIngest-Shared",
+            TemplateBody=json.dumps(
+                {
+                    "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                    "Outputs": {
+                        "LedgerTableName": {"Value": "ledger"},
+                        "LandingBucketName": {"Value": BUCKET},
+                    },
+                }
+            ),
+        )
+        outputs = {
+            "TenantId": "acme",
+            "QueueUrl": self.queue_url,
+            "StateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:acme-file-ingest-workflow",
+            "LandingPrefix": "acme/",
+            "OnFailure": "halt",
+        }
+        cfn.create_stack(
+            StackName="OrderedIngest-Tenant-acme",
+            TemplateBody=json.dumps(
+                {
+                    "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                    "Outputs": {
+                        f"Pipeline{name}0A1B2C3D": {"Value": value} for name, value in outputs.items()
+                    },
+                }
+            ),
+        )
         self.ledger = Ledger(ddb, "ledger", "acme")
         self.s3, self.sqs = s3, sqs
 
@@ -52,8 +71,16 @@ class Deployment:
         return self.s3.put_object(Bucket=BUCKET, Key=key, Body=body)["VersionId"]
 
     def claim(self, key: str, version_id: str, event_id: str) -> None:
-        file = FileRef(tenant="acme", event_id=event_id, bucket=BUCKET, key=key, version_id=version_id, size=4,
-                       etag=None, event_time="")
+        file = FileRef(
+            tenant="acme",
+            event_id=event_id,
+            bucket=BUCKET,
+            key=key,
+            version_id=version_id,
+            size=4,
+            etag=None,
+            event_time="",
+        )
         self.ledger.claim(self.ledger.read(), file, event_id, NOW)
 
     def processed(self, key: str, version_id: str, event_id: str, status: str = "SUCCEEDED") -> None:
@@ -71,8 +98,9 @@ class Deployment:
         return code, [(v["key"], v["state"]) for v in document["versions"]], document
 
     def queued(self) -> list[dict[str, Any]]:
-        messages = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                            AttributeNames=["All"]).get("Messages", [])
+        messages = self.sqs.receive_message(
+            QueueUrl=self.queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+        ).get("Messages", [])
         return messages
 
 
@@ -120,7 +148,10 @@ def test_replay_sends_events_the_controller_parses_in_upload_order_then_nothing_
     assert "replayed 2 never-seen version(s)" in out
     messages = deployment.queued()
     assert [m["Attributes"]["MessageGroupId"] for m in messages] == ["acme", "acme"]
-    files = [file_ref_from_sqs_body(m["Body"], "acme", landing_bucket=BUCKET, landing_prefix="acme/") for m in messages]
+    files = [
+        file_ref_from_sqs_body(m["Body"], "acme", landing_bucket=BUCKET, landing_prefix="acme/")
+        for m in messages
+    ]
     # Keys travel URL-encoded, as S3 writes them; the controller's decoder gets them back.
     assert [f["key"] for f in files] == ["acme/dir/first file+1.csv", "acme/second.csv"]
     assert [(f["bucket"], f["version_id"], f["size"]) for f in files] == [(BUCKET, v1, 4), (BUCKET, v2, 4)]
@@ -150,8 +181,10 @@ def test_seen_but_never_completed_says_running_or_failed(deployment):
     running = deployment.upload("acme/running.csv")
     deployment.claim("acme/running.csv", running, "e4")
     code, listed, document = deployment.reconcile_json("--replay")
-    assert listed == [("acme/failed.csv", "seen, failed (not resumed or skipped)"),
-                      ("acme/running.csv", "seen, running")]
+    assert listed == [
+        ("acme/failed.csv", "seen, failed (not resumed or skipped)"),
+        ("acme/running.csv", "seen, running"),
+    ]
     assert [v["event_id"] for v in document["versions"]] == ["e1", "e4"]
     assert document["replayed"] == [] and deployment.queued() == []
     assert code == EXIT_NOT_COMPLETED  # the failed file needs an operator
@@ -160,8 +193,13 @@ def test_seen_but_never_completed_says_running_or_failed(deployment):
 def test_a_file_recorded_as_a_duplicate_is_completed(deployment):
     version = deployment.upload("acme/copy.csv")
     deployment.claim("acme/copy.csv", version, "e1")
-    deployment.ledger.record_close("e1", "SUCCEEDED", halt_on_failure=True, now=NOW + 1,
-                                   duplicate_of={"key": "acme/orig.csv", "version_id": "v0", "event_id": "e0"})
+    deployment.ledger.record_close(
+        "e1",
+        "SUCCEEDED",
+        halt_on_failure=True,
+        now=NOW + 1,
+        duplicate_of={"key": "acme/orig.csv", "version_id": "v0", "event_id": "e0"},
+    )
     deployment.claim("acme/next.csv", deployment.upload("acme/next.csv"), "e2")
     deployment.ledger.record_close("e2", "SUCCEEDED", halt_on_failure=True, now=NOW + 2)
     code, listed, _ = deployment.reconcile_json()
@@ -201,7 +239,7 @@ def test_more_versions_than_one_ledger_batch_are_all_looked_up(deployment):
     versions = {key: deployment.upload(key) for key in keys}
     for key in keys[::2]:
         deployment.processed(key, versions[key], f"e{key[6:9]}")
-    code, listed, _ = deployment.reconcile_json()
+    _code, listed, _ = deployment.reconcile_json()
     assert sorted(key for key, _ in listed) == keys[1::2]
 
 
@@ -212,4 +250,7 @@ def test_a_standard_queue_gets_no_message_group(aws):
     assert code == EXIT_OK
     (message,) = deployment.queued()
     assert "MessageGroupId" not in message["Attributes"]
-    assert file_ref_from_sqs_body(message["Body"], "acme", landing_bucket=BUCKET, landing_prefix="acme/")["key"] == "acme/a.csv"
+    assert (
+        file_ref_from_sqs_body(message["Body"], "acme", landing_bucket=BUCKET, landing_prefix="acme/")["key"]
+        == "acme/a.csv"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from aws_cdk.assertions import Match, Template
+
 from tests.conftest import synthesize
 
 TENANTS = """
@@ -32,9 +33,13 @@ def templates(tmp_path_factory) -> dict[str, Template]:
 
 def test_a_key_sequence_tenant_gets_a_standard_queue_and_a_rule_without_message_group(templates):
     seqco = templates["seqco"]
-    (queue,) = seqco.find_resources("AWS::SQS::Queue", {"Properties": {"QueueName": "seqco-event-queue"}}).values()
+    (queue,) = seqco.find_resources(
+        "AWS::SQS::Queue", {"Properties": {"QueueName": "seqco-event-queue"}}
+    ).values()
     assert "FifoQueue" not in queue["Properties"] and "ContentBasedDeduplication" not in queue["Properties"]
-    (rule,) = seqco.find_resources("AWS::Events::Rule", {"Properties": {"Name": "seqco-object-created"}}).values()
+    (rule,) = seqco.find_resources(
+        "AWS::Events::Rule", {"Properties": {"Name": "seqco-object-created"}}
+    ).values()
     (target,) = rule["Properties"]["Targets"]
     assert "SqsParameters" not in target
 
@@ -44,11 +49,15 @@ def test_the_controller_orders_by_the_configured_pattern_from_the_first_number(t
         "AWS::Lambda::Function",
         {
             "FunctionName": "seqco-controller",
-            "Environment": {"Variables": Match.object_like({
-                "ORDERING": "key_sequence",
-                "SEQUENCE_PATTERN": r"(?P<seq>\d+)\.csv$",
-                "FIRST_SEQUENCE": "0",
-            })},
+            "Environment": {
+                "Variables": Match.object_like(
+                    {
+                        "ORDERING": "key_sequence",
+                        "SEQUENCE_PATTERN": r"(?P<seq>\d+)\.csv$",
+                        "FIRST_SEQUENCE": "0",
+                    }
+                )
+            },
         },
     )
     templates["plain"].has_resource_properties(
@@ -73,7 +82,9 @@ def test_only_a_key_sequence_tenant_has_the_gap_alarm_on_the_controllers_gap_met
             "AlarmDescription": Match.string_like_regexp("ops skip-gap seqco"),
         },
     )
-    assert not templates["plain"].find_resources("AWS::CloudWatch::Alarm", {"Properties": {"AlarmName": "plain-sequence-gap"}})
+    assert not templates["plain"].find_resources(
+        "AWS::CloudWatch::Alarm", {"Properties": {"AlarmName": "plain-sequence-gap"}}
+    )
 
 
 def test_the_ordering_is_a_stack_output_that_ops_reads(templates):

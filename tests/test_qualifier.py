@@ -15,9 +15,23 @@ from tests.conftest import FIXTURE_TENANTS, Synthesized, one_problem, synthesize
 QUALIFIER = "q1"
 #: The properties that give a resource its own physical name (`Name`: rules, buses, SSM
 #: parameters, access points).
-NAME_PROPERTIES = ("BucketName", "QueueName", "FunctionName", "StateMachineName", "AlarmName", "Name",
-                   "LogGroupName", "AliasName", "TopicName", "TableName", "DashboardName", "FilterName", "RoleName",
-                   "EventBusName", "StackName")
+NAME_PROPERTIES = (
+    "BucketName",
+    "QueueName",
+    "FunctionName",
+    "StateMachineName",
+    "AlarmName",
+    "Name",
+    "LogGroupName",
+    "AliasName",
+    "TopicName",
+    "TableName",
+    "DashboardName",
+    "FilterName",
+    "RoleName",
+    "EventBusName",
+    "StackName",
+)
 #: Named per parent, not per account and Region: the workflows' `live` alias, a function's alias.
 PER_PARENT = ("AWS::StepFunctions::StateMachineAlias", "AWS::Lambda::Alias")
 #: Name properties that refer to another resource: the bus a rule is on.
@@ -62,8 +76,11 @@ def physical_names(app: Synthesized) -> set[tuple[str, str, str]]:
             kind, properties = resource["Type"], resource.get("Properties", {})
             if kind in PER_PARENT:
                 continue
-            found |= {(kind, key, _text(properties[key])) for key in NAME_PROPERTIES
-                      if key in properties and (kind, key) not in REFERENCES and not _refers(properties[key])}
+            found |= {
+                (kind, key, _text(properties[key]))
+                for key in NAME_PROPERTIES
+                if key in properties and (kind, key) not in REFERENCES and not _refers(properties[key])
+            }
     return found
 
 
@@ -72,12 +89,21 @@ def test_a_qualified_app_shares_no_physical_name_with_the_app_as_shipped(synthes
     assert len(plain) == len(other) > 100
     assert {name for _, _, name in plain} & {name for _, _, name in other} == set()
     # Each kind is qualified where its names live: in front, after `/`, after `alias/`.
-    assert {"AWS::S3::Bucket", "AWS::SQS::Queue", "AWS::Lambda::Function", "AWS::StepFunctions::StateMachine",
-            "AWS::CloudWatch::Alarm", "AWS::Events::Rule", "AWS::SSM::Parameter", "AWS::Logs::LogGroup",
-            "AWS::CloudWatch::Dashboard"} <= {kind for kind, _, _ in other}
+    assert {
+        "AWS::S3::Bucket",
+        "AWS::SQS::Queue",
+        "AWS::Lambda::Function",
+        "AWS::StepFunctions::StateMachine",
+        "AWS::CloudWatch::Alarm",
+        "AWS::Events::Rule",
+        "AWS::SSM::Parameter",
+        "AWS::Logs::LogGroup",
+        "AWS::CloudWatch::Dashboard",
+    } <= {kind for kind, _, _ in other}
     for kind, key, name in other:
-        assert name.removeprefix("alias/").removeprefix("/").startswith(
-            f"{QUALIFIER}-") or name.startswith(("/aws/lambda/q1-", "/aws/vendedlogs/states/q1-")), (kind, key, name)
+        assert name.removeprefix("alias/").removeprefix("/").startswith(f"{QUALIFIER}-") or name.startswith(
+            ("/aws/lambda/q1-", "/aws/vendedlogs/states/q1-")
+        ), (kind, key, name)
 
 
 def test_a_qualified_app_has_its_own_stacks(synthesized, qualified):
@@ -91,7 +117,8 @@ def test_a_qualified_app_publishes_and_watches_its_own_metric_namespace(qualifie
     text = json.dumps(qualified.templates)
     namespace = f"{QUALIFIER}-{contract.METRIC_NAMESPACE}"
     register = qualified.template(f"{QUALIFIER}-OrderedIngest-Tenant-acme").find_resources(
-        "AWS::Lambda::Function", {"Properties": {"FunctionName": f"{QUALIFIER}-acme-register-chunk"}})
+        "AWS::Lambda::Function", {"Properties": {"FunctionName": f"{QUALIFIER}-acme-register-chunk"}}
+    )
     (function,) = register.values()
     assert function["Properties"]["Environment"]["Variables"]["METRIC_NAMESPACE"] == namespace
     assert f'"Namespace": "{contract.METRIC_NAMESPACE}"' not in text
@@ -101,8 +128,9 @@ def test_a_qualified_app_publishes_and_watches_its_own_metric_namespace(qualifie
 
 def test_the_app_as_shipped_tells_the_register_function_no_namespace(acme):
     """No qualifier: the environment, hence every template, is what it was before qualifiers."""
-    (function,) = acme.find_resources("AWS::Lambda::Function",
-                                      {"Properties": {"FunctionName": "acme-register-chunk"}}).values()
+    (function,) = acme.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"FunctionName": "acme-register-chunk"}}
+    ).values()
     assert "METRIC_NAMESPACE" not in function["Properties"]["Environment"]["Variables"]
 
 
@@ -131,7 +159,8 @@ def test_fails_when_the_qualifier_has_bad_characters():
         "file: field 'qualifier' = 'Ct-1': has characters other than lowercase letters and digits, or does not "
         "start with a letter (it starts every resource name); use a short name of lowercase letters and digits "
         "that starts with a letter, e.g. 'staging' or 'ct1a2b3c' (at most 12 characters), or leave it out "
-        "(no qualifier)")
+        "(no qualifier)"
+    )
 
 
 def test_fails_when_the_qualifier_is_too_long_for_the_landing_bucket_name():
@@ -139,17 +168,21 @@ def test_fails_when_the_qualifier_is_too_long_for_the_landing_bucket_name():
         "file: field 'qualifier' = 'qqqqqqqqqqqqq': is 13 characters, so the derived S3 bucket name "
         "'qqqqqqqqqqqqq-ordered-ingest-landing-123456789012-ap-southeast-5' is 64 characters (limit 63); use a "
         "short name of lowercase letters and digits that starts with a letter, e.g. 'staging' or 'ct1a2b3c' "
-        "(at most 12 characters), or leave it out (no qualifier)")
+        "(at most 12 characters), or leave it out (no qualifier)"
+    )
 
 
 def test_fails_when_a_tenant_id_is_too_long_with_the_qualifier():
     tenant_id = "a" * contract.MAX_TENANT_ID_LENGTH  # fits without a qualifier
-    text = (f"qualifier: ct1a2b3c\ndefaults: {{sink: {{url: 'https://core.example.com'}}}}\n"
-            f"tenants: [{{id: {tenant_id}, prefix: a/, sink: {{auth: {{type: none}}}}}}]\n")
+    text = (
+        f"qualifier: ct1a2b3c\ndefaults: {{sink: {{url: 'https://core.example.com'}}}}\n"
+        f"tenants: [{{id: {tenant_id}, prefix: a/, sink: {{auth: {{type: none}}}}}}]\n"
+    )
     assert one_problem(text) == (
         f"tenant '{tenant_id}': field 'id' = '{tenant_id}': is 49 characters, so with qualifier 'ct1a2b3c' the "
         f"derived Lambda function name 'ct1a2b3c-{tenant_id}-register-chunk' is 73 characters (limit 64); use an "
-        "id of at most 40 characters, or a shorter qualifier")
+        "id of at most 40 characters, or a shorter qualifier"
+    )
 
 
 def test_names_outside_a_qualified_synth_are_the_app_as_shipped():

@@ -15,7 +15,9 @@ SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
 RELEASE_HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\] - (?P<date>\d{4}-\d{2}-\d{2})$", re.MULTILINE)
 #: A version of this project where the docs name one (other projects' versions, such as an
 #: action's tag, are not ours): a base revision, a tag command, "ordered-ingest vX.Y.Z".
-CITED = re.compile(r"(?:BASE=|git tag (?:-a )?|git checkout |git push origin |ordered-ingest )v(\d+\.\d+\.\d+)\b")
+CITED = re.compile(
+    r"(?:BASE=|git tag (?:-a )?|git checkout |git push origin |ordered-ingest )v(\d+\.\d+\.\d+)\b"
+)
 #: sha256 of https://www.apache.org/licenses/LICENSE-2.0.txt
 APACHE_2_0_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
 
@@ -25,7 +27,9 @@ def version() -> str:
 
 
 def releases(changelog: str) -> list[tuple[str, datetime.date]]:
-    return [(m["version"], datetime.date.fromisoformat(m["date"])) for m in RELEASE_HEADING.finditer(changelog)]
+    return [
+        (m["version"], datetime.date.fromisoformat(m["date"])) for m in RELEASE_HEADING.finditer(changelog)
+    ]
 
 
 def unreleased_citations(text: str, released: set[str]) -> list[str]:
@@ -63,5 +67,8 @@ def test_the_readme_and_docs_cite_only_released_versions():
 
 def test_fails_on_a_version_that_was_never_released():
     assert unreleased_citations("make diff BASE=v1.4.0   # a tag", {"0.1.0"}) == ["v1.4.0"]
-    assert unreleased_citations("git tag -a v0.2.0 -m 'ordered-ingest v0.2.0'", {"0.1.0"}) == ["v0.2.0", "v0.2.0"]
+    assert unreleased_citations("git tag -a v0.2.0 -m 'ordered-ingest v0.2.0'", {"0.1.0"}) == [
+        "v0.2.0",
+        "v0.2.0",
+    ]
     assert unreleased_citations("make diff BASE=v0.1.0; actions/checkout@3d3c42e # v7.0.1", {"0.1.0"}) == []

@@ -4,7 +4,6 @@ catch-all of unmatched uploads, the refusals in tenants.yaml, and a 1,000-tenant
 from __future__ import annotations
 
 import json
-
 import random
 import string
 from dataclasses import dataclass
@@ -110,7 +109,10 @@ def test_a_status_forward_matches_a_bare_workflow_arn_by_its_suffix_and_the_live
     """No wildcard: EventBridge allows 30 rules with a wildcard filter per bus, one forward per shard."""
     pattern = routing.status_pattern(["acme"])
     assert pattern["detail"] == {
-        "stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}, {"suffix": "-file-ingest-workflow:live"}]
+        "stateMachineArn": [
+            {"suffix": ":acme-file-ingest-workflow"},
+            {"suffix": "-file-ingest-workflow:live"},
+        ]
     }
     assert pattern["source"] == ["aws.states"]
     assert "wildcard" not in json.dumps(pattern)
@@ -139,7 +141,9 @@ def closers_reached(event: dict) -> set[str]:
     return reached
 
 
-@pytest.mark.parametrize(("tenant", "state_machine_arn"), MACHINES, ids=[arn.split(":", 6)[6] for _, arn in MACHINES])
+@pytest.mark.parametrize(
+    ("tenant", "state_machine_arn"), MACHINES, ids=[arn.split(":", 6)[6] for _, arn in MACHINES]
+)
 def test_each_status_change_reaches_its_own_tenants_closer_only_bare_or_qualified(tenant, state_machine_arn):
     """GIVEN three tenants on two shards (acme on 0, globex and initech on 1) WHEN a state
     machine's execution changes status, its event naming the machine bare or qualified by the
@@ -155,7 +159,10 @@ def test_a_bare_status_change_is_forwarded_to_its_shard_only_a_qualified_one_to_
     """The forwarding cost of the qualified shape: one suffix for every tenant instead of a
     full ARN per tenant, so such an event reaches every shard bus (and only its tenant's rule)."""
     shards = [s for s in routing.layout(ROUTED, 2) if s.tenant_ids]
-    forwarded = lambda event: [s.index for s in shards if pattern_matches(routing.status_pattern(s.tenant_ids), event)]
+
+    def forwarded(event):
+        return [s.index for s in shards if pattern_matches(routing.status_pattern(s.tenant_ids), event)]
+
     assert forwarded(status_change(workflow_arn("acme-file-ingest-workflow"))) == [0]
     assert forwarded(status_change(workflow_arn("globex-file-ingest-workflow"))) == [1]
     assert forwarded(status_change(workflow_arn("acme-file-ingest-workflow", "live"))) == [0, 1]

@@ -35,18 +35,38 @@ def test_a_widened_grant_changes_the_table(templates, block):
     (policy_id,) = [k for k in resources if k.startswith("PipelineDataRoleDefaultPolicy")]
     for statement in resources[policy_id]["Properties"]["PolicyDocument"]["Statement"]:
         if statement.get("Sid") == "ReadOwnLandingPrefix":
-            statement["Resource"] = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::ordered-ingest-landing-",
-                                                       {"Ref": "AWS::AccountId"}, "-", {"Ref": "AWS::Region"}, "/*"]]}
+            statement["Resource"] = {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        ":s3:::ordered-ingest-landing-",
+                        {"Ref": "AWS::AccountId"},
+                        "-",
+                        {"Ref": "AWS::Region"},
+                        "/*",
+                    ],
+                ]
+            }
     changed = security_table.render(widened)
-    assert "| ReadOwnLandingPrefix | Allow | `s3:GetObject`<br>`s3:GetObjectVersion` | `landing bucket/<prefix>*` |  |" in block
-    assert "| ReadOwnLandingPrefix | Allow | `s3:GetObject`<br>`s3:GetObjectVersion` | `landing bucket/*` |  |" in changed
+    assert (
+        "| ReadOwnLandingPrefix | Allow | `s3:GetObject`<br>`s3:GetObjectVersion` | `landing bucket/<prefix>*` |  |"
+        in block
+    )
+    assert (
+        "| ReadOwnLandingPrefix | Allow | `s3:GetObject`<br>`s3:GetObjectVersion` | `landing bucket/*` |  |"
+        in changed
+    )
 
 
 def test_every_role_of_a_tenant_and_the_routing_role_has_its_table(block):
     """GIVEN the doc's app THEN the tables cover the controller, split and register, closer,
     completion, workflow and forwarding roles, with who assumes them, and nothing names the
     doc tenant, its prefix, the account or the Region literally."""
-    roles = re.findall(r"^Role `(\w+)` \((one per tenant|shared)\), assumed by `Service: ([a-z.]+)`", block, re.MULTILINE)
+    roles = re.findall(
+        r"^Role `(\w+)` \((one per tenant|shared)\), assumed by `Service: ([a-z.]+)`", block, re.MULTILINE
+    )
     assert roles == [
         ("PipelineDataRole", "one per tenant", "lambda.amazonaws.com"),
         ("PipelineCloserRole", "one per tenant", "lambda.amazonaws.com"),
@@ -83,12 +103,16 @@ def test_the_completion_caller_and_the_uploader_are_the_only_principals_outside_
     ]
     # the landing bucket names no uploader: one statement delegates the puts to this account's access
     # points, one denies a principal with the uploader tag everything not through an access point
-    assert ("| `landing bucket` | UploadsThroughAccessPointsOfThisAccount | Allow | `AWS: *` | "
-            "`s3:AbortMultipartUpload`<br>`s3:PutObject` | `landing bucket/*` | "
-            "`StringEquals s3:DataAccessPointAccount: <account>` |") in block.splitlines()
-    assert ("| `landing bucket` | UploadersOnlyThroughAccessPoints | Deny | `AWS: *` | `s3:*` | "
-            "`landing bucket`<br>`landing bucket/*` | `Null aws:PrincipalTag/ordered-ingest:uploader: false`<br>"
-            "`Null s3:DataAccessPointArn: true` |") in block.splitlines()
+    assert (
+        "| `landing bucket` | UploadsThroughAccessPointsOfThisAccount | Allow | `AWS: *` | "
+        "`s3:AbortMultipartUpload`<br>`s3:PutObject` | `landing bucket/*` | "
+        "`StringEquals s3:DataAccessPointAccount: <account>` |"
+    ) in block.splitlines()
+    assert (
+        "| `landing bucket` | UploadersOnlyThroughAccessPoints | Deny | `AWS: *` | `s3:*` | "
+        "`landing bucket`<br>`landing bucket/*` | `Null aws:PrincipalTag/ordered-ingest:uploader: false`<br>"
+        "`Null s3:DataAccessPointArn: true` |"
+    ) in block.splitlines()
 
 
 def test_every_aws_call_of_ops_is_listed_with_what_it_is_used_on():
@@ -98,8 +122,12 @@ def test_every_aws_call_of_ops_is_listed_with_what_it_is_used_on():
     reconcile lists the landing versions."""
     actions = security_table.ops_actions()
     assert set(actions) <= set(security_table.OPS_RESOURCES)
-    assert {"states:StartExecution", "lambda:InvokeFunction", "s3:ListBucketVersions", "dynamodb:TransactWriteItems"} & set(
-        actions) == {"states:StartExecution", "lambda:InvokeFunction", "s3:ListBucketVersions"}
+    assert {
+        "states:StartExecution",
+        "lambda:InvokeFunction",
+        "s3:ListBucketVersions",
+        "dynamodb:TransactWriteItems",
+    } & set(actions) == {"states:StartExecution", "lambda:InvokeFunction", "s3:ListBucketVersions"}
     assert actions["lambda:InvokeFunction"] == ["ops/dlq.py"]
     # preflight reads the uploaders' tags
     assert actions["iam:ListRoleTags"] == actions["iam:ListUserTags"] == ["ops/preflight.py"]
@@ -111,4 +139,5 @@ def test_fails_when_ops_calls_an_action_the_doc_does_not_describe(monkeypatch):
         security_table.ops_table()
     assert raised.value.args[0] == (
         "lambda:InvokeAnything (called from ops/dlq.py) has no entry in tools/security_table.py OPS_RESOURCES: "
-        "say what it is used on")
+        "say what it is used on"
+    )

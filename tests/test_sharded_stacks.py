@@ -72,7 +72,10 @@ def test_the_shared_stack_has_one_bus_per_shard_and_two_forwarding_rules_per_sha
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],
         "detail": {
-            "stateMachineArn": [{"suffix": ":acme-file-ingest-workflow"}, {"suffix": "-file-ingest-workflow:live"}]
+            "stateMachineArn": [
+                {"suffix": ":acme-file-ingest-workflow"},
+                {"suffix": "-file-ingest-workflow:live"},
+            ]
         },
     }
     for k in (0, 1):
@@ -113,9 +116,20 @@ def test_the_routing_role_may_only_put_events_on_the_apps_own_buses_in_one_state
     ]
     (statement,) = statements
     assert statement["Action"] == "events:PutEvents"
-    assert statement["Resource"] == {"Fn::Join": ["", [
-        "arn:", {"Ref": "AWS::Partition"}, ":events:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
-        ":event-bus/ordered-ingest-*"]]}
+    assert statement["Resource"] == {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":events:",
+                {"Ref": "AWS::Region"},
+                ":",
+                {"Ref": "AWS::AccountId"},
+                ":event-bus/ordered-ingest-*",
+            ],
+        ]
+    }
     names = [b["Properties"]["Name"] for b in resources(shared, "AWS::Events::EventBus").values()]
     assert names and all(name.startswith("ordered-ingest-") for name in names)
 
@@ -276,7 +290,8 @@ def test_many_tenants_without_shards_get_the_catch_all_buses_and_the_forwarding_
     concern) THEN the catch-all still fits: its buses, forwards, the one role, cdk-nag clean."""
     tenants = "".join(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/}}\n" for i in range(200))
     shared, template, report = shared_stack_only(
-        tmp_path, f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: bearer, secret: core/token}}}}\ntenants:\n{tenants}"
+        tmp_path,
+        f"defaults:\n  sink: {{url: https://core.example.com/r, auth: {{type: bearer, secret: core/token}}}}\ntenants:\n{tenants}",
     )
     groups = routing.unmatched_layout([f"tenant-{i:04d}/" for i in range(200)]).groups
     assert len(groups) >= 2 and shared.shard_buses is None

@@ -55,14 +55,25 @@ def test_a_two_target_file_synthesizes_one_stage_per_target_with_its_own_shared_
     assert sorted(built.stages) == ["dr", "prod"]
     prod, dr = stacks_of(assembly, built, "prod"), stacks_of(assembly, built, "dr")
     # each Stage: a shared stack and its own tenants only, under the names `ops` looks for
-    assert sorted(prod) == ["OrderedIngest-Shared", "OrderedIngest-Tenant-acme", "OrderedIngest-Tenant-globex"]
+    assert sorted(prod) == [
+        "OrderedIngest-Shared",
+        "OrderedIngest-Tenant-acme",
+        "OrderedIngest-Tenant-globex",
+    ]
     assert sorted(dr) == ["OrderedIngest-Shared", "OrderedIngest-Tenant-initech"]
     # bound to the target's account and Region (explicit: synth looked nothing up)
-    assert {(s.environment.account, s.environment.region) for s in prod.values()} == {("111111111111", "eu-west-1")}
-    assert {(s.environment.account, s.environment.region) for s in dr.values()} == {("222222222222", "us-east-1")}
+    assert {(s.environment.account, s.environment.region) for s in prod.values()} == {
+        ("111111111111", "eu-west-1")
+    }
+    assert {(s.environment.account, s.environment.region) for s in dr.values()} == {
+        ("222222222222", "us-east-1")
+    }
     # and `cdk deploy 'prod/*'` selects a Stage's stacks by their hierarchical ids
     assert {s.hierarchical_id for s in prod.values()} == {
-        "prod/OrderedIngest-Shared", "prod/OrderedIngest-Tenant-acme", "prod/OrderedIngest-Tenant-globex"}
+        "prod/OrderedIngest-Shared",
+        "prod/OrderedIngest-Tenant-acme",
+        "prod/OrderedIngest-Tenant-globex",
+    }
 
 
 def test_a_targets_shared_stack_knows_its_own_tenants_only(two_targets):
@@ -91,7 +102,10 @@ def test_a_target_stage_stays_cdk_nag_clean_and_cfn_lint_clean(two_targets):
 
 def test_capacity_is_computed_per_target(two_targets):
     built, _, _ = two_targets
-    found = {(u.quota.field, u.where): (u.need.count, u.limit) for u in capacity.usage(capacity.targets(built.config))}
+    found = {
+        (u.quota.field, u.where): (u.need.count, u.limit)
+        for u in capacity.usage(capacity.targets(built.config))
+    }
     assert found[("eventbridge_rules_per_bus", "target 'prod' (111111111111/eu-west-1)")] == (5, 300)
     assert found[("eventbridge_rules_per_bus", "target 'dr' (222222222222/us-east-1)")] == (3, 300)
     # dr's own limit overrides the top-level default; prod keeps the default

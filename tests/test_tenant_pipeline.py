@@ -139,7 +139,9 @@ def test_controller_environment_names_its_own_workflow_queue_and_the_ledger(acme
     (alias_id,) = acme.find_resources("AWS::StepFunctions::StateMachineAlias")
     assert env["STATE_MACHINE_ARN"] == {"Fn::GetAtt": [alias_id, "Arn"]}
     # the shared stack's SSM parameter, read at deploy time (no export: cells.py)
-    assert env["LEDGER_TABLE_NAME"] == ssm_parameter_ref(acme.to_json(), shared_parameter("ledger-table-name"))
+    assert env["LEDGER_TABLE_NAME"] == ssm_parameter_ref(
+        acme.to_json(), shared_parameter("ledger-table-name")
+    )
     assert env["QUEUE_URL"] == {"Ref": _queue_id(acme)}
     assert env["METRIC_NAMESPACE"] == "OrderedIngest"
     assert env["ON_FAILURE"] == "halt"
@@ -153,7 +155,11 @@ def test_controller_environment_names_its_own_workflow_queue_and_the_ledger(acme
 
 def _machine_id(template: Template) -> str:
     """The parent state machine's logical id (the page state machine's is `PipelinePageWorkflow...`)."""
-    (machine_id,) = [k for k in template.find_resources("AWS::StepFunctions::StateMachine") if k.startswith("PipelineWorkflow")]
+    (machine_id,) = [
+        k
+        for k in template.find_resources("AWS::StepFunctions::StateMachine")
+        if k.startswith("PipelineWorkflow")
+    ]
     return machine_id
 
 
@@ -197,7 +203,11 @@ def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(a
     assert definition(acme)["StartAt"] == "Split"
     assert states["Split"]["Next"] == "AnyChunks"
     assert states["AnyChunks"]["Choices"] == [
-        {"Variable": "$.split.first_chunk", "NumericGreaterThanPath": "$.split.last_chunk", "Next": "RecordSuccess"}
+        {
+            "Variable": "$.split.first_chunk",
+            "NumericGreaterThanPath": "$.split.last_chunk",
+            "Next": "RecordSuccess",
+        }
     ]
     assert states["AnyChunks"]["Default"] == "Sections"
     assert states["Sections"]["Next"] == "OneSection"
@@ -206,8 +216,10 @@ def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(a
     assert states["OneSection"]["Choices"][0]["Next"] == "SectionsInOrder"
     assert states["Pages"]["Next"] == "PagesInOrder"
     assert states["FilePaused"]["Type"] == "Succeed"
-    for maps, items_path, task, kind in (("PagesInOrder", "$.pages.first_chunks", "RunPage", "p"),
-                                         ("SectionsInOrder", "$.sections.first_chunks", "RunSection", "s")):
+    for maps, items_path, task, kind in (
+        ("PagesInOrder", "$.pages.first_chunks", "RunPage", "p"),
+        ("SectionsInOrder", "$.sections.first_chunks", "RunSection", "s"),
+    ):
         children = states[maps]
         assert children["Type"] == "Map"
         assert children["MaxConcurrency"] == 1
@@ -215,23 +227,33 @@ def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(a
         assert children["ItemsPath"] == items_path
         assert children["Next"] == "RecordSuccess"
         # a child stopped for ops pause ends the file without a close and without failing it
-        assert children["Catch"][0] == {"ErrorEquals": [contract.TENANT_PAUSED_ERROR], "ResultPath": None,
-                                        "Next": "FilePaused"}
+        assert children["Catch"][0] == {
+            "ErrorEquals": [contract.TENANT_PAUSED_ERROR],
+            "ResultPath": None,
+            "Next": "FilePaused",
+        }
         assert [c["Next"] for c in children["Catch"]] == ["FilePaused", "RecordFailure"]
         run = children["ItemProcessor"]["States"][task]
         assert run["Resource"].endswith(":states:startExecution.sync:2")
         outcome = children["ItemProcessor"]["States"][run["Next"]]
-        assert [c["Next"] for c in outcome["Choices"]] == [f"{task}Paused"] and outcome["Default"] == f"{task}Done"
+        assert [c["Next"] for c in outcome["Choices"]] == [f"{task}Paused"] and outcome[
+            "Default"
+        ] == f"{task}Done"
         assert children["ItemProcessor"]["States"][f"{task}Paused"]["Error"] == contract.TENANT_PAUSED_ERROR
         # named after the file's parent execution, whichever execution starts it
-        assert run["Parameters"]["Name.$"] == f"States.Format('{{}}-{kind}{{}}', $.execution_name, $.first_chunk)"
+        assert (
+            run["Parameters"]["Name.$"]
+            == f"States.Format('{{}}-{kind}{{}}', $.execution_name, $.first_chunk)"
+        )
         assert children["ItemSelector"]["execution_name.$"] == "$$.Execution.Name"
 
 
 def test_a_section_runs_its_pages_one_at_a_time_within_its_range(acme):
     states = section_definition(acme)["States"]
     per_section = budgets.max_chunks_per_page(100, 10, 3600) * budgets.max_pages_per_section()
-    assert states["SectionEnd"]["Parameters"] == {"last.$": f"States.MathAdd($.first_chunk, {per_section - 1})"}
+    assert states["SectionEnd"]["Parameters"] == {
+        "last.$": f"States.MathAdd($.first_chunk, {per_section - 1})"
+    }
     pages = states["PagesInOrder"]
     assert pages["MaxConcurrency"] == 1 and pages["ItemsPath"] == "$.section.first_chunks"
     run = pages["ItemProcessor"]["States"]["RunPage"]
@@ -250,7 +272,9 @@ def test_chunks_of_a_page_run_one_at_a_time_in_order(acme):
     assert chunks["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
     assert chunks["ItemProcessor"]["StartAt"] == "RegisterChunk"
     assert chunks["ItemsPath"] == "$.page.chunks"
-    assert states["PageChunks"]["Parameters"] == {"chunks.$": "States.ArrayRange($.first_chunk, $.page.last, 1)"}
+    assert states["PageChunks"]["Parameters"] == {
+        "chunks.$": "States.ArrayRange($.first_chunk, $.page.last, 1)"
+    }
     # the register function's fence checks the PARENT's execution name, which the page carries
     assert chunks["ItemSelector"]["execution_name.$"] == "$.execution_name"
 
@@ -274,15 +298,25 @@ def test_lambda_tasks_retry_only_transient_lambda_errors_with_the_seed_settings(
         assert not any(set(r["ErrorEquals"]) & set(LAMBDA_TRANSIENTS) for r in others)
 
 
-CRASHES = ["Runtime.ExitError", "Runtime.OutOfMemory", "Sandbox.Timedout", "Lambda.Unknown",
-           "Lambda.ClientExecutionTimeoutException", "States.Timeout"]
+CRASHES = [
+    "Runtime.ExitError",
+    "Runtime.OutOfMemory",
+    "Sandbox.Timedout",
+    "Lambda.Unknown",
+    "Lambda.ClientExecutionTimeoutException",
+    "States.Timeout",
+]
 
 
 def lambda_tasks(template: Template) -> dict[str, dict]:
     """Every Lambda task of the tenant's three workflows, by state name."""
     states = definition(template)["States"]
-    register = page_definition(template)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]["RegisterChunk"]
-    tasks = {name: state for name, state in states.items() if state.get("Resource", "").endswith(":lambda:invoke")}
+    register = page_definition(template)["States"]["ChunksInOrder"]["ItemProcessor"]["States"][
+        "RegisterChunk"
+    ]
+    tasks = {
+        name: state for name, state in states.items() if state.get("Resource", "").endswith(":lambda:invoke")
+    }
     assert set(tasks) == {"Split", "RecordSuccess", "RecordFailure"}
     return {**tasks, "RegisterChunk": register}
 
@@ -293,27 +327,49 @@ def test_every_lambda_task_retries_a_crashed_runtime_with_backoff_a_bounded_numb
     is transient until it repeats (docs/design.md 4.11)."""
     for name, task in lambda_tasks(acme).items():
         crash = [r for r in task["Retry"] if "Runtime.ExitError" in r["ErrorEquals"]]
-        assert crash == [{"ErrorEquals": CRASHES, "IntervalSeconds": 2, "MaxAttempts": budgets.CRASH_RETRIES,
-                          "BackoffRate": 2, "JitterStrategy": "FULL"}], name
+        assert crash == [
+            {
+                "ErrorEquals": CRASHES,
+                "IntervalSeconds": 2,
+                "MaxAttempts": budgets.CRASH_RETRIES,
+                "BackoffRate": 2,
+                "JitterStrategy": "FULL",
+            }
+        ], name
 
 
 def test_register_and_split_fail_the_file_saying_what_crashed_once_the_retries_are_spent(acme):
     """GIVEN register or split crashing on every attempt WHEN the retries are spent THEN the
     error stays the runtime's and the cause says which step crashed, how often and where."""
     page = page_definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]["States"]
-    assert page["RegisterChunk"]["Catch"] == [{"ErrorEquals": CRASHES, "ResultPath": "$.crash", "Next": "ChunkCrashed"}]
+    assert page["RegisterChunk"]["Catch"] == [
+        {"ErrorEquals": CRASHES, "ResultPath": "$.crash", "Next": "ChunkCrashed"}
+    ]
     attempts = budgets.CRASH_RETRIES + 1
     assert page["ChunkCrashed"]["Parameters"] == {
         "Error.$": "$.crash.Error",
         "Cause.$": f"States.Format('register crashed {attempts} times in a row in chunk {{}} of the file "
-                   "(last: {})', $.chunk_index, $.crash.Error)",
+        "(last: {})', $.chunk_index, $.crash.Error)",
     }
     assert page["ChunkCrashed"]["Next"] == "RegisterCrashed"
-    assert page["RegisterCrashed"] == {"Type": "Fail", "ErrorPath": "$.crash.Error", "CausePath": "$.crash.Cause"}
+    assert page["RegisterCrashed"] == {
+        "Type": "Fail",
+        "ErrorPath": "$.crash.Error",
+        "CausePath": "$.crash.Cause",
+    }
     states = definition(acme)["States"]
-    assert states["Split"]["Catch"][0] == {"ErrorEquals": CRASHES, "ResultPath": "$.error", "Next": "SplitCrashed"}
-    assert states["SplitCrashed"]["Next"] == "RecordFailure" and states["SplitCrashed"]["ResultPath"] == "$.error"
-    assert states["SplitCrashed"]["Parameters"]["Cause.$"].startswith(f"States.Format('split crashed {attempts} times")
+    assert states["Split"]["Catch"][0] == {
+        "ErrorEquals": CRASHES,
+        "ResultPath": "$.error",
+        "Next": "SplitCrashed",
+    }
+    assert (
+        states["SplitCrashed"]["Next"] == "RecordFailure"
+        and states["SplitCrashed"]["ResultPath"] == "$.error"
+    )
+    assert states["SplitCrashed"]["Parameters"]["Cause.$"].startswith(
+        f"States.Format('split crashed {attempts} times"
+    )
 
 
 def test_the_core_system_is_retried_by_the_register_handler_not_the_workflow(acme):
@@ -321,7 +377,11 @@ def test_the_core_system_is_retried_by_the_register_handler_not_the_workflow(acm
     episode), and no retrier takes every error."""
     register = lambda_tasks(acme)["RegisterChunk"]
     errors = [e for r in register["Retry"] for e in r["ErrorEquals"]]
-    assert "SinkRetryableError" not in errors and "States.ALL" not in errors and "States.TaskFailed" not in errors
+    assert (
+        "SinkRetryableError" not in errors
+        and "States.ALL" not in errors
+        and "States.TaskFailed" not in errors
+    )
 
 
 def test_a_chunk_loops_until_done_and_waits_while_the_core_system_is_down(acme):
@@ -333,39 +393,64 @@ def test_a_chunk_loops_until_done_and_waits_while_the_core_system_is_down(acme):
     assert choice["Choices"][0] == {"Variable": "$.paused", "BooleanEquals": True, "Next": "ChunkPaused"}
     assert processor["ChunkPaused"]["Error"] == contract.TENANT_PAUSED_ERROR
     assert choice["Choices"][1] == {"Variable": "$.done", "BooleanEquals": True, "Next": "ChunkRegistered"}
-    assert choice["Choices"][2] == {"Variable": "$.invocation", "NumericGreaterThanEquals": 84, "Next": "ChunkOverBudget"}
-    assert choice["Choices"][3] == {"Variable": "$.retry_after_seconds", "NumericGreaterThan": 0, "Next": "WaitForCoreSystem"}
+    assert choice["Choices"][2] == {
+        "Variable": "$.invocation",
+        "NumericGreaterThanEquals": 84,
+        "Next": "ChunkOverBudget",
+    }
+    assert choice["Choices"][3] == {
+        "Variable": "$.retry_after_seconds",
+        "NumericGreaterThan": 0,
+        "Next": "WaitForCoreSystem",
+    }
     page = page_definition(acme)["States"]
-    assert page["ChunksInOrder"]["Catch"] == [{"ErrorEquals": [contract.TENANT_PAUSED_ERROR], "ResultPath": None,
-                                               "Next": "PagePaused"}]
+    assert page["ChunksInOrder"]["Catch"] == [
+        {"ErrorEquals": [contract.TENANT_PAUSED_ERROR], "ResultPath": None, "Next": "PagePaused"}
+    ]
     assert page["PagePaused"]["Result"] == {"paused": True} and page["PagePaused"]["End"] is True
-    assert processor["RegisterChunk"]["ResultSelector"]["invocation.$"] == "States.MathAdd($.Payload.invocation, 1)"
+    assert (
+        processor["RegisterChunk"]["ResultSelector"]["invocation.$"]
+        == "States.MathAdd($.Payload.invocation, 1)"
+    )
     assert choice["Default"] == "RegisterChunk"
     assert processor["WaitForCoreSystem"] == {
-        "Type": "Wait", "Comment": processor["WaitForCoreSystem"]["Comment"],
-        "SecondsPath": "$.retry_after_seconds", "Next": "RegisterChunk",
+        "Type": "Wait",
+        "Comment": processor["WaitForCoreSystem"]["Comment"],
+        "SecondsPath": "$.retry_after_seconds",
+        "Next": "RegisterChunk",
     }
 
 
 def test_every_close_is_recorded_then_failures_fail_the_execution(acme):
     states = definition(acme)["States"]
     for name in ("Split", "PagesInOrder"):
-        assert states[name]["Catch"][-1:] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "RecordFailure"}]
+        assert states[name]["Catch"][-1:] == [
+            {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "RecordFailure"}
+        ]
     assert states["PagesInOrder"]["Next"] == "RecordSuccess"
     assert states["RecordSuccess"]["Next"] == "FileIngested"
     assert states["RecordSuccess"]["Parameters"]["Payload"] == {
-        "execution_name.$": "$$.Execution.Name", "status": "SUCCEEDED",
-        "content_sha256.$": "$.split.content_sha256", "duplicate_of.$": "$.split.duplicate_of",
+        "execution_name.$": "$$.Execution.Name",
+        "status": "SUCCEEDED",
+        "content_sha256.$": "$.split.content_sha256",
+        "duplicate_of.$": "$.split.duplicate_of",
     }
     failure = states["RecordFailure"]
     assert failure["Next"] == "IngestFailed"
     assert failure["Parameters"]["Payload"] == {
-        "execution_name.$": "$$.Execution.Name", "status": "FAILED", "error.$": "$.error.Error", "cause.$": "$.error.Cause",
+        "execution_name.$": "$$.Execution.Name",
+        "status": "FAILED",
+        "error.$": "$.error.Error",
+        "cause.$": "$.error.Cause",
     }
     # A closer that cannot record does not change the file's outcome: the status rule records it.
     assert states["RecordSuccess"]["Catch"][0]["Next"] == "FileIngested"
     assert failure["Catch"][0]["Next"] == "IngestFailed"
-    assert states["IngestFailed"] == {"Type": "Fail", "ErrorPath": "$.error.Error", "CausePath": "$.error.Cause"}
+    assert states["IngestFailed"] == {
+        "Type": "Fail",
+        "ErrorPath": "$.error.Error",
+        "CausePath": "$.error.Cause",
+    }
 
 
 def test_status_changes_of_the_tenants_executions_reach_its_closer(acme):
@@ -375,12 +460,22 @@ def test_status_changes_of_the_tenants_executions_reach_its_closer(acme):
     # its file workflow's ARN, bare or qualified by a version or alias (tests/test_versions.py)
     machine = {"Ref": _machine_id(acme)}
     assert rule["EventPattern"]["detail"]["stateMachineArn"] == [
-        machine, {"prefix": {"Fn::Join": ["", [machine, ":"]]}}
+        machine,
+        {"prefix": {"Fn::Join": ["", [machine, ":"]]}},
     ]
-    assert set(rule["EventPattern"]["detail"]["status"]) == {"RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+    assert set(rule["EventPattern"]["detail"]["status"]) == {
+        "RUNNING",
+        "SUCCEEDED",
+        "FAILED",
+        "TIMED_OUT",
+        "ABORTED",
+    }
     (target,) = rule["Targets"]
-    closer_id = next(k for k, v in acme.find_resources("AWS::Lambda::Function").items()
-                     if v["Properties"]["FunctionName"] == "acme-close-file")
+    closer_id = next(
+        k
+        for k, v in acme.find_resources("AWS::Lambda::Function").items()
+        if v["Properties"]["FunctionName"] == "acme-close-file"
+    )
     assert target["Arn"] == {"Fn::GetAtt": [closer_id, "Arn"]}
 
 
@@ -388,9 +483,15 @@ def test_records_never_travel_between_states_only_references(acme):
     states = definition(acme)["States"]
     split_output = states["Split"]["ResultSelector"]
     assert set(split_output) == {
-        "manifest_key.$", "chunk_prefix.$", "chunk_size.$", "chunk_count.$", "record_count.$",
-        "first_chunk.$", "last_chunk.$",  # a range, never a list of every chunk
-        "content_sha256.$", "duplicate_of.$",  # a hash and an object reference, never content
+        "manifest_key.$",
+        "chunk_prefix.$",
+        "chunk_size.$",
+        "chunk_count.$",
+        "record_count.$",
+        "first_chunk.$",
+        "last_chunk.$",  # a range, never a list of every chunk
+        "content_sha256.$",
+        "duplicate_of.$",  # a hash and an object reference, never content
     }
     assert states["PagesInOrder"]["ResultPath"] is None, "page results must not pile up in the state"
     # the child's description, read by the next state only: the Map's item ends there
@@ -398,8 +499,18 @@ def test_records_never_travel_between_states_only_references(acme):
     chunks = page_definition(acme)["States"]["ChunksInOrder"]
     assert chunks["ResultPath"] is None, "chunk results must not pile up in the state"
     assert {k.removesuffix(".$") for k in chunks["ItemSelector"]} == {
-        "tenant", "bucket", "key", "version_id", "execution_name", "chunk_prefix", "chunk_size", "chunk_count",
-        "record_count", "chunk_index", "start_record", "invocation",  # fault_since: absent, no fault yet
+        "tenant",
+        "bucket",
+        "key",
+        "version_id",
+        "execution_name",
+        "chunk_prefix",
+        "chunk_size",
+        "chunk_count",
+        "record_count",
+        "chunk_index",
+        "start_record",
+        "invocation",  # fault_since: absent, no fault yet
     }
 
 
@@ -416,7 +527,9 @@ def test_register_timeout_is_derived_from_chunk_size_and_sink_timeout():
     assert register_timeout(3, 1).to_seconds() == 60  # at least a minute
     assert register_timeout(10, 10).to_seconds() == 130
     assert register_timeout(1000, 60).to_seconds() == 900  # Lambda's limit
-    assert register_timeout(1000, 60, 100).to_seconds() == 10 * 60 + 30  # 10 batches of 100 at the slowest answer
+    assert (
+        register_timeout(1000, 60, 100).to_seconds() == 10 * 60 + 30
+    )  # 10 batches of 100 at the slowest answer
     assert register_timeout(1000, 60, 1000).to_seconds() == 90  # one batch
 
 
@@ -449,13 +562,18 @@ def test_the_workflow_may_start_wait_for_and_stop_only_its_own_child_executions(
     statements = policy_statements_of_role(acme, "PipelineWorkflowRole")
     starts = [s for s in statements if s["Action"] == "states:StartExecution"]
     started = json.dumps([s["Resource"] for s in starts])
-    assert ":stateMachine:acme-file-ingest-page" in started and ":stateMachine:acme-file-ingest-section" in started
+    assert (
+        ":stateMachine:acme-file-ingest-page" in started
+        and ":stateMachine:acme-file-ingest-section" in started
+    )
     assert ":stateMachine:acme-file-ingest-workflow" not in started  # the controller starts files
     wait = [s for s in statements if s["Action"] == ["states:DescribeExecution", "states:StopExecution"]]
     waited = json.dumps([s["Resource"] for s in wait])
     assert ":execution:acme-file-ingest-page*" in waited and ":execution:acme-file-ingest-section*" in waited
     rule = next(s for s in statements if "events:PutRule" in s["Action"])
-    assert json.dumps(rule["Resource"]).endswith(':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"]]}')
+    assert json.dumps(rule["Resource"]).endswith(
+        ':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"]]}'
+    )
     invoked = json.dumps([s["Resource"] for s in statements if s["Action"] == "lambda:InvokeFunction"])
     for function in ("Split", "RegisterChunk", "Closer"):
         assert f"Pipeline{function}" in invoked, function
@@ -486,7 +604,12 @@ def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_o
     assert describe["Action"] == "states:DescribeExecution"
     assert describe["Resource"]["Fn::Join"][1][-1] == ":execution:acme-file-ingest-workflow:*"
     ledger = by_sid["OwnLedgerItemsOnly"]
-    assert sorted(ledger["Action"]) == ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
+    assert sorted(ledger["Action"]) == [
+        "dynamodb:DeleteItem",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+    ]
     assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["acme"]}}
     assert "states:ListExecutions" not in actions_of(statements), "the gate replaces ListExecutions"
     assert "sqs:ChangeMessageVisibility" in actions_of(statements)  # a waiting message's visibility
@@ -499,7 +622,11 @@ def test_controller_can_only_start_and_describe_its_own_workflow_and_touch_its_o
 
 def test_quarantine_alarm_pages_on_the_first_quarantined_message_of_the_tenant(acme):
     alarm = alarms_by_name(acme)["acme-quarantine"]
-    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("OrderedIngest", "QuarantinedMessages", "Sum")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "OrderedIngest",
+        "QuarantinedMessages",
+        "Sum",
+    )
     assert alarm["Dimensions"] == [{"Name": "Tenant", "Value": "acme"}]
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
     assert "python -m ops quarantine list acme" in alarm["AlarmDescription"]
@@ -509,7 +636,16 @@ def test_quarantine_alarm_pages_on_the_first_quarantined_message_of_the_tenant(a
 def test_register_and_closer_touch_only_their_tenants_ledger_items(acme):
     for role, actions in (
         ("PipelineDataRole", ["dynamodb:GetItem", "dynamodb:UpdateItem"]),
-        ("PipelineCloserRole", ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"]),
+        (
+            "PipelineCloserRole",
+            [
+                "dynamodb:DeleteItem",
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:Query",
+                "dynamodb:UpdateItem",
+            ],
+        ),
     ):
         ledger = {s.get("Sid"): s for s in policy_statements_of_role(acme, role)}["OwnLedgerItemsOnly"]
         assert sorted(ledger["Action"]) == actions
@@ -520,8 +656,14 @@ def test_closer_can_hand_off_on_its_own_queue_notify_and_stop_only_its_own_execu
     by_sid = {s.get("Sid"): s for s in policy_statements_of_role(acme, "PipelineCloserRole")}
     assert by_sid["HandOffOnOwnQueue"]["Action"] == "sqs:ChangeMessageVisibility"
     assert by_sid["HandOffOnOwnQueue"]["Resource"] == {"Fn::GetAtt": [_queue_id(acme), "Arn"]}
-    assert sorted(by_sid["DescribeAndStopOwnExecutions"]["Action"]) == ["states:DescribeExecution", "states:StopExecution"]
-    assert by_sid["DescribeAndStopOwnExecutions"]["Resource"]["Fn::Join"][1][-1] == ":execution:acme-file-ingest-workflow:*"
+    assert sorted(by_sid["DescribeAndStopOwnExecutions"]["Action"]) == [
+        "states:DescribeExecution",
+        "states:StopExecution",
+    ]
+    assert (
+        by_sid["DescribeAndStopOwnExecutions"]["Resource"]["Fn::Join"][1][-1]
+        == ":execution:acme-file-ingest-workflow:*"
+    )
     assert by_sid["NotifyFailures"]["Action"] == "sns:Publish"
 
 
@@ -532,7 +674,9 @@ def test_duplicate_files_reaches_split_with_its_tenants_ledger(acme, initech):
         env = function_named(template, f"{tenant}-split")["Properties"]["Environment"]["Variables"]
         assert env["DUPLICATE_FILES"] == mode
         assert "LEDGER_TABLE_NAME" in env
-        ledger = {s.get("Sid"): s for s in policy_statements_of_role(template, "PipelineDataRole")}["OwnLedgerItemsOnly"]
+        ledger = {s.get("Sid"): s for s in policy_statements_of_role(template, "PipelineDataRole")}[
+            "OwnLedgerItemsOnly"
+        ]
         assert ledger["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [tenant]}}
 
 
@@ -541,12 +685,16 @@ def test_split_and_register_share_one_data_role_and_the_workflow_one_role(acme):
     the data plane's (split and register), the workflow's (its three state machines)."""
     roles = acme.find_resources("AWS::IAM::Role")
     assert len(roles) == 4
-    functions = {f["Properties"]["FunctionName"]: f["Properties"]["Role"]["Fn::GetAtt"][0]
-                 for f in acme.find_resources("AWS::Lambda::Function").values()}
+    functions = {
+        f["Properties"]["FunctionName"]: f["Properties"]["Role"]["Fn::GetAtt"][0]
+        for f in acme.find_resources("AWS::Lambda::Function").values()
+    }
     assert functions["acme-split"] == functions["acme-register-chunk"]
     assert len({functions["acme-split"], functions["acme-controller"], functions["acme-close-file"]}) == 3
-    machines = {m["Properties"]["RoleArn"]["Fn::GetAtt"][0]
-                for m in acme.find_resources("AWS::StepFunctions::StateMachine").values()}
+    machines = {
+        m["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+        for m in acme.find_resources("AWS::StepFunctions::StateMachine").values()
+    }
     assert len(machines) == 1 and machines.pop().startswith("PipelineWorkflowRole")
 
 
@@ -601,21 +749,37 @@ def test_no_function_role_has_a_managed_policy_or_an_s3_wildcard_action(synthesi
 
 
 def alarms_by_name(template: Template) -> dict[str, dict]:
-    return {a["Properties"]["AlarmName"]: a["Properties"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()}
+    return {
+        a["Properties"]["AlarmName"]: a["Properties"]
+        for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+    }
 
 
 def test_every_alarm_notifies_the_topic_and_tells_what_to_do_first(acme):
     alarms = alarms_by_name(acme)
     assert set(alarms) == {
-        "acme-controller-error-logs", "acme-split-error-logs", "acme-register-error-logs", "acme-closer-error-logs",
-        "acme-queue-age", "acme-stall", "acme-paused", "acme-quarantine", "acme-sink-errors",
-        "acme-workflow-failed", "acme-workflow-timed-out", "acme-workflow-aborted", "acme-workflow-throttled",
-        "acme-intake-dlq", "acme-intake-failed",
+        "acme-controller-error-logs",
+        "acme-split-error-logs",
+        "acme-register-error-logs",
+        "acme-closer-error-logs",
+        "acme-queue-age",
+        "acme-stall",
+        "acme-paused",
+        "acme-quarantine",
+        "acme-sink-errors",
+        "acme-workflow-failed",
+        "acme-workflow-timed-out",
+        "acme-workflow-aborted",
+        "acme-workflow-throttled",
+        "acme-intake-dlq",
+        "acme-intake-failed",
     }
     for name, alarm in alarms.items():
         (action,) = alarm["AlarmActions"]
         assert action == ssm_parameter_ref(acme.to_json(), shared_parameter("alarm-topic-arn")), name
-        first = "First: python -m ops dlq list acme" if "-intake-" in name else "First: python -m ops status acme"
+        first = (
+            "First: python -m ops dlq list acme" if "-intake-" in name else "First: python -m ops status acme"
+        )
         assert first in alarm["AlarmDescription"], name
         assert "Runbook: docs/operations.md#" in alarm["AlarmDescription"], name
         assert alarm["TreatMissingData"] == "notBreaching"
@@ -626,32 +790,56 @@ def test_no_alarm_watches_the_controller_errors_metric(acme):
         assert alarm.get("MetricName") != "Errors", "busy-gate waits fail the controller on purpose"
 
 
-@pytest.mark.parametrize(("key", "metric_name"), [
-    ("failed", "ExecutionsFailed"), ("timed-out", "ExecutionsTimedOut"), ("aborted", "ExecutionsAborted"),
-    ("throttled", "ExecutionThrottled"),
-])
-def test_workflow_alarms_count_executions_under_the_state_machines_arn_or_its_live_alias(acme, key, metric_name):
+@pytest.mark.parametrize(
+    ("key", "metric_name"),
+    [
+        ("failed", "ExecutionsFailed"),
+        ("timed-out", "ExecutionsTimedOut"),
+        ("aborted", "ExecutionsAborted"),
+        ("throttled", "ExecutionThrottled"),
+    ],
+)
+def test_workflow_alarms_count_executions_under_the_state_machines_arn_or_its_live_alias(
+    acme, key, metric_name
+):
     """GIVEN files started through the `live` alias, and no word from AWS on which ARN the
     `StateMachineArn` dimension of their executions carries THEN each workflow alarm watches
     its metric under both, the unqualified ARN and `<ARN>:live`, and fires at 1 on the larger
     (not the sum: an execution published under both counts once)."""
-    (machine,) = acme.find_resources("AWS::StepFunctions::StateMachine",
-                                     {"Properties": {"StateMachineName": "acme-file-ingest-workflow"}})
+    (machine,) = acme.find_resources(
+        "AWS::StepFunctions::StateMachine", {"Properties": {"StateMachineName": "acme-file-ingest-workflow"}}
+    )
     alarm = alarms_by_name(acme)[f"acme-workflow-{key}"]
-    assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (
-        1, "GreaterThanOrEqualToThreshold", 1, "notBreaching")
+    assert (
+        alarm["Threshold"],
+        alarm["ComparisonOperator"],
+        alarm["EvaluationPeriods"],
+        alarm["TreatMissingData"],
+    ) == (1, "GreaterThanOrEqualToThreshold", 1, "notBreaching")
     assert "MetricName" not in alarm
     expression, unqualified, alias = alarm["Metrics"]
     own = metric_name[0].lower() + metric_name[1:]
     assert expression == {
-        "Id": "expr_1", "ReturnData": True, "Label": f"{metric_name} of tenant acme",
-        "Expression": f"IF(FILL({own}, 0) >= FILL({own}Live, 0), FILL({own}, 0), FILL({own}Live, 0))"}
+        "Id": "expr_1",
+        "ReturnData": True,
+        "Label": f"{metric_name} of tenant acme",
+        "Expression": f"IF(FILL({own}, 0) >= FILL({own}Live, 0), FILL({own}, 0), FILL({own}Live, 0))",
+    }
 
     def watched(arn: object, metric_id: str) -> dict:
-        return {"Id": metric_id, "ReturnData": False, "MetricStat": {
-            "Metric": {"Namespace": "AWS/States", "MetricName": metric_name,
-                       "Dimensions": [{"Name": "StateMachineArn", "Value": arn}]},
-            "Period": 300, "Stat": "Sum"}}
+        return {
+            "Id": metric_id,
+            "ReturnData": False,
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": "AWS/States",
+                    "MetricName": metric_name,
+                    "Dimensions": [{"Name": "StateMachineArn", "Value": arn}],
+                },
+                "Period": 300,
+                "Stat": "Sum",
+            },
+        }
 
     assert unqualified == watched({"Ref": machine}, own)
     assert alias == watched({"Fn::Join": ["", [{"Ref": machine}, ":live"]]}, f"{own}Live")
@@ -726,8 +914,11 @@ def test_sink_errors_alarm_pages_on_the_failed_share_of_tries_past_a_count(acme)
     assert expression["Expression"] == "IF(errors >= 10, errors / (errors + acknowledged), 0)"
     for metric_id, name in (("errors", "SinkErrors"), ("acknowledged", "SinkRequests")):
         stat = metrics[metric_id]["MetricStat"]
-        assert stat["Metric"] == {"Namespace": "OrderedIngest", "MetricName": name,
-                                  "Dimensions": [{"Name": "Tenant", "Value": "acme"}]}
+        assert stat["Metric"] == {
+            "Namespace": "OrderedIngest",
+            "MetricName": name,
+            "Dimensions": [{"Name": "Tenant", "Value": "acme"}],
+        }
         assert (stat["Period"], stat["Stat"], metrics[metric_id]["ReturnData"]) == (300, "Sum", False)
 
 
@@ -785,34 +976,51 @@ def test_the_metric_factory_names_the_tenants_metrics(solo):
 
     metrics = solo.metrics
     head = metrics.head_message_wait()
-    assert (head.namespace, head.metric_name, head.statistic) == ("OrderedIngest", "HeadMessageWaitSeconds", "Maximum")
+    assert (head.namespace, head.metric_name, head.statistic) == (
+        "OrderedIngest",
+        "HeadMessageWaitSeconds",
+        "Maximum",
+    )
     assert head.dimensions == {"Tenant": "solo"}
     errors = metrics.error_log_lines("register")
-    assert errors.metric_name == contract.error_log_metric_name("solo", "register") == "ErrorLogLines-solo-register"
+    assert (
+        errors.metric_name
+        == contract.error_log_metric_name("solo", "register")
+        == "ErrorLogLines-solo-register"
+    )
     stack = Stack.of(solo)
     arn = solo.state_machine.state_machine_arn
-    for executions, name in ((metrics.executions_failed(), "ExecutionsFailed"),
-                             (metrics.executions_timed_out(), "ExecutionsTimedOut"),
-                             (metrics.executions_aborted(), "ExecutionsAborted"),
-                             (metrics.executions_throttled(), "ExecutionThrottled"),
-                             (metrics.executions_succeeded(), "ExecutionsSucceeded")):
+    for executions, name in (
+        (metrics.executions_failed(), "ExecutionsFailed"),
+        (metrics.executions_timed_out(), "ExecutionsTimedOut"),
+        (metrics.executions_aborted(), "ExecutionsAborted"),
+        (metrics.executions_throttled(), "ExecutionThrottled"),
+        (metrics.executions_succeeded(), "ExecutionsSucceeded"),
+    ):
         watched = [m for m in executions.using_metrics.values() if isinstance(m, Metric)]
         assert {(m.namespace, m.metric_name, m.statistic) for m in watched} == {("AWS/States", name, "Sum")}
         assert [stack.resolve(m.dimensions) for m in watched] == [
-            {"StateMachineArn": stack.resolve(arn)}, {"StateMachineArn": stack.resolve(f"{arn}:live")}]
+            {"StateMachineArn": stack.resolve(arn)},
+            {"StateMachineArn": stack.resolve(f"{arn}:live")},
+        ]
     age = metrics.queue_age()
     assert (age.namespace, age.metric_name) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert stack.resolve(age.dimensions) == {"QueueName": stack.resolve(solo.queue.queue_name)}
     quarantined = metrics.quarantined_messages()
     assert (quarantined.metric_name, quarantined.statistic, quarantined.dimensions) == (
-        "QuarantinedMessages", "Sum", {"Tenant": "solo"})
+        "QuarantinedMessages",
+        "Sum",
+        {"Tenant": "solo"},
+    )
 
 
 # --- intake: EventBridge retries, the tenant's dead-letter queue and its alarms ------------------
 
 
 def _intake_dlq_id(template: Template) -> str:
-    (dlq_id,) = template.find_resources("AWS::SQS::Queue", {"Properties": {"QueueName": "acme-intake-dlq"}}).keys()
+    (dlq_id,) = template.find_resources(
+        "AWS::SQS::Queue", {"Properties": {"QueueName": "acme-intake-dlq"}}
+    ).keys()
     return dlq_id
 
 
@@ -832,10 +1040,16 @@ def test_intake_dlq_is_a_standard_encrypted_queue_that_keeps_events_two_weeks(ac
 
 def test_intake_dlq_policy_denies_requests_without_tls_and_lets_only_the_tenants_rules_send(acme):
     dlq_id = _intake_dlq_id(acme)
-    (policy,) = [p["Properties"] for p in acme.find_resources("AWS::SQS::QueuePolicy").values()
-                 if p["Properties"]["Queues"] == [{"Ref": dlq_id}]]
+    (policy,) = [
+        p["Properties"]
+        for p in acme.find_resources("AWS::SQS::QueuePolicy").values()
+        if p["Properties"]["Queues"] == [{"Ref": dlq_id}]
+    ]
     statements = policy["PolicyDocument"]["Statement"]
-    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in statements)
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in statements
+    )
     senders = [s for s in statements if s["Effect"] == "Allow"]
     assert {s["Principal"]["Service"] for s in senders} == {"events.amazonaws.com"}
     assert {s["Action"] for s in senders} == {"sqs:SendMessage"}
@@ -846,8 +1060,13 @@ def test_intake_dlq_policy_denies_requests_without_tls_and_lets_only_the_tenants
 def test_intake_dlq_alarm_fires_on_one_visible_message(acme):
     alarm = alarms_by_name(acme)["acme-intake-dlq"]
     assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
-        "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum")
-    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [_intake_dlq_id(acme), "QueueName"]}}]
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        "Maximum",
+    )
+    assert alarm["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": [_intake_dlq_id(acme), "QueueName"]}}
+    ]
     assert alarm["Threshold"] == 1
     assert "python -m ops dlq replay acme" in alarm["AlarmDescription"]
 
@@ -858,8 +1077,11 @@ def test_intake_failed_alarm_sums_failed_and_undeliverable_invocations_of_both_r
     (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
     assert expression["ReturnData"] is True
     watched = {
-        (m["MetricStat"]["Metric"]["MetricName"], m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]): m["Id"]
-        for m in alarm["Metrics"] if "MetricStat" in m
+        (m["MetricStat"]["Metric"]["MetricName"], m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]): m[
+            "Id"
+        ]
+        for m in alarm["Metrics"]
+        if "MetricStat" in m
     }
     assert set(watched) == {
         (metric, rule)
@@ -877,10 +1099,17 @@ def test_intake_failed_alarm_sums_failed_and_undeliverable_invocations_of_both_r
 
 def test_stack_outputs_let_ops_find_the_intake_dlq_and_the_closer(acme):
     outputs = {k: v["Value"] for k, v in acme.to_json()["Outputs"].items()}
-    closer_id = next(k for k, v in acme.find_resources("AWS::Lambda::Function").items()
-                     if v["Properties"]["FunctionName"] == "acme-close-file")
-    assert next(v for k, v in outputs.items() if k.startswith("PipelineIntakeDlqUrl")) == {"Ref": _intake_dlq_id(acme)}
-    assert next(v for k, v in outputs.items() if k.startswith("PipelineCloserFunctionName")) == {"Ref": closer_id}
+    closer_id = next(
+        k
+        for k, v in acme.find_resources("AWS::Lambda::Function").items()
+        if v["Properties"]["FunctionName"] == "acme-close-file"
+    )
+    assert next(v for k, v in outputs.items() if k.startswith("PipelineIntakeDlqUrl")) == {
+        "Ref": _intake_dlq_id(acme)
+    }
+    assert next(v for k, v in outputs.items() if k.startswith("PipelineCloserFunctionName")) == {
+        "Ref": closer_id
+    }
 
 
 TRACED = """
@@ -914,4 +1143,5 @@ def test_tracing_is_opt_in_per_tenant_on_every_state_machine_and_function(traced
         assert [m["Properties"]["TracingConfiguration"] for m in machines] == [{"Enabled": on}] * 3, tenant
         functions = traced[tenant].find_resources("AWS::Lambda::Function").values()
         assert [f["Properties"].get("TracingConfig") for f in functions] == [
-            {"Mode": "Active"} if on else None] * 4, tenant
+            {"Mode": "Active"} if on else None
+        ] * 4, tenant

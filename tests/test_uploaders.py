@@ -76,21 +76,35 @@ def everything(ap: str) -> list[str]:
 
 def tls_only(resources: list[str]) -> dict:
     """Every request without TLS is refused, whoever sends it."""
-    return {"Action": "s3:*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}, "Effect": "Deny",
-            "Principal": {"AWS": "*"}, "Resource": resources}
+    return {
+        "Action": "s3:*",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Resource": resources,
+    }
 
 
 #: CDK's `enforce_ssl` statement of the bucket.
 BUCKET_TLS_ONLY = tls_only([BUCKET_ARN, f"{BUCKET_ARN}/*"])
 #: The bucket's one Allow for uploaders: the upload actions, through this account's access points only.
-DELEGATION = {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": sorted(UPLOAD), "Resource": f"{BUCKET_ARN}/*",
-              "Condition": {"StringEquals": {"s3:DataAccessPointAccount": ACCOUNT}}}
+DELEGATION = {
+    "Effect": "Allow",
+    "Principal": {"AWS": "*"},
+    "Action": sorted(UPLOAD),
+    "Resource": f"{BUCKET_ARN}/*",
+    "Condition": {"StringEquals": {"s3:DataAccessPointAccount": ACCOUNT}},
+}
 #: The IAM tag uploaders carry (docs/security.md and preflight's fix name it).
 UPLOADER_TAG = "aws:PrincipalTag/ordered-ingest:uploader"
 #: The bucket's one Deny for uploaders: a principal with the tag, every action, unless through an access point.
 ONLY_THROUGH_ACCESS_POINTS = {
-    "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*", "Resource": [BUCKET_ARN, f"{BUCKET_ARN}/*"],
-    "Condition": {"Null": {UPLOADER_TAG: "false", "s3:DataAccessPointArn": "true"}}}
+    "Effect": "Deny",
+    "Principal": {"AWS": "*"},
+    "Action": "s3:*",
+    "Resource": [BUCKET_ARN, f"{BUCKET_ARN}/*"],
+    "Condition": {"Null": {UPLOADER_TAG: "false", "s3:DataAccessPointArn": "true"}},
+}
 
 #: Where the landing bucket ARN is longest (`uploaders.LONGEST_LANDING_BUCKET_ARN`).
 LONGEST = {"account": "123456789012", "region": "ap-southeast-5", "partition": "aws-us-gov"}
@@ -99,7 +113,9 @@ LONGEST = {"account": "123456789012", "region": "ap-southeast-5", "partition": "
 def with_longest_qualifier(statements: list[dict]) -> list[dict]:
     """A policy rendered at `LONGEST`, as an app with the longest `qualifier` would have it."""
     plain = names.landing_bucket_name(LONGEST["account"], LONGEST["region"])
-    return json.loads(json.dumps(statements).replace(plain, uploaders.LONGEST_LANDING_BUCKET_ARN.split(":::")[1]))
+    return json.loads(
+        json.dumps(statements).replace(plain, uploaders.LONGEST_LANDING_BUCKET_ARN.split(":::")[1])
+    )
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +125,15 @@ def uploaders_app(tmp_path_factory):
     return synthesize(root / "tenants.yaml", root / "cdk.out")  # cdk-nag on: no finding
 
 
-def resource_policy(templates, stack: str, resource_type: str, *, account: str = ACCOUNT, region: str = REGION,
-                    partition: str = "aws") -> list[dict]:
+def resource_policy(
+    templates,
+    stack: str,
+    resource_type: str,
+    *,
+    account: str = ACCOUNT,
+    region: str = REGION,
+    partition: str = "aws",
+) -> list[dict]:
     """The statements of the one ``resource_type`` policy of ``stack`` with their intrinsics
     rendered (the IAM lint's resolver) as CloudFormation renders them in ``account`` and ``region``."""
     own = {stack: templates[stack]}
@@ -192,13 +215,22 @@ def naming(policy: list[dict], effect: str, principal: str) -> list[dict]:
 def shape(statement: dict) -> dict:
     """What a statement does, whoever it names: without Sid, Principal and the `aws:PrincipalArn`
     condition that narrows it, its lists as sets."""
-    found = {k: frozenset(listed(v)) if k in ("Action", "NotAction", "Resource", "NotResource") else v
-             for k, v in statement.items() if k not in ("Sid", "Principal")}
+    found = {
+        k: frozenset(listed(v)) if k in ("Action", "NotAction", "Resource", "NotResource") else v
+        for k, v in statement.items()
+        if k not in ("Sid", "Principal")
+    }
     if by_arn(statement) is not None:
-        condition = {**found["Condition"], "ArnEquals": {k: v for k, v in found["Condition"]["ArnEquals"].items()
-                                                         if k != "aws:PrincipalArn"}}
+        condition = {
+            **found["Condition"],
+            "ArnEquals": {
+                k: v for k, v in found["Condition"]["ArnEquals"].items() if k != "aws:PrincipalArn"
+            },
+        }
         condition = {k: v for k, v in condition.items() if v}
-        found = {k: v for k, v in found.items() if k != "Condition"} | ({"Condition": condition} if condition else {})
+        found = {k: v for k, v in found.items() if k != "Condition"} | (
+            {"Condition": condition} if condition else {}
+        )
     return found
 
 
@@ -214,7 +246,9 @@ def check_allowed_to_put_only_under(policy: list[dict], ap: str, principal: str,
     access point, no condition. (A same-account role then puts without an identity allow;
     another account's principal needs one too, and gets nothing else.)"""
     allows = [shape(s) for s in naming(policy, "Allow", principal)]
-    assert allows == [{"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ap, prefix + "*")})}], principal
+    assert allows == [
+        {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ap, prefix + "*")})}
+    ], principal
 
 
 def check_denied_all_but_putting_under(policy: list[dict], ap: str, principal: str, prefix: str) -> None:
@@ -223,9 +257,13 @@ def check_denied_all_but_putting_under(policy: list[dict], ap: str, principal: s
     delete, ACL or tagging, its own files included), and the upload actions on every key outside
     its prefix. Whatever its identity policy allows, through its access point it puts under its
     prefix and does nothing else."""
-    denies = [shape(s) for s in naming(policy, "Deny", principal) if without_sid(s) != tls_only(everything(ap))]
-    expected = [{"Effect": "Deny", "NotAction": UPLOAD, "Resource": frozenset(everything(ap))},
-                {"Effect": "Deny", "Action": UPLOAD, "NotResource": frozenset({obj(ap, prefix + "*")})}]
+    denies = [
+        shape(s) for s in naming(policy, "Deny", principal) if without_sid(s) != tls_only(everything(ap))
+    ]
+    expected = [
+        {"Effect": "Deny", "NotAction": UPLOAD, "Resource": frozenset(everything(ap))},
+        {"Effect": "Deny", "Action": UPLOAD, "NotResource": frozenset({obj(ap, prefix + "*")})},
+    ]
     assert len(denies) == 2 and all(e in denies for e in expected), (principal, denies)
 
 
@@ -235,7 +273,9 @@ def check_granted_nothing(policy: list[dict], principal: str) -> None:
 
 def check_denied_nothing_but_plain_http(policy: list[dict], ap: str, principal: str) -> None:
     """Only TLS-only names the principal: its own identity policy decides the rest."""
-    assert [s for s in naming(policy, "Deny", principal) if without_sid(s) != tls_only(everything(ap))] == [], principal
+    assert [
+        s for s in naming(policy, "Deny", principal) if without_sid(s) != tls_only(everything(ap))
+    ] == [], principal
 
 
 def check_tls_only(policy: list[dict], ap: str) -> None:
@@ -276,7 +316,8 @@ def check_bucket_denies_untagged_principals_nothing_but_plain_http(policy: list[
 
 
 def test_an_uploader_is_allowed_to_put_under_its_tenants_prefix_through_its_access_point_and_nothing_else(
-        acme_policy, globex_policy):
+    acme_policy, globex_policy
+):
     check_allowed_to_put_only_under(acme_policy, ACME_AP, ACME_UPLOADER, "acme/")
     check_allowed_to_put_only_under(globex_policy, GLOBEX_AP, GLOBEX_UPLOADER, "globex/in/")
     # by its own ARN: a same-account role needs no identity allow to put
@@ -293,24 +334,36 @@ def check_names_roles_and_users_by_condition_only(policy: list[dict], identities
     assert in_principal <= {"*"} | {p for p in in_principal if uploaders.is_account_root(p)}, in_principal
     narrowing = [s for s in policy if by_arn(s) is not None]
     assert {a for s in narrowing for a in by_arn(s)} == set(identities)
-    assert all(s["Principal"] == {"AWS": "*"} and not any(c in s["Condition"] for c in ("ArnLike", "StringLike"))
-               for s in narrowing)
+    assert all(
+        s["Principal"] == {"AWS": "*"} and not any(c in s["Condition"] for c in ("ArnLike", "StringLike"))
+        for s in narrowing
+    )
 
 
 def test_an_access_point_policy_names_its_roles_and_users_in_a_condition_not_as_principals(
-        acme_policy, globex_policy, uploaders_app):
+    acme_policy, globex_policy, uploaders_app
+):
     """GIVEN acme's role and partner account root, and globex's user THEN their access points'
     policies name the role and the user only under `aws:PrincipalArn`, the root as `Principal`."""
     check_names_roles_and_users_by_condition_only(acme_policy, [ACME_UPLOADER])
     check_names_roles_and_users_by_condition_only(globex_policy, [GLOBEX_UPLOADER])
     (put, accounts) = [s for s in acme_policy if s["Effect"] == "Allow"]
     assert (put["Sid"], put["Principal"], put["Condition"]) == (
-        "UploadersPut", {"AWS": "*"}, {"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER]}})
+        "UploadersPut",
+        {"AWS": "*"},
+        {"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER]}},
+    )
     assert (accounts["Sid"], accounts["Principal"], "Condition" in accounts) == (
-        "UploadersPutAccounts", {"AWS": [PARTNER_ROOT]}, False)
+        "UploadersPutAccounts",
+        {"AWS": [PARTNER_ROOT]},
+        False,
+    )
     for sid in ("UploadersDenyOtherActions", "UploadersDenyOtherKeys"):
         (deny,) = [s for s in acme_policy if s.get("Sid") == sid]
-        assert (deny["Principal"], deny["Condition"]) == ({"AWS": "*"}, {"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER]}})
+        assert (deny["Principal"], deny["Condition"]) == (
+            {"AWS": "*"},
+            {"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER]}},
+        )
     # the template itself, before any rendering: no uploader ARN under a Principal
     for tenant, arn in (("acme", ACME_UPLOADER), ("globex", GLOBEX_UPLOADER)):
         (ap,) = access_points(uploaders_app.templates[names.TENANT_STACK.render(tenant)])
@@ -318,7 +371,9 @@ def test_an_access_point_policy_names_its_roles_and_users_in_a_condition_not_as_
         assert arn in json.dumps([s.get("Condition") for s in ap["Policy"]["Statement"]])
 
 
-def test_an_uploader_is_denied_every_other_action_and_every_key_outside_its_prefix(acme_policy, globex_policy):
+def test_an_uploader_is_denied_every_other_action_and_every_key_outside_its_prefix(
+    acme_policy, globex_policy
+):
     check_denied_all_but_putting_under(acme_policy, ACME_AP, ACME_UPLOADER, "acme/")
     check_denied_all_but_putting_under(globex_policy, GLOBEX_AP, GLOBEX_UPLOADER, "globex/in/")
 
@@ -334,10 +389,14 @@ def test_every_request_without_tls_is_denied_uploaders_included(policy, acme_pol
     check_tls_only(acme_policy, ACME_AP)
     check_tls_only(globex_policy, GLOBEX_AP)
     assert BUCKET_TLS_ONLY in policy
-    assert all(BUCKET_TLS_ONLY in naming(policy, "Deny", p) for p in (ACME_UPLOADER, GLOBEX_UPLOADER, PARTNER_ROLE))
+    assert all(
+        BUCKET_TLS_ONLY in naming(policy, "Deny", p) for p in (ACME_UPLOADER, GLOBEX_UPLOADER, PARTNER_ROLE)
+    )
 
 
-def test_a_cross_account_uploader_is_allowed_to_put_under_its_prefix_and_no_deny_names_its_account(acme_policy):
+def test_a_cross_account_uploader_is_allowed_to_put_under_its_prefix_and_no_deny_names_its_account(
+    acme_policy,
+):
     """GIVEN the partner account's root as acme's uploader (its own IAM decides which of its
     principals) THEN each of its principals is allowed the puts under acme/ and nothing else:
     across accounts every policy must allow, so the Allow alone bounds it; a Deny naming the
@@ -361,7 +420,7 @@ def test_a_tagged_uploader_is_denied_everything_on_the_bucket_not_through_an_acc
     """The constant answer to a same-account uploader going around its access point: the tag
     on its role or user, not its ARN in the bucket policy (docs/security.md, "Uploaders")."""
     check_bucket_keeps_tagged_uploaders_to_access_points(policy)
-    assert uploaders.UPLOADER_TAG_KEY == UPLOADER_TAG.removeprefix("aws:PrincipalTag/")
+    assert UPLOADER_TAG.removeprefix("aws:PrincipalTag/") == uploaders.UPLOADER_TAG_KEY
 
 
 def test_the_uploader_tag_key_is_a_valid_iam_tag_key():
@@ -378,15 +437,29 @@ def test_the_access_point_policies_name_no_one_else(acme_policy, globex_policy):
         for principal in (PIPELINE_ROLE, OPERATOR):
             check_granted_nothing(policy, principal)
             check_denied_nothing_but_plain_http(policy, ap, principal)
-    allows = [(principals(s), shape(s)) for p in (acme_policy, globex_policy) for s in p if s["Effect"] == "Allow"]
-    assert allows == [
-        ({ACME_UPLOADER}, {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ACME_AP, "acme/*")})}),
-        ({PARTNER_ROOT}, {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ACME_AP, "acme/*")})}),
-        ({GLOBEX_UPLOADER},
-         {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(GLOBEX_AP, "globex/in/*")})}),
+    allows = [
+        (principals(s), shape(s)) for p in (acme_policy, globex_policy) for s in p if s["Effect"] == "Allow"
     ]
-    denied = [principals(s) for p in (acme_policy, globex_policy) for s in p
-              if s["Effect"] == "Deny" and principals(s) != {"*"}]
+    assert allows == [
+        (
+            {ACME_UPLOADER},
+            {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ACME_AP, "acme/*")})},
+        ),
+        (
+            {PARTNER_ROOT},
+            {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(ACME_AP, "acme/*")})},
+        ),
+        (
+            {GLOBEX_UPLOADER},
+            {"Effect": "Allow", "Action": UPLOAD, "Resource": frozenset({obj(GLOBEX_AP, "globex/in/*")})},
+        ),
+    ]
+    denied = [
+        principals(s)
+        for p in (acme_policy, globex_policy)
+        for s in p
+        if s["Effect"] == "Deny" and principals(s) != {"*"}
+    ]
     assert denied == [{ACME_UPLOADER}] * 2 + [{GLOBEX_UPLOADER}] * 2
 
 
@@ -432,79 +505,202 @@ def acme_tls(policy):
 
 ACCESS_POINT_MUTATIONS = [
     pytest.param(change("UploadersPut", Resource=obj(ACME_AP, "*")), acme_put, id="allow on every key"),
-    pytest.param(change("UploadersPut", Resource=obj(ACME_AP, "acme*")), acme_put, id="allow on acme-other/ too"),
+    pytest.param(
+        change("UploadersPut", Resource=obj(ACME_AP, "acme*")), acme_put, id="allow on acme-other/ too"
+    ),
     pytest.param(change("UploadersPut", Action=["s3:Put*"]), acme_put, id="allow PutObjectAcl, tagging"),
-    pytest.param(change("UploadersPut", Principal={"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, Condition=None),
-                 acme_put, id="allow this account, not the role"),
-    pytest.param(change("UploadersPut", Condition={"ArnEquals": {"aws:PrincipalArn": [GLOBEX_UPLOADER]}}),
-                 acme_put, id="allow another tenant's uploader, not the role"),
-    pytest.param(change("UploadersDenyOtherKeys", Resource=obj(ACME_AP, "acme/*"), NotResource=None), acme_denied,
-                 id="deny puts inside the prefix instead of outside"),
-    pytest.param(change("UploadersDenyOtherKeys", NotResource=obj(ACME_AP, "globex/in/*")), acme_denied,
-                 id="deny puts outside another prefix"),
-    pytest.param(change("UploadersDenyOtherKeys", Condition={"Bool": {"aws:SecureTransport": "false"}}),
-                 acme_denied, id="deny other keys only without TLS"),
-    pytest.param(change("UploadersDenyOtherActions", NotAction=[*UPLOAD, "s3:GetObject"]), acme_denied,
-                 id="deny all but puts and reads"),
-    pytest.param(change("UploadersDenyOtherActions", Resource=obj(ACME_AP, "*")), acme_denied,
-                 id="deny other actions on objects only, so listing is left"),
-    pytest.param(add({"Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:PutObject",
-                      "Resource": obj(ACME_AP, "*")}), acme_denied, id="deny every put to everyone"),
-    pytest.param(change("UploadersDenyOtherKeys", Principal={"AWS": [ACME_UPLOADER, PARTNER_ROOT]}, Condition=None),
-                 partner_not_denied, id="deny names the partner account"),
-    pytest.param(change("UploadersDenyOtherActions", Principal={"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, Condition=None),
-                 operator_untouched, id="deny names this account"),
-    pytest.param(change("UploadersDenyOtherActions", Condition=None), operator_untouched,
-                 id="deny every principal: the condition that narrows it dropped"),
-    pytest.param(change("UploadersPut", Condition={"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER, OPERATOR]}}),
-                 operator_untouched, id="allow an operator to put"),
-    pytest.param(change("UploadersPut", Condition=None), operator_untouched,
-                 id="allow every principal: the condition that narrows it dropped"),
-    pytest.param(add({"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "s3:GetObject",
-                      "Resource": obj(ACME_AP, "*")}), operator_untouched, id="allow everyone to read"),
-    pytest.param(change("TlsOnly", Resource=[ACME_AP]), acme_tls, id="tls only for the access point, not objects"),
-    pytest.param(change("TlsOnly", Condition={"Bool": {"aws:SecureTransport": "true"}}), acme_tls,
-                 id="deny with TLS instead of without"),
+    pytest.param(
+        change("UploadersPut", Principal={"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, Condition=None),
+        acme_put,
+        id="allow this account, not the role",
+    ),
+    pytest.param(
+        change("UploadersPut", Condition={"ArnEquals": {"aws:PrincipalArn": [GLOBEX_UPLOADER]}}),
+        acme_put,
+        id="allow another tenant's uploader, not the role",
+    ),
+    pytest.param(
+        change("UploadersDenyOtherKeys", Resource=obj(ACME_AP, "acme/*"), NotResource=None),
+        acme_denied,
+        id="deny puts inside the prefix instead of outside",
+    ),
+    pytest.param(
+        change("UploadersDenyOtherKeys", NotResource=obj(ACME_AP, "globex/in/*")),
+        acme_denied,
+        id="deny puts outside another prefix",
+    ),
+    pytest.param(
+        change("UploadersDenyOtherKeys", Condition={"Bool": {"aws:SecureTransport": "false"}}),
+        acme_denied,
+        id="deny other keys only without TLS",
+    ),
+    pytest.param(
+        change("UploadersDenyOtherActions", NotAction=[*UPLOAD, "s3:GetObject"]),
+        acme_denied,
+        id="deny all but puts and reads",
+    ),
+    pytest.param(
+        change("UploadersDenyOtherActions", Resource=obj(ACME_AP, "*")),
+        acme_denied,
+        id="deny other actions on objects only, so listing is left",
+    ),
+    pytest.param(
+        add(
+            {
+                "Effect": "Deny",
+                "Principal": {"AWS": "*"},
+                "Action": "s3:PutObject",
+                "Resource": obj(ACME_AP, "*"),
+            }
+        ),
+        acme_denied,
+        id="deny every put to everyone",
+    ),
+    pytest.param(
+        change("UploadersDenyOtherKeys", Principal={"AWS": [ACME_UPLOADER, PARTNER_ROOT]}, Condition=None),
+        partner_not_denied,
+        id="deny names the partner account",
+    ),
+    pytest.param(
+        change(
+            "UploadersDenyOtherActions", Principal={"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, Condition=None
+        ),
+        operator_untouched,
+        id="deny names this account",
+    ),
+    pytest.param(
+        change("UploadersDenyOtherActions", Condition=None),
+        operator_untouched,
+        id="deny every principal: the condition that narrows it dropped",
+    ),
+    pytest.param(
+        change("UploadersPut", Condition={"ArnEquals": {"aws:PrincipalArn": [ACME_UPLOADER, OPERATOR]}}),
+        operator_untouched,
+        id="allow an operator to put",
+    ),
+    pytest.param(
+        change("UploadersPut", Condition=None),
+        operator_untouched,
+        id="allow every principal: the condition that narrows it dropped",
+    ),
+    pytest.param(
+        add(
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": "*"},
+                "Action": "s3:GetObject",
+                "Resource": obj(ACME_AP, "*"),
+            }
+        ),
+        operator_untouched,
+        id="allow everyone to read",
+    ),
+    pytest.param(
+        change("TlsOnly", Resource=[ACME_AP]), acme_tls, id="tls only for the access point, not objects"
+    ),
+    pytest.param(
+        change("TlsOnly", Condition={"Bool": {"aws:SecureTransport": "true"}}),
+        acme_tls,
+        id="deny with TLS instead of without",
+    ),
 ]
 
 BUCKET_MUTATIONS = [
-    pytest.param(change(uploaders.DELEGATION_SID, Condition=None), check_bucket_grants_only_puts_through_its_accounts_access_points,
-                 id="delegate to every request, not access points"),
-    pytest.param(change(uploaders.DELEGATION_SID,
-                        Condition={"StringEquals": {"s3:DataAccessPointAccount": PARTNER_ACCOUNT}}),
-                 check_bucket_grants_only_puts_through_its_accounts_access_points,
-                 id="delegate to another account's access points"),
-    pytest.param(change(uploaders.DELEGATION_SID, Action="*"),
-                 check_bucket_grants_only_puts_through_its_accounts_access_points, id="delegate every action"),
-    pytest.param(change(uploaders.DELEGATION_SID, Resource=[BUCKET_ARN, f"{BUCKET_ARN}/*"]),
-                 check_bucket_grants_only_puts_through_its_accounts_access_points, id="delegate the bucket's own actions"),
-    pytest.param(add({"Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:GetObject", "Resource": f"{BUCKET_ARN}/*"}),
-                 check_bucket_denies_untagged_principals_nothing_but_plain_http, id="deny the pipeline its reads"),
-    pytest.param(change(None, Resource=[BUCKET_ARN]), check_bucket_denies_untagged_principals_nothing_but_plain_http,
-                 id="bucket tls only for the bucket, not objects"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Effect="Allow"),
-                 check_bucket_keeps_tagged_uploaders_to_access_points, id="tagged uploaders allowed, not denied"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {UPLOADER_TAG: "false"}}),
-                 check_bucket_keeps_tagged_uploaders_to_access_points,
-                 id="tagged uploaders denied through their access points too (no Null on s3:DataAccessPointArn)"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID,
-                        Condition={"Null": {UPLOADER_TAG: "false", "s3:DataAccessPointArn": "false"}}),
-                 check_bucket_keeps_tagged_uploaders_to_access_points,
-                 id="tagged uploaders denied through access points only"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {"s3:DataAccessPointArn": "true"}}),
-                 check_bucket_keeps_tagged_uploaders_to_access_points, id="no tag condition: everyone kept to access points"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {"s3:DataAccessPointArn": "true"}}),
-                 check_bucket_denies_untagged_principals_nothing_but_plain_http,
-                 id="no tag condition: the pipeline's roles denied the bucket"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID,
-                        Condition={"Null": {"aws:PrincipalTag/uploader": "false", "s3:DataAccessPointArn": "true"}}),
-                 check_bucket_keeps_tagged_uploaders_to_access_points, id="another tag key than the one preflight checks"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Resource=f"{BUCKET_ARN}/*"),
-                 check_bucket_keeps_tagged_uploaders_to_access_points, id="deny on objects only, so listing is left"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Action=["s3:GetObject", "s3:DeleteObject"]),
-                 check_bucket_keeps_tagged_uploaders_to_access_points, id="deny reads and deletes only, so puts are left"),
-    pytest.param(change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Principal={"AWS": ACME_UPLOADER}),
-                 check_bucket_keeps_tagged_uploaders_to_access_points, id="deny one uploader by ARN, not every tagged one"),
+    pytest.param(
+        change(uploaders.DELEGATION_SID, Condition=None),
+        check_bucket_grants_only_puts_through_its_accounts_access_points,
+        id="delegate to every request, not access points",
+    ),
+    pytest.param(
+        change(
+            uploaders.DELEGATION_SID,
+            Condition={"StringEquals": {"s3:DataAccessPointAccount": PARTNER_ACCOUNT}},
+        ),
+        check_bucket_grants_only_puts_through_its_accounts_access_points,
+        id="delegate to another account's access points",
+    ),
+    pytest.param(
+        change(uploaders.DELEGATION_SID, Action="*"),
+        check_bucket_grants_only_puts_through_its_accounts_access_points,
+        id="delegate every action",
+    ),
+    pytest.param(
+        change(uploaders.DELEGATION_SID, Resource=[BUCKET_ARN, f"{BUCKET_ARN}/*"]),
+        check_bucket_grants_only_puts_through_its_accounts_access_points,
+        id="delegate the bucket's own actions",
+    ),
+    pytest.param(
+        add(
+            {
+                "Effect": "Deny",
+                "Principal": {"AWS": "*"},
+                "Action": "s3:GetObject",
+                "Resource": f"{BUCKET_ARN}/*",
+            }
+        ),
+        check_bucket_denies_untagged_principals_nothing_but_plain_http,
+        id="deny the pipeline its reads",
+    ),
+    pytest.param(
+        change(None, Resource=[BUCKET_ARN]),
+        check_bucket_denies_untagged_principals_nothing_but_plain_http,
+        id="bucket tls only for the bucket, not objects",
+    ),
+    pytest.param(
+        change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Effect="Allow"),
+        check_bucket_keeps_tagged_uploaders_to_access_points,
+        id="tagged uploaders allowed, not denied",
+    ),
+    pytest.param(
+        change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {UPLOADER_TAG: "false"}}),
+        check_bucket_keeps_tagged_uploaders_to_access_points,
+        id="tagged uploaders denied through their access points too (no Null on s3:DataAccessPointArn)",
+    ),
+    pytest.param(
+        change(
+            uploaders.ONLY_THROUGH_ACCESS_POINTS_SID,
+            Condition={"Null": {UPLOADER_TAG: "false", "s3:DataAccessPointArn": "false"}},
+        ),
+        check_bucket_keeps_tagged_uploaders_to_access_points,
+        id="tagged uploaders denied through access points only",
+    ),
+    pytest.param(
+        change(
+            uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {"s3:DataAccessPointArn": "true"}}
+        ),
+        check_bucket_keeps_tagged_uploaders_to_access_points,
+        id="no tag condition: everyone kept to access points",
+    ),
+    pytest.param(
+        change(
+            uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Condition={"Null": {"s3:DataAccessPointArn": "true"}}
+        ),
+        check_bucket_denies_untagged_principals_nothing_but_plain_http,
+        id="no tag condition: the pipeline's roles denied the bucket",
+    ),
+    pytest.param(
+        change(
+            uploaders.ONLY_THROUGH_ACCESS_POINTS_SID,
+            Condition={"Null": {"aws:PrincipalTag/uploader": "false", "s3:DataAccessPointArn": "true"}},
+        ),
+        check_bucket_keeps_tagged_uploaders_to_access_points,
+        id="another tag key than the one preflight checks",
+    ),
+    pytest.param(
+        change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Resource=f"{BUCKET_ARN}/*"),
+        check_bucket_keeps_tagged_uploaders_to_access_points,
+        id="deny on objects only, so listing is left",
+    ),
+    pytest.param(
+        change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Action=["s3:GetObject", "s3:DeleteObject"]),
+        check_bucket_keeps_tagged_uploaders_to_access_points,
+        id="deny reads and deletes only, so puts are left",
+    ),
+    pytest.param(
+        change(uploaders.ONLY_THROUGH_ACCESS_POINTS_SID, Principal={"AWS": ACME_UPLOADER}),
+        check_bucket_keeps_tagged_uploaders_to_access_points,
+        id="deny one uploader by ARN, not every tagged one",
+    ),
 ]
 
 
@@ -532,24 +728,36 @@ def access_points(template: dict) -> list[dict]:
 
 
 def test_each_tenant_with_uploaders_has_its_access_point_on_the_landing_bucket_and_a_tenant_without_has_none(
-        uploaders_app):
+    uploaders_app,
+):
     templates = uploaders_app.templates
     for tenant_id in ("acme", "globex"):
         template = templates[names.TENANT_STACK.render(tenant_id)]
         (ap,) = access_points(template)
         assert ap["Name"] == names.upload_access_point_name(tenant_id) == f"{tenant_id}-uploads"
         # the shared bucket by its fixed name: no reference to the shared stack
-        assert ap["Bucket"] == {"Fn::Join": ["", ["ordered-ingest-landing-", {"Ref": "AWS::AccountId"}, "-",
-                                                   {"Ref": "AWS::Region"}]]}
-        assert ap["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
-                                                        "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+        assert ap["Bucket"] == {
+            "Fn::Join": [
+                "",
+                ["ordered-ingest-landing-", {"Ref": "AWS::AccountId"}, "-", {"Ref": "AWS::Region"}],
+            ]
+        }
+        assert ap["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
         assert "VpcConfiguration" not in ap  # reachable from the uploader's network
         outputs = {k: v for k, v in template["Outputs"].items() if "UploadAccessPoint" in k}
         assert sorted(o["Value"]["Fn::GetAtt"][1] for o in outputs.values()) == ["Alias", "Arn"]
     assert access_points(templates["OrderedIngest-Tenant-initech"]) == []
     assert not [k for k in templates["OrderedIngest-Tenant-initech"]["Outputs"] if "UploadAccessPoint" in k]
-    assert not [s for s in access_points(templates["OrderedIngest-Tenant-acme"])[0]["Policy"]["Statement"]
-                if "initech" in json.dumps(s)]
+    assert not [
+        s
+        for s in access_points(templates["OrderedIngest-Tenant-acme"])[0]["Policy"]["Statement"]
+        if "initech" in json.dumps(s)
+    ]
     assert access_points(templates[SHARED]) == []
 
 
@@ -558,7 +766,8 @@ def test_without_uploaders_the_landing_policy_is_tls_only_and_the_model_counts_j
     assert landing_policy(synthesized.templates) == [BUCKET_TLS_ONLY]
     longest = with_longest_qualifier(landing_policy(synthesized.templates, **LONGEST))
     assert uploaders.bucket_policy_bytes([]) == len(
-        json.dumps({"Statement": longest, "Version": "2012-10-17"}, separators=(",", ":")))
+        json.dumps({"Statement": longest, "Version": "2012-10-17"}, separators=(",", ":"))
+    )
     assert not [name for name, t in synthesized.templates.items() if access_points(t)]
 
 
@@ -566,14 +775,18 @@ def test_the_size_models_are_the_synthesized_policies_at_the_longest_arns(upload
     """GIVEN the synthesized policies rendered for the longest ARNs WHEN measured THEN the
     models' figures are never below them (and within 1 %: CDK writes a single principal as a
     string, the model as a list)."""
+
     def size(statements: list[dict]) -> int:
         return len(json.dumps({"Statement": statements, "Version": "2012-10-17"}, separators=(",", ":")))
 
     config = parse_config(TENANTS)
     bucket = with_longest_qualifier(landing_policy(uploaders_app.templates, **LONGEST))
     assert bucket[0]["Resource"][0] == uploaders.LONGEST_LANDING_BUCKET_ARN
-    assert size(bucket) <= uploaders.bucket_policy_bytes([capacity.uploaders_of(t) for t in config.tenants]) \
+    assert (
+        size(bucket)
+        <= uploaders.bucket_policy_bytes([capacity.uploaders_of(t) for t in config.tenants])
         <= size(bucket) * 1.01
+    )
     for tenant in config.tenants[:2]:
         actual = size(access_point_policy(uploaders_app.templates, tenant.id, **LONGEST))
         modelled = uploaders.access_point_policy_bytes(capacity.uploaders_of(tenant))
@@ -586,9 +799,13 @@ def test_the_size_models_are_the_synthesized_policies_at_the_longest_arns(upload
 def tenants_with_uploaders(count: int, *, head: str = "") -> str:
     entries = "\n".join(
         f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/, uploaders: "
-        f"['arn:aws:iam::{ACCOUNT}:role/tenant-{i:04d}-uploader']}}" for i in range(count))
-    return (f"{head}defaults:\n  sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}\n"
-            f"tenants:\n{entries}\n")
+        f"['arn:aws:iam::{ACCOUNT}:role/tenant-{i:04d}-uploader']}}"
+        for i in range(count)
+    )
+    return (
+        f"{head}defaults:\n  sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}\n"
+        f"tenants:\n{entries}\n"
+    )
 
 
 @pytest.mark.parametrize("count", [1, 50, 1000])
@@ -606,11 +823,16 @@ def test_the_landing_bucket_policy_has_the_same_size_at_any_number_of_tenants_wi
 
 #: A team's day one: 50 tenants, each with its own uploader role and its own bearer
 #: secret, alarms to the on-call address, rules sharded over 10 buses (cells).
-SHARDED_FIFTY = "routing: {shards: 10}\nnotifications: {emails: [oncall@example.com]}\n" + "".join([
-    "defaults:\n  sink: {url: https://core.example.com/records}\ntenants:\n",
-    *(f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/, uploaders: ['arn:aws:iam::{ACCOUNT}:role/tenant-{i:04d}-uploader'], "
-      f"sink: {{auth: {{type: bearer, secret: ordered-ingest/tenant-{i:04d}/core-token}}}}}}\n" for i in range(50)),
-])
+SHARDED_FIFTY = "routing: {shards: 10}\nnotifications: {emails: [oncall@example.com]}\n" + "".join(
+    [
+        "defaults:\n  sink: {url: https://core.example.com/records}\ntenants:\n",
+        *(
+            f"  - {{id: tenant-{i:04d}, prefix: tenant-{i:04d}/, uploaders: ['arn:aws:iam::{ACCOUNT}:role/tenant-{i:04d}-uploader'], "
+            f"sink: {{auth: {{type: bearer, secret: ordered-ingest/tenant-{i:04d}/core-token}}}}}}\n"
+            for i in range(50)
+        ),
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -629,7 +851,9 @@ def fifty(tmp_path_factory):
 
 
 @pytest.mark.slow  # many synthetic tenants: a limit of the code, not of a tenants file (make test only)
-def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_policy_and_an_access_point_each(fifty):
+def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_policy_and_an_access_point_each(
+    fifty,
+):
     """The issue's case: 50 tenants, each with its own uploader role (about 43 KB of bucket
     policy before, against S3's 20 KB) and its own bearer secret, alarms to an address.
     cdk-nag runs on each cell's synth."""
@@ -646,19 +870,33 @@ def test_fifty_tenants_with_uploaders_synthesize_with_the_one_statement_bucket_p
         check_denied_all_but_putting_under(policy, ap, uploader, f"{tenant_id}/")
         check_tls_only(policy, ap)
         # each tenant's register function reads its own bearer secret, and no other tenant's
-        secrets = {json.dumps(s["Resource"]) for s in statements_of(templates[names.TENANT_STACK.render(tenant_id)])
-                   if "secretsmanager:GetSecretValue" in json.dumps(s.get("Action"))}
-        assert secrets and all(f"ordered-ingest/{tenant_id}/core-token" in r for r in secrets), (tenant_id, secrets)
+        secrets = {
+            json.dumps(s["Resource"])
+            for s in statements_of(templates[names.TENANT_STACK.render(tenant_id)])
+            if "secretsmanager:GetSecretValue" in json.dumps(s.get("Action"))
+        }
+        assert secrets and all(f"ordered-ingest/{tenant_id}/core-token" in r for r in secrets), (
+            tenant_id,
+            secrets,
+        )
     # the alarms reach the on-call address
     (shared,) = [t for name, t in templates.items() if name == SHARED]
-    endpoints = [r["Properties"]["Endpoint"] for r in shared["Resources"].values() if r["Type"] == "AWS::SNS::Subscription"]
+    endpoints = [
+        r["Properties"]["Endpoint"]
+        for r in shared["Resources"].values()
+        if r["Type"] == "AWS::SNS::Subscription"
+    ]
     assert endpoints == ["oncall@example.com"]
 
 
 def statements_of(template: dict) -> list[dict]:
     """Every statement of the template's IAM policies."""
-    return [s for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
-            for s in r["Properties"]["PolicyDocument"]["Statement"]]
+    return [
+        s
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
 
 
 # --- configuration -----------------------------------------------------------------------------------
@@ -725,9 +963,16 @@ def test_parliament_finds_nothing_unacknowledged_in_the_bucket_and_access_point_
     tools/iam_lint_acknowledgements.yaml says why an access point's object ARN is right)."""
     from tools import iam_lint
 
-    linted = {k: v for k, v in uploaders_app.templates.items() if k in (SHARED, "OrderedIngest-Tenant-acme",
-                                                                         "OrderedIngest-Tenant-globex")}
-    findings = [f for f in iam_lint.lint(linted) if f.resource_type in ("AWS::S3::BucketPolicy", "AWS::S3::AccessPoint")]
+    linted = {
+        k: v
+        for k, v in uploaders_app.templates.items()
+        if k in (SHARED, "OrderedIngest-Tenant-acme", "OrderedIngest-Tenant-globex")
+    }
+    findings = [
+        f
+        for f in iam_lint.lint(linted)
+        if f.resource_type in ("AWS::S3::BucketPolicy", "AWS::S3::AccessPoint")
+    ]
     assert iam_lint.unacknowledged(findings, iam_lint.load_acknowledgements()) == []
     assert {f.resource_type for f in findings} == {"AWS::S3::AccessPoint"}  # the acknowledged object ARNs
 
@@ -746,10 +991,12 @@ def test_fails_when_an_uploader_is_the_root_of_the_tenants_own_target_account():
 
 
 def test_another_accounts_root_may_upload_for_several_tenants_its_own_iam_separates_them():
-    config = parse_config(textwrap.dedent(f"""
+    config = parse_config(
+        textwrap.dedent(f"""
         defaults: {{sink: {{url: https://core.example.com/records, auth: {{type: bearer, secret: core/token}}}}}}
         tenants:
           - {{id: acme, prefix: acme/, uploaders: ['{PARTNER_ROOT}']}}
           - {{id: globex, prefix: globex/, uploaders: ['{PARTNER_ROOT}']}}
-    """))
+    """)
+    )
     assert [t.uploaders for t in config.tenants] == [[PARTNER_ROOT], [PARTNER_ROOT]]

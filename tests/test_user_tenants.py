@@ -64,13 +64,21 @@ def test_every_tenant_of_the_users_file_has_the_mechanisms_the_guarantees_rest_o
         fifo = tenant.ordering.by == "arrival"
         queue_name = (names.QUEUE if fifo else names.SEQUENCE_QUEUE).render(tenant_id)
         assert [q for q in queues.values() if q["Properties"].get("QueueName") == queue_name], tenant_id
-        controller = [f for f in template.find_resources("AWS::Lambda::Function").values()
-                      if f["Properties"]["FunctionName"] == names.CONTROLLER_FUNCTION.render(tenant_id)]
-        assert len(controller) == 1 and controller[0]["Properties"]["ReservedConcurrentExecutions"] == 1, tenant_id
+        controller = [
+            f
+            for f in template.find_resources("AWS::Lambda::Function").values()
+            if f["Properties"]["FunctionName"] == names.CONTROLLER_FUNCTION.render(tenant_id)
+        ]
+        assert len(controller) == 1 and controller[0]["Properties"]["ReservedConcurrentExecutions"] == 1, (
+            tenant_id
+        )
         (mapping,) = template.find_resources("AWS::Lambda::EventSourceMapping").values()
         assert mapping["Properties"]["BatchSize"] == 1, tenant_id
-        rules = {r["Properties"]["Name"]: r["Properties"] for r in template.find_resources("AWS::Events::Rule").values()
-                 if "Name" in r["Properties"]}
+        rules = {
+            r["Properties"]["Name"]: r["Properties"]
+            for r in template.find_resources("AWS::Events::Rule").values()
+            if "Name" in r["Properties"]
+        }
         created = rules.get(names.RULE.render(tenant_id))
         if created is not None:  # on the default bus, or on the tenant's shard bus
             assert json.dumps(created["EventPattern"]).count(tenant.prefix) >= 1, tenant_id
@@ -82,7 +90,9 @@ def test_every_tenant_of_the_users_file_has_the_mechanisms_the_guarantees_rest_o
             definition = json.loads("".join(p if isinstance(p, str) else "<ref>" for p in parts))
             maps = [s for s in _states(definition) if s["Type"] == "Map"]
             assert maps and all(m["MaxConcurrency"] == 1 for m in maps), tenant_id
-        alarms = {a["Properties"]["AlarmName"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()}
+        alarms = {
+            a["Properties"]["AlarmName"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+        }
         for alarm in ("stall", "workflow-failed", "intake-dlq", "quarantine"):
             assert f"{tenant_id}-{alarm}" in alarms, (tenant_id, alarm)
 

@@ -15,8 +15,11 @@ from aws_cdk.assertions import Template
 from pipeline_constructs import definitions
 from tests.conftest import pattern_matches, resolved, status_change, synthesize, workflow_arn
 
-MACHINES = {"Workflow": "acme-file-ingest-workflow", "SectionWorkflow": "acme-file-ingest-section",
-            "PageWorkflow": "acme-file-ingest-page"}
+MACHINES = {
+    "Workflow": "acme-file-ingest-workflow",
+    "SectionWorkflow": "acme-file-ingest-section",
+    "PageWorkflow": "acme-file-ingest-page",
+}
 
 
 def _one(template: Template, resource_type: str, prefix: str) -> tuple[str, dict[str, Any]]:
@@ -36,7 +39,9 @@ def test_each_deploy_publishes_a_version_of_each_state_machine_and_keeps_the_ear
     machine_id, _ = _one(acme, "AWS::StepFunctions::StateMachine", f"Pipeline{machine}")
     _, version = _one(acme, "AWS::StepFunctions::StateMachineVersion", f"Pipeline{machine}Version")
     assert version["Properties"]["StateMachineArn"] == {"Ref": machine_id}
-    assert version["Properties"]["StateMachineRevisionId"] == {"Fn::GetAtt": [machine_id, "StateMachineRevisionId"]}
+    assert version["Properties"]["StateMachineRevisionId"] == {
+        "Fn::GetAtt": [machine_id, "StateMachineRevisionId"]
+    }
     assert version["UpdateReplacePolicy"] == "Retain"
     assert version["DeletionPolicy"] == "Retain"
 
@@ -56,17 +61,28 @@ def test_the_parent_and_the_section_start_the_children_by_their_versions(acme):
     RunPage name the page and section *version* ARNs: a parent on version N starts the children
     of version N, whatever was deployed since."""
     page_version, _ = _one(acme, "AWS::StepFunctions::StateMachineVersion", "PipelinePageWorkflowVersion")
-    section_version, _ = _one(acme, "AWS::StepFunctions::StateMachineVersion", "PipelineSectionWorkflowVersion")
-    for machine, expected in (("Workflow", {page_version, section_version}), ("SectionWorkflow", {page_version})):
+    section_version, _ = _one(
+        acme, "AWS::StepFunctions::StateMachineVersion", "PipelineSectionWorkflowVersion"
+    )
+    for machine, expected in (
+        ("Workflow", {page_version, section_version}),
+        ("SectionWorkflow", {page_version}),
+    ):
         _, props = _one(acme, "AWS::StepFunctions::StateMachine", f"Pipeline{machine}")
         versions = acme.find_resources("AWS::StepFunctions::StateMachineVersion")
-        named = {p["Fn::GetAtt"][0] for p in _parts(props["Properties"]["DefinitionString"])
-                 if isinstance(p, dict) and p.get("Fn::GetAtt", [""])[0] in versions}
+        named = {
+            p["Fn::GetAtt"][0]
+            for p in _parts(props["Properties"]["DefinitionString"])
+            if isinstance(p, dict) and p.get("Fn::GetAtt", [""])[0] in versions
+        }
         assert named == expected, machine
     # ... and nowhere the unqualified child ARN (which would run the children's latest revision)
     _, parent = _one(acme, "AWS::StepFunctions::StateMachine", "PipelineWorkflow")
     text = json.dumps(parent["Properties"]["DefinitionString"])
-    assert ":stateMachine:acme-file-ingest-page" not in text and ":stateMachine:acme-file-ingest-section" not in text
+    assert (
+        ":stateMachine:acme-file-ingest-page" not in text
+        and ":stateMachine:acme-file-ingest-section" not in text
+    )
 
 
 def test_the_shared_workflow_role_is_granted_the_unqualified_child_arns_not_their_versions(acme):
@@ -93,8 +109,11 @@ def _deployed_definitions(template: dict[str, Any]) -> dict[str, str]:
     ARN as its state machine's name and revision (a digest of that machine's resolved
     definition): what decides whether a deploy publishes a new version."""
     resources = template["Resources"]
-    versions = {k: v["Properties"]["StateMachineArn"]["Ref"] for k, v in resources.items()
-                if v["Type"] == "AWS::StepFunctions::StateMachineVersion"}
+    versions = {
+        k: v["Properties"]["StateMachineArn"]["Ref"]
+        for k, v in resources.items()
+        if v["Type"] == "AWS::StepFunctions::StateMachineVersion"
+    }
     resolved: dict[str, str] = {}
 
     def resolve(machine_id: str) -> str:
@@ -121,7 +140,9 @@ def page_changed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, An
     error name of an over-budget chunk, which only the page's Fail state carries)."""
     directory = tmp_path_factory.mktemp("versions")
     tenants = directory / "tenants.yaml"
-    tenants.write_text("defaults: {sink: {url: https://core.example.com/r, auth: {type: bearer, secret: core/token}}}\ntenants:\n  - {id: acme, prefix: acme/}\n")
+    tenants.write_text(
+        "defaults: {sink: {url: https://core.example.com/r, auth: {type: bearer, secret: core/token}}}\ntenants:\n  - {id: acme, prefix: acme/}\n"
+    )
     before = synthesize(tenants, directory / "before").templates["OrderedIngest-Tenant-acme"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(definitions, "CHUNK_OVER_BUDGET_ERROR", "ChunkBudgetSpent")
@@ -135,14 +156,25 @@ def test_a_change_to_the_page_definition_publishes_new_section_and_file_versions
     publishes new versions of all three and the alias moves to a parent that starts the new
     page; a file already running keeps its parent version and so the old page."""
     before, after = (_deployed_definitions(t) for t in page_changed)
-    assert "ChunkBudgetSpent" in after["acme-file-ingest-page"] and "ChunkBudgetSpent" not in before["acme-file-ingest-page"]
+    assert (
+        "ChunkBudgetSpent" in after["acme-file-ingest-page"]
+        and "ChunkBudgetSpent" not in before["acme-file-ingest-page"]
+    )
     for machine in MACHINES.values():
         assert before[machine] != after[machine], machine
+
     # the parent's template text is the same: only the pinned page version makes it change
-    parent = lambda t: next(v for v in t["Resources"].values()
-                            if v["Properties"].get("StateMachineName") == "acme-file-ingest-workflow")
-    assert parent(page_changed[0])["Properties"]["DefinitionString"] == parent(page_changed[1])["Properties"][
-        "DefinitionString"]
+    def parent(t):
+        return next(
+            v
+            for v in t["Resources"].values()
+            if v["Properties"].get("StateMachineName") == "acme-file-ingest-workflow"
+        )
+
+    assert (
+        parent(page_changed[0])["Properties"]["DefinitionString"]
+        == parent(page_changed[1])["Properties"]["DefinitionString"]
+    )
 
 
 def test_nothing_changed_publishes_nothing(page_changed, tmp_path: Path):
@@ -151,7 +183,9 @@ def test_nothing_changed_publishes_nothing(page_changed, tmp_path: Path):
     hand is kept until the next deploy that changes a workflow)."""
     before, _ = page_changed
     tenants = tmp_path / "tenants.yaml"
-    tenants.write_text("defaults: {sink: {url: https://core.example.com/r, auth: {type: bearer, secret: core/token}}}\ntenants:\n  - {id: acme, prefix: acme/}\n")
+    tenants.write_text(
+        "defaults: {sink: {url: https://core.example.com/r, auth: {type: bearer, secret: core/token}}}\ntenants:\n  - {id: acme, prefix: acme/}\n"
+    )
     again = synthesize(tenants, tmp_path / "again").templates["OrderedIngest-Tenant-acme"]
     assert _deployed_definitions(again) == _deployed_definitions(before)
     assert again["Resources"] == before["Resources"]
@@ -165,7 +199,11 @@ ARN = workflow_arn("acme-file-ingest-workflow")
 def _status_rule(template: Template) -> dict[str, Any]:
     """acme's status rule's pattern with its state machine's ARN in place of the `Ref`."""
     machine_id, _ = _one(template, "AWS::StepFunctions::StateMachine", "PipelineWorkflow")
-    (rule,) = [r for r in template.find_resources("AWS::Events::Rule").values() if r["Properties"]["Name"] == "acme-sfn-status"]
+    (rule,) = [
+        r
+        for r in template.find_resources("AWS::Events::Rule").values()
+        if r["Properties"]["Name"] == "acme-sfn-status"
+    ]
     return resolved(rule["Properties"]["EventPattern"], {machine_id: ARN})
 
 

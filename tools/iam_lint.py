@@ -31,7 +31,9 @@ from tools.iam_policies import ACCOUNT, PolicyDocument, Resolver, policy_documen
 ROOT = Path(__file__).resolve().parent.parent
 ACKNOWLEDGEMENTS = Path(__file__).resolve().parent / "iam_lint_acknowledgements.yaml"
 #: parliament issues about the whole document, reported once per document.
-DOCUMENT_ISSUES = frozenset({"DUPLICATE_SID", "NO_VERSION", "INVALID_VERSION", "OLD_VERSION", "MALFORMED_JSON"})
+DOCUMENT_ISSUES = frozenset(
+    {"DUPLICATE_SID", "NO_VERSION", "INVALID_VERSION", "OLD_VERSION", "MALFORMED_JSON"}
+)
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
@@ -66,9 +68,13 @@ class Acknowledgement:
     def covers(self, finding: Finding) -> bool:
         return finding.issue == self.issue and all(
             fnmatch.fnmatchcase(value, pattern)
-            for value, pattern in ((finding.policy, self.policy), (finding.resource_type, self.resource_type),
-                                   (finding.statement, self.statement), (finding.principal, self.principal),
-                                   (finding.detail, self.detail))
+            for value, pattern in (
+                (finding.policy, self.policy),
+                (finding.resource_type, self.resource_type),
+                (finding.statement, self.statement),
+                (finding.principal, self.principal),
+                (finding.detail, self.detail),
+            )
         )
 
 
@@ -79,8 +85,10 @@ def load_acknowledgements(path: Path = ACKNOWLEDGEMENTS) -> list[Acknowledgement
     for index, entry in enumerate(entries):
         missing = [key for key in ("issue", "reason") if not str(entry.get(key, "")).strip()]
         if missing:
-            raise ValueError(f"{path.name} entry {index + 1}: {', '.join(missing)} missing; "
-                             "every acknowledgement names its issue and its reason")
+            raise ValueError(
+                f"{path.name} entry {index + 1}: {', '.join(missing)} missing; "
+                "every acknowledgement names its issue and its reason"
+            )
         found.append(Acknowledgement(**{key: str(value) for key, value in entry.items()}))
     return found
 
@@ -120,9 +128,16 @@ def _details(finding: Any) -> list[str]:
     detail = finding.detail
     if not detail and isinstance(finding.location, dict) and "actions" in finding.location:
         detail = {"actions": sorted(finding.location["actions"])}
-    if isinstance(detail, list) and detail and all(isinstance(item, dict) and "action" in item for item in detail):
-        return [f"{item['action']}: " + ", ".join(f"{key}={value}" for key, value in sorted(item.items()) if key != "action")
-                for item in detail]
+    if (
+        isinstance(detail, list)
+        and detail
+        and all(isinstance(item, dict) and "action" in item for item in detail)
+    ):
+        return [
+            f"{item['action']}: "
+            + ", ".join(f"{key}={value}" for key, value in sorted(item.items()) if key != "action")
+            for item in detail
+        ]
     return [detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True, default=str)]
 
 
@@ -132,27 +147,42 @@ def lint_document(doc: PolicyDocument, own_account: str = ACCOUNT) -> list[Findi
     findings = []
     for raw in _analyze(doc.document):
         if raw.issue in DOCUMENT_ISSUES:
-            findings += [Finding(doc.label, doc.resource_type, doc.kind, "", "", raw.issue, detail)
-                         for detail in _details(raw)]
+            findings += [
+                Finding(doc.label, doc.resource_type, doc.kind, "", "", raw.issue, detail)
+                for detail in _details(raw)
+            ]
     for statement in doc.statements():
         single = {"Version": doc.document.get("Version", "2012-10-17"), "Statement": [statement]}
         for raw in _analyze(single):
             if raw.issue not in DOCUMENT_ISSUES:
-                findings += [Finding(doc.label, doc.resource_type, doc.kind, statement_key(statement),
-                                     principal_key(statement).replace(f"::{own_account}:", "::<account>:"),
-                                     raw.issue, detail) for detail in _details(raw)]
+                findings += [
+                    Finding(
+                        doc.label,
+                        doc.resource_type,
+                        doc.kind,
+                        statement_key(statement),
+                        principal_key(statement).replace(f"::{own_account}:", "::<account>:"),
+                        raw.issue,
+                        detail,
+                    )
+                    for detail in _details(raw)
+                ]
     return findings
 
 
-def lint(templates: Mapping[str, dict[str, Any]],
-         environments: Mapping[str, tuple[str, str]] | None = None) -> list[Finding]:
+def lint(
+    templates: Mapping[str, dict[str, Any]], environments: Mapping[str, tuple[str, str]] | None = None
+) -> list[Finding]:
     """Every parliament finding over every policy document of the app's templates.
     `environments`: (account, Region) of each stack deployed to explicit ones (deployment
     targets); the others get the resolver's fixed account and Region."""
     environments = environments or {}
     resolver = Resolver(templates, environments=environments)
-    return [finding for doc in policy_documents(templates, resolver)
-            for finding in lint_document(doc, environments.get(doc.stack, (ACCOUNT, ""))[0])]
+    return [
+        finding
+        for doc in policy_documents(templates, resolver)
+        for finding in lint_document(doc, environments.get(doc.stack, (ACCOUNT, ""))[0])
+    ]
 
 
 def unacknowledged(findings: Iterable[Finding], acknowledgements: Sequence[Acknowledgement]) -> list[Finding]:
@@ -209,11 +239,13 @@ def assembly_templates(outdir: Path) -> tuple[dict[str, dict[str, Any]], dict[st
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tenants", type=Path, default=ROOT / "tenants.yaml", help="tenants file (default: tenants.yaml)")
+    parser.add_argument(
+        "--tenants", type=Path, default=ROOT / "tenants.yaml", help="tenants file (default: tenants.yaml)"
+    )
     args = parser.parse_args(argv)
     try:
         templates, environments = synthesize_app(args.tenants)
-    except Exception as error:  # noqa: BLE001 - a bad tenants file: the config's own message says what to fix
+    except Exception as error:
         print(f"cannot synthesize {args.tenants}: {error}", file=sys.stderr)
         return EXIT_ERROR
     acknowledgements = load_acknowledgements()
@@ -221,8 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     new = unacknowledged(findings, acknowledgements)
     documents = len(policy_documents(templates))
     print(report(findings, acknowledgements) or "no findings")
-    print(f"{documents} policy documents in {len(templates)} stacks: {len(findings)} findings, "
-          f"{len(findings) - len(new)} acknowledged, {len(new)} new")
+    print(
+        f"{documents} policy documents in {len(templates)} stacks: {len(findings)} findings, "
+        f"{len(findings) - len(new)} acknowledged, {len(new)} new"
+    )
     return EXIT_FINDINGS if new else EXIT_CLEAN
 
 

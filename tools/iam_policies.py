@@ -143,7 +143,10 @@ class Resolver:
             for resource in template.get("Resources", {}).values():
                 properties = resource.get("Properties", {})
                 if resource["Type"] == "AWS::SSM::Parameter" and isinstance(properties.get("Name"), str):
-                    self._ssm_parameters[(stack.rpartition("/")[0], properties["Name"])] = (stack, properties["Value"])
+                    self._ssm_parameters[(stack.rpartition("/")[0], properties["Name"])] = (
+                        stack,
+                        properties["Value"],
+                    )
 
     def resolve(self, stack: str, value: Any) -> Any:
         """`value` with every intrinsic rendered, in the context of `stack`'s template."""
@@ -152,7 +155,7 @@ class Resolver:
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
-            (key, argument), = value.items()
+            ((key, argument),) = value.items()
             handler = self._intrinsics().get(key)
             if handler is not None:
                 return handler(stack, argument)
@@ -165,12 +168,15 @@ class Resolver:
             "Ref": self._ref,
             "Fn::GetAtt": self._get_att,
             "Fn::Join": lambda stack, arg: self.resolve(stack, arg[0]).join(
-                str(part) for part in self.resolve(stack, arg[1])),
+                str(part) for part in self.resolve(stack, arg[1])
+            ),
             "Fn::Sub": self._sub,
             "Fn::ImportValue": self._import_value,
             "Fn::Select": lambda stack, arg: self.resolve(stack, arg[1])[int(self.resolve(stack, arg[0]))],
             "Fn::Split": lambda stack, arg: self.resolve(stack, arg[1]).split(self.resolve(stack, arg[0])),
-            "Fn::If": lambda stack, arg: self.resolve(stack, arg[1] if self.condition(stack, arg[0]) else arg[2]),
+            "Fn::If": lambda stack, arg: self.resolve(
+                stack, arg[1] if self.condition(stack, arg[0]) else arg[2]
+            ),
         }
 
     def condition(self, stack: str, name_or_expression: Any) -> bool:
@@ -178,7 +184,7 @@ class Resolver:
         the fixed account, Region and partition."""
         if isinstance(name_or_expression, str):
             return self.condition(stack, self.templates[stack].get("Conditions", {})[name_or_expression])
-        (key, argument), = name_or_expression.items()
+        ((key, argument),) = name_or_expression.items()
         if key == "Condition":
             return self.condition(stack, argument)
         if key == "Fn::Equals":
@@ -220,8 +226,14 @@ class Resolver:
         declared = resource.get("Properties", {}).get(prop) if prop else None
         if declared is not None:
             return str(self.resolve(stack, declared))
-        if resource["Type"] in ("AWS::StepFunctions::StateMachineVersion", "AWS::StepFunctions::StateMachineAlias"):
-            machine = resource["Properties"].get("StateMachineArn") or resource["Properties"]["RoutingConfiguration"][0]["StateMachineVersionArn"]
+        if resource["Type"] in (
+            "AWS::StepFunctions::StateMachineVersion",
+            "AWS::StepFunctions::StateMachineAlias",
+        ):
+            machine = (
+                resource["Properties"].get("StateMachineArn")
+                or resource["Properties"]["RoutingConfiguration"][0]["StateMachineVersionArn"]
+            )
             return self.resolve(stack, machine).split(":stateMachine:")[1].split(":")[0]
         if resource["Type"] == "AWS::Lambda::Alias":
             function = self.resolve(stack, resource["Properties"]["FunctionName"])
@@ -235,13 +247,20 @@ class Resolver:
         if resource_type == "AWS::Events::Rule" and bus is not None:  # a rule on a custom bus
             bus_name = str(self.resolve(stack, bus)).rsplit("/", 1)[-1]
             if bus_name != "default":
-                return (f"arn:{self.partition}:events:{self.region_of(stack)}:{self.account_of(stack)}:rule/{bus_name}/"
-                        f"{self.name_of(stack, logical_id)}")
+                return (
+                    f"arn:{self.partition}:events:{self.region_of(stack)}:{self.account_of(stack)}:rule/{bus_name}/"
+                    f"{self.name_of(stack, logical_id)}"
+                )
         if resource_type not in ARN_FORMATS:
             raise UnresolvableError(
-                f"{stack}: the ARN of {resource_type} ({logical_id}) is not known to tools/iam_policies.py ARN_FORMATS")
+                f"{stack}: the ARN of {resource_type} ({logical_id}) is not known to tools/iam_policies.py ARN_FORMATS"
+            )
         return ARN_FORMATS[resource_type].format(
-            name=self.name_of(stack, logical_id), r=self.region_of(stack), a=self.account_of(stack), p=self.partition)
+            name=self.name_of(stack, logical_id),
+            r=self.region_of(stack),
+            a=self.account_of(stack),
+            p=self.partition,
+        )
 
     def _ref(self, stack: str, name: str) -> str:
         pseudo = self._pseudo(stack, name)
@@ -280,7 +299,9 @@ class Resolver:
             return self._ref(stack, logical_id)
         if attribute in ("KeyId", "GroupId", "Id"):
             return self._ref(stack, logical_id)
-        raise UnresolvableError(f"{stack}: Fn::GetAtt {logical_id}.{attribute} ({resource_type}) is not supported")
+        raise UnresolvableError(
+            f"{stack}: Fn::GetAtt {logical_id}.{attribute} ({resource_type}) is not supported"
+        )
 
     def _sub(self, stack: str, argument: Any) -> str:
         text, variables = (argument, {}) if isinstance(argument, str) else argument
@@ -328,7 +349,9 @@ RESOURCE_POLICIES: dict[str, tuple[str, str | None]] = {
 }
 
 
-def policy_documents(templates: Mapping[str, dict[str, Any]], resolver: Resolver | None = None) -> list[PolicyDocument]:
+def policy_documents(
+    templates: Mapping[str, dict[str, Any]], resolver: Resolver | None = None
+) -> list[PolicyDocument]:
     """Every policy document of every stack, intrinsics rendered, in template order."""
     resolver = resolver or Resolver(templates)
     return [doc for stack, template in templates.items() for doc in _documents(resolver, stack, template)]
@@ -348,7 +371,9 @@ def _refs(value: Any) -> tuple[str, ...]:
 
 def _render(resolver: Resolver, stack: str, raw: Any) -> dict[str, Any]:
     rendered = resolver.resolve(stack, raw)
-    return json.loads(rendered) if isinstance(rendered, str) else rendered  # Logs resource policies are JSON text
+    return (
+        json.loads(rendered) if isinstance(rendered, str) else rendered
+    )  # Logs resource policies are JSON text
 
 
 def _documents(resolver: Resolver, stack: str, template: dict[str, Any]) -> Iterator[PolicyDocument]:
@@ -356,24 +381,53 @@ def _documents(resolver: Resolver, stack: str, template: dict[str, Any]) -> Iter
         kind_of = resource["Type"]
         props = resource.get("Properties", {})
         if kind_of in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
-            yield PolicyDocument(stack, logical_id, kind_of, "identity", _render(resolver, stack, props["PolicyDocument"]),
-                                 roles=_refs(props.get("Roles", [])))
+            yield PolicyDocument(
+                stack,
+                logical_id,
+                kind_of,
+                "identity",
+                _render(resolver, stack, props["PolicyDocument"]),
+                roles=_refs(props.get("Roles", [])),
+            )
         elif kind_of == "AWS::IAM::Role":
             # a trust policy is the role's resource policy: its implicit resource is the role
-            trust = PolicyDocument(stack, logical_id, kind_of, "trust",
-                                   _render(resolver, stack, props["AssumeRolePolicyDocument"]), roles=(logical_id,))
+            trust = PolicyDocument(
+                stack,
+                logical_id,
+                kind_of,
+                "trust",
+                _render(resolver, stack, props["AssumeRolePolicyDocument"]),
+                roles=(logical_id,),
+            )
             yield _with_implicit_resource(trust, resolver.arn_of(stack, logical_id), only_when_missing=True)
             for inline in props.get("Policies", []):
-                yield PolicyDocument(stack, logical_id, kind_of, "identity",
-                                     _render(resolver, stack, inline["PolicyDocument"]), roles=(logical_id,))
+                yield PolicyDocument(
+                    stack,
+                    logical_id,
+                    kind_of,
+                    "identity",
+                    _render(resolver, stack, inline["PolicyDocument"]),
+                    roles=(logical_id,),
+                )
         elif kind_of in RESOURCE_POLICIES and RESOURCE_POLICIES[kind_of][0] in props:
             document_prop, target_prop = RESOURCE_POLICIES[kind_of]
-            target = _refs(props.get(target_prop)) if target_prop else (
-                (logical_id,) if kind_of in ("AWS::KMS::Key", "AWS::S3::AccessPoint") else ())
-            found = PolicyDocument(stack, logical_id, kind_of, "resource", _render(resolver, stack, props[document_prop]),
-                                   target=target)
+            target = (
+                _refs(props.get(target_prop))
+                if target_prop
+                else ((logical_id,) if kind_of in ("AWS::KMS::Key", "AWS::S3::AccessPoint") else ())
+            )
+            found = PolicyDocument(
+                stack,
+                logical_id,
+                kind_of,
+                "resource",
+                _render(resolver, stack, props[document_prop]),
+                target=target,
+            )
             if kind_of == "AWS::KMS::Key":  # in a key policy, Resource "*" is this key
-                found = _with_implicit_resource(found, resolver.arn_of(stack, logical_id), only_when_missing=False)
+                found = _with_implicit_resource(
+                    found, resolver.arn_of(stack, logical_id), only_when_missing=False
+                )
             yield found
 
 
@@ -388,5 +442,12 @@ def _with_implicit_resource(found: PolicyDocument, arn: str, *, only_when_missin
         return {**statement, "Resource": arn}
 
     statements = [explicit(statement) for statement in found.statements()]
-    return PolicyDocument(found.stack, found.resource_id, found.resource_type, found.kind,
-                          {**found.document, "Statement": statements}, found.roles, found.target)
+    return PolicyDocument(
+        found.stack,
+        found.resource_id,
+        found.resource_type,
+        found.kind,
+        {**found.document, "Statement": statements},
+        found.roles,
+        found.target,
+    )

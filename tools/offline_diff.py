@@ -97,6 +97,7 @@ class Report:
 
 # --- reading cloud assemblies ------------------------------------------------------------
 
+
 def read_assembly(outdir: Path, prefix: str = "", root: Path | None = None) -> dict[str, StackTemplate]:
     """Every stack of a cloud assembly, nested assemblies (CDK Stages) included."""
     root = root or outdir
@@ -117,11 +118,12 @@ def read_assembly(outdir: Path, prefix: str = "", root: Path | None = None) -> d
 
 # --- comparing ----------------------------------------------------------------------------
 
+
 def _construct_path(stack: str, resource: dict) -> str:
     """The resource's construct path inside its stack, as the CLI shows it (`Pipeline/Queue`).
     Empty when the template has no path metadata (the CLI adds it; an in-process App does not)."""
     path = resource.get("Metadata", {}).get("aws:cdk:path", "")
-    path = path[len(stack) + 1:] if path.startswith(stack + "/") else path.split("/", 1)[-1]
+    path = path[len(stack) + 1 :] if path.startswith(stack + "/") else path.split("/", 1)[-1]
     return path.removesuffix("/Resource")
 
 
@@ -142,13 +144,15 @@ def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate
                 continue
             change = "added" if before is None else "removed" if after is None else "changed"
             resource = after or before
-            resources.append(ResourceDelta(
-                logical_id=logical_id,
-                resource_type=resource.get("Type", "?"),
-                construct_path=_construct_path(name, resource),
-                change=change,
-                destructive=change == "removed" and _lost_on_removal(resource),
-            ))
+            resources.append(
+                ResourceDelta(
+                    logical_id=logical_id,
+                    resource_type=resource.get("Type", "?"),
+                    construct_path=_construct_path(name, resource),
+                    change=change,
+                    destructive=change == "removed" and _lost_on_removal(resource),
+                )
+            )
         status = "added" if name not in base else "removed" if name not in head else "changed"
         sections = [s for s in SECTIONS if old.get(s) != new.get(s)] if status == "changed" else []
         diffs.append(StackDiff(name=name, status=status, resources=resources, sections=sections))
@@ -158,7 +162,9 @@ def compare_stacks(base: dict[str, StackTemplate], head: dict[str, StackTemplate
 def _without_cdk_metadata(template: dict) -> dict:
     """The template without its `AWS::CDK::Metadata` resource (the CDK version and feature flags
     in use, for AWS's analytics): like `cdk diff`, a change of it alone is no difference."""
-    resources = {k: v for k, v in template.get("Resources", {}).items() if v.get("Type") != "AWS::CDK::Metadata"}
+    resources = {
+        k: v for k, v in template.get("Resources", {}).items() if v.get("Type") != "AWS::CDK::Metadata"
+    }
     return {**template, "Resources": resources} if "Resources" in template else template
 
 
@@ -178,16 +184,29 @@ def apply_cli_verdict(diff: StackDiff, cli_changes: list[ResourceChange]) -> Non
     for delta in diff.resources:
         change = verdict.pop(delta.logical_id, None)
         if change is not None and change.replaced and delta.change == "changed":
-            delta = ResourceDelta(delta.logical_id, delta.resource_type, delta.construct_path,
-                                  "replaced", destructive=change.destructive)
+            delta = ResourceDelta(
+                delta.logical_id,
+                delta.resource_type,
+                delta.construct_path,
+                "replaced",
+                destructive=change.destructive,
+            )
         resources.append(delta)
-    resources += [ResourceDelta(change.logical_id, change.resource_type, change.path,
-                                "replaced" if change.replaced else change.change, destructive=change.destructive)
-                  for change in verdict.values()]
+    resources += [
+        ResourceDelta(
+            change.logical_id,
+            change.resource_type,
+            change.path,
+            "replaced" if change.replaced else change.change,
+            destructive=change.destructive,
+        )
+        for change in verdict.values()
+    ]
     diff.resources = sorted(resources, key=lambda r: r.logical_id)
 
 
 # --- synthesizing and the CLI ------------------------------------------------------------
+
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -200,9 +219,19 @@ def _env() -> dict[str, str]:
 def synth_command(source: Path, tenants: Path, outdir: Path, cell: str | None = None) -> list[str]:
     """The CLI synth of one revision (or one cell of it), with this environment's Python (the
     base revision has no virtual environment of its own)."""
-    return [cell_tools.cdk(), "synth", "--quiet", "--no-notices", "--app", f"{sys.executable} app.py",
-            "--output", str(outdir), "--context", f"tenants={tenants}",
-            *(["--context", f"cell={cell}"] if cell is not None else [])]
+    return [
+        cell_tools.cdk(),
+        "synth",
+        "--quiet",
+        "--no-notices",
+        "--app",
+        f"{sys.executable} app.py",
+        "--output",
+        str(outdir),
+        "--context",
+        f"tenants={tenants}",
+        *(["--context", f"cell={cell}"] if cell is not None else []),
+    ]
 
 
 @dataclass(frozen=True)
@@ -221,8 +250,14 @@ def synthesize(runs: list[Synth]) -> None:
     failures = []
 
     def one(run: Synth) -> None:
-        result = subprocess.run(synth_command(run.source, run.tenants, run.outdir, run.cell), cwd=run.source,
-                                env=_env(), capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            synth_command(run.source, run.tenants, run.outdir, run.cell),
+            cwd=run.source,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if result.returncode != 0:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
             failures.append(f"synth of {run.label} failed (exit {result.returncode}):\n{tail}")
@@ -236,9 +271,22 @@ def synthesize(runs: list[Synth]) -> None:
 def cli_diff(head_outdir: Path, stack: str, base_template: Path) -> str:
     """`cdk diff` of one head stack against a base template: offline, no credentials."""
     result = subprocess.run(
-        [cell_tools.cdk(), "diff", "--no-color", "--no-notices", "--app", str(head_outdir),
-         "--exclusively", "--template", str(base_template), stack],
-        env=_env(), capture_output=True, text=True, check=False,
+        [
+            cell_tools.cdk(),
+            "diff",
+            "--no-color",
+            "--no-notices",
+            "--app",
+            str(head_outdir),
+            "--exclusively",
+            "--template",
+            str(base_template),
+            stack,
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     output = (result.stdout + result.stderr).strip()
     if result.returncode not in (0, 1):
@@ -276,10 +324,15 @@ def _resource_lines(diff: StackDiff) -> list[str]:
         counts: dict[str, int] = {}
         for r in diff.resources:
             counts[r.resource_type] = counts.get(r.resource_type, 0) + 1
-        listed = ", ".join(f"{n} {t}" for t, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+        listed = ", ".join(
+            f"{n} {t}" for t, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        )
         lines = [f"    {diff.status} {len(diff.resources)} resources: {listed}"]
-        return lines + [f"    {r.change:<8}  {r.resource_type}  {r.logical_id}  ({r.construct_path})  DESTRUCTIVE"
-                        for r in diff.resources if r.destructive]
+        return lines + [
+            f"    {r.change:<8}  {r.resource_type}  {r.logical_id}  ({r.construct_path})  DESTRUCTIVE"
+            for r in diff.resources
+            if r.destructive
+        ]
     width = max((len(r.resource_type) for r in diff.resources), default=0)
     lines = []
     for r in diff.resources:
@@ -301,15 +354,23 @@ def render_summary(report: Report) -> str:
         names = [d.tenant for d in tenants if d.status == status]
         lines.append(f"  {status + ':':<9} {', '.join(names) if names else '-'}")
     for diff in tenants:
-        lines += ["", f"{_SIGN[diff.status]} tenant {diff.tenant} (stack {diff.name}, {diff.status})",
-                  *_resource_lines(diff)]
+        lines += [
+            "",
+            f"{_SIGN[diff.status]} tenant {diff.tenant} (stack {diff.name}, {diff.status})",
+            *_resource_lines(diff),
+        ]
     if others:
         lines += ["", "Other stacks"]
         for diff in others:
             lines += [f"{_SIGN[diff.status]} stack {diff.name} ({diff.status})", *_resource_lines(diff)]
     destructive = report.destructive
-    lines += ["", (f"Destructive changes (a queue, table, bucket, key or log group replaced or removed): "
-                   f"{len(destructive) or 'none'}")]
+    lines += [
+        "",
+        (
+            f"Destructive changes (a queue, table, bucket, key or log group replaced or removed): "
+            f"{len(destructive) or 'none'}"
+        ),
+    ]
     lines += [f"  {stack}: {r.resource_type} {r.logical_id} {r.change}" for stack, r in destructive]
     return "\n".join(lines)
 
@@ -318,8 +379,10 @@ def render_full(report: Report) -> str:
     parts = []
     for diff in report.stacks:
         if diff.status == "removed":
-            parts.append(f"Stack {diff.name}\n(removed: not in the head revision; `cdk deploy` does not "
-                         f"delete it, `cdk destroy {diff.name}` does)")
+            parts.append(
+                f"Stack {diff.name}\n(removed: not in the head revision; `cdk deploy` does not "
+                f"delete it, `cdk destroy {diff.name}` does)"
+            )
         else:
             parts.append(diff.cli_output)
     return "\n\n".join([*parts, f"Number of stacks with differences: {len(report.stacks)}"])
@@ -327,13 +390,16 @@ def render_full(report: Report) -> str:
 
 # --- revisions ----------------------------------------------------------------------------
 
+
 def export_revision(repo: Path, revision: str, target: Path) -> str:
     """Write the files of `revision` into `target`; return its short commit id."""
     try:
         commit = cell_tools.git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}").strip()
     except cell_tools.CellsError:
-        raise DiffError(f"base revision {revision!r} not found in {repo}; fetch it first "
-                        f"(e.g. `git fetch origin main`) or pass BASE=<branch, tag or commit>") from None
+        raise DiffError(
+            f"base revision {revision!r} not found in {repo}; fetch it first "
+            f"(e.g. `git fetch origin main`) or pass BASE=<branch, tag or commit>"
+        ) from None
     archive = target.with_suffix(".tar")
     cell_tools.git(repo, "archive", "--format=tar", f"--output={archive}", commit)
     target.mkdir(parents=True)
@@ -360,7 +426,8 @@ def base_tenants_file(repo: Path, base_source: Path, tenants: Path, base: str) -
     raise DiffError(
         f"{why} to compare it with; name the base's tenants file (--base-tenants FILE):\n"
         f"  BASE_TENANTS=path/to/the/version/deployed/now  compares the two files, on the working tree's code\n"
-        f"  BASE_TENANTS={tenants}  the same file: what the code change since {base} does to it")
+        f"  BASE_TENANTS={tenants}  the same file: what the code change since {base} does to it"
+    )
 
 
 def _in_repo(repo: Path, path: str) -> Path:
@@ -387,71 +454,114 @@ def run(args: argparse.Namespace) -> int:
             base_source = scratch / "base"
             commit = export_revision(repo, args.base, base_source)
             base_tenants = given or base_tenants_file(repo, base_source, head_tenants, args.base)
-            shown = base_tenants.relative_to(base_source) if base_tenants.is_relative_to(base_source) else base_tenants
+            shown = (
+                base_tenants.relative_to(base_source)
+                if base_tenants.is_relative_to(base_source)
+                else base_tenants
+            )
             base_label = f"{args.base} ({commit}), tenants {shown}"
-        print(f"Offline diff\n  base: {base_label}\n  head: working tree {repo}, tenants {head_tenants}\n",
-              flush=True)
+        print(
+            f"Offline diff\n  base: {base_label}\n  head: working tree {repo}, tenants {head_tenants}\n",
+            flush=True,
+        )
         base_runs, head_runs = _plan(args, repo, scratch, base_source, base_tenants, head_tenants, two_files)
         if not base_runs and not head_runs:
-            print("No cell is touched: the code is the same on both sides and the tenants files give every "
-                  "cell the same inputs.")
+            print(
+                "No cell is touched: the code is the same on both sides and the tenants files give every "
+                "cell the same inputs."
+            )
             return EXIT_SAME
         synthesize([*base_runs, *head_runs])
         report = build_report([r.outdir for r in base_runs], [r.outdir for r in head_runs], scratch)
     print(render_summary(report))
     if report.different and args.summary:
-        print(f"\nFull template diffs left out (--summary): {len(report.stacks)} stack(s) differ; "
-              "make diff without SUMMARY=1 prints them.")
+        print(
+            f"\nFull template diffs left out (--summary): {len(report.stacks)} stack(s) differ; "
+            "make diff without SUMMARY=1 prints them."
+        )
     elif report.different:
         print("\nFull template diffs (cdk diff --template <base template>)\n")
         print(render_full(report))
     return EXIT_DIFFERENT if report.different and args.strict else EXIT_SAME
 
 
-def _plan(args: argparse.Namespace, repo: Path, scratch: Path, base_source: Path, base_tenants: Path,
-          head_tenants: Path, two_files: bool) -> tuple[list[Synth], list[Synth]]:
+def _plan(
+    args: argparse.Namespace,
+    repo: Path,
+    scratch: Path,
+    base_source: Path,
+    base_tenants: Path,
+    head_tenants: Path,
+    two_files: bool,
+) -> tuple[list[Synth], list[Synth]]:
     """What to synthesize on each side. When only the tenants file changed (or two tenants
     files are compared: the same code on both sides), only the cells whose inputs changed
     (`cell_plan.touched`), each side with the working tree's code; when the code changed, each
     whole revision."""
     if not two_files and cell_tools.code_changed(repo, args.base, head_tenants):
         print("The code changed: every stack of both revisions is synthesized.\n", flush=True)
-        return ([Synth("the base", base_source, base_tenants, scratch / "base.out")],
-                [Synth("the head", repo, head_tenants, scratch / "head.out")])
+        return (
+            [Synth("the base", base_source, base_tenants, scratch / "base.out")],
+            [Synth("the head", repo, head_tenants, scratch / "head.out")],
+        )
     try:
         before = load_config(base_tenants) if base_tenants.exists() else None
     except ConfigError:
         before = None
     head = load_config(head_tenants)
     names = cell_plan.touched(before, head)
-    print(f"Only the tenants file changed: {len(names)} cell(s) touched ({', '.join(names) or 'none'}).\n",
-          flush=True)
+    print(
+        f"Only the tenants file changed: {len(names)} cell(s) touched ({', '.join(names) or 'none'}).\n",
+        flush=True,
+    )
     in_base = {c.name for c in cell_plan.cells_of(before)} if before is not None else set()
     in_head = {c.name for c in cell_plan.cells_of(head)}
-    return ([Synth(f"the base's cell {n}", repo, base_tenants, scratch / "base" / n, n) for n in names if n in in_base],
-            [Synth(f"the head's cell {n}", repo, head_tenants, scratch / "head" / n, n) for n in names if n in in_head])
+    return (
+        [
+            Synth(f"the base's cell {n}", repo, base_tenants, scratch / "base" / n, n)
+            for n in names
+            if n in in_base
+        ],
+        [
+            Synth(f"the head's cell {n}", repo, head_tenants, scratch / "head" / n, n)
+            for n in names
+            if n in in_head
+        ],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.offline_diff",
         description="Synthesize a base revision and the working tree and diff every stack, offline. "
-                    "Exit 0: the diff is printed, 2: error; with --strict, 1: differences.",
+        "Exit 0: the diff is printed, 2: error; with --strict, 1: differences.",
     )
-    parser.add_argument("--base", default="origin/main", help="git revision to compare with (default origin/main)")
-    parser.add_argument("--tenants", default="tenants.yaml",
-                        help="tenants file of the head (default tenants.yaml, relative to --repo); the "
-                             "base uses its own copy of the same path (a file outside the repository, or "
-                             "new since --base, has none: give --base-tenants)")
-    parser.add_argument("--base-tenants", default=None,
-                        help="the base's tenants file (relative to --repo; make diff BASE_TENANTS=): another "
-                             "file is compared with --tenants on the working tree's code, instead of two "
-                             "revisions; the same file as --tenants, on --base's code and the working tree's")
+    parser.add_argument(
+        "--base", default="origin/main", help="git revision to compare with (default origin/main)"
+    )
+    parser.add_argument(
+        "--tenants",
+        default="tenants.yaml",
+        help="tenants file of the head (default tenants.yaml, relative to --repo); the "
+        "base uses its own copy of the same path (a file outside the repository, or "
+        "new since --base, has none: give --base-tenants)",
+    )
+    parser.add_argument(
+        "--base-tenants",
+        default=None,
+        help="the base's tenants file (relative to --repo; make diff BASE_TENANTS=): another "
+        "file is compared with --tenants on the working tree's code, instead of two "
+        "revisions; the same file as --tenants, on --base's code and the working tree's",
+    )
     parser.add_argument("--repo", default=".", help="the repository (default: the current directory)")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit 1 when the revisions differ (for CI; make diff STRICT=1)")
-    parser.add_argument("--summary", action="store_true",
-                        help="print the per-tenant summary alone, not the full template diffs (make diff SUMMARY=1)")
+    parser.add_argument(
+        "--strict", action="store_true", help="exit 1 when the revisions differ (for CI; make diff STRICT=1)"
+    )
+    parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the per-tenant summary alone, not the full template diffs (make diff SUMMARY=1)",
+    )
     args = parser.parse_args(argv)
     try:
         return run(args)

@@ -19,8 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP_HINT = "run `make setup` first (creates .venv)"
-NO_CREDENTIALS = ("no AWS credentials: `cdk synth` needs none, `cdk diff` and `cdk deploy` do; "
-                  "for an offline diff run `make diff`, to deploy set AWS_PROFILE")
+NO_CREDENTIALS = (
+    "no AWS credentials: `cdk synth` needs none, `cdk diff` and `cdk deploy` do; "
+    "for an offline diff run `make diff`, to deploy set AWS_PROFILE"
+)
 
 
 def venv_python(venv: Path) -> Path:

@@ -48,8 +48,11 @@ DOC_OPTIONS: dict[str, Any] = {"routing": {"shards": 2}, "encryption": {"kms_key
 UPLOADER = "arn:aws:iam::222222222222:role/tenant-uploader"
 DOC_TENANT_OPTIONS: dict[str, Any] = {
     "completion": {"wait": True, "timeout_seconds": 3600, "callers": [CORE_SYSTEM_CALLER]},
-    "network": {"vpc_id": "vpc-0a1b2c3d4e5f60718", "subnet_ids": ["subnet-0a1b2c3d4e5f60718"],
-                "security_group_ids": ["sg-0a1b2c3d4e5f60718"]},
+    "network": {
+        "vpc_id": "vpc-0a1b2c3d4e5f60718",
+        "subnet_ids": ["subnet-0a1b2c3d4e5f60718"],
+        "security_group_ids": ["sg-0a1b2c3d4e5f60718"],
+    },
     "uploaders": [UPLOADER],
     "encryption": {"kms_key": "create"},
 }
@@ -69,10 +72,26 @@ TENANT_STACK = f"OrderedIngest-Tenant-{DOC_TENANT}"
 #: The other tenants' options: every kind of sink auth is in the app (the parliament check of
 #: tests/test_iam_lint.py lints it), though the tables show the doc tenant's (bearer) only.
 OTHER_TENANT_OPTIONS: dict[str, dict[str, Any]] = {
-    "acme": {"sink": {"auth": {"type": "sigv4", "service": "execute-api", "region": "us-east-1",
-                               "invoke_arn": "arn:aws:execute-api:us-east-1:111111111111:a1b2c3d4e5/prod/POST/records"}}},
-    "globex": {"sink": {"auth": {"type": "sigv4", "service": "lambda", "region": "us-east-1",
-                                 "invoke_arn": "arn:aws:lambda:us-east-1:111111111111:function:core-records"}}},
+    "acme": {
+        "sink": {
+            "auth": {
+                "type": "sigv4",
+                "service": "execute-api",
+                "region": "us-east-1",
+                "invoke_arn": "arn:aws:execute-api:us-east-1:111111111111:a1b2c3d4e5/prod/POST/records",
+            }
+        }
+    },
+    "globex": {
+        "sink": {
+            "auth": {
+                "type": "sigv4",
+                "service": "lambda",
+                "region": "us-east-1",
+                "invoke_arn": "arn:aws:lambda:us-east-1:111111111111:function:core-records",
+            }
+        }
+    },
 }
 
 
@@ -144,14 +163,18 @@ def _principals(statement: Mapping[str, Any], symbols: Symbols) -> list[str]:
     principal = statement.get("Principal", statement.get("NotPrincipal", ""))
     if isinstance(principal, str):
         return [principal]
-    return [f"{kind}: {symbols(str(value))}" for kind, values in principal.items() for value in _listed(values)]
+    return [
+        f"{kind}: {symbols(str(value))}" for kind, values in principal.items() for value in _listed(values)
+    ]
 
 
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _users(template: Mapping[str, Any], role_id: str, symbols: Symbols, resolver: Resolver, stack: str) -> list[str]:
+def _users(
+    template: Mapping[str, Any], role_id: str, symbols: Symbols, resolver: Resolver, stack: str
+) -> list[str]:
     """What runs with the role: functions, state machines, rule targets."""
     users = []
     for logical_id, resource in template["Resources"].items():
@@ -165,8 +188,12 @@ def _users(template: Mapping[str, Any], role_id: str, symbols: Symbols, resolver
     return sorted(set(users)) if len(users) > 6 else users
 
 
-def role_tables(templates: Mapping[str, dict[str, Any]], documents: Sequence[PolicyDocument],
-                symbols: Symbols, resolver: Resolver) -> str:
+def role_tables(
+    templates: Mapping[str, dict[str, Any]],
+    documents: Sequence[PolicyDocument],
+    symbols: Symbols,
+    resolver: Resolver,
+) -> str:
     """One section per role of the shared stack and the doc tenant's stack."""
     parts = []
     for stack in (TENANT_STACK, SHARED_STACK):
@@ -176,26 +203,37 @@ def role_tables(templates: Mapping[str, dict[str, Any]], documents: Sequence[Pol
                 continue
             props = role["Properties"]
             title = symbols(props.get("Description", strip_hash(role_id))).replace("<tenant>", "`<tenant>`")
-            (trust,) = [d for d in documents if d.stack == stack and d.kind == "trust" and d.resource_id == role_id]
+            (trust,) = [
+                d for d in documents if d.stack == stack and d.kind == "trust" and d.resource_id == role_id
+            ]
             assumed = sorted({p for s in trust.statements() for p in _principals(s, symbols)})
             users = _users(template, role_id, symbols, resolver, stack)
             scope = "shared" if stack == SHARED_STACK else "one per tenant"
             by = ", ".join(f"`{p}`" for p in assumed)
             used = ", ".join(f"`{u}`" for u in users) or "nothing"
-            lines = [f"#### {title}", "", f"Role `{strip_hash(role_id)}` ({scope}), assumed by {by}; used by {used}.", ""]
+            lines = [
+                f"#### {title}",
+                "",
+                f"Role `{strip_hash(role_id)}` ({scope}), assumed by {by}; used by {used}.",
+                "",
+            ]
             for managed in props.get("ManagedPolicyArns", []):
                 lines += [f"Managed policy: `{symbols(str(resolver.resolve(stack, managed)))}`", ""]
             lines += [_row(["Sid", "Effect", "Actions", "Resources", "Conditions"]), _row(["---"] * 5)]
             for doc in documents:
                 if doc.stack == stack and doc.kind == "identity" and role_id in doc.roles:
                     for statement in doc.statements():
-                        lines.append(_row([
-                            symbols(statement.get("Sid", "")),
-                            statement["Effect"],
-                            _actions_cell(statement),
-                            _resources_cell(statement, symbols),
-                            _cell(_conditions(statement, symbols)),
-                        ]))
+                        lines.append(
+                            _row(
+                                [
+                                    symbols(statement.get("Sid", "")),
+                                    statement["Effect"],
+                                    _actions_cell(statement),
+                                    _resources_cell(statement, symbols),
+                                    _cell(_conditions(statement, symbols)),
+                                ]
+                            )
+                        )
             parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
@@ -214,45 +252,90 @@ def _resources_cell(statement: Mapping[str, Any], symbols: Symbols) -> str:
     return "everything but " + _cell([symbols(str(r)) for r in _listed(statement["NotResource"])])
 
 
-def resource_policy_table(templates: Mapping[str, dict[str, Any]], documents: Sequence[PolicyDocument],
-                          symbols: Symbols, resolver: Resolver) -> str:
+def resource_policy_table(
+    templates: Mapping[str, dict[str, Any]],
+    documents: Sequence[PolicyDocument],
+    symbols: Symbols,
+    resolver: Resolver,
+) -> str:
     """Every resource policy statement and function invoke permission of the two stacks."""
-    lines = [_row(["On", "Sid", "Effect", "Principal", "Actions", "Resources", "Conditions"]), _row(["---"] * 7)]
+    lines = [
+        _row(["On", "Sid", "Effect", "Principal", "Actions", "Resources", "Conditions"]),
+        _row(["---"] * 7),
+    ]
     for stack in (TENANT_STACK, SHARED_STACK):
         for doc in documents:
             if doc.stack != stack or doc.kind != "resource":
                 continue
             on = ", ".join(symbols(resolver.name_of(stack, target)) for target in doc.target) or symbols(
-                str(_listed(doc.statements()[0].get("Resource", strip_hash(doc.resource_id)))[0]))
+                str(_listed(doc.statements()[0].get("Resource", strip_hash(doc.resource_id)))[0])
+            )
             for statement in doc.statements():
-                lines.append(_row([
-                    f"`{on}`",
-                    symbols(statement.get("Sid", "")) if len(statement.get("Sid", "")) <= 40 else "(generated)",
-                    statement["Effect"],
-                    _cell(_principals(statement, symbols)),
-                    _actions_cell(statement),
-                    _resources_cell(statement, symbols),
-                    _cell(_conditions(statement, symbols)),
-                ]))
+                lines.append(
+                    _row(
+                        [
+                            f"`{on}`",
+                            symbols(statement.get("Sid", ""))
+                            if len(statement.get("Sid", "")) <= 40
+                            else "(generated)",
+                            statement["Effect"],
+                            _cell(_principals(statement, symbols)),
+                            _actions_cell(statement),
+                            _resources_cell(statement, symbols),
+                            _cell(_conditions(statement, symbols)),
+                        ]
+                    )
+                )
         for resource in templates[stack]["Resources"].values():
             if resource["Type"] != "AWS::Lambda::Permission":
                 continue
             props = resolver.resolve(stack, resource["Properties"])
             function = symbols(str(props["FunctionName"]))
-            conditions = [f"{key}: {symbols(str(props[key]))}" for key in
-                          ("SourceArn", "SourceAccount", "PrincipalOrgID", "FunctionUrlAuthType") if key in props]
-            lines.append(_row([f"`{function.rsplit(':', 1)[-1]}`", "(invoke permission)", "Allow",
-                               _cell([symbols(str(props["Principal"]))]), _cell([props["Action"]]),
-                               _cell([function]), _cell(conditions)]))
+            conditions = [
+                f"{key}: {symbols(str(props[key]))}"
+                for key in ("SourceArn", "SourceAccount", "PrincipalOrgID", "FunctionUrlAuthType")
+                if key in props
+            ]
+            lines.append(
+                _row(
+                    [
+                        f"`{function.rsplit(':', 1)[-1]}`",
+                        "(invoke permission)",
+                        "Allow",
+                        _cell([symbols(str(props["Principal"]))]),
+                        _cell([props["Action"]]),
+                        _cell([function]),
+                        _cell(conditions),
+                    ]
+                )
+            )
     return "\n".join(lines)
 
 
 #: The modules `python -m ops` runs: every AWS call they make is an action an operator needs.
-OPS_MODULES = ("ops/*.py", "pipeline_constructs/registry.py", "lambdas/operations.py", "lambdas/ledger.py",
-               "lambdas/runtime.py")
+OPS_MODULES = (
+    "ops/*.py",
+    "pipeline_constructs/registry.py",
+    "lambdas/operations.py",
+    "lambdas/ledger/*.py",
+    "lambdas/runtime.py",
+)
 #: The clients ops creates (`clients("<service>")`), botocore names.
-OPS_SERVICES = ("cloudformation", "dynamodb", "events", "iam", "lambda", "logs", "s3", "s3control",
-                "service-quotas", "sqs", "ssm", "stepfunctions", "sts")
+OPS_SERVICES = (
+    "cloudformation",
+    "dynamodb",
+    "events",
+    "iam",
+    "lambda",
+    "logs",
+    "s3",
+    "s3control",
+    "service-quotas",
+    "sqs",
+    "ssm",
+    "stepfunctions",
+    "sts",
+)
 #: botocore service name -> IAM prefix, where they differ.
 IAM_PREFIX = {"stepfunctions": "states", "service-quotas": "servicequotas", "s3control": "s3"}
 #: An API operation whose IAM actions are not `<prefix>:<Operation>`.
@@ -286,8 +369,8 @@ OPS_RESOURCES = {
     "logs:FilterLogEvents": "`/ordered-ingest/unmatched-uploads` (status lists unmatched uploads)",
     "s3:DeleteObject": "`work bucket/quarantine/<tenant>/*` (quarantine replay moves a message)",
     "s3:GetObject": "`work bucket/quarantine/<tenant>/*`; `landing bucket/<prefix>*` (replace: the correction's "
-                    "version, and with --from-record the failed one's records), `work bucket/chunks/<tenant>/*` "
-                    "(replace --from-record: the failed file's manifest)",
+    "version, and with --from-record the failed one's records), `work bucket/chunks/<tenant>/*` "
+    "(replace --from-record: the failed file's manifest)",
     "s3:ListAccessPoints": "`*` (preflight counts the Region's access points)",
     "s3:ListBucket": "`work bucket`, prefix `quarantine/<tenant>/`",
     "s3:ListBucketVersions": "`landing bucket`, prefix `<prefix>` (reconcile)",
@@ -324,7 +407,9 @@ def ops_actions() -> dict[str, list[str]]:
     for pattern in OPS_MODULES:
         for path in sorted(ROOT.glob(pattern)):
             source = path.read_text(encoding="utf-8")
-            names = set(re.findall(r"\.([a-z0-9_]+)\b", source)) | set(re.findall(r"get_paginator\(\s*\"([a-z0-9_]+)\"", source))
+            names = set(re.findall(r"\.([a-z0-9_]+)\b", source)) | set(
+                re.findall(r"get_paginator\(\s*\"([a-z0-9_]+)\"", source)
+            )
             for name in names & operations.keys():
                 for api in operations[name]:
                     for action in IAM_ACTIONS_OF.get(api, (api,)):
@@ -336,8 +421,10 @@ def ops_table() -> str:
     lines = [_row(["Action", "On", "Called from"]), _row(["---"] * 3)]
     for action, modules in ops_actions().items():
         if action not in OPS_RESOURCES:
-            raise KeyError(f"{action} (called from {', '.join(modules)}) has no entry in tools/security_table.py "
-                           "OPS_RESOURCES: say what it is used on")
+            raise KeyError(
+                f"{action} (called from {', '.join(modules)}) has no entry in tools/security_table.py "
+                "OPS_RESOURCES: say what it is used on"
+            )
         lines.append(_row([f"`{action}`", OPS_RESOURCES[action], ", ".join(f"`{m}`" for m in modules)]))
     return "\n".join(lines)
 
@@ -346,25 +433,27 @@ def render(templates: Mapping[str, dict[str, Any]]) -> str:
     resolver = Resolver(templates)
     documents = policy_documents(templates, resolver)
     symbols = Symbols(templates, resolver)
-    return "\n".join([
-        BEGIN,
-        "### Roles",
-        "",
-        role_tables(templates, documents, symbols, resolver),
-        "",
-        "### Resource policies",
-        "",
-        resource_policy_table(templates, documents, symbols, resolver),
-        "",
-        "### Operators (`python -m ops`)",
-        "",
-        ops_table(),
-        END,
-    ])
+    return "\n".join(
+        [
+            BEGIN,
+            "### Roles",
+            "",
+            role_tables(templates, documents, symbols, resolver),
+            "",
+            "### Resource policies",
+            "",
+            resource_policy_table(templates, documents, symbols, resolver),
+            "",
+            "### Operators (`python -m ops`)",
+            "",
+            ops_table(),
+            END,
+        ]
+    )
 
 
 def embedded(text: str) -> str:
-    return text[text.index(BEGIN):text.index(END) + len(END)]
+    return text[text.index(BEGIN) : text.index(END) + len(END)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -381,8 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write:
         DOC.write_text(text.replace(embedded(text), block), encoding="utf-8")
     elif args.check and embedded(text) != block:
-        print("docs/security.md differs from the templates: run python -m tools.security_table --write",
-              file=sys.stderr)
+        print(
+            "docs/security.md differs from the templates: run python -m tools.security_table --write",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

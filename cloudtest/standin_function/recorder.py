@@ -48,8 +48,11 @@ def _body(event: dict[str, Any]) -> str:
 
 
 def _answer(status: int, message: str) -> dict[str, Any]:
-    return {"statusCode": status, "headers": {"Content-Type": "application/json"},
-            "body": json.dumps({"status": status, "message": message})}
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "application/json"},
+        "body": json.dumps({"status": status, "message": message}),
+    }
 
 
 def decide(db: Any, tenant: str, key: str, record: Any) -> tuple[int, bool]:
@@ -62,8 +65,10 @@ def decide(db: Any, tenant: str, key: str, record: Any) -> tuple[int, bool]:
         if isinstance(record, dict) and all(record.get(k) == v for k, v in wanted.items()):
             return 400, False
     try:
-        db.put_item(Item={"pk": f"key#{key}", "sk": "key", "tenant": tenant},
-                    ConditionExpression="attribute_not_exists(pk)")
+        db.put_item(
+            Item={"pk": f"key#{key}", "sk": "key", "tenant": tenant},
+            ConditionExpression="attribute_not_exists(pk)",
+        )
     except db.meta.client.exceptions.ConditionalCheckFailedException:
         return 200, False  # the same key at the same moment: registered once, by the other request
     return 201, True
@@ -85,9 +90,18 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return _answer(400, "record mode only: one JSON object per request")
     db = table()
     status, registered = decide(db, tenant, key, record)
-    db.put_item(Item={
-        "pk": tenant, "sk": f"req#{received:020d}#{getattr(context, 'aws_request_id', '-')}",
-        "key": key, "record": text, "status": status, "registered": registered, "received_ns": received,
-    })
+    db.put_item(
+        Item={
+            "pk": tenant,
+            "sk": f"req#{received:020d}#{getattr(context, 'aws_request_id', '-')}",
+            "key": key,
+            "record": text,
+            "status": status,
+            "registered": registered,
+            "received_ns": received,
+        }
+    )
     print(json.dumps({"level": "INFO", "tenant": tenant, "status": status, "registered": registered}))
-    return _answer(status, "registered" if registered else ("already registered" if status == 200 else "rejected"))
+    return _answer(
+        status, "registered" if registered else ("already registered" if status == 200 else "rejected")
+    )

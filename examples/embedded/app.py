@@ -9,7 +9,13 @@ from aws_cdk import aws_sns as sns
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from pipeline_constructs import DeployLimits, SharedResources, SharedResourcesProps, TenantPipeline, load_config
+from pipeline_constructs import (
+    DeployLimits,
+    SharedResources,
+    SharedResourcesProps,
+    TenantPipeline,
+    load_config,
+)
 
 TENANTS = Path(__file__).with_name("tenants.yaml")
 
@@ -22,8 +28,11 @@ class PaymentsIngest(Stack):
         key = kms.Key(self, "AlertsKey", enable_key_rotation=True)
         key.grant_encrypt_decrypt(iam.ServicePrincipal("cloudwatch.amazonaws.com"))  # alarms publish
         alerts = sns.Topic(self, "Alerts", master_key=key, enforce_ssl=True)
-        shared = SharedResources(self, "Ingest", SharedResourcesProps(
-            alarm_topic_arn=alerts.topic_arn, alarm_topic_key_arn=key.key_arn))
+        shared = SharedResources(
+            self,
+            "Ingest",
+            SharedResourcesProps(alarm_topic_arn=alerts.topic_arn, alarm_topic_key_arn=key.key_arn),
+        )
         for tenant in load_config(TENANTS).tenants:
             TenantPipeline(self, tenant.id, tenant=tenant, shared=shared.refs())
 

@@ -12,10 +12,13 @@ import functools
 import os
 import typing
 import urllib.parse
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from lambdas.contract.metrics import METRIC_NAMESPACE
 from lambdas.contract.options import DuplicateFiles, FileFormat, OnFailure, Ordering, SinkAuthType
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 class FunctionEnvironmentError(RuntimeError):
@@ -138,13 +141,17 @@ class RegisterEnv:
     metric_namespace: str = dataclasses.field(default=METRIC_NAMESPACE, metadata={"implicit": True})
 
 
-EnvT = TypeVar("EnvT")
+#: A function's config: a dataclass (`from_env` reads its fields).
+EnvT = TypeVar("EnvT", bound="DataclassInstance")
 
 
 def environment(config: Any) -> dict[str, str]:
     """The environment variables of a config instance, for the function's `environment=`."""
-    return {env_name(f.name): str(getattr(config, f.name)) or NONE for f in dataclasses.fields(config)
-            if not (f.metadata.get("implicit") and getattr(config, f.name) == f.default)}
+    return {
+        env_name(f.name): str(getattr(config, f.name)) or NONE
+        for f in dataclasses.fields(config)
+        if not (f.metadata.get("implicit") and getattr(config, f.name) == f.default)
+    }
 
 
 @functools.cache
@@ -158,7 +165,7 @@ def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = 
     source = os.environ if source is None else source
     types = _field_types(config_type)
     values: dict[str, Any] = {}
-    for field in dataclasses.fields(config_type):  # type: ignore[arg-type]
+    for field in dataclasses.fields(config_type):
         name = env_name(field.name)
         raw = source.get(name, "").strip()
         if field.metadata.get("optional") and raw in ("", NONE):
@@ -169,7 +176,8 @@ def from_env(config_type: type[EnvT], source: typing.Mapping[str, str] | None = 
             continue
         if not raw:
             raise FunctionEnvironmentError(
-                f"environment variable {name} is not set; the function's deployment must set it")
+                f"environment variable {name} is not set; the function's deployment must set it"
+            )
         values[field.name] = _convert(name, raw, types[field.name], field.metadata)
     return config_type(**values)
 
@@ -190,7 +198,8 @@ def _convert(name: str, raw: str, annotation: Any, rules: typing.Mapping[str, An
         minimum = rules["minimum"]
         if rules.get("exclusive") and not value > minimum:
             raise FunctionEnvironmentError(
-                f"environment variable {name}={value} must be greater than {minimum}")
+                f"environment variable {name}={value} must be greater than {minimum}"
+            )
         if value < minimum:
             raise FunctionEnvironmentError(f"environment variable {name}={value} must be at least {minimum}")
     if typing.get_origin(annotation) is Literal:
@@ -198,7 +207,8 @@ def _convert(name: str, raw: str, annotation: Any, rules: typing.Mapping[str, An
         value = value.lower()
         if value not in choices:
             raise FunctionEnvironmentError(
-                f"environment variable {name}={value!r} must be one of {', '.join(choices)}")
+                f"environment variable {name}={value!r} must be one of {', '.join(choices)}"
+            )
     if "schemes" in rules and urllib.parse.urlsplit(value).scheme not in rules["schemes"]:
         schemes = " or ".join(f"{s}://" for s in rules["schemes"])
         raise FunctionEnvironmentError(f"environment variable {name}={value!r} must be an {schemes} URL")

@@ -56,8 +56,11 @@ def execution_name(event_id: str, attempt: int = 0) -> str:
     (or of id and attempt).
     """
     suffix = RESUME_SUFFIX.format(attempt) if attempt else ""
-    if (len(event_id) + len(suffix) <= MAX_FILE_EXECUTION_NAME and _PLAIN_NAME.fullmatch(event_id)
-            and not _RESUMED.search(event_id)):
+    if (
+        len(event_id) + len(suffix) <= MAX_FILE_EXECUTION_NAME
+        and _PLAIN_NAME.fullmatch(event_id)
+        and not _RESUMED.search(event_id)
+    ):
         return event_id + suffix
     hashed: list[object] = [event_id]
     room = MAX_FILE_EXECUTION_NAME - len(suffix) - 1 - NAME_DIGEST_CHARS

@@ -38,7 +38,7 @@ def quarantine_prefix(tenant_id: str) -> str:
 
 def quarantine_key(tenant_id: str, when: float, message_id: str) -> str:
     """`quarantine/<tenant>/<UTC timestamp>-<message id>.json`: listed oldest first."""
-    stamp = _dt.datetime.fromtimestamp(when, _dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = _dt.datetime.fromtimestamp(when, _dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     return f"{quarantine_prefix(tenant_id)}{stamp}-{message_id}.json"
 
 

@@ -100,4 +100,3 @@ def error_log_filter_pattern() -> str:
     terms = [f'$.{LOG_LEVEL_FIELD} = "ERROR"', f'$.{RUNTIME_LOG_LEVEL_FIELD} = "ERROR"']
     terms += [f'$.record.status = "{status}"' for status in PLATFORM_FAILURE_STATUSES]
     return "{ " + " || ".join(f"({term})" for term in terms) + " }"
-

@@ -44,7 +44,8 @@ SECTION_EXECUTION_NAME_FORMAT = "{}-s{}"
 #: section suffix the workflow appends (`-p<first chunk>`, `-s<first chunk>`) at the largest
 #: chunk index.
 MAX_FILE_EXECUTION_NAME = MAX_EXECUTION_NAME - max(
-    len(form.format("", MAX_CHUNK_INDEX)) for form in (PAGE_EXECUTION_NAME_FORMAT, SECTION_EXECUTION_NAME_FORMAT)
+    len(form.format("", MAX_CHUNK_INDEX))
+    for form in (PAGE_EXECUTION_NAME_FORMAT, SECTION_EXECUTION_NAME_FORMAT)
 )
 
 #: The digest in a hashed execution name and in a replayed event id: 128 bits of a SHA-256.
@@ -88,15 +89,23 @@ class DerivedName:
 
     def longest(self, tenant_id: str | None = None, *, qualifier: str | None = None) -> str:
         """The longest name of the family (of `tenant_id`): every placeholder at its longest."""
-        return self.render("a" * MAX_TENANT_ID_LENGTH if tenant_id is None else tenant_id, qualifier=qualifier,
-                           **LONGEST_PARTS)
+        return self.render(
+            "a" * MAX_TENANT_ID_LENGTH if tenant_id is None else tenant_id,
+            qualifier=qualifier,
+            **LONGEST_PARTS,
+        )
 
     def max_id_length(self, qualifier: str = "") -> int:
         """The longest tenant id this family's names accept (with `qualifier`)."""
         return self.limit - len(self.longest("", qualifier=qualifier))
 
 
-_LAMBDA, _STATE_MACHINE, _RULE, _STACK = "Lambda function name", "state machine name", "EventBridge rule name", "stack name"
+_LAMBDA, _STATE_MACHINE, _RULE, _STACK = (
+    "Lambda function name",
+    "state machine name",
+    "EventBridge rule name",
+    "stack name",
+)
 _LOG_GROUP, _ALARM, _BUS, _KMS_ALIAS = "log group name", "alarm name", "event bus name", "KMS alias name"
 
 # Per tenant: the tenant id must be short enough for every one of them (`MAX_TENANT_ID_LENGTH`).
@@ -132,9 +141,24 @@ UPLOAD_ACCESS_POINT = DerivedName("S3 access point name", "{tenant}-uploads", 50
 RESERVED_ID_PART = "-file-ingest-"
 
 TENANT_NAMES: tuple[DerivedName, ...] = (
-    QUEUE, SEQUENCE_QUEUE, STATE_MACHINE, PAGE_STATE_MACHINE, SECTION_STATE_MACHINE, CONTROLLER_FUNCTION,
-    SPLIT_FUNCTION, REGISTER_FUNCTION, CLOSER_FUNCTION, COMPLETION_FUNCTION, TENANT_STACK, RULE, STATUS_RULE,
-    INTAKE_DLQ, TENANT_ALARM, ERROR_LOG_FILTER, ERROR_LOG_METRIC_NAME, TENANT_KEY_ALIAS,
+    QUEUE,
+    SEQUENCE_QUEUE,
+    STATE_MACHINE,
+    PAGE_STATE_MACHINE,
+    SECTION_STATE_MACHINE,
+    CONTROLLER_FUNCTION,
+    SPLIT_FUNCTION,
+    REGISTER_FUNCTION,
+    CLOSER_FUNCTION,
+    COMPLETION_FUNCTION,
+    TENANT_STACK,
+    RULE,
+    STATUS_RULE,
+    INTAKE_DLQ,
+    TENANT_ALARM,
+    ERROR_LOG_FILTER,
+    ERROR_LOG_METRIC_NAME,
+    TENANT_KEY_ALIAS,
 )
 #: The longest tenant id every derived name accepts.
 MAX_TENANT_ID_LENGTH = min(name.max_id_length() for name in TENANT_NAMES)
@@ -143,7 +167,9 @@ MAX_TENANT_ID_LENGTH = min(name.max_id_length() for name in TENANT_NAMES)
 # state machine's name); the alias every tenant's workflows are started through (one per state
 # machine; docs/operations.md, "Versions, aliases and rollback").
 FUNCTION_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/lambda/{function}", 512, qualified=False)
-STATE_MACHINE_LOG_GROUP = DerivedName(_LOG_GROUP, "/aws/vendedlogs/states/{state_machine}", 512, qualified=False)
+STATE_MACHINE_LOG_GROUP = DerivedName(
+    _LOG_GROUP, "/aws/vendedlogs/states/{state_machine}", 512, qualified=False
+)
 WORKFLOW_ALIAS = DerivedName("state machine alias name", "live", 80, qualified=False)
 
 # Shared: fixed, or numbered per shard (`{index}`), per account and Region, per dashboard.
@@ -160,19 +186,22 @@ SHARED_KEY_ALIAS = DerivedName(_KMS_ALIAS, "alias/" + SHARED_PREFIX, 256)
 #: Where the shared stack publishes its key's ARN. SSM counts the parameter's whole ARN
 #: against 1,011 characters: the longest ARN prefix (partition, Region, account) is kept out.
 SHARED_KEY_PARAMETER = DerivedName(
-    "SSM parameter name", f"/{SHARED_PREFIX}/encryption/shared-key-arn",
+    "SSM parameter name",
+    f"/{SHARED_PREFIX}/encryption/shared-key-arn",
     1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),
 )
 #: Where the shared stack publishes what tenant stacks need of it (the ledger table's name, the
 #: alarm topic's and its key's ARN), read by each tenant stack at deploy time: cells refer to
 #: each other by these, never by CloudFormation export (`pipeline_constructs/cell_plan.py`).
 SHARED_PARAMETER = DerivedName(
-    "SSM parameter name", f"/{SHARED_PREFIX}/shared/{{parameter}}",
+    "SSM parameter name",
+    f"/{SHARED_PREFIX}/shared/{{parameter}}",
     1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),
 )
 #: Each pipeline's entry in the registry `ops` reads (`pipeline_constructs/registry.py`).
 PIPELINE_PARAMETER = DerivedName(
-    "SSM parameter name", f"/{SHARED_PREFIX}/pipelines/{{id}}",
+    "SSM parameter name",
+    f"/{SHARED_PREFIX}/pipelines/{{id}}",
     1011 - len("arn:aws-iso-b:ssm:ap-southeast-5:123456789012:parameter"),
 )
 #: The shared stack's catch-all for uploads outside every tenant prefix (rule, its metric
@@ -199,26 +228,62 @@ METRIC_NAMESPACES = DerivedName("metric namespace", METRIC_NAMESPACE, 255)
 # machine, never qualified.
 #: A file's execution, any attempt: at most `MAX_FILE_EXECUTION_NAME` by construction.
 FILE_EXECUTION = DerivedName("execution name", "{execution}", MAX_EXECUTION_NAME, qualified=False)
-PAGE_EXECUTION = DerivedName("execution name", PAGE_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
-                             MAX_EXECUTION_NAME, qualified=False)
-SECTION_EXECUTION = DerivedName("execution name", SECTION_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
-                                MAX_EXECUTION_NAME, qualified=False)
+PAGE_EXECUTION = DerivedName(
+    "execution name",
+    PAGE_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
+    MAX_EXECUTION_NAME,
+    qualified=False,
+)
+SECTION_EXECUTION = DerivedName(
+    "execution name",
+    SECTION_EXECUTION_NAME_FORMAT.format("{execution}", "{chunk}"),
+    MAX_EXECUTION_NAME,
+    qualified=False,
+)
 #: `reconcile-<digest of the object version>`: short enough to be the name of its file's
 #: executions itself (plus `-r<attempt>`), like an EventBridge event id (36 characters).
 REPLAY_EVENT_ID = DerivedName("replayed event id", "reconcile-{digest}", 64, qualified=False)
 
 NAME_FAMILIES: tuple[DerivedName, ...] = (
-    *TENANT_NAMES, FUNCTION_LOG_GROUP, STATE_MACHINE_LOG_GROUP, WORKFLOW_ALIAS, SHARED_STACK, DASHBOARD_STACK,
-    FIRST_DASHBOARD, DASHBOARD,
-    UPLOAD_ACCESS_POINT, LANDING_BUCKET, WORK_BUCKET, SHARED_ALARM, SHARED_KEY_ALIAS, SHARED_KEY_PARAMETER, SHARED_PARAMETER,
-    PIPELINE_PARAMETER, UNMATCHED_UPLOADS_RULE,
-    UNMATCHED_UPLOADS_FILTER, UNMATCHED_UPLOADS_LOG_GROUP, UNMATCHED_UPLOADS_DLQ, UNMATCHED_BUS,
-    UNMATCHED_FORWARD_RULE, UNMATCHED_UPLOADS_BUS_RULE, SHARD_BUS, SHARD_OBJECTS_RULE, SHARD_STATUS_RULE,
-    ROUTING_DLQ, METRIC_NAMESPACES, FILE_EXECUTION, PAGE_EXECUTION, SECTION_EXECUTION, REPLAY_EVENT_ID,
+    *TENANT_NAMES,
+    FUNCTION_LOG_GROUP,
+    STATE_MACHINE_LOG_GROUP,
+    WORKFLOW_ALIAS,
+    SHARED_STACK,
+    DASHBOARD_STACK,
+    FIRST_DASHBOARD,
+    DASHBOARD,
+    UPLOAD_ACCESS_POINT,
+    LANDING_BUCKET,
+    WORK_BUCKET,
+    SHARED_ALARM,
+    SHARED_KEY_ALIAS,
+    SHARED_KEY_PARAMETER,
+    SHARED_PARAMETER,
+    PIPELINE_PARAMETER,
+    UNMATCHED_UPLOADS_RULE,
+    UNMATCHED_UPLOADS_FILTER,
+    UNMATCHED_UPLOADS_LOG_GROUP,
+    UNMATCHED_UPLOADS_DLQ,
+    UNMATCHED_BUS,
+    UNMATCHED_FORWARD_RULE,
+    UNMATCHED_UPLOADS_BUS_RULE,
+    SHARD_BUS,
+    SHARD_OBJECTS_RULE,
+    SHARD_STATUS_RULE,
+    ROUTING_DLQ,
+    METRIC_NAMESPACES,
+    FILE_EXECUTION,
+    PAGE_EXECUTION,
+    SECTION_EXECUTION,
+    REPLAY_EVENT_ID,
 )
 #: The qualified families whose names hold no tenant id: the qualifier alone must fit them.
-SHARED_NAMES = tuple(family for family in NAME_FAMILIES if family.qualified
-                     and "{id}" not in family.template and "{tenant}" not in family.template)
+SHARED_NAMES = tuple(
+    family
+    for family in NAME_FAMILIES
+    if family.qualified and "{id}" not in family.template and "{tenant}" not in family.template
+)
 #: The longest qualifier: every qualified name that holds no tenant id stays within its limit
 #: (the landing bucket's 63 characters decide); a tenant id loses the qualifier's length and
 #: one to the names it derives (`tightest_broken`).
@@ -228,7 +293,9 @@ MAX_QUALIFIER_LENGTH = min(family.limit - len(family.longest(qualifier="")) for 
 def qualifier_broken(qualifier: str) -> DerivedName | None:
     """The name family with the smallest limit that ``qualifier`` makes too long, if any."""
     broken = [family for family in SHARED_NAMES if len(family.longest(qualifier=qualifier)) > family.limit]
-    return min(broken, key=lambda family: family.limit - len(family.longest(qualifier=""))) if broken else None
+    return (
+        min(broken, key=lambda family: family.limit - len(family.longest(qualifier=""))) if broken else None
+    )
 
 
 def metric_namespace() -> str:
@@ -252,7 +319,7 @@ def upload_access_point_name(tenant_id: str) -> str:
     room = UPLOAD_ACCESS_POINT.limit - len(UPLOAD_ACCESS_POINT.render(tenant=""))
     if len(tenant_id) <= room:
         return UPLOAD_ACCESS_POINT.render(tenant=tenant_id)
-    readable = tenant_id[:room - 1 - ACCESS_POINT_DIGEST_CHARS].rstrip("-")
+    readable = tenant_id[: room - 1 - ACCESS_POINT_DIGEST_CHARS].rstrip("-")
     digest = hashlib.sha256(tenant_id.encode()).hexdigest()[:ACCESS_POINT_DIGEST_CHARS]
     return UPLOAD_ACCESS_POINT.render(tenant=f"{readable}-{digest}")
 

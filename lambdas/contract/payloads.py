@@ -117,6 +117,7 @@ class PageTask(TypedDict):
     first_chunk: int
     last_chunk: int
 
+
 class ChunkProgress(ChunkTask):
     """What the register function returns: the task to run next (same chunk, later record),
     whether the chunk is done, and how long to wait first (the core system is unavailable);

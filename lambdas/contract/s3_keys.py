@@ -13,9 +13,7 @@ import urllib.parse
 #: The characters S3 never encodes in the object key of an event notification (letters,
 #: digits, `/`, `.`, `_`, `-`). A tenant prefix made of them reads the same encoded or not, so
 #: the rule's prefix filter (matched on the encoded key) and IAM (on the real key) agree.
-S3_EVENT_KEY_SAFE_CHARACTERS = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-"
-)
+S3_EVENT_KEY_SAFE_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-")
 
 
 def s3_key_from_event(raw: str) -> str:

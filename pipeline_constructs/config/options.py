@@ -25,8 +25,10 @@ REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+$"
 PRINCIPAL_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::\d{12}:(root|role/[\w+=,.@/-]+|user/[\w+=,.@/-]+)$"
 #: A KMS key ARN (not an alias: IAM policies and key grants name the key itself); `mrk-` ids
 #: are multi-Region keys.
-KMS_KEY_ARN_PATTERN = (r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/"
-                       r"(mrk-[0-9a-f]{32}|[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12})$")
+KMS_KEY_ARN_PATTERN = (
+    r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/"
+    r"(mrk-[0-9a-f]{32}|[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12})$"
+)
 
 
 class Model(BaseModel):
@@ -46,9 +48,17 @@ class Advice:
     mismatch: str | None = None
 
 
-def option(default: Any = ..., *, description: str, fix: str | None = None, hint: str = "",
-           notes: dict[Any, str] | None = None, mismatch: str | None = None, schema: dict[str, Any] | None = None,
-           **constraints: Any) -> Any:
+def option(
+    default: Any = ...,
+    *,
+    description: str,
+    fix: str | None = None,
+    hint: str = "",
+    notes: dict[Any, str] | None = None,
+    mismatch: str | None = None,
+    schema: dict[str, Any] | None = None,
+    **constraints: Any,
+) -> Any:
     """A field of the tenants file. ``mismatch``: what a value that fails ``pattern`` is;
     ``schema``: what the JSON schema says beyond the constraints (merged one level deep), for a
     rule a validator checks, so that an editor flags it too."""
@@ -92,7 +102,11 @@ def _derived(info: FieldInfo, name: str, notes: dict[Any, str]) -> str | None:
     nested = _model_in(kind)
     if nested is not None:
         keys = ", ".join(nested.model_fields)
-        shape = f"each entry a mapping of {keys}" if typing.get_origin(kind) in (list, tuple) else f"a mapping of {keys}"
+        shape = (
+            f"each entry a mapping of {keys}"
+            if typing.get_origin(kind) in (list, tuple)
+            else f"a mapping of {keys}"
+        )
         return f"write {name} as {shape}" + (", or leave it out" if info.default is None else "")
     if kind is bool:
         return "use " + _either([(True, "true"), (False, "false")], notes, info.default)
@@ -100,8 +114,18 @@ def _derived(info: FieldInfo, name: str, notes: dict[Any, str]) -> str | None:
         return "use " + _either([(v, f"'{v}'") for v in typing.get_args(kind)], notes, info.default)
     if kind is int:
         bounds = {type(m).__name__: m for m in info.metadata if isinstance(m, annotated_types.BaseMetadata)}
-        low = bounds["Ge"].ge if "Ge" in bounds else None
-        high = bounds["Le"].le if "Le" in bounds else (bounds["Lt"].lt - 1 if "Lt" in bounds else None)
+        # Keyed by the constraint's class name: `bounds["Ge"]` is an `annotated_types.Ge`, and so
+        # on; an int field's bounds are ints.
+        low = typing.cast(annotated_types.Ge, bounds["Ge"]).ge if "Ge" in bounds else None
+        high = (
+            typing.cast(annotated_types.Le, bounds["Le"]).le
+            if "Le" in bounds
+            else (
+                typing.cast(int, typing.cast(annotated_types.Lt, bounds["Lt"]).lt) - 1
+                if "Lt" in bounds
+                else None
+            )
+        )
         what = "a whole number of seconds" if name.endswith("_seconds") else "a whole number"
         default = f" (default {info.default})" if isinstance(info.default, int) else ""
         if low is not None and high is not None:
@@ -124,7 +148,9 @@ def _either(values: list[tuple[Any, str]], notes: dict[Any, str], default: Any) 
     """`'a' (note) or 'b' (the default)`: each value, with its note and which is the default."""
     shown = []
     for value, text in values:
-        note = ", ".join(part for part in (notes.get(value, ""), "the default" if value == default else "") if part)
+        note = ", ".join(
+            part for part in (notes.get(value, ""), "the default" if value == default else "") if part
+        )
         shown.append(f"{text} ({note})" if note else text)
     return ", ".join(shown[:-1]) + f" or {shown[-1]}"
 

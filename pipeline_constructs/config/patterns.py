@@ -40,12 +40,18 @@ def placeholder_problem(option: str, text: Any) -> tuple[str, str] | None:
     indices), or None when they are a pattern's `{id}` or there are none."""
     found = _PLACEHOLDER.findall(text) if isinstance(text, str) and option not in _LITERAL_BRACES else []
     if found and option not in PATTERN_FIELDS:
-        return (f"is not a pattern option: '{ID_PLACEHOLDER}' stands for the tenant's id only in "
-                + ", ".join(PATTERN_FIELDS[:-1]) + f" and {PATTERN_FIELDS[-1]}", "write the value itself")
+        return (
+            f"is not a pattern option: '{ID_PLACEHOLDER}' stands for the tenant's id only in "
+            + ", ".join(PATTERN_FIELDS[:-1])
+            + f" and {PATTERN_FIELDS[-1]}",
+            "write the value itself",
+        )
     unknown = [placeholder for placeholder in found if placeholder != ID_PLACEHOLDER]
     if unknown:
-        return (f"has the placeholder '{unknown[0]}', but the only one is '{ID_PLACEHOLDER}', the tenant's id",
-                f"write '{ID_PLACEHOLDER}' where the tenant's id goes, or the text itself")
+        return (
+            f"has the placeholder '{unknown[0]}', but the only one is '{ID_PLACEHOLDER}', the tenant's id",
+            f"write '{ID_PLACEHOLDER}' where the tenant's id goes, or the text itself",
+        )
     return None
 
 
@@ -81,8 +87,11 @@ def prefix_of(entry: Any, defaults: dict[str, Any]) -> tuple[str | None, str]:
         return None, ""
     own = "prefix" in entry
     written = entry["prefix"] if own else defaults.get("prefix")
-    if (not isinstance(written, str) or placeholder_problem("prefix", written) is not None
-            or (not own and ID_PLACEHOLDER not in written)):
+    if (
+        not isinstance(written, str)
+        or placeholder_problem("prefix", written) is not None
+        or (not own and ID_PLACEHOLDER not in written)
+    ):
         return None, ""
     if ID_PLACEHOLDER not in written:
         return written, ""

@@ -26,7 +26,9 @@ class ConfigError(ValueError):
     def __init__(self, source: str, problems: list[str]):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{source} is invalid ({len(problems)} problem{'s' if len(problems) > 1 else ''}):\n{lines}")
+        super().__init__(
+            f"{source} is invalid ({len(problems)} problem{'s' if len(problems) > 1 else ''}):\n{lines}"
+        )
 
 
 @dataclass
@@ -51,15 +53,15 @@ def shown(value: Any, width: int = 120) -> str:
     if len(text) <= width:
         return text
     size = f"{len(value)} entries" if isinstance(value, list) else f"{len(str(value))} characters"
-    return f"{text[:width // 2]}...{text[-20:]} ({size})"
+    return f"{text[: width // 2]}...{text[-20:]} ({size})"
 
 
 def lookup(data: Any, loc: tuple[Any, ...]) -> Any:
     """The value at ``loc`` in YAML data, or `MISSING`."""
     for part in loc:
-        if isinstance(data, dict) and part in data:
-            data = data[part]
-        elif isinstance(data, (list, tuple)) and isinstance(part, int) and part < len(data):
+        if (isinstance(data, dict) and part in data) or (
+            isinstance(data, (list, tuple)) and isinstance(part, int) and part < len(data)
+        ):
             data = data[part]
         else:
             return MISSING
@@ -82,21 +84,35 @@ def untagged(error: Any) -> dict[str, Any]:
     return {**error, "loc": tuple(loc), "tagged_loc": tagged}
 
 
-def report_one(error: dict[str, Any], model: type[BaseModel], data: Any, where: str, problems: Problems, *,
-               source: str = "") -> None:
+def report_one(
+    error: dict[str, Any],
+    model: type[BaseModel],
+    data: Any,
+    where: str,
+    problems: Problems,
+    *,
+    source: str = "",
+) -> None:
     loc, tagged = error["loc"], error.get("tagged_loc", error["loc"])
     name = field_path(loc)
     leaf = str(loc[-1]) if loc else "(entry)"
     kind = error["type"]
     if kind == "extra_forbidden":
-        problems.add(where, name, lookup(data, loc), "unknown key", unknown_key_fix(leaf, keys_at(model, tagged[:-1])))
+        problems.add(
+            where, name, lookup(data, loc), "unknown key", unknown_key_fix(leaf, keys_at(model, tagged[:-1]))
+        )
         return
     if kind in ("union_tag_not_found", "union_tag_invalid"):
         tags = _union_tags(model, tagged)
         value = MISSING if kind == "union_tag_not_found" else lookup(data, (*loc, "type"))
         problem = "is required" if value is MISSING else f"is not one of {', '.join(repr(t) for t in tags)}"
-        problems.add(where, f"{name}.type", value, problem, "use " + ", ".join(f"'{t}'" for t in tags[:-1])
-                     + f" or '{tags[-1]}'")
+        problems.add(
+            where,
+            f"{name}.type",
+            value,
+            problem,
+            "use " + ", ".join(f"'{t}'" for t in tags[:-1]) + f" or '{tags[-1]}'",
+        )
         return
     info = field_at(model, tagged)
     fix = fix_for(info, leaf) if info is not None else "see the option in docs/configuration.md"
@@ -107,18 +123,30 @@ def report_one(error: dict[str, Any], model: type[BaseModel], data: Any, where: 
 
 
 #: pydantic's error types in the project's own words (the fix says what a valid value is).
-_BOUNDS = {"greater_than_equal": "is less than {ge}", "less_than_equal": "is more than {le}",
-           "greater_than": "must be more than {gt}", "less_than": "must be less than {lt}",
-           "string_too_short": "is too short (at least {min_length} characters)",
-           "string_too_long": "is too long (at most {max_length} characters)",
-           "too_short": "has too few entries (at least {min_length})",
-           "too_long": "has too many entries (at most {max_length})"}
-_TYPES = {"int_type": "is not a whole number", "int_parsing": "is not a whole number",
-          "int_from_float": "is not a whole number", "float_type": "is not a number",
-          "string_type": "is not text (quote it)", "bool_type": "is not true or false",
-          "bool_parsing": "is not true or false", "dict_type": "is not a mapping",
-          "model_type": "is not a mapping", "model_attributes_type": "is not a mapping",
-          "list_type": "is not a list", "none_required": "must be left out"}
+_BOUNDS = {
+    "greater_than_equal": "is less than {ge}",
+    "less_than_equal": "is more than {le}",
+    "greater_than": "must be more than {gt}",
+    "less_than": "must be less than {lt}",
+    "string_too_short": "is too short (at least {min_length} characters)",
+    "string_too_long": "is too long (at most {max_length} characters)",
+    "too_short": "has too few entries (at least {min_length})",
+    "too_long": "has too many entries (at most {max_length})",
+}
+_TYPES = {
+    "int_type": "is not a whole number",
+    "int_parsing": "is not a whole number",
+    "int_from_float": "is not a whole number",
+    "float_type": "is not a number",
+    "string_type": "is not text (quote it)",
+    "bool_type": "is not true or false",
+    "bool_parsing": "is not true or false",
+    "dict_type": "is not a mapping",
+    "model_type": "is not a mapping",
+    "model_attributes_type": "is not a mapping",
+    "list_type": "is not a list",
+    "none_required": "must be left out",
+}
 
 
 def _plain_words(error: dict[str, Any], info: FieldInfo | None) -> str:
@@ -148,7 +176,9 @@ def _model_of(annotation: Any, tag: Any = None) -> type[BaseModel] | None:
     return next((m for m in members if typing.get_args(m.model_fields["type"].annotation) == (tag,)), None)
 
 
-def _descend(model: type[BaseModel], tagged: tuple[Any, ...]) -> tuple[FieldInfo | None, type[BaseModel] | None]:
+def _descend(
+    model: type[BaseModel], tagged: tuple[Any, ...]
+) -> tuple[FieldInfo | None, type[BaseModel] | None]:
     """The field at a (tagged) error location and the model it holds: `('sink', 'auth',
     'bearer', 'secret')` is `BearerAuth.secret`; list indices and `targets`' names are skipped."""
     parts = [part for part in tagged if not isinstance(part, int)]
@@ -176,7 +206,13 @@ def field_at(model: type[BaseModel], tagged: tuple[Any, ...]) -> FieldInfo | Non
 def _union_tags(model: type[BaseModel], tagged: tuple[Any, ...]) -> list[str]:
     info = field_at(model, tagged)
     members = typing.get_args(info.annotation) if info is not None else ()
-    return [tag for m in members if isinstance(m, type) for tag in typing.get_args(m.model_fields["type"].annotation)]
+    return [
+        tag
+        for m in members
+        if isinstance(m, type)
+        # the members of a tagged union are blocks (models), each with its `type` tag
+        for tag in typing.get_args(typing.cast("type[BaseModel]", m).model_fields["type"].annotation)
+    ]
 
 
 def keys_at(model: type[BaseModel], tagged: tuple[Any, ...]) -> tuple[str, ...]:

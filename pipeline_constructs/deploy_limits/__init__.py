@@ -25,7 +25,23 @@ from pipeline_constructs.deploy_limits.render import ARN_CHARS, GENERATED_NAME_C
 from pipeline_constructs.deploy_limits.table import FIXES, LIMITS, NAME_PATTERNS, Limit, reference_table
 
 __all__ = [
-    "ARN_CHARS", "FIXES", "FUNCTION_ARN_CHARS", "GENERATED_NAME_CHARS", "LIMITS", "NAME_PATTERNS",
-    "POLICY_ENVELOPE_BYTES", "STATEMENT_ID_CHARS", "Env", "Limit", "Rendered", "Renderer", "RulesPerBus",
-    "StackTemplate", "Violation", "assembly_stacks", "check", "permission_statement_bytes", "reference_table",
+    "ARN_CHARS",
+    "FIXES",
+    "FUNCTION_ARN_CHARS",
+    "GENERATED_NAME_CHARS",
+    "LIMITS",
+    "NAME_PATTERNS",
+    "POLICY_ENVELOPE_BYTES",
+    "STATEMENT_ID_CHARS",
+    "Env",
+    "Limit",
+    "Rendered",
+    "Renderer",
+    "RulesPerBus",
+    "StackTemplate",
+    "Violation",
+    "assembly_stacks",
+    "check",
+    "permission_statement_bytes",
+    "reference_table",
 ]

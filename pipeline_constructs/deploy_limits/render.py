@@ -9,19 +9,35 @@ from dataclasses import dataclass
 from typing import Any
 
 #: The longest value of each pseudo parameter whose value synthesis does not know.
-_PSEUDO_LONGEST = {"AWS::AccountId": 12, "AWS::Region": 14, "AWS::Partition": 10, "AWS::URLSuffix": 16,
-                   "AWS::StackId": 165}
+_PSEUDO_LONGEST = {
+    "AWS::AccountId": 12,
+    "AWS::Region": 14,
+    "AWS::Partition": 10,
+    "AWS::URLSuffix": 16,
+    "AWS::StackId": 165,
+}
 #: A resource's generated physical name and the ARN around a name, at their longest.
 GENERATED_NAME_CHARS, ARN_CHARS = 64, 80
 #: The property that names a resource, by type (the name `Ref` and its ARN return).
 NAME_PROPERTY = {
-    "AWS::IAM::Role": "RoleName", "AWS::IAM::ManagedPolicy": "ManagedPolicyName",
-    "AWS::S3::Bucket": "BucketName", "AWS::S3::AccessPoint": "Name", "AWS::SQS::Queue": "QueueName",
-    "AWS::SNS::Topic": "TopicName", "AWS::KMS::Alias": "AliasName", "AWS::Lambda::Function": "FunctionName",
-    "AWS::StepFunctions::StateMachine": "StateMachineName", "AWS::StepFunctions::StateMachineAlias": "Name",
-    "AWS::Events::Rule": "Name", "AWS::Events::EventBus": "Name", "AWS::CloudWatch::Alarm": "AlarmName",
-    "AWS::CloudWatch::Dashboard": "DashboardName", "AWS::Logs::LogGroup": "LogGroupName",
-    "AWS::Logs::MetricFilter": "FilterName", "AWS::SSM::Parameter": "Name", "AWS::DynamoDB::Table": "TableName",
+    "AWS::IAM::Role": "RoleName",
+    "AWS::IAM::ManagedPolicy": "ManagedPolicyName",
+    "AWS::S3::Bucket": "BucketName",
+    "AWS::S3::AccessPoint": "Name",
+    "AWS::SQS::Queue": "QueueName",
+    "AWS::SNS::Topic": "TopicName",
+    "AWS::KMS::Alias": "AliasName",
+    "AWS::Lambda::Function": "FunctionName",
+    "AWS::StepFunctions::StateMachine": "StateMachineName",
+    "AWS::StepFunctions::StateMachineAlias": "Name",
+    "AWS::Events::Rule": "Name",
+    "AWS::Events::EventBus": "Name",
+    "AWS::CloudWatch::Alarm": "AlarmName",
+    "AWS::CloudWatch::Dashboard": "DashboardName",
+    "AWS::Logs::LogGroup": "LogGroupName",
+    "AWS::Logs::MetricFilter": "FilterName",
+    "AWS::SSM::Parameter": "Name",
+    "AWS::DynamoDB::Table": "TableName",
 }
 
 
@@ -97,14 +113,17 @@ class Renderer:
             rendered = self.json(value)
             yield rendered.text, rendered.length
             return
-        (function, argument), = value.items()
+        ((function, argument),) = value.items()
         if function == "Ref":
             yield from self._ref(argument)
         elif function == "Fn::GetAtt":
             logical_id, attribute = argument if isinstance(argument, list) else argument.split(".", 1)
             name = self._name_of(logical_id)
             longest = len(name.encode()) if name is not None else GENERATED_NAME_CHARS
-            yield f"${{{self.stack_name}:{logical_id}.{attribute}}}", longest + (ARN_CHARS if "Arn" in attribute else 0)
+            yield (
+                f"${{{self.stack_name}:{logical_id}.{attribute}}}",
+                longest + (ARN_CHARS if "Arn" in attribute else 0),
+            )
         elif function == "Fn::Join":
             separator, items = argument
             if not isinstance(items, list):
@@ -122,8 +141,13 @@ class Renderer:
                     yield piece, len(piece.encode())
                     continue
                 name = piece
-                yield from (self._parts(variables[name]) if name in variables else
-                                self._ref(name) if "." not in name else self._parts({"Fn::GetAtt": name}))
+                yield from (
+                    self._parts(variables[name])
+                    if name in variables
+                    else self._ref(name)
+                    if "." not in name
+                    else self._parts({"Fn::GetAtt": name})
+                )
         elif function == "Fn::If":
             longer = max((self(branch) for branch in argument[1:]), key=lambda rendered: rendered.length)
             yield longer.text, longer.length
@@ -147,7 +171,11 @@ class Renderer:
             yield f"${{{name}}}", max(len(str(default or "")), GENERATED_NAME_CHARS + ARN_CHARS)
         else:
             own = self._name_of(name)  # a resource of this stack: its name, or a generated one
-            yield (own, len(own)) if own is not None else (f"${{{self.stack_name}:{name}}}", GENERATED_NAME_CHARS)
+            yield (
+                (own, len(own))
+                if own is not None
+                else (f"${{{self.stack_name}:{name}}}", GENERATED_NAME_CHARS)
+            )
 
     def _name_of(self, logical_id: str) -> str | None:
         resource = self.resources.get(logical_id, {})

@@ -12,7 +12,9 @@ _IAM = "https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.ht
 _S3_POLICY = "https://docs.aws.amazon.com/AmazonS3/latest/userguide/add-bucket-policy.html"
 _S3_NAMES = "https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html"
 _S3_AP = "https://docs.aws.amazon.com/AmazonS3/latest/userguide/access-points-restrictions-limitations-naming-rules.html"
-_SQS_POLICY = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-policies.html"
+_SQS_POLICY = (
+    "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-policies.html"
+)
 _SQS_QUEUES = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-queues.html"
 _SNS = "https://docs.aws.amazon.com/general/latest/gr/sns.html"
 _SNS_TOPIC = "https://docs.aws.amazon.com/sns/latest/api/API_CreateTopic.html"
@@ -29,9 +31,13 @@ _EB_BUS = "https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_Creat
 _CW_ALARM = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html"
 _CW_ALARM_LIMITS = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-limits.html"
 _CW_QUOTAS = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_limits.html"
-_CW_DASHBOARD = "https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-cloudwatch-dashboard.html"
+_CW_DASHBOARD = (
+    "https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-cloudwatch-dashboard.html"
+)
 _LOGS = "https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_CreateLogGroup.html"
-_LOGS_POLICY = "https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutResourcePolicy.html"
+_LOGS_POLICY = (
+    "https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutResourcePolicy.html"
+)
 _LOGS_FILTER = "https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutMetricFilter.html"
 _SSM = "https://docs.aws.amazon.com/systems-manager/latest/userguide/sysman-parameter-name-constraints.html"
 _SSM_API = "https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html"
@@ -90,45 +96,94 @@ LIMITS = _limits(
     ("lambda-environment", "Lambda environment variables, together", 4096, "bytes", _LAMBDA),
     ("lambda-resource-policy", "Lambda function resource-based policy", 20_480, "bytes", _LAMBDA),
     ("lambda-vpc-subnets", "subnets of one Lambda function", 16, "subnets", _LAMBDA_VPC),
-    ("lambda-vpc-security-groups", "security groups of one Lambda function", 5, "security groups", _LAMBDA_VPC),
+    (
+        "lambda-vpc-security-groups",
+        "security groups of one Lambda function",
+        5,
+        "security groups",
+        _LAMBDA_VPC,
+    ),
     ("sfn-state-machine-name", "state machine name", 80, "characters", _SFN),
     ("sfn-definition", "state machine definition", 1_048_576, "bytes", _SFN),
     ("sfn-alias-name", "state machine alias name", 80, "characters", _SFN_API),
     ("sfn-description", "state machine version or alias description", 256, "characters", _SFN_API),
     ("eventbridge-rule-name", "EventBridge rule name", 64, "characters", _EB_RULE),
     ("eventbridge-rule-description", "EventBridge rule description", 512, "characters", _EB_RULE),
-    ("eventbridge-event-pattern", "EventBridge event pattern", routing.MAX_EVENT_PATTERN_CHARS, "characters", _EB),
+    (
+        "eventbridge-event-pattern",
+        "EventBridge event pattern",
+        routing.MAX_EVENT_PATTERN_CHARS,
+        "characters",
+        _EB,
+    ),
     ("eventbridge-targets-per-rule", "targets of one EventBridge rule", 5, "targets", _EB),
     ("eventbridge-rules-per-bus", "EventBridge rules on one event bus", 300, "rules", _EB),
-    ("eventbridge-wildcard-rules-per-bus", "EventBridge rules with a wildcard filter on one event bus (not "
-     "adjustable)", 30, "rules", _EB),
+    (
+        "eventbridge-wildcard-rules-per-bus",
+        "EventBridge rules with a wildcard filter on one event bus (not adjustable)",
+        30,
+        "rules",
+        _EB,
+    ),
     ("eventbridge-bus-name", "EventBridge event bus name", 256, "characters", _EB_BUS),
     ("eventbridge-bus-description", "EventBridge event bus description", 512, "characters", _EB_BUS),
     ("cloudwatch-alarm-name", "CloudWatch alarm name", 255, "characters", _CW_ALARM),
     ("cloudwatch-alarm-description", "CloudWatch alarm description", 1024, "characters", _CW_ALARM),
-    ("cloudwatch-alarm-metrics", "metrics of one metric-math alarm (not adjustable)", 10, "metrics", _CW_ALARM_LIMITS),
+    (
+        "cloudwatch-alarm-metrics",
+        "metrics of one metric-math alarm (not adjustable)",
+        10,
+        "metrics",
+        _CW_ALARM_LIMITS,
+    ),
     ("cloudwatch-alarm-queries", "metrics and expressions of one alarm", 20, "queries", _CW_ALARM),
     ("cloudwatch-alarm-actions", "actions of one alarm state", 5, "actions", _CW_ALARM),
-    ("cloudwatch-alarm-period", "CloudWatch alarm period: 10, 20, 30 or a multiple of 60", 60, "seconds", _CW_ALARM),
-    ("cloudwatch-alarm-window", "CloudWatch alarm period x evaluation periods (1 day for periods under an hour)",
-     7 * 86_400, "seconds", _CW_ALARM),
+    (
+        "cloudwatch-alarm-period",
+        "CloudWatch alarm period: 10, 20, 30 or a multiple of 60",
+        60,
+        "seconds",
+        _CW_ALARM,
+    ),
+    (
+        "cloudwatch-alarm-window",
+        "CloudWatch alarm period x evaluation periods (1 day for periods under an hour)",
+        7 * 86_400,
+        "seconds",
+        _CW_ALARM,
+    ),
     ("cloudwatch-dashboard-name", "CloudWatch dashboard name", 255, "characters", _CW_DASHBOARD),
     ("cloudwatch-dashboard-widgets", "widgets of one CloudWatch dashboard", 500, "widgets", _CW_QUOTAS),
     ("logs-group-name", "CloudWatch Logs log group name", 512, "characters", _LOGS),
     ("logs-filter-name", "CloudWatch Logs metric filter name", 512, "characters", _LOGS_FILTER),
     ("logs-filter-pattern", "CloudWatch Logs metric filter pattern", 1024, "characters", _LOGS_FILTER),
-    ("logs-resource-policies", "CloudWatch Logs resource policies per account and Region", 10, "policies",
-     _LOGS_POLICY),
+    (
+        "logs-resource-policies",
+        "CloudWatch Logs resource policies per account and Region",
+        10,
+        "policies",
+        _LOGS_POLICY,
+    ),
     ("logs-resource-policy", "CloudWatch Logs resource policy", 5120, "characters", _LOGS_POLICY),
     ("ssm-parameter-name", "SSM parameter name with its ARN", 1011, "characters", _SSM),
     ("ssm-parameter-description", "SSM parameter description", 1024, "characters", _SSM_API),
     ("ssm-parameter-value", "SSM parameter value (standard tier)", 4096, "characters", _SSM_API),
     ("dynamodb-table-name", "DynamoDB table name", 255, "characters", _DDB),
     ("ec2-security-group-description", "security group description", 255, "characters", _EC2_SG),
-    ("unique-per-account", "names of IAM roles, IAM managed policies and dashboards, unique per account in every "
-     "Region", 1, "resource per name", _CW_DASHBOARD),
-    ("unique-per-region", "every other name, unique per account and Region (a rule's per event bus)", 1,
-     "resource per name", _CFN),
+    (
+        "unique-per-account",
+        "names of IAM roles, IAM managed policies and dashboards, unique per account in every Region",
+        1,
+        "resource per name",
+        _CW_DASHBOARD,
+    ),
+    (
+        "unique-per-region",
+        "every other name, unique per account and Region (a rule's per event bus)",
+        1,
+        "resource per name",
+        _CFN,
+    ),
     ("unique-globally", "S3 bucket names, unique across all accounts", 1, "bucket per name", _S3_NAMES),
 )
 
@@ -153,6 +208,7 @@ NAME_PATTERNS = {
     "ssm-parameter-name": r"/?[A-Za-z0-9_.\-/]+",
 }
 
+
 def reference_table() -> str:
     """The limits as docs/scaling.md lists them (a Markdown table, generated)."""
     rows = ["| limit | value | AWS documentation |", "| --- | --- | --- |"]
@@ -166,11 +222,11 @@ def reference_table() -> str:
 #: Fixes of violations that follow from the tenants file, by limit key.
 FIXES = {
     "template-bytes": "fewer tenants or routing shards per deployment target (`routing.shards`, `targets`), or "
-                      "shorter tenant ids and prefixes",
+    "shorter tenant ids and prefixes",
     "template-resources": "fewer routing shards or tenants per deployment target (`routing.shards`, `targets`), "
-                          "or fewer `notifications.emails` and `subscriptions` (a topic of your own: "
-                          "`notifications.topic_arn`)",
+    "or fewer `notifications.emails` and `subscriptions` (a topic of your own: "
+    "`notifications.topic_arn`)",
     "eventbridge-rules-per-bus": "raise `routing.shards` (or `account_limits.eventbridge_rules_per_bus` after a "
-                                 "quota increase)",
+    "quota increase)",
     "eventbridge-wildcard-rules-per-bus": "fewer rules with wildcard filters on this bus",
 }

@@ -18,10 +18,16 @@ def start_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callabl
     opened: list[LocalPipeline] = []
 
     def start(
-        tenants: list[dict[str, Any]], *, chunk_size: int = 3, time_scale: float = E2E_TIME_SCALE,
-        routing: dict[str, Any] | None = None, status_events: bool = False,
+        tenants: list[dict[str, Any]],
+        *,
+        chunk_size: int = 3,
+        time_scale: float = E2E_TIME_SCALE,
+        routing: dict[str, Any] | None = None,
+        status_events: bool = False,
     ) -> LocalPipeline:
-        path = write_tenants(tmp_path_factory.mktemp("tenants"), tenants, chunk_size=chunk_size, routing=routing)
+        path = write_tenants(
+            tmp_path_factory.mktemp("tenants"), tenants, chunk_size=chunk_size, routing=routing
+        )
         pipe = LocalPipeline(path, time_scale=time_scale, status_events=status_events)
         opened.append(pipe)
         pipe.start()

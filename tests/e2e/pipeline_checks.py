@@ -25,15 +25,21 @@ UNUSED_SINK = "http://127.0.0.1:9/unused"
 
 
 def write_tenants(
-    directory: Path, tenants: Sequence[dict[str, Any]], *, chunk_size: int = 3, routing: dict[str, Any] | None = None
+    directory: Path,
+    tenants: Sequence[dict[str, Any]],
+    *,
+    chunk_size: int = 3,
+    routing: dict[str, Any] | None = None,
 ) -> Path:
     """A small tenants file; each tenant dict needs at least ``id`` (prefix defaults to ``<id>/``);
     ``routing``: the file's ``routing:`` block (e.g. ``{"shards": 2}``)."""
     document: dict[str, Any] = {
         "defaults": {"format": "csv", "chunk_size": chunk_size, "sink": {"url": UNUSED_SINK}},
         # `auth: {type: none}` on each tenant (defaults may not give it), unless the tenant says otherwise.
-        "tenants": [{"prefix": f"{t['id']}/", **t, "sink": {"auth": {"type": "none"}, **t.get("sink", {})}}
-                    for t in tenants],
+        "tenants": [
+            {"prefix": f"{t['id']}/", **t, "sink": {"auth": {"type": "none"}, **t.get("sink", {})}}
+            for t in tenants
+        ],
     }
     if routing is not None:
         document["routing"] = routing
@@ -97,7 +103,11 @@ def log_lines(pipe: Any, tenant: str, kind: str) -> list[dict[str, Any]]:
 def timeouts(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The invocations that timed out among a function's log records (`log_lines`): Lambda's
     `platform.report` with status "timeout"."""
-    return [line for line in lines if line.get("type") == "platform.report" and line["record"]["status"] == "timeout"]
+    return [
+        line
+        for line in lines
+        if line.get("type") == "platform.report" and line["record"]["status"] == "timeout"
+    ]
 
 
 def emf_records(pipe: Any, tenant: str, kind: str, metric: str) -> list[dict[str, Any]]:

@@ -34,8 +34,12 @@ def pipe(start_pipeline) -> LocalPipeline:
             {"id": "halted", "alarms": STALL_AFTER},
             {"id": "outage", "alarms": {**STALL_AFTER, "sink_errors_threshold": 5}},
             # A file may run 60 s (1.8 s here); the outage budget must be shorter.
-            {"id": "slow", "alarms": STALL_AFTER, "file_time_limit_seconds": 60,
-             "sink": {"outage_budget_seconds": 30}},
+            {
+                "id": "slow",
+                "alarms": STALL_AFTER,
+                "file_time_limit_seconds": 60,
+                "sink": {"outage_budget_seconds": 30},
+            },
         ],
         chunk_size=5,
     )
@@ -54,8 +58,11 @@ def pipe(start_pipeline) -> LocalPipeline:
 def alarm(pipe: LocalPipeline, tenant: str, key: str) -> dict[str, Any]:
     """The properties of the tenant's synthesized alarm ``<tenant>-<key>``."""
     resources = pipe.templates[pipe.tenants[tenant].stack]["Resources"].values()
-    (found,) = [r["Properties"] for r in resources
-                if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"]["AlarmName"] == f"{tenant}-{key}"]
+    (found,) = [
+        r["Properties"]
+        for r in resources
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"]["AlarmName"] == f"{tenant}-{key}"
+    ]
     return found
 
 
@@ -67,8 +74,10 @@ def stall_threshold(pipe: LocalPipeline, tenant: str) -> float:
 def head_waits(pipe: LocalPipeline, tenant: str) -> list[tuple[float, float]]:
     """The head waits the tenant's controller published, oldest first, each as (when it was
     published, in epoch seconds; the wait)."""
-    return [(record["_aws"]["Timestamp"] / 1000, record[contract.HEAD_WAIT_METRIC])
-            for record in emf_records(pipe, tenant, "controller", contract.HEAD_WAIT_METRIC)]
+    return [
+        (record["_aws"]["Timestamp"] / 1000, record[contract.HEAD_WAIT_METRIC])
+        for record in emf_records(pipe, tenant, "controller", contract.HEAD_WAIT_METRIC)
+    ]
 
 
 def test_a_burst_of_twenty_files_counts_no_queue_time_in_the_head_wait(pipe: LocalPipeline) -> None:
@@ -111,8 +120,12 @@ def test_a_halted_tenant_with_a_file_queued_publishes_a_head_wait_above_the_stal
     failed one."""
     threshold = stall_threshold(pipe, "halted")
 
-    wait_for(lambda: any(wait > threshold for _, wait in head_waits(pipe, "halted")), timeout=60, interval=0.5,
-             what="a head wait above the stall threshold")
+    wait_for(
+        lambda: any(wait > threshold for _, wait in head_waits(pipe, "halted")),
+        timeout=60,
+        interval=0.5,
+        what="a head wait above the stall threshold",
+    )
 
     assert [e["status"] for e in pipe.executions("halted")] == ["FAILED"]
 
@@ -126,8 +139,12 @@ def test_a_core_system_outage_publishes_sink_errors_and_logs_no_error(pipe: Loca
     pipe.sink("outage").fail_with(503, times=None)
     pipe.put_file("outage", "f.csv", csv_file("f", 3))
 
-    wait_for(lambda: sum(emf_values(pipe, "outage", "register", contract.SINK_ERRORS_METRIC)) >= int(minimum),
-             timeout=60, interval=0.5, what=f"{minimum} sink errors")
+    wait_for(
+        lambda: sum(emf_values(pipe, "outage", "register", contract.SINK_ERRORS_METRIC)) >= int(minimum),
+        timeout=60,
+        interval=0.5,
+        what=f"{minimum} sink errors",
+    )
     pipe.sink("outage").clear_faults()
     pipe.wait_until_idle(timeout=120, tenants=["outage"])
 

@@ -20,7 +20,10 @@ from tests.e2e.pipeline_checks import (
 def pipe(start_pipeline) -> LocalPipeline:
     # The seed's behaviour (on_failure: continue): a failed file does not stop later ones.
     return start_pipeline(
-        [{"id": "acme", "on_failure": "continue"}, {"id": "globex", "format": "jsonl", "on_failure": "continue"}],
+        [
+            {"id": "acme", "on_failure": "continue"},
+            {"id": "globex", "format": "jsonl", "on_failure": "continue"},
+        ],
         chunk_size=3,
     )
 
@@ -86,8 +89,10 @@ def test_quoted_newlines_across_chunk_starts_arrive_exactly_and_a_bad_last_line_
     WHEN they are processed
     THEN the first arrives record for record, in order, values exact (Register read each chunk
     by its byte range), and the second fails naming its last line with nothing of it sent."""
-    records = [{"file": "q", "seq": str(n), "text": f"line {n}\nmore, \"{n}\"" if n % 2 else f"plain {n}"}
-               for n in range(20)]
+    records = [
+        {"file": "q", "seq": str(n), "text": f'line {n}\nmore, "{n}"' if n % 2 else f"plain {n}"}
+        for n in range(20)
+    ]
     body = "\ufefffile,seq,text\r\n" + "".join(
         f'{r["file"]},{r["seq"]},"{r["text"].replace(chr(34), chr(34) * 2)}"\r\n' for r in records
     )
@@ -103,4 +108,6 @@ def test_quoted_newlines_across_chunk_starts_arrive_exactly_and_a_bad_last_line_
     assert [r for r in pipe.sink("acme").accepted if r.get("file") == "q"] == records
     assert (failed["status"], failed["error"]) == ("FAILED", contract.MalformedFileError.__name__)
     assert json.loads(failed["cause"])["errorMessage"] == "line 62: expected 2 fields, found 3"
-    assert not [r for r in pipe.sink("acme").requests if isinstance(r.body, dict) and r.body.get("file") == "last"]
+    assert not [
+        r for r in pipe.sink("acme").requests if isinstance(r.body, dict) and r.body.get("file") == "last"
+    ]

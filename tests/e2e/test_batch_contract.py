@@ -56,7 +56,9 @@ def test_batches_keep_order_and_register_every_record_once(pipe: LocalPipeline) 
     assert all(r.batch_size is not None for r in sink.requests)  # every POST is a JSON array
 
 
-def test_a_batch_rejected_whole_halts_the_tenant_and_the_resume_registers_nothing_twice(pipe: LocalPipeline) -> None:
+def test_a_batch_rejected_whole_halts_the_tenant_and_the_resume_registers_nothing_twice(
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN the core system rejects record 13 of a 20-record file: the batch 10-13 is rejected whole
     (none of it registered) WHEN the file runs THEN it fails with records 0-9 registered and the ledger
     at record 10; WHEN the core system is fixed and the operator resumes THEN the same batch 10-13
@@ -64,15 +66,22 @@ def test_a_batch_rejected_whole_halts_the_tenant_and_the_resume_registers_nothin
     sink = pipe.sink("rejects").reject(on_record={"file": "r", "seq": "13"}, status=422)
     key, _ = pipe.put_file("rejects", "r.csv", csv_file("r", 20))
 
-    wait_for(lambda: status(pipe, "rejects")["state"] == "halted"
-             and not any(e["status"] == "RUNNING" for e in pipe.executions("rejects")),
-             timeout=60, what="the tenant to halt")
+    wait_for(
+        lambda: (
+            status(pipe, "rejects")["state"] == "halted"
+            and not any(e["status"] == "RUNNING" for e in pipe.executions("rejects"))
+        ),
+        timeout=60,
+        what="the tenant to halt",
+    )
     state = status(pipe, "rejects")
     assert state["current_file"]["key"] == key and state["current_file"]["next_record"] == 10
     assert state["last_failure"]["error"] == contract.SinkRejectedError.__name__
     assert [r["seq"] for r in sink.accepted] == [str(i) for i in range(10)]
     rejected = [r for r in sink.requests if r.status == 422]
-    assert {r.body["seq"] for r in rejected} == {"10", "11", "12", "13"} and not any(r.registered for r in rejected)
+    assert {r.body["seq"] for r in rejected} == {"10", "11", "12", "13"} and not any(
+        r.registered for r in rejected
+    )
 
     sink.clear_faults()
     resumed_at = len(sink.requests)

@@ -72,6 +72,12 @@ def test_every_stray_upload_is_logged_once_and_no_tenant_file(pipe):
         # invocation can outlive its scaled time limit (60 s x 0.03 = 1.8 s) on every try (seen
         # with five such modules side by side). The file then fails saying so (the crash bound),
         # which is that limit, not routing; any other outcome is a fault.
-        crash_bound = "register crashed" in (execution["cause"] or "") and "Sandbox.Timedout" in execution["cause"]
+        crash_bound = (
+            "register crashed" in (execution["cause"] or "") and "Sandbox.Timedout" in execution["cause"]
+        )
         assert execution["status"] == "SUCCEEDED" or (execution["status"] == "FAILED" and crash_bound), (
-            tenant, execution["status"], execution["error"], execution["cause"])
+            tenant,
+            execution["status"],
+            execution["error"],
+            execution["cause"],
+        )

@@ -57,8 +57,11 @@ def test_map_concurrency_two_breaks_record_order_and_the_checks_catch_it(pipe: L
 
     # One chunk at a time (the real construct) never sends record 3 while record 0 waits: the
     # wait would time out. Two at a time sends it whatever the machine's speed.
-    wait_for(lambda: {"file": "f", "seq": "3"} in sink.accepted, timeout=60,
-             what="chunk 1's first record registered while chunk 0 waits")
+    wait_for(
+        lambda: {"file": "f", "seq": "3"} in sink.accepted,
+        timeout=60,
+        what="chunk 1's first record registered while chunk 0 waits",
+    )
     sink.clear_faults()
     pipe.wait_until_idle(timeout=60, tenants=["acme"])
 

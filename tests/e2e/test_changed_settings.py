@@ -30,12 +30,15 @@ def set_environment(pipe: LocalPipeline, tenant: str, kind: str, **changes: str)
     lambda_ = pipe.client("lambda")
     name = pipe.tenants[tenant].functions[kind]
     variables = lambda_.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
-    lambda_.update_function_configuration(FunctionName=name, Environment={"Variables": {**variables, **changes}})
+    lambda_.update_function_configuration(
+        FunctionName=name, Environment={"Variables": {**variables, **changes}}
+    )
 
 
 @pytest.mark.parametrize(("tenant", "new_batch_size"), [("records", "1"), ("batches", "3")])
 def test_a_resume_after_the_settings_changed_sends_no_acknowledged_record_under_a_new_key(
-        pipe: LocalPipeline, tenant: str, new_batch_size: str) -> None:
+    pipe: LocalPipeline, tenant: str, new_batch_size: str
+) -> None:
     """GIVEN a file whose register crashes on every attempt right after the core system
     acknowledged its first request (so the ledger never heard of it) and the tenant halted
     WHEN chunk_size (8 -> 6) and sink.batch_size change, the file's chunk index expires, and the

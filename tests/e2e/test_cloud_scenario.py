@@ -33,7 +33,8 @@ def ran(target: LocalTarget) -> tuple[scenario.Report, list[str]]:
 
 
 def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_local_runtime(
-    target: LocalTarget, ran: tuple[scenario.Report, list[str]],
+    target: LocalTarget,
+    ran: tuple[scenario.Report, list[str]],
 ) -> None:
     """GIVEN the cloud test's two tenants (SigV4 to the stand-in, as on AWS), their names qualified,
     and a core system that refuses one record of the first tenant's second file
@@ -58,24 +59,31 @@ def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_loca
     # under the run's qualifier (on AWS, beside a deployment of the app): every stack, and ops found them
     assert target.qualifier == "cte2e001"
     assert sorted(target.pipe.templates) == [
-        "cte2e001-OrderedIngest-Shared", f"cte2e001-OrderedIngest-Tenant-{halting}",
-        f"cte2e001-OrderedIngest-Tenant-{steady}"]
+        "cte2e001-OrderedIngest-Shared",
+        f"cte2e001-OrderedIngest-Tenant-{halting}",
+        f"cte2e001-OrderedIngest-Tenant-{steady}",
+    ]
 
 
 def test_the_checks_fail_when_a_record_reaches_the_core_system_twice(
-    target: LocalTarget, ran: tuple[scenario.Report, list[str]],
+    target: LocalTarget,
+    ran: tuple[scenario.Report, list[str]],
 ) -> None:
     """GIVEN the scenario's run (`ran`) WHEN the stand-in's record shows one record registered twice (a
     broken idempotency layer) THEN the scenario's check names it."""
     steady = target.tenant_ids[1]
     broken = scenario.Scenario(target, say=lambda _: None)
     broken.uploads[steady] = [
-        scenario.verify.Upload(key=e["key"], version_id=e["version_id"], file_id=f"{steady}-{n}",
-                               records=scenario.RECORDS_PER_FILE)
+        scenario.verify.Upload(
+            key=e["key"],
+            version_id=e["version_id"],
+            file_id=f"{steady}-{n}",
+            records=scenario.RECORDS_PER_FILE,
+        )
         for n, e in enumerate(broken.executions(steady), start=1)
     ]
     received = target.core.received(steady)
-    doubled = received + [received[0]]
+    doubled = [*received, received[0]]
     original = target.core.received
     try:
         target.core.received = lambda tenant: doubled if tenant == steady else original(tenant)  # type: ignore[method-assign]

@@ -72,11 +72,15 @@ def answered(answer: dict[str, Any], file_id: str, outcome: str) -> bool:
     409: no longer the current file, or already answered)."""
     if answer.get("retried") and answer["status"] in (404, 409):
         return True
-    return {k: v for k, v in answer.items() if k != "retried"} == {"status": 200, "message": f"file {file_id} {outcome}"}
+    return {k: v for k, v in answer.items() if k != "retried"} == {
+        "status": 200,
+        "message": f"file {file_id} {outcome}",
+    }
 
 
 def waiting_file(pipe: LocalPipeline, tenant: str, key: str) -> str:
     """Poll `waiting` until the file with `key` waits for an answer; its id."""
+
     def asked() -> str | None:
         answer = core_system(pipe, tenant, "waiting")
         return answer["file"]["file"] if answer["status"] == 200 and answer["file"]["key"] == key else None
@@ -139,7 +143,10 @@ def test_a_completion_that_times_out_halts_and_resume_waits_for_it_again(pipe: L
     confirmed the next file follows."""
     # a: 6 records, two whole chunks: the resumed attempt has no chunk left to send
     # (ResumedAfterLastRecord); b: 4 records.
-    uploads = [pipe.put_file("times-out", f"{name}.csv", csv_file(name, count)) for name, count in (("a", 6), ("b", 4))]
+    uploads = [
+        pipe.put_file("times-out", f"{name}.csv", csv_file(name, count))
+        for name, count in (("a", 6), ("b", 4))
+    ]
 
     wait_for(lambda: halted(pipe, "times-out"), timeout=60, what="the completion to time out")
     assert status(pipe, "times-out")["last_failure"]["error"] == contract.COMPLETION_TIMED_OUT_ERROR

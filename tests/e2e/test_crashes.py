@@ -83,7 +83,9 @@ def test_split_killed_mid_file_twice_restarts_cleanly_and_the_file_succeeds(pipe
     assert_one_key_per_record(sink.requests)
 
 
-def test_a_register_crash_on_every_attempt_halts_with_that_cause_and_resume_completes(pipe: LocalPipeline) -> None:
+def test_a_register_crash_on_every_attempt_halts_with_that_cause_and_resume_completes(
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN register killed as out of memory on every attempt WHEN the retries are
     spent THEN the file fails and the tenant halts, and the notification and `ops status` say that
     register crashed, how often, where and how; WHEN the cause is fixed and the operator resumes
@@ -97,7 +99,9 @@ def test_a_register_crash_on_every_attempt_halts_with_that_cause_and_resume_comp
     # returned its progress at the deadline between two crashes (the count starts again): the
     # cause must name the chunk of the last record sent (5 records a chunk), either way.
     chunk = int(sink.requests[-1].body["seq"]) // 5  # chunks and records numbered from 0, as everywhere
-    cause = f"register crashed {ATTEMPTS} times in a row in chunk {chunk} of the file (last: Runtime.OutOfMemory)"
+    cause = (
+        f"register crashed {ATTEMPTS} times in a row in chunk {chunk} of the file (last: Runtime.OutOfMemory)"
+    )
     failure = status(pipe, "globex")["last_failure"]
     assert failure["error"] == "Runtime.OutOfMemory" and cause in failure["cause"]
     notice = next(n for n in pipe.notifications if (n.subject or "").startswith("[ordered-ingest] globex:"))
@@ -119,8 +123,11 @@ def test_a_split_crash_on_every_attempt_halts_saying_split_crashed(pipe: LocalPi
     before = len(pipe.executions("globex"))
     pipe.faults.kill("globex", "split", after="s3.PutObject", count=1, times=100)
     pipe.put_file("globex", "e.csv", csv_file("e", 4))
-    wait_for(lambda: len(pipe.executions("globex")) > before and halted(pipe, "globex"), timeout=120,
-             what="the tenant to halt")
+    wait_for(
+        lambda: len(pipe.executions("globex")) > before and halted(pipe, "globex"),
+        timeout=120,
+        what="the tenant to halt",
+    )
     pipe.faults.clear()
 
     failure = status(pipe, "globex")["last_failure"]
@@ -150,8 +157,11 @@ def test_a_closer_killed_after_recording_a_failure_still_reports_it_once(pipe: L
     # must be reported once.
     killed = ("acme", "closer", "Runtime.ExitError") in pipe.faults.kills
     assert killed or timeouts(log_lines(pipe, "acme", "closer")[closer_log:]), "no closer of acme died"
-    ledger = Ledger(pipe.client("dynamodb"),
-                    pipe.deployment.stacks["OrderedIngest-Shared"].outputs["LedgerTableName"], "acme")
+    ledger = Ledger(
+        pipe.client("dynamodb"),
+        pipe.deployment.stacks["OrderedIngest-Shared"].outputs["LedgerTableName"],
+        "acme",
+    )
     failures = [h for h in ledger.history() if h["status"] == FAILED]
     assert [h["file"]["key"] for h in failures] == [bad_key]
     notices = [n for n in pipe.notifications if (n.subject or "").startswith("[ordered-ingest] acme:")]

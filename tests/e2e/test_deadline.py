@@ -49,11 +49,14 @@ def test_a_chunk_that_outlasts_the_function_continues_in_a_new_invocation(pipe: 
     assert progress[-1]["start_record"] == 140 and 0 < progress[0]["start_record"] < 140
     # A kill at the deadline re-sends the record in flight (same key): say that, not "sent twice".
     assert not timeouts(lines), (
-        "the register function was killed at its deadline: the handler's margin did not cover this machine's stall")
+        "the register function was killed at its deadline: the handler's margin did not cover this machine's stall"
+    )
     assert len(first_sends(sink.requests)) == 140
     # A request sent again under its key after the sink timeout (1.2 s here, which a starved
     # machine can miss) is a failed try the function counted; any other repeat is a record the
     # continuation sent again although it had been acknowledged.
     repeats = len(sink.requests) - 140
     failed_tries = sum(emf_values(pipe, "long", "register", SINK_ERRORS_METRIC))
-    assert repeats <= failed_tries, f"{repeats} record(s) sent again, {failed_tries:g} failed tries to explain them"
+    assert repeats <= failed_tries, (
+        f"{repeats} record(s) sent again, {failed_tries:g} failed tries to explain them"
+    )

@@ -17,7 +17,7 @@ def assert_timeline_shows_a_halt(path):
     colours = {tuple(p) for p in np.unique(pixels, axis=0)}
 
     def rgb(hex_colour):
-        return tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+        return tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
 
     for wanted in (OUTCOMES["SUCCEEDED"][0], OUTCOMES["FAILED"][0], HALT_COLOUR):
         assert rgb(wanted) in colours, f"{wanted} not in the timeline"
@@ -59,8 +59,10 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys, monkey
     assert "Error:     MalformedFileError: line 7" in out
     assert "Halted: acme" in out
     # The notification, `ops status` and the operator give the one hint for a malformed file.
-    hint = ("have the tenant upload a corrected file, then replace the failed one with it: it runs in the failed "
-            "file's place, before the files already queued")
+    hint = (
+        "have the tenant upload a corrected file, then replace the failed one with it: it runs in the failed "
+        "file's place, before the files already queued"
+    )
     flat = " ".join(out.split())  # the console wraps long lines
     assert f"Hint: {hint}" in flat and f"hint: {hint}" in flat
     assert f"The operator follows the hint for acme: {hint}" in flat
@@ -68,7 +70,10 @@ def test_the_demo_runs_a_fault_scenario_and_every_guarantee_holds(capsys, monkey
     assert "python -m ops --endpoint-url" in out and " skip acme --reason" in out
     assert "acme: skipped s3://" in out
     assert "every guarantee held" in out
-    assert "initech: the core system demands a bearer token" in out and "ordered-ingest/initech/core-token" in out
+    assert (
+        "initech: the core system demands a bearer token" in out
+        and "ordered-ingest/initech/core-token" in out
+    )
     assert "DEMO-TOKEN-MARKER" not in out and "Bearer " not in out
 
 
@@ -79,13 +84,26 @@ def test_the_demo_halts_and_resumes(capsys):
     and every record arrives once, in order."""
     status = main(
         [
-            "--tenants", str(ROOT / "tests" / "fixtures" / "tenants.yaml"), "--files", "3", "--records", "60", "--big-records", "0",
-            "--scenario", "halt-resume", "--time-scale", "0.03",
+            "--tenants",
+            str(ROOT / "tests" / "fixtures" / "tenants.yaml"),
+            "--files",
+            "3",
+            "--records",
+            "60",
+            "--big-records",
+            "0",
+            "--scenario",
+            "halt-resume",
+            "--time-scale",
+            "0.03",
         ]
     )
     out = capsys.readouterr().out
     assert status == 0, out
-    assert "The operator follows the hint for acme: fix the record's problem in the core system, then resume" in out
+    assert (
+        "The operator follows the hint for acme: fix the record's problem in the core system, then resume"
+        in out
+    )
     assert "acme: resumed s3://" in out and "at record 42" in out
     assert "every guarantee held" in out
 
@@ -97,10 +115,26 @@ def test_a_run_that_times_out_says_so_with_its_own_exit_status(capsys, tmp_path)
     from demo.__main__ import EXIT_TIMED_OUT
 
     tenants = tmp_path / "tenants.yaml"
-    tenants.write_text("defaults:\n  sink: {url: https://core.example.com/api/records}\n"
-                       "tenants:\n  - {id: acme, prefix: acme/, sink: {auth: {type: none}}}\n")
-    status = main(["--tenants", str(tenants), "--files", "1", "--records", "5",
-                   "--scenario", "slow-tenant", "--timeout", "0", "--time-scale", "0.03"])
+    tenants.write_text(
+        "defaults:\n  sink: {url: https://core.example.com/api/records}\n"
+        "tenants:\n  - {id: acme, prefix: acme/, sink: {auth: {type: none}}}\n"
+    )
+    status = main(
+        [
+            "--tenants",
+            str(tenants),
+            "--files",
+            "1",
+            "--records",
+            "5",
+            "--scenario",
+            "slow-tenant",
+            "--timeout",
+            "0",
+            "--time-scale",
+            "0.03",
+        ]
+    )
     out = " ".join(capsys.readouterr().out.split())
     assert status == EXIT_TIMED_OUT, out
     assert "timed out after 0 s before the run finished: acme " in out and "Nothing was verified" in out

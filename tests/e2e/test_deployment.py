@@ -12,17 +12,23 @@ from lambdas import contract
 from local_runtime import LocalPipeline
 from tests.e2e.pipeline_checks import E2E_TIME_SCALE, assert_records_in_file_order, csv_file, wait_for
 
-NETWORK = {"vpc_id": "vpc-0123456789abcdef0", "subnet_ids": ["subnet-0123456789abcdef0"],
-           "security_group_ids": ["sg-0123456789abcdef0"]}
+NETWORK = {
+    "vpc_id": "vpc-0123456789abcdef0",
+    "subnet_ids": ["subnet-0123456789abcdef0"],
+    "security_group_ids": ["sg-0123456789abcdef0"],
+}
 
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
-    return start_pipeline([
-        {"id": "acme"},
-        {"id": "private", "network": NETWORK},
-        {"id": "loaded", "uploaders": ["arn:aws:iam::222222222222:role/loaded-uploader"]},
-    ], chunk_size=3)
+    return start_pipeline(
+        [
+            {"id": "acme"},
+            {"id": "private", "network": NETWORK},
+            {"id": "loaded", "uploaders": ["arn:aws:iam::222222222222:role/loaded-uploader"]},
+        ],
+        chunk_size=3,
+    )
 
 
 def test_queue_rule_and_bucket_are_as_declared(pipe: LocalPipeline) -> None:
@@ -61,7 +67,8 @@ def test_functions_and_workflow_are_as_declared(pipe: LocalPipeline) -> None:
     # files start through the workflow's `live` alias (docs/operations.md, "Versions, aliases and rollback")
     assert variables[contract.env_name("state_machine_arn")] == f"{acme.state_machine_arn}:live"
     assert (
-        variables[contract.env_name("ledger_table_name")] in pipe.client("dynamodb").list_tables()["TableNames"]
+        variables[contract.env_name("ledger_table_name")]
+        in pipe.client("dynamodb").list_tables()["TableNames"]
     )
     assert controller["Configuration"]["Timeout"] == 1  # 20 s x 0.03, rounded up
 

@@ -14,7 +14,9 @@ def pipe(start_pipeline) -> LocalPipeline:
     return start_pipeline([{"id": "skips", "duplicate_files": "skip"}, {"id": "sends"}], chunk_size=3)
 
 
-def test_with_skip_the_same_bytes_are_delivered_once_and_the_copies_recorded_as_duplicates(pipe: LocalPipeline) -> None:
+def test_with_skip_the_same_bytes_are_delivered_once_and_the_copies_recorded_as_duplicates(
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN duplicate_files: skip WHEN the same bytes arrive as a.csv, then as b.csv, then as
     a.csv again (a new version), with a different file between
     THEN the core system gets a.csv's records and the different file's, once each; both copies
@@ -31,8 +33,12 @@ def test_with_skip_the_same_bytes_are_delivered_once_and_the_copies_recorded_as_
     assert [e["status"] for e in executions] == ["SUCCEEDED"] * 4
     assert_no_overlap(executions)
     duplicates = status(pipe, "skips")["duplicates_24h"]
-    assert sorted((d["key"], d["version_id"]) for d in duplicates) == sorted([(b_key, b_version), (a_key, a2_version)])
-    assert {(d["duplicate_of"]["key"], d["duplicate_of"]["version_id"]) for d in duplicates} == {(a_key, a_version)}
+    assert sorted((d["key"], d["version_id"]) for d in duplicates) == sorted(
+        [(b_key, b_version), (a_key, a2_version)]
+    )
+    assert {(d["duplicate_of"]["key"], d["duplicate_of"]["version_id"]) for d in duplicates} == {
+        (a_key, a_version)
+    }
 
 
 def test_with_process_the_same_bytes_are_delivered_again(pipe: LocalPipeline) -> None:

@@ -20,14 +20,25 @@ from tests.e2e.pipeline_checks import E2E_TIME_SCALE, UNUSED_SINK, assert_record
 @pytest.fixture(scope="module")
 def pipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPipeline]:
     path = tmp_path_factory.mktemp("tenants") / "tenants.yaml"
-    path.write_text(yaml.safe_dump({
-        "encryption": {"kms_key": "create"},
-        "defaults": {"format": "csv", "chunk_size": 3, "sink": {"url": UNUSED_SINK}},
-        "tenants": [
-            {"id": "sealed", "prefix": "sealed/", "encryption": {"kms_key": "create"}, "sink": {"auth": {"type": "none"}}},
-            {"id": "plain", "prefix": "plain/", "sink": {"auth": {"type": "none"}}},
-        ],
-    }, sort_keys=False), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "encryption": {"kms_key": "create"},
+                "defaults": {"format": "csv", "chunk_size": 3, "sink": {"url": UNUSED_SINK}},
+                "tenants": [
+                    {
+                        "id": "sealed",
+                        "prefix": "sealed/",
+                        "encryption": {"kms_key": "create"},
+                        "sink": {"auth": {"type": "none"}},
+                    },
+                    {"id": "plain", "prefix": "plain/", "sink": {"auth": {"type": "none"}}},
+                ],
+            },
+            sort_keys=False,
+        ),
+        encoding="utf-8",
+    )
     with LocalPipeline(path, time_scale=E2E_TIME_SCALE) as running:
         yield running
 
@@ -53,7 +64,9 @@ def test_a_file_goes_through_the_encrypted_pipeline(pipe: LocalPipeline) -> None
     assert_records_in_file_order(pipe.sink("sealed").accepted, [("a", 7)])
 
 
-def test_the_tenant_key_encrypts_the_tenants_queue_and_the_shared_key_is_read_from_ssm(pipe: LocalPipeline) -> None:
+def test_the_tenant_key_encrypts_the_tenants_queue_and_the_shared_key_is_read_from_ssm(
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN the deployed stacks WHEN their resources are described
     THEN the tenant's queue uses the tenant's key, the other tenant's queue SQS-managed
     encryption, and the tenant's data role names the shared key's ARN that the SSM parameter
@@ -62,8 +75,12 @@ def test_the_tenant_key_encrypts_the_tenants_queue_and_the_shared_key_is_read_fr
     shared_key = _key_arn(pipe, encryption.shared_key_alias())
     sqs = pipe.client("sqs")
 
-    sealed = sqs.get_queue_attributes(QueueUrl=pipe.tenants["sealed"].queue_url, AttributeNames=["All"])["Attributes"]
-    plain = sqs.get_queue_attributes(QueueUrl=pipe.tenants["plain"].queue_url, AttributeNames=["All"])["Attributes"]
+    sealed = sqs.get_queue_attributes(QueueUrl=pipe.tenants["sealed"].queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    plain = sqs.get_queue_attributes(QueueUrl=pipe.tenants["plain"].queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
     assert sealed.get("KmsMasterKeyId") == tenant_key
     assert "KmsMasterKeyId" not in plain
     parameter = pipe.client("ssm").get_parameter(Name=encryption.shared_key_parameter())["Parameter"]["Value"]
@@ -71,7 +88,8 @@ def test_the_tenant_key_encrypts_the_tenants_queue_and_the_shared_key_is_read_fr
     iam = pipe.client("iam")
     policies = [
         iam.get_role_policy(RoleName=role["RoleName"], PolicyName=name)["PolicyDocument"]
-        for role in iam.list_roles()["Roles"] if "DataRole" in role["RoleName"]
+        for role in iam.list_roles()["Roles"]
+        if "DataRole" in role["RoleName"]
         for name in iam.list_role_policies(RoleName=role["RoleName"])["PolicyNames"]
     ]
     named = json.dumps(policies)

@@ -101,7 +101,9 @@ def test_the_faults_really_happened(run: Run) -> None:
     # one delivery was killed; any other that failed timed out (the scaled 0.6 s, a loaded machine)
     (killed,) = [d for d in d0 if d.error_type == "Runtime.ExitError"]
     assert killed.outcome == "failed"
-    assert all(d.error_type == "Sandbox.Timedout" for d in d0 if d.outcome == "failed" and d is not killed), d0
+    assert all(d.error_type == "Sandbox.Timedout" for d in d0 if d.outcome == "failed" and d is not killed), (
+        d0
+    )
     # The kill came after a StartExecution of d0 succeeded, so d0's one execution existed by then.
     # It was started by the killed delivery or, on a loaded machine, by an earlier one that timed
     # out once its StartExecution was through (the killed one's StartExecution then found the
@@ -110,8 +112,9 @@ def test_the_faults_really_happened(run: Run) -> None:
     start = d0_execution["startDate"].timestamp()
     starter = max((d for d in d0 if d.started <= start), key=lambda d: d.started)
     assert start <= killed.finished
-    assert starter is killed or (starter.error_type == "Sandbox.Timedout"
-                                 and starter.receive_count < killed.receive_count), (starter, killed)
+    assert starter is killed or (
+        starter.error_type == "Sandbox.Timedout" and starter.receive_count < killed.receive_count
+    ), (starter, killed)
     assert any(d.receive_count >= 2 and d.outcome == "deleted" for d in d0), (
         "the crashed message never came back"
     )

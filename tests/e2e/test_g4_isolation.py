@@ -108,7 +108,11 @@ def test_split_refuses_another_tenants_key(pipe: LocalPipeline) -> None:
     _, version = pipe.put_file("slow", "secret.csv", csv_file("secret", 1))
     pipe.wait_until_idle(timeout=60, tenants=["slow"])
     event = contract.SplitRequest(
-        tenant="fast", bucket=pipe.landing_bucket, key="slow/secret.csv", version_id=version, event_id="probe",
+        tenant="fast",
+        bucket=pipe.landing_bucket,
+        key="slow/secret.csv",
+        version_id=version,
+        event_id="probe",
         start_record=0,
     )
     response = pipe.client("lambda").invoke(

@@ -49,19 +49,31 @@ def rule_delivers_to(pipe: Any, rule: str, queue_arn: str) -> Iterator[None]:
 
 def dlq_messages(pipe: Any, dlq_url: str) -> tuple[int, int]:
     """(visible, in flight): the intake-dlq alarm watches the visible ones."""
-    attributes = pipe.client("sqs").get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+    attributes = pipe.client("sqs").get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    return int(attributes["ApproximateNumberOfMessages"]), int(
+        attributes["ApproximateNumberOfMessagesNotVisible"]
+    )
 
 
 def unmatched_upload_events(pipe: Any) -> list[dict[str, Any]]:
     """The events in the log group that the shared stack's UnmatchedUploads metric filter reads;
     its pattern matches every event, so each counts one."""
     shared = pipe.templates[names.shared_stack_name()]["Resources"].values()
-    (metric_filter,) = [r["Properties"] for r in shared if r["Type"] == "AWS::Logs::MetricFilter"
-                        and r["Properties"]["MetricTransformations"][0]["MetricName"] == contract.UNMATCHED_UPLOADS_METRIC]
+    (metric_filter,) = [
+        r["Properties"]
+        for r in shared
+        if r["Type"] == "AWS::Logs::MetricFilter"
+        and r["Properties"]["MetricTransformations"][0]["MetricName"] == contract.UNMATCHED_UPLOADS_METRIC
+    ]
     assert metric_filter["FilterPattern"] == ""
-    group = pipe.deployment.stacks[names.shared_stack_name()].resources[metric_filter["LogGroupName"]["Ref"]][1]
-    return [json.loads(e["message"]) for e in pipe.client("logs").filter_log_events(logGroupName=group)["events"]]
+    group = pipe.deployment.stacks[names.shared_stack_name()].resources[metric_filter["LogGroupName"]["Ref"]][
+        1
+    ]
+    return [
+        json.loads(e["message"]) for e in pipe.client("logs").filter_log_events(logGroupName=group)["events"]
+    ]
 
 
 def test_a_dead_lettered_file_event_is_replayed_and_ingested_in_upload_order(pipe):
@@ -71,14 +83,17 @@ def test_a_dead_lettered_file_event_is_replayed_and_ingested_in_upload_order(pip
     THEN all three files are ingested once each, in upload order, and the DLQ is empty."""
     tenant = discover(pipe.client)["acme"]
     dlq_arn = pipe.client("sqs").get_queue_attributes(
-        QueueUrl=tenant.intake_dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        QueueUrl=tenant.intake_dlq_url, AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
     first, _ = pipe.put_file("acme", "f1.csv", csv_file("f1", 4))
     pipe.wait_until_idle(timeout=120)
     with rule_delivers_to(pipe, "acme-object-created", dlq_arn):
         second, _ = pipe.put_file("acme", "f2.csv", csv_file("f2", 5))
     assert dlq_messages(pipe, tenant.intake_dlq_url) == (1, 0)
     pipe.wait_until_idle(timeout=120)
-    assert [e["input"]["key"] for e in pipe.executions("acme")] == [first], "f2's event never reached the queue"
+    assert [e["input"]["key"] for e in pipe.executions("acme")] == [first], (
+        "f2's event never reached the queue"
+    )
 
     code, out = ops(pipe, "dlq", "list", "acme")
     assert code == EXIT_OK and "file acme/f2.csv" in out
@@ -103,8 +118,11 @@ def test_an_upload_outside_every_tenant_prefix_is_listed_by_ops_status_and_count
     owned, _ = pipe.put_file("globex", "g1.csv", csv_file("g1", 3))
     pipe.wait_until_idle(timeout=120)
 
-    code, out = wait_for(lambda: (lambda r: r if "globex/typo.csv" in r[1] else None)(ops(pipe, "status")),
-                         timeout=30, what="ops status to list the stray upload")
+    code, out = wait_for(
+        lambda: (lambda r: r if "globex/typo.csv" in r[1] else None)(ops(pipe, "status")),
+        timeout=30,
+        what="ops status to list the stray upload",
+    )
     assert code == EXIT_OK
     assert "Uploads outside every tenant prefix (last 24 h): 1" in out
     assert f"s3://{pipe.landing_bucket}/globex/typo.csv" in out
@@ -117,6 +135,8 @@ def test_an_upload_outside_every_tenant_prefix_is_listed_by_ops_status_and_count
 
     # the demo's --serve output shows it once
     stray = StrayUploads(pipe)
-    assert stray.new() == [f"no tenant: s3://{pipe.landing_bucket}/globex/typo.csv matches no tenant prefix; "
-                           "not ingested (move it under a tenant's prefix)"]
+    assert stray.new() == [
+        f"no tenant: s3://{pipe.landing_bucket}/globex/typo.csv matches no tenant prefix; "
+        "not ingested (move it under a tenant's prefix)"
+    ]
     assert stray.new() == []

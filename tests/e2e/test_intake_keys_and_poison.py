@@ -23,8 +23,14 @@ from tests.e2e.pipeline_checks import (
     emf_values,
 )
 
-ODD_NAMES = ["red flower.csv", "c++ notes.csv", "year=2024.csv", "100% done.csv", "Köln € 日本.csv",
-             "deep/er/folder name.csv"]
+ODD_NAMES = [
+    "red flower.csv",
+    "c++ notes.csv",
+    "year=2024.csv",
+    "100% done.csv",
+    "Köln € 日本.csv",
+    "deep/er/folder name.csv",
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +67,10 @@ def test_a_poison_message_between_two_files_is_quarantined_and_the_files_go_on(p
     pipe.wait_until_idle(timeout=90, tenants=["poison"])
 
     executions = pipe.executions("poison")
-    assert [(e["key"], e["status"]) for e in executions] == [(first[0], "SUCCEEDED"), (second[0], "SUCCEEDED")]
+    assert [(e["key"], e["status"]) for e in executions] == [
+        (first[0], "SUCCEEDED"),
+        (second[0], "SUCCEEDED"),
+    ]
     assert_files_in_order(executions, [first[0], second[0]])
     assert_records_in_file_order(pipe.sink("poison").accepted, [("first", 4), ("second", 5)])
     *starved, last = [d for d in pipe.deliveries("poison") if d.message_id == poison_id]
@@ -81,7 +90,9 @@ def test_a_poison_message_between_two_files_is_quarantined_and_the_files_go_on(p
     listing = out.getvalue()
     assert f"message {poison_id}" in listing and "why: SQS message body is not JSON" in listing
     assert "TOPSECRET" not in listing
-    buckets = [b["Name"] for b in s3.list_buckets()["Buckets"] if b["Name"].startswith("ordered-ingest-work-")]
+    buckets = [
+        b["Name"] for b in s3.list_buckets()["Buckets"] if b["Name"].startswith("ordered-ingest-work-")
+    ]
     (stored,) = s3.list_objects_v2(Bucket=buckets[0], Prefix=contract.quarantine_prefix("poison"))["Contents"]
     body = json.loads(s3.get_object(Bucket=buckets[0], Key=stored["Key"])["Body"].read())
     assert (body["message_id"], body["body"]) == (poison_id, "TOPSECRET: not a file event")

@@ -39,15 +39,19 @@ def upload(pipe: LocalPipeline, number: int) -> str:
 
 def waited(pipe: LocalPipeline, key: str) -> bool:
     """The controller has kept the message of `key` waiting at least once."""
-    return any(d.outcome == "kept" and json.loads(d.body)["detail"]["object"]["key"] == key
-               for d in pipe.deliveries(TENANT))
+    return any(
+        d.outcome == "kept" and json.loads(d.body)["detail"]["object"]["key"] == key
+        for d in pipe.deliveries(TENANT)
+    )
 
 
 def started_keys(pipe: LocalPipeline) -> list[str]:
     return [e["key"] for e in pipe.executions(TENANT)]  # oldest first
 
 
-def test_files_whose_events_arrive_out_of_order_are_processed_by_their_sequence_numbers(pipe: LocalPipeline) -> None:
+def test_files_whose_events_arrive_out_of_order_are_processed_by_their_sequence_numbers(
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN a tenant ordered by key sequence WHEN files 3, 1 and 2 are uploaded in that order
     THEN they are processed 1, 2, 3, one at a time, their records in that order at the core system."""
     keys = {number: upload(pipe, number) for number in (3, 1, 2)}

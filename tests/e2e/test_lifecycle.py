@@ -29,7 +29,11 @@ from tests.e2e.pipeline_checks import (
 #: Uploaded together (`halting`): the scenarios that run into a halt converge at once, each on
 #: its own tenant, while the first of their tests runs; each test takes it from there.
 HALTS_FILES = [(name, 7) for name in ("a", "b", "c")]
-SKIPS_FILES = [("a.csv", csv_file("a", 4)), ("bad.csv", b"file,seq\nbad,0\nbad\n"), ("c.csv", csv_file("c", 4))]
+SKIPS_FILES = [
+    ("a.csv", csv_file("a", 4)),
+    ("bad.csv", b"file,seq\nbad,0\nbad\n"),
+    ("c.csv", csv_file("c", 4)),
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +57,9 @@ def halting(pipe: LocalPipeline) -> dict[str, list[tuple[str, str]]]:
     pipe.sink("halts").reject(on_record={"file": "b", "seq": "4"}, status=400)
     pipe.sink("brief").fail_with(503, times=None, on_record=lambda body: int(body["seq"]) >= 5)
     return {
-        "halts": [pipe.put_file("halts", f"{name}.csv", csv_file(name, count)) for name, count in HALTS_FILES],
+        "halts": [
+            pipe.put_file("halts", f"{name}.csv", csv_file(name, count)) for name, count in HALTS_FILES
+        ],
         "skips": [pipe.put_file("skips", name, body) for name, body in SKIPS_FILES],
         "brief": [pipe.put_file("brief", "a.csv", csv_file("a", 9))],
     }
@@ -175,7 +181,9 @@ def test_an_execution_step_functions_forgot_does_not_wedge_the_tenant(pipe: Loca
 
     pipe.put_file("forgets", "old.csv", csv_file("old", 2))
     pipe.wait_until_idle(timeout=120, tenants=["forgets"])
-    machine = get_backend("123456789012", "us-east-1").describe_state_machine(pipe.tenants["forgets"].state_machine_arn)
+    machine = get_backend("123456789012", "us-east-1").describe_state_machine(
+        pipe.tenants["forgets"].state_machine_arn
+    )
     machine.executions.clear()
 
     pipe.put_file("forgets", "new.csv", csv_file("new", 2))
@@ -196,7 +204,9 @@ def test_an_execution_started_by_hand_is_refused_before_it_sends_anything(pipe: 
     requests = len(pipe.sink("byhand").requests)
 
     pipe.client("stepfunctions").start_execution(
-        stateMachineArn=pipe.tenants["byhand"].state_machine_arn, name="by-hand", input=json.dumps(first["input"])
+        stateMachineArn=pipe.tenants["byhand"].state_machine_arn,
+        name="by-hand",
+        input=json.dumps(first["input"]),
     )
     pipe.wait_until_idle(timeout=120, tenants=["byhand"])
 

@@ -36,7 +36,9 @@ def _histories(pipe: LocalPipeline, tenant: str) -> dict[str, str]:
         if not machine["stateMachineArn"].startswith(prefix):
             continue
         for execution in sfn.list_executions(stateMachineArn=machine["stateMachineArn"])["executions"]:
-            events = sfn.get_execution_history(executionArn=execution["executionArn"], maxResults=1000)["events"]
+            events = sfn.get_execution_history(executionArn=execution["executionArn"], maxResults=1000)[
+                "events"
+            ]
             texts[machine["name"]] = texts.get(machine["name"], "") + json.dumps(events, default=str)
     return texts
 
@@ -49,7 +51,11 @@ def _ledger_text(pipe: LocalPipeline) -> str:
 def _work_bucket_bytes(pipe: LocalPipeline) -> list[tuple[str, bytes]]:
     s3 = pipe.client("s3")
     bucket = pipe.deployment.stacks["OrderedIngest-Shared"].outputs["WorkBucketName"]
-    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket) for o in page.get("Contents", [])]
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        for o in page.get("Contents", [])
+    ]
     return [(key, s3.get_object(Bucket=bucket, Key=key)["Body"].read()) for key in keys]
 
 
@@ -60,7 +66,9 @@ def test_records_reach_the_core_system_and_nothing_else_holds_them(pipe: LocalPi
     records it was sent, and no function log line, no execution history event (file and page
     executions), no ledger item, no object of the work bucket (chunk indexes, manifests) and no
     notification holds any part of it."""
-    sink = pipe.sink("leaks").reject(on_record={"file": "rejected", "secret": f"{CANARY}-rejected-4"}, status=400)
+    sink = pipe.sink("leaks").reject(
+        on_record={"file": "rejected", "secret": f"{CANARY}-rejected-4"}, status=400
+    )
     pipe.put_file("leaks", "good.csv", canary_file("good", 7))
     pipe.put_file("leaks", "rejected.csv", canary_file("rejected", 7))
     pipe.put_file("leaks", "malformed.csv", f"file,secret\nm,{CANARY}-m-0\nm,{CANARY}-m-1,extra\n".encode())
@@ -70,9 +78,13 @@ def test_records_reach_the_core_system_and_nothing_else_holds_them(pipe: LocalPi
 
     executions = pipe.executions("leaks")
     assert [e["status"] for e in executions] == ["SUCCEEDED", "FAILED", "FAILED"]
-    assert executions[2]["error"] == "MalformedFileError"  # a page's failure reaches the file as States.TaskFailed
+    assert (
+        executions[2]["error"] == "MalformedFileError"
+    )  # a page's failure reaches the file as States.TaskFailed
     sent = json.dumps([request.body for request in sink.requests])
-    assert f"{CANARY}-good-6" in sent and f"{CANARY}-rejected-4" in sent  # the canary is visible where it belongs
+    assert (
+        f"{CANARY}-good-6" in sent and f"{CANARY}-rejected-4" in sent
+    )  # the canary is visible where it belongs
 
     places: dict[str, Any] = {
         f"log of {function}": pipe.logs(function) for function in pipe.tenants["leaks"].functions.values()
@@ -87,7 +99,10 @@ def test_records_reach_the_core_system_and_nothing_else_holds_them(pipe: LocalPi
     # the places were looked at where the failures are told: the rejection in the page's history
     # and the register log, the malformed line in the split log
     functions = pipe.tenants["leaks"].functions
-    assert "SinkRejectedError" in histories["leaks-file-ingest-page"] and "leaks-file-ingest-workflow" in histories
+    assert (
+        "SinkRejectedError" in histories["leaks-file-ingest-page"]
+        and "leaks-file-ingest-workflow" in histories
+    )
     assert "SinkRejectedError" in places[f"log of {functions['register']}"]
     assert "line 3" in places[f"log of {functions['split']}"]
     assert any(key.startswith("work bucket chunks/leaks/") for key in places)

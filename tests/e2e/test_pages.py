@@ -48,18 +48,26 @@ def pipe(start_pipeline) -> LocalPipeline:
 def page_executions(pipe: LocalPipeline, tenant: str, kind: str = "page") -> list[str]:
     """Names of the tenant's page (or section) executions, oldest first."""
     sfn = pipe.client("stepfunctions")
-    machine = next(m["stateMachineArn"] for m in sfn.list_state_machines()["stateMachines"]
-                   if m["name"] == f"{tenant}-file-ingest-{kind}")
+    machine = next(
+        m["stateMachineArn"]
+        for m in sfn.list_state_machines()["stateMachines"]
+        if m["name"] == f"{tenant}-file-ingest-{kind}"
+    )
     listed = sfn.list_executions(stateMachineArn=machine)["executions"]
     return [e["name"] for e in sorted(listed, key=lambda e: e["startDate"])]
 
 
-def test_a_file_of_several_pages_is_registered_in_order_one_page_execution_at_a_time(pipe: LocalPipeline) -> None:
+def test_a_file_of_several_pages_is_registered_in_order_one_page_execution_at_a_time(
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN pages of 6 records WHEN a file of 20 records (7 chunks, 4 pages) and then a file of
     4 records arrive THEN every record is registered once, in file order, the first file's
     pages ran as 4 child executions named after it, and the second file started after it."""
     sink = pipe.sink("paged")
-    uploads = [pipe.put_file("paged", "a.csv", csv_file("a", 20)), pipe.put_file("paged", "b.csv", csv_file("b", 4))]
+    uploads = [
+        pipe.put_file("paged", "a.csv", csv_file("a", 20)),
+        pipe.put_file("paged", "b.csv", csv_file("b", 4)),
+    ]
     pipe.wait_until_idle(timeout=120, tenants=["paged"])
 
     executions = pipe.executions("paged")
@@ -70,18 +78,26 @@ def test_a_file_of_several_pages_is_registered_in_order_one_page_execution_at_a_
     assert_no_duplicates(sink.accepted)
     first = executions[0]["name"]
     assert [n for n in page_executions(pipe, "paged") if n.startswith(first)] == [
-        f"{first}-p0", f"{first}-p2", f"{first}-p4", f"{first}-p6"
+        f"{first}-p0",
+        f"{first}-p2",
+        f"{first}-p4",
+        f"{first}-p6",
     ]
 
 
-def test_a_failure_in_page_2_halts_and_resume_continues_there_with_nothing_registered_twice(pipe: LocalPipeline) -> None:
+def test_a_failure_in_page_2_halts_and_resume_continues_there_with_nothing_registered_twice(
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN a core system that rejects record 8 (chunk 2: the second page) of a 20-record file
     WHEN it arrives THEN the file fails at record 8 with the core system's error (not the page
     execution's wrapper) and the tenant halts; WHEN the core system is fixed and the operator
     runs `ops resume` THEN the file continues at record 8: records 0-7 are never sent again,
     and the next file follows."""
     sink = pipe.sink("pagefail").reject(on_record={"file": "a", "seq": "8"}, status=400)
-    uploads = [pipe.put_file("pagefail", "a.csv", csv_file("a", 20)), pipe.put_file("pagefail", "b.csv", csv_file("b", 4))]
+    uploads = [
+        pipe.put_file("pagefail", "a.csv", csv_file("a", 20)),
+        pipe.put_file("pagefail", "b.csv", csv_file("b", 4)),
+    ]
 
     wait_for(lambda: halted(pipe, "pagefail"), timeout=90, what="the tenant to halt")
     state = status(pipe, "pagefail")
@@ -99,12 +115,16 @@ def test_a_failure_in_page_2_halts_and_resume_continues_there_with_nothing_regis
     assert [e["status"] for e in executions] == ["FAILED", "SUCCEEDED", "SUCCEEDED"]
     assert_no_overlap(executions)
     assert_records_in_file_order(sink.accepted, [("a", 20), ("b", 4)])
-    after_resume = [int(r.body["seq"]) for r in first_sends(sink.requests[resumed_at:]) if r.body["file"] == "a"]
+    after_resume = [
+        int(r.body["seq"]) for r in first_sends(sink.requests[resumed_at:]) if r.body["file"] == "a"
+    ]
     assert after_resume == list(range(8, 20))
     # The resumed execution's pages start at the chunk of record 8 (chunk 2).
     resumed = executions[1]["name"]
     assert [n for n in page_executions(pipe, "pagefail") if n.startswith(resumed)] == [
-        f"{resumed}-p2", f"{resumed}-p4", f"{resumed}-p6"
+        f"{resumed}-p2",
+        f"{resumed}-p4",
+        f"{resumed}-p6",
     ]
 
 
@@ -128,8 +148,10 @@ def test_a_file_of_several_sections_runs_its_pages_section_by_section_in_order(p
     once, in file order; the first file ran 4 section executions and 7 page executions, named
     after it, each page once; the second file (one section) ran its page without a section."""
     sink = pipe.sink("sectioned")
-    uploads = [pipe.put_file("sectioned", "a.csv", csv_file("a", 40)),
-               pipe.put_file("sectioned", "b.csv", csv_file("b", 4))]
+    uploads = [
+        pipe.put_file("sectioned", "a.csv", csv_file("a", 40)),
+        pipe.put_file("sectioned", "b.csv", csv_file("b", 4)),
+    ]
     pipe.wait_until_idle(timeout=180, tenants=["sectioned"])
 
     executions = pipe.executions("sectioned")
@@ -146,7 +168,8 @@ def test_a_file_of_several_sections_runs_its_pages_section_by_section_in_order(p
 
 
 def test_a_failure_in_section_2_halts_and_resume_continues_there_with_nothing_registered_twice(
-        pipe: LocalPipeline) -> None:
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN a core system that rejects record 15 (chunk 5: section 2, its first page's second
     chunk) of a 40-record file WHEN it arrives THEN the file fails at record 15 with the core
     system's error through both child levels, and the tenant halts; later sections never ran.
@@ -172,7 +195,9 @@ def test_a_failure_in_section_2_halts_and_resume_continues_there_with_nothing_re
     assert [e["status"] for e in executions] == ["FAILED", "SUCCEEDED"]
     assert_records_in_file_order(sink.accepted, [("a", 40)])
     assert_no_duplicates(sink.accepted)
-    after_resume = [int(r.body["seq"]) for r in first_sends(sink.requests[resumed_at:]) if r.body["file"] == "a"]
+    after_resume = [
+        int(r.body["seq"]) for r in first_sends(sink.requests[resumed_at:]) if r.body["file"] == "a"
+    ]
     assert after_resume == list(range(15, 40))
     resumed = executions[1]["name"]
     assert [n for n in page_executions(pipe, "sectionfail", "section") if n.startswith(resumed)] == [

@@ -36,10 +36,15 @@ def busy_with_a_and_b_waiting(pipe: LocalPipeline, tenant: str) -> tuple[tuple[s
     waits in the queue."""
     hold_at(pipe, tenant, "a", 29)
     a = pipe.put_file(tenant, "a.csv", csv_file("a", 30))
-    wait_for(lambda: any(e["status"] == "RUNNING" for e in pipe.executions(tenant)), timeout=60, what="a to run")
+    wait_for(
+        lambda: any(e["status"] == "RUNNING" for e in pipe.executions(tenant)), timeout=60, what="a to run"
+    )
     b = pipe.put_file(tenant, "b.csv", csv_file("b", 5))
-    wait_for(lambda: any(d.outcome == "kept" and f'"{b[0]}"' in d.body for d in pipe.deliveries(tenant)),
-             timeout=60, what="b's message to wait at the gate")
+    wait_for(
+        lambda: any(d.outcome == "kept" and f'"{b[0]}"' in d.body for d in pipe.deliveries(tenant)),
+        timeout=60,
+        what="b's message to wait at the gate",
+    )
     return a, b
 
 
@@ -56,7 +61,9 @@ def test_a_lost_message_is_found_by_reconcile_and_replayed_in_order(pipe: LocalP
 
     code, report = reconcile(pipe, "lost")
     assert code == EXIT_NOT_COMPLETED
-    assert [(v["key"], v["version_id"], v["state"]) for v in report["versions"]] == [(b_key, b_version, "never seen")]
+    assert [(v["key"], v["version_id"], v["state"]) for v in report["versions"]] == [
+        (b_key, b_version, "never seen")
+    ]
 
     code, report = reconcile(pipe, "lost", "--replay")
     assert code == EXIT_OK and len(report["replayed"]) == 1
@@ -75,7 +82,10 @@ def test_a_replay_of_a_version_whose_own_event_is_still_queued_is_processed_once
     (a_key, _), (b_key, _) = busy_with_a_and_b_waiting(pipe, "twice")
     code, report = reconcile(pipe, "twice", "--replay")
     assert code == EXIT_OK
-    assert [(v["key"], v["state"]) for v in report["versions"]] == [(a_key, "seen, running"), (b_key, "never seen")]
+    assert [(v["key"], v["state"]) for v in report["versions"]] == [
+        (a_key, "seen, running"),
+        (b_key, "never seen"),
+    ]
     (replay_id,) = report["replayed"]
     pipe.sink("twice").clear_faults()
     pipe.wait_until_idle(timeout=90, tenants=["twice"])

@@ -255,29 +255,54 @@ def _run_map(items: int, fail_at: int | None = None) -> dict:
 
     import boto3
 
-    from local_runtime.moto_server import _map_iterations_loop
+    from local_runtime.moto_sfn_patches import _map_iterations_loop
     from tests.conftest import moto_executing_state_machines
 
     item = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
     if fail_at is not None:
-        item = {"StartAt": "C", "States": {
-            "C": {"Type": "Choice", "Choices": [{"Variable": "$", "NumericEquals": fail_at, "Next": "F"}], "Default": "P"},
-            "F": {"Type": "Fail", "Error": "Item", "Cause": "failed on purpose"},
-            "P": {"Type": "Pass", "End": True}}}
-    definition = {"StartAt": "R", "States": {
-        "R": {"Type": "Pass", "Parameters": {"items.$": f"States.ArrayRange(0, {items - 1}, 1)"}, "Next": "M"},
-        "M": {"Type": "Map", "ItemsPath": "$.items", "MaxConcurrency": 1, "ResultPath": None, "End": True,
-              "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, **item}}}}
+        item = {
+            "StartAt": "C",
+            "States": {
+                "C": {
+                    "Type": "Choice",
+                    "Choices": [{"Variable": "$", "NumericEquals": fail_at, "Next": "F"}],
+                    "Default": "P",
+                },
+                "F": {"Type": "Fail", "Error": "Item", "Cause": "failed on purpose"},
+                "P": {"Type": "Pass", "End": True},
+            },
+        }
+    definition = {
+        "StartAt": "R",
+        "States": {
+            "R": {
+                "Type": "Pass",
+                "Parameters": {"items.$": f"States.ArrayRange(0, {items - 1}, 1)"},
+                "Next": "M",
+            },
+            "M": {
+                "Type": "Map",
+                "ItemsPath": "$.items",
+                "MaxConcurrency": 1,
+                "ResultPath": None,
+                "End": True,
+                "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, **item},
+            },
+        },
+    }
     with _map_iterations_loop(), moto_executing_state_machines():
         sfn = boto3.client("stepfunctions", region_name="us-east-1")
-        arn = sfn.create_state_machine(name="m", definition=json.dumps(definition),
-                                       roleArn="arn:aws:iam::123456789012:role/r")["stateMachineArn"]
+        arn = sfn.create_state_machine(
+            name="m", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
+        )["stateMachineArn"]
         execution = sfn.start_execution(stateMachineArn=arn)["executionArn"]
         deadline = time.monotonic() + 120
         while (found := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
             assert time.monotonic() < deadline, "the execution did not end"
             time.sleep(0.05)
-        events = sfn.get_execution_history(executionArn=execution, maxResults=1000, reverseOrder=True)["events"]
+        events = sfn.get_execution_history(executionArn=execution, maxResults=1000, reverseOrder=True)[
+            "events"
+        ]
         return {**found, "started": sum(e["type"] == "MapIterationStarted" for e in events)}
 
 
@@ -300,10 +325,18 @@ def test_a_kms_keys_tags_are_respelled_for_motos_cloudformation() -> None:
     """GIVEN a tagged AWS::KMS::Key (a tenant stack tags every resource) WHEN prepared THEN its
     tags are in the KMS API's TagKey/TagValue spelling, which moto 5.2.5 reads (it fails on
     CloudFormation's Key/Value), and the other resources' tags are left as they are."""
-    template = {"Resources": {
-        "Key": {"Type": "AWS::KMS::Key", "Properties": {"KeyPolicy": {}, "Tags": [{"Key": "tenant", "Value": "acme"}]}},
-        "Queue": {"Type": "AWS::SQS::Queue", "Properties": {"Tags": [{"Key": "tenant", "Value": "acme"}]}},
-    }}
+    template = {
+        "Resources": {
+            "Key": {
+                "Type": "AWS::KMS::Key",
+                "Properties": {"KeyPolicy": {}, "Tags": [{"Key": "tenant", "Value": "acme"}]},
+            },
+            "Queue": {
+                "Type": "AWS::SQS::Queue",
+                "Properties": {"Tags": [{"Key": "tenant", "Value": "acme"}]},
+            },
+        }
+    }
 
     resources = prepare(template, time_scale=1, creatable=lambda kind: True).template["Resources"]
 
@@ -314,8 +347,19 @@ def test_a_kms_keys_tags_are_respelled_for_motos_cloudformation() -> None:
 def test_an_ssm_parameters_tags_are_respelled_for_motos_cloudformation() -> None:
     """GIVEN a tagged AWS::SSM::Parameter (its tags a map, as CloudFormation takes them) WHEN
     prepared THEN they are the API's Key/Value list, which moto 5.2.5 hands to PutParameter."""
-    template = {"Resources": {"Registry": {"Type": "AWS::SSM::Parameter", "Properties": {
-        "Name": "/ordered-ingest/pipelines/acme", "Type": "String", "Value": "{}", "Tags": {"tenant": "acme"}}}}}
+    template = {
+        "Resources": {
+            "Registry": {
+                "Type": "AWS::SSM::Parameter",
+                "Properties": {
+                    "Name": "/ordered-ingest/pipelines/acme",
+                    "Type": "String",
+                    "Value": "{}",
+                    "Tags": {"tenant": "acme"},
+                },
+            }
+        }
+    }
 
     resources = prepare(template, time_scale=1, creatable=lambda kind: True).template["Resources"]
 
@@ -359,7 +403,9 @@ def test_an_idle_poller_backs_off_to_its_resting_pause_and_a_wake_up_brings_it_b
         def receive_message(self, **_: object) -> dict[str, object]:
             return {}
 
-    polling = poller.SqsPoller(mapping, sqs=EmptyQueue(), lambda_client=None, region="us-east-1", concurrency=1)
+    polling = poller.SqsPoller(
+        mapping, sqs=EmptyQueue(), lambda_client=None, region="us-east-1", concurrency=1
+    )
     pauses: list[float] = []
 
     class Wake:
@@ -394,7 +440,11 @@ def test_tenants_sharing_a_bearer_secret_share_its_one_token() -> None:
     sinks = {t: SinkServer(t) for t in ("cards", "refunds", "fx")}
     hook, to_create = enforce_auth(sinks, ("key", "secret", "session"))
     bearer = {contract.env_name("sink_auth"): "bearer"}
-    for tenant, secret in (("cards", "payments/core-token"), ("refunds", "payments/core-token"), ("fx", "fx/token")):
+    for tenant, secret in (
+        ("cards", "payments/core-token"),
+        ("refunds", "payments/core-token"),
+        ("fx", "fx/token"),
+    ):
         hook(tenant, "register", {**bearer, contract.env_name("sink_auth_secret"): secret})
 
     assert sorted(to_create) == ["fx/token", "payments/core-token"]
@@ -402,7 +452,9 @@ def test_tenants_sharing_a_bearer_secret_share_its_one_token() -> None:
     assert sinks["fx"].auth.token == to_create["fx/token"] != to_create["payments/core-token"]
 
 
-def test_the_local_run_warns_that_alarms_reach_nobody_only_when_the_tenants_file_itself_does(tmp_path, capfd) -> None:
+def test_the_local_run_warns_that_alarms_reach_nobody_only_when_the_tenants_file_itself_does(
+    tmp_path, capfd
+) -> None:
     """GIVEN a tenants file with an on-call address WHEN the local runtime synthesizes it (it leaves
     the notifications out itself) THEN no reach-nobody warning; GIVEN the fixture, which names
     nobody, THEN the warning, as `make synth` gives it."""
@@ -411,7 +463,9 @@ def test_the_local_run_warns_that_alarms_reach_nobody_only_when_the_tenants_file
     from tests.conftest import FIXTURE_TENANTS
 
     with_oncall = tmp_path / "tenants.yaml"
-    with_oncall.write_text(FIXTURE_TENANTS.read_text().replace("  emails: []", "  emails: [oncall@example.com]", 1))
+    with_oncall.write_text(
+        FIXTURE_TENANTS.read_text().replace("  emails: []", "  emails: [oncall@example.com]", 1)
+    )
     assert "oncall@example.com" in with_oncall.read_text()
 
     synthesize(with_oncall, tmp_path / "with-oncall")

@@ -40,13 +40,19 @@ class StatusEvents:
         self.handled: dict[str, list[tuple[str, str | None]]] = {}
 
     def __call__(self, function: Any, event: Any, result: Any) -> None:
-        if function.kind != "closer" or not isinstance(event, dict) or event.get("detail-type") != STATUS_CHANGE:
+        if (
+            function.kind != "closer"
+            or not isinstance(event, dict)
+            or event.get("detail-type") != STATUS_CHANGE
+        ):
             return
         with self._lock:
             if result is None:
                 self.by_tenant.setdefault(function.tenant, []).append(event["detail"])
             else:
-                self.handled.setdefault(function.tenant, []).append((event["detail"]["stateMachineArn"], result.error_type))
+                self.handled.setdefault(function.tenant, []).append(
+                    (event["detail"]["stateMachineArn"], result.error_type)
+                )
 
     def statuses(self, tenant: str) -> set[tuple[str, str]]:
         with self._lock:
@@ -142,10 +148,16 @@ def test_status_changes_reach_the_tenants_closer_through_its_shard_bus(pipe, ing
     # the same: the closer handed it off, or its last wait was not a full waiting visibility (the
     # controller found the file ahead closing and looked again 2 s later, or never had to wait).
     fallback = WAITING_VISIBILITY.to_seconds() * pipe.time_scale
-    handed_off = {line["message_id"] for line in log_lines(pipe, tenant, "closer")
-                  if line.get("message") == "next file handed off"}
-    last_wait = {line["message_id"]: line["visible_in"] for line in log_lines(pipe, tenant, "controller")
-                 if line.get("message") == "gate busy; the message waits in the queue"}
+    handed_off = {
+        line["message_id"]
+        for line in log_lines(pipe, tenant, "closer")
+        if line.get("message") == "next file handed off"
+    }
+    last_wait = {
+        line["message_id"]: line["visible_in"]
+        for line in log_lines(pipe, tenant, "controller")
+        if line.get("message") == "gate busy; the message waits in the queue"
+    }
     for before, after in zip(executions, executions[1:]):
         gap = (after["startDate"] - before["stopDate"]).total_seconds()
         messages = {d.message_id for d in pipe.deliveries(tenant) if f'"{after["name"]}"' in d.body}
@@ -173,7 +185,9 @@ def deployed_status_rules_matching(pipe: LocalPipeline, event: dict[str, Any]) -
     for bus in [None, *(names.shard_bus_name(k) for k in set(SHARD_OF.values()))]:
         on_bus = {"EventBusName": bus} if bus else {}
         for rule in events.list_rules(**on_bus)["Rules"]:
-            if rule["Name"].endswith("-sfn-status") and pattern_matches(json.loads(rule["EventPattern"]), event):
+            if rule["Name"].endswith("-sfn-status") and pattern_matches(
+                json.loads(rule["EventPattern"]), event
+            ):
                 found.add(rule["Name"])
     return found
 
@@ -196,13 +210,32 @@ def test_a_status_change_naming_the_workflow_by_its_alias_reaches_its_closer_onl
     events = pipe.client("events")
     sent = []
     for arn in sorted(qualified):
-        detail = {"executionArn": last["executionArn"], "stateMachineArn": arn, "name": last["name"],
-                  "status": "SUCCEEDED", "input": "{}", "output": "{}", "error": None, "cause": None}
-        events.put_events(Entries=[{"Source": "aws.states", "DetailType": STATUS_CHANGE, "Detail": json.dumps(detail),
-                                    "Resources": [last["executionArn"]]}])
+        detail = {
+            "executionArn": last["executionArn"],
+            "stateMachineArn": arn,
+            "name": last["name"],
+            "status": "SUCCEEDED",
+            "input": "{}",
+            "output": "{}",
+            "error": None,
+            "cause": None,
+        }
+        events.put_events(
+            Entries=[
+                {
+                    "Source": "aws.states",
+                    "DetailType": STATUS_CHANGE,
+                    "Detail": json.dumps(detail),
+                    "Resources": [last["executionArn"]],
+                }
+            ]
+        )
         sent.append({"source": "aws.states", "detail-type": STATUS_CHANGE, "detail": detail})
-    wait_for(lambda: qualified <= set(status_events.handled_by_state_machine(tenant)), timeout=30,
-             what=f"{tenant}'s closer handling its qualified status changes")
+    wait_for(
+        lambda: qualified <= set(status_events.handled_by_state_machine(tenant)),
+        timeout=30,
+        what=f"{tenant}'s closer handling its qualified status changes",
+    )
     handled = status_events.handled_by_state_machine(tenant)
     for arn in qualified:  # handled once each, without error or cut short by the scaled timeout
         assert handled[arn] in ([None], ["Sandbox.Timedout"]), (arn, handled[arn])

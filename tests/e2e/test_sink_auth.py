@@ -46,8 +46,17 @@ def pipe(start_pipeline) -> LocalPipeline:
             {"id": "bearer", **bearer(BEARER_SECRET)},
             {"id": "rotating", **bearer(ROTATING_SECRET)},
             {"id": "wrong", **bearer(WRONG_SECRET)},
-            {"id": "signed", "sink": {"auth": {"type": "sigv4", "service": "execute-api", "region": "eu-west-1",
-                                               "invoke_arn": API_ARN}}},
+            {
+                "id": "signed",
+                "sink": {
+                    "auth": {
+                        "type": "sigv4",
+                        "service": "execute-api",
+                        "region": "eu-west-1",
+                        "invoke_arn": API_ARN,
+                    }
+                },
+            },
         ],
         chunk_size=3,
     )
@@ -78,7 +87,9 @@ def test_a_bearer_tenant_sends_its_records_with_the_secrets_token(pipe: LocalPip
     assert pipe.sink("bearer").auth_refusals == []
 
 
-def test_a_rotation_while_files_flow_fails_nothing_and_registers_each_record_once(pipe: LocalPipeline) -> None:
+def test_a_rotation_while_files_flow_fails_nothing_and_registers_each_record_once(
+    pipe: LocalPipeline,
+) -> None:
     """GIVEN a bearer tenant sending three files, the third held at its first record (503)
     WHEN, once records flow, the secret gets a new value and the core system switches to it
     THEN the register function's cached token is refused (401), it reads the secret again and
@@ -159,7 +170,9 @@ def test_a_sigv4_tenant_signs_every_request(pipe: LocalPipeline) -> None:
 
 
 @pytest.mark.parametrize("tenant", ["bearer", "signed"])
-def test_credentials_hold_over_kept_connections_the_core_system_cuts(pipe: LocalPipeline, tenant: str) -> None:
+def test_credentials_hold_over_kept_connections_the_core_system_cuts(
+    pipe: LocalPipeline, tenant: str
+) -> None:
     """GIVEN a core system that checks each request's credential, closes connections idle for 50 ms
     and cuts one after an answer at random (two in five)
     WHEN two files are processed THEN every record is registered once, in order, nothing is refused,
@@ -195,7 +208,9 @@ def everything_written(pipe: LocalPipeline) -> str:
         for execution in sfn.list_executions(stateMachineArn=machine["stateMachineArn"])["executions"]:
             history = sfn.get_execution_history(executionArn=execution["executionArn"], maxResults=1000)
             parts.append(json.dumps(history["events"], default=str))
-            parts.append(json.dumps(sfn.describe_execution(executionArn=execution["executionArn"]), default=str))
+            parts.append(
+                json.dumps(sfn.describe_execution(executionArn=execution["executionArn"]), default=str)
+            )
     ddb = pipe.client("dynamodb")
     for table in ddb.list_tables()["TableNames"]:
         parts.append(json.dumps(ddb.scan(TableName=table)["Items"]))
@@ -207,7 +222,9 @@ def test_no_credential_is_written_anywhere(pipe: LocalPipeline) -> None:
     WHEN every worker log line, every execution's history and every ledger item is read
     THEN none holds a token, an Authorization header or a signature."""
     text = everything_written(pipe)
-    assert len(SEEN_TOKENS) >= 4 and "SinkAuthError" in text and WRONG_SECRET in text  # the reads found something
+    assert (
+        len(SEEN_TOKENS) >= 4 and "SinkAuthError" in text and WRONG_SECRET in text
+    )  # the reads found something
     for token in SEEN_TOKENS:
         assert token not in text
     assert "Bearer " not in text and "AWS4-HMAC-SHA256" not in text and "Signature=" not in text

@@ -7,12 +7,11 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 import boto3
-from lambdas import runtime
+import pytest
 from moto import mock_aws
 
+from lambdas import runtime
 from tests.conftest import share_service_models
 from tests.handlers.support import LEDGER_TABLE, REGION, TENANT
 
@@ -84,8 +83,11 @@ class Logs:
         """The handlers' own records (their `ingest` loggers): what the function's log group
         holds. moto logs too, from threads an earlier test may have left running (a Step
         Functions execution); those are not the function's and never reach its metric filter."""
-        return [r for r in self._caplog.records
-                if r.name == runtime.LOGGER_NAME or r.name.startswith(runtime.LOGGER_NAME + ".")]
+        return [
+            r
+            for r in self._caplog.records
+            if r.name == runtime.LOGGER_NAME or r.name.startswith(runtime.LOGGER_NAME + ".")
+        ]
 
     def errors(self) -> list[logging.LogRecord]:
         """Records a `{ $.level = "ERROR" }` metric filter would count."""
@@ -113,14 +115,15 @@ def logs(info_logs: pytest.LogCaptureFixture) -> Logs:
     return Logs(info_logs)
 
 
-
-
 @pytest.fixture
 def ledger_table(ddb: Any) -> str:
     """The ledger table as the shared stack declares it (tenant + entry)."""
     ddb.create_table(
         TableName=LEDGER_TABLE,
-        KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
+        KeySchema=[
+            {"AttributeName": "tenant", "KeyType": "HASH"},
+            {"AttributeName": "entry", "KeyType": "RANGE"},
+        ],
         AttributeDefinitions=[
             {"AttributeName": "tenant", "AttributeType": "S"},
             {"AttributeName": "entry", "AttributeType": "S"},
@@ -145,8 +148,11 @@ HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Secon
 @pytest.fixture
 def machine(sfn: Any) -> str:
     """The tenant's file workflow (`HOLD`)."""
-    return sfn.create_state_machine(name=f"{TENANT}-file-ingest-workflow", definition=HOLD,
-                                    roleArn="arn:aws:iam::123456789012:role/workflow")["stateMachineArn"]
+    return sfn.create_state_machine(
+        name=f"{TENANT}-file-ingest-workflow",
+        definition=HOLD,
+        roleArn="arn:aws:iam::123456789012:role/workflow",
+    )["stateMachineArn"]
 
 
 @pytest.fixture

@@ -38,7 +38,9 @@ def emf_records(stdout: str, emitter: str) -> list[dict[str, Any]]:
         for metric in directive["Metrics"]:
             name = metric["Name"]
             assert name in EMF_METRICS, f"{emitter} publishes {name}, which is not in contract.EMF_METRICS"
-            assert (emitter, metric.get("Unit")) == (EMF_METRICS[name].emitter, EMF_METRICS[name].unit), metric
+            assert (emitter, metric.get("Unit")) == (EMF_METRICS[name].emitter, EMF_METRICS[name].unit), (
+                metric
+            )
             assert isinstance(record.get(name), (int, float)) and not isinstance(record[name], bool), record
         records.append(record)
     return records

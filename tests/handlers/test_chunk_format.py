@@ -9,12 +9,13 @@ import io
 import json
 from typing import Any
 
-from lambdas import chunk_format
 import pytest
-from lambdas.chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
-from lambdas.contract import MalformedFileError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from lambdas import chunk_format
+from lambdas.chunk_format import CsvRecords, TextLines, chunk_records, jsonl_records
+from lambdas.contract import MalformedFileError
 
 READ_SIZES = [1, 2, 3, 5, 7, 13, 64 * 1024]
 
@@ -31,7 +32,9 @@ BAD_CSV = {
 }
 
 
-def offsets_and_rows(content: bytes, read_size: int, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[str]]]:
+def offsets_and_rows(
+    content: bytes, read_size: int, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[int, list[str]]]:
     monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", read_size)
     return list(CsvRecords(TextLines(io.BytesIO(content))))
 
@@ -93,8 +96,8 @@ def test_jsonl_offsets_skip_blank_lines_whatever_the_read_size(monkeypatch):
 def test_a_chunk_read_from_an_offset_keeps_a_leading_bom_like_character(monkeypatch):
     """Only the file's first line may lose a BOM: a record that starts with U+FEFF read from its
     offset keeps it (the same value Split validated)."""
-    records: Any = list(chunk_records(io.BytesIO('\ufeffx,y\n'.encode()), "csv", ["a", "b"], base=10))
-    assert records == [(1, '{"a":"\\ufeffx","b":"y"}'.encode())]
+    records: Any = list(chunk_records(io.BytesIO("\ufeffx,y\n".encode()), "csv", ["a", "b"], base=10))
+    assert records == [(1, b'{"a":"\\ufeffx","b":"y"}')]
 
 
 @pytest.mark.parametrize("every", [1, 2, 3, 7])
@@ -121,7 +124,11 @@ QUOTE_FREE_CASES = {
     "nul": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"30,a\0b\n",
     "one-column": b"id\n" + b"".join(b"%d\n" % n for n in range(30)) + b"x,y\n",
     "too-few-fields-late": b"id,t,u\n" + b"".join(b"%d,v,w\n" % n for n in range(30)) + b"30,v\n",
-    "field-past-the-limit": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"30," + b"x" * 300 + b"\n",
+    "field-past-the-limit": b"id,t\n"
+    + b"".join(b"%d,v\n" % n for n in range(30))
+    + b"30,"
+    + b"x" * 300
+    + b"\n",
 }
 
 
@@ -161,9 +168,11 @@ def test_a_quote_free_block_is_read_without_the_csv_module(monkeypatch):
     never reach the csv reader."""
     calls: list[str] = []
     real = chunk_format._quote_free_rows
-    monkeypatch.setattr(chunk_format, "_quote_free_rows", lambda text, width: calls.append(text) or real(text, width))
+    monkeypatch.setattr(
+        chunk_format, "_quote_free_rows", lambda text, width: calls.append(text) or real(text, width)
+    )
     monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", 16)
-    got, count, error = parse_all(QUOTE_FREE_CASES["plain"], 1)
+    _got, count, error = parse_all(QUOTE_FREE_CASES["plain"], 1)
     assert (count, error) == (40, None) and len(calls) > 10
     assert all(real(text, 2) is not None for text in calls)
 

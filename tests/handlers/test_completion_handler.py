@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
-from lambdas import completion
 import pytest
+
+from lambdas import completion
 from lambdas.contract import COMPLETION_REJECTED_ERROR, MAX_REJECT_REASON
 from lambdas.runtime import BoundLogger, get_logger
-
 from tests.conftest import moto_executing_state_machines
 from tests.handlers.support import LEDGER_TABLE, REGION, TENANT
 
@@ -29,7 +29,7 @@ FILE_REF = {"event_id": EVENT_ID, "bucket": "landing", "key": "acme/a.csv", "ver
 def _definition() -> dict[str, Any]:
     """Start -> WaitForCompletion -> Confirmed; its catches -> CompletionTimedOut / RecordFailure
     (the workflow's own completion states, definitions.py)."""
-    from pipeline_constructs.definitions import CompletionWait, completion_states
+    from pipeline_constructs.completion_states import CompletionWait, completion_states
 
     # Far longer than any test here takes, also on a starved machine (a 20 s heartbeat ran out
     # under load once: the execution failed with CompletionTimedOut before the test answered).
@@ -60,15 +60,25 @@ def aws() -> Iterator[None]:
 @pytest.fixture
 def waiting(ledger_table: str, ddb: Any, sfn: Any) -> Iterator[dict[str, str]]:
     """A tenant whose current file (execution `EVENT_ID`) waits in WaitForCompletion."""
-    ddb.put_item(TableName=ledger_table, Item={
-        "tenant": {"S": TENANT}, "entry": {"S": "position"}, "seq": {"N": "1"}, "execution": {"S": EVENT_ID},
-        "status": {"S": "RUNNING"}, "file_ref": {"S": json.dumps(FILE_REF)}, "record_count": {"N": "7"},
-    })
+    ddb.put_item(
+        TableName=ledger_table,
+        Item={
+            "tenant": {"S": TENANT},
+            "entry": {"S": "position"},
+            "seq": {"N": "1"},
+            "execution": {"S": EVENT_ID},
+            "status": {"S": "RUNNING"},
+            "file_ref": {"S": json.dumps(FILE_REF)},
+            "record_count": {"N": "7"},
+        },
+    )
     role = boto3.client("iam", region_name=REGION).create_role(RoleName="sfn", AssumeRolePolicyDocument="{}")
-    machine = sfn.create_state_machine(name="acme-file-ingest-workflow", definition=json.dumps(DEFINITION),
-                                       roleArn=role["Role"]["Arn"])["stateMachineArn"]
-    execution = sfn.start_execution(stateMachineArn=machine, name=EVENT_ID,
-                                    input=json.dumps({"tenant": TENANT}))["executionArn"]
+    machine = sfn.create_state_machine(
+        name="acme-file-ingest-workflow", definition=json.dumps(DEFINITION), roleArn=role["Role"]["Arn"]
+    )["stateMachineArn"]
+    execution = sfn.start_execution(
+        stateMachineArn=machine, name=EVENT_ID, input=json.dumps({"tenant": TENANT})
+    )["executionArn"]
     token = wait_until(lambda: position(ddb).get("completion_token"), "the task token on the position")["S"]
     # moto arms the task's heartbeat only after the UpdateItem that wrote the token: an answer in
     # between is kept, but the wait then sleeps out the whole heartbeat (600 s), and the fixture's
@@ -100,17 +110,30 @@ def heartbeat_accepted(sfn: Any, token: str) -> bool:
 
 
 def position(ddb: Any) -> dict[str, Any]:
-    return ddb.get_item(TableName=LEDGER_TABLE, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}})["Item"]
+    return ddb.get_item(TableName=LEDGER_TABLE, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}})[
+        "Item"
+    ]
 
 
 def closed(sfn: Any, execution_arn: str) -> dict[str, Any]:
-    return wait_until(lambda: (d := sfn.describe_execution(executionArn=execution_arn))["status"] != "RUNNING" and d,
-                      "the execution to close")
+    return wait_until(
+        lambda: (d := sfn.describe_execution(executionArn=execution_arn))["status"] != "RUNNING" and d,
+        "the execution to close",
+    )
 
 
 def call(request: Any, ddb: Any, sfn: Any) -> dict[str, Any]:
-    return dict(completion.answer(request, tenant_id=TENANT, table=LEDGER_TABLE, ddb=ddb, sfn=sfn, now=1000.0,
-                                  log=BoundLogger(get_logger("completion"), {"tenant": TENANT})))
+    return dict(
+        completion.answer(
+            request,
+            tenant_id=TENANT,
+            table=LEDGER_TABLE,
+            ddb=ddb,
+            sfn=sfn,
+            now=1000.0,
+            log=BoundLogger(get_logger("completion"), {"tenant": TENANT}),
+        )
+    )
 
 
 def test_confirm_ends_the_wait_and_the_file_goes_on(waiting, ddb, sfn) -> None:
@@ -127,7 +150,9 @@ def test_reject_fails_the_file_with_the_reason(waiting, ddb, sfn) -> None:
     """GIVEN a waiting file WHEN the core system rejects it with a reason THEN the execution
     fails with CompletionRejected and the ledger keeps the reason (moto drops SendTaskFailure's
     cause; AWS keeps it in the execution too)."""
-    answer = call({"action": "reject", "tenant": TENANT, "file": EVENT_ID, "reason": "totals do not match"}, ddb, sfn)
+    answer = call(
+        {"action": "reject", "tenant": TENANT, "file": EVENT_ID, "reason": "totals do not match"}, ddb, sfn
+    )
 
     assert answer["status"] == 200
     assert closed(sfn, waiting["execution_arn"])["error"] == COMPLETION_REJECTED_ERROR
@@ -141,7 +166,11 @@ def test_waiting_names_the_file_and_never_the_token(waiting, ddb, sfn) -> None:
 
     assert answer["status"] == 200
     assert {k: answer["file"][k] for k in ("file", "key", "version_id", "record_count")} == {
-        "file": EVENT_ID, "key": "acme/a.csv", "version_id": "v1", "record_count": 7}
+        "file": EVENT_ID,
+        "key": "acme/a.csv",
+        "version_id": "v1",
+        "record_count": 7,
+    }
     assert position(ddb)["completion_token"]["S"] not in json.dumps(answer)
 
 
@@ -155,7 +184,10 @@ def test_heartbeat_is_accepted_while_the_file_waits(waiting, ddb, sfn) -> None:
 def test_fails_when_the_tenant_is_another(waiting, ddb, sfn) -> None:
     answer = call({"action": "confirm", "tenant": "globex", "file": EVENT_ID}, ddb, sfn)
 
-    assert answer == {"status": 403, "message": "this is tenant acme's completion entry point, not tenant 'globex''s"}
+    assert answer == {
+        "status": 403,
+        "message": "this is tenant acme's completion entry point, not tenant 'globex''s",
+    }
     assert sfn.describe_execution(executionArn=waiting["execution_arn"])["status"] == "RUNNING"
 
 
@@ -180,22 +212,36 @@ def test_fails_when_the_file_was_already_answered(waiting, ddb, sfn) -> None:
 def test_fails_when_the_token_belongs_to_an_earlier_attempt(waiting, ddb, sfn) -> None:
     """GIVEN the file was resumed (a new execution) and has not reached its wait yet WHEN the
     core system confirms THEN it is refused: the token on the position is the old attempt's."""
-    ddb.update_item(TableName=LEDGER_TABLE, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}},
-                    UpdateExpression="SET execution = :e", ExpressionAttributeValues={":e": {"S": "resumed-1"}})
+    ddb.update_item(
+        TableName=LEDGER_TABLE,
+        Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}},
+        UpdateExpression="SET execution = :e",
+        ExpressionAttributeValues={":e": {"S": "resumed-1"}},
+    )
 
     answer = call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
 
-    assert answer == {"status": 409, "message": f"file {EVENT_ID} is not waiting for an answer yet (it is being sent again)"}
+    assert answer == {
+        "status": 409,
+        "message": f"file {EVENT_ID} is not waiting for an answer yet (it is being sent again)",
+    }
 
 
 def test_fails_when_the_file_is_no_longer_running(waiting, ddb, sfn) -> None:
-    ddb.update_item(TableName=LEDGER_TABLE, Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}},
-                    UpdateExpression="SET #s = :s", ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues={":s": {"S": "FAILED"}})
+    ddb.update_item(
+        TableName=LEDGER_TABLE,
+        Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":s": {"S": "FAILED"}},
+    )
 
     answer = call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
 
-    assert answer == {"status": 409, "message": f"file {EVENT_ID} is not waiting for an answer (its state: FAILED)"}
+    assert answer == {
+        "status": 409,
+        "message": f"file {EVENT_ID} is not waiting for an answer (its state: FAILED)",
+    }
 
 
 def test_fails_when_step_functions_no_longer_waits_on_the_token(waiting, ddb, sfn) -> None:
@@ -207,21 +253,36 @@ def test_fails_when_step_functions_no_longer_waits_on_the_token(waiting, ddb, sf
 
     answer = call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
 
-    assert answer == {"status": 409, "message": "the file is no longer waiting for an answer (timed out or closed)"}
+    assert answer == {
+        "status": 409,
+        "message": "the file is no longer waiting for an answer (timed out or closed)",
+    }
     assert "completion_answer" not in position(ddb)
 
 
 @pytest.mark.parametrize(
     ("request_", "message"),
     [
-        ({"action": "approve", "tenant": TENANT, "file": EVENT_ID},
-         "action 'approve' is not one of waiting, confirm, reject, heartbeat"),
-        ({"action": "confirm", "tenant": TENANT}, "'file' must be the waiting file's id (as 'waiting' returns it)"),
-        ({"action": "reject", "tenant": TENANT, "file": EVENT_ID},
-         "a rejection needs a 'reason' (a short summary, no record content)"),
-        ({"action": "reject", "tenant": TENANT, "file": EVENT_ID, "reason": "x" * (MAX_REJECT_REASON + 1)},
-         f"'reason' is {MAX_REJECT_REASON + 1} characters; at most {MAX_REJECT_REASON}"),
-        ({"action": "confirm", "tenant": TENANT, "file": EVENT_ID, "reason": "fine"}, "'reason' goes with 'reject' only"),
+        (
+            {"action": "approve", "tenant": TENANT, "file": EVENT_ID},
+            "action 'approve' is not one of waiting, confirm, reject, heartbeat",
+        ),
+        (
+            {"action": "confirm", "tenant": TENANT},
+            "'file' must be the waiting file's id (as 'waiting' returns it)",
+        ),
+        (
+            {"action": "reject", "tenant": TENANT, "file": EVENT_ID},
+            "a rejection needs a 'reason' (a short summary, no record content)",
+        ),
+        (
+            {"action": "reject", "tenant": TENANT, "file": EVENT_ID, "reason": "x" * (MAX_REJECT_REASON + 1)},
+            f"'reason' is {MAX_REJECT_REASON + 1} characters; at most {MAX_REJECT_REASON}",
+        ),
+        (
+            {"action": "confirm", "tenant": TENANT, "file": EVENT_ID, "reason": "fine"},
+            "'reason' goes with 'reject' only",
+        ),
         ({"action": "confirm", "tenant": TENANT, "file": EVENT_ID, "token": "x"}, "unknown field(s) token"),
         ("confirm", "the request must be a JSON object with 'action' and 'tenant'"),
     ],

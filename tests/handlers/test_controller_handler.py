@@ -11,8 +11,10 @@ import re
 import uuid
 from typing import Any
 
-from lambdas import controller
 import pytest
+from moto.stepfunctions.models import StepFunctionBackend
+
+from lambdas import controller
 from lambdas.contract import (
     MAX_FILE_EXECUTION_NAME,
     ControllerEnv,
@@ -23,9 +25,7 @@ from lambdas.contract import (
 )
 from lambdas.controller import process_message
 from lambdas.ledger import FAILED, RUNNING, Ledger
-from moto.stepfunctions.models import StepFunctionBackend
 from lambdas.runtime import BoundLogger, get_logger
-
 from tests.handlers.support import TENANT, Context, VisibilityRecorder, emf_records
 
 NOW = 1_700_000_100.5
@@ -57,8 +57,9 @@ class Queue:
     def __init__(self, sqs: Any, url: str) -> None:
         self.sqs, self.url = sqs, url
 
-    def record(self, event_id: str, *, sent_ms: int = 1_700_000_000_000, body: str | None = None,
-               **kw: Any) -> dict[str, Any]:
+    def record(
+        self, event_id: str, *, sent_ms: int = 1_700_000_000_000, body: str | None = None, **kw: Any
+    ) -> dict[str, Any]:
         """Send the event, receive it, and return the record Lambda would pass. Each message
         has a group of its own, so a test can hold several in flight at once."""
         self.sqs.send_message(
@@ -88,8 +89,6 @@ def queue(sqs: Any, queue_url: str) -> Queue:
     return Queue(sqs, queue_url)
 
 
-
-
 @pytest.fixture
 def config(sfn: Any, ledger_table: str, queue_url: str) -> ControllerEnv:
     arn = sfn.create_state_machine(
@@ -116,12 +115,20 @@ def ledger(ddb: Any, config: ControllerEnv) -> Ledger:
     return Ledger(ddb, config.ledger_table_name, TENANT)
 
 
-def run(record: dict[str, Any], config: ControllerEnv, sfn: Any, ddb: Any, sqs: Any, now: float = NOW,
-        sleeps: list[float] | None = None) -> dict[str, Any]:
+def run(
+    record: dict[str, Any],
+    config: ControllerEnv,
+    sfn: Any,
+    ddb: Any,
+    sqs: Any,
+    now: float = NOW,
+    sleeps: list[float] | None = None,
+) -> dict[str, Any]:
     log = BoundLogger(get_logger("controller"), {"tenant": config.tenant_id})
     slept = sleeps if sleeps is not None else []
-    return process_message(record, config=config, sfn=sfn, ddb=ddb, sqs=sqs, now=lambda: now, log=log,
-                           sleep=slept.append)
+    return process_message(
+        record, config=config, sfn=sfn, ddb=ddb, sqs=sqs, now=lambda: now, log=log, sleep=slept.append
+    )
 
 
 def executions(sfn: Any, config: ControllerEnv) -> dict[str, str]:
@@ -148,14 +155,24 @@ def forget(sfn: Any, config: ControllerEnv, name: str) -> None:
 
 
 def file_ref(event_id: str) -> FileRef:
-    return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key="acme/x.csv", version_id=f"v-{event_id}",
-                   size=1, etag=None, event_time="")
+    return FileRef(
+        tenant=TENANT,
+        event_id=event_id,
+        bucket="landing",
+        key="acme/x.csv",
+        version_id=f"v-{event_id}",
+        size=1,
+        etag=None,
+        event_time="",
+    )
 
 
 # --- starting ------------------------------------------------------------------------------------
 
 
-def test_free_gate_claims_the_ledger_and_starts_the_execution_named_by_event_id(config, sfn, ddb, sqs, queue, ledger):
+def test_free_gate_claims_the_ledger_and_starts_the_execution_named_by_event_id(
+    config, sfn, ddb, sqs, queue, ledger
+):
     """GIVEN an empty ledger WHEN a message arrives
     THEN the ledger makes its file current and its execution runs with the file and start record 0."""
     result = run(queue.record("evt-a", version_id="ver-1"), config, sfn, ddb, sqs)
@@ -164,11 +181,23 @@ def test_free_gate_claims_the_ledger_and_starts_the_execution_named_by_event_id(
     described = sfn.describe_execution(executionArn=execution_arn(config.state_machine_arn, "evt-a"))
     assert described["status"] == "RUNNING"
     assert json.loads(described["input"]) == {
-        "tenant": TENANT, "event_id": "evt-a", "bucket": "landing", "key": "acme/f.csv", "version_id": "ver-1",
-        "size": 12, "etag": "abc", "event_time": "2024-01-01T00:00:00Z", "start_record": 0,
+        "tenant": TENANT,
+        "event_id": "evt-a",
+        "bucket": "landing",
+        "key": "acme/f.csv",
+        "version_id": "ver-1",
+        "size": 12,
+        "etag": "abc",
+        "event_time": "2024-01-01T00:00:00Z",
+        "start_record": 0,
     }
     position = ledger.read()
-    assert (position.execution, position.file_id, position.status, position.seq) == ("evt-a", "evt-a", RUNNING, 1)
+    assert (position.execution, position.file_id, position.status, position.seq) == (
+        "evt-a",
+        "evt-a",
+        RUNNING,
+        1,
+    )
 
 
 def test_second_message_waits_while_the_first_runs_even_when_list_executions_sees_nothing(
@@ -186,17 +215,27 @@ def test_second_message_waits_while_the_first_runs_even_when_list_executions_see
         second = queue.record("evt-b", key="acme/g.csv")
         result = run(second, config, sfn, ddb, sqs)
 
-    assert result == {"batchItemFailures": [{"itemIdentifier": second["messageId"]}], "outcome": "waiting",
-                      "execution_name": "evt-a"}
+    assert result == {
+        "batchItemFailures": [{"itemIdentifier": second["messageId"]}],
+        "outcome": "waiting",
+        "execution_name": "evt-a",
+    }
     assert executions(sfn, config) == {"evt-a": "RUNNING"}
     position = ledger.read()
-    assert (position.waiting_message_id, position.waiting_receipt) == (second["messageId"], second["receiptHandle"])
+    assert (position.waiting_message_id, position.waiting_receipt) == (
+        second["messageId"],
+        second["receiptHandle"],
+    )
     assert queue.visible() == 0  # its visibility was set to 240 s, not left at the queue's 30 s
-    sqs.change_message_visibility(QueueUrl=config.queue_url, ReceiptHandle=second["receiptHandle"], VisibilityTimeout=0)
+    sqs.change_message_visibility(
+        QueueUrl=config.queue_url, ReceiptHandle=second["receiptHandle"], VisibilityTimeout=0
+    )
     assert queue.visible() == 1  # what the close's hand-off does
 
 
-def test_the_next_file_starts_once_the_close_is_recorded_and_step_functions_closed_it(config, sfn, ddb, sqs, queue, ledger):
+def test_the_next_file_starts_once_the_close_is_recorded_and_step_functions_closed_it(
+    config, sfn, ddb, sqs, queue, ledger
+):
     run(queue.record("evt-a"), config, sfn, ddb, sqs)
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
     set_status(sfn, config, "evt-a", "SUCCEEDED")
@@ -207,7 +246,9 @@ def test_the_next_file_starts_once_the_close_is_recorded_and_step_functions_clos
     assert executions(sfn, config) == {"evt-a": "SUCCEEDED", "evt-b": "RUNNING"}
 
 
-def test_a_recorded_close_waits_for_step_functions_to_close_the_execution(config, sfn, ddb, sqs, queue, ledger):
+def test_a_recorded_close_waits_for_step_functions_to_close_the_execution(
+    config, sfn, ddb, sqs, queue, ledger
+):
     """GIVEN the workflow's last state recorded the close while the execution is still RUNNING
     WHEN the next message arrives THEN it polls briefly, then waits a short time (never overlaps)."""
     run(queue.record("evt-a"), config, sfn, ddb, sqs)
@@ -225,11 +266,14 @@ def test_a_recorded_close_waits_for_step_functions_to_close_the_execution(config
     assert ledger.read().waiting_message_id == record["messageId"]
 
 
-@pytest.mark.parametrize(("closed_ago", "outcome"), [(controller.RECENT_CLOSE_SECONDS, "waiting"),
-                                                     (controller.RECENT_CLOSE_SECONDS + 1, "started")],
-                         ids=["an-hour-ago", "longer-ago"])
-def test_a_close_older_than_an_hour_is_not_checked_against_step_functions(config, sfn, ddb, sqs, queue, ledger,
-                                                                          closed_ago, outcome):
+@pytest.mark.parametrize(
+    ("closed_ago", "outcome"),
+    [(controller.RECENT_CLOSE_SECONDS, "waiting"), (controller.RECENT_CLOSE_SECONDS + 1, "started")],
+    ids=["an-hour-ago", "longer-ago"],
+)
+def test_a_close_older_than_an_hour_is_not_checked_against_step_functions(
+    config, sfn, ddb, sqs, queue, ledger, closed_ago, outcome
+):
     """GIVEN A's close recorded, its execution still RUNNING (stuck in its last state)
     WHEN B arrives up to an hour after the close THEN B waits for Step Functions to close A;
     later than that B starts: a recorded close is not waited for forever."""
@@ -244,26 +288,42 @@ def test_an_execution_pending_redrive_after_its_close_counts_as_closing(config, 
     ledger.record_close("evt-a", "FAILED", halt_on_failure=False, now=NOW + 1)
     set_status(sfn, config, "evt-a", "PENDING_REDRIVE")
 
-    assert run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 2)["outcome"] == "waiting"
+    assert (
+        run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 2)["outcome"]
+        == "waiting"
+    )
     assert "evt-b" not in executions(sfn, config)
 
 
-@pytest.mark.parametrize(("remaining", "sleeps_expected"), [
-    (2 * controller.CLOSING_POLL_SECONDS + 0.5, 0),  # a poll and a sleep would pass the margin
-    (2 * controller.CLOSING_POLL_SECONDS + 0.55, controller.CLOSING_POLLS - 1),
-    (0.5, 0),
-], ids=["at-the-margin", "just-above", "below"])
-def test_the_closing_polls_never_sleep_into_the_invocations_deadline(config, sfn, ddb, sqs, queue, ledger,
-                                                                    remaining, sleeps_expected):
+@pytest.mark.parametrize(
+    ("remaining", "sleeps_expected"),
+    [
+        (2 * controller.CLOSING_POLL_SECONDS + 0.5, 0),  # a poll and a sleep would pass the margin
+        (2 * controller.CLOSING_POLL_SECONDS + 0.55, controller.CLOSING_POLLS - 1),
+        (0.5, 0),
+    ],
+    ids=["at-the-margin", "just-above", "below"],
+)
+def test_the_closing_polls_never_sleep_into_the_invocations_deadline(
+    config, sfn, ddb, sqs, queue, ledger, remaining, sleeps_expected
+):
     """GIVEN the file ahead closing WHEN the controller has only `remaining` seconds left
     THEN it sleeps between polls only while a poll, a sleep and 0.5 s for its writes still fit."""
     run(queue.record("evt-a"), config, sfn, ddb, sqs)
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
     sleeps: list[float] = []
 
-    result = process_message(queue.record("evt-b", key="acme/g.csv"), config=config, sfn=sfn, ddb=ddb, sqs=sqs,
-                             now=lambda: NOW + 2, log=BoundLogger(get_logger("controller"), {}),
-                             sleep=sleeps.append, remaining_seconds=lambda: remaining)
+    result = process_message(
+        queue.record("evt-b", key="acme/g.csv"),
+        config=config,
+        sfn=sfn,
+        ddb=ddb,
+        sqs=sqs,
+        now=lambda: NOW + 2,
+        log=BoundLogger(get_logger("controller"), {}),
+        sleep=sleeps.append,
+        remaining_seconds=lambda: remaining,
+    )
 
     assert result["outcome"] == "waiting"
     assert sleeps == [controller.CLOSING_POLL_SECONDS] * sleeps_expected
@@ -284,7 +344,8 @@ def test_redelivery_after_a_crash_after_start_starts_nothing_new(config, sfn, dd
 
 
 def test_an_event_id_step_functions_would_refuse_as_a_name_starts_one_execution_under_a_hashed_name(
-        config, sfn, ddb, sqs, queue, ledger):
+    config, sfn, ddb, sqs, queue, ledger
+):
     """GIVEN an event id too long for an execution name, with characters Step Functions refuses
     WHEN its message is delivered twice THEN one execution runs, under the id's hashed name
     (which leaves room for the page suffix), and the ledger claims the file by its event id."""
@@ -350,8 +411,9 @@ def test_a_replayed_event_of_a_processed_version_is_let_go(config, sfn, ddb, sqs
     assert ledger.read().execution == "evt-a"
 
 
-def test_the_same_object_version_under_two_event_ids_in_the_queue_at_once_runs_once(config, sfn, ddb, sqs, queue,
-                                                                                   ledger):
+def test_the_same_object_version_under_two_event_ids_in_the_queue_at_once_runs_once(
+    config, sfn, ddb, sqs, queue, ledger
+):
     """GIVEN one upload delivered twice with two event ids (EventBridge delivers at least once,
     and an event forwarded from bus to bus may get a new id), both in the queue WHEN the first
     starts and the second arrives while it runs, then again after its close THEN the second
@@ -377,7 +439,11 @@ def test_a_redelivered_message_of_the_current_finished_file_is_let_go(config, sf
     record = queue.record("evt-a")
     run(record, config, sfn, ddb, sqs)
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW)
-    assert run(record, config, sfn, ddb, sqs) == {"batchItemFailures": [], "outcome": "done", "execution_name": "evt-a"}
+    assert run(record, config, sfn, ddb, sqs) == {
+        "batchItemFailures": [],
+        "outcome": "done",
+        "execution_name": "evt-a",
+    }
 
 
 class RacingLedger:
@@ -419,12 +485,18 @@ class EverChangingLedger:
 
     def get_item(self, **kwargs: Any) -> dict[str, Any]:
         observed = self._ddb.get_item(**kwargs)
-        self._ddb.update_item(TableName=self._table, Key=kwargs["Key"], UpdateExpression="SET seq = seq + :one",
-                              ExpressionAttributeValues={":one": {"N": "1"}})
+        self._ddb.update_item(
+            TableName=self._table,
+            Key=kwargs["Key"],
+            UpdateExpression="SET seq = seq + :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
         return observed
 
 
-def test_a_ledger_that_keeps_changing_leaves_the_message_waiting_briefly(config, sfn, ddb, sqs, queue, ledger):
+def test_a_ledger_that_keeps_changing_leaves_the_message_waiting_briefly(
+    config, sfn, ddb, sqs, queue, ledger
+):
     """GIVEN A running and a ledger that changes after every read WHEN B arrives THEN after
     MAX_DECISIONS tries B waits, back in CLOSING_VISIBILITY_SECONDS, and nothing starts."""
     run(queue.record("evt-a"), config, sfn, ddb, sqs)
@@ -433,8 +505,11 @@ def test_a_ledger_that_keeps_changing_leaves_the_message_waiting_briefly(config,
 
     result = run(record, config, sfn, EverChangingLedger(ddb, config), recorder)
 
-    assert result == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}], "outcome": "waiting",
-                      "execution_name": None}
+    assert result == {
+        "batchItemFailures": [{"itemIdentifier": record["messageId"]}],
+        "outcome": "waiting",
+        "execution_name": None,
+    }
     assert len(recorder.timeouts) == controller.MAX_DECISIONS + 1
     assert recorder.timeouts[-1] == controller.CLOSING_VISIBILITY_SECONDS
     assert executions(sfn, config) == {"evt-a": "RUNNING"}
@@ -457,15 +532,19 @@ def test_a_halted_tenant_keeps_its_next_file_waiting(config, sfn, ddb, sqs, queu
     assert recorder.timeouts == [config.waiting_visibility_seconds]
     position = ledger.read()
     assert (position.waiting_message_id, position.waiting_since, position.waiting_sent_at) == (
-        record["messageId"], NOW, 1_700_000_000.25)
+        record["messageId"],
+        NOW,
+        1_700_000_000.25,
+    )
     assert "evt-b" not in executions(sfn, config)
     assert any("halted" in getattr(r, "reason", "") and "ops resume" in r.reason for r in logs.records())
     assert logs.errors() == []
 
 
 @pytest.mark.parametrize(("on_failure", "outcome"), [("halt", "waiting"), ("continue", "started")])
-def test_a_close_that_was_never_recorded_is_recorded_by_the_controller(config, sfn, ddb, sqs, queue, ledger,
-                                                                       on_failure, outcome):
+def test_a_close_that_was_never_recorded_is_recorded_by_the_controller(
+    config, sfn, ddb, sqs, queue, ledger, on_failure, outcome
+):
     """GIVEN the ledger says A runs, but Step Functions closed it (an abort whose event was lost)
     WHEN B arrives THEN the controller records A's close (halting per on_failure) and decides on that."""
     config = ControllerEnv(**{**config.__dict__, "on_failure": on_failure})
@@ -480,7 +559,9 @@ def test_a_close_that_was_never_recorded_is_recorded_by_the_controller(config, s
     assert history[0]["execution"] == "evt-a" and history[0]["status"] == FAILED
     assert history[0]["closed_as"] == "ABORTED"
     assert (history[0]["error"], history[0]["cause"]) == (
-        "ClosedUnrecorded", "Step Functions reports ABORTED; found by the controller")
+        "ClosedUnrecorded",
+        "Step Functions reports ABORTED; found by the controller",
+    )
     assert position.halted is (on_failure == "halt")
 
 
@@ -501,14 +582,21 @@ def test_a_recently_closed_execution_already_forgotten_does_not_block(config, sf
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW)
     forget(sfn, config, "evt-a")
 
-    assert run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 1)["outcome"] == "started"
+    assert (
+        run(queue.record("evt-b", key="acme/g.csv"), config, sfn, ddb, sqs, now=NOW + 1)["outcome"]
+        == "started"
+    )
 
 
-@pytest.mark.parametrize(("age", "restarted", "visible_in"), [
-    (10, False, controller.CLOSING_VISIBILITY_SECONDS),
-    (controller.GATE_GRACE_SECONDS, True, 240),
-    (3600, True, 240),
-], ids=["just-started", "grace-over", "lost"])
+@pytest.mark.parametrize(
+    ("age", "restarted", "visible_in"),
+    [
+        (10, False, controller.CLOSING_VISIBILITY_SECONDS),
+        (controller.GATE_GRACE_SECONDS, True, 240),
+        (3600, True, 240),
+    ],
+    ids=["just-started", "grace-over", "lost"],
+)
 def test_a_running_file_unknown_to_step_functions_is_started_again_from_the_ledger_after_a_grace(
     config, sfn, ddb, sqs, queue, ledger, age, restarted, visible_in
 ):
@@ -606,8 +694,14 @@ def test_head_wait_of_a_halted_tenant_counts_from_the_failure(config, sfn, ddb, 
     set_status(sfn, config, "evt-a", "FAILED")
     capsys.readouterr()
 
-    result = run(queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000), config, sfn, ddb, sqs,
-                 now=NOW + 61)
+    result = run(
+        queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000),
+        config,
+        sfn,
+        ddb,
+        sqs,
+        now=NOW + 61,
+    )
 
     assert result["outcome"] == "waiting"
     assert head_waits(capsys) == [60.0]
@@ -620,8 +714,14 @@ def test_head_wait_is_zero_while_the_file_ahead_is_closing(config, sfn, ddb, sqs
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
     capsys.readouterr()
 
-    result = run(queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000), config, sfn, ddb, sqs,
-                 now=NOW + 30)
+    result = run(
+        queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000),
+        config,
+        sfn,
+        ddb,
+        sqs,
+        now=NOW + 30,
+    )
 
     assert result["outcome"] == "waiting"
     assert head_waits(capsys) == [0.0]
@@ -635,8 +735,9 @@ def test_head_wait_after_a_close_counts_from_the_close(config, sfn, ddb, sqs, qu
     set_status(sfn, config, "evt-a", "SUCCEEDED")
     capsys.readouterr()
 
-    result = run(queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000), config, sfn, ddb, sqs,
-                 now=NOW + 3)
+    result = run(
+        queue.record("evt-b", key="acme/g.csv", sent_ms=1_700_000_000_000), config, sfn, ddb, sqs, now=NOW + 3
+    )
 
     assert result["outcome"] == "started"
     assert head_waits(capsys) == [2.0]
@@ -661,7 +762,12 @@ def test_handler_reports_a_waiting_message_as_an_item_failure_logged_at_info(han
     assert logs.errors() == []
     (busy,) = [r for r in logs.records() if "gate busy" in r.getMessage()]
     assert busy.levelno == logging.INFO
-    assert (busy.tenant, busy.event_id, busy.key, busy.version_id) == (TENANT, "evt-b", "acme/f.csv", "v-evt-b")
+    assert (busy.tenant, busy.event_id, busy.key, busy.version_id) == (
+        TENANT,
+        "evt-b",
+        "acme/f.csv",
+        "v-evt-b",
+    )
     assert executions(sfn, handler_env) == {"evt-a": "RUNNING"}
 
 
@@ -709,8 +815,10 @@ def work_bucket(s3: Any) -> str:
 def quarantined(s3: Any) -> list[dict[str, Any]]:
     """The stored objects under the tenant's quarantine prefix, with their keys."""
     listed = s3.list_objects_v2(Bucket=WORK_BUCKET, Prefix=f"quarantine/{TENANT}/").get("Contents", [])
-    return [{"key": o["Key"], **json.loads(s3.get_object(Bucket=WORK_BUCKET, Key=o["Key"])["Body"].read())}
-            for o in listed]
+    return [
+        {"key": o["Key"], **json.loads(s3.get_object(Bucket=WORK_BUCKET, Key=o["Key"])["Body"].read())}
+        for o in listed
+    ]
 
 
 def poison(event: dict[str, Any], **detail: Any) -> str:
@@ -724,42 +832,67 @@ POISON = {
     "not-an-object": (json.dumps(["TOPSECRET"]), "not a JSON object"),
     "object-deleted": (json.dumps({**GOOD, "detail-type": "Object Deleted"}), "detail-type 'Object Created'"),
     "not-an-event": (json.dumps({"order": "TOPSECRET"}), "source must be 'aws.s3'"),
-    "no-version-id": (poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": 1}),
-                      "missing or empty detail.object.version-id"),
-    "null-version-id": (poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": 1, "version-id": "null"}),
-                        "version-id is 'null' (versioning of the landing bucket is suspended)"),
-    "another-bucket": (poison(GOOD, bucket={"name": "TOPSECRET-bucket"}),
-                       "another bucket than the landing bucket landing"),
-    "outside-prefix": (poison(GOOD, object={"key": "beta/TOPSECRET.csv", "size": 1, "version-id": "v1"}),
-                       "outside the tenant's prefix acme/"),
-    "not-utf8-key": (poison(GOOD, object={"key": "acme/TOPSECRET%FF.csv", "size": 1, "version-id": "v1"}),
-                     "not a URL-encoded UTF-8 key"),
-    "detail-not-an-object": (json.dumps({**GOOD, "detail": "TOPSECRET"}), "missing detail.bucket or detail.object"),
-    "no-bucket": (json.dumps({**GOOD, "detail": {"object": GOOD["detail"]["object"]}}),
-                  "missing detail.bucket or detail.object"),
+    "no-version-id": (
+        poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": 1}),
+        "missing or empty detail.object.version-id",
+    ),
+    "null-version-id": (
+        poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": 1, "version-id": "null"}),
+        "version-id is 'null' (versioning of the landing bucket is suspended)",
+    ),
+    "another-bucket": (
+        poison(GOOD, bucket={"name": "TOPSECRET-bucket"}),
+        "another bucket than the landing bucket landing",
+    ),
+    "outside-prefix": (
+        poison(GOOD, object={"key": "beta/TOPSECRET.csv", "size": 1, "version-id": "v1"}),
+        "outside the tenant's prefix acme/",
+    ),
+    "not-utf8-key": (
+        poison(GOOD, object={"key": "acme/TOPSECRET%FF.csv", "size": 1, "version-id": "v1"}),
+        "not a URL-encoded UTF-8 key",
+    ),
+    "detail-not-an-object": (
+        json.dumps({**GOOD, "detail": "TOPSECRET"}),
+        "missing detail.bucket or detail.object",
+    ),
+    "no-bucket": (
+        json.dumps({**GOOD, "detail": {"object": GOOD["detail"]["object"]}}),
+        "missing detail.bucket or detail.object",
+    ),
     "numeric-id": (json.dumps({**GOOD, "id": 12345}), "missing or empty id"),
-    **{f"size-{name}": (poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": size, "version-id": "v1"}),
-                        "detail.object.size is not a non-negative integer")
-       for name, size in {"negative": -1, "text": "12", "boolean": True}.items()},
+    **{
+        f"size-{name}": (
+            poison(GOOD, object={"key": "acme/TOPSECRET.csv", "size": size, "version-id": "v1"}),
+            "detail.object.size is not a non-negative integer",
+        )
+        for name, size in {"negative": -1, "text": "12", "boolean": True}.items()
+    },
 }
 
 
 @pytest.mark.parametrize(("body", "reason"), POISON.values(), ids=POISON.keys())
-def test_an_unusable_message_is_quarantined_and_let_go(handler_env, sfn, s3, work_bucket, queue, ledger, logs,
-                                                       capsys, body, reason):
+def test_an_unusable_message_is_quarantined_and_let_go(
+    handler_env, sfn, s3, work_bucket, queue, ledger, logs, capsys, body, reason
+):
     """GIVEN a message at the head of the queue that is not a usable file event of the tenant
     WHEN the controller handles it
     THEN it is stored in the work bucket's quarantine with its attributes and the reason, one
     ERROR line names the reason and the message id (never the body), QuarantinedMessages = 1
     is published, nothing starts, and the invocation succeeds so the message is deleted."""
-    record = {**queue.record("evt-x", body=body), "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q.fifo",
-              "messageAttributes": {"origin": {"stringValue": "hand", "dataType": "String"}}}
+    record = {
+        **queue.record("evt-x", body=body),
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q.fifo",
+        "messageAttributes": {"origin": {"stringValue": "hand", "dataType": "String"}},
+    }
 
     result = controller.handler({"Records": [record]}, Context())
 
     assert result == {"batchItemFailures": [], "outcome": "quarantined", "execution_name": None}
     (stored,) = quarantined(s3)
-    assert re.fullmatch(rf"quarantine/{TENANT}/\d{{8}}T\d{{6}}\.\d{{6}}Z-{record['messageId']}\.json", stored["key"])
+    assert re.fullmatch(
+        rf"quarantine/{TENANT}/\d{{8}}T\d{{6}}\.\d{{6}}Z-{record['messageId']}\.json", stored["key"]
+    )
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z", stored["quarantined_at"])  # UTC
     assert s3.head_object(Bucket=WORK_BUCKET, Key=stored["key"])["ContentType"] == "application/json"
     assert (stored["body"], stored["message_id"], stored["tenant"]) == (body, record["messageId"], TENANT)
@@ -773,7 +906,9 @@ def test_an_unusable_message_is_quarantined_and_let_go(handler_env, sfn, s3, wor
     assert "TOPSECRET" not in logs.text()
     metrics = emf_records(capsys.readouterr().out, "controller")
     assert [m.get("QuarantinedMessages") for m in metrics] == [1]  # no head wait: nothing was decided
-    assert metrics[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "QuarantinedMessages", "Unit": "Count"}]
+    assert metrics[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [
+        {"Name": "QuarantinedMessages", "Unit": "Count"}
+    ]
     assert metrics[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == handler_env.metric_namespace
     assert executions(sfn, handler_env) == {}
     assert ledger.read().seq == 0
@@ -804,8 +939,9 @@ def test_fails_when_the_quarantine_cannot_be_written(handler_env, sfn, s3, queue
     assert executions(sfn, handler_env) == {}
 
 
-def test_a_message_the_gate_finds_unusable_is_quarantined_too(config, sfn, ddb, sqs, s3, work_bucket, queue,
-                                                              monkeypatch):
+def test_a_message_the_gate_finds_unusable_is_quarantined_too(
+    config, sfn, ddb, sqs, s3, work_bucket, queue, monkeypatch
+):
     """GIVEN a gate that refuses a parsed file event as unusable (as an ordering mode may, for a key
     without a sequence number) WHEN the message is handled THEN it is quarantined with that reason."""
     from lambdas.contract import UnusableMessageError
@@ -829,9 +965,15 @@ def test_an_empty_file_is_a_usable_event_and_motos_spellings_are_read() -> None:
     event["detail"]["object"] = {"key": "acme/f.csv", "size": 0, "eTag": "e1", "version-id": "v1"}
     event["time"] = 1_700_000_000
 
-    ref = controller.file_ref_from_sqs_body(json.dumps(event), TENANT, landing_bucket="landing", landing_prefix="acme/")
+    ref = controller.file_ref_from_sqs_body(
+        json.dumps(event), TENANT, landing_bucket="landing", landing_prefix="acme/"
+    )
 
     assert (ref["size"], ref["etag"], ref["event_time"]) == (0, "e1", "2023-11-14T22:13:20Z")
     del event["time"]
-    assert controller.file_ref_from_sqs_body(json.dumps(event), TENANT, landing_bucket="landing",
-                                             landing_prefix="acme/")["event_time"] == ""
+    assert (
+        controller.file_ref_from_sqs_body(
+            json.dumps(event), TENANT, landing_bucket="landing", landing_prefix="acme/"
+        )["event_time"]
+        == ""
+    )

@@ -13,8 +13,9 @@ import json
 import logging
 from typing import Any
 
-from lambdas import operations
 import pytest
+
+from lambdas import operations
 from lambdas.contract import (
     LATE_ARRIVAL_METRIC,
     SEQUENCE_GAP_METRIC,
@@ -23,7 +24,6 @@ from lambdas.contract import (
     sequence_of,
 )
 from lambdas.ledger import Ledger, hand_off
-
 from tests.handlers.support import TENANT, emf_records
 from tests.handlers.test_controller_handler import (
     NOW,
@@ -52,7 +52,9 @@ def file_key(sequence: int) -> str:
 
 def emitted(capsys: pytest.CaptureFixture[str], metric: str) -> list[float]:
     """Values of `metric` in the EMF records the controller printed."""
-    return [record[metric] for record in emf_records(capsys.readouterr().out, "controller") if metric in record]
+    return [
+        record[metric] for record in emf_records(capsys.readouterr().out, "controller") if metric in record
+    ]
 
 
 def close(ledger: Ledger, execution: str, sqs: Any, queue_url: str, now: float) -> None:
@@ -119,8 +121,16 @@ def test_a_file_behind_a_start_step_functions_does_not_show_yet_waits_noted_unde
 ):
     """GIVEN file 1 claimed 10 s ago, its execution not visible yet WHEN file 2 arrives THEN it
     waits, noted under its number."""
-    one = FileRef(tenant=TENANT, event_id="evt-1", bucket="landing", key=file_key(1), version_id="v-evt-1", size=1,
-                  etag=None, event_time="")
+    one = FileRef(
+        tenant=TENANT,
+        event_id="evt-1",
+        bucket="landing",
+        key=file_key(1),
+        version_id="v-evt-1",
+        size=1,
+        etag=None,
+        event_time="",
+    )
     ledger.claim(ledger.read(), one, "evt-1", NOW - 10, sequence=1)
     two = queue.record("evt-2", key=file_key(2))
 
@@ -130,7 +140,9 @@ def test_a_file_behind_a_start_step_functions_does_not_show_yet_waits_noted_unde
     assert executions(sfn, sequenced) == {}
 
 
-def test_files_start_by_sequence_and_each_close_wakes_the_next_number(sequenced, sfn, ddb, sqs, queue, ledger):
+def test_files_start_by_sequence_and_each_close_wakes_the_next_number(
+    sequenced, sfn, ddb, sqs, queue, ledger
+):
     """GIVEN files 3 and 2 waiting (they arrived before 1)
     WHEN 1 arrives THEN it starts; its close makes 2's message visible at once (not 3's);
     2 starts, and its close wakes 3."""
@@ -157,20 +169,30 @@ def test_files_start_by_sequence_and_each_close_wakes_the_next_number(sequenced,
     assert [s for s, _ in ledger.waiting_sequences()] == [3], "2's note was not forgotten once it started"
 
 
-def test_a_file_behind_the_sequence_is_unusable_unless_it_is_a_duplicate_event(sequenced, sfn, ddb, sqs, queue, ledger,
-                                                                              s3, work_bucket):
+def test_a_file_behind_the_sequence_is_unusable_unless_it_is_a_duplicate_event(
+    sequenced, sfn, ddb, sqs, queue, ledger, s3, work_bucket
+):
     """GIVEN file 1 processed WHEN another file numbered 1 arrives THEN it is quarantined as unusable
     (it would be processed out of order); the same event delivered again is let go."""
     run(queue.record("evt-1", key=file_key(1)), sequenced, sfn, ddb, sqs)
     close(ledger, "evt-1", sqs, sequenced.queue_url, NOW + 1)
     set_status(sfn, sequenced, "evt-1", "SUCCEEDED")
 
-    result = run(queue.record("evt-other", key="acme/batch-0001.csv", version_id="v2"), sequenced, sfn, ddb, sqs,
-                 now=NOW + 2)
+    result = run(
+        queue.record("evt-other", key="acme/batch-0001.csv", version_id="v2"),
+        sequenced,
+        sfn,
+        ddb,
+        sqs,
+        now=NOW + 2,
+    )
     assert result["outcome"] == "quarantined"
     (stored,) = quarantined(s3)
     assert stored["reason"].startswith("sequence number 1 is behind the tenant's next one, 2")
-    assert run(queue.record("evt-1", key=file_key(1)), sequenced, sfn, ddb, sqs, now=NOW + 2)["outcome"] == "done"
+    assert (
+        run(queue.record("evt-1", key=file_key(1)), sequenced, sfn, ddb, sqs, now=NOW + 2)["outcome"]
+        == "done"
+    )
     # A replay of the same object version under a new event id (ops reconcile / dlq) is a duplicate too.
     version = json.loads(described_input(sfn, sequenced, "evt-1"))["version_id"]
     replayed = queue.record("reconcile-x", key=file_key(1), version_id=version)
@@ -179,7 +201,10 @@ def test_a_file_behind_the_sequence_is_unusable_unless_it_is_a_duplicate_event(s
 
 
 def test_a_key_without_a_sequence_number_is_unusable(sequenced, sfn, ddb, sqs, queue, s3, work_bucket):
-    assert run(queue.record("evt-x", key="acme/readme.txt"), sequenced, sfn, ddb, sqs)["outcome"] == "quarantined"
+    assert (
+        run(queue.record("evt-x", key="acme/readme.txt"), sequenced, sfn, ddb, sqs)["outcome"]
+        == "quarantined"
+    )
     (stored,) = quarantined(s3)
     assert "no sequence number matching" in stored["reason"]
     assert executions(sfn, sequenced) == {}
@@ -191,7 +216,9 @@ def test_the_first_sequence_number_is_configurable(sequenced, sfn, ddb, sqs, que
     assert run(queue.record("evt-0", key=file_key(0)), from_zero, sfn, ddb, sqs)["outcome"] == "started"
 
 
-def test_skip_gap_gives_up_the_missing_numbers_and_wakes_the_lowest_waiting_file(sequenced, sfn, ddb, sqs, queue, ledger):
+def test_skip_gap_gives_up_the_missing_numbers_and_wakes_the_lowest_waiting_file(
+    sequenced, sfn, ddb, sqs, queue, ledger
+):
     """GIVEN file 1 done and file 4 waiting (2 and 3 never came)
     WHEN the operator skips the gap THEN the position moves to 3, 4's message is visible at once,
     the history says which numbers were given up and why, and 4 then starts."""
@@ -200,13 +227,17 @@ def test_skip_gap_gives_up_the_missing_numbers_and_wakes_the_lowest_waiting_file
     four = queue.record("evt-4", key=file_key(4))
     assert run(four, sequenced, sfn, ddb, sqs, now=NOW + 2)["outcome"] == "waiting"
 
-    outcome = operations.skip_gap(ledger, sqs, sequenced.queue_url, first_sequence=1, reason="never sent", now=NOW + 3)
+    outcome = operations.skip_gap(
+        ledger, sqs, sequenced.queue_url, first_sequence=1, reason="never sent", now=NOW + 3
+    )
 
     assert "gave up sequence number(s) 2-3" in outcome.message and "file 4 starts now" in outcome.message
     assert ledger.read().sequence == 3
     assert queue.visible() == 1
     gap = ledger.history()[0]
-    assert gap["status"] == "SKIPPED" and gap["skip_reason"] == "sequence numbers 2-3 never arrived: never sent"
+    assert (
+        gap["status"] == "SKIPPED" and gap["skip_reason"] == "sequence numbers 2-3 never arrived: never sent"
+    )
     set_status(sfn, sequenced, "evt-1", "SUCCEEDED")
     assert run(four, sequenced, sfn, ddb, sqs, now=NOW + 4)["outcome"] == "started"
 
@@ -246,43 +277,80 @@ def test_an_event_older_than_the_last_file_started_is_processed_logged_and_count
     """GIVEN file B (event time 10:00:05) started WHEN the event of A (10:00:01) arrives after it
     THEN A is processed next all the same, with a WARNING naming both event times and a
     LateArrivals count of 1; an event in order counts nothing."""
-    run(queue.record("evt-b", body=late_event("evt-b", "acme/b.csv", "2024-01-01T10:00:05Z")), config, sfn, ddb, sqs)
+    run(
+        queue.record("evt-b", body=late_event("evt-b", "acme/b.csv", "2024-01-01T10:00:05Z")),
+        config,
+        sfn,
+        ddb,
+        sqs,
+    )
     ledger.record_close("evt-b", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
     set_status(sfn, config, "evt-b", "SUCCEEDED")
     capsys.readouterr()
 
-    result = run(queue.record("evt-a", body=late_event("evt-a", "acme/a.csv", "2024-01-01T10:00:01Z")),
-                 config, sfn, ddb, sqs, now=NOW + 2)
+    result = run(
+        queue.record("evt-a", body=late_event("evt-a", "acme/a.csv", "2024-01-01T10:00:01Z")),
+        config,
+        sfn,
+        ddb,
+        sqs,
+        now=NOW + 2,
+    )
 
     assert result["outcome"] == "started"
     assert emitted(capsys, LATE_ARRIVAL_METRIC) == [1]
     (warning,) = [r for r in logs.records() if r.levelno == logging.WARNING]
     assert "arrived after a newer file started" in warning.getMessage()
-    assert (warning.event_time, warning.last_started_event_time) == ("2024-01-01T10:00:01Z", "2024-01-01T10:00:05Z")
+    assert (warning.event_time, warning.last_started_event_time) == (
+        "2024-01-01T10:00:01Z",
+        "2024-01-01T10:00:05Z",
+    )
 
     ledger.record_close("evt-a", "SUCCEEDED", halt_on_failure=True, now=NOW + 3)
     set_status(sfn, config, "evt-a", "SUCCEEDED")
-    run(queue.record("evt-c", body=late_event("evt-c", "acme/c.csv", "2024-01-01T10:00:09Z")),
-        config, sfn, ddb, sqs, now=NOW + 4)
+    run(
+        queue.record("evt-c", body=late_event("evt-c", "acme/c.csv", "2024-01-01T10:00:09Z")),
+        config,
+        sfn,
+        ddb,
+        sqs,
+        now=NOW + 4,
+    )
     assert emitted(capsys, LATE_ARRIVAL_METRIC) == []
 
 
-@pytest.mark.parametrize(("event_time", "late"), [
-    ("2024-01-01T19:00:01+09:00", True),  # 10:00:01 UTC, before B's 10:00:05 UTC
-    ("2024-01-01T10:00:01", True),  # no offset: UTC
-    ("2024-01-01T10:00:05Z", False),  # the same instant as B's: not late
-    ("yesterday", False),  # not a time: nothing to compare
-], ids=["offset", "no-offset", "same-instant", "unreadable"])
+@pytest.mark.parametrize(
+    ("event_time", "late"),
+    [
+        ("2024-01-01T19:00:01+09:00", True),  # 10:00:01 UTC, before B's 10:00:05 UTC
+        ("2024-01-01T10:00:01", True),  # no offset: UTC
+        ("2024-01-01T10:00:05Z", False),  # the same instant as B's: not late
+        ("yesterday", False),  # not a time: nothing to compare
+    ],
+    ids=["offset", "no-offset", "same-instant", "unreadable"],
+)
 def test_event_times_are_compared_as_instants(config, sfn, ddb, sqs, queue, ledger, capsys, event_time, late):
     """GIVEN file B (event time 10:00:05 UTC) started and closed WHEN A's event arrives with
     `event_time` THEN A starts, counted as a late arrival only if its instant is earlier than B's."""
-    run(queue.record("evt-b", body=late_event("evt-b", "acme/b.csv", "2024-01-01T10:00:05Z")), config, sfn, ddb, sqs)
+    run(
+        queue.record("evt-b", body=late_event("evt-b", "acme/b.csv", "2024-01-01T10:00:05Z")),
+        config,
+        sfn,
+        ddb,
+        sqs,
+    )
     ledger.record_close("evt-b", "SUCCEEDED", halt_on_failure=True, now=NOW + 1)
     set_status(sfn, config, "evt-b", "SUCCEEDED")
     capsys.readouterr()
 
-    result = run(queue.record("evt-a", body=late_event("evt-a", "acme/a.csv", event_time)), config, sfn, ddb, sqs,
-                 now=NOW + 2)
+    result = run(
+        queue.record("evt-a", body=late_event("evt-a", "acme/a.csv", event_time)),
+        config,
+        sfn,
+        ddb,
+        sqs,
+        now=NOW + 2,
+    )
 
     assert result["outcome"] == "started"
     assert emitted(capsys, LATE_ARRIVAL_METRIC) == ([1] if late else [])
@@ -318,7 +386,9 @@ def test_a_close_between_noting_a_waiting_file_and_checking_the_position_is_neve
     assert ledger.read().sequence == 2
 
 
-def test_the_ledger_refuses_to_skip_a_gap_while_a_file_runs_or_the_tenant_is_halted(sequenced, sfn, ddb, sqs, queue, ledger):
+def test_the_ledger_refuses_to_skip_a_gap_while_a_file_runs_or_the_tenant_is_halted(
+    sequenced, sfn, ddb, sqs, queue, ledger
+):
     """The ledger's own condition, not only the operator command's check: a gap skip that raced a
     claim or a failure fails (LedgerConflict) instead of moving the sequence under a running file."""
     from lambdas.ledger import LedgerConflict

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+
 from lambdas.contract import FileRef, execution_arn
 from lambdas.ledger import FAILED, RUNNING, Ledger, start_execution
 from lambdas.operations import NothingToDo, describe_state, resume, skip, skip_gap
-
 from tests.handlers.support import TENANT
 
 NOW = 1_700_000_000.0
@@ -21,26 +21,48 @@ NOW = 1_700_000_000.0
 
 def file(event_id: str, sequence: int | None = None) -> FileRef:
     key = f"acme/{event_id}.csv" if sequence is None else f"acme/batch-{sequence:04d}.csv"
-    return FileRef(tenant=TENANT, event_id=event_id, bucket="landing", key=key, version_id="v1", size=1,
-                   etag=None, event_time="")
+    return FileRef(
+        tenant=TENANT,
+        event_id=event_id,
+        bucket="landing",
+        key=key,
+        version_id="v1",
+        size=1,
+        etag=None,
+        event_time="",
+    )
 
 
 def started_input(sfn: Any, machine: str, execution: str) -> dict[str, Any]:
     return json.loads(sfn.describe_execution(executionArn=execution_arn(machine, execution))["input"])
 
 
-def failed(ledger: Ledger, *, halt: bool = True, next_record: int = 7, error: str | None = "SinkRejectedError",
-           status: str = "FAILED") -> Any:
+def failed(
+    ledger: Ledger,
+    *,
+    halt: bool = True,
+    next_record: int = 7,
+    error: str | None = "SinkRejectedError",
+    status: str = "FAILED",
+) -> Any:
     """acme's file e1 ran, acknowledged `next_record` records and closed as `status`."""
     ledger.claim(ledger.read(), file("e1"), "e1", NOW)
     ledger.record_progress("e1", next_record)
-    return ledger.record_close("e1", status, halt_on_failure=halt, now=NOW + 1, error=error,
-                               cause=None if error is None else "chunk 0 record 7: HTTP 400")
+    return ledger.record_close(
+        "e1",
+        status,
+        halt_on_failure=halt,
+        now=NOW + 1,
+        error=error,
+        cause=None if error is None else "chunk 0 record 7: HTTP 400",
+    )
 
 
 def waiting_message(sqs: Any, queue_url: str, ledger: Ledger) -> None:
     """The next file's message, received and noted as waiting behind the halted one."""
-    sqs.send_message(QueueUrl=queue_url, MessageBody="{}", MessageGroupId=TENANT, MessageDeduplicationId="next")
+    sqs.send_message(
+        QueueUrl=queue_url, MessageBody="{}", MessageGroupId=TENANT, MessageDeduplicationId="next"
+    )
     (message,) = sqs.receive_message(QueueUrl=queue_url, VisibilityTimeout=240)["Messages"]
     ledger.record_waiting(ledger.read(), message["MessageId"], message["ReceiptHandle"], NOW + 2, NOW + 2)
 
@@ -85,7 +107,12 @@ def test_resume_starts_the_failed_file_again_at_its_first_unacknowledged_record(
     assert outcome.message == "resumed s3://landing/acme/e1.csv at record 7 as execution e1-r1"
     assert started_input(sfn, machine, "e1-r1")["start_record"] == 7
     position = ledger.read()
-    assert (position.status, position.execution, position.halted, position.attempt) == (RUNNING, "e1-r1", False, 1)
+    assert (position.status, position.execution, position.halted, position.attempt) == (
+        RUNNING,
+        "e1-r1",
+        False,
+        1,
+    )
 
 
 def test_a_resume_cut_short_before_its_start_is_finished_by_the_next_resume(ledger, sfn, machine):
@@ -101,7 +128,9 @@ def test_a_resume_cut_short_before_its_start_is_finished_by_the_next_resume(ledg
     assert (outcome.execution, outcome.start_record) == ("e1-r1", 7)
     assert started_input(sfn, machine, "e1-r1")["start_record"] == 7
     assert ledger.read() == cut_short
-    with pytest.raises(NothingToDo, match=r"^nothing to resume: tenant acme is running acme/e1.csv \(execution e1-r1\)$"):
+    with pytest.raises(
+        NothingToDo, match=r"^nothing to resume: tenant acme is running acme/e1.csv \(execution e1-r1\)$"
+    ):
         resume(ledger, sfn, machine, NOW + 7)  # it runs now
 
 
@@ -110,20 +139,25 @@ def test_resume_never_starts_a_first_attempt_the_controller_has_not_started_yet(
     the gate's to start, under its own name: resume refuses instead of racing it."""
     ledger.claim(ledger.read(), file("e1"), "e1", NOW)
 
-    with pytest.raises(NothingToDo, match=r"^nothing to resume: tenant acme is running acme/e1.csv \(execution e1\)$"):
+    with pytest.raises(
+        NothingToDo, match=r"^nothing to resume: tenant acme is running acme/e1.csv \(execution e1\)$"
+    ):
         resume(ledger, sfn, machine, NOW + 1)
 
     assert sfn.list_executions(stateMachineArn=machine)["executions"] == []
 
 
 @pytest.mark.parametrize("action", ["resume", "skip"])
-def test_a_failed_file_that_did_not_halt_the_tenant_is_neither_resumed_nor_skipped(action, ledger, sfn, sqs,
-                                                                                     queue_url, machine):
+def test_a_failed_file_that_did_not_halt_the_tenant_is_neither_resumed_nor_skipped(
+    action, ledger, sfn, sqs, queue_url, machine
+):
     """`on_failure: continue`: the failed file closed without halting; the tenant went on."""
     failed(ledger, halt=False)
     before = ledger.read()
 
-    with pytest.raises(NothingToDo, match=rf"^nothing to {action}: tenant acme is idle \(last file acme/e1.csv: FAILED\)$"):
+    with pytest.raises(
+        NothingToDo, match=rf"^nothing to {action}: tenant acme is idle \(last file acme/e1.csv: FAILED\)$"
+    ):
         if action == "resume":
             resume(ledger, sfn, machine, NOW + 5)
         else:
@@ -141,13 +175,19 @@ def test_skip_gives_up_the_file_and_makes_the_waiting_message_visible_now(ledger
 
     outcome = skip(ledger, sqs, queue_url, "  agreed with the tenant ", NOW + 5)
 
-    assert outcome.message == ("skipped s3://landing/acme/e1.csv at record 7 (reason: agreed with the tenant); "
-                               "the next file starts now")
+    assert outcome.message == (
+        "skipped s3://landing/acme/e1.csv at record 7 (reason: agreed with the tenant); "
+        "the next file starts now"
+    )
     assert (outcome.execution, outcome.start_record) == ("e1", 7)
     assert visible(sqs, queue_url) == 1
     assert ledger.read().waiting_receipt is None
     (entry,) = ledger.history()  # the failed attempt's entry now says it was given up, and when
-    assert (entry["status"], entry["closed_at"], entry["skip_reason"]) == ("SKIPPED", NOW + 5, "agreed with the tenant")
+    assert (entry["status"], entry["closed_at"], entry["skip_reason"]) == (
+        "SKIPPED",
+        NOW + 5,
+        "agreed with the tenant",
+    )
 
 
 def test_skip_without_a_waiting_message_says_the_next_file_starts_when_it_is_received(ledger, sqs, queue_url):
@@ -170,7 +210,9 @@ def test_a_hand_off_that_fails_after_the_skip_is_reported_not_raised(action, fai
         failed(ledger)
         waiting_message(sqs, queue_url, ledger)
     else:
-        sqs.send_message(QueueUrl=queue_url, MessageBody="{}", MessageGroupId=TENANT, MessageDeduplicationId="6")
+        sqs.send_message(
+            QueueUrl=queue_url, MessageBody="{}", MessageGroupId=TENANT, MessageDeduplicationId="6"
+        )
         (message,) = sqs.receive_message(QueueUrl=queue_url, VisibilityTimeout=240)["Messages"]
         ledger.note_waiting_sequence(6, message["MessageId"], message["ReceiptHandle"], NOW)
 
@@ -180,12 +222,16 @@ def test_a_hand_off_that_fails_after_the_skip_is_reported_not_raised(action, fai
         raise ClientError({"Error": {"Code": failure, "Message": "Rate exceeded"}}, "ChangeMessageVisibility")
 
     sqs.meta.events.register("provide-client-params.sqs.ChangeMessageVisibility", throttle)
-    outcome = (skip(ledger, sqs, queue_url, reason="r", now=NOW + 5) if action == "skip"
-               else skip_gap(ledger, sqs, queue_url, first_sequence=5, reason="r", now=NOW))
+    outcome = (
+        skip(ledger, sqs, queue_url, reason="r", now=NOW + 5)
+        if action == "skip"
+        else skip_gap(ledger, sqs, queue_url, first_sequence=5, reason="r", now=NOW)
+    )
 
     assert outcome.message.endswith(
         "starts when its message is next received (the skip is recorded; making the message visible now "
-        f"failed: {failure})")
+        f"failed: {failure})"
+    )
     position = ledger.read()
     if action == "skip":
         assert (position.status, position.halted) == ("SKIPPED", False)
@@ -196,9 +242,13 @@ def test_a_hand_off_that_fails_after_the_skip_is_reported_not_raised(action, fai
 
 def test_skip_and_skip_gap_need_a_reason(ledger, sqs, queue_url):
     failed(ledger)
-    with pytest.raises(ValueError, match=r"^a reason is required: say why this file's remaining records may be given up$"):
+    with pytest.raises(
+        ValueError, match=r"^a reason is required: say why this file's remaining records may be given up$"
+    ):
         skip(ledger, sqs, queue_url, " \t", NOW + 5)
-    with pytest.raises(ValueError, match=r"^a reason is required: say why the missing files may be given up$"):
+    with pytest.raises(
+        ValueError, match=r"^a reason is required: say why the missing files may be given up$"
+    ):
         skip_gap(ledger, sqs, queue_url, first_sequence=1, reason="", now=NOW + 5, to=3)
     assert ledger.read().status == FAILED
 
@@ -233,11 +283,16 @@ def test_skip_gap_of_one_number_names_it_alone(ledger, sqs, queue_url):
 
 def test_skip_gap_to_a_number_whose_file_has_not_come_yet(ledger, sqs, queue_url):
     outcome = skip_gap(ledger, sqs, queue_url, first_sequence=5, reason="r", now=NOW, to=7)
-    assert outcome.message == "gave up sequence number(s) 5-6 (reason: r); file 7 starts when its message is next received"
+    assert (
+        outcome.message
+        == "gave up sequence number(s) 5-6 (reason: r); file 7 starts when its message is next received"
+    )
     assert ledger.read().sequence == 6
 
 
-def test_a_stale_waiting_note_below_the_gap_neither_hides_the_gap_nor_blocks_the_hand_off(ledger, sqs, queue_url):
+def test_a_stale_waiting_note_below_the_gap_neither_hides_the_gap_nor_blocks_the_hand_off(
+    ledger, sqs, queue_url
+):
     """GIVEN a waiting note left behind for a number the tenant has passed (a hand-off cut short
     between making the message visible and forgetting the note) and file 5 waiting after a gap
     WHEN the operator skips the gap THEN the gap is 3-4 (not the stale number) and 5's message
@@ -251,7 +306,9 @@ def test_a_stale_waiting_note_below_the_gap_neither_hides_the_gap_nor_blocks_the
 
     outcome = skip_gap(ledger, sqs, queue_url, first_sequence=1, reason="r", now=NOW + 3)
 
-    assert outcome.message.startswith("gave up sequence number(s) 3-4 ") and outcome.message.endswith("file 5 starts now")
+    assert outcome.message.startswith("gave up sequence number(s) 3-4 ") and outcome.message.endswith(
+        "file 5 starts now"
+    )
     assert visible(sqs, queue_url) == 1
     assert [sequence for sequence, _ in ledger.waiting_sequences()] == [2]
 
@@ -263,14 +320,22 @@ def test_every_operator_write_moves_the_position_forward_and_resume_forgets_the_
     """A resume or skip decided on an older read is refused (the position's `seq` only grows), and
     the resumed attempt carries nothing of the failed one's close."""
     claimed = ledger.claim(ledger.read(), file("e1"), "e1", NOW)
-    halted = ledger.record_close("e1", "FAILED", halt_on_failure=True, now=NOW + 1, error="SinkRejectedError",
-                                 cause="HTTP 400")
+    halted = ledger.record_close(
+        "e1", "FAILED", halt_on_failure=True, now=NOW + 1, error="SinkRejectedError", cause="HTTP 400"
+    )
     resumed = ledger.resume(halted, "e1-r1", NOW + 2)
     assert claimed.seq < halted.seq < resumed.seq
     assert (resumed.error, resumed.cause, resumed.closed_at, resumed.closed_as, resumed.failed_in) == (
-        None, None, None, None, None)
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
     assert ledger.read() == resumed
-    halted_again = ledger.record_close("e1-r1", "FAILED", halt_on_failure=True, now=NOW + 3, error="E", cause="c")
+    halted_again = ledger.record_close(
+        "e1-r1", "FAILED", halt_on_failure=True, now=NOW + 3, error="E", cause="c"
+    )
     skipped = ledger.skip(halted_again, "r", NOW + 4)
     assert halted_again.seq < skipped.seq and ledger.read().seq == skipped.seq
     gap = ledger.skip_gap(skipped, 1, 3, "r", NOW + 5)
@@ -284,13 +349,19 @@ def test_a_given_up_gap_is_a_history_entry_of_its_own(ledger, ddb):
     assert item["entry"]["S"] == f"file#{int(NOW * 1000):013d}#gap-2-3"
     (entry,) = ledger.history()
     assert (entry["execution"], entry["status"], entry["started_at"], entry["closed_at"]) == (
-        "gap-2-3", "SKIPPED", NOW, NOW)
+        "gap-2-3",
+        "SKIPPED",
+        NOW,
+        NOW,
+    )
     assert entry["skip_reason"] == "sequence numbers 2-3 never arrived: never sent"
     assert item["expires_at"] == {"N": str(int(NOW + 400 * 86400))}  # kept as long as every history entry
 
 
 @pytest.mark.parametrize("action", ["skip", "skip_gap"])
-def test_an_operators_decision_is_recorded_with_its_history_entry_or_not_at_all(action, ledger, ddb, sqs, queue_url):
+def test_an_operators_decision_is_recorded_with_its_history_entry_or_not_at_all(
+    action, ledger, ddb, sqs, queue_url
+):
     """GIVEN the write of the history entry fails (the process dies, the connection drops) WHEN
     the operator skips THEN the ledger is as before (the tenant still halted, or the gap still
     open), not a decision without its entry in `ops status --history`; the skip run again records
@@ -311,8 +382,11 @@ def test_an_operators_decision_is_recorded_with_its_history_entry_or_not_at_all(
             raise ConnectionError("the connection dropped")
 
     ddb.meta.events.register("provide-client-params.dynamodb.*", fail)
-    run = (lambda: skip(ledger, sqs, queue_url, reason="r", now=NOW + 5)) if action == "skip" else (
-        lambda: skip_gap(ledger, sqs, queue_url, first_sequence=1, reason="r", now=NOW, to=3))
+    run = (
+        (lambda: skip(ledger, sqs, queue_url, reason="r", now=NOW + 5))
+        if action == "skip"
+        else (lambda: skip_gap(ledger, sqs, queue_url, first_sequence=1, reason="r", now=NOW, to=3))
+    )
     with pytest.raises(ConnectionError):
         run()
     assert ledger.read() == before
@@ -351,7 +425,9 @@ def test_the_operators_actions_read_one_waiting_note_and_read_it_consistently(le
     notes is a consistent read (not one that may miss the note just written), and a hand-off or a
     gap skip asks DynamoDB for the lowest note only, however many files wait (a burst of them)."""
     queries: list[dict[str, Any]] = []
-    ddb.meta.events.register("provide-client-params.dynamodb.Query", lambda params, **_: queries.append(params))
+    ddb.meta.events.register(
+        "provide-client-params.dynamodb.Query", lambda params, **_: queries.append(params)
+    )
     for sequence in (5, 6, 7):
         ledger.note_waiting_sequence(sequence, f"m{sequence}", f"receipt-{sequence}", NOW)
 

@@ -26,28 +26,30 @@ And at the end: once the faults stop, every queued file starts (nothing wedges).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 import boto3
-from lambdas import operations
 import pytest
-from lambdas.closer import Closer
-from lambdas.contract import CLOSED_STATUSES, CloserEnv, ControllerEnv, execution_arn
-from lambdas.controller import process_message
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from lambdas.ledger import PAUSED, SKIPPED, SUCCEEDED, Ledger, LedgerConflict, version_entry
 from moto import mock_aws
 from moto.stepfunctions.models import stepfunctions_backends
+
+from lambdas import operations
+from lambdas.closer import Closer
+from lambdas.contract import CLOSED_STATUSES, CloserEnv, ControllerEnv, execution_arn
+from lambdas.controller import process_message
+from lambdas.ledger import PAUSED, SKIPPED, SUCCEEDED, Ledger, LedgerConflict, version_entry
 from lambdas.runtime import BoundLogger, get_logger
-
 from tests.conftest import share_service_models
-
 from tests.handlers.support import REGION, TENANT
 
-pytestmark = pytest.mark.slow  # hundreds of protocol steps on moto: make test runs it, make test-fast does not
+pytestmark = (
+    pytest.mark.slow
+)  # hundreds of protocol steps on moto: make test runs it, make test-fast does not
 
 HOLD = json.dumps({"StartAt": "Hold", "States": {"Hold": {"Type": "Wait", "Seconds": 60, "End": True}}})
 
@@ -81,7 +83,7 @@ class CrashingClient:
 class LandingBucket:
     """What `ops replace` asks S3: every object version the rules uploaded exists."""
 
-    def head_object(self, Bucket: str, Key: str, VersionId: str | None = None) -> dict[str, Any]:  # noqa: N803
+    def head_object(self, Bucket: str, Key: str, VersionId: str | None = None) -> dict[str, Any]:
         return {"VersionId": VersionId, "ContentLength": 1, "ETag": '"e"'}
 
 
@@ -97,9 +99,14 @@ class Protocol(RuleBasedStateMachine):
         self.sns = boto3.client("sns", region_name=REGION)
         self.ddb.create_table(
             TableName="ledger",
-            KeySchema=[{"AttributeName": "tenant", "KeyType": "HASH"}, {"AttributeName": "entry", "KeyType": "RANGE"}],
-            AttributeDefinitions=[{"AttributeName": "tenant", "AttributeType": "S"},
-                                  {"AttributeName": "entry", "AttributeType": "S"}],
+            KeySchema=[
+                {"AttributeName": "tenant", "KeyType": "HASH"},
+                {"AttributeName": "entry", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "tenant", "AttributeType": "S"},
+                {"AttributeName": "entry", "AttributeType": "S"},
+            ],
             BillingMode="PAY_PER_REQUEST",
         )
         self.queue = self.sqs.create_queue(
@@ -112,12 +119,25 @@ class Protocol(RuleBasedStateMachine):
         topic = self.sns.create_topic(Name="alarms")["TopicArn"]
         self.halt = True
         self.controller_env = ControllerEnv(
-            tenant_id=TENANT, state_machine_arn=self.machine, ledger_table_name="ledger", queue_url=self.queue,
-            metric_namespace="N", on_failure="halt", waiting_visibility_seconds=240,
-            work_bucket="work", landing_bucket="landing", landing_prefix="acme/",
+            tenant_id=TENANT,
+            state_machine_arn=self.machine,
+            ledger_table_name="ledger",
+            queue_url=self.queue,
+            metric_namespace="N",
+            on_failure="halt",
+            waiting_visibility_seconds=240,
+            work_bucket="work",
+            landing_bucket="landing",
+            landing_prefix="acme/",
         )
-        self.closer_env = CloserEnv(tenant_id=TENANT, state_machine_arn=self.machine, ledger_table_name="ledger",
-                                    queue_url=self.queue, alarm_topic_arn=topic, on_failure="halt")
+        self.closer_env = CloserEnv(
+            tenant_id=TENANT,
+            state_machine_arn=self.machine,
+            ledger_table_name="ledger",
+            queue_url=self.queue,
+            alarm_topic_arn=topic,
+            on_failure="halt",
+        )
         self.ledger = Ledger(self.ddb, "ledger", TENANT)
         self.now = 1_700_000_000.0
         self.sent: list[str] = []  # event ids, in queue order
@@ -158,17 +178,28 @@ class Protocol(RuleBasedStateMachine):
                 assert name in self.paused_with, f"{name} started while the tenant was paused"
             self.ours.add(name)
             file_id = name.split("-r")[0]
-            assert file_id not in self.correction_events, f"the correction's own event {file_id} started it again"
+            assert file_id not in self.correction_events, (
+                f"the correction's own event {file_id} started it again"
+            )
             if file_id in self.corrections:
                 continue  # in its failed file's place
-            assert file_id not in self.replays, f"replay {file_id} of {self.replays.get(file_id)} started an execution"
+            assert file_id not in self.replays, (
+                f"replay {file_id} of {self.replays.get(file_id)} started an execution"
+            )
             if file_id not in self.started:
                 self.started.append(file_id)
 
     def close(self, name: str, status: str, *, reported: bool) -> None:
         if reported:
-            closer = Closer(config=self.closer_env, ledger=self.ledger, sqs=self.sqs, sns=self.sns, sfn=self.sfn,
-                            now=self.now, log=self.log())
+            closer = Closer(
+                config=self.closer_env,
+                ledger=self.ledger,
+                sqs=self.sqs,
+                sns=self.sns,
+                sfn=self.sfn,
+                now=self.now,
+                log=self.log(),
+            )
             closer.handle({"execution_name": name, "status": status, "error": "E", "cause": "c"})
         self.set_status(name, status)
 
@@ -183,12 +214,21 @@ class Protocol(RuleBasedStateMachine):
         self.a_file_arrives()
 
     def send(self, event_id: str, key: str, version_id: str = "v1") -> None:
-        body = json.dumps({
-            "id": event_id, "source": "aws.s3", "detail-type": "Object Created", "time": "2024-01-01T00:00:00Z",
-            "detail": {"bucket": {"name": "landing"}, "object": {"key": key, "size": 1, "version-id": version_id}},
-        })
-        self.sqs.send_message(QueueUrl=self.queue, MessageBody=body, MessageGroupId=TENANT,
-                              MessageDeduplicationId=event_id)
+        body = json.dumps(
+            {
+                "id": event_id,
+                "source": "aws.s3",
+                "detail-type": "Object Created",
+                "time": "2024-01-01T00:00:00Z",
+                "detail": {
+                    "bucket": {"name": "landing"},
+                    "object": {"key": key, "size": 1, "version-id": version_id},
+                },
+            }
+        )
+        self.sqs.send_message(
+            QueueUrl=self.queue, MessageBody=body, MessageGroupId=TENANT, MessageDeduplicationId=event_id
+        )
 
     @rule()
     def a_file_arrives(self) -> None:
@@ -214,19 +254,33 @@ class Protocol(RuleBasedStateMachine):
         self.deliver(after_calls)
 
     def deliver(self, crash_after: int | None) -> None:
-        messages = self.sqs.receive_message(QueueUrl=self.queue, MaxNumberOfMessages=1,
-                                            AttributeNames=["All"]).get("Messages", [])
+        messages = self.sqs.receive_message(
+            QueueUrl=self.queue, MaxNumberOfMessages=1, AttributeNames=["All"]
+        ).get("Messages", [])
         if not messages:
             return
         (message,) = messages
         self.in_flight[message["MessageId"]] = message["ReceiptHandle"]
-        record = {"messageId": message["MessageId"], "receiptHandle": message["ReceiptHandle"],
-                  "body": message["Body"], "attributes": {"SentTimestamp": message["Attributes"]["SentTimestamp"]}}
+        record = {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": {"SentTimestamp": message["Attributes"]["SentTimestamp"]},
+        }
         fuse = [crash_after] if crash_after is not None else []
-        clients = {name: CrashingClient(c, fuse) for name, c in (("sfn", self.sfn), ("ddb", self.ddb), ("sqs", self.sqs))}
+        clients = {
+            name: CrashingClient(c, fuse)
+            for name, c in (("sfn", self.sfn), ("ddb", self.ddb), ("sqs", self.sqs))
+        }
         try:
-            result = process_message(record, config=self.controller_env, now=lambda: self.now, log=self.log(),
-                                     sleep=lambda s: None, **clients)
+            result = process_message(
+                record,
+                config=self.controller_env,
+                now=lambda: self.now,
+                log=self.log(),
+                sleep=lambda s: None,
+                **clients,
+            )
         except Crash:
             self.note_starts()
             return  # the message stays in flight until its visibility ends
@@ -253,13 +307,16 @@ class Protocol(RuleBasedStateMachine):
         self.now += seconds
         if seconds >= 30:
             for message_id, receipt in list(self.in_flight.items()):
-                try:
-                    self.sqs.change_message_visibility(QueueUrl=self.queue, ReceiptHandle=receipt, VisibilityTimeout=0)
-                except Exception:
-                    pass
+                with contextlib.suppress(Exception):
+                    self.sqs.change_message_visibility(
+                        QueueUrl=self.queue, ReceiptHandle=receipt, VisibilityTimeout=0
+                    )
                 self.in_flight.pop(message_id, None)
 
-    @rule(status=st.sampled_from(["SUCCEEDED", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]), reported=st.booleans())
+    @rule(
+        status=st.sampled_from(["SUCCEEDED", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]),
+        reported=st.booleans(),
+    )
     def the_running_execution_closes(self, status: str, reported: bool) -> None:
         for name in self.running_ours()[:1]:
             self.close(name, status, reported=reported)
@@ -287,8 +344,15 @@ class Protocol(RuleBasedStateMachine):
         self.ours.discard(name)
         self.set_status(name, "RUNNING")
         if event_reaches_closer:
-            Closer(config=self.closer_env, ledger=self.ledger, sqs=self.sqs, sns=self.sns, sfn=self.sfn,
-                   now=self.now, log=self.log()).handle({"execution_name": name, "status": "RUNNING"})
+            Closer(
+                config=self.closer_env,
+                ledger=self.ledger,
+                sqs=self.sqs,
+                sns=self.sns,
+                sfn=self.sfn,
+                now=self.now,
+                log=self.log(),
+            ).handle({"execution_name": name, "status": "RUNNING"})
         position = self.ledger.read()
         assert not (position.execution == name and position.running), "a redrive became the current execution"
 
@@ -325,8 +389,16 @@ class Protocol(RuleBasedStateMachine):
             for event_id in own_events:
                 self.send(event_id, key, version)
         # A halted tenant's failed file can always be replaced by a new version of it.
-        outcome = operations.replace(self.ledger, self.sfn, LandingBucket(), self.machine, landing_prefix="acme/",
-                                     key=key, version_id=version, now=self.now)
+        outcome = operations.replace(
+            self.ledger,
+            self.sfn,
+            LandingBucket(),
+            self.machine,
+            landing_prefix="acme/",
+            key=key,
+            version_id=version,
+            now=self.now,
+        )
         original = (position.replaces or {}).get("file_event") or position.file_id
         self.corrections[str(outcome.execution)] = str(original)
         self.note_starts()
@@ -347,15 +419,26 @@ class Protocol(RuleBasedStateMachine):
         """The register function sees the pause: the position becomes PAUSED, the execution ends
         SUCCEEDED at FilePaused without a close; the status rule may still report its end."""
         position = self.ledger.read()
-        if not (position.paused_at is not None and position.running and position.execution in self.running_ours()):
+        if not (
+            position.paused_at is not None and position.running and position.execution in self.running_ours()
+        ):
             return
         self.ledger.record_pause(position.execution)
         self.set_status(position.execution, "SUCCEEDED")
         if reported:
-            Closer(config=self.closer_env, ledger=self.ledger, sqs=self.sqs, sns=self.sns, sfn=self.sfn,
-                   now=self.now, log=self.log()).handle({"execution_name": position.execution, "status": "SUCCEEDED"})
+            Closer(
+                config=self.closer_env,
+                ledger=self.ledger,
+                sqs=self.sqs,
+                sns=self.sns,
+                sfn=self.sfn,
+                now=self.now,
+                log=self.log(),
+            ).handle({"execution_name": position.execution, "status": "SUCCEEDED"})
         after = self.ledger.read()
-        assert (after.status, after.execution) == (PAUSED, position.execution), "a paused file was recorded as closed"
+        assert (after.status, after.execution) == (PAUSED, position.execution), (
+            "a paused file was recorded as closed"
+        )
 
     @rule()
     def an_operator_unpauses(self) -> None:
@@ -395,7 +478,9 @@ class Protocol(RuleBasedStateMachine):
         if position.status == PAUSED:
             assert position.paused_at is not None, "PAUSED without the pause"
         if position.status == SUCCEEDED and position.execution in self.corrections:
-            assert self.corrections[position.execution] in self.started, "a correction ran for a file never started"
+            assert self.corrections[position.execution] in self.started, (
+                "a correction ran for a file never started"
+            )
         # A redrive is never the running execution.
         assert not (position.running and position.execution in self.hand_made), (
             f"the hand-made redrive {position.execution} became the running execution"
@@ -422,7 +507,9 @@ class Protocol(RuleBasedStateMachine):
                 self.note_starts()
             self.time_passes(400)
             self.deliver(None)
-        assert set(self.sent) <= set(self.started), f"never started: {sorted(set(self.sent) - set(self.started))}"
+        assert set(self.sent) <= set(self.started), (
+            f"never started: {sorted(set(self.sent) - set(self.started))}"
+        )
 
 
 def test_the_protocol_keeps_its_invariants_and_never_wedges(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -445,7 +532,10 @@ def test_the_protocol_keeps_its_invariants_and_never_wedges(monkeypatch: pytest.
                 super().teardown()
 
     Drained.TestCase.settings = settings(
-        max_examples=40, stateful_step_count=30, deadline=None, derandomize=True,
+        max_examples=40,
+        stateful_step_count=30,
+        deadline=None,
+        derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
     Drained.TestCase().runTest()

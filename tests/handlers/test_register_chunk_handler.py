@@ -15,12 +15,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from lambdas import chunk_format
-from lambdas import contract
 import pytest
-from lambdas import register_chunk
-from lambdas import sink_client
-from lambdas import split
+
+from lambdas import chunk_format, contract, register_chunk, sink_client, split
 from lambdas.contract import (
     FileRef,
     RegisterEnv,
@@ -32,7 +29,6 @@ from lambdas.contract import (
 )
 from lambdas.ledger import Ledger, Position
 from lambdas.runtime import BoundLogger, get_logger
-
 from tests.handlers import support
 from tests.handlers.support import TENANT, Context
 
@@ -90,7 +86,12 @@ def sink() -> Iterator[Sink]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             state.requests.append(
-                {"path": self.path, "headers": dict(self.headers), "body": body, "client": self.client_address}
+                {
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": body,
+                    "client": self.client_address,
+                }
             )
             number = len(state.requests) - 1
             status = state.respond(number)
@@ -100,7 +101,9 @@ def sink() -> Iterator[Sink]:
             if status == HANG_UP:
                 self.close_connection = True
                 return
-            self.close_connection = state.hang_up_after(number)  # no `Connection: close`: the client finds out
+            self.close_connection = state.hang_up_after(
+                number
+            )  # no `Connection: close`: the client finds out
             self.send_response(status)
             if 300 <= status < 400:
                 self.send_header("Location", "/elsewhere")
@@ -159,11 +162,28 @@ def put_file(s3: Any, content: bytes, *, fmt: str = "jsonl", chunk_size: int = 3
     """Upload `content` as acme/f.csv and split it as the workflow would (execution evt-1): its
     chunk index and manifest under PREFIX. Returns the object version (also the tasks' default)."""
     version_id = s3.put_object(Bucket=LANDING, Key=KEY, Body=content)["VersionId"]
-    env = contract.SplitEnv(tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK,
-                            landing_prefix="acme/", ledger_table_name="ledger", duplicate_files="process",
-                            max_chunks=10**9)
-    split.split_file({"tenant": TENANT, "event_id": "evt-1", "bucket": LANDING, "key": KEY, "version_id": version_id,
-                      "start_record": 0}, config=env, s3=s3)  # type: ignore[typeddict-item]
+    env = contract.SplitEnv(
+        tenant_id=TENANT,
+        format=fmt,
+        chunk_size=chunk_size,
+        work_bucket=WORK,
+        landing_prefix="acme/",
+        ledger_table_name="ledger",
+        duplicate_files="process",
+        max_chunks=10**9,
+    )
+    split.split_file(
+        {
+            "tenant": TENANT,
+            "event_id": "evt-1",
+            "bucket": LANDING,
+            "key": KEY,
+            "version_id": version_id,
+            "start_record": 0,
+        },
+        config=env,
+        s3=s3,
+    )  # type: ignore[typeddict-item]
     LANDED["version_id"] = version_id
     return version_id
 
@@ -196,8 +216,16 @@ class CountingS3:
 def ledger(ddb: Any, ledger_table: str) -> Ledger:
     """The tenant's ledger with execution `evt-1` running the file."""
     ledger = Ledger(ddb, ledger_table, TENANT)
-    file = FileRef(tenant=TENANT, event_id="evt-1", bucket="landing", key="acme/f.csv", version_id="v1", size=1,
-                   etag=None, event_time="")
+    file = FileRef(
+        tenant=TENANT,
+        event_id="evt-1",
+        bucket="landing",
+        key="acme/f.csv",
+        version_id="v1",
+        size=1,
+        etag=None,
+        event_time="",
+    )
     ledger.claim(ledger.read(), file, "evt-1", 1_700_000_000.0)
     return ledger
 
@@ -205,12 +233,23 @@ def ledger(ddb: Any, ledger_table: str) -> Ledger:
 def put_chunk(s3: Any, index: int, records: list[dict[str, Any]], *, chunk_size: int = 3) -> str:
     """A file whose chunk `index` holds `records` (earlier chunks hold filler records)."""
     filler = [{"filler": n} for n in range(index * chunk_size)]
-    return put_file(s3, "".join(json.dumps(r) + "\n" for r in [*filler, *records]).encode(), chunk_size=chunk_size)
+    return put_file(
+        s3, "".join(json.dumps(r) + "\n" for r in [*filler, *records]).encode(), chunk_size=chunk_size
+    )
 
 
-def task(index: int, *, chunk_size: int = 3, version_id: str | None = None, prefix: str = PREFIX,
-         start_record: int = 0, record_count: int = 100, execution_name: str = "evt-1",
-         fault_since: float | None = None, key: str = "acme/f.csv") -> dict[str, Any]:
+def task(
+    index: int,
+    *,
+    chunk_size: int = 3,
+    version_id: str | None = None,
+    prefix: str = PREFIX,
+    start_record: int = 0,
+    record_count: int = 100,
+    execution_name: str = "evt-1",
+    fault_since: float | None = None,
+    key: str = "acme/f.csv",
+) -> dict[str, Any]:
     return {
         "tenant": TENANT,
         "bucket": LANDING,
@@ -228,16 +267,31 @@ def task(index: int, *, chunk_size: int = 3, version_id: str | None = None, pref
 
 
 def config(sink: Sink, timeout: float = 2.0, budget: float = 3600, batch_size: int = 1) -> RegisterEnv:
-    return RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger", sink_url=sink.url,
-                       sink_timeout_seconds=timeout, sink_outage_budget_seconds=budget, landing_prefix="acme/",
-                       sink_batch_size=batch_size)
+    return RegisterEnv(
+        tenant_id=TENANT,
+        work_bucket=WORK,
+        ledger_table_name="ledger",
+        sink_url=sink.url,
+        sink_timeout_seconds=timeout,
+        sink_outage_budget_seconds=budget,
+        landing_prefix="acme/",
+        sink_batch_size=batch_size,
+    )
 
 
-def register(work: Any, ledger: Ledger, the_task: dict[str, Any], cfg: RegisterEnv, clock: Clock | None = None) -> dict[str, Any]:
+def register(
+    work: Any, ledger: Ledger, the_task: dict[str, Any], cfg: RegisterEnv, clock: Clock | None = None
+) -> dict[str, Any]:
     clock = clock or Clock()
     return register_chunk.register_chunk(
-        the_task, config=cfg, s3=work, ledger=ledger, log=BoundLogger(get_logger("register_chunk"), {}),
-        remaining_seconds=clock.remaining, clock=clock.time, sleep=clock.sleep,
+        the_task,
+        config=cfg,
+        s3=work,
+        ledger=ledger,
+        log=BoundLogger(get_logger("register_chunk"), {}),
+        remaining_seconds=clock.remaining,
+        clock=clock.time,
+        sleep=clock.sleep,
     )
 
 
@@ -254,7 +308,12 @@ def test_records_arrive_in_order_with_their_headers_and_progress_is_recorded(wor
 
     result = register(work, ledger, task(1, start_record=3), config(sink))
 
-    assert (result["done"], result["start_record"], result["records_sent"], result["retry_after_seconds"]) == (True, 6, 3, 0)
+    assert (
+        result["done"],
+        result["start_record"],
+        result["records_sent"],
+        result["retry_after_seconds"],
+    ) == (True, 6, 3, 0)
     assert result["fault_since"] is None
     assert sink.bodies() == records
     assert sink.keys() == [expected_key(LANDED["version_id"], i) for i in (3, 4, 5)]
@@ -345,9 +404,15 @@ def test_a_refused_connection_is_a_fault_episode_not_a_failure(work, ledger):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     put_chunk(work, 0, [{"id": 0}])
-    refused = RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger",
-                          sink_url=f"http://127.0.0.1:{port}/records", sink_timeout_seconds=1,
-                          sink_outage_budget_seconds=3600, landing_prefix="acme/")
+    refused = RegisterEnv(
+        tenant_id=TENANT,
+        work_bucket=WORK,
+        ledger_table_name="ledger",
+        sink_url=f"http://127.0.0.1:{port}/records",
+        sink_timeout_seconds=1,
+        sink_outage_budget_seconds=3600,
+        landing_prefix="acme/",
+    )
 
     result = register(work, ledger, task(0), refused)
 
@@ -439,8 +504,11 @@ def test_fails_when_a_chunk_range_holds_more_than_chunk_size_records(work, sink,
     """GIVEN an index whose chunk 0 range covers 4 records (chunk_size 3; a damaged index)
     WHEN registered THEN it stops before reusing the next chunk's idempotency keys."""
     put_chunk(work, 0, [{"id": i} for i in range(6)])
-    work.put_object(Bucket=WORK, Key=contract.chunk_index_key(PREFIX),
-                    Body=chunk_format.INDEX_ENTRY.pack(0) + chunk_format.INDEX_ENTRY.pack(4 * len(b'{"id": 0}\n')))
+    work.put_object(
+        Bucket=WORK,
+        Key=contract.chunk_index_key(PREFIX),
+        Body=chunk_format.INDEX_ENTRY.pack(0) + chunk_format.INDEX_ENTRY.pack(4 * len(b'{"id": 0}\n')),
+    )
 
     with pytest.raises(ValueError, match="more than chunk_size=3"):
         register(work, ledger, task(0), config(sink))
@@ -493,8 +561,9 @@ def test_fails_when_sink_url_is_not_http(handler_env, monkeypatch):
     """GIVEN SINK_URL=file:///etc/passwd WHEN the handler starts THEN FunctionEnvironmentError,
     nothing is read."""
     monkeypatch.setenv(contract.env_name("sink_url"), "file:///etc/passwd")
-    with pytest.raises(contract.FunctionEnvironmentError,
-                       match="SINK_URL='file:///etc/passwd' must be an http"):
+    with pytest.raises(
+        contract.FunctionEnvironmentError, match="SINK_URL='file:///etc/passwd' must be an http"
+    ):
         register_chunk.handler(task(0), Context())
 
 
@@ -516,15 +585,29 @@ def connection_fields(capsys: pytest.CaptureFixture[str]) -> list[tuple[int, int
     return [(r["sink_connections"], r["sink_reconnects"], r["SinkErrors"]) for r in emf_records(capsys)]
 
 
-def register_chunks(work: Any, ledger: Ledger, sink: Sink, chunks: int, *, between: Callable[[int], None] = lambda i: None,
-                    chunk_size: int = 3, clock: Clock | None = None, cfg: RegisterEnv | None = None) -> list[dict[str, Any]]:
+def register_chunks(
+    work: Any,
+    ledger: Ledger,
+    sink: Sink,
+    chunks: int,
+    *,
+    between: Callable[[int], None] = lambda i: None,
+    chunk_size: int = 3,
+    clock: Clock | None = None,
+    cfg: RegisterEnv | None = None,
+) -> list[dict[str, Any]]:
     """A file of `chunks` chunks registered by one warm function, a chunk per invocation (each to done)."""
-    put_file(work, "".join(json.dumps({"id": i}) + "\n" for i in range(chunks * chunk_size)).encode(),
-             chunk_size=chunk_size)
+    put_file(
+        work,
+        "".join(json.dumps({"id": i}) + "\n" for i in range(chunks * chunk_size)).encode(),
+        chunk_size=chunk_size,
+    )
     results = []
     for index in range(chunks):
         between(index)
-        progress = task(index, chunk_size=chunk_size, start_record=index * chunk_size, record_count=chunks * chunk_size)
+        progress = task(
+            index, chunk_size=chunk_size, start_record=index * chunk_size, record_count=chunks * chunk_size
+        )
         while not progress.get("done"):
             progress = register(work, ledger, progress, cfg or config(sink), clock)
         results.append(progress)
@@ -546,13 +629,17 @@ def test_a_warm_function_sends_every_chunk_over_the_connection_it_kept(work, sin
     assert connection_fields(capsys) == [(1, 0, 0), (0, 0, 0), (0, 0, 0)]
 
 
-def test_a_kept_connection_closed_while_idle_is_opened_again_once_and_the_record_sent_on_it(work, sink, ledger, capsys):
+def test_a_kept_connection_closed_while_idle_is_opened_again_once_and_the_record_sent_on_it(
+    work, sink, ledger, capsys
+):
     """GIVEN the core system closes idle connections (its keep-alive timeout) between two invocations
     WHEN the second chunk is registered THEN its first record, which found the kept connection closed,
     goes again at once on one new connection under the same key: no error, no backoff, each record
     registered once, the reconnect counted."""
     clock = Clock()
-    register_chunks(work, ledger, sink, 2, between=lambda i: sink.close_idle() if i == 1 else None, clock=clock)
+    register_chunks(
+        work, ledger, sink, 2, between=lambda i: sink.close_idle() if i == 1 else None, clock=clock
+    )
 
     assert registered_keys(sink) == sink.keys()[:3] + sink.keys()[-3:]
     assert registered_keys(sink) == [expected_key(LANDED["version_id"], i) for i in range(6)]
@@ -574,7 +661,9 @@ def test_random_cuts_between_requests_lose_nothing_and_register_nothing_twice(wo
     register_chunks(work, ledger, sink, 10, between=lambda i: sink.close_idle() if i in idle_cuts else None)
 
     assert sink.keys() == [expected_key(LANDED["version_id"], i) for i in range(30)]  # none sent twice
-    on_new_connection = [n for n in range(1, 30) if sink.requests[n]["client"] != sink.requests[n - 1]["client"]]
+    on_new_connection = [
+        n for n in range(1, 30) if sink.requests[n]["client"] != sink.requests[n - 1]["client"]
+    ]
     assert on_new_connection == sorted({n + 1 for n in closed if n < 29} | {3 * i for i in idle_cuts})
     fields = connection_fields(capsys)
     assert sum(reconnected for _, reconnected, _ in fields) == len(on_new_connection) > 5
@@ -582,7 +671,9 @@ def test_random_cuts_between_requests_lose_nothing_and_register_nothing_twice(wo
     assert [errors for _, _, errors in fields] == [0] * 10
 
 
-def test_a_request_the_core_system_took_but_did_not_answer_goes_again_under_the_same_key(work, sink, ledger, capsys):
+def test_a_request_the_core_system_took_but_did_not_answer_goes_again_under_the_same_key(
+    work, sink, ledger, capsys
+):
     """GIVEN a kept connection the core system closes after reading a request, before answering (it
     may or may not have registered it) WHEN the chunk is registered THEN the request goes again at
     once on a new connection with the same idempotency key and body, and the chunk continues."""
@@ -621,7 +712,9 @@ def test_a_reconnect_is_tried_once_then_the_fault_is_a_failed_try(work, sink, le
     then a failed try (backed off), then the record goes through: never a loop of reconnects."""
     clock = Clock()
     sink.respond = lambda n: HANG_UP if n == 3 else 200  # the 4th request to arrive: the one sent again
-    register_chunks(work, ledger, sink, 2, between=lambda i: sink.close_idle() if i == 1 else None, clock=clock)
+    register_chunks(
+        work, ledger, sink, 2, between=lambda i: sink.close_idle() if i == 1 else None, clock=clock
+    )
 
     assert registered_keys(sink) == [expected_key(LANDED["version_id"], i) for i in range(6)]
     assert clock.sleeps == [register_chunk.RETRY_BACKOFF_SECONDS[0]]
@@ -648,8 +741,11 @@ def test_publishes_records_sent_and_sink_errors_once_per_invocation(work, sink, 
     assert (record["RecordsSent"], record["SinkErrors"], record["Tenant"]) == (4, 4, TENANT)
     (directive,) = record["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == "OrderedIngest"
-    assert directive["Metrics"] == [{"Name": "RecordsSent", "Unit": "Count"}, {"Name": "SinkErrors", "Unit": "Count"},
-                                    {"Name": "SinkRequests", "Unit": "Count"}]
+    assert directive["Metrics"] == [
+        {"Name": "RecordsSent", "Unit": "Count"},
+        {"Name": "SinkErrors", "Unit": "Count"},
+        {"Name": "SinkRequests", "Unit": "Count"},
+    ]
     assert record["SinkRequests"] == 4  # one acknowledged POST per record in record mode
 
 
@@ -739,14 +835,21 @@ def test_csv_chunks_are_read_by_range_and_hold_exactly_their_records(work, sink,
     is registered THEN the core system gets exactly the file's records, in order, with the keys of
     their positions, and each chunk read only its own bytes of the pinned landing version."""
     rows = [("1", "a"), ("2", "two\nlines"), ("3", 'x "q"\r\ny'), ("4", "d"), ("5", "e,f")]
-    content = ("id,text\r\n" + "".join(f'{i},"{t.replace(chr(34), chr(34) * 2)}"\r\n' for i, t in rows)).encode()
+    content = (
+        "id,text\r\n" + "".join(f'{i},"{t.replace(chr(34), chr(34) * 2)}"\r\n' for i, t in rows)
+    ).encode()
     version = put_file(work, content, fmt="csv", chunk_size=2)
     s3 = SpyS3(work)
 
     for index in range(3):
         progress = register_chunk.register_chunk(
-            task(index, chunk_size=2, start_record=2 * index, record_count=5), config=config(sink), s3=s3,
-            ledger=ledger, log=BoundLogger(get_logger("register_chunk"), {}), remaining_seconds=Clock().remaining)
+            task(index, chunk_size=2, start_record=2 * index, record_count=5),
+            config=config(sink),
+            s3=s3,
+            ledger=ledger,
+            log=BoundLogger(get_logger("register_chunk"), {}),
+            remaining_seconds=Clock().remaining,
+        )
         assert progress["done"] is True
 
     assert sink.bodies() == [{"id": i, "text": t} for i, t in rows]
@@ -754,7 +857,10 @@ def test_csv_chunks_are_read_by_range_and_hold_exactly_their_records(work, sink,
     landing_reads = [rng for bucket, _, rng in s3.gets if bucket == LANDING]
     starts = [content.index(f'\r\n{i},"'.encode()) + 2 for i in ("1", "3", "5")] + [len(content)]
     assert landing_reads == [f"bytes={a}-{b - 1}" for a, b in zip(starts, starts[1:])]
-    assert {key for bucket, key, _ in s3.gets if bucket == WORK} == {PREFIX + "manifest.json", PREFIX + "chunk-offsets.bin"}
+    assert {key for bucket, key, _ in s3.gets if bucket == WORK} == {
+        PREFIX + "manifest.json",
+        PREFIX + "chunk-offsets.bin",
+    }
 
 
 def test_a_stale_execution_is_refused_before_anything_is_read(work, sink, ledger):
@@ -769,7 +875,9 @@ def test_a_stale_execution_is_refused_before_anything_is_read(work, sink, ledger
 def test_fails_when_the_key_is_outside_the_landing_prefix(work, sink, ledger):
     """GIVEN a task naming another tenant's object WHEN registered THEN refused before any read."""
     s3 = SpyS3(work)
-    with pytest.raises(contract.KeyOutsidePrefixError, match="'beta/f.csv' is outside the landing prefix 'acme/'"):
+    with pytest.raises(
+        contract.KeyOutsidePrefixError, match="'beta/f.csv' is outside the landing prefix 'acme/'"
+    ):
         register(s3, ledger, task(0, key="beta/f.csv"), config(sink))
     assert s3.gets == [] and sink.requests == []
 
@@ -804,7 +912,11 @@ def test_batches_are_json_arrays_cut_on_the_chunks_grid_with_one_key_each(work, 
 
     assert (result["done"], result["start_record"], result["records_sent"]) == (True, 14, 7)
     assert sink.bodies() == [records[0:3], records[3:6], records[6:7]]
-    assert sink.keys() == [expected_batch_key(version, 7, 3), expected_batch_key(version, 10, 3), expected_batch_key(version, 13, 1)]
+    assert sink.keys() == [
+        expected_batch_key(version, 7, 3),
+        expected_batch_key(version, 10, 3),
+        expected_batch_key(version, 13, 1),
+    ]
     assert all(r["headers"]["Content-Type"] == "application/json" for r in sink.requests)
     assert len({r["client"] for r in sink.requests}) == 1  # one connection for the chunk
     assert ledger.read().next_record == 14
@@ -818,9 +930,15 @@ def test_a_batch_key_never_equals_a_record_key():
     from lambdas.chunk_format import idempotency_key
     from lambdas.sink_client import batch_idempotency_key
 
-    assert batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 1) != idempotency_key("landing", "acme/f.csv", "v1", 5)
-    assert batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 3) != batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 2)
-    assert batch_idempotency_key("landing", "acme/f.csv", "v2", 5, 3) != batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 3)
+    assert batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 1) != idempotency_key(
+        "landing", "acme/f.csv", "v1", 5
+    )
+    assert batch_idempotency_key("landing", "acme/f.csv", "v1", 5, 3) != batch_idempotency_key(
+        "landing", "acme/f.csv", "v1", 5, 2
+    )
+    assert batch_idempotency_key("landing", "acme/f.csv", "v2", 5, 3) != batch_idempotency_key(
+        "landing", "acme/f.csv", "v1", 5, 3
+    )
 
 
 def test_a_resumed_chunk_sends_the_rest_of_its_batch_then_keeps_the_grid(work, sink, ledger):
@@ -835,7 +953,11 @@ def test_a_resumed_chunk_sends_the_rest_of_its_batch_then_keeps_the_grid(work, s
 
     assert (result["done"], result["records_sent"]) == (True, 5)
     assert sink.bodies() == [records[2:3], records[3:6], records[6:7]]
-    assert sink.keys() == [expected_batch_key(version, 9, 1), expected_batch_key(version, 10, 3), expected_batch_key(version, 13, 1)]
+    assert sink.keys() == [
+        expected_batch_key(version, 9, 1),
+        expected_batch_key(version, 10, 3),
+        expected_batch_key(version, 13, 1),
+    ]
 
 
 def test_a_failed_batch_is_retried_whole_under_the_same_key(work, sink, ledger):
@@ -850,7 +972,9 @@ def test_a_failed_batch_is_retried_whole_under_the_same_key(work, sink, ledger):
     assert (result["done"], result["records_sent"], result["fault_since"]) == (True, 6, None)
     bodies = [r["body"] for r in sink.requests]
     assert bodies[1] == bodies[2] == bodies[3] == b'{"id": 2},{"id": 3}'.join([b"[", b"]"])
-    assert sink.keys() == [expected_batch_key(version, 0, 2)] + [expected_batch_key(version, 2, 2)] * 3 + [expected_batch_key(version, 4, 2)]
+    assert sink.keys() == [expected_batch_key(version, 0, 2)] + [expected_batch_key(version, 2, 2)] * 3 + [
+        expected_batch_key(version, 4, 2)
+    ]
     assert clock.sleeps == list(register_chunk.RETRY_BACKOFF_SECONDS[:2])
 
 
@@ -878,11 +1002,15 @@ def test_a_rejected_batch_stops_the_chunk_and_progress_stays_at_its_first_record
     sink.answer = b"{}"
     result = register(work, ledger, task(1, chunk_size=8, start_record=8), config(sink, batch_size=2))
     assert result["done"] is True
-    assert sink.keys()[1] == sink.keys()[2] == expected_batch_key(version, 10, 2)  # the same batch, the same key
+    assert (
+        sink.keys()[1] == sink.keys()[2] == expected_batch_key(version, 10, 2)
+    )  # the same batch, the same key
     assert [b["id"] for body in sink.bodies()[2:] for b in body] == list(range(10, 16))
 
 
-@pytest.mark.parametrize("answer", [b"", b"not json", b'{"rejected_index": 7}', b'{"rejected_index": true}', b"[1]"])
+@pytest.mark.parametrize(
+    "answer", [b"", b"not json", b'{"rejected_index": 7}', b'{"rejected_index": true}', b"[1]"]
+)
 def test_a_rejection_without_a_usable_index_names_the_batchs_first_record(work, sink, ledger, answer):
     put_chunk(work, 0, [{"id": i} for i in range(4)], chunk_size=4)
     sink.respond = lambda n: 400
@@ -915,7 +1043,9 @@ def test_a_batch_that_might_not_finish_before_the_deadline_waits_for_the_next_in
     assert [[r["id"] for r in body] for body in sink.bodies()] == [[0, 1], [2, 3], [4, 5]]
 
 
-def test_handler_logs_a_batch_rejection_without_records_or_the_answer(work, sink, handler_env, logs, monkeypatch):
+def test_handler_logs_a_batch_rejection_without_records_or_the_answer(
+    work, sink, handler_env, logs, monkeypatch
+):
     monkeypatch.setenv(contract.env_name("sink_batch_size"), "2")
     put_chunk(work, 0, [{"secret": "TOPSECRET"}, {"secret": "TOPSECRET2"}], chunk_size=2)
     sink.respond = lambda n: 400
@@ -953,7 +1083,9 @@ LONG_OUTAGE = 42_000
 
 
 @pytest.mark.parametrize(("sink_timeout", "batch_size"), [(60, 1), (5, 1), (60, 5), (60, 100)])
-def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_budget(work, sink, ledger, sink_timeout, batch_size):
+def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_budget(
+    work, sink, ledger, sink_timeout, batch_size
+):
     """GIVEN the largest chunk synthesis allows (at most MAX_CHUNK_SIZE) for this sink timeout, batch size
     and outage budget, and a core system that takes the whole timeout for every request WHEN the workflow
     invokes the register function (with the timeout synthesis gives it) until the chunk is done THEN it
@@ -989,7 +1121,8 @@ def test_the_largest_allowed_chunk_at_the_slowest_answer_fits_the_invocation_bud
 
 
 def test_a_warm_function_reads_a_files_manifest_and_index_once_then_one_ranged_get_per_chunk(
-        work, sink, ledger, monkeypatch):
+    work, sink, ledger, monkeypatch
+):
     """GIVEN a file of 40 records in chunks of 1 whose index spans three blocks (blocks of 16
     entries here; 1,024 deployed: the count changes the cost of the test, not what it shows)
     WHEN chunks 0-39 are registered by one warm function THEN each record arrives once, in
@@ -1003,8 +1136,12 @@ def test_a_warm_function_reads_a_files_manifest_and_index_once_then_one_ranged_g
     put_file(work, "".join(json.dumps({"id": n}) + "\n" for n in range(records)).encode(), chunk_size=1)
     counting = CountingS3(work)
     for index in range(records):
-        result = register(counting, ledger, task(index, chunk_size=1, start_record=index, record_count=records),
-                          config(sink))
+        result = register(
+            counting,
+            ledger,
+            task(index, chunk_size=1, start_record=index, record_count=records),
+            config(sink),
+        )
         assert result["done"] and result["start_record"] == index + 1
     assert [body["id"] for body in sink.bodies()] == list(range(records))
     assert sink.keys() == [expected_key(LANDED["version_id"], n) for n in range(records)]
@@ -1016,13 +1153,16 @@ def test_a_warm_function_does_not_serve_another_version_or_chunk_size_from_what_
     another version's split (a re-upload replayed with the same event id), in chunks of another
     size THEN it reads that version's manifest and index anew: the chunk's records are the new
     version's."""
+
     def records(the_task: dict[str, Any]) -> list[bytes]:
         return [record for _, record in register_chunk.read_chunk(work, config(sink), the_task)]
 
     first = put_chunk(work, 0, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
     assert [json.loads(r)["id"] for r in records(task(0, version_id=first))] == ["a", "b", "c"]
     second = put_file(work, b'{"id": "x"}\n{"id": "y"}\n', chunk_size=2)
-    assert [json.loads(r)["id"] for r in records(task(0, version_id=second, chunk_size=2, record_count=2))] == ["x", "y"]
+    assert [
+        json.loads(r)["id"] for r in records(task(0, version_id=second, chunk_size=2, record_count=2))
+    ] == ["x", "y"]
 
 
 class CrashedLedger:
@@ -1040,8 +1180,9 @@ class CrashedLedger:
 
 
 @pytest.mark.parametrize("batch_size", [1, 3])
-def test_a_file_keeps_its_chunk_and_batch_size_when_the_settings_change_before_it_resumes(work, sink, ledger,
-                                                                                        batch_size):
+def test_a_file_keeps_its_chunk_and_batch_size_when_the_settings_change_before_it_resumes(
+    work, sink, ledger, batch_size
+):
     """GIVEN chunk 0 (6 records) sent with batch_size 3 (or one record per POST) by an invocation
     that crashed before its progress reached the ledger WHEN the settings change (sink.batch_size 2)
     and the chunk is sent again THEN the file's pinned sizes are used: every record acknowledged
@@ -1064,10 +1205,11 @@ def test_fails_before_sending_when_the_chunks_were_cut_at_another_size_than_the_
     put_chunk(work, 0, [{"id": i} for i in range(6)], chunk_size=3)
     ledger.pin_settings("evt-1", 6, 1)
 
-    with pytest.raises(ValueError, match="started with chunks of 6 records, this chunk index has 3; nothing was sent"):
+    with pytest.raises(
+        ValueError, match="started with chunks of 6 records, this chunk index has 3; nothing was sent"
+    ):
         register(work, ledger, task(0, chunk_size=3), config(sink))
     assert sink.requests == []
-
 
 
 class ScriptedSink:
@@ -1077,8 +1219,14 @@ class ScriptedSink:
         self.events = events
         self.bodies: list[bytes] = []
 
-    def post(self, body: bytes, headers: dict[str, str], timeout: float, *,
-             meanwhile: Callable[[], None] | None = None) -> tuple[int, bytes]:
+    def post(
+        self,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        *,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> tuple[int, bytes]:
         self.bodies.append(body)
         self.events.append(f"sent {json.loads(body)['n']}")
         if meanwhile is not None:
@@ -1087,7 +1235,9 @@ class ScriptedSink:
         return 200, b""
 
 
-def scripted_lines(events: list[str], count: int, *, broken_at: int | None = None) -> Iterator[tuple[int, bytes]]:
+def scripted_lines(
+    events: list[str], count: int, *, broken_at: int | None = None
+) -> Iterator[tuple[int, bytes]]:
     """A chunk's records as register reads them, writing down each read; the landing object's
     stream breaks when record `broken_at` is read."""
     for n in range(count):
@@ -1097,15 +1247,30 @@ def scripted_lines(events: list[str], count: int, *, broken_at: int | None = Non
         yield n, json.dumps({"n": n}).encode() + b"\n"
 
 
-def scripted_register(ledger: Ledger, *, sink_timeout: float = 2, clock: Clock | None = None) -> register_chunk.Register:
+def scripted_register(
+    ledger: Ledger, *, sink_timeout: float = 2, clock: Clock | None = None
+) -> register_chunk.Register:
     """Register of chunk 0 (chunks of 10 records) in record mode, on a fake clock."""
     clock = clock or Clock()
-    env = RegisterEnv(tenant_id=TENANT, work_bucket=WORK, ledger_table_name="ledger", sink_url="http://127.0.0.1:9/",
-                      sink_timeout_seconds=sink_timeout, sink_outage_budget_seconds=60, landing_prefix="acme/",
-                      sink_batch_size=1)
-    return register_chunk.Register(task(0, chunk_size=10, version_id="v1"), config=env, ledger=ledger, clock=clock.time,
-                                   remaining_seconds=clock.remaining, sleep=clock.sleep,
-                                   log=BoundLogger(get_logger("register_chunk"), {}))
+    env = RegisterEnv(
+        tenant_id=TENANT,
+        work_bucket=WORK,
+        ledger_table_name="ledger",
+        sink_url="http://127.0.0.1:9/",
+        sink_timeout_seconds=sink_timeout,
+        sink_outage_budget_seconds=60,
+        landing_prefix="acme/",
+        sink_batch_size=1,
+    )
+    return register_chunk.Register(
+        task(0, chunk_size=10, version_id="v1"),
+        config=env,
+        ledger=ledger,
+        clock=clock.time,
+        remaining_seconds=clock.remaining,
+        sleep=clock.sleep,
+        log=BoundLogger(get_logger("register_chunk"), {}),
+    )
 
 
 def test_the_next_record_is_read_while_the_core_system_answers_and_sent_only_after_the_answer(ledger):
@@ -1115,12 +1280,23 @@ def test_the_next_record_is_read_while_the_core_system_answers_and_sent_only_aft
     events: list[str] = []
     progress = scripted_register(ledger).run(scripted_lines(events, 3), ScriptedSink(events))  # type: ignore[arg-type]
 
-    assert events == ["read 0", "sent 0", "read 1", "answered 0", "sent 1", "read 2", "answered 1",
-                      "sent 2", "answered 2"]
+    assert events == [
+        "read 0",
+        "sent 0",
+        "read 1",
+        "answered 0",
+        "sent 1",
+        "read 2",
+        "answered 1",
+        "sent 2",
+        "answered 2",
+    ]
     assert progress["done"] and progress["start_record"] == 3 and ledger.read().next_record == 3
 
 
-def test_a_stream_that_breaks_while_the_core_system_answers_fails_after_that_answer_not_as_a_failed_try(ledger):
+def test_a_stream_that_breaks_while_the_core_system_answers_fails_after_that_answer_not_as_a_failed_try(
+    ledger,
+):
     """GIVEN a landing object whose stream breaks while record 2 is read ahead, during the POST
     of record 1 WHEN registered THEN record 1's answer still counts (no failed try, no retry, its
     progress recorded) and the stream's error ends the invocation, as it did without reading ahead."""

@@ -6,9 +6,10 @@ import logging
 from typing import Any
 
 import pytest
+
 from lambdas.contract import (
-    FunctionEnvironmentError,
     ControllerEnv,
+    FunctionEnvironmentError,
     MalformedFileError,
     PipelineError,
     SinkRetryableError,
@@ -17,9 +18,18 @@ from lambdas.contract import (
 from lambdas.runtime import BoundLogger, lambda_handler
 
 ENV = environment(
-    ControllerEnv(tenant_id="acme", state_machine_arn="arn", ledger_table_name="l", queue_url="q",
-                  metric_namespace="N", on_failure="halt", waiting_visibility_seconds=240,
-                  work_bucket="w", landing_bucket="b", landing_prefix="acme/")
+    ControllerEnv(
+        tenant_id="acme",
+        state_machine_arn="arn",
+        ledger_table_name="l",
+        queue_url="q",
+        metric_namespace="N",
+        on_failure="halt",
+        waiting_visibility_seconds=240,
+        work_bucket="w",
+        landing_bucket="b",
+        landing_prefix="acme/",
+    )
 )
 
 
@@ -37,7 +47,9 @@ def controller_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def make_handler(raise_: BaseException | None = None) -> Any:
     @lambda_handler("controller", ControllerEnv, log_fields=lambda event: {"key": event.get("key")})
-    def handler(event: dict[str, Any], config: ControllerEnv, log: BoundLogger, context: Any) -> dict[str, Any]:
+    def handler(
+        event: dict[str, Any], config: ControllerEnv, log: BoundLogger, context: Any
+    ) -> dict[str, Any]:
         log.bind(execution_name="evt-1")
         log.info("working", extra={"step": 1})
         if raise_ is not None:
@@ -52,7 +64,12 @@ def test_passes_the_typed_config_and_binds_tenant_and_event_fields(controller_en
     carries the tenant, the event's fields, fields bound later and its own."""
     assert make_handler()({"key": "acme/f.csv"}, None) == {"tenant": "acme"}
     (record,) = logs.records()
-    assert (record.tenant, record.key, record.execution_name, record.step) == ("acme", "acme/f.csv", "evt-1", 1)
+    assert (record.tenant, record.key, record.execution_name, record.step) == (
+        "acme",
+        "acme/f.csv",
+        "evt-1",
+        1,
+    )
     assert record.name == "ingest.controller"
 
 
@@ -65,7 +82,9 @@ def test_passes_the_typed_config_and_binds_tenant_and_event_fields(controller_en
     ],
     ids=["intended-wait", "transient", "real-fault"],
 )
-def test_logs_a_known_failure_at_its_level_without_a_stack_trace_and_raises_it(controller_env, logs, error, level, fields):
+def test_logs_a_known_failure_at_its_level_without_a_stack_trace_and_raises_it(
+    controller_env, logs, error, level, fields
+):
     with pytest.raises(type(error)):
         make_handler(error)({"key": "k"}, None)
     failure = logs.records()[-1]

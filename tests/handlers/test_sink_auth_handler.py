@@ -12,13 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
-from lambdas import contract
 import pytest
-from lambdas import register_chunk
-from lambdas import sink_auth
 from botocore.exceptions import ClientError, EndpointConnectionError
-from lambdas.contract import SinkAuthError, SinkUnavailableError
 
+from lambdas import contract, register_chunk, sink_auth
+from lambdas.contract import SinkAuthError, SinkUnavailableError
 from local_runtime.core_auth import SigV4Key, sigv4_problem
 from tests.handlers.support import REGION, Context
 from tests.handlers.test_register_chunk_handler import (
@@ -77,16 +75,21 @@ class CountingSecrets:
 
 
 def bearer(sink_url_config: contract.RegisterEnv, **changes: Any) -> contract.RegisterEnv:
-    return dataclasses.replace(sink_url_config, **{"sink_auth": "bearer", "sink_auth_secret": SECRET, **changes})
+    return dataclasses.replace(
+        sink_url_config, **{"sink_auth": "bearer", "sink_auth_secret": SECRET, **changes}
+    )
 
 
 def accepts(*tokens: str):
     """A core system that answers 201 to a request bearing one of `tokens`, else 401."""
+
     def respond(sink: Any):
         def answer(n: int) -> int:
             sent = sink.requests[n]["headers"].get("Authorization")
             return 201 if sent in {f"Bearer {t}" for t in tokens} else 401
+
         return answer
+
     return respond
 
 
@@ -108,17 +111,22 @@ def test_the_token_is_read_once_per_ttl_across_warm_invocations(secrets):
 
 
 def test_a_json_secret_gives_its_token_field(secrets):
-    secrets.put_secret_value(SecretId=SECRET, SecretString=json.dumps({"token": NEW_TOKEN, "note": "rotated"}))
+    secrets.put_secret_value(
+        SecretId=SECRET, SecretString=json.dumps({"token": NEW_TOKEN, "note": "rotated"})
+    )
     assert sink_auth.BearerToken(SECRET, 300, secrets=lambda: secrets).headers(b"", {}) == {
-        "Authorization": f"Bearer {NEW_TOKEN}"}
+        "Authorization": f"Bearer {NEW_TOKEN}"
+    }
 
 
 def test_fails_when_the_json_secret_has_no_token_naming_the_secret_not_its_value(secrets):
     secrets.put_secret_value(SecretId=SECRET, SecretString=json.dumps({"password": TOKEN}))
     with pytest.raises(SinkAuthError) as caught:
         sink_auth.BearerToken(SECRET, 300, secrets=lambda: secrets).headers(b"", {})
-    assert str(caught.value) == (f"the core system's token secret '{SECRET}' is JSON without a text field 'token'; "
-                                 'store the token itself or {"token": "..."}')
+    assert str(caught.value) == (
+        f"the core system's token secret '{SECRET}' is JSON without a text field 'token'; "
+        'store the token itself or {"token": "..."}'
+    )
 
 
 def test_a_rotation_costs_one_refresh_and_no_record(work, sink, ledger, secrets, logs):
@@ -190,13 +198,19 @@ class FlakySecrets:
         return self.client.get_secret_value(**kwargs)
 
 
-THROTTLED = ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "GetSecretValue")
+THROTTLED = ClientError(
+    {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "GetSecretValue"
+)
 
 
-@pytest.mark.parametrize("error", [THROTTLED, EndpointConnectionError(endpoint_url="https://secretsmanager")],
-                         ids=["throttled", "no-connection"])
-def test_a_secret_that_cannot_be_read_for_now_is_waited_out_like_an_outage(work, sink, ledger, secrets, monkeypatch,
-                                                                           error):
+@pytest.mark.parametrize(
+    "error",
+    [THROTTLED, EndpointConnectionError(endpoint_url="https://secretsmanager")],
+    ids=["throttled", "no-connection"],
+)
+def test_a_secret_that_cannot_be_read_for_now_is_waited_out_like_an_outage(
+    work, sink, ledger, secrets, monkeypatch, error
+):
     """GIVEN Secrets Manager failing the token read for a while (throttling or the network, after
     botocore's own retries) WHEN a chunk is registered THEN nothing is sent and the chunk is not
     failed: register backs off, then returns not done with a wait, as for a core-system outage;
@@ -210,7 +224,10 @@ def test_a_secret_that_cannot_be_read_for_now_is_waited_out_like_an_outage(work,
     first = register(work, ledger, task(0), cfg, clock)
 
     assert (first["done"], first["start_record"], first["records_sent"]) == (False, 0, 0)
-    assert first["fault_since"] is not None and first["retry_after_seconds"] >= register_chunk.MIN_RETRY_AFTER_SECONDS
+    assert (
+        first["fault_since"] is not None
+        and first["retry_after_seconds"] >= register_chunk.MIN_RETRY_AFTER_SECONDS
+    )
     assert sink.requests == []
     clock.now += first["retry_after_seconds"]  # the workflow's Wait state
     second = register(work, ledger, first, cfg, clock)
@@ -219,7 +236,9 @@ def test_a_secret_that_cannot_be_read_for_now_is_waited_out_like_an_outage(work,
     assert {r["headers"]["Authorization"] for r in sink.requests} == {f"Bearer {TOKEN}"}
 
 
-def test_a_secret_unreadable_past_the_outage_budget_fails_the_file_naming_it(work, sink, ledger, secrets, monkeypatch):
+def test_a_secret_unreadable_past_the_outage_budget_fails_the_file_naming_it(
+    work, sink, ledger, secrets, monkeypatch
+):
     """GIVEN Secrets Manager throttling every read WHEN the chunk is tried until the outage
     budget is spent THEN SinkUnavailableError names the secret and the error code, at record 0."""
     monkeypatch.setattr(sink_auth, "aws_client", lambda service: FlakySecrets(secrets, 10**6, THROTTLED))
@@ -237,7 +256,9 @@ def test_a_secret_unreadable_past_the_outage_budget_fails_the_file_naming_it(wor
     assert "longer than the outage budget (60 s)" in str(failed.value)
 
 
-def test_a_refresh_that_cannot_read_the_secret_waits_then_reads_it_again(work, sink, ledger, secrets, monkeypatch):
+def test_a_refresh_that_cannot_read_the_secret_waits_then_reads_it_again(
+    work, sink, ledger, secrets, monkeypatch
+):
     """GIVEN a cached token the core system no longer accepts, and Secrets Manager throttling the
     refresh WHEN the chunk is registered THEN it waits (not a refusal), and the next try reads the
     new token and delivers: the refused token is not used again."""
@@ -255,11 +276,16 @@ def test_a_refresh_that_cannot_read_the_secret_waits_then_reads_it_again(work, s
     second = register(work, ledger, first, cfg, clock)
 
     assert (second["done"], second["records_sent"]) == (True, 2)
-    assert [r["headers"]["Authorization"] for r in sink.requests] == [f"Bearer {TOKEN}", f"Bearer {NEW_TOKEN}",
-                                                                       f"Bearer {NEW_TOKEN}"]
+    assert [r["headers"]["Authorization"] for r in sink.requests] == [
+        f"Bearer {TOKEN}",
+        f"Bearer {NEW_TOKEN}",
+        f"Bearer {NEW_TOKEN}",
+    ]
 
 
-def test_the_handler_logs_the_refusal_at_error_with_no_token_anywhere(work, sink, ledger, secrets, logs, monkeypatch):
+def test_the_handler_logs_the_refusal_at_error_with_no_token_anywhere(
+    work, sink, ledger, secrets, logs, monkeypatch
+):
     """GIVEN the handler's environment with bearer auth and a core system refusing every token
     WHEN the handler runs THEN one ERROR line names the secret and the status; no log line, no
     exception text, no stack trace holds the token."""
@@ -274,7 +300,9 @@ def test_the_handler_logs_the_refusal_at_error_with_no_token_anywhere(work, sink
     (error,) = logs.errors()
     assert (error.status, error.credential, error.error_type) == (401, f"secret '{SECRET}'", "SinkAuthError")
     assert TOKEN not in logs.text() and TOKEN not in str(caught.value)
-    assert logs.at(logging.INFO).count("core system refused the credential; sending again with a fresh one") == 1
+    assert (
+        logs.at(logging.INFO).count("core system refused the credential; sending again with a fresh one") == 1
+    )
 
 
 def test_none_sends_no_authorization_and_a_401_stays_a_rejection(work, sink, ledger):
@@ -285,12 +313,19 @@ def test_none_sends_no_authorization_and_a_401_stays_a_rejection(work, sink, led
     assert "Authorization" not in sink.requests[0]["headers"]
 
 
-KEY = SigV4Key(access_key="AKIDLOCAL", secret_key="local-secret-key", token="local-session-token",
-               service="execute-api", region="eu-west-1")
+KEY = SigV4Key(
+    access_key="AKIDLOCAL",
+    secret_key="local-secret-key",
+    token="local-session-token",
+    service="execute-api",
+    region="eu-west-1",
+)
 
 
 def signed_config(sink_config: contract.RegisterEnv) -> contract.RegisterEnv:
-    return dataclasses.replace(sink_config, sink_auth="sigv4", sink_auth_service="execute-api", sink_auth_region="eu-west-1")
+    return dataclasses.replace(
+        sink_config, sink_auth="sigv4", sink_auth_service="execute-api", sink_auth_region="eu-west-1"
+    )
 
 
 def test_sigv4_signs_every_request_so_that_the_core_system_can_verify_it(work, sink, ledger, monkeypatch):
@@ -314,16 +349,19 @@ def test_sigv4_signs_every_request_so_that_the_core_system_can_verify_it(work, s
         assert sigv4_problem(KEY, method="POST", url=sink.url, headers=headers, body=request["body"]) is None
     first = sink.requests[0]
     assert sigv4_problem(KEY, method="POST", url=sink.url, headers=first["headers"], body=b'{"id": 9}') == (
-        "the signature does not match the request")
+        "the signature does not match the request"
+    )
     other = dataclasses.replace(KEY, secret_key="another-key")
-    assert sigv4_problem(other, method="POST", url=sink.url, headers=first["headers"], body=first["body"]) == (
-        "the signature does not match the request")
+    assert sigv4_problem(
+        other, method="POST", url=sink.url, headers=first["headers"], body=first["body"]
+    ) == ("the signature does not match the request")
     sink_auth.function_credentials.cache_clear()
 
 
 @pytest.mark.parametrize("kind", ["bearer", "sigv4"])
 def test_credentials_go_with_every_request_over_the_kept_connection_and_its_replacement(
-        work, sink, ledger, secrets, monkeypatch, capsys, kind):  # noqa: F811 - the imported fixtures
+    work, sink, ledger, secrets, monkeypatch, capsys, kind
+):
     """GIVEN a bearer (or sigv4) tenant and a core system that checks every request and closes the
     idle connection between the second and third invocations WHEN a warm function registers three
     chunks THEN every request carries the credential (a signature of its own body for sigv4), the
@@ -337,7 +375,9 @@ def test_credentials_go_with_every_request_over_the_kept_connection_and_its_repl
         request = sink.requests[n]
         if kind == "bearer":
             return 201 if request["headers"].get("Authorization") == f"Bearer {TOKEN}" else 401
-        why = sigv4_problem(KEY, method="POST", url=sink.url, headers=request["headers"], body=request["body"])
+        why = sigv4_problem(
+            KEY, method="POST", url=sink.url, headers=request["headers"], body=request["body"]
+        )
         return 201 if why is None else 403
 
     sink.respond = verified
@@ -346,15 +386,22 @@ def test_credentials_go_with_every_request_over_the_kept_connection_and_its_repl
 
     assert sink.keys() == [expected_key(LANDED["version_id"], i) for i in range(9)]
     assert len({r["client"] for r in sink.requests[:6]}) == 1 and sink.connections == 2
-    assert [(opened, reconnects) for opened, reconnects, _ in connection_fields(capsys)] == [(1, 0), (0, 0), (1, 1)]
+    assert [(opened, reconnects) for opened, reconnects, _ in connection_fields(capsys)] == [
+        (1, 0),
+        (0, 0),
+        (1, 1),
+    ]
     sink_auth.function_credentials.cache_clear()
 
 
 def test_sigv4_refusal_is_fatal_at_once_and_names_service_and_region(work, sink, ledger):
     sink.respond = lambda n: 403
     put_chunk(work, 0, [{"id": 0}])
-    with pytest.raises(SinkAuthError, match=r"\(HTTP 403\) of the function's own IAM credentials "
-                                            r"\(sigv4 for execute-api in eu-west-1\)"):
+    with pytest.raises(
+        SinkAuthError,
+        match=r"\(HTTP 403\) of the function's own IAM credentials "
+        r"\(sigv4 for execute-api in eu-west-1\)",
+    ):
         register(work, ledger, task(0), signed_config(config(sink)))
     assert len(sink.requests) == 1
 
@@ -365,7 +412,18 @@ def test_an_old_signature_is_refused():
     from botocore.credentials import Credentials
 
     request = AWSRequest(method="POST", url="http://127.0.0.1:9/records", data=b"{}", headers={})
-    SigV4Auth(Credentials(KEY.access_key, KEY.secret_key, KEY.token), KEY.service, KEY.region).add_auth(request)
+    SigV4Auth(Credentials(KEY.access_key, KEY.secret_key, KEY.token), KEY.service, KEY.region).add_auth(
+        request
+    )
     later = _dt.datetime.now(_dt.UTC) + _dt.timedelta(hours=1)
-    assert sigv4_problem(KEY, method="POST", url="http://127.0.0.1:9/records", headers=dict(request.headers),
-                         body=b"{}", now=later) == "the signature is too old"
+    assert (
+        sigv4_problem(
+            KEY,
+            method="POST",
+            url="http://127.0.0.1:9/records",
+            headers=dict(request.headers),
+            body=b"{}",
+            now=later,
+        )
+        == "the signature is too old"
+    )

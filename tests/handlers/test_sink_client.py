@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lambdas import sink_client
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from lambdas import sink_client
 
 
 class Server:
@@ -99,20 +100,36 @@ def self_signed(directory: Path) -> Path:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
     path = directory / "localhost.pem"
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    path.write_bytes(
+        cert.public_bytes(serialization.Encoding.PEM)
+        + key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return path
 
 
-def post(connection: sink_client.SinkConnection, body: bytes = b"{}", timeout: float = 5.0) -> tuple[int, bytes]:
+def post(
+    connection: sink_client.SinkConnection, body: bytes = b"{}", timeout: float = 5.0
+) -> tuple[int, bytes]:
     return connection.post(body, {"Content-Type": "application/json", "Idempotency-Key": "k"}, timeout)
 
 
@@ -176,7 +193,9 @@ def test_the_reconnect_gets_what_is_left_of_the_requests_timeout(server):
     WHEN the request is posted THEN the request sent again on the new connection may only use what is
     left of the timeout, and none at all once it is spent: the caller's deadline holds."""
     pool = sink_client.ConnectionPool()
-    readings: list[float] = [0.0]  # what the clock says: the post's start, then when the closed connection failed
+    readings: list[float] = [
+        0.0
+    ]  # what the clock says: the post's start, then when the closed connection failed
     kept = sink_client.SinkConnection(f"{server.origin}/r", pool=pool, clock=lambda: readings.pop(0))
     post(kept)
     server.close_idle()
@@ -239,7 +258,10 @@ def test_a_connection_that_breaks_after_the_answer_began_is_not_sent_again_silen
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         port = listener.getsockname()[1]
-        answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\npart"]
+        answers = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\npart",
+        ]
 
         def serve() -> None:
             conn, _ = listener.accept()
@@ -249,7 +271,9 @@ def test_a_connection_that_breaks_after_the_answer_began_is_not_sent_again_silen
                     while not request.endswith(b"\r\n\r\n{}"):  # the headers, then the body `post` sends
                         request += conn.recv(65536)
                     conn.sendall(answer)
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # close = reset
+                conn.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )  # close = reset
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
@@ -291,7 +315,9 @@ def test_meanwhile_runs_after_each_write_of_a_request_sent_again_on_a_new_connec
     server.close_idle()
     calls: list[int] = []
 
-    assert kept.post(b"{}", {"Idempotency-Key": "k"}, 5.0, meanwhile=lambda: calls.append(len(server.paths))) == (200, b"ok")
+    assert kept.post(
+        b"{}", {"Idempotency-Key": "k"}, 5.0, meanwhile=lambda: calls.append(len(server.paths))
+    ) == (200, b"ok")
     assert kept.reconnects == 1 and server.paths == ["/r", "/r"]
     # The write on the closed connection may fail at once (no call) or only at the answer (a call).
     assert 1 <= len(calls) <= 2
@@ -344,15 +370,16 @@ def test_a_core_system_that_moved_gets_the_records_once_the_kept_connection_ages
         connect = socket.create_connection
 
         def resolve(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
-            host, port = address
+            host, _port = address
             return connect(("127.0.0.1", dns[host]) if host in dns else address, *args, **kwargs)
 
         monkeypatch.setattr(socket, "create_connection", resolve)
         age = sink_client.MAX_CONNECTION_AGE_SECONDS
         readings = [0.0, 1.0, age - 1.0, age, age + 1.0]
         pool = sink_client.ConnectionPool()
-        kept = sink_client.SinkConnection("http://core.example:8080/records", pool=pool,
-                                          clock=lambda: readings.pop(0))
+        kept = sink_client.SinkConnection(
+            "http://core.example:8080/records", pool=pool, clock=lambda: readings.pop(0)
+        )
         post(kept)
         dns["core.example"] = green.http.server_address[1]  # the switch; the old address still answers
         post(kept), post(kept)

@@ -6,13 +6,11 @@ import hashlib
 import json
 from typing import Any
 
-from lambdas import chunk_format
-from lambdas import contract
 import pytest
-from lambdas import split
+
+from lambdas import chunk_format, contract, split
 from lambdas.contract import KeyOutsidePrefixError, MalformedFileError, SplitEnv
 from lambdas.split import split_file
-
 from tests.handlers.support import LEDGER_TABLE
 
 TENANT = "acme"
@@ -20,12 +18,18 @@ LANDING = "landing"
 WORK = "work"
 
 
-
-
-def config(fmt: str = "csv", chunk_size: int = 3, duplicate_files: str = "process", max_chunks: int = 1000) -> SplitEnv:
+def config(
+    fmt: str = "csv", chunk_size: int = 3, duplicate_files: str = "process", max_chunks: int = 1000
+) -> SplitEnv:
     return SplitEnv(
-        tenant_id=TENANT, format=fmt, chunk_size=chunk_size, work_bucket=WORK, landing_prefix="acme/",
-        ledger_table_name=LEDGER_TABLE, duplicate_files=duplicate_files, max_chunks=max_chunks,
+        tenant_id=TENANT,
+        format=fmt,
+        chunk_size=chunk_size,
+        work_bucket=WORK,
+        landing_prefix="acme/",
+        ledger_table_name=LEDGER_TABLE,
+        duplicate_files=duplicate_files,
+        max_chunks=max_chunks,
     )
 
 
@@ -62,12 +66,19 @@ def chunk_lines(s3: Any, result: dict[str, Any]) -> list[list[str]]:
     source = manifest["source"]
     chunks = []
     for index in chunks_of(result):
-        block = s3.get_object(Bucket=WORK, Key=contract.chunk_index_key(result["chunk_prefix"]),
-                              Range=chunk_format.index_block_range(index // chunk_format.INDEX_BLOCK_ENTRIES))
+        block = s3.get_object(
+            Bucket=WORK,
+            Key=contract.chunk_index_key(result["chunk_prefix"]),
+            Range=chunk_format.index_block_range(index // chunk_format.INDEX_BLOCK_ENTRIES),
+        )
         entries = chunk_format.chunk_entries_from_block(block["Body"].read(), index)
         start, end = chunk_format.chunk_byte_range(entries)
-        body = s3.get_object(Bucket=source["bucket"], Key=source["key"], VersionId=source["version_id"],
-                             Range=f"bytes={start}-{end - 1}")["Body"]
+        body = s3.get_object(
+            Bucket=source["bucket"],
+            Key=source["key"],
+            VersionId=source["version_id"],
+            Range=f"bytes={start}-{end - 1}",
+        )["Body"]
         records = chunk_format.chunk_records(body, manifest["format"], manifest["csv_header"], base=start)
         chunks.append([record.decode() for _, record in records])
     return chunks
@@ -117,7 +128,9 @@ def test_chunks_hold_chunk_size_records_in_file_order(buckets, records, expected
     assert work_keys(buckets) == ["chunks/acme/evt-1/chunk-offsets.bin", "chunks/acme/evt-1/manifest.json"]
     lines = csv_file(records).splitlines(keepends=True)
     starts = [sum(map(len, lines[: 1 + i])) for i in range(records)]  # after the header
-    assert index_offsets(buckets, result) == [starts[chunk[0]] for chunk in expected_chunks] + [len(csv_file(records))]
+    assert index_offsets(buckets, result) == [starts[chunk[0]] for chunk in expected_chunks] + [
+        len(csv_file(records))
+    ]
     manifest = json.loads(buckets.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
     assert manifest["source"] == {
         "bucket": LANDING,
@@ -175,9 +188,7 @@ def test_csv_chunks_start_at_record_boundaries_not_at_quoted_newlines(buckets, c
         ("4", '"quoted"\nand, comma'),
         ("5", "last"),
     ]
-    body = "\ufeffid,text\r\n" + "".join(
-        f'{i},"{t.replace(chr(34), chr(34) * 2)}"\r\n' for i, t in rows
-    )
+    body = "\ufeffid,text\r\n" + "".join(f'{i},"{t.replace(chr(34), chr(34) * 2)}"\r\n' for i, t in rows)
     content = body.encode()
     ref = upload(buckets, content)
 
@@ -196,12 +207,23 @@ def test_jsonl_index_points_at_the_first_record_of_each_chunk_past_blank_lines(b
     """GIVEN JSON Lines with blank lines between records WHEN split (chunks of 2)
     THEN each entry is the start of the chunk's first record line, the last one the file's end."""
     content = b'{"id":0}\n\n{"id":1}\n  \n{"id":2}\r\n{"id":3}\n\n{"id":4}\n\n'
-    result = split_file(upload(buckets, content, key="acme/f.jsonl"), config=config("jsonl", chunk_size=2), s3=buckets)
+    result = split_file(
+        upload(buckets, content, key="acme/f.jsonl"), config=config("jsonl", chunk_size=2), s3=buckets
+    )
 
-    assert index_offsets(buckets, result) == [0, content.index(b'{"id":2}'), content.index(b'{"id":4}'), len(content)]
+    assert index_offsets(buckets, result) == [
+        0,
+        content.index(b'{"id":2}'),
+        content.index(b'{"id":4}'),
+        len(content),
+    ]
     assert chunk_lines(buckets, result) == [['{"id":0}', '{"id":1}'], ['{"id":2}', '{"id":3}'], ['{"id":4}']]
     manifest = json.loads(buckets.get_object(Bucket=WORK, Key=result["manifest_key"])["Body"].read())
-    assert (manifest["format"], manifest["csv_header"], manifest["chunk_index_entry_bytes"]) == ("jsonl", None, 8)
+    assert (manifest["format"], manifest["csv_header"], manifest["chunk_index_entry_bytes"]) == (
+        "jsonl",
+        None,
+        8,
+    )
 
 
 def test_a_malformed_last_line_is_found_before_any_index_is_written(buckets):
@@ -382,7 +404,10 @@ def test_streams_the_body_in_bounded_reads_and_writes_no_record(buckets):
     assert result["chunk_count"] == 10
     assert spy["body"].consumed == len(content)
     assert max(spy["body"].sizes) <= 64 * 1024
-    assert [key for key, _ in written] == ["chunks/acme/evt-1/chunk-offsets.bin", "chunks/acme/evt-1/manifest.json"]
+    assert [key for key, _ in written] == [
+        "chunks/acme/evt-1/chunk-offsets.bin",
+        "chunks/acme/evt-1/manifest.json",
+    ]
     assert written[0][1] == 11 * 8
 
 
@@ -407,7 +432,13 @@ def test_a_large_index_is_uploaded_in_parts_holding_one_part_at_most(buckets):
     writer.close()
 
     assert biggest < part
-    assert calls == ["create_multipart_upload", "upload_part", "upload_part", "upload_part", "complete_multipart_upload"]
+    assert calls == [
+        "create_multipart_upload",
+        "upload_part",
+        "upload_part",
+        "upload_part",
+        "complete_multipart_upload",
+    ]
     data = buckets.get_object(Bucket=WORK, Key="chunks/acme/evt-1/chunk-offsets.bin")["Body"].read()
     assert len(data) == entries * 8
     assert chunk_format.chunk_byte_range(data[8 * 70_000 : 8 * 70_002]) == (7_000_000, 7_000_100)
@@ -417,7 +448,9 @@ def test_a_large_index_is_uploaded_in_parts_holding_one_part_at_most(buckets):
 def test_an_aborted_index_upload_leaves_nothing(buckets):
     """GIVEN a part of the index was uploaded and the parse then failed WHEN split aborts the index
     THEN the multipart upload is aborted and nothing is visible."""
-    writer = chunk_format.IndexWriter(buckets, WORK, "chunks/acme/evt-1/chunk-offsets.bin", part_bytes=5 * 1024 * 1024)
+    writer = chunk_format.IndexWriter(
+        buckets, WORK, "chunks/acme/evt-1/chunk-offsets.bin", part_bytes=5 * 1024 * 1024
+    )
     for offset in range(5 * 1024 * 1024 // 8):
         writer.add(offset)
     assert buckets.list_multipart_uploads(Bucket=WORK).get("Uploads")
@@ -482,7 +515,9 @@ def test_a_resumed_file_reuses_its_index_and_lists_chunks_from_the_start_record(
     THEN nothing is read from the landing bucket nor written, and the chunks listed start with chunk 2."""
     request = upload(buckets, csv_file(10))
     first = split_file(request, config=config(), s3=buckets)
-    buckets.delete_object(Bucket=LANDING, Key="acme/f.csv", VersionId=request["version_id"])  # could not be read again
+    buckets.delete_object(
+        Bucket=LANDING, Key="acme/f.csv", VersionId=request["version_id"]
+    )  # could not be read again
     calls: list[str] = []
 
     class SpyS3:
@@ -509,16 +544,23 @@ def test_a_resume_after_the_index_expired_splits_the_pinned_version_again(bucket
 
     assert chunks_of(resumed) == [1, 2, 3]
     assert index_offsets(buckets, resumed) == before
-    assert chunk_lines(buckets, resumed)[0] == ['{"id":"3","name":"name-3"}', '{"id":"4","name":"name-4"}',
-                                               '{"id":"5","name":"name-5"}']
+    assert chunk_lines(buckets, resumed)[0] == [
+        '{"id":"3","name":"name-3"}',
+        '{"id":"4","name":"name-4"}',
+        '{"id":"5","name":"name-5"}',
+    ]
 
 
 def test_a_manifest_of_chunk_files_from_an_older_release_is_split_again(buckets):
     """GIVEN a manifest written by the release that copied records into chunk files (no index)
     WHEN the file is resumed THEN it is split again and gets an index (Register needs one)."""
     request = upload(buckets, csv_file(4))
-    old = {"source": {"bucket": LANDING, "key": "acme/f.csv", "version_id": request["version_id"]},
-           "chunk_size": 3, "chunk_count": 2, "record_count": 4}
+    old = {
+        "source": {"bucket": LANDING, "key": "acme/f.csv", "version_id": request["version_id"]},
+        "chunk_size": 3,
+        "chunk_count": 2,
+        "record_count": 4,
+    }
     buckets.put_object(Bucket=WORK, Key="chunks/acme/evt-1/manifest.json", Body=json.dumps(old).encode())
 
     resumed = split_file({**request, "start_record": 3}, config=config(), s3=buckets)
@@ -544,11 +586,15 @@ def test_fails_when_the_file_has_more_chunks_than_the_workflow_may_run(buckets):
     THEN FileTooLargeError names the limit in chunks and records and what to do; nothing was
     sent (Split runs before the first record is registered), and no manifest was written."""
     request = upload(buckets, csv_file(10))
-    with pytest.raises(contract.FileTooLargeError,
-                       match=r"the file has more than 3 chunks of 3 records \(Split stopped reading at byte \d+\); "
-                             r"at most 3 chunks \(9 records\) fit the workflow's bounded history"):
+    with pytest.raises(
+        contract.FileTooLargeError,
+        match=r"the file has more than 3 chunks of 3 records \(Split stopped reading at byte \d+\); "
+        r"at most 3 chunks \(9 records\) fit the workflow's bounded history",
+    ):
         split_file(request, config=config(max_chunks=3), s3=buckets)
-    assert split_file(upload(buckets, csv_file(9)), config=config(max_chunks=3), s3=buckets)["chunk_count"] == 3
+    assert (
+        split_file(upload(buckets, csv_file(9)), config=config(max_chunks=3), s3=buckets)["chunk_count"] == 3
+    )
 
 
 def test_a_too_large_file_is_refused_as_soon_as_its_chunks_pass_the_limit_not_after_a_full_pass(buckets):
@@ -569,11 +615,15 @@ def test_fails_before_the_deadline_when_the_pass_would_not_finish_in_time(bucket
     before Lambda would time the function out; no manifest is left to reuse."""
     request = upload(buckets, csv_file(600))  # 200 chunks of 3
     clock = iter([60.0] * 2 + [5.0] * 100)
-    with pytest.raises(contract.SplitTimeLimitError,
-                       match=r"did not finish within Split's time limit: 192 chunks \(\d+ bytes\) were read\. "
-                             r"Nothing was sent: split the file into smaller files"):
+    with pytest.raises(
+        contract.SplitTimeLimitError,
+        match=r"did not finish within Split's time limit: 192 chunks \(\d+ bytes\) were read\. "
+        r"Nothing was sent: split the file into smaller files",
+    ):
         split_file(request, config=config(), s3=buckets, remaining_seconds=lambda: next(clock))
-    assert split_file(request, config=config(), s3=buckets, remaining_seconds=lambda: 60.0)["chunk_count"] == 200
+    assert (
+        split_file(request, config=config(), s3=buckets, remaining_seconds=lambda: 60.0)["chunk_count"] == 200
+    )
 
 
 def test_fails_when_start_record_is_negative(buckets):
@@ -591,11 +641,28 @@ def processed(ddb: Any, content: bytes, key: str, version_id: str, event_id: str
     from lambdas.ledger import Ledger
 
     ledger = Ledger(ddb, LEDGER_TABLE, TENANT)
-    ledger.claim(ledger.read(), FileRef(tenant=TENANT, event_id=event_id, bucket=LANDING, key=key,
-                                        version_id=version_id, size=len(content), etag=None, event_time=""),
-                 event_id, 1.0)
-    ledger.record_close(event_id, "SUCCEEDED", halt_on_failure=True, now=2.0,
-                        content_sha256=hashlib.sha256(content).hexdigest())
+    ledger.claim(
+        ledger.read(),
+        FileRef(
+            tenant=TENANT,
+            event_id=event_id,
+            bucket=LANDING,
+            key=key,
+            version_id=version_id,
+            size=len(content),
+            etag=None,
+            event_time="",
+        ),
+        event_id,
+        1.0,
+    )
+    ledger.record_close(
+        event_id,
+        "SUCCEEDED",
+        halt_on_failure=True,
+        now=2.0,
+        content_sha256=hashlib.sha256(content).hexdigest(),
+    )
 
 
 def test_the_content_hash_is_of_the_bytes_streamed_and_kept_in_the_manifest(buckets):
@@ -616,7 +683,11 @@ def test_skip_sends_nothing_for_the_bytes_of_a_file_that_succeeded(buckets, ddb,
     again = upload(buckets, content, key="acme/b.csv")
     result = split_file(again, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb, log=logs_adapter())
     assert chunks_of(result) == [] and result["record_count"] == 4
-    assert result["duplicate_of"] == {"key": "acme/a.csv", "version_id": first["version_id"], "event_id": "evt-0"}
+    assert result["duplicate_of"] == {
+        "key": "acme/a.csv",
+        "version_id": first["version_id"],
+        "event_id": "evt-0",
+    }
     assert "duplicate file" in " ".join(logs.at(20))
 
 
@@ -624,10 +695,16 @@ def test_skip_processes_different_bytes_and_the_same_version_again(buckets, ddb,
     content = csv_file(4)
     first = upload(buckets, content, key="acme/a.csv")
     processed(ddb, content, "acme/a.csv", first["version_id"])
-    other = split_file(upload(buckets, csv_file(5), key="acme/b.csv"), config=config(duplicate_files="skip"),
-                       s3=buckets, ddb=ddb)
+    other = split_file(
+        upload(buckets, csv_file(5), key="acme/b.csv"),
+        config=config(duplicate_files="skip"),
+        s3=buckets,
+        ddb=ddb,
+    )
     assert (other["duplicate_of"], chunks_of(other)) == (None, [0, 1])
-    same_version = split_file({**first, "event_id": "evt-9"}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb)
+    same_version = split_file(
+        {**first, "event_id": "evt-9"}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb
+    )
     assert (same_version["duplicate_of"], chunks_of(same_version)) == (None, [0, 1])
 
 
@@ -645,7 +722,9 @@ def test_a_resumed_file_is_never_found_a_duplicate(buckets, ddb, ledger_table):
     request = upload(buckets, content, key="acme/b.csv")
     split_file(request, config=config(), s3=buckets)
     processed(ddb, content, "acme/a.csv", "v-other")
-    resumed = split_file({**request, "start_record": 3}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb)
+    resumed = split_file(
+        {**request, "start_record": 3}, config=config(duplicate_files="skip"), s3=buckets, ddb=ddb
+    )
     assert (resumed["duplicate_of"], chunks_of(resumed)) == (None, [1, 2])
 
 
@@ -655,7 +734,9 @@ def logs_adapter() -> Any:
     return BoundLogger(get_logger("split"), {})
 
 
-def test_a_file_split_again_after_chunk_size_changed_keeps_the_chunk_size_it_started_with(buckets, ddb, ledger_table):
+def test_a_file_split_again_after_chunk_size_changed_keeps_the_chunk_size_it_started_with(
+    buckets, ddb, ledger_table
+):
     """GIVEN file evt-1 started with chunks of 3 (pinned in the ledger by its first register
     invocation) and its chunk index expired WHEN it resumes at record 7 after chunk_size became 5
     THEN split cuts the same chunks of 3 again (chunk 2 holds record 7): the records keep their
