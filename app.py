@@ -14,9 +14,9 @@ from tools.project_env import say_when_no_account, use_project_environment
 use_project_environment()
 
 # The project environment is set before the CDK is imported (it reads it at import).
-from pipeline_constructs.application import CELL_CONTEXT, build_app, new_app  # noqa: E402
-from pipeline_constructs.cell_plan import UnknownCell  # noqa: E402
-from pipeline_constructs.config import ConfigError, load_config  # noqa: E402
+from pipeline_constructs.application import CELL_CONTEXT, build_app, new_app  # noqa: E402  # after use_project_environment()
+from pipeline_constructs.cell_plan import UnknownCell  # noqa: E402  # after use_project_environment()
+from pipeline_constructs.config import ConfigError, load_config  # noqa: E402  # after use_project_environment()
 
 app = new_app()
 tenants_file = app.node.try_get_context("tenants") or "tenants.yaml"

@@ -185,7 +185,7 @@ class AwsTarget:
         self.tenant_ids, self.qualifier = tenant_ids(run_id), qualifier(run_id)
         self.region = session.region_name
         self.ops_args = ["--region", self.region or ""]
-        self.core: AwsCore | None = None  # type: ignore[assignment]
+        self.core: AwsCore | None = None  # type: ignore[assignment]  # set by deploy() before any use
         self.account = ""
 
     def client(self, service: str) -> Any:

@@ -125,7 +125,7 @@ class Worker:
         self._forks = forks
         stdin, stdin_w = os.pipe()
         self._stdout, stdout = os.pipe()
-        self._stdin = open(stdin_w, "wb")  # noqa: SIM115 - closed in stop()
+        self._stdin = open(stdin_w, "wb")  # noqa: SIM115  # closed in stop()
         try:
             request = {"handler": function.handler, "env": env, "cwd": str(function.code_dir)}
             self.pid = forks.spawn(request, [stdin, stdout, log.fileno()])
@@ -198,7 +198,7 @@ class FunctionPool:
         self.log_path = log_path
         self._env = env
         self._size = size
-        self._log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115  # closed in close()
         self._idle = [Worker(function, env, self._log, forks)]
         self._busy: set[Worker] = set()
         self._closed = False

@@ -35,7 +35,7 @@ def _lambda_runs_local_workers(invoker: LambdaInvoker) -> Any:
     return patched(LambdaFunction, "_invoke_lambda", _invoke_lambda)
 
 
-class _FreshIdEvent(dict):  # type: ignore[type-arg]
+class _FreshIdEvent(dict):  # type: ignore[type-arg]  # moto's message is an untyped dict
     """moto's EventBridge base message, of which each deep copy gets a new id."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:

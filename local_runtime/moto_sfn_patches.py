@@ -70,7 +70,7 @@ def _cfn_state_machine_versions_and_aliases() -> Iterator[None]:
     finally:
         # A class cannot be unregistered from __subclasses__: make them unreachable instead.
         for model in models:
-            model.cloudformation_type = staticmethod(lambda: "Custom::LocalRuntimeRemoved")  # type: ignore[method-assign]
+            model.cloudformation_type = staticmethod(lambda: "Custom::LocalRuntimeRemoved")  # type: ignore[method-assign]  # a patch of moto
         for cached in caches:
             cached.cache_clear()
 
@@ -92,7 +92,7 @@ def _cfn_model(cfn_type: str, create: Callable[[Any, dict[str, Any]], str]) -> t
             return self.physical_resource_id
 
         @classmethod
-        def create_from_cloudformation_json(  # type: ignore[override]
+        def create_from_cloudformation_json(  # type: ignore[override]  # moto's signature, patched
             cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **_: Any
         ) -> Model:
             return cls(create(get_backend(account_id, region_name), cloudformation_json["Properties"]))

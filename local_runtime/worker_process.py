@@ -131,7 +131,7 @@ def _install_fault_hooks() -> None:
             _count_towards_kill("sink")
         return response
 
-    http.client.HTTPConnection.getresponse = counted_getresponse  # type: ignore[method-assign]
+    http.client.HTTPConnection.getresponse = counted_getresponse  # type: ignore[method-assign]  # counts requests in the worker
 
 
 def main(handler_name: str) -> None:
@@ -161,7 +161,7 @@ def main(handler_name: str) -> None:
                 "errorType": type(error).__name__,
                 "requestId": _request_id,
                 # From the handler's frame down, as on Lambda (this module's frame is not the function's).
-                "stackTrace": traceback.format_tb(error.__traceback__.tb_next),  # type: ignore[union-attr]
+                "stackTrace": traceback.format_tb(error.__traceback__.tb_next),  # type: ignore[union-attr]  # a raised error has a traceback
             }
             _log_unhandled(payload)
             response = {"errored": True, "payload": json.dumps(payload)}
@@ -172,7 +172,7 @@ def serve_forks(control: socket.socket) -> None:
     """The fork server: each request on ``control`` becomes a worker process; returns when the
     runtime closes the socket (it stopped its workers first)."""
     global _loader
-    import boto3  # noqa: F401 - imported here once, not again in each worker
+    import boto3  # noqa: F401  # imported here once, not again in each worker
     import botocore.loaders
     import botocore.session
 

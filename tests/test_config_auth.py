@@ -209,3 +209,16 @@ def test_fails_when_sigv4_names_a_bad_region_and_service_and_no_arn():
         "Region code, such as 'eu-west-1'",
         f"tenant 'acme': field 'sink.auth.invoke_arn' = (missing): is required; {INVOKE_FIX}",
     ]
+
+
+def test_the_auth_models_are_the_contracts_auth_types():
+    """Each `sink.auth` model's `type` tag is one of the contract's `SinkAuthType`, and every one
+    has its model: the enumeration is the contract's, the models only pick their member."""
+    import typing
+
+    from lambdas import contract
+    from pipeline_constructs.config import SinkAuth
+
+    members = typing.get_args(typing.get_args(SinkAuth)[0])
+    tags = [tag for member in members for tag in typing.get_args(member.model_fields["type"].annotation)]
+    assert tags == list(contract.SINK_AUTH_TYPES)

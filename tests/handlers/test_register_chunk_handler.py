@@ -183,7 +183,7 @@ def put_file(s3: Any, content: bytes, *, fmt: str = "jsonl", chunk_size: int = 3
         },
         config=env,
         s3=s3,
-    )  # type: ignore[typeddict-item]
+    )  # type: ignore[typeddict-item]  # a partial task on purpose
     LANDED["version_id"] = version_id
     return version_id
 
@@ -1071,7 +1071,7 @@ class ProgressRecorder(Ledger):
         super().__init__(ledger.ddb, ledger.table, ledger.tenant)
         self.progress: list[int] = []
 
-    def record_progress(self, execution: str, next_record: int, **_counts: Any) -> Position:  # type: ignore[override]
+    def record_progress(self, execution: str, next_record: int, **_counts: Any) -> Position:  # type: ignore[override]  # a scripted ledger
         assert execution == "evt-1"
         self.progress.append(next_record)
         return Position.from_item(self.tenant, {})  # not paused
@@ -1278,7 +1278,7 @@ def test_the_next_record_is_read_while_the_core_system_answers_and_sent_only_aft
     while the core system answers the one before (the register side's own work is hidden behind
     the core system's), and it is sent only once that answer came: never two requests at once."""
     events: list[str] = []
-    progress = scripted_register(ledger).run(scripted_lines(events, 3), ScriptedSink(events))  # type: ignore[arg-type]
+    progress = scripted_register(ledger).run(scripted_lines(events, 3), ScriptedSink(events))  # type: ignore[arg-type]  # a scripted sink
 
     assert events == [
         "read 0",
@@ -1303,7 +1303,7 @@ def test_a_stream_that_breaks_while_the_core_system_answers_fails_after_that_ans
     events: list[str] = []
     register = scripted_register(ledger)
     with pytest.raises(OSError, match="stream broke"):
-        register.run(scripted_lines(events, 5, broken_at=2), ScriptedSink(events))  # type: ignore[arg-type]
+        register.run(scripted_lines(events, 5, broken_at=2), ScriptedSink(events))  # type: ignore[arg-type]  # a scripted sink
 
     assert events == ["read 0", "sent 0", "read 1", "answered 0", "sent 1", "answered 1"]
     assert (register.sent, register.errors) == (2, 0)
@@ -1316,7 +1316,7 @@ def test_a_record_is_sent_as_the_file_holds_it_without_its_line_ending(ledger):
     file holds them, less the line ending only."""
     lines = [(0, b'{"n": 0}  \r\n'), (1, b'{"n": 1}\n'), (2, b'{"n": 2}')]
     sink = ScriptedSink([])
-    scripted_register(ledger).run(iter(lines), sink)  # type: ignore[arg-type]
+    scripted_register(ledger).run(iter(lines), sink)  # type: ignore[arg-type]  # a scripted sink
 
     assert sink.bodies == [b'{"n": 0}  ', b'{"n": 1}', b'{"n": 2}']
 
@@ -1337,7 +1337,7 @@ def test_a_request_that_just_fits_before_the_deadline_margin_is_still_sent(ledge
                 clock.now += 0.5  # the second answer takes time
             return answer
 
-    progress = register.run(scripted_lines(events, 3), Slow(events))  # type: ignore[arg-type]
+    progress = register.run(scripted_lines(events, 3), Slow(events))  # type: ignore[arg-type]  # a scripted sink
 
     assert [e for e in events if e.startswith("sent")] == ["sent 0", "sent 1"]
     assert (progress["done"], progress["start_record"]) == (False, 2)

@@ -1463,12 +1463,12 @@ def register_run(
         task,
         config=register_config,
         ledger=ledger,
-        clock=clock.time,  # type: ignore[arg-type]
+        clock=clock.time,  # type: ignore[arg-type]  # a test clock
         remaining_seconds=lambda: 600.0,
         sleep=clock.sleep,
         log=BoundLogger(get_logger("register_chunk"), {}),
     )
-    return register.run(iter(chunk_lines(task["chunk_index"], task["chunk_size"])), sink)  # type: ignore[arg-type]
+    return register.run(iter(chunk_lines(task["chunk_index"], task["chunk_size"])), sink)  # type: ignore[arg-type]  # a scripted sink
 
 
 @pytest.fixture
