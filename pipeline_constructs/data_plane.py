@@ -98,6 +98,7 @@ def build_data_plane(
             function_name=names.REGISTER_FUNCTION.render(tenant_id),
             handler="lambdas.register_chunk.handler",
             timeout=register_timeout(tenant.chunk_size, sink.timeout_seconds, sink.batch_size),
+            memory_size=tenant.register_memory_mb,
             description=f"Sends tenant {tenant_id}'s records to the core system, in order",
         ),
         environment=contract.environment(

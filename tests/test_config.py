@@ -890,3 +890,18 @@ def test_a_thousand_tenants_validate_and_an_overlap_between_the_first_and_last_i
         )
         == 1_000
     )
+
+
+@pytest.mark.parametrize(("value", "problem"), [(127, "is less than 128"), (10241, "is more than 10240")])
+def test_fails_when_the_register_memory_is_outside_lambdas_range(value, problem):
+    assert one_problem(
+        f"""
+        defaults:
+        {SINK}
+        tenants:
+          - {{id: acme, prefix: a/, register_memory_mb: {value}}}
+        """
+    ) == (
+        f"tenant 'acme': field 'register_memory_mb' = {value}: {problem}; use a whole number from 128 to 10240 "
+        "(default 256)"
+    )

@@ -550,6 +550,26 @@ def test_batch_size_reaches_the_register_function_and_sets_its_timeout(tmp_path)
     assert register["Timeout"] == 630
 
 
+def test_the_register_functions_memory_is_the_tenants_option_and_only_its(acme, tmp_path):
+    """GIVEN no register_memory_mb THEN the register function has 256 MB (a seventh of a vCPU);
+    GIVEN 1769 THEN it gets one vCPU's memory, and split and the controller keep theirs."""
+    from aws_cdk import App, Stack
+
+    from pipeline_constructs.shared import SharedResources, SharedResourcesProps
+    from pipeline_constructs.tenant_pipeline import TenantPipeline
+
+    assert function_named(acme, "acme-register-chunk")["Properties"]["MemorySize"] == 256
+    stack = Stack(App(outdir=str(tmp_path)), "MyStack")
+    shared = SharedResources(stack, "Shared", SharedResourcesProps())
+    TenantPipeline(
+        stack, "Fast", tenant=tenant_config("fast", "f/", register_memory_mb=1769), shared=shared.refs()
+    )
+    template = Template.from_stack(stack)
+    assert function_named(template, "fast-register-chunk")["Properties"]["MemorySize"] == 1769
+    assert function_named(template, "fast-split")["Properties"]["MemorySize"] == 512
+    assert function_named(template, "fast-controller")["Properties"]["MemorySize"] == 256
+
+
 # --- least privilege -----------------------------------------------------------------------------
 
 

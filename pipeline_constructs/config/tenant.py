@@ -28,6 +28,8 @@ TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 #: writes) is amortised over its records; the register function streams its chunk, so a chunk's
 #: size costs no memory (docs/benchmarks.md, "Register throughput").
 MAX_CHUNK_SIZE = 100_000
+#: The register function's memory by default: a seventh of a vCPU.
+REGISTER_MEMORY_MB = 256
 #: A folder-like key prefix: it ends with `/` and does not start with one.
 PREFIX_PATTERN = r"^[^/].*/$"
 
@@ -97,6 +99,18 @@ class TenantConfig(Model):
             "each chunk's fixed cost (an invocation, its reads and ledger writes, the workflow's state transitions) "
             "over more records, and pages hold fewer but larger chunks: in batch mode it takes about 100,000 records "
             "to make that cost small, in record mode a few thousand."
+        ),
+    )
+    register_memory_mb: int = option(
+        REGISTER_MEMORY_MB,
+        ge=128,
+        le=10240,
+        description=(
+            "Memory of the register function in MB, and with it its share of a vCPU (Lambda gives one vCPU at "
+            "1,769 MB, in proportion below: https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html). "
+            "The function's CPU per request sets the pace for a core system that answers faster than it can send: "
+            'the answer time below which that happens at the default is in docs/benchmarks.md ("Register '
+            'throughput"); more memory moves it down and costs in proportion (docs/cost.md).'
         ),
     )
     sink: SinkConfig = option(
