@@ -30,11 +30,11 @@ sys.path.insert(0, str(ROOT))
 
 import yaml
 
+from bench.results import append_rows
 from lambdas import contract
 from local_runtime import LocalPipeline
 from pipeline_constructs import functions
 
-RESULTS = ROOT / "docs" / "benchmarks.md"
 QUEUE_VISIBILITY_SECONDS = 30
 HAND_OFF = "    def _hand_off(self, position: Position) -> bool:\n"
 
@@ -120,8 +120,7 @@ def main() -> int:
             f"{f['per_file']:.2f} |"
         )
         print(rows[-1], flush=True)
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks\n"
-    RESULTS.write_text(text.rstrip("\n") + "\n" + "\n".join(rows) + "\n")
+    append_rows("## Hand-off between files", rows)
     return 0
 
 

@@ -11,10 +11,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from bench import results
 from pipeline_constructs import budgets
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Register throughput"
 
 
@@ -108,15 +108,5 @@ def table_row(mode: str, runs: list[dict[str, Any]], args: argparse.Namespace, l
 
 
 def append_rows(rows: list[str]) -> None:
-    """Insert `rows` after the last row of the section's first table."""
-    lines = RESULTS.read_text().splitlines()
-    start = lines.index(SECTION)
-    end = start + 1
-    while end < len(lines) and not lines[end].startswith("## "):
-        end += 1
-    table = [i for i in range(start, end) if lines[i].startswith("|")]
-    last = table[0]
-    while last + 1 < end and lines[last + 1].startswith("|"):
-        last += 1
-    lines[last + 1 : last + 1] = rows
-    RESULTS.write_text("\n".join(lines) + "\n")
+    """Rows at the end of the register throughput table."""
+    results.append_rows(SECTION, rows)

@@ -24,14 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.results import append_rows
 from lambdas import contract
 from local_runtime.moto_server import FAKE_CREDENTIALS, MotoServer
 
-RESULTS = ROOT / "docs" / "benchmarks.md"
-TABLE_HEADER = (
-    "| date | machine | records | file | chunk size | chunks | split time | MB/s | peak RSS "
-    "| 10M records on Lambda (extrapolated) |"
-)
 #: What `TenantPipeline` gives the split function (pipeline_constructs/data_plane.py).
 SPLIT_MEMORY_MB = 512
 SPLIT_TIMEOUT_SECONDS = 15 * 60
@@ -145,14 +141,7 @@ def main() -> int:
     print(row)
     if args.print_only:
         return 0
-    lines = RESULTS.read_text().splitlines()
-    if TABLE_HEADER not in "\n".join(lines):
-        raise SystemExit(f"{RESULTS} has no Split table ({TABLE_HEADER!r}); add the section first")
-    at = next(i for i, line in enumerate(lines) if line.startswith(TABLE_HEADER)) + 2
-    while at < len(lines) and lines[at].startswith("|"):
-        at += 1
-    lines.insert(at, row)
-    RESULTS.write_text("\n".join(lines) + "\n")
+    append_rows("## Split", [row])
     return 0
 
 

@@ -25,8 +25,9 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "benchmarks.md"
-TABLE_HEADER = "| date | commit | load | run | install | tests | result |"
+sys.path.insert(0, str(ROOT))
+
+from bench.results import append_rows
 
 
 def burn() -> None:
@@ -96,14 +97,7 @@ def minutes(seconds: float) -> str:
 
 
 def record(rows: list[str]) -> None:
-    lines = RESULTS.read_text().splitlines()
-    if TABLE_HEADER not in lines:
-        raise SystemExit(f"{RESULTS} has no test suite table ({TABLE_HEADER!r}); add the section first")
-    at = lines.index(TABLE_HEADER) + 2
-    while at < len(lines) and lines[at].startswith("|"):
-        at += 1
-    lines[at:at] = rows
-    RESULTS.write_text("\n".join(lines) + "\n")
+    append_rows("## Test suite", rows)
 
 
 def main() -> int:
@@ -118,9 +112,7 @@ def main() -> int:
     parser.add_argument(
         "--workers", type=int, default=None, help="make test WORKERS (default: the Makefile's)"
     )
-    parser.add_argument(
-        "--no-write", action="store_true", help=f"print the rows, do not write {RESULTS.name}"
-    )
+    parser.add_argument("--no-write", action="store_true", help="print the rows, do not write benchmarks.md")
     args = parser.parse_args()
     if args.workers is None:  # the Makefile's default, as make test runs it
         args.workers = int(re.search(r"^WORKERS \?= (\d+)$", (ROOT / "Makefile").read_text(), re.M).group(1))

@@ -20,10 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.results import append_rows
 from demo.samples import sample_files
 from local_runtime import LocalPipeline
-
-RESULTS = ROOT / "docs" / "benchmarks.md"
 
 
 def measure(records: int, files: int, time_scale: float) -> dict[str, float]:
@@ -65,8 +64,7 @@ def main() -> int:
         f"{figures['gap_median']:.2f} s / {figures['gap_max']:.2f} s (VT {figures['visibility_timeout']:g} s) |"
     )
     print(row)
-    lines = RESULTS.read_text().splitlines() if RESULTS.exists() else []
-    RESULTS.write_text("\n".join([*lines, row]) + "\n")
+    append_rows("## End to end", [row])
     return 0
 
 

@@ -1,0 +1,30 @@
+"""The benchmarks write their rows into their own section's table of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import results, small_files
+
+
+def test_rows_go_to_the_end_of_their_sections_table_and_nothing_else_moves(tmp_path):
+    """GIVEN a page with two sections WHEN rows are appended to the first, and to a section the
+    page lacks (with its header) THEN each row ends its own table and the rest stays as it was."""
+    page = tmp_path / "benchmarks.md"
+    page.write_text(
+        "# Benchmarks\n\n## Split\n\n| a |\n| --- |\n| 1 |\n\n## Later\n\ntext\n", encoding="utf-8"
+    )
+    results.append_rows("## Split", ["| 2 |"], path=page)
+    results.append_rows(small_files.SECTION, ["| first |"], header=small_files.HEADER, path=page)
+    results.append_rows(small_files.SECTION, ["| second |"], header=small_files.HEADER, path=page)
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# Benchmarks\n\n## Split\n\n| a |\n| --- |\n| 1 |\n| 2 |\n\n## Later\n\ntext\n")
+    assert text.count(small_files.SECTION) == 1
+    assert text.endswith(small_files.HEADER + "\n| first |\n| second |\n")
+    with pytest.raises(SystemExit, match="no section"):
+        results.append_rows("## Missing", ["| x |"], path=page)
+
+
+def test_the_small_files_projection_is_the_sum_of_its_stated_steps():
+    assert small_files.aws_projection() == sum(ms for _, ms, _ in small_files.STEPS) / 1000
+    assert all(source for _, _, source in small_files.STEPS)
