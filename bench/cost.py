@@ -150,6 +150,7 @@ class TenantFacts:
     pages_per_section: int
     max_chunks: int
     memory_mb: dict[str, int]
+    inline_chunks: int
     alarms: int
     alarm_metrics: int
     log_groups: int
@@ -189,6 +190,8 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
     )
     log_groups = sum(1 for r in resources.values() if r["Type"] == "AWS::Logs::LogGroup")
     chunks_per_page = int(step.group(1))
+    inline = parent["States"].get("InlineEnd")
+    inline_span = re.search(r"States\.MathAdd\([^,]*, (\d+)\)", json.dumps(inline)) if inline else None
     return TenantFacts(
         parent=parent,
         section=section,
@@ -197,6 +200,7 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
         pages_per_section=(int(span.group(1)) + 1) // chunks_per_page,
         max_chunks=max_chunks,
         memory_mb=memory,
+        inline_chunks=int(inline_span.group(1)) + 1 if inline_span else 0,
         alarms=len(alarms),
         alarm_metrics=alarm_metrics,
         log_groups=log_groups,
@@ -210,7 +214,10 @@ def tenant_facts(template: Mapping[str, Any], tenant_id: str) -> TenantFacts:
 Decide = Callable[[dict[str, int]], str]
 CHOICES: dict[str, Decide] = {
     "AnyChunks": lambda ctx: "Sections" if ctx["chunks"] > 0 else "RecordSuccess",
-    "OneSection": lambda ctx: "Pages" if ctx["sections"] == 1 else "SectionsInOrder",
+    "OneSection": lambda ctx: (
+        ("InlineEnd" if ctx["inline_chunks"] else "Pages") if ctx["sections"] == 1 else "SectionsInOrder"
+    ),
+    "FitsInline": lambda ctx: "FileChunks" if ctx["chunks"] <= ctx["inline_chunks"] else "Pages",
     "LastSection": lambda ctx: (
         "ClampSection" if ctx["section_pages"] < ctx["pages_per_section"] else "SectionPages"
     ),
@@ -254,8 +261,11 @@ def transitions(facts: TenantFacts, chunks: int) -> tuple[int, int]:
     """(the file's execution, all its child executions: sections and pages) on the success path."""
     pages = pages_of(chunks, facts.chunks_per_page)
     sections = pages_of(len(pages), facts.pages_per_section)  # pages per section
+    inline = 0 < chunks <= facts.inline_chunks  # the parent runs the chunks itself: no page execution
 
     def parent_items(name: str, ctx: dict[str, int]) -> list[dict[str, int]]:
+        if name == "ChunksInOrder":
+            return [ctx] * chunks
         # RunPage or RunSection: one task per child; the child runs as its own execution
         return [ctx for _ in (sections if name == "SectionsInOrder" else pages)]
 
@@ -265,7 +275,11 @@ def transitions(facts: TenantFacts, chunks: int) -> tuple[int, int]:
     def page_items(_: str, ctx: dict[str, int]) -> list[dict[str, int]]:
         return [ctx] * ctx["page_chunks"]
 
-    parent = walk(facts.parent, {"chunks": chunks, "sections": len(sections)}, parent_items)
+    parent = walk(
+        facts.parent,
+        {"chunks": chunks, "sections": len(sections), "inline_chunks": facts.inline_chunks},
+        parent_items,
+    )
     section = (
         sum(
             walk(
@@ -280,7 +294,7 @@ def transitions(facts: TenantFacts, chunks: int) -> tuple[int, int]:
     )
     page = sum(
         walk(facts.page, {"page_chunks": n, "chunks_per_page": facts.chunks_per_page}, page_items)
-        for n in pages
+        for n in ([] if inline else pages)
     )
     return parent, section + page
 
@@ -339,7 +353,7 @@ def file_cost(facts: TenantFacts, scenario: Scenario, answer_seconds: float | No
     progress_writes = chunks * PER_CHUNK["ddb_wru_fixed"] + math.floor(sending)
     return FileCost(
         chunks=chunks,
-        pages=len(pages_of(chunks, facts.chunks_per_page)),
+        pages=0 if 0 < chunks <= facts.inline_chunks else len(pages_of(chunks, facts.chunks_per_page)),
         parent_transitions=parent,
         page_transitions=page,
         invocations=invocations,

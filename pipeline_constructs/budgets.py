@@ -187,9 +187,13 @@ PARENT_TASK_RETRIES = 3 + CRASH_RETRIES
 #: no Retry; heartbeats add no history events), then CompletionTimedOut or nothing, and
 #: ResumedAfterLastRecord. Counted for every tenant: it leaves `max_pages_per_section` as it is.
 PARENT_COMPLETION_EVENTS = SYNC_TASK_EVENTS + 2 * STATE_EVENTS
-#: The parent's events besides its pages or sections, every path counted (an upper bound of
-#: any one): the execution, Split, AnyChunks, Sections, OneSection, Pages, both Maps,
-#: RecordSuccess and RecordFailure, FileIngested, IngestFailed and FilePaused, SplitCrashed.
+#: The parent's states that run a file of one page itself, without a page execution:
+#: InlineEnd, FitsInline, FileChunks and their Map (`ChunksInOrder`).
+PARENT_INLINE_EVENTS = 3 * STATE_EVENTS + MAP_EVENTS
+#: The parent's events besides its pages, sections or chunks, every path counted (an upper
+#: bound of any one): the execution, Split, AnyChunks, Sections, OneSection, Pages, both Maps,
+#: RecordSuccess and RecordFailure, FileIngested, IngestFailed and FilePaused, SplitCrashed,
+#: and the states of a file it runs itself.
 PARENT_FIXED_EVENTS = (
     EXECUTION_EVENTS
     + 3 * (TASK_EVENTS + PARENT_TASK_RETRIES * RETRY_EVENTS)
@@ -197,6 +201,7 @@ PARENT_FIXED_EVENTS = (
     + 2 * MAP_EVENTS
     + 4 * STATE_EVENTS
     + PARENT_COMPLETION_EVENTS
+    + PARENT_INLINE_EVENTS
 )
 
 
@@ -217,6 +222,13 @@ def max_chunks_per_page(
     budget = register_invocation_budget(chunk_size, sink_timeout_seconds, outage_budget_seconds, batch_size)
     fits = (HISTORY_EVENT_BUDGET - PAGE_FIXED_EVENTS) // page_events_per_chunk(budget)
     return max(0, min(MAX_ARRAY_RANGE_ITEMS, fits))
+
+
+def max_inline_chunks(invocation_budget: int, chunks_per_page: int) -> int:
+    """The most chunks of a file the parent runs itself, without a page execution: what its
+    history holds besides its own states, at most a page (0: a file always runs in pages)."""
+    fits = (HISTORY_EVENT_BUDGET - PARENT_FIXED_EVENTS) // page_events_per_chunk(invocation_budget)
+    return max(0, min(chunks_per_page, fits))
 
 
 def max_pages_per_section() -> int:
@@ -245,6 +257,11 @@ class PageBudget:
     chunks_per_page: int
     pages_per_section: int
     invocation_budget: int
+
+    @property
+    def inline_chunks(self) -> int:
+        """The most chunks of a file the parent runs itself (`max_inline_chunks`)."""
+        return max_inline_chunks(self.invocation_budget, self.chunks_per_page)
 
     @property
     def max_file_chunks(self) -> int:

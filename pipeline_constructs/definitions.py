@@ -49,6 +49,7 @@ keys are in the order CDK wrote them, the parent's states in the order of the fl
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lambdas import contract
@@ -139,15 +140,10 @@ def _clamped_range(
     }
 
 
-def build_page_definition(
-    *, partition: str, register_function_arn: str, chunks_per_page: int, invocation_budget: int
-) -> State:
-    """The page state machine: the chunks `first_chunk` .. `min(first_chunk + chunks_per_page
-    - 1, last_chunk)` of a file, one at a time (input: `contract.PageTask`)."""
-    if not 1 <= chunks_per_page <= budgets.MAX_ARRAY_RANGE_ITEMS:
-        raise ValueError(
-            f"chunks_per_page {chunks_per_page} must be from 1 to {budgets.MAX_ARRAY_RANGE_ITEMS}"
-        )
+def _chunk_states(partition: str, register_function_arn: str, invocation_budget: int) -> dict[str, State]:
+    """The states of one chunk, a Map item of a page (or of a parent that runs its file's one
+    page itself): register invocations until the chunk is done, paused, over its invocation
+    budget, or crashed; a wait while the core system is unavailable."""
     register = lambda_task(
         partition,
         register_function_arn,
@@ -166,7 +162,7 @@ def build_page_definition(
         ),
         payload={"Payload.$": "$"},
     )
-    chunk_states = {
+    return {
         "RegisterChunk": register,
         "WaitForCoreSystem": {
             "Type": "Wait",
@@ -200,6 +196,39 @@ def build_page_definition(
         ),
         "RegisterCrashed": {"Type": "Fail", "ErrorPath": "$.crash.Error", "CausePath": "$.crash.Cause"},
     }
+
+
+#: What a chunk's task carries of its file, from the page's input or the parent's state.
+_FILE_KEYS = (
+    "tenant",
+    "bucket",
+    "key",
+    "version_id",
+    "start_record",
+    "chunk_prefix",
+    "chunk_size",
+    "chunk_count",
+    "record_count",
+)
+
+
+def _chunk_task(file: Mapping[str, object]) -> dict[str, object]:
+    """The ItemSelector of a chunk's task: `file` (`_FILE_KEYS` and `execution_name`), the Map
+    item as the chunk's index, no fault yet, no invocation yet."""
+    return select(
+        contract.ChunkTask, {**file, "chunk_index": "$$.Map.Item.Value", "fault_since": None, "invocation": 0}
+    )
+
+
+def build_page_definition(
+    *, partition: str, register_function_arn: str, chunks_per_page: int, invocation_budget: int
+) -> State:
+    """The page state machine: the chunks `first_chunk` .. `min(first_chunk + chunks_per_page
+    - 1, last_chunk)` of a file, one at a time (input: `contract.PageTask`)."""
+    if not 1 <= chunks_per_page <= budgets.MAX_ARRAY_RANGE_ITEMS:
+        raise ValueError(
+            f"chunks_per_page {chunks_per_page} must be from 1 to {budgets.MAX_ARRAY_RANGE_ITEMS}"
+        )
     # The page's chunks: first_chunk .. min(first_chunk + chunks_per_page - 1, the file's last chunk).
     states = _clamped_range(
         names=("PageEnd", "LastPage", "ClampToFile", "PageChunks"),
@@ -213,32 +242,15 @@ def build_page_definition(
     states["ChunksInOrder"] = _in_order(
         comment="One chunk at a time: a failing chunk stops every later chunk",
         items_path="$.page.chunks",
-        item_selector=select(
-            contract.ChunkTask,
+        item_selector=_chunk_task(
             {
-                **{
-                    key: f"$.{key}"
-                    for key in (
-                        "tenant",
-                        "bucket",
-                        "key",
-                        "version_id",
-                        "start_record",
-                        "chunk_prefix",
-                        "chunk_size",
-                        "chunk_count",
-                        "record_count",
-                    )
-                },
+                **{key: f"$.{key}" for key in _FILE_KEYS},
                 # the parent's execution: the register function's fence checks it
                 "execution_name": "$.execution_name",
-                "chunk_index": "$$.Map.Item.Value",
-                "fault_since": None,
-                "invocation": 0,
-            },
+            }
         ),
         start_at="RegisterChunk",
-        states=chunk_states,
+        states=_chunk_states(partition, register_function_arn, invocation_budget),
         next_state=None,
         catch=[catch("PagePaused", None, (contract.TENANT_PAUSED_ERROR,))],
     )
@@ -404,11 +416,16 @@ def build_definition(
     page_version_arn: str,
     section_version_arn: str,
     closer_function_arn: str,
+    register_function_arn: str,
     chunks_per_page: int,
     pages_per_section: int,
+    invocation_budget: int,
+    inline_chunks: int,
     completion: CompletionWait | None = None,
 ) -> State:
     """The parent state machine definition of one tenant (one execution per file attempt).
+    A file of at most `inline_chunks` chunks (left to send) runs them in this execution, as a
+    page would; a bigger one runs pages, or sections of pages, as child executions.
     With `completion`, a file whose chunks are all registered waits for the core system's
     confirmation before it is recorded as a success; without, the definition is unchanged."""
     split_result = contract.SPLIT_RESULT_PATH
@@ -530,7 +547,51 @@ def build_definition(
         ),
         "OneSection": choice(
             [{"Variable": "$.sections.first_chunks[1]", "IsPresent": True, "Next": "SectionsInOrder"}],
-            default="Pages",
+            default="InlineEnd" if inline_chunks >= 1 else "Pages",
+        ),
+        **(
+            {}
+            if inline_chunks < 1
+            else {
+                "InlineEnd": pass_state(
+                    result_path="$.inline",
+                    parameters={"last.$": f"States.MathAdd({split_result}.first_chunk, {inline_chunks - 1})"},
+                    next_state="FitsInline",
+                ),
+                "FitsInline": choice(
+                    [
+                        {
+                            "Variable": "$.inline.last",
+                            "NumericGreaterThanEqualsPath": f"{split_result}.last_chunk",
+                            "Next": "FileChunks",
+                        }
+                    ],
+                    default="Pages",
+                ),
+                "FileChunks": pass_state(
+                    comment="The file fits one page: its chunk indexes, run in this execution (no page execution)",
+                    result_path="$.inline",
+                    parameters={
+                        "chunks.$": f"States.ArrayRange({split_result}.first_chunk, {split_result}.last_chunk, 1)"
+                    },
+                    next_state="ChunksInOrder",
+                ),
+                "ChunksInOrder": _in_order(
+                    comment="One chunk at a time: a failing chunk stops every later chunk",
+                    items_path="$.inline.chunks",
+                    item_selector=_chunk_task(
+                        {
+                            key: value
+                            for key, value in page_fields.items()
+                            if key in (*_FILE_KEYS, "execution_name")
+                        }
+                    ),
+                    start_at="RegisterChunk",
+                    states=_chunk_states(partition, register_function_arn, invocation_budget),
+                    next_state=after_chunks,
+                    catch=[catch("FilePaused", None, (contract.TENANT_PAUSED_ERROR,)), *on_error],
+                ),
+            }
         ),
         "Pages": first_chunks(
             "The first chunk of each page (the file fits one section: at most pages_per_section)",

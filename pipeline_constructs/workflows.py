@@ -165,8 +165,11 @@ def build_workflow(
             page_version_arn=page.version.attr_arn,
             section_version_arn=section.version.attr_arn,
             closer_function_arn=closer.function_arn,
+            register_function_arn=register.function_arn,
             chunks_per_page=budget.chunks_per_page,
             pages_per_section=budget.pages_per_section,
+            invocation_budget=budget.invocation_budget,
+            inline_chunks=budget.inline_chunks,
             completion=completion,
         ),
         version_description=f"Tenant {tenant.id}'s file workflow (and, pinned, its section and page versions) as "

@@ -730,20 +730,20 @@ def test_fails_when_chunks_per_page_is_more_than_a_pages_history_holds():
 
 
 def test_fails_when_pages_per_section_is_more_than_a_sections_history_holds():
-    """GIVEN pages_per_section 766 where a section's history holds 765 WHEN validated THEN
-    refused with the range; 765 (and a small value for tests) is fine."""
+    """GIVEN pages_per_section 765 where a section's history holds 764 WHEN validated THEN
+    refused with the range; 764 (and a small value for tests) is fine."""
     text = """
         defaults:
         {SINK}
         tenants:
           - {{id: acme, prefix: a/, pages_per_section: {value}}}
         """
-    assert one_problem(text.format(SINK=SINK, value=766)) == (
-        "tenant 'acme': field 'pages_per_section' = 766: is more than 765; leave it out (the default is "
-        "the most a section's history allows), or use a whole number from 1 to 765"
+    assert one_problem(text.format(SINK=SINK, value=765)) == (
+        "tenant 'acme': field 'pages_per_section' = 765: is more than 764; leave it out (the default is "
+        "the most a section's history allows), or use a whole number from 1 to 764"
     )
     assert (
-        parse_config(textwrap.dedent(text.format(SINK=SINK, value=765))).tenants[0].pages_per_section == 765
+        parse_config(textwrap.dedent(text.format(SINK=SINK, value=764))).tenants[0].pages_per_section == 764
     )
     assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=2))).tenants[0].pages_per_section == 2
 

@@ -34,36 +34,48 @@ def test_the_docs_tables_are_what_the_script_computes_from_the_templates(facts):
 
 def test_one_chunk_walks_every_state_of_the_success_path_once(facts):
     """GIVEN a one-chunk file WHEN its transitions are walked through the definitions THEN the
-    file's execution enters its 11 states once (Split, AnyChunks, Sections, OneSection, Pages,
-    PagesInOrder, RunPage, RunPageOutcome, RunPageDone, RecordSuccess, FileIngested) and the
-    page's 8 (PageEnd, LastPage, ClampToFile on the short page, PageChunks, ChunksInOrder,
-    RegisterChunk, ChunkDone, ChunkRegistered)."""
-    assert cost.transitions(facts["c100b1"], chunks=1) == (11, 8)
+    file's execution enters its 13 states once (Split, AnyChunks, Sections, OneSection,
+    InlineEnd, FitsInline, FileChunks, ChunksInOrder, RegisterChunk, ChunkDone, ChunkRegistered,
+    RecordSuccess, FileIngested) and no page execution runs."""
+    assert cost.transitions(facts["c100b1"], chunks=1) == (13, 0)
+
+
+def test_a_file_of_one_chunk_more_than_the_parent_runs_itself_runs_pages(facts):
+    """GIVEN a file of one chunk more than the parent runs itself WHEN walked THEN the file's
+    execution leaves FitsInline for Pages, PagesInOrder and two RunPage, RunPageOutcome,
+    RunPageDone; the full page enters its 4 own states and 3 per chunk, the short page also
+    ClampToFile."""
+    f = facts["c100b1"]
+    assert f.inline_chunks == f.chunks_per_page
+    parent, pages = cost.transitions(f, chunks=f.chunks_per_page + 1)
+    assert parent == 6 + 2 + 2 * 3 + 2
+    assert pages == (4 + 3 * f.chunks_per_page) + (5 + 3)
 
 
 def test_a_file_of_two_sections_runs_them_as_section_executions(facts):
     """GIVEN a file of one page more than a section holds WHEN walked THEN the file's execution
-    takes the sections path (RunSection with its outcome twice instead of RunPage with its
-    outcome per page), and the children's transitions are the pages' plus two sections' own
-    states (SectionEnd, LastSection, ClampSection on the short one, SectionPages, PagesInOrder,
-    and a RunPage, RunPageOutcome, RunPageDone per page)."""
+    takes the sections path (SectionsInOrder, RunSection with its outcome twice), and the
+    children's transitions are the pages' plus two sections' own states (SectionEnd,
+    LastSection, ClampSection on the short one, SectionPages, PagesInOrder, and a RunPage,
+    RunPageOutcome, RunPageDone per page)."""
     f = facts["c100b1"]
     per_section = f.chunks_per_page * f.pages_per_section
     parent, children = cost.transitions(f, chunks=per_section + f.chunks_per_page)
-    pages_only = cost.transitions(f, chunks=per_section)[1] + cost.transitions(f, chunks=f.chunks_per_page)[1]
-    # Pages, PagesInOrder, RunPage with its outcome out; SectionsInOrder, 2 x RunSection with its outcome in
-    assert parent == 11 - 5 + 1 + 2 * 3
+    full_page = 4 + 3 * f.chunks_per_page
+    pages_only = cost.transitions(f, chunks=per_section)[1] + full_page
+    # Split, AnyChunks, Sections, OneSection, SectionsInOrder, RecordSuccess, FileIngested
+    assert parent == 7 + 2 * 3
     assert children == pages_only + (4 + 3 * f.pages_per_section) + (5 + 3)
 
 
 def test_transitions_grow_by_three_a_chunk_and_seven_a_page(facts):
-    """GIVEN files of one and two full pages WHEN walked THEN a chunk adds RegisterChunk,
+    """GIVEN files of two and three full pages WHEN walked THEN a chunk adds RegisterChunk,
     ChunkDone and ChunkRegistered, and a page adds its RunPage, RunPageOutcome and RunPageDone
     in the file's execution and its 4 own states (no clamp on a full page)."""
     per_page = facts["c100b1"].chunks_per_page
-    one_parent, one_page = cost.transitions(facts["c100b1"], chunks=per_page)
     two_parent, two_page = cost.transitions(facts["c100b1"], chunks=2 * per_page)
-    assert (two_parent - one_parent, two_page - one_page) == (3, 4 + 3 * per_page)
+    three_parent, three_page = cost.transitions(facts["c100b1"], chunks=3 * per_page)
+    assert (three_parent - two_parent, three_page - two_page) == (3, 4 + 3 * per_page)
 
 
 def test_fails_when_a_choice_state_has_no_success_path_rule(facts):

@@ -178,6 +178,34 @@ def items_of_page_map(page: dict[str, Any]) -> int:
     return int(match.group(1)) + 1
 
 
+def items_of_inline_map(parent: dict[str, Any]) -> int:
+    """The chunks a parent runs itself (0: none): ArrayRange(first_chunk, last_chunk, 1) only
+    when last_chunk is at most first_chunk + K (FitsInline), so at most K + 1 of them."""
+    states = parent["States"]
+    if "ChunksInOrder" not in states:
+        return 0
+    assert states["OneSection"]["Default"] == "InlineEnd" and states["InlineEnd"]["Next"] == "FitsInline"
+    match = re.fullmatch(
+        r"States\.MathAdd\(\$\.split\.first_chunk, (\d+)\)", states["InlineEnd"]["Parameters"]["last.$"]
+    )
+    assert match, "the inline end must be first_chunk + a constant"
+    assert states["FitsInline"]["Choices"] == [
+        {
+            "Variable": "$.inline.last",
+            "NumericGreaterThanEqualsPath": "$.split.last_chunk",
+            "Next": "FileChunks",
+        }
+    ]
+    assert states["FitsInline"]["Default"] == "Pages"
+    first, last, step = array_range(states["FileChunks"]["Parameters"]["chunks.$"])
+    assert (first, last, step) == ("$.split.first_chunk", "$.split.last_chunk", "1")
+    assert states["FileChunks"]["Next"] == "ChunksInOrder"
+    assert not {"Pages", "PagesInOrder", "Sections", "SectionsInOrder"} & reachable(
+        states, "ChunksInOrder"
+    ), "the inline path runs pages"
+    return int(match.group(1)) + 1
+
+
 def items_of_parent_map(parent: dict[str, Any], max_chunks: int) -> tuple[int, int, int]:
     """(sections, pages of a one-section file, chunks per page): the parent's two Maps. Sections
     are ArrayRange(first_chunk, last_chunk, S) over at most max_chunks; the parent runs pages
@@ -192,7 +220,10 @@ def items_of_parent_map(parent: dict[str, Any], max_chunks: int) -> tuple[int, i
     assert states["OneSection"]["Choices"] == [
         {"Variable": "$.sections.first_chunks[1]", "IsPresent": True, "Next": "SectionsInOrder"}
     ]
-    assert states["OneSection"]["Default"] == "Pages" and states["Pages"]["Next"] == "PagesInOrder"
+    assert (
+        states["OneSection"]["Default"] in ("Pages", "InlineEnd")
+        and states["Pages"]["Next"] == "PagesInOrder"
+    )
     assert int(per_section) % int(per_page) == 0, "a section must start on a page boundary"
     assert not {"Pages", "PagesInOrder"} & reachable(states, "SectionsInOrder"), (
         "the sections path runs pages"
@@ -254,21 +285,32 @@ def bounds(template: Template) -> dict[str, int]:
         "the parent and the section must agree on pages"
     )
     assert items_of_page_map(found["page"]) == per_page, "the pages and the page's chunks must agree"
+    inline = items_of_inline_map(found["parent"])
+    assert inline <= per_page, "a parent runs at most one page's chunks itself"
     assert max(sections, pages, per_page) <= budgets.MAX_ARRAY_RANGE_ITEMS, (
         "States.ArrayRange makes at most 1,000 items"
     )
     return {
-        # OneSection takes one of the two Maps, and neither leads to the other: the worst of both
+        # OneSection and FitsInline take one of the three Maps, and none leads to another: the worst
         "parent": EXECUTION_EVENTS
         + max(
-            bound(found["parent"]["States"], {"PagesInOrder": pages, "SectionsInOrder": 0}),
-            bound(found["parent"]["States"], {"PagesInOrder": 0, "SectionsInOrder": sections}),
+            bound(
+                found["parent"]["States"], {"PagesInOrder": pages, "SectionsInOrder": 0, "ChunksInOrder": 0}
+            ),
+            bound(
+                found["parent"]["States"],
+                {"PagesInOrder": 0, "SectionsInOrder": sections, "ChunksInOrder": 0},
+            ),
+            bound(
+                found["parent"]["States"], {"PagesInOrder": 0, "SectionsInOrder": 0, "ChunksInOrder": inline}
+            ),
         ),
         "section": EXECUTION_EVENTS + bound(found["section"]["States"], {"PagesInOrder": pages}),
         "page": EXECUTION_EVENTS + bound(found["page"]["States"], {"ChunksInOrder": per_page}),
         "sections": sections,
         "pages_per_section": pages,
         "chunks_per_page": per_page,
+        "inline_chunks": inline,
         "max_chunks": max_chunks,
     }
 
@@ -342,7 +384,7 @@ def test_largest_file_per_chunk_size_at_the_default_sink_settings():
         size: budgets.max_file_chunks(budgets.max_chunks_per_page(size, 10, 3600)) * size
         for size in (1, 100, 250, 870)
     }
-    assert largest == {1: 4_681_800, 100: 468_180_000, 250: 1_170_450_000, 870: 4_073_166_000}
+    assert largest == {1: 4_669_568, 100: 466_956_800, 250: 1_167_392_000, 870: 4_062_524_160}
 
 
 def test_ten_million_records_fit_at_the_default_chunk_size_even_with_a_long_outage_budget():

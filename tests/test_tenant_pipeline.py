@@ -212,8 +212,11 @@ def test_pages_run_one_at_a_time_in_order_each_as_a_child_execution_that_waits(a
     assert states["AnyChunks"]["Default"] == "Sections"
     assert states["Sections"]["Next"] == "OneSection"
     # a file of one section runs its pages in the parent; otherwise sections run them
-    assert states["OneSection"]["Default"] == "Pages"
+    assert states["OneSection"]["Default"] == "InlineEnd"
     assert states["OneSection"]["Choices"][0]["Next"] == "SectionsInOrder"
+    # ... and a file that fits one page runs its chunks in the parent, without a page execution
+    assert states["FitsInline"]["Choices"][0]["Next"] == "FileChunks"
+    assert states["FitsInline"]["Default"] == "Pages"
     assert states["Pages"]["Next"] == "PagesInOrder"
     assert states["FilePaused"]["Type"] == "Succeed"
     for maps, items_path, task, kind in (
@@ -277,6 +280,30 @@ def test_chunks_of_a_page_run_one_at_a_time_in_order(acme):
     }
     # the register function's fence checks the PARENT's execution name, which the page carries
     assert chunks["ItemSelector"]["execution_name.$"] == "$.execution_name"
+
+
+def test_a_file_that_fits_one_page_runs_its_chunks_in_the_parent_as_a_page_would(acme):
+    """GIVEN the parent workflow WHEN a file's chunks fit one page THEN the parent runs them
+    itself, one at a time, with exactly the page's chunk states (retries, budget, pause), the
+    parent's own execution name for the fence, and a pause or failure ending the file as a
+    page's would."""
+    states = definition(acme)["States"]
+    per_page = budgets.max_chunks_per_page(100, 10, 3600)
+    assert states["InlineEnd"]["Parameters"] == {"last.$": f"States.MathAdd($.split.first_chunk, {per_page - 1})"}
+    assert states["FitsInline"]["Choices"][0]["Variable"] == "$.inline.last"
+    assert states["FitsInline"]["Choices"][0]["NumericGreaterThanEqualsPath"] == "$.split.last_chunk"
+    assert states["FileChunks"]["Parameters"] == {
+        "chunks.$": "States.ArrayRange($.split.first_chunk, $.split.last_chunk, 1)"
+    }
+    chunks = states["ChunksInOrder"]
+    assert chunks["Type"] == "Map" and chunks["MaxConcurrency"] == 1
+    assert chunks["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
+    assert chunks["ItemsPath"] == "$.inline.chunks"
+    assert chunks["ItemProcessor"] == page_definition(acme)["States"]["ChunksInOrder"]["ItemProcessor"]
+    assert chunks["ItemSelector"]["execution_name.$"] == "$$.Execution.Name"
+    assert chunks["Next"] == "RecordSuccess"
+    assert [c["Next"] for c in chunks["Catch"]] == ["FilePaused", "RecordFailure"]
+    assert chunks["Catch"][0]["ErrorEquals"] == [contract.TENANT_PAUSED_ERROR]
 
 
 def test_lambda_tasks_retry_only_transient_lambda_errors_with_the_seed_settings(acme):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from pipeline_constructs import definitions
+from pipeline_constructs import workflows
 from tests.conftest import pattern_matches, resolved, status_change, synthesize, workflow_arn
 
 MACHINES = {
@@ -136,8 +136,8 @@ def _deployed_definitions(template: dict[str, Any]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def page_changed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One tenant synthesized twice: as is, and with only the page definition changed (the
-    error name of an over-budget chunk, which only the page's Fail state carries)."""
+    """One tenant synthesized twice: as is, and with only the page definition changed (a
+    comment on the page's definition, which no other definition carries)."""
     directory = tmp_path_factory.mktemp("versions")
     tenants = directory / "tenants.yaml"
     tenants.write_text(
@@ -145,7 +145,12 @@ def page_changed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, An
     )
     before = synthesize(tenants, directory / "before").templates["OrderedIngest-Tenant-acme"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(definitions, "CHUNK_OVER_BUDGET_ERROR", "ChunkBudgetSpent")
+        build_page = workflows.build_page_definition
+        patch.setattr(
+            workflows,
+            "build_page_definition",
+            lambda **kwargs: {**build_page(**kwargs), "Comment": "a changed page"},
+        )
         after = synthesize(tenants, directory / "after").templates["OrderedIngest-Tenant-acme"]
     return before, after
 
@@ -157,8 +162,8 @@ def test_a_change_to_the_page_definition_publishes_new_section_and_file_versions
     page; a file already running keeps its parent version and so the old page."""
     before, after = (_deployed_definitions(t) for t in page_changed)
     assert (
-        "ChunkBudgetSpent" in after["acme-file-ingest-page"]
-        and "ChunkBudgetSpent" not in before["acme-file-ingest-page"]
+        "a changed page" in after["acme-file-ingest-page"]
+        and "a changed page" not in before["acme-file-ingest-page"]
     )
     for machine in MACHINES.values():
         assert before[machine] != after[machine], machine

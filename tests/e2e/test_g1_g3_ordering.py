@@ -61,10 +61,9 @@ def test_failing_chunk_stops_every_later_chunk(pipe: LocalPipeline) -> None:
     pipe.wait_until_idle(timeout=60, tenants=["halting"])
 
     failed, succeeded = pipe.executions("halting")
-    # The chunk ran in a page execution: the file's execution fails with the page task's
-    # States.TaskFailed, its cause the page's description with the rejection (the ledger and
-    # `ops status` show SinkRejectedError itself: tests/e2e/test_pages.py).
-    assert (failed["key"], failed["status"], failed["error"]) == (first, "FAILED", "States.TaskFailed")
+    # The file fits one page, so its chunks ran in its own execution, which fails with the
+    # chunk's error (through a page execution: tests/e2e/test_pages.py).
+    assert (failed["key"], failed["status"], failed["error"]) == (first, "FAILED", "SinkRejectedError")
     assert contract.SinkRejectedError.__name__ in failed["cause"]
     assert "record 4" in failed["cause"] and "HTTP 400" in failed["cause"]
     sent = [r.body for r in sink.requests if r.body["file"] == "bad"]

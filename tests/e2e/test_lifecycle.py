@@ -211,9 +211,8 @@ def test_an_execution_started_by_hand_is_refused_before_it_sends_anything(pipe: 
     pipe.wait_until_idle(timeout=120, tenants=["byhand"])
 
     by_hand = next(e for e in pipe.executions("byhand") if e["name"] == "by-hand")
-    # The refusal happens in the first page execution: the parent fails with the page task's
-    # States.TaskFailed, whose cause is the page's DescribeExecution naming the refusal.
-    assert by_hand["status"] == "FAILED" and by_hand["error"] == "States.TaskFailed"
+    # The file fits one page: the refusal happens in the parent's own chunk task.
+    assert by_hand["status"] == "FAILED" and by_hand["error"] == "StaleExecutionError"
     assert contract.StaleExecutionError.__name__ in by_hand["cause"]
     assert len(pipe.sink("byhand").requests) == requests
     after = status(pipe, "byhand")

@@ -19,7 +19,7 @@ CANARY = "canary-5e1f-record-content"
 
 @pytest.fixture(scope="module")
 def pipe(start_pipeline) -> LocalPipeline:
-    return start_pipeline([{"id": "leaks", "on_failure": "continue"}], chunk_size=3)
+    return start_pipeline([{"id": "leaks", "on_failure": "continue", "chunks_per_page": 2}], chunk_size=3)
 
 
 def canary_file(name: str, records: int) -> bytes:
@@ -60,17 +60,18 @@ def _work_bucket_bytes(pipe: LocalPipeline) -> list[tuple[str, bytes]]:
 
 
 def test_records_reach_the_core_system_and_nothing_else_holds_them(pipe: LocalPipeline) -> None:
-    """GIVEN three files whose every record holds a canary value: one that succeeds, one whose
-    record 4 the core system rejects (a fatal 400), one whose line 3 is malformed (and holds the
-    canary too) WHEN they are processed THEN the core system received the canary values of the
-    records it was sent, and no function log line, no execution history event (file and page
-    executions), no ledger item, no object of the work bucket (chunk indexes, manifests) and no
-    notification holds any part of it."""
+    """GIVEN three files whose every record holds a canary value: one that succeeds (3 chunks:
+    two page executions), one whose record 4 the core system rejects (a fatal 400; 2 chunks,
+    run in the file's own execution), one whose line 3 is malformed (and holds the canary too)
+    WHEN they are processed THEN the core system received the canary values of the records it
+    was sent, and no function log line, no execution history event (file and page executions),
+    no ledger item, no object of the work bucket (chunk indexes, manifests) and no notification
+    holds any part of it."""
     sink = pipe.sink("leaks").reject(
         on_record={"file": "rejected", "secret": f"{CANARY}-rejected-4"}, status=400
     )
     pipe.put_file("leaks", "good.csv", canary_file("good", 7))
-    pipe.put_file("leaks", "rejected.csv", canary_file("rejected", 7))
+    pipe.put_file("leaks", "rejected.csv", canary_file("rejected", 5))
     pipe.put_file("leaks", "malformed.csv", f"file,secret\nm,{CANARY}-m-0\nm,{CANARY}-m-1,extra\n".encode())
 
     wait_for(lambda: len(pipe.executions("leaks")) == 3, timeout=60, what="three executions")
@@ -78,9 +79,8 @@ def test_records_reach_the_core_system_and_nothing_else_holds_them(pipe: LocalPi
 
     executions = pipe.executions("leaks")
     assert [e["status"] for e in executions] == ["SUCCEEDED", "FAILED", "FAILED"]
-    assert (
-        executions[2]["error"] == "MalformedFileError"
-    )  # a page's failure reaches the file as States.TaskFailed
+    assert executions[1]["error"] == "SinkRejectedError"  # the chunk ran in the file's execution
+    assert executions[2]["error"] == "MalformedFileError"
     sent = json.dumps([request.body for request in sink.requests])
     assert (
         f"{CANARY}-good-6" in sent and f"{CANARY}-rejected-4" in sent
@@ -96,13 +96,11 @@ def test_records_reach_the_core_system_and_nothing_else_holds_them(pipe: LocalPi
     for key, body in _work_bucket_bytes(pipe):
         places[f"work bucket {key}"] = body.decode("latin-1")
 
-    # the places were looked at where the failures are told: the rejection in the page's history
-    # and the register log, the malformed line in the split log
+    # the places were looked at where the failures are told: the rejection in the file's history
+    # and the register log, the malformed line in the split log; the good file's pages ran
     functions = pipe.tenants["leaks"].functions
-    assert (
-        "SinkRejectedError" in histories["leaks-file-ingest-page"]
-        and "leaks-file-ingest-workflow" in histories
-    )
+    assert "SinkRejectedError" in histories["leaks-file-ingest-workflow"]
+    assert "RegisterChunk" in histories["leaks-file-ingest-page"]
     assert "SinkRejectedError" in places[f"log of {functions['register']}"]
     assert "line 3" in places[f"log of {functions['split']}"]
     assert any(key.startswith("work bucket chunks/leaks/") for key in places)
