@@ -5,8 +5,8 @@ core-system stand-in; with each chunk's fixed cost broken down and projected ont
     .venv/bin/python bench/register.py [--records 1000000] [--runs 3] [--modes record batch]
                                        [--batch-size 100] [--sink-timeout 5] [--no-write]
 
-Each mode's tenant takes the largest `chunk_size` the register budget allows at
-`--sink-timeout` (`budgets.max_chunk_size`; `--chunk-size` overrides), and the stand-in
+Each mode's tenant leaves `chunk_size` out, so it runs at the chunk size a user gets by
+default at `--sink-timeout` (`pace.default_chunk_size`; `--chunk-size` writes one), and the stand-in
 (`local_runtime/sink.py`) runs in a process of its own, as a real core system does. The raw
 client runs right before and right after the pipeline, which is compared with the mean of the
 two, because the machine's own speed drifts while a run lasts. The pipeline's time ends at the
@@ -47,7 +47,7 @@ from bench.register_harness import (
     sink_process,
 )
 from bench.register_report import append_rows, describe, load_average, table_row
-from pipeline_constructs import budgets
+from pipeline_constructs import pace
 
 TENANTS = {"record": "rec", "batch": "bat"}
 
@@ -55,7 +55,10 @@ TENANTS = {"record": "rec", "batch": "bat"}
 # --- one invocation of the bench -------------------------------------------------------------------
 
 
-def tenants_file(directory: Path, modes: dict[str, tuple[int, int]], sink_timeout: int) -> Path:
+def tenants_file(
+    directory: Path, modes: dict[str, tuple[int, int]], sink_timeout: int, *, written: bool
+) -> Path:
+    """One tenant per mode; ``written``: with its chunk_size in the file, else left to the default."""
     path = directory / "tenants.yaml"
     path.write_text(
         yaml.safe_dump(
@@ -68,7 +71,7 @@ def tenants_file(directory: Path, modes: dict[str, tuple[int, int]], sink_timeou
                     {
                         "id": TENANTS[mode],
                         "prefix": f"{TENANTS[mode]}/",
-                        "chunk_size": chunk,
+                        **({"chunk_size": chunk} if written else {}),
                         "sink": {"batch_size": batch, "auth": {"type": "none"}},
                     }
                     for mode, (chunk, batch) in modes.items()
@@ -84,13 +87,13 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from local_runtime.sink import point_register_at
     from pipeline_constructs.config import DEFAULT_OUTAGE_BUDGET_SECONDS, MAX_CHUNK_SIZE
 
-    def largest(batch: int) -> int:  # the tenants keep the default outage budget
-        return min(
-            MAX_CHUNK_SIZE, budgets.max_chunk_size(args.sink_timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch)
+    def default(batch: int) -> int:  # what a tenant that leaves chunk_size out gets
+        return pace.default_chunk_size(
+            args.sink_timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch, None, MAX_CHUNK_SIZE
         )
 
     modes = {
-        mode: (args.chunk_size or largest(batch), batch)
+        mode: (args.chunk_size or default(batch), batch)
         for mode, batch in (("record", 1), ("batch", args.batch_size))
         if mode in args.modes
     }
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
         sink = stack.enter_context(SinkProcess())
         pipe = stack.enter_context(
             LocalPipeline(
-                tenants_file(work, modes, args.sink_timeout),
+                tenants_file(work, modes, args.sink_timeout, written=args.chunk_size is not None),
                 time_scale=args.time_scale,
                 function_environment=point_register_at({tenant: sink for tenant in TENANTS.values()}),
             )
@@ -178,10 +181,13 @@ def main() -> int:
         "--chunk-size",
         type=int,
         default=None,
-        help="chunk_size of both tenants (default: the largest the register budget allows)",
+        help="chunk_size of both tenants (default: left out, so each gets the computed default)",
     )
     parser.add_argument(
-        "--sink-timeout", type=int, default=5, help="sink.timeout_seconds (bounds the chunk size)"
+        "--sink-timeout",
+        type=int,
+        default=10,
+        help="sink.timeout_seconds (the default chunk size follows it)",
     )
     parser.add_argument("--time-scale", type=float, default=0.1)
     parser.add_argument(
@@ -190,12 +196,12 @@ def main() -> int:
         default=None,
         help="records the raw client sends per run (default: --records)",
     )
-    parser.add_argument("--aws-request-ms", type=float, default=10.0, help="a POST to the core system on AWS")
     parser.add_argument(
-        "--aws-task-ms", type=float, default=60.0, help="Step Functions' Lambda task, per chunk"
+        "--aws-request-ms",
+        type=float,
+        default=pace.ANSWER.seconds * 1000,
+        help="a POST to the core system on AWS (default: the pace model's design point)",
     )
-    parser.add_argument("--aws-s3-ms", type=float, default=30.0, help="an S3 ranged GET")
-    parser.add_argument("--aws-ddb-ms", type=float, default=6.0, help="a DynamoDB read or write")
     parser.add_argument("--no-write", action="store_true", help="print the rows, do not append them")
     parser.add_argument("--raw-client", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--handler-alone", metavar="SPEC", help=argparse.SUPPRESS)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import results
-from pipeline_constructs import budgets
+from pipeline_constructs import budgets, pace
+from pipeline_constructs.config.sink import DEFAULT_OUTAGE_BUDGET_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Register throughput"
@@ -25,29 +26,30 @@ VCPU_MEMORY_MB = 1769
 def aws_projection(
     chunk: int, batch: int, args: argparse.Namespace, *, raw_cpu: float, handler_cpu: float, memory_mb: int
 ) -> dict[str, float]:
-    """Records/s on AWS of the raw client and of the pipeline, from the stated per-call latencies
-    and the CPU seconds per request measured here (one local core taken as one Lambda vCPU, as
-    bench/split.py does).
+    """Records/s on AWS of the raw client and of the pipeline, from the pace model's latencies
+    (`pipeline_constructs/pace.py`) and the CPU seconds per request measured here (one local
+    core taken as one Lambda vCPU, as bench/split.py does).
 
     A request costs the raw client the core system's answer (`--aws-request-ms`) plus its own
     CPU. It costs the register function the answer plus its CPU, or its CPU at its share of a
     vCPU (`memory_mb` / 1,769) when that is longer: below `cpu_bound_ms` of answer time the
-    function's memory, not the core system, sets the pace. A chunk adds the Lambda task
-    (`--aws-task-ms`), the fence read and the final progress write (DynamoDB), the landing
-    object's ranged GET (S3; the index block is kept warm), and a progress write per second of
-    sending."""
+    function's memory, not the core system, sets the pace. A chunk adds its fixed costs
+    (`pace.chunk_seconds`), its share of its page's (`pace.page_seconds` over the chunks a page
+    holds at `--sink-timeout`) and the progress writes while it sends."""
     answer = args.aws_request_ms / 1000
     share = min(1.0, memory_mb / VCPU_MEMORY_MB)
     requests = budgets.requests_per_chunk(chunk, batch)
     sending = requests * max(answer + handler_cpu, handler_cpu / share)
-    fixed = (args.aws_task_ms + args.aws_s3_ms + 2 * args.aws_ddb_ms) / 1000
-    writes = int(sending) * args.aws_ddb_ms / 1000
+    per_page = max(
+        1, budgets.max_chunks_per_page(chunk, args.sink_timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch)
+    )
+    fixed = pace.chunk_seconds() + pace.page_seconds() / per_page + pace.progress_seconds(sending)
     raw = batch / (answer + raw_cpu)
-    pipeline = chunk / (sending + fixed + writes)
+    pipeline = chunk / (sending + fixed)
     return {
         "raw": raw,
         "pipeline": pipeline,
-        "fixed_ms": (fixed + writes) * 1000,
+        "fixed_ms": fixed * 1000,
         "cpu_bound_ms": handler_cpu * (1 / share - 1) * 1000,
     }
 

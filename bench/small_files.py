@@ -4,10 +4,11 @@ and the time from one file's close to the next file's first record at the core s
     .venv/bin/python bench/small_files.py [--files 200] [--records 10] [--no-write]
 
 All files are uploaded at once (a backlog), so the pace is the pipeline's own per-file cost:
-the close and hand-off, the controller's claim and StartExecution, Split, the page child
-execution, the register invocation up to its first POST. The AWS projection adds up that path
-from stated per-step latencies (`STEPS`; each an assumption or a cited figure) instead of the
-local runtime's. Writes a row to docs/benchmarks.md, "Small files".
+the close and hand-off, the controller's claim and StartExecution, Split, the workflow's states
+(a file of one page runs its chunks without a page execution), the register invocation up to
+its first POST. The AWS projection adds up that path from the pace model's per-step latencies
+(`pipeline_constructs/pace.py`, `CLOSE_TO_NEXT`: each an assumption or a cited figure) instead
+of the local runtime's. Writes a row to docs/benchmarks.md, "Small files".
 """
 
 from __future__ import annotations
@@ -32,40 +33,12 @@ import yaml
 
 from bench.results import append_rows
 from local_runtime import LocalPipeline
+from pipeline_constructs import pace
 
 SECTION = "## Small files"
 HEADER = (
     "| date | machine | files x records | files per minute | close to next first record p50 | p95 "
     "| AWS projection of it |\n| --- | --- | --- | --- | --- | --- | --- |"
-)
-#: The path from a file's close to the next file's first POST on AWS, step by step: (step,
-#: milliseconds, source). "assumption" marks a figure to replace by the cloud test's.
-STEPS: tuple[tuple[str, float, str], ...] = (
-    (
-        "closer: the close's transaction and ChangeMessageVisibility",
-        2 * 6,
-        "DynamoDB, SQS: single-digit ms (assumption)",
-    ),
-    ("the event source mapping receives the message made visible", 100, "assumption (SQS long polling)"),
-    (
-        "controller: invoke, read the position, claim (transaction)",
-        60 + 2 * 6,
-        "Lambda invoke 60 ms (assumption)",
-    ),
-    ("StartExecution", 50, "assumption"),
-    (
-        "Split task: invoke, GET the object, PUT chunk, index, manifest",
-        60 + 4 * 30,
-        "S3 30 ms a request (AWS whitepaper)",
-    ),
-    ("state transitions to the page (AnyChunks .. PagesInOrder)", 5 * 20, "assumption: 20 ms a transition"),
-    ("page child execution: .sync:2 start", 200, "assumption"),
-    ("page: range states, the Map", 4 * 20, "assumption: 20 ms a transition"),
-    (
-        "register task: invoke, fence and settings reads, GET index and data ranges",
-        60 + 2 * 6 + 2 * 30,
-        "as above",
-    ),
 )
 
 
@@ -114,11 +87,6 @@ def measure(files: int, records: int) -> dict[str, Any]:
     return {"per_minute": files / elapsed * 60, "p50": statistics.median(gaps), "p95": percentile(gaps, 0.95)}
 
 
-def aws_projection() -> float:
-    """Seconds from a close to the next file's first POST on AWS, from `STEPS`."""
-    return sum(milliseconds for _, milliseconds, _ in STEPS) / 1000
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--files", type=int, default=200)
@@ -129,7 +97,7 @@ def main() -> int:
     row = (
         f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {args.files} x {args.records} | "
         f"{figures['per_minute']:.0f} | {figures['p50']:.2f} s | {figures['p95']:.2f} s | "
-        f"{aws_projection():.2f} s (assumptions: `STEPS`) |"
+        f"{pace.close_to_next_seconds():.2f} s (`pace.CLOSE_TO_NEXT`) |"
     )
     print(row, flush=True)
     if not args.no_write:

@@ -53,6 +53,8 @@ def report(result: scenario.Report, say: Callable[[str], None]) -> int:
     say("")
     for figures in result.figures:
         say(figures.line())
+    for line in result.pace:
+        say(line)
     if result.ok:
         say("cloud test passed: order, exactly-once and halt/resume held")
         return EXIT_OK

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cloudtest import pace_figures
 from demo import verify
 from lambdas import contract
 from ops.cli import main as ops_main
@@ -106,6 +107,7 @@ class Figures:
 class Report:
     problems: list[str] = field(default_factory=list)
     figures: list[Figures] = field(default_factory=list)
+    pace: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
 
     @property
@@ -270,6 +272,13 @@ class Scenario:
             + ("" if not problems else f"; PROBLEMS: {'; '.join(problems)}")
         )
         self.report.figures.append(figures(tenant, executions, len(registered)))
+        sfn = self.target.client("stepfunctions")
+        histories = [
+            sfn.get_execution_history(executionArn=e["executionArn"], maxResults=1000)["events"]
+            for e in executions
+        ]
+        measured = pace_figures.measure(executions, histories, [r.time for r in received])
+        self.report.pace.append(measured.line(tenant))
 
     def check_resume(self, tenant: str, rejected: dict[str, str]) -> None:
         """The resumed file went on at the refused record: nothing before it was sent again."""

@@ -44,7 +44,9 @@ class Plan:
 
 def make_plan(config, args: argparse.Namespace) -> Plan:
     tenants = list(config.tenants)
-    big_tenant = max(tenants, key=lambda t: t.chunk_size).id if args.big_records and args.files else None
+    big_tenant = (
+        max(tenants, key=lambda t: t.records_per_chunk).id if args.big_records and args.files else None
+    )
     files = {
         t.id: sample_files(
             t.id,

@@ -28,6 +28,7 @@ from lambdas.chunk_format import (
     index_block_range,
 )
 from lambdas.contract import (
+    PROGRESS_EVERY_SECONDS,
     RECORDS_SENT_METRIC,
     SINK_ERRORS_METRIC,
     SINK_REQUESTS_METRIC,
@@ -62,13 +63,6 @@ DEADLINE_MARGIN_SECONDS = 3.0
 RETRY_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
 #: Bounds of the workflow's wait between tries while the core system is unavailable.
 MIN_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS = 1, 60
-#: Progress is written to the ledger at least this often while records flow, and exactly at
-#: every stop (done, deadline, outage, rejection). After a hard crash (the process killed by a
-#: timeout) the retry continues at the last progress written: at most this long of records is
-#: sent again, each with its idempotency key, so the core system registers none twice. 0 writes
-#: after every record: exact after a crash too, at the cost of one conditional DynamoDB write
-#: per record.
-PROGRESS_EVERY_SECONDS = 1.0
 #: An invocation publishes its metrics at its end, and while it sends at least this often: a
 #: big chunk may send for up to 15 minutes, and the dashboard (1-minute points) and the
 #: sink-errors alarm (5-minute periods) should see it as it goes, not in one lump at its end.

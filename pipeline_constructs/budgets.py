@@ -273,7 +273,7 @@ def page_budget(tenant: TenantConfig) -> PageBudget:
     budget allows) and its register invocations per chunk. `parse_config` refuses a tenant
     these do not fit; a `TenantConfig` made otherwise is refused here."""
     size, timeout, outage, batch = (
-        tenant.chunk_size,
+        tenant.records_per_chunk,
         tenant.sink.timeout_seconds,
         tenant.sink.outage_budget_seconds,
         tenant.sink.batch_size,

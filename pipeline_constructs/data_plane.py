@@ -76,7 +76,7 @@ def build_data_plane(
             contract.SplitEnv(
                 tenant_id=tenant_id,
                 format=tenant.format,
-                chunk_size=tenant.chunk_size,
+                chunk_size=tenant.records_per_chunk,
                 work_bucket=work_bucket.bucket_name,
                 landing_prefix=tenant.prefix,
                 ledger_table_name=ledger_table.table_name,
@@ -97,7 +97,7 @@ def build_data_plane(
             kind="register",
             function_name=names.REGISTER_FUNCTION.render(tenant_id),
             handler="lambdas.register_chunk.handler",
-            timeout=register_timeout(tenant.chunk_size, sink.timeout_seconds, sink.batch_size),
+            timeout=register_timeout(tenant.records_per_chunk, sink.timeout_seconds, sink.batch_size),
             memory_size=tenant.register_memory_mb,
             description=f"Sends tenant {tenant_id}'s records to the core system, in order",
         ),

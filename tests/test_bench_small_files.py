@@ -23,8 +23,3 @@ def test_rows_go_to_the_end_of_their_sections_table_and_nothing_else_moves(tmp_p
     assert text.endswith(small_files.HEADER + "\n| first |\n| second |\n")
     with pytest.raises(SystemExit, match="no section"):
         results.append_rows("## Missing", ["| x |"], path=page)
-
-
-def test_the_small_files_projection_is_the_sum_of_its_stated_steps():
-    assert small_files.aws_projection() == sum(ms for _, ms, _ in small_files.STEPS) / 1000
-    assert all(source for _, _, source in small_files.STEPS)

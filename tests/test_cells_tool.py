@@ -254,3 +254,20 @@ def test_fails_when_the_cells_together_break_a_deploy_time_limit(tmp_path):
     assert "the cells together break AWS's deploy-time limits" in str(caught.value)
     assert "CloudWatch::Dashboard 'OrderedIngest'" in str(caught.value)
     assert "deployed to 111111111111/us-east-1" in str(caught.value)
+
+
+def test_synth_shows_the_chunk_sizes_the_pace_model_chose(tmp_path, monkeypatch, capsys):
+    """GIVEN tenants that leave chunk_size out in record mode, in batch mode and with a 60 s sink
+    timeout, and one that writes its own WHEN `make synth` runs THEN its summary shows each
+    computed size with its tenants, and counts the one written in the file (which wins)."""
+    monkeypatch.setattr(tool, "cdk", lambda: "cdk")
+    text = (
+        "defaults:\n  prefix: '{id}/'\n  sink: {url: 'https://core.example.com', auth: {type: none, inherited: true}}\n"
+        "tenants:\n  - id: rec-a\n  - id: rec-b\n  - id: bat\n    sink: {batch_size: 100}\n"
+        "  - id: slow\n    sink: {timeout_seconds: 60}\n  - id: own\n    chunk_size: 250\n"
+    )
+    assert tool.main(["synth", "--tenants", str(write(tmp_path, text))], runner=FakeCli()) == tool.EXIT_OK
+    assert (
+        "chunk_size computed from the sink settings: 9,198 (slow); 20,000 (rec-a, rec-b); 100,000 (bat); "
+        "written in the tenants file: 1 tenant(s)\n"
+    ) in capsys.readouterr().out

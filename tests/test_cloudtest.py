@@ -6,6 +6,7 @@ runs on the local runtime: tests/e2e/test_cloud_scenario.py."""
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from pathlib import Path
 
 import boto3
@@ -485,3 +486,38 @@ def test_the_deploy_shows_the_cdk_clis_output_as_it_comes_and_returns_its_exit_c
     code, output = targets.run_streaming([sys.executable, "-c", "print('deploying'); raise SystemExit(3)"])
     assert (code, output) == (3, "")
     assert capfd.readouterr().out == "deploying\n"
+
+
+def test_the_pace_figures_are_measured_from_the_histories_and_the_arrival_times() -> None:
+    """GIVEN two file executions: the first a Choice state 30 ms before its next state and one
+    chunk iteration of 1.0 s whose requests arrived over 0.8 s, closing at t=10; the next
+    file's first request at t=10.6 WHEN measured THEN a state takes 30 ms, a chunk's fixed cost
+    0.2 s, and the close to the next first POST 0.6 s; a run without them measures nothing."""
+    from datetime import datetime, timezone
+
+    from cloudtest import pace_figures
+
+    def at(seconds: float) -> datetime:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+
+    first = [
+        {"type": "ChoiceStateEntered", "timestamp": at(1.0)},
+        {"type": "ChoiceStateExited", "timestamp": at(1.01)},
+        {"type": "PassStateEntered", "timestamp": at(1.03)},
+        {"type": "PassStateExited", "timestamp": at(1.04)},
+        {"type": "MapStateEntered", "timestamp": at(1.05)},
+        {"type": "MapIterationStarted", "timestamp": at(2.0)},
+        {"type": "MapIterationSucceeded", "timestamp": at(3.0)},
+    ]
+    executions = [
+        {"status": "SUCCEEDED", "stopDate": at(10.0)},
+        {"status": "SUCCEEDED", "stopDate": at(12.0)},
+    ]
+    measured = pace_figures.measure(executions, [first, []], [2.05, 2.5, 2.85, 10.6, 10.7])
+    assert measured.state_transition == pytest.approx(0.025)  # median of 0.03 and 0.02
+    assert measured.chunk == pytest.approx(0.2)
+    assert measured.close_to_next == pytest.approx(0.6)
+    assert "a chunk's fixed cost 200 ms (model 142 ms)" in measured.line("t")
+    nothing = pace_figures.measure([], [], [])
+    assert (nothing.state_transition, nothing.chunk, nothing.close_to_next) == (None, None, None)
+    assert nothing.line("t").count("not measured") == 3

@@ -143,8 +143,8 @@ def test_fails_when_chunk_size_is_out_of_range(value, problem):
           - {{id: acme, prefix: a/, chunk_size: {value}}}
         """
     ) == (
-        f"tenant 'acme': field 'chunk_size' = {value}: {problem}; use a whole number from 1 to 100000 (default 100), "
-        "within the register budget of sink.timeout_seconds"
+        f"tenant 'acme': field 'chunk_size' = {value}: {problem}; leave it out (computed from the sink settings), "
+        "or use a whole number from 1 to 100000 within the register budget of sink.timeout_seconds"
     )
 
 
@@ -684,8 +684,8 @@ def test_batch_mode_allows_chunks_up_to_100000_and_no_more():
           - {id: acme, prefix: a/, chunk_size: 100001, sink: {url: 'https://core.example.com', auth: {type: none}, batch_size: 1000}}
         """
     ) == (
-        "tenant 'acme': field 'chunk_size' = 100001: is more than 100000; use a whole number "
-        "from 1 to 100000 (default 100), within the register budget of sink.timeout_seconds"
+        "tenant 'acme': field 'chunk_size' = 100001: is more than 100000; leave it out (computed from the sink "
+        "settings), or use a whole number from 1 to 100000 within the register budget of sink.timeout_seconds"
     )
 
 
@@ -714,8 +714,9 @@ def test_a_batch_mode_chunk_is_bounded_by_the_register_budget_below_the_limit():
 
 
 def test_fails_when_chunks_per_page_is_more_than_a_pages_history_holds():
-    """GIVEN chunks_per_page 9 where the history budget allows 8 (chunk_size 100, timeout 10 s,
-    outage budget 1 h) WHEN validated THEN refused with the most that fits; 8 is fine."""
+    """GIVEN chunks_per_page 9 where the history budget allows 8 at any chunk size (timeout 10 s,
+    outage budget 1 h) WHEN validated THEN refused with the most that fits; 8 is fine, and the
+    computed chunk size is then the largest whose page holds 8 (500: 1,000 holds 7)."""
     text = """
         defaults:
         {SINK}
@@ -726,7 +727,8 @@ def test_fails_when_chunks_per_page_is_more_than_a_pages_history_holds():
         "tenant 'acme': field 'chunks_per_page' = 9: is more than the 8 chunks a page's history holds at "
         "these settings; use at most 8, or leave it out"
     )
-    assert parse_config(textwrap.dedent(text.format(SINK=SINK, value=8))).tenants[0].chunks_per_page == 8
+    (tenant,) = parse_config(textwrap.dedent(text.format(SINK=SINK, value=8))).tenants
+    assert (tenant.chunks_per_page, tenant.records_per_chunk) == (8, 500)
 
 
 def test_fails_when_pages_per_section_is_more_than_a_sections_history_holds():

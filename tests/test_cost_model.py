@@ -32,6 +32,21 @@ def test_the_docs_tables_are_what_the_script_computes_from_the_templates(facts):
     assert cost.embedded(cost.DOC.read_text()) == cost.render(facts)
 
 
+def test_the_a_and_b_scenarios_use_the_computed_default_chunk_sizes():
+    """GIVEN scenarios A1, A2, B1, B2 WHEN priced THEN at the chunk sizes a tenant that leaves
+    chunk_size out gets, in record mode and with sink.batch_size 100."""
+    from pipeline_constructs.config.sink import DEFAULT_OUTAGE_BUDGET_SECONDS
+    from pipeline_constructs.config.tenant import MAX_CHUNK_SIZE, pace
+
+    defaults = {
+        b: pace.default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, b, None, MAX_CHUNK_SIZE)
+        for b in (1, 100)
+    }
+    for scenario in cost.SCENARIOS:
+        if scenario.name in ("A1", "A2", "B1", "B2"):
+            assert scenario.chunk_size == defaults[scenario.batch_size], scenario.name
+
+
 def test_one_chunk_walks_every_state_of_the_success_path_once(facts):
     """GIVEN a one-chunk file WHEN its transitions are walked through the definitions THEN the
     file's execution enters its 13 states once (Split, AnyChunks, Sections, OneSection,

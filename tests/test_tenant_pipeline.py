@@ -289,7 +289,9 @@ def test_a_file_that_fits_one_page_runs_its_chunks_in_the_parent_as_a_page_would
     page's would."""
     states = definition(acme)["States"]
     per_page = budgets.max_chunks_per_page(100, 10, 3600)
-    assert states["InlineEnd"]["Parameters"] == {"last.$": f"States.MathAdd($.split.first_chunk, {per_page - 1})"}
+    assert states["InlineEnd"]["Parameters"] == {
+        "last.$": f"States.MathAdd($.split.first_chunk, {per_page - 1})"
+    }
     assert states["FitsInline"]["Choices"][0]["Variable"] == "$.inline.last"
     assert states["FitsInline"]["Choices"][0]["NumericGreaterThanEqualsPath"] == "$.split.last_chunk"
     assert states["FileChunks"]["Parameters"] == {

@@ -258,6 +258,24 @@ def touched_cells(repo: Path, base: str, tenants: Path) -> tuple[list[str], str]
 # --- the command line --------------------------------------------------------------------
 
 
+def computed_chunk_sizes(config: AppConfig, shown: int = 5) -> str:
+    """The summary line of the chunk sizes the pace model chose (`chunk_size` left out), by size,
+    and how many tenants write their own."""
+    by_size: dict[int, list[str]] = {}
+    for tenant in config.tenants:
+        if tenant.chunk_size is None:
+            by_size.setdefault(tenant.records_per_chunk, []).append(tenant.id)
+    sizes = [
+        f"{size:,} ({', '.join(ids[:shown])}{f' and {len(ids) - shown} more' if len(ids) > shown else ''})"
+        for size, ids in sorted(by_size.items())
+    ]
+    written = sum(tenant.chunk_size is not None for tenant in config.tenants)
+    return (
+        f"chunk_size computed from the sink settings: {'; '.join(sizes) or 'none'}; "
+        f"written in the tenants file: {written} tenant(s)"
+    )
+
+
 def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
     args, cdk_options = _parser().parse_known_args(argv)
     tenants = Path(args.tenants)
@@ -282,6 +300,7 @@ def main(argv: list[str] | None = None, *, runner: Runner = run_command) -> int:
                 tenants, chosen, outdir=args.outdir, jobs=args.jobs, runner=runner, config=config
             ).items():
                 print(f"{name}: {path}")
+            print(computed_chunk_sizes(config))
             if config.tenants_without_credentials:  # on purpose (configuration.md, sink.auth): shown
                 unauthenticated = config.tenants_without_credentials
                 print(

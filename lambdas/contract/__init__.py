@@ -193,6 +193,7 @@ from lambdas.contract.options import (
 )
 from lambdas.contract.payloads import (
     ERROR_RESULT_PATH,
+    PROGRESS_EVERY_SECONDS,
     SPLIT_RESULT_PATH,
     ChunkProgress,
     ChunkTask,
@@ -286,6 +287,7 @@ __all__ = [
     "PAUSED_METRIC",
     "PIPELINE_PARAMETER",
     "PLATFORM_FAILURE_STATUSES",
+    "PROGRESS_EVERY_SECONDS",
     # qualifier
     "QUALIFIER_PATTERN",
     "QUARANTINED_MESSAGES_METRIC",

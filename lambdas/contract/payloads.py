@@ -118,6 +118,15 @@ class PageTask(TypedDict):
     last_chunk: int
 
 
+#: The register function writes a chunk's progress to the ledger at least this often while
+#: records flow, and exactly at every stop (done, deadline, outage, rejection); each write also
+#: notices `ops pause`. After a hard crash (the process killed by a timeout) the retry continues
+#: at the last progress written: at most this long of records is sent again, each with its
+#: idempotency key, so the core system registers none twice. 0 writes after every record: exact
+#: after a crash too, at the cost of one conditional DynamoDB write per record.
+PROGRESS_EVERY_SECONDS = 1.0
+
+
 class ChunkProgress(ChunkTask):
     """What the register function returns: the task to run next (same chunk, later record),
     whether the chunk is done, and how long to wait first (the core system is unavailable);

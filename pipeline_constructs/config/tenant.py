@@ -9,7 +9,7 @@ from typing import NamedTuple
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from lambdas import contract
-from pipeline_constructs import budgets, deploy_limits, names, routing
+from pipeline_constructs import budgets, deploy_limits, names, pace, routing
 from pipeline_constructs.config.blocks import (
     AlarmConfig,
     CompletionConfig,
@@ -32,6 +32,14 @@ MAX_CHUNK_SIZE = 100_000
 REGISTER_MEMORY_MB = 256
 #: A folder-like key prefix: it ends with `/` and does not start with one.
 PREFIX_PATTERN = r"^[^/].*/$"
+
+
+def _default_chunk_size(
+    sink_timeout_seconds: int, outage_budget_seconds: int, batch_size: int, chunks_per_page: int | None = None
+) -> int:
+    return pace.default_chunk_size(
+        sink_timeout_seconds, outage_budget_seconds, batch_size, chunks_per_page, MAX_CHUNK_SIZE
+    )
 
 
 class Rule(NamedTuple):
@@ -84,21 +92,28 @@ class TenantConfig(Model):
             "`csv`: comma-separated values, the first row is the header; `jsonl`: one JSON object per line."
         ),
     )
-    chunk_size: int = option(
-        100,
+    chunk_size: int | None = option(
+        None,
         ge=1,
         le=MAX_CHUNK_SIZE,
-        hint=", within the register budget of sink.timeout_seconds",
+        fix=(
+            f"leave it out (computed from the sink settings), or use a whole number from 1 to {MAX_CHUNK_SIZE} "
+            "within the register budget of sink.timeout_seconds"
+        ),
         description=(
             "Records per chunk, the unit the register function sends and the ledger records; a failing chunk stops "
-            f"every later one. At most {MAX_CHUNK_SIZE}, and at most what the register function's budget allows for "
+            "every later one. Default (null): computed from the tenant's `sink` settings, the smallest of 100, 200, "
+            f"500, 1,000, ... whose fixed costs (its register task, reads and ledger writes, its share of a page "
+            f"execution) stay within {pace.FIXED_COST_SHARE:.0%} of its sending time when the core system answers a "
+            f'POST in {pace.ANSWER.seconds * 1000:.0f} ms (docs/benchmarks.md, "Cost model"): '
+            f"{_default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1):,} at the default sink settings, "
+            f"{_default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 100):,} with `sink.batch_size` 100; "
+            "`make synth` prints each tenant's. A value written here wins. At most "
+            f"{MAX_CHUNK_SIZE}, and at most what the register function's budget allows for "
             "`sink.timeout_seconds`, `sink.batch_size` and `sink.outage_budget_seconds` (a chunk's invocations at the "
             "slowest answer, with a whole outage, fit one page execution's history): with one record per POST and the "
             f"default 1 h outage budget {budgets.max_chunk_size(60, DEFAULT_OUTAGE_BUDGET_SECONDS)} at 60 s, "
-            f"{budgets.max_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS)} at the default 10 s. Larger chunks amortise "
-            "each chunk's fixed cost (an invocation, its reads and ledger writes, the workflow's state transitions) "
-            "over more records, and pages hold fewer but larger chunks: in batch mode it takes about 100,000 records "
-            "to make that cost small, in record mode a few thousand."
+            f"{budgets.max_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS)} at the default 10 s."
         ),
     )
     register_memory_mb: int = option(
@@ -260,6 +275,18 @@ class TenantConfig(Model):
     )
 
     @property
+    def records_per_chunk(self) -> int:
+        """`chunk_size`, or its default computed from the sink settings (`pace.default_chunk_size`)."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        return _default_chunk_size(
+            self.sink.timeout_seconds,
+            self.sink.outage_budget_seconds,
+            self.sink.batch_size,
+            self.chunks_per_page,
+        )
+
+    @property
     def file_time_limit(self) -> int:
         """`file_time_limit_seconds`, or its default derived from the outage budget."""
         if self.file_time_limit_seconds is not None:
@@ -320,12 +347,12 @@ def rules(tenant: TenantConfig) -> Iterator[Rule]:
 
 def _batch_within_chunk(tenant: TenantConfig) -> Iterator[Rule]:
     """A batch is cut inside one chunk: a batch_size above chunk_size would never fill."""
-    if tenant.sink.batch_size > tenant.chunk_size:
+    if tenant.sink.batch_size > tenant.records_per_chunk:
         yield Rule(
             "sink.batch_size",
             tenant.sink.batch_size,
-            f"is larger than chunk_size {tenant.chunk_size}: a batch never spans two chunks",
-            f"use a sink.batch_size of at most {tenant.chunk_size}, or a chunk_size of at least "
+            f"is larger than chunk_size {tenant.records_per_chunk}: a batch never spans two chunks",
+            f"use a sink.batch_size of at most {tenant.records_per_chunk}, or a chunk_size of at least "
             f"{tenant.sink.batch_size}",
         )
 
@@ -334,7 +361,7 @@ def _register_budget(tenant: TenantConfig) -> Iterator[Rule]:
     """A chunk's invocations at the slowest answer (`ceil(chunk_size / sink.batch_size)` requests
     x `sink.timeout_seconds`), with a whole outage, must fit one page execution's history (an
     outage budget that alone does not fit is `_page_budget`'s)."""
-    size, timeout, batch = tenant.chunk_size, tenant.sink.timeout_seconds, tenant.sink.batch_size
+    size, timeout, batch = tenant.records_per_chunk, tenant.sink.timeout_seconds, tenant.sink.batch_size
     outage = tenant.sink.outage_budget_seconds
     most = budgets.max_register_invocations_per_chunk(outage)
     invocations = budgets.register_invocations_per_chunk(size, timeout, batch)
@@ -369,7 +396,11 @@ def _file_time_limit(tenant: TenantConfig) -> Iterator[Rule]:
 def _page_budget(tenant: TenantConfig) -> Iterator[Rule]:
     """A page execution must hold at least one chunk (and `chunks_per_page` at most what fits)
     within the history budget: a chunk may wait out one whole outage in its page."""
-    size, timeout, outage = tenant.chunk_size, tenant.sink.timeout_seconds, tenant.sink.outage_budget_seconds
+    size, timeout, outage = (
+        tenant.records_per_chunk,
+        tenant.sink.timeout_seconds,
+        tenant.sink.outage_budget_seconds,
+    )
     most = budgets.max_chunks_per_page(size, timeout, outage, tenant.sink.batch_size)
     if budgets.max_register_invocations_per_chunk(outage) < 1:
         yield Rule(

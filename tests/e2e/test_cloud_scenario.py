@@ -54,6 +54,9 @@ def test_the_cloud_scenario_holds_order_exactly_once_and_halt_resume_on_the_loca
     # the wait for the operator is no hand-off)
     assert [len(f.handoff_gaps) for f in report.figures] == [2, 2]
     assert all(f.records_per_second > 0 for f in report.figures)
+    # the pace model's steps, measured from the histories and the stand-in's arrival times
+    assert [line.split(":")[0] for line in report.pace] == [halting, steady]
+    assert all("not measured" not in line for line in report.pace), report.pace
     # every request was signed: the sink refused none for its credentials
     assert all(not target.pipe.sink(t).auth_refusals for t in target.tenant_ids)
     # under the run's qualifier (on AWS, beside a deployment of the app): every stack, and ops found them
