@@ -31,6 +31,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import results
+
 DOC = ROOT / "docs" / "cost.md"
 BEGIN, END = "<!-- bench/cost.py: begin -->", "<!-- bench/cost.py: end -->"
 DAYS_PER_MONTH = 30
@@ -559,7 +561,7 @@ def render(facts: Mapping[str, TenantFacts]) -> str:
 
 
 def embedded(text: str) -> str:
-    return text[text.index(BEGIN) : text.index(END) + len(END)]
+    return results.embedded(text, BEGIN, END)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -569,8 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     block = render(synthesize(SCENARIOS))
     print(block)
     if args.write:
-        text = DOC.read_text(encoding="utf-8")
-        DOC.write_text(text.replace(embedded(text), block), encoding="utf-8")
+        results.replace_embedded(DOC, BEGIN, END, block)
     return 0
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.results import RESULTS
+from bench import results
 from pipeline_constructs import budgets, pace
 from pipeline_constructs.config.sink import DEFAULT_OUTAGE_BUDGET_SECONDS
 from pipeline_constructs.config.tenant import MAX_CHUNK_SIZE
@@ -71,7 +71,7 @@ def render() -> str:
 
 
 def embedded(text: str) -> str:
-    return text[text.index(BEGIN) : text.index(END) + len(END)]
+    return results.embedded(text, BEGIN, END)
 
 
 def main() -> int:
@@ -81,8 +81,7 @@ def main() -> int:
     tables = render()
     print(tables)
     if args.write:
-        text = RESULTS.read_text(encoding="utf-8")
-        RESULTS.write_text(text.replace(embedded(text), tables), encoding="utf-8")
+        results.replace_embedded(results.RESULTS, BEGIN, END, tables)
     return 0
 
 

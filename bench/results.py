@@ -31,3 +31,15 @@ def append_rows(
         last += 1
     lines[last + 1 : last + 1] = rows
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def embedded(text: str, begin: str, end: str) -> str:
+    """The block of ``text`` from the line ``begin`` to the line ``end``, both included: what a
+    script generates into a page (docs/cost.md, the cost model in docs/benchmarks.md)."""
+    return text[text.index(begin) : text.index(end) + len(end)]
+
+
+def replace_embedded(path: Path, begin: str, end: str, block: str) -> None:
+    """Put ``block`` (itself from ``begin`` to ``end``) in place of that block of ``path``."""
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace(embedded(text, begin, end), block), encoding="utf-8")
