@@ -99,11 +99,13 @@ def error_summary(error: str | None, cause: str | None) -> tuple[str, str]:
 
 def crashed_function(error: str | None, cause: str | None) -> str | None:
     """The function whose repeated crash failed the file: "register" when the failure came up
-    from a page or section execution (they run only the register function), else "split" (the
-    one data function of the file's own execution). None when the failure is not a crash."""
-    if error_summary(error, cause)[0] not in CRASH_ERRORS:
+    from a page or section execution (they run only the register function) or its cause says
+    so (a file of one page runs its chunks in its own execution: "register crashed ..."), else
+    "split". None when the failure is not a crash."""
+    kind, message = error_summary(error, cause)
+    if kind not in CRASH_ERRORS:
         return None
-    return "register" if _child(cause) is not None else "split"
+    return "register" if _child(cause) is not None or message.startswith("register crashed") else "split"
 
 
 class Closer:

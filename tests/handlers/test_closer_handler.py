@@ -249,6 +249,31 @@ def test_a_crash_of_the_register_function_past_its_retries_says_what_crashed_and
     assert "python -m ops resume acme" in notice["Message"]
 
 
+def test_a_register_crash_in_the_files_own_execution_says_register_crashed(
+    machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn
+):
+    """GIVEN a file of one page whose chunk crashed the register function on every try in the
+    file's own execution (the error is the runtime's, the cause the workflow's "register
+    crashed ...") THEN the ledger and the notification blame register, not split."""
+    cfg = config(machine, ledger_table, queue_url, topic)
+    cause = "register crashed 4 times in a row in chunk 3 of the file (last: Runtime.OutOfMemory)"
+    assert crashed_function("Runtime.OutOfMemory", cause) == "register"
+    assert crashed_function("Runtime.OutOfMemory", "split crashed 4 times in a row on this file") == "split"
+
+    close(
+        cfg,
+        ledger,
+        sqs,
+        sns,
+        sfn,
+        {"execution_name": "evt-a", "status": "FAILED", "error": "Runtime.OutOfMemory", "cause": cause},
+    )
+
+    assert ledger.read().failed_in == "register"
+    (notice,) = published(sqs, topic)
+    assert "Hint:      register crashed repeatedly (Runtime.OutOfMemory)" in notice["Message"]
+
+
 def test_with_continue_a_failure_notifies_and_hands_off(
     machine, ledger_table, queue_url, topic, ledger, sqs, sns, sfn
 ):
