@@ -18,7 +18,6 @@ sys.path.insert(0, str(ROOT))
 from bench import results
 from pipeline_constructs import budgets, pace
 from pipeline_constructs.config.sink import DEFAULT_OUTAGE_BUDGET_SECONDS
-from pipeline_constructs.config.tenant import MAX_CHUNK_SIZE
 
 BEGIN, END = "<!-- bench/pace_model.py: begin -->", "<!-- bench/pace_model.py: end -->"
 LATENCIES = {
@@ -63,7 +62,7 @@ def render() -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for timeout, batch in SETTINGS:
-        size = pace.default_chunk_size(timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch, None, MAX_CHUNK_SIZE)
+        size = pace.default_chunk_size(timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch)
         per_page = budgets.max_chunks_per_page(size, timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch)
         shares = [pace.fixed_share(size, batch, per_page, answer_seconds=s) for s in (0.005, 0.020)]
         lines.append(f"| {timeout} | {batch} | {size:,} | {per_page} | {shares[0]:.2%} | {shares[1]:.2%} |")

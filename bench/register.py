@@ -85,12 +85,10 @@ def tenants_file(
 def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from local_runtime import LocalPipeline
     from local_runtime.sink import point_register_at
-    from pipeline_constructs.config import DEFAULT_OUTAGE_BUDGET_SECONDS, MAX_CHUNK_SIZE
+    from pipeline_constructs.config import DEFAULT_OUTAGE_BUDGET_SECONDS
 
     def default(batch: int) -> int:  # what a tenant that leaves chunk_size out gets
-        return pace.default_chunk_size(
-            args.sink_timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch, None, MAX_CHUNK_SIZE
-        )
+        return pace.default_chunk_size(args.sink_timeout, DEFAULT_OUTAGE_BUDGET_SECONDS, batch)
 
     modes = {
         mode: (args.chunk_size or default(batch), batch)

@@ -6,7 +6,6 @@ assumptions.
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,7 +76,7 @@ def measure(
                 chunks.append(_seconds(end) - _seconds(begin) - (max(window) - min(window)))
     gaps = []
     ordered = sorted(request_times)
-    for before, _after in itertools.pairwise(executions):
+    for before in executions[:-1]:
         stop = before.get("stopDate")
         if stop is None or before.get("status") != "SUCCEEDED":
             continue

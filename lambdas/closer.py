@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from lambdas.contract import CLOSED_STATUSES, CloseEvent, CloserEnv, StaleExecutionError, execution_arn
+from lambdas.contract import (
+    CLOSED_STATUSES,
+    CRASHED_CAUSE,
+    CloseEvent,
+    CloserEnv,
+    StaleExecutionError,
+    execution_arn,
+)
 from lambdas.hints import CRASH_ERRORS, commands, hint_for, stopped_at
 from lambdas.ledger import FAILED, Ledger, LedgerConflict, Position, hand_off
 from lambdas.runtime import BoundLogger, aws_client, error_code, lambda_handler
@@ -105,7 +112,8 @@ def crashed_function(error: str | None, cause: str | None) -> str | None:
     kind, message = error_summary(error, cause)
     if kind not in CRASH_ERRORS:
         return None
-    return "register" if _child(cause) is not None or message.startswith("register crashed") else "split"
+    from_register = _child(cause) is not None or message.startswith(CRASHED_CAUSE.format("register"))
+    return "register" if from_register else "split"
 
 
 class Closer:

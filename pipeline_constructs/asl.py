@@ -114,7 +114,7 @@ def crashed(
         result_path=result_path,
         parameters={
             "Error.$": f"{error_path}.Error",
-            "Cause.$": f"States.Format('{step} crashed {budgets.CRASH_RETRIES + 1} times in a row {where} "
+            "Cause.$": f"States.Format('{contract.CRASHED_CAUSE.format(step)} {budgets.CRASH_RETRIES + 1} times in a row {where} "
             f"(last: {{}})', {arguments})",
         },
         next_state=next_state,

@@ -23,6 +23,12 @@ from lambdas import contract
 if TYPE_CHECKING:
     from pipeline_constructs.config import TenantConfig
 
+#: The largest chunk in any mode; below it the register budget (`budgets.max_chunk_size`: a
+#: chunk's invocations at the slowest answer, with a whole outage, within one page's history)
+#: bounds it. A chunk's fixed cost (a workflow iteration, an invocation, its reads and ledger
+#: writes) is amortised over its records; the register function streams its chunk, so a chunk's
+#: size costs no memory (docs/benchmarks.md, "Cost model").
+MAX_CHUNK_SIZE = 100_000
 REGISTER_MIN_TIMEOUT_SECONDS = 60
 REGISTER_MAX_TIMEOUT_SECONDS = 900  # Lambda's limit
 #: Kept in hand at the deadline (progress write, return) and for the invocation's start.

@@ -47,7 +47,7 @@ ANSWER = Latency(0.005, "design point: the fastest core system the defaults are 
 #: The share of a chunk's sending time its fixed costs (its own, its page's share, the progress
 #: writes) may take at `ANSWER`; the computed default is the smallest round size within it.
 FIXED_COST_SHARE = 0.01
-#: Round chunk sizes the default is chosen from (1-2-5 steps up to `MAX_CHUNK_SIZE`).
+#: Round chunk sizes the default is chosen from (1-2-5 steps up to `budgets.MAX_CHUNK_SIZE`).
 ROUND_SIZES: tuple[int, ...] = (100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
 
 
@@ -135,15 +135,17 @@ def default_chunk_size(
     sink_timeout_seconds: int,
     outage_budget_seconds: int,
     batch_size: int,
-    chunks_per_page: int | None,
-    most: int,
+    chunks_per_page: int | None = None,
 ) -> int:
     """The chunk size a tenant gets when its file leaves `chunk_size` out: the smallest of
     `ROUND_SIZES` (a whole number of batches) whose fixed costs stay within `FIXED_COST_SHARE`
-    of its sending at `ANSWER`. Never more than the history budget allows (or ``most``,
-    `chunk_size`'s own limit), nor so large that a page no longer holds the tenant's own
+    of its sending at `ANSWER`. Never more than the history budget allows (or
+    `budgets.MAX_CHUNK_SIZE`), nor so large that a page no longer holds the tenant's own
     ``chunks_per_page``: then the largest size that does."""
-    limit = min(most, budgets.max_chunk_size(sink_timeout_seconds, outage_budget_seconds, batch_size))
+    limit = min(
+        budgets.MAX_CHUNK_SIZE,
+        budgets.max_chunk_size(sink_timeout_seconds, outage_budget_seconds, batch_size),
+    )
     rounded = sorted({math.ceil(size / batch_size) * batch_size for size in ROUND_SIZES})
     candidates = [size for size in rounded if size < limit] + [max(1, limit)]
     chosen = candidates[0]

@@ -35,13 +35,10 @@ def test_the_docs_tables_are_what_the_script_computes_from_the_templates(facts):
 def test_the_a_and_b_scenarios_use_the_computed_default_chunk_sizes():
     """GIVEN scenarios A1, A2, B1, B2 WHEN priced THEN at the chunk sizes a tenant that leaves
     chunk_size out gets, in record mode and with sink.batch_size 100."""
+    from pipeline_constructs import pace
     from pipeline_constructs.config.sink import DEFAULT_OUTAGE_BUDGET_SECONDS
-    from pipeline_constructs.config.tenant import MAX_CHUNK_SIZE, pace
 
-    defaults = {
-        b: pace.default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, b, None, MAX_CHUNK_SIZE)
-        for b in (1, 100)
-    }
+    defaults = {b: pace.default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, b) for b in (1, 100)}
     for scenario in cost.SCENARIOS:
         if scenario.name in ("A1", "A2", "B1", "B2"):
             assert scenario.chunk_size == defaults[scenario.batch_size], scenario.name

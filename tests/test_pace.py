@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from pipeline_constructs import budgets, pace
+from pipeline_constructs.budgets import MAX_CHUNK_SIZE
 from pipeline_constructs.config import parse_config
-from pipeline_constructs.config.tenant import MAX_CHUNK_SIZE
 
 SINK = "sink: {url: 'https://core.example.com', auth: {type: none}"
 

@@ -42,6 +42,7 @@ from lambdas.contract.env import (
     from_env,
 )
 from lambdas.contract.errors import (
+    CRASHED_CAUSE,
     TENANT_PAUSED_ERROR,
     FileTooLargeError,
     KeyOutsidePrefixError,
@@ -241,6 +242,8 @@ __all__ = [
     "COMPLETION_TIMED_OUT_ERROR",
     "COMPLETION_TOKEN_ATTRIBUTE",
     "CONTROLLER_FUNCTION",
+    # errors
+    "CRASHED_CAUSE",
     "DASHBOARD",
     "DASHBOARD_STACK",
     "DUPLICATE_FILES",
@@ -332,7 +335,6 @@ __all__ = [
     "TENANT_DIMENSION",
     "TENANT_KEY_ALIAS",
     "TENANT_NAMES",
-    # errors
     "TENANT_PAUSED_ERROR",
     "TENANT_STACK",
     "UNMATCHED_BUS",

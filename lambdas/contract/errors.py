@@ -14,6 +14,10 @@ from typing import Any
 #: The error a page (or section) execution's stop for `ops pause` goes up the Map states with;
 #: caught, so no execution fails (definitions.py).
 TENANT_PAUSED_ERROR = "TenantPaused"
+#: How the cause of a file failed by a function's repeated crash begins ("register crashed 4
+#: times ..."): the workflow's crash states write it, the closer reads from it which function
+#: crashed.
+CRASHED_CAUSE = "{} crashed"
 
 
 class PipelineError(Exception):

@@ -16,6 +16,7 @@ keys refused), then the checks across tenants run; every problem is reported in 
     loader.py        `load_config`, `parse_config`
 """
 
+from pipeline_constructs.budgets import MAX_CHUNK_SIZE
 from pipeline_constructs.config.blocks import (
     MAX_COMPLETION_TIMEOUT_SECONDS,
     MAX_SEQUENCE_PATTERN_CHARS,
@@ -48,7 +49,7 @@ from pipeline_constructs.config.sink import (
     SinkAuth,
     SinkConfig,
 )
-from pipeline_constructs.config.tenant import MAX_CHUNK_SIZE, TenantConfig
+from pipeline_constructs.config.tenant import TenantConfig
 from pipeline_constructs.config.tenants_file import (
     ALARMS_REACH_NOBODY,
     ALARMS_REACH_NOBODY_ID,

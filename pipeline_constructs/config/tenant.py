@@ -10,6 +10,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from lambdas import contract
 from pipeline_constructs import budgets, deploy_limits, names, pace, routing
+from pipeline_constructs.budgets import MAX_CHUNK_SIZE
 from pipeline_constructs.config.blocks import (
     AlarmConfig,
     CompletionConfig,
@@ -22,24 +23,10 @@ from pipeline_constructs.config.options import PRINCIPAL_ARN_PATTERN, Model, fix
 from pipeline_constructs.config.sink import DEFAULT_OUTAGE_BUDGET_SECONDS, SinkConfig
 
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
-#: The largest chunk in any mode; below it the register budget (`budgets.max_chunk_size`: a
-#: chunk's invocations at the slowest answer, with a whole outage, within one page's history)
-#: bounds it. A chunk's fixed cost (a workflow iteration, an invocation, its reads and ledger
-#: writes) is amortised over its records; the register function streams its chunk, so a chunk's
-#: size costs no memory (docs/benchmarks.md, "Register throughput").
-MAX_CHUNK_SIZE = 100_000
 #: The register function's memory by default: a seventh of a vCPU.
 REGISTER_MEMORY_MB = 256
 #: A folder-like key prefix: it ends with `/` and does not start with one.
 PREFIX_PATTERN = r"^[^/].*/$"
-
-
-def _default_chunk_size(
-    sink_timeout_seconds: int, outage_budget_seconds: int, batch_size: int, chunks_per_page: int | None = None
-) -> int:
-    return pace.default_chunk_size(
-        sink_timeout_seconds, outage_budget_seconds, batch_size, chunks_per_page, MAX_CHUNK_SIZE
-    )
 
 
 class Rule(NamedTuple):
@@ -106,8 +93,8 @@ class TenantConfig(Model):
             f"500, 1,000, ... whose fixed costs (its register task, reads and ledger writes, its share of a page "
             f"execution) stay within {pace.FIXED_COST_SHARE:.0%} of its sending time when the core system answers a "
             f'POST in {pace.ANSWER.seconds * 1000:.0f} ms (docs/benchmarks.md, "Cost model"): '
-            f"{_default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1):,} at the default sink settings, "
-            f"{_default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 100):,} with `sink.batch_size` 100; "
+            f"{pace.default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 1):,} at the default sink settings, "
+            f"{pace.default_chunk_size(10, DEFAULT_OUTAGE_BUDGET_SECONDS, 100):,} with `sink.batch_size` 100; "
             "`make synth` prints each tenant's. A value written here wins. At most "
             f"{MAX_CHUNK_SIZE}, and at most what the register function's budget allows for "
             "`sink.timeout_seconds`, `sink.batch_size` and `sink.outage_budget_seconds` (a chunk's invocations at the "
@@ -279,7 +266,7 @@ class TenantConfig(Model):
         """`chunk_size`, or its default computed from the sink settings (`pace.default_chunk_size`)."""
         if self.chunk_size is not None:
             return self.chunk_size
-        return _default_chunk_size(
+        return pace.default_chunk_size(
             self.sink.timeout_seconds,
             self.sink.outage_budget_seconds,
             self.sink.batch_size,
