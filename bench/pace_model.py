@@ -26,7 +26,7 @@ LATENCIES = {
     "a DynamoDB request (`DYNAMODB_REQUEST`)": pace.DYNAMODB_REQUEST,
     "a Pass, Choice or Map state (`STATE_TRANSITION`)": pace.STATE_TRANSITION,
     "a child execution, `.sync:2` (`CHILD_EXECUTION`)": pace.CHILD_EXECUTION,
-    "StartExecution (`START_EXECUTION`)": pace.START_EXECUTION,
+    "a Step Functions API request (`SFN_REQUEST`)": pace.SFN_REQUEST,
     "a message made visible reaches the controller (`QUEUE_DELIVERY`)": pace.QUEUE_DELIVERY,
     "the core system's answer to one POST (`ANSWER`)": pace.ANSWER,
 }

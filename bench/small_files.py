@@ -8,7 +8,10 @@ the close and hand-off, the controller's claim and StartExecution, Split, the wo
 (a file of one page runs its chunks without a page execution), the register invocation up to
 its first POST. The AWS projection adds up that path from the pace model's per-step latencies
 (`pipeline_constructs/pace.py`, `CLOSE_TO_NEXT`: each an assumption or a cited figure) instead
-of the local runtime's. Writes a row to docs/benchmarks.md, "Small files".
+of the local runtime's. Locally the pace is moto's: the row gives the CPU per file of this
+process (moto's server and the local runtime) and of the functions' workers, and how long moto
+takes to parse the workflow definition, which it does at each StartExecution. Writes a row to
+docs/benchmarks.md, "Small files".
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -38,7 +42,8 @@ from pipeline_constructs import pace
 SECTION = "## Small files"
 HEADER = (
     "| date | machine | files x records | files per minute | close to next first record p50 | p95 "
-    "| AWS projection of it |\n| --- | --- | --- | --- | --- | --- | --- |"
+    "| AWS projection of it | CPU per file: moto and the runtime / the functions | moto's parse of the workflow "
+    "definition |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -59,18 +64,45 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(fraction * len(ordered)) - 1)]
 
 
+def children_cpu_seconds() -> float:
+    """CPU time of this process's ended descendants (the functions' workers and their fork
+    server, once the pipeline has stopped them)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def parse_seconds(definition: str, repeat: int = 5) -> float:
+    """How long moto's interpreter takes to parse `definition`, which it does at each
+    StartExecution (its ANTLR parser of Amazon States Language)."""
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    AmazonStateLanguageParser.parse(definition)
+    started = time.perf_counter()
+    for _ in range(repeat):
+        AmazonStateLanguageParser.parse(definition)
+    return (time.perf_counter() - started) / repeat
+
+
 def measure(files: int, records: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-small-files-"))
     try:
         with LocalPipeline(tenants_file(work)) as pipe:
+            # From here on, this process's CPU is moto's server and the local runtime's threads
+            # (pollers, delivery, observation), and its ended children are the functions' workers.
+            runtime_cpu, functions_cpu = time.process_time(), children_cpu_seconds()
             names = [f"f{index:04d}" for index in range(files)]
             started = time.time()
             for name in names:
                 body = "file,seq\n" + "".join(f"{name},{i}\n" for i in range(records))
                 pipe.put_file("bench", f"{name}.csv", body)
             pipe.wait_until_idle(timeout=max(600, files * 10), tenants=["bench"])
+            runtime_cpu = time.process_time() - runtime_cpu
             executions = sorted(pipe.executions("bench"), key=lambda e: e["startDate"])
             requests = pipe.sink("bench").requests
+            definition = pipe.client("stepfunctions").describe_state_machine(
+                stateMachineArn=pipe.tenants["bench"].state_machine_arn
+            )["definition"]
+        functions_cpu = children_cpu_seconds() - functions_cpu
     finally:
         shutil.rmtree(work, ignore_errors=True)
     assert [e["status"] for e in executions] == ["SUCCEEDED"] * files, "every file must succeed"
@@ -84,7 +116,28 @@ def measure(files: int, records: int) -> dict[str, Any]:
     stops = [e["stopDate"].timestamp() for e in executions]
     gaps = [first_record[name] - stop for stop, name in zip(stops, order[1:])]
     elapsed = stops[-1] - started
-    return {"per_minute": files / elapsed * 60, "p50": statistics.median(gaps), "p95": percentile(gaps, 0.95)}
+    return {
+        "per_minute": files / elapsed * 60,
+        "p50": statistics.median(gaps),
+        "p95": percentile(gaps, 0.95),
+        "runtime_cpu": runtime_cpu / files,
+        "functions_cpu": functions_cpu / files,
+        "parse": parse_seconds(definition),
+        "definition_kb": len(definition) / 1000,
+        "first_p50": statistics.median(gaps[:40]),
+        "last_p50": statistics.median(gaps[-40:]),
+    }
+
+
+def table_row(files: int, records: int, figures: dict[str, Any]) -> str:
+    """The row of `HEADER` for one run's `figures` (what `measure` returns)."""
+    return (
+        f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {files} x {records} | "
+        f"{figures['per_minute']:.0f} | {figures['p50']:.2f} s | {figures['p95']:.2f} s | "
+        f"{pace.close_to_next_seconds():.2f} s (`pace.CLOSE_TO_NEXT`) | "
+        f"{figures['runtime_cpu']:.2f} s / {figures['functions_cpu']:.2f} s | "
+        f"{figures['parse'] * 1000:.0f} ms ({figures['definition_kb']:.1f} KB) |"
+    )
 
 
 def main() -> int:
@@ -94,12 +147,12 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="print the row only")
     args = parser.parse_args()
     figures = measure(args.files, args.records)
-    row = (
-        f"| {date.today()} | {platform.machine()}, {os.cpu_count()} cores | {args.files} x {args.records} | "
-        f"{figures['per_minute']:.0f} | {figures['p50']:.2f} s | {figures['p95']:.2f} s | "
-        f"{pace.close_to_next_seconds():.2f} s (`pace.CLOSE_TO_NEXT`) |"
-    )
+    row = table_row(args.files, args.records, figures)
     print(row, flush=True)
+    print(
+        f"close to next first record p50 over the first 40 files {figures['first_p50']:.2f} s, "
+        f"over the last 40 {figures['last_p50']:.2f} s"
+    )
     if not args.no_write:
         append_rows(SECTION, [row], header=HEADER)
     return 0

@@ -37,7 +37,7 @@ STATE_TRANSITION = Latency(0.020, "assumption: a Pass, Choice or Map state")
 CHILD_EXECUTION = Latency(
     0.200, "assumption: a .sync:2 child execution's start, and the parent noticing its end"
 )
-START_EXECUTION = Latency(0.050, "assumption: StartExecution")
+SFN_REQUEST = Latency(0.050, "assumption: a Step Functions API request (StartExecution, DescribeExecution)")
 QUEUE_DELIVERY = Latency(
     0.100, "assumption: the event source mapping's long poll returns a message made visible"
 )
@@ -81,8 +81,9 @@ def progress_seconds(sending_seconds: float) -> float:
 #: The path from one file's close to the next file's first POST: (step, seconds, source).
 CLOSE_TO_NEXT: tuple[tuple[str, float, str], ...] = (
     (
-        "closer: the close's transaction and ChangeMessageVisibility",
-        2 * DYNAMODB_REQUEST.seconds,
+        "closer: the close's transaction, the position read after it, ChangeMessageVisibility (taken as "
+        "fast as a DynamoDB request)",
+        3 * DYNAMODB_REQUEST.seconds,
         DYNAMODB_REQUEST.source,
     ),
     (
@@ -95,10 +96,14 @@ CLOSE_TO_NEXT: tuple[tuple[str, float, str], ...] = (
         LAMBDA_TASK.seconds + 2 * DYNAMODB_REQUEST.seconds,
         LAMBDA_TASK.source,
     ),
-    ("StartExecution", START_EXECUTION.seconds, START_EXECUTION.source),
     (
-        "Split task: GET the object, PUT the chunk, its index and the manifest",
-        LAMBDA_TASK.seconds + 4 * S3_REQUEST.seconds,
+        "controller: DescribeExecution of the file before (closed, not still finishing), StartExecution",
+        2 * SFN_REQUEST.seconds,
+        SFN_REQUEST.source,
+    ),
+    (
+        "Split task: look for a manifest, GET the object, PUT its chunk index and the manifest; the position read",
+        LAMBDA_TASK.seconds + 4 * S3_REQUEST.seconds + DYNAMODB_REQUEST.seconds,
         S3_REQUEST.source,
     ),
     (
@@ -107,8 +112,9 @@ CLOSE_TO_NEXT: tuple[tuple[str, float, str], ...] = (
         STATE_TRANSITION.source,
     ),
     (
-        "register task up to its first POST: fence and settings reads, GET of index and records",
-        LAMBDA_TASK.seconds + 2 * DYNAMODB_REQUEST.seconds + 2 * S3_REQUEST.seconds,
+        "register task up to its first POST: the fence read and the settings pin, GET of the manifest, the "
+        "index block and the records",
+        LAMBDA_TASK.seconds + 2 * DYNAMODB_REQUEST.seconds + 3 * S3_REQUEST.seconds,
         LAMBDA_TASK.source,
     ),
 )

@@ -23,3 +23,24 @@ def test_rows_go_to_the_end_of_their_sections_table_and_nothing_else_moves(tmp_p
     assert text.endswith(small_files.HEADER + "\n| first |\n| second |\n")
     with pytest.raises(SystemExit, match="no section"):
         results.append_rows("## Missing", ["| x |"], path=page)
+
+
+def test_a_row_fills_every_column_of_the_header_and_the_parse_is_timed():
+    """GIVEN one run's figures WHEN its row is made THEN it has a cell for each column of the
+    table; and moto's parse of a workflow definition takes a measurable, positive time."""
+    figures = {
+        "per_minute": 97.4,
+        "p50": 0.5,
+        "p95": 1.1,
+        "runtime_cpu": 0.45,
+        "functions_cpu": 0.07,
+        "parse": 0.106,
+        "definition_kb": 13.6,
+    }
+    row = small_files.table_row(200, 10, figures)
+    columns = small_files.HEADER.splitlines()[0].count("|")
+    assert row.count("|") == columns
+    assert "| 97 | 0.50 s | 1.10 s |" in row
+    assert "| 0.45 s / 0.07 s | 106 ms (13.6 KB) |" in row
+    definition = '{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}'
+    assert small_files.parse_seconds(definition, repeat=1) > 0
