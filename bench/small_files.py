@@ -17,10 +17,10 @@ docs/benchmarks.md, "Small files".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import platform
-import resource
 import shutil
 import statistics
 import sys
@@ -33,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import psutil
 import yaml
 
 from bench.results import append_rows
@@ -64,11 +65,15 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(fraction * len(ordered)) - 1)]
 
 
-def children_cpu_seconds() -> float:
-    """CPU time of this process's ended descendants (the functions' workers and their fork
-    server, once the pipeline has stopped them)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def descendants_cpu_seconds() -> float:
+    """CPU time of this process's live descendants: the functions' workers and their fork
+    server (read before the pipeline stops them)."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = child.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def parse_seconds(definition: str, repeat: int = 5) -> float:
@@ -88,8 +93,8 @@ def measure(files: int, records: int) -> dict[str, Any]:
     try:
         with LocalPipeline(tenants_file(work)) as pipe:
             # From here on, this process's CPU is moto's server and the local runtime's threads
-            # (pollers, delivery, observation), and its ended children are the functions' workers.
-            runtime_cpu, functions_cpu = time.process_time(), children_cpu_seconds()
+            # (pollers, delivery, observation), and its descendants are the functions' workers.
+            runtime_cpu, functions_cpu = time.process_time(), descendants_cpu_seconds()
             names = [f"f{index:04d}" for index in range(files)]
             started = time.time()
             for name in names:
@@ -97,12 +102,12 @@ def measure(files: int, records: int) -> dict[str, Any]:
                 pipe.put_file("bench", f"{name}.csv", body)
             pipe.wait_until_idle(timeout=max(600, files * 10), tenants=["bench"])
             runtime_cpu = time.process_time() - runtime_cpu
+            functions_cpu = descendants_cpu_seconds() - functions_cpu
             executions = sorted(pipe.executions("bench"), key=lambda e: e["startDate"])
             requests = pipe.sink("bench").requests
             definition = pipe.client("stepfunctions").describe_state_machine(
                 stateMachineArn=pipe.tenants["bench"].state_machine_arn
             )["definition"]
-        functions_cpu = children_cpu_seconds() - functions_cpu
     finally:
         shutil.rmtree(work, ignore_errors=True)
     assert [e["status"] for e in executions] == ["SUCCEEDED"] * files, "every file must succeed"
