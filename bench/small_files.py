@@ -9,9 +9,10 @@ the close and hand-off, the controller's claim and StartExecution, Split, the wo
 its first POST. The AWS projection adds up that path from the pace model's per-step latencies
 (`pipeline_constructs/pace.py`, `CLOSE_TO_NEXT`: each an assumption or a cited figure) instead
 of the local runtime's. Locally the pace is moto's: the row gives the CPU per file of this
-process (moto's server and the local runtime) and of the functions' workers, and how long moto
-takes to parse the workflow definition, which it does at each StartExecution. Writes a row to
-docs/benchmarks.md, "Small files".
+process (moto's server and the local runtime) and of the functions' workers, how much of this
+process's CPU moto's request handling and its workflow interpreter take (from the threads they
+run in), and how long moto takes to parse the workflow definition, which it does at each
+StartExecution. Writes a row to docs/benchmarks.md, "Small files".
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -38,14 +43,21 @@ import yaml
 
 from bench.results import append_rows
 from local_runtime import LocalPipeline
+from local_runtime.moto_patching import patched
 from pipeline_constructs import pace
 
 SECTION = "## Small files"
 HEADER = (
     "| date | machine | files x records | files per minute | close to next first record p50 | p95 "
-    "| AWS projection of it | CPU per file: moto and the runtime / the functions | moto's parse of the workflow "
-    "definition |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    "| AWS projection of it | CPU per file: moto and the runtime / the functions | of which moto's request handling / its "
+    "workflow interpreter | moto's parse of the workflow definition |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
+#: What the threads of moto's share of this process run: werkzeug serves each request in a
+#: thread of its own (it closes every connection after one answer); moto's Step Functions interprets each execution, and each
+#: task state, in threads of its own. The sink (http.server) and the local runtime's pollers and
+#: deliveries are neither.
+MOTO_THREADS = {"requests": ("werkzeug.",), "interpreter": ("moto.stepfunctions.",)}
 
 
 def tenants_file(directory: Path) -> Path:
@@ -76,6 +88,48 @@ def descendants_cpu_seconds() -> float:
     return total
 
 
+def thread_role(target: Any) -> str | None:
+    """Which part of moto a thread's ``target`` belongs to (a key of `MOTO_THREADS`), if any."""
+    owner = getattr(target, "__self__", None)
+    module = type(owner).__module__ if owner is not None else getattr(target, "__module__", "")
+    return next(
+        (role for role, prefixes in MOTO_THREADS.items() if module.startswith(prefixes)),
+        None,
+    )
+
+
+@dataclass
+class ThreadCpu:
+    """By role (`MOTO_THREADS`): the CPU seconds its threads used, and how many ended."""
+
+    seconds: Counter[str] = field(default_factory=Counter)
+    threads: Counter[str] = field(default_factory=Counter)
+
+
+@contextlib.contextmanager
+def moto_thread_cpu() -> Iterator[ThreadCpu]:
+    """The threads of moto's share (`MOTO_THREADS`) that start and end inside the block: each
+    one's own CPU (`time.thread_time`), added up by role when it ends. Threads that were running
+    before the block (the pollers, moto's accept loop) are not counted."""
+    spent = ThreadCpu()
+    lock = threading.Lock()
+    run = threading.Thread.run
+
+    def timed_run(thread: threading.Thread) -> None:
+        role = thread_role(getattr(thread, "_target", None))
+        started = time.thread_time()
+        try:
+            run(thread)
+        finally:
+            if role is not None:
+                with lock:
+                    spent.seconds[role] += time.thread_time() - started
+                    spent.threads[role] += 1
+
+    with patched(threading.Thread, "run", timed_run):
+        yield spent
+
+
 def parse_seconds(definition: str, repeat: int = 5) -> float:
     """How long moto's interpreter takes to parse `definition`, which it does at each
     StartExecution (its ANTLR parser of Amazon States Language)."""
@@ -91,7 +145,7 @@ def parse_seconds(definition: str, repeat: int = 5) -> float:
 def measure(files: int, records: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-small-files-"))
     try:
-        with LocalPipeline(tenants_file(work)) as pipe:
+        with LocalPipeline(tenants_file(work)) as pipe, moto_thread_cpu() as moto_cpu:
             # From here on, this process's CPU is moto's server and the local runtime's threads
             # (pollers, delivery, observation), and its descendants are the functions' workers.
             runtime_cpu, functions_cpu = time.process_time(), descendants_cpu_seconds()
@@ -103,6 +157,8 @@ def measure(files: int, records: int) -> dict[str, Any]:
             pipe.wait_until_idle(timeout=max(600, files * 10), tenants=["bench"])
             runtime_cpu = time.process_time() - runtime_cpu
             functions_cpu = descendants_cpu_seconds() - functions_cpu
+            # (the last execution's thread may still be ending: a share of one file's)
+            moto_seconds, moto_requests = dict(moto_cpu.seconds), moto_cpu.threads["requests"]
             executions = sorted(pipe.executions("bench"), key=lambda e: e["startDate"])
             requests = pipe.sink("bench").requests
             definition = pipe.client("stepfunctions").describe_state_machine(
@@ -127,6 +183,9 @@ def measure(files: int, records: int) -> dict[str, Any]:
         "p95": percentile(gaps, 0.95),
         "runtime_cpu": runtime_cpu / files,
         "functions_cpu": functions_cpu / files,
+        "moto_requests": moto_requests / files,
+        "moto_requests_cpu": moto_seconds.get("requests", 0.0) / files,
+        "moto_interpreter_cpu": moto_seconds.get("interpreter", 0.0) / files,
         "parse": parse_seconds(definition),
         "definition_kb": len(definition) / 1000,
         "first_p50": statistics.median(gaps[:40]),
@@ -141,6 +200,8 @@ def table_row(files: int, records: int, figures: dict[str, Any]) -> str:
         f"{figures['per_minute']:.0f} | {figures['p50']:.2f} s | {figures['p95']:.2f} s | "
         f"{pace.close_to_next_seconds():.2f} s (`pace.CLOSE_TO_NEXT`) | "
         f"{figures['runtime_cpu']:.2f} s / {figures['functions_cpu']:.2f} s | "
+        f"{figures['moto_requests_cpu']:.2f} s ({figures['moto_requests']:.1f} requests) / "
+        f"{figures['moto_interpreter_cpu']:.2f} s | "
         f"{figures['parse'] * 1000:.0f} ms ({figures['definition_kb']:.1f} KB) |"
     )
 

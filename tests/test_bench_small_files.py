@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from bench import results, small_files
@@ -34,6 +37,9 @@ def test_a_row_fills_every_column_of_the_header_and_the_parse_is_timed():
         "p95": 1.1,
         "runtime_cpu": 0.45,
         "functions_cpu": 0.07,
+        "moto_requests": 38.04,
+        "moto_requests_cpu": 0.18,
+        "moto_interpreter_cpu": 0.17,
         "parse": 0.106,
         "definition_kb": 13.6,
     }
@@ -41,6 +47,53 @@ def test_a_row_fills_every_column_of_the_header_and_the_parse_is_timed():
     columns = small_files.HEADER.splitlines()[0].count("|")
     assert row.count("|") == columns
     assert "| 97 | 0.50 s | 1.10 s |" in row
-    assert "| 0.45 s / 0.07 s | 106 ms (13.6 KB) |" in row
+    assert "| 0.45 s / 0.07 s | 0.18 s (38.0 requests) / 0.17 s | 106 ms (13.6 KB) |" in row
     definition = '{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}'
     assert small_files.parse_seconds(definition, repeat=1) > 0
+
+
+def _spin(seconds: float) -> None:
+    """Use ``seconds`` of this thread's CPU."""
+    started = time.thread_time()
+    while time.thread_time() - started < seconds:
+        pass
+
+
+def test_moto_threads_are_timed_by_role_and_the_rest_is_not():
+    """GIVEN threads started inside the block whose targets are werkzeug's, moto's Step Functions'
+    and someone else's, one of werkzeug's started before it and one after WHEN they end THEN each
+    of moto's roles holds the CPU and count of its threads started inside, and nothing else counts."""
+
+    def request() -> None:
+        _spin(0.02)
+
+    def interpret() -> None:
+        _spin(0.03)
+
+    def other() -> None:
+        _spin(0.02)
+
+    release = threading.Event()
+
+    def early_request() -> None:
+        release.wait()
+        _spin(0.02)
+
+    for target in (request, early_request):
+        target.__module__ = "werkzeug.serving"
+    interpret.__module__ = "moto.stepfunctions.parser.backend.execution_worker"
+    early = threading.Thread(target=early_request)
+    early.start()
+    with small_files.moto_thread_cpu() as spent:
+        threads = [threading.Thread(target=t) for t in (request, request, interpret, other)]
+        for thread in threads:
+            thread.start()
+        release.set()
+        for thread in [*threads, early]:
+            thread.join()
+    late = threading.Thread(target=request)
+    late.start()
+    late.join()
+    assert dict(spent.threads) == {"requests": 2, "interpreter": 1}
+    assert 0.04 <= spent.seconds["requests"] < 0.07
+    assert 0.03 <= spent.seconds["interpreter"] < 0.05
