@@ -3,13 +3,14 @@ that leaves `chunk_size` out."""
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 import pytest
 
 from pipeline_constructs import budgets, pace
 from pipeline_constructs.budgets import MAX_CHUNK_SIZE
-from pipeline_constructs.config import parse_config
+from pipeline_constructs.config import ConfigError, parse_config
 
 SINK = "sink: {url: 'https://core.example.com', auth: {type: none}"
 
@@ -115,3 +116,31 @@ def test_the_docs_cost_model_tables_are_what_the_model_computes():
     from tests.conftest import ROOT
 
     assert pace_model.embedded((ROOT / "docs" / "benchmarks.md").read_text()) == pace_model.render()
+
+
+def test_a_chunk_pays_one_progress_write_for_each_whole_interval_it_sends(monkeypatch):
+    """GIVEN progress written every 2 s WHEN a chunk sends for 7.5 s THEN it pays 3 writes, and
+    none while it sends for less than one interval."""
+    monkeypatch.setattr(pace, "PROGRESS_EVERY_SECONDS", 2.0)
+    assert pace.progress_seconds(7.5) == pytest.approx(3 * pace.DYNAMODB_REQUEST.seconds)
+    assert pace.progress_seconds(1.9) == 0
+
+
+def test_in_batch_mode_the_default_is_a_round_size_rounded_up_to_whole_batches():
+    """GIVEN 3 records per POST WHEN chunk_size is left out THEN the tenant gets a round size
+    rounded up to a whole number of batches: 50,001 (20,001 sends too few POSTs to hide its
+    fixed costs at 5 ms)."""
+    size = tenant(sink=", batch_size: 3").records_per_chunk
+    assert size == 50_001
+    assert size in {math.ceil(round_size / 3) * 3 for round_size in pace.ROUND_SIZES}
+
+
+def test_chunks_per_page_beyond_a_page_at_the_smallest_size_is_refused_with_that_page_s_most():
+    """GIVEN a 60 s sink timeout, where a page holds 8 chunks of 100 records and 7 of 200, and
+    chunks_per_page 9 WHEN chunk_size is left out THEN no computed size can hold 9: the tenant
+    is refused with the most a page holds at the smallest size (8), not at a larger one."""
+    with pytest.raises(ConfigError) as refused:
+        tenant("chunks_per_page: 9,", ", timeout_seconds: 60")
+    message = str(refused.value)
+    assert "field 'chunks_per_page' = 9" in message and "use at most 8, or leave it out" in message
+    assert per_page(100, timeout=60) == 8 and per_page(200, timeout=60) == 7
