@@ -337,6 +337,18 @@ def test_the_design_arithmetic_is_at_least_the_recount(synthesized):
     assert found["max_chunks"] == budgets.max_file_chunks(found["chunks_per_page"])
 
 
+def test_a_pages_arithmetic_is_exactly_the_recount(synthesized):
+    """GIVEN the synthesized page definition WHEN its bound is recounted for one chunk and for two
+    THEN budgets.py's events per chunk and a page's fixed events are exactly the recount: not
+    fewer (a page could outgrow its history) and not more (a page would hold fewer chunks than
+    its history allows)."""
+    page = machines(synthesized.template("OrderedIngest-Tenant-acme"))["page"]
+    one, two = (bound(page["States"], {"ChunksInOrder": chunks}) for chunks in (1, 2))
+    invocations = budgets.register_invocation_budget(100, 10, 3600)
+    assert two - one == budgets.page_events_per_chunk(invocations)
+    assert EXECUTION_EVENTS + one - (two - one) == budgets.PAGE_FIXED_EVENTS
+
+
 def test_fails_when_a_loop_is_not_counted(synthesized):
     """GIVEN the page definition with the invocation count removed WHEN bounded THEN refused:
     the recount does not take a loop for bounded unless the workflow itself bounds it."""
