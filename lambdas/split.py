@@ -92,7 +92,7 @@ def split_file(
         raise ValueError(f"start_record {start_record} must be >= 0")
 
     prefix = chunk_prefix(config.tenant_id, execution_name(file_id))
-    manifest = _existing_manifest(s3, config, prefix, version_id, start_record)
+    manifest = _existing_manifest(s3, config, prefix, version_id)
     if manifest is None:
         chunk_size = _pinned_chunk_size(ddb, config, file_id) or config.chunk_size
         manifest = _split(s3, config, request, prefix, chunk_size, remaining_seconds)
@@ -159,9 +159,7 @@ def _duplicate_of(
     return earlier
 
 
-def _existing_manifest(
-    s3: Any, config: SplitEnv, prefix: str, version_id: str, start_record: int
-) -> dict[str, Any] | None:
+def _existing_manifest(s3: Any, config: SplitEnv, prefix: str, version_id: str) -> dict[str, Any] | None:
     """The manifest of an earlier split of the same version, if the work bucket still has it
     and its chunk index. The index is written before the manifest and the bucket's lifecycle
     expires objects by age, so the index goes first: if it is there, the manifest describes

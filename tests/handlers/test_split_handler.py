@@ -347,6 +347,31 @@ def test_fails_when_key_is_outside_the_landing_prefix(buckets):
     assert work_keys(buckets) == []
 
 
+def test_fails_when_the_request_is_for_another_tenant(buckets):
+    """GIVEN an input naming tenant beta WHEN acme's Split gets it THEN it is refused before
+    reading and nothing is written; an input that names no tenant is acme's own."""
+    ref = upload(buckets, csv_file(2))
+    with pytest.raises(ValueError, match="input is for tenant 'beta', this function serves 'acme'"):
+        split_file({**ref, "tenant": "beta"}, config=config(), s3=buckets)
+    assert work_keys(buckets) == []
+    untagged = {name: value for name, value in ref.items() if name != "tenant"}
+    assert split_file(untagged, config=config(), s3=buckets)["record_count"] == 2
+
+
+@pytest.mark.parametrize(
+    ("code", "missing"),
+    [("NoSuchKey", True), ("404", True), ("NotFound", True), ("403", False), ("AccessDenied", False)],
+)
+def test_only_s3_s_answers_for_a_missing_key_count_as_missing(code, missing):
+    """GIVEN an S3 error WHEN Split asks whether a work object is missing (a manifest, an index)
+    THEN only the answers for a missing key say so; any other error is raised, not taken for
+    "split again"."""
+    from botocore.exceptions import ClientError
+
+    error = ClientError({"Error": {"Code": code, "Message": "m"}}, "HeadObject")
+    assert split._not_found(error) is missing
+
+
 def test_reads_exactly_the_announced_object_version(buckets):
     """GIVEN two versions of the same key WHEN the first version is split
     THEN its records, not the newer ones."""
@@ -356,6 +381,8 @@ def test_reads_exactly_the_announced_object_version(buckets):
     result = split_file(first, config=config(), s3=buckets)
 
     assert chunk_records(buckets, result) == [[{"id": "1", "name": "first"}]]
+    assert result["record_count"] == 1  # the index is of the first version's bytes too
+    assert result["content_sha256"] == hashlib.sha256(b"id,name\n1,first\n").hexdigest()
 
 
 class SpyBody:
@@ -597,6 +624,19 @@ def test_fails_when_the_file_has_more_chunks_than_the_workflow_may_run(buckets):
     )
 
 
+def test_a_reused_index_of_more_chunks_than_the_workflow_now_runs_is_refused(buckets):
+    """GIVEN a file split into 4 chunks of 3 records WHEN it is resumed after max_chunks came
+    down to 3 THEN the reused index is refused as a too large file, with its chunk count and
+    size, not run past the bounded history."""
+    request = upload(buckets, csv_file(10))
+    assert split_file(request, config=config(), s3=buckets)["chunk_count"] == 4
+    with pytest.raises(
+        contract.FileTooLargeError,
+        match=r"the file has 4 chunks of 3 records; at most 3 chunks \(9 records\) fit",
+    ):
+        split_file({**request, "start_record": 3}, config=config(max_chunks=3), s3=buckets)
+
+
 def test_a_too_large_file_is_refused_as_soon_as_its_chunks_pass_the_limit_not_after_a_full_pass(buckets):
     """GIVEN max_chunks 3 (chunks of 3 records) and a file whose 20th line is malformed WHEN it
     is split THEN the refusal is FileTooLargeError (reading stopped at the 4th chunk), not
@@ -700,6 +740,7 @@ def test_skip_processes_different_bytes_and_the_same_version_again(buckets, ddb,
         config=config(duplicate_files="skip"),
         s3=buckets,
         ddb=ddb,
+        log=logs_adapter(),
     )
     assert (other["duplicate_of"], chunks_of(other)) == (None, [0, 1])
     same_version = split_file(
