@@ -1341,3 +1341,159 @@ def test_a_request_that_just_fits_before_the_deadline_margin_is_still_sent(ledge
 
     assert [e for e in events if e.startswith("sent")] == ["sent 0", "sent 1"]
     assert (progress["done"], progress["start_record"]) == (False, 2)
+
+
+# --- what a chunk reads, where it starts, and what it writes (found by mutation testing) -------
+
+
+def test_records_are_read_from_the_tasks_version_not_the_keys_latest(work, sink, ledger):
+    """GIVEN chunk 0 of one version WHEN another version of the key is uploaded before it is
+    registered THEN the records sent are the task's version's."""
+    records = [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    first = put_chunk(work, 0, records)
+    work.put_object(Bucket=LANDING, Key=KEY, Body=b'{"id": "newer-version"}\n' * 4)
+    register(work, ledger, task(0, version_id=first), config(sink))
+    assert sink.bodies() == records
+
+
+def test_fails_when_the_chunk_index_is_past_the_files_chunks(work, sink, ledger):
+    """GIVEN a file of one chunk WHEN a task names chunk 1 THEN it is refused before anything
+    is sent."""
+    put_chunk(work, 0, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+    with pytest.raises(ValueError, match="chunk 1 is past the file's 1 chunks"):
+        register(work, ledger, task(1, start_record=3), config(sink))
+    assert sink.requests == []
+
+
+@pytest.mark.parametrize(("index", "size"), [(-1, 3), (0, 0)])
+def test_fails_when_the_chunk_index_or_size_is_out_of_range(work, sink, ledger, index, size):
+    """GIVEN a negative chunk index, or a chunk size of 0 WHEN registered THEN refused before
+    anything is read or sent."""
+    with pytest.raises(ValueError, match=f"chunk_index {index} must be >= 0 and chunk_size {size} >= 1"):
+        register(
+            work, ledger, {**task(max(index, 0)), "chunk_index": index, "chunk_size": size}, config(sink)
+        )
+    assert sink.requests == []
+
+
+def test_fails_when_the_manifest_names_no_source(work, sink, ledger):
+    """GIVEN a manifest without its source (damaged by hand) WHEN a chunk is registered THEN it
+    is refused as of another object version, nothing sent."""
+    put_chunk(work, 0, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+    manifest = json.loads(work.get_object(Bucket=WORK, Key=contract.manifest_key(PREFIX))["Body"].read())
+    del manifest["source"]
+    work.put_object(Bucket=WORK, Key=contract.manifest_key(PREFIX), Body=json.dumps(manifest).encode())
+    with pytest.raises(ValueError, match="is of another object version; nothing was sent"):
+        register(work, ledger, task(0), config(sink))
+    assert sink.requests == []
+
+
+def test_a_warm_function_does_not_serve_a_split_of_the_same_version_at_another_chunk_size(work, sink):
+    """GIVEN a warm function that read chunk 0 of a version split in chunks of 3 WHEN the same
+    version is split again in chunks of 2 (its folder deleted, then resumed) THEN the manifest
+    and the index block are read anew: chunk 1 holds records 2 and 3."""
+
+    def ids(the_task: dict[str, Any]) -> list[str]:
+        return [json.loads(r)["id"] for _, r in register_chunk.read_chunk(work, config(sink), the_task)]
+
+    version = put_file(work, b"".join(b'{"id": "%d"}\n' % n for n in range(6)), chunk_size=3)
+    assert ids(task(0, version_id=version, record_count=6)) == ["0", "1", "2"]
+    for key in (contract.manifest_key(PREFIX), contract.chunk_index_key(PREFIX)):
+        work.delete_object(Bucket=WORK, Key=key)
+    env = contract.SplitEnv(
+        tenant_id=TENANT,
+        format="jsonl",
+        chunk_size=2,
+        work_bucket=WORK,
+        landing_prefix="acme/",
+        ledger_table_name="ledger",
+        duplicate_files="process",
+        max_chunks=1000,
+    )
+    request = {"tenant": TENANT, "event_id": "evt-1", "bucket": LANDING, "key": KEY, "version_id": version}
+    split.split_file({**request, "start_record": 0}, config=env, s3=work)  # type: ignore[typeddict-item]
+    assert ids(task(1, version_id=version, chunk_size=2, record_count=6)) == ["2", "3"]
+
+
+def test_a_chunk_never_starts_before_its_own_first_record(work, sink, ledger):
+    """GIVEN chunk 1 while the ledger says nothing was acknowledged and the task starts at 0
+    WHEN registered THEN it sends its own records only, under their own keys (3, 4, 5)."""
+    records = [{"id": "3"}, {"id": "4"}, {"id": "5"}]
+    put_chunk(work, 1, records)
+    register(work, ledger, task(1, start_record=0), config(sink))
+    assert sink.bodies() == records
+    assert sink.keys() == [expected_key(LANDED["version_id"], i) for i in (3, 4, 5)]
+
+
+class CountingLedger:
+    """The ledger, counting its progress and pause writes."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger, self.progress, self.pauses = ledger, 0, 0
+
+    def record_progress(self, *args: Any, **kwargs: Any) -> Position:
+        self.progress += 1
+        return self._ledger.record_progress(*args, **kwargs)
+
+    def record_pause(self, *args: Any, **kwargs: Any) -> Any:
+        self.pauses += 1
+        return self._ledger.record_pause(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+
+def test_progress_is_written_once_per_interval_and_always_at_the_end(work, sink, ledger):
+    """GIVEN a core system that answers at once (no time passes) WHEN a chunk of 3 records is
+    registered THEN progress is written once, at its end, with the file's chunk count."""
+    put_chunk(work, 0, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+    counting = CountingLedger(ledger)
+    register(work, counting, task(0), config(sink))  # type: ignore[arg-type]
+    position = ledger.read()
+    assert (counting.progress, position.next_record, position.chunk_count) == (1, 3, 34)
+
+
+class TickingClock(Clock):
+    """A clock that moves on a second each time it is read: every record is a progress write."""
+
+    def time(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_progress_written_as_it_goes_does_not_stop_for_a_pause_nobody_asked_for(work, sink, ledger):
+    """GIVEN a second passing between records (a progress write after each) and no pause asked
+    for WHEN a chunk is registered THEN every record is sent and no pause is recorded."""
+    records = [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    put_chunk(work, 0, records)
+    counting = CountingLedger(ledger)
+    result = register(work, counting, task(0), config(sink), clock=TickingClock())  # type: ignore[arg-type]
+    assert (result["done"], sink.bodies(), counting.pauses) == (True, records, 0)
+    assert counting.progress >= 3
+
+
+def test_the_credential_given_is_the_one_sent(work, sink, ledger):
+    """GIVEN a sink credential passed in (the handler's, from the tenant's secret) WHEN a chunk
+    is registered THEN its requests carry that credential's headers, not the environment's."""
+
+    class Signed:
+        def headers(self, body: bytes, headers: Any) -> dict[str, str]:
+            return {"Authorization": "Bearer given"}
+
+        def refresh(self) -> bool:
+            return False
+
+    put_chunk(work, 0, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+    clock = Clock()
+    register_chunk.register_chunk(
+        task(0),
+        config=config(sink),
+        s3=work,
+        ledger=ledger,
+        log=BoundLogger(get_logger("register_chunk"), {}),
+        remaining_seconds=clock.remaining,
+        clock=clock.time,
+        sleep=clock.sleep,
+        auth=Signed(),
+    )
+    assert [r["headers"].get("Authorization") for r in sink.requests] == ["Bearer given"] * 3
