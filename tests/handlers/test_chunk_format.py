@@ -78,11 +78,91 @@ def test_fails_when_a_line_is_longer_than_the_limit(monkeypatch):
     monkeypatch.setattr(chunk_format, "MAX_LINE_BYTES", 10)
     for size in (4, 64 * 1024):
         monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
-        lines = TextLines(io.BytesIO(b"short\nthis line is too long\nok\n"))
+        lines = TextLines(io.BytesIO(b"short\nlines\nthis line is too long\nok\n"))
         seen: list[str] = []
-        with pytest.raises(MalformedFileError, match="^line 2: longer than 10 bytes$"):
+        with pytest.raises(MalformedFileError, match="^line 3: longer than 10 bytes$"):
             seen.extend(lines)
-        assert seen == ["short\n"]
+        assert seen == ["short\n", "lines\n"]
+
+
+def test_a_line_of_exactly_the_limit_is_read_whatever_the_read_size(monkeypatch):
+    """GIVEN a line of exactly MAX_LINE_BYTES WHEN read (in one read, or in reads that end
+    exactly at the limit before its line ending) THEN it is a line like any other."""
+    monkeypatch.setattr(chunk_format, "MAX_LINE_BYTES", 10)
+    for size in (5, 10, 64 * 1024):
+        monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", size)
+        assert list(TextLines(io.BytesIO(b"0123456789\nok\n"))) == ["0123456789\n", "ok\n"], size
+        with pytest.raises(MalformedFileError, match="^line 2: longer than 10 bytes$"):
+            list(TextLines(io.BytesIO(b"0123456789\nthis line is too long\n")))
+
+
+class CountingBody(io.BytesIO):
+    """A body that counts the bytes read from it."""
+
+    consumed = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.consumed += len(data)
+        return data
+
+
+def test_a_line_without_an_end_is_refused_once_past_the_limit_not_at_the_end_of_the_body(monkeypatch):
+    """GIVEN a body that is one line far longer than MAX_LINE_BYTES, no line ending anywhere
+    WHEN read in small reads THEN it is refused as soon as the line passes the limit: what is
+    held stays bounded, the rest of the body is never read."""
+    monkeypatch.setattr(chunk_format, "MAX_LINE_BYTES", 10)
+    monkeypatch.setattr(chunk_format, "READ_SIZE_BYTES", 4)
+    body = CountingBody(b"x" * 1000)
+    with pytest.raises(MalformedFileError, match="^line 1: longer than 10 bytes$"):
+        list(TextLines(body))
+    assert body.consumed <= 10 + 4
+
+
+def test_invalid_utf8_after_a_blank_line_names_its_own_line_and_byte():
+    """GIVEN a block that starts with a blank line WHEN the next line holds a bad byte THEN the
+    error names line 2, byte 1."""
+    with pytest.raises(MalformedFileError, match="^line 2: invalid UTF-8 at byte 1$"):
+        list(TextLines(io.BytesIO(b"\n\xff\n")))
+
+
+def test_a_jsonl_chunk_numbers_its_records_from_one():
+    """Like a CSV chunk's: `(n, record)`, n counting from 1."""
+    records = list(chunk_records(io.BytesIO(b'{"a":1}\n\n{"b":2}\n'), "jsonl", None, base=0))
+    assert records == [(1, b'{"a":1}'), (2, b'{"b":2}')]
+
+
+def test_index_entries_that_make_no_chunk_are_refused():
+    """GIVEN two equal index entries (a damaged index) WHEN read as a chunk's range THEN refused:
+    an empty range would make S3 answer with the whole object."""
+    entries = chunk_format.INDEX_ENTRY.pack(100) * 2
+    with pytest.raises(ValueError, match="index entries 100..100 do not make a chunk"):
+        chunk_format.chunk_byte_range(entries)
+
+
+def test_an_abort_that_fails_leaves_the_error_that_caused_it():
+    """GIVEN a multipart index upload WHEN aborting it fails too THEN abort returns quietly (the
+    bucket's lifecycle removes the upload), so the split's own error is the one raised."""
+
+    class FailingAbort:
+        aborts = 0
+
+        def create_multipart_upload(self, **kwargs: Any) -> dict[str, str]:
+            return {"UploadId": "upload-1"}
+
+        def upload_part(self, **kwargs: Any) -> dict[str, str]:
+            return {"ETag": "e"}
+
+        def abort_multipart_upload(self, **kwargs: Any) -> None:
+            self.aborts += 1
+            raise RuntimeError("S3 is unreachable")
+
+    s3 = FailingAbort()
+    writer = chunk_format.IndexWriter(s3, "work", "index.bin", part_bytes=chunk_format.INDEX_ENTRY.size)
+    for offset in range(3):  # past one part: a multipart upload is under way
+        writer.add(offset)
+    writer.abort()
+    assert s3.aborts == 1
 
 
 def test_jsonl_offsets_skip_blank_lines_whatever_the_read_size(monkeypatch):
@@ -123,6 +203,10 @@ QUOTE_FREE_CASES = {
     "blank-line-inside": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"\n31,v\n",
     "nul": b"id,t\n" + b"".join(b"%d,v\n" % n for n in range(30)) + b"30,a\0b\n",
     "one-column": b"id\n" + b"".join(b"%d\n" % n for n in range(30)) + b"x,y\n",
+    "one-column-blank-line-inside": b"id\n" + b"".join(b"%d\n" % n for n in range(30)) + b"\n31\n",
+    "one-column-crlf-blank-line-inside": b"id\r\n"
+    + b"".join(b"%d\r\n" % n for n in range(30))
+    + b"\r\n31\r\n",
     "too-few-fields-late": b"id,t,u\n" + b"".join(b"%d,v,w\n" % n for n in range(30)) + b"30,v\n",
     "field-past-the-limit": b"id,t\n"
     + b"".join(b"%d,v\n" % n for n in range(30))
