@@ -280,7 +280,12 @@ def config(sink: Sink, timeout: float = 2.0, budget: float = 3600, batch_size: i
 
 
 def register(
-    work: Any, ledger: Ledger, the_task: dict[str, Any], cfg: RegisterEnv, clock: Clock | None = None
+    work: Any,
+    ledger: Ledger,
+    the_task: dict[str, Any],
+    cfg: RegisterEnv,
+    clock: Clock | None = None,
+    auth: Any = None,
 ) -> dict[str, Any]:
     clock = clock or Clock()
     return register_chunk.register_chunk(
@@ -292,6 +297,7 @@ def register(
         remaining_seconds=clock.remaining,
         clock=clock.time,
         sleep=clock.sleep,
+        auth=auth,
     )
 
 
@@ -1484,16 +1490,5 @@ def test_the_credential_given_is_the_one_sent(work, sink, ledger):
             return False
 
     put_chunk(work, 0, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
-    clock = Clock()
-    register_chunk.register_chunk(
-        task(0),
-        config=config(sink),
-        s3=work,
-        ledger=ledger,
-        log=BoundLogger(get_logger("register_chunk"), {}),
-        remaining_seconds=clock.remaining,
-        clock=clock.time,
-        sleep=clock.sleep,
-        auth=Signed(),
-    )
+    register(work, ledger, task(0), config(sink), auth=Signed())
     assert [r["headers"].get("Authorization") for r in sink.requests] == ["Bearer given"] * 3
