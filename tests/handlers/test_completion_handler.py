@@ -17,7 +17,12 @@ import boto3
 import pytest
 
 from lambdas import completion
-from lambdas.contract import COMPLETION_REJECTED_ERROR, MAX_REJECT_REASON
+from lambdas.contract import (
+    COMPLETION_ANSWERED_AT_ATTRIBUTE,
+    COMPLETION_REJECTED_ERROR,
+    COMPLETION_SINCE_ATTRIBUTE,
+    MAX_REJECT_REASON,
+)
 from lambdas.runtime import BoundLogger, get_logger
 from tests.conftest import moto_executing_state_machines
 from tests.handlers.support import LEDGER_TABLE, REGION, TENANT
@@ -171,6 +176,8 @@ def test_waiting_names_the_file_and_never_the_token(waiting, ddb, sfn) -> None:
         "version_id": "v1",
         "record_count": 7,
     }
+    since = position(ddb)[COMPLETION_SINCE_ATTRIBUTE]["S"]
+    assert since and answer["file"]["waiting_since"] == since  # when the wait began
     assert position(ddb)["completion_token"]["S"] not in json.dumps(answer)
 
 
@@ -284,6 +291,14 @@ def test_fails_when_step_functions_no_longer_waits_on_the_token(waiting, ddb, sf
             "'reason' goes with 'reject' only",
         ),
         ({"action": "confirm", "tenant": TENANT, "file": EVENT_ID, "token": "x"}, "unknown field(s) token"),
+        (
+            {"action": "confirm", "tenant": TENANT, "file": ""},
+            "'file' must be the waiting file's id (as 'waiting' returns it)",
+        ),
+        (
+            {"action": "confirm", "tenant": TENANT, "file": "x" * 257},
+            "'file' must be the waiting file's id (as 'waiting' returns it)",
+        ),
         ("confirm", "the request must be a JSON object with 'action' and 'tenant'"),
     ],
 )
@@ -300,3 +315,75 @@ def test_a_refusal_is_logged_as_a_warning_not_an_error(waiting, ddb, sfn, logs) 
 
     assert not logs.errors()
     assert any("refused" in message for message in logs.at(30))
+
+
+class SpyStepFunctions:
+    """The Step Functions client, keeping what each answer to a task token carried."""
+
+    def __init__(self, sfn: Any) -> None:
+        self._sfn, self.calls = sfn, []
+
+    def send_task_success(self, **kwargs: Any) -> Any:
+        self.calls.append(("send_task_success", kwargs))
+        return self._sfn.send_task_success(**kwargs)
+
+    def send_task_failure(self, **kwargs: Any) -> Any:
+        self.calls.append(("send_task_failure", kwargs))
+        return self._sfn.send_task_failure(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sfn, name)
+
+
+def test_a_confirmation_tells_step_functions_confirmed_and_the_ledger_when(waiting, ddb, sfn) -> None:
+    """GIVEN a waiting file WHEN confirmed THEN the task's output is {"completion": "confirmed"}
+    (what the workflow reads) and the ledger keeps when the answer came."""
+    spy = SpyStepFunctions(sfn)
+    call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, spy)
+    ((operation, kwargs),) = spy.calls
+    assert (operation, json.loads(kwargs["output"])) == ("send_task_success", {"completion": "confirmed"})
+    assert position(ddb)[COMPLETION_ANSWERED_AT_ATTRIBUTE] == {"N": "1000.0"}
+    assert position(ddb)["completion_reason"] == {"S": "-"}  # a confirmation has no reason
+
+
+def test_a_rejection_gives_step_functions_its_reason_cleaned_of_control_characters(waiting, ddb, sfn) -> None:
+    """GIVEN a reason of exactly MAX_REJECT_REASON characters holding a tab, a NUL and a C1
+    control next to letters of other scripts WHEN the file is rejected THEN the failure's cause
+    and the ledger hold it with each control character a space; U+00A0 and up are kept."""
+    text = "totals\tdo\x00not\x85match:\x9fé\u00a0ü"
+    reason = text + "." * (MAX_REJECT_REASON - len(text))
+    spy = SpyStepFunctions(sfn)
+    answer = call({"action": "reject", "tenant": TENANT, "file": EVENT_ID, "reason": reason}, ddb, spy)
+    cleaned = ("totals do not match: é\u00a0ü" + "." * (MAX_REJECT_REASON - len(text))).strip()
+    assert answer["status"] == 200
+    ((operation, kwargs),) = spy.calls
+    assert (operation, kwargs["error"], kwargs["cause"]) == (
+        "send_task_failure",
+        COMPLETION_REJECTED_ERROR,
+        cleaned,
+    )
+    assert position(ddb)["completion_reason"] == {"S": cleaned}
+
+
+def test_a_file_id_of_256_characters_is_looked_up(waiting, ddb, sfn) -> None:
+    """The longest id accepted is 256 characters: it is looked up (not the current file here)."""
+    answer = call({"action": "confirm", "tenant": TENANT, "file": "x" * 256}, ddb, sfn)
+    assert answer["status"] == 404
+
+
+def test_waiting_finds_no_file_once_it_was_answered_or_when_the_position_names_none(
+    waiting, ddb, sfn
+) -> None:
+    """GIVEN the waiting file WHEN it was answered THEN `waiting` finds nothing; nor when the
+    position holds a token but no current file."""
+    call({"action": "confirm", "tenant": TENANT, "file": EVENT_ID}, ddb, sfn)
+    assert call({"action": "waiting", "tenant": TENANT}, ddb, sfn)["status"] == 404
+    ddb.update_item(
+        TableName=LEDGER_TABLE,
+        Key={"tenant": {"S": TENANT}, "entry": {"S": "position"}},
+        UpdateExpression="REMOVE file_ref, completion_answer",
+    )
+    assert call({"action": "waiting", "tenant": TENANT}, ddb, sfn) == {
+        "status": 404,
+        "message": f"no file of tenant {TENANT} waits for an answer",
+    }
