@@ -54,9 +54,9 @@ HEADER = (
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 #: What the threads of moto's share of this process run: werkzeug serves each request in a
-#: thread of its own (it closes every connection after one answer); moto's Step Functions interprets each execution, and each
-#: task state, in threads of its own. The sink (http.server) and the local runtime's pollers and
-#: deliveries are neither.
+#: thread of its own (it closes every connection after one answer); moto's Step Functions
+#: interprets each execution, and each task state, in threads of its own. The sink (http.server)
+#: and the local runtime's pollers and deliveries are neither.
 MOTO_THREADS = {"requests": ("werkzeug.",), "interpreter": ("moto.stepfunctions.",)}
 
 

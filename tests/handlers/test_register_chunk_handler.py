@@ -162,6 +162,13 @@ def put_file(s3: Any, content: bytes, *, fmt: str = "jsonl", chunk_size: int = 3
     """Upload `content` as acme/f.csv and split it as the workflow would (execution evt-1): its
     chunk index and manifest under PREFIX. Returns the object version (also the tasks' default)."""
     version_id = s3.put_object(Bucket=LANDING, Key=KEY, Body=content)["VersionId"]
+    split_version(s3, version_id, fmt=fmt, chunk_size=chunk_size)
+    LANDED["version_id"] = version_id
+    return version_id
+
+
+def split_version(s3: Any, version_id: str, *, fmt: str = "jsonl", chunk_size: int = 3) -> None:
+    """Split that version of acme/f.csv as execution evt-1 (its index and manifest under PREFIX)."""
     env = contract.SplitEnv(
         tenant_id=TENANT,
         format=fmt,
@@ -184,8 +191,6 @@ def put_file(s3: Any, content: bytes, *, fmt: str = "jsonl", chunk_size: int = 3
         config=env,
         s3=s3,
     )  # type: ignore[typeddict-item]  # a partial task on purpose
-    LANDED["version_id"] = version_id
-    return version_id
 
 
 @pytest.fixture(autouse=True)
@@ -1406,18 +1411,7 @@ def test_a_warm_function_does_not_serve_a_split_of_the_same_version_at_another_c
     assert ids(task(0, version_id=version, record_count=6)) == ["0", "1", "2"]
     for key in (contract.manifest_key(PREFIX), contract.chunk_index_key(PREFIX)):
         work.delete_object(Bucket=WORK, Key=key)
-    env = contract.SplitEnv(
-        tenant_id=TENANT,
-        format="jsonl",
-        chunk_size=2,
-        work_bucket=WORK,
-        landing_prefix="acme/",
-        ledger_table_name="ledger",
-        duplicate_files="process",
-        max_chunks=1000,
-    )
-    request = {"tenant": TENANT, "event_id": "evt-1", "bucket": LANDING, "key": KEY, "version_id": version}
-    split.split_file({**request, "start_record": 0}, config=env, s3=work)  # type: ignore[typeddict-item]
+    split_version(work, version, chunk_size=2)
     assert ids(task(1, version_id=version, chunk_size=2, record_count=6)) == ["2", "3"]
 
 
